@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One-time (and idempotent) set-up of a fresh Debian 12 machine for this project:
+# system packages, a pinned Python virtual environment in .venv, and the collection link
+# .collections/ansible_collections/ai_llm/moe_offload -> the repository root.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+cd "$ROOT"
+
+APT_PACKAGES=(podman runc libgomp1 busybox-static openssh-server openssh-client iproute2 rsync)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing system packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+stamp=".venv/.requirements.sha256"
+want="$(sha256sum requirements/dev.txt | cut -d' ' -f1)"
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: creating .venv with the pinned tools in requirements/dev.txt"
+  "$PY" -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check --upgrade pip
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements/dev.txt
+  echo "$want" > "$stamp"
+fi
+
+mkdir -p .collections/ansible_collections/ai_llm
+ln -sfn "$ROOT" .collections/ansible_collections/ai_llm/moe_offload
+echo "setup: ready ($(ansible --version | head -1), $(podman --version))"
