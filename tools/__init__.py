@@ -1,0 +1,1 @@
+"""Developer tools of the collection (not shipped to target hosts)."""

@@ -1,0 +1,393 @@
+"""Write GGUF model files with gguf-py (llama.cpp's own GGUFWriter) for tests, benchmarks and the demo.
+
+The one place where this project makes model files. Every writer takes the output path (a directory
+for split models) and keyword options, writes the file(s) and returns the path (a list for splits).
+Everything is deterministic (seeded numpy RNG, generated vocabularies).
+
+Loadable models (random weights; llama-server really loads them and answers ``/completion``):
+
+- ``write_tiny_nemotron_h_moe(path, ...)``: ``nemotron_h_moe``, 5 blocks ``MEM*E``.
+- ``write_demo_model(path)``: the same architecture, expert tensors >= 1 MiB each.
+- ``write_tiny_qwen3moe(path, ...)``: ``qwen3moe``, attention + routed gate/up/down experts.
+
+Sparse full-size header (metadata and tensor infos real, data region a hole):
+
+- ``write_nemotron_nano_30b(outdir, ...)``: Nemotron-3-Nano-30B-A3B Q4_K_M in 6 shards, ~24.5 GB apparent.
+
+Small header-only models for classification tests (real tensor naming of each architecture):
+
+- ``write_nemotron_h``, ``write_qwen2moe``, ``write_mixtral``, ``write_deepseek2``, ``write_gpt_oss``,
+  ``write_fused_gate_up``, ``write_chexps``, ``write_unknown_moe``, ``write_dense_llama``.
+
+``write_model(kind, path, **kw)`` dispatches by name through ``ARCH_WRITERS``.
+CLI: ``python tools/gguf_models.py KIND OUT [--big-endian]`` (``nemotron-nano`` takes an output directory).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
+
+import gguf
+from gguf import GGMLQuantizationType as Q
+
+ENDIANS = {"little": gguf.GGUFEndian.LITTLE, "big": gguf.GGUFEndian.BIG}
+
+
+class Tensor(NamedTuple):
+    """One tensor to write: name, shape in ggml ``ne`` order (fastest dimension first), ggml type."""
+    name: str
+    ne: tuple
+    qtype: Q
+
+
+def ggml_type(value) -> Q:
+    """A ggml type from a name (``"f32"``, ``"q8_0"``, ``"Q4_K"``), an id or a ``GGMLQuantizationType``."""
+    if isinstance(value, Q):
+        return value
+    if isinstance(value, int):
+        return Q(value)
+    return Q[str(value).upper()]
+
+
+def tensor_nbytes(ne: Sequence[int], qtype: Q) -> int:
+    """Bytes of a tensor of shape ``ne`` (ggml order) and type ``qtype``."""
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    if ne[0] % block:
+        raise ValueError("row length %d is not a multiple of the %s block (%d)" % (ne[0], qtype.name, block))
+    n = 1
+    for d in ne:
+        n *= int(d)
+    return n // block * size
+
+
+# --------------------------------------------------------------------------- vocabularies
+
+def _spm_vocab(n_vocab: int):
+    """A SentencePiece-style ('llama') vocab: <unk> <s> </s>, byte tokens <0x00>..<0x7F> only, pieces.
+
+    Only ASCII bytes: with all 256 byte tokens a random model can emit a lone high byte and
+    llama-server's ``/completion`` answers HTTP 500.
+    """
+    tokens = ["<unk>", "<s>", "</s>"]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    for b in range(0x80):
+        tokens.append("<0x%02X>" % b)
+        types.append(gguf.TokenType.BYTE)
+    pieces = ["\u2581"] + [chr(c) for c in range(33, 127)]
+    letters = "etaoinshrdlucmfwypvbgkjqxz"
+    pieces += ["\u2581" + c for c in letters + letters.upper()]
+    pieces += ["\u2581" + a + b for a in letters for b in letters]
+    pieces += [a + b for a in letters for b in letters]
+    seen = set(tokens)
+    for p in pieces:
+        if len(tokens) >= n_vocab:
+            break
+        if p not in seen:
+            seen.add(p)
+            tokens.append(p)
+            types.append(gguf.TokenType.NORMAL)
+    if len(tokens) < n_vocab:
+        raise ValueError("n_vocab %d is larger than the generated SPM vocab (%d)" % (n_vocab, len(tokens)))
+    scores = [0.0] * 3 + [0.0] * 0x80 + [-float(i) for i in range(len(tokens) - 3 - 0x80)]
+    return tokens, scores, [int(t) for t in types]
+
+
+def _add_spm_tokenizer(w: gguf.GGUFWriter, n_vocab: int) -> None:
+    tokens, scores, types = _spm_vocab(n_vocab)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+
+
+def _bpe_vocab(n_vocab: int, n_merges: int, n_special: int = 1000):
+    """A GPT-2 style (byte-level BPE) vocab of exactly ``n_vocab`` tokens and ``n_merges`` merges."""
+    tokens = ["<unk>", "<s>", "</s>"] + ["<SPECIAL_%d>" % i for i in range(3, n_special)]
+    tokens = tokens[:min(n_special, n_vocab)]
+    types = [int(gguf.TokenType.CONTROL)] * len(tokens)
+    # GPT-2 bytes_to_unicode: printable stand-ins for the 256 bytes
+    byte_chars = [chr(b) for b in range(33, 127)] + [chr(b) for b in range(161, 173)] + [chr(b) for b in range(174, 256)]
+    byte_chars += [chr(256 + i) for i in range(256 - len(byte_chars))]
+    alphabet = "etaoinshrdlucmfwypvbgkjqxz"
+    for c in byte_chars:
+        if len(tokens) >= n_vocab:
+            break
+        tokens.append(c)
+        types.append(int(gguf.TokenType.NORMAL))
+    i = 0
+    while len(tokens) < n_vocab:
+        s, k = "", i
+        while True:  # bijective base-26 word
+            s = alphabet[k % 26] + s
+            k = k // 26 - 1
+            if k < 0:
+                break
+        tokens.append(("\u0120" if i % 3 == 0 else "") + s)
+        types.append(int(gguf.TokenType.NORMAL))
+        i += 1
+    merges = []
+    n_words = max(1, n_vocab - n_special - 256)
+    j = 0
+    while len(merges) < n_merges:
+        left = tokens[n_special + 256 + (j % n_words)] if n_vocab > n_special + 256 else "a"
+        right = alphabet[(j // n_words) % 26] + ("" if j < n_words * 26 else str(j // (n_words * 26)))
+        merges.append(left + " " + right)
+        j += 1
+    return tokens, types, merges
+
+
+def _add_bpe_tokenizer(w: gguf.GGUFWriter, n_vocab: int, n_merges: int, pre: str = "default") -> None:
+    tokens, types, merges = _bpe_vocab(n_vocab, n_merges)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+
+
+# --------------------------------------------------------------------------- writing
+
+def _random_weights(rng: np.random.Generator, t: Tensor) -> np.ndarray:
+    """f32 values for ``t`` that keep a random model numerically tame."""
+    shape = tuple(int(d) for d in reversed(t.ne))
+    name = t.name
+    if name.endswith("norm.weight") or name.endswith(".ssm_d"):
+        return np.ones(shape, dtype=np.float32)
+    if name.endswith(".ssm_a"):
+        return -rng.uniform(0.5, 2.0, size=shape).astype(np.float32)
+    if name.endswith(".bias") or name.endswith("_sinks"):
+        return (rng.standard_normal(shape) * 0.01).astype(np.float32)
+    return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+
+def _encode(data: np.ndarray, qtype: Q) -> np.ndarray:
+    if qtype == Q.F32:
+        return data
+    if qtype == Q.F16:
+        return data.astype(np.float16)
+    return gguf.quants.quantize(data, qtype)
+
+
+def _write_gguf(path, arch: str, add_kv: Callable[[gguf.GGUFWriter], None], tensors: Sequence[Tensor], *,
+                endian: str = "little", data: bool = True, seed: int = 0, shards: int = 1):
+    """Write ``tensors`` with metadata from ``add_kv``.
+
+    ``data=True``: random weights (seeded) are written. ``data=False``: only header, metadata and tensor
+    infos are written and each file is truncated to its full size (a sparse file, the data reads as zeros).
+    ``shards > 1``: ``path`` is ``DIR/BASE.gguf`` and the files are ``BASE-0000i-of-0000n.gguf``, split by
+    size, with ``split.*`` keys in every shard and the model metadata only in the first.
+    Returns the path, or the list of shard paths.
+    """
+    path = Path(path)
+    w = gguf.GGUFWriter(path, arch, endianess=ENDIANS[endian])
+    add_kv(w)
+    rng = np.random.default_rng(seed)
+    total = sum(tensor_nbytes(t.ne, t.qtype) for t in tensors)
+    done = 0
+    for t in tensors:
+        if shards > 1 and len(w.tensors) < shards and done >= total * len(w.tensors) / shards and w.tensors[-1]:
+            w.tensors.append({})  # start the next shard (what GGUFWriter does itself for split_max_size)
+        nbytes = tensor_nbytes(t.ne, t.qtype)
+        if data:
+            w.add_tensor(t.name, _encode(_random_weights(rng, t), t.qtype), raw_dtype=None if t.qtype in (Q.F32, Q.F16) else t.qtype)
+        else:
+            w.add_tensor_info(t.name, tuple(reversed(t.ne)), np.dtype(np.float32), nbytes, raw_dtype=t.qtype)
+        done += nbytes
+    if shards > 1 and len(w.tensors) != shards:
+        raise ValueError("cannot split %d tensors into %d shards" % (len(tensors), shards))
+    files = w.format_shard_names(path)
+    w.write_header_to_file(path)
+    w.write_kv_data_to_file()
+    if data:
+        w.write_tensors_to_file()
+        w.close()
+    else:
+        w.write_ti_data_to_file()
+        sizes = []
+        for fout, shard in zip(w.fout, w.tensors):
+            start = gguf.GGUFWriter.ggml_pad(fout.tell(), w.data_alignment)
+            sizes.append(start + sum(gguf.GGUFWriter.ggml_pad(ti.nbytes, w.data_alignment) for ti in shard.values()))
+        w.close()
+        for f, size in zip(files, sizes):
+            os.truncate(f, size)
+    return [str(f) for f in files] if shards > 1 else str(path)
+
+
+# --------------------------------------------------------------------------- nemotron_h / nemotron_h_moe
+
+NEMOTRON_H_BLOCKS = {"M": "mamba", "*": "attention", "E": "moe", "-": "mlp"}
+
+
+def _nemotron_h(pattern: str, *, n_embd: int, n_vocab: int, n_head: int, n_head_kv: int, head_dim: int,
+                n_ff: int, n_expert: int, n_expert_used: int, n_ff_shexp: int, ssm_heads: int, ssm_head_dim: int,
+                d_state: int, n_group: int, d_conv: int, context_length: int, types: Callable[[str, int], Q]):
+    """Metadata function and tensor list of a Nemotron-H (``nemotron_h`` / ``nemotron_h_moe``) model.
+
+    ``pattern``: one letter per block, M = Mamba-2, * = attention, E = MoE, - = dense MLP.
+    ``types(tensor_suffix, block_or_-1)`` chooses the ggml type of each tensor.
+    """
+    kinds = [NEMOTRON_H_BLOCKS[c] for c in pattern]
+    d_inner = ssm_heads * ssm_head_dim
+    d_in_proj = 2 * d_inner + 2 * n_group * d_state + ssm_heads
+    conv_dim = d_inner + 2 * n_group * d_state
+    head_count_kv = [n_head_kv if k == "attention" else 0 for k in kinds]
+    ffn_len = [n_ff if k in ("moe", "mlp") else 0 for k in kinds]
+
+    def add_kv(w: gguf.GGUFWriter) -> None:
+        w.add_context_length(context_length)
+        w.add_embedding_length(n_embd)
+        w.add_block_count(len(kinds))
+        w.add_feed_forward_length(ffn_len)
+        w.add_head_count(n_head)
+        w.add_head_count_kv(head_count_kv)
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+        w.add_layer_norm_rms_eps(1e-5)
+        w.add_layer_norm_eps(1e-5)
+        w.add_ssm_conv_kernel(d_conv)
+        w.add_ssm_inner_size(d_inner)
+        w.add_ssm_state_size(d_state)
+        w.add_ssm_time_step_rank(ssm_heads)
+        w.add_ssm_group_count(n_group)
+        w.add_vocab_size(n_vocab)
+        if n_expert:
+            w.add_expert_count(n_expert)
+            w.add_expert_used_count(n_expert_used)
+            w.add_expert_shared_count(1)
+            w.add_expert_feed_forward_length(n_ff)
+            w.add_expert_shared_feed_forward_length(n_ff_shexp)
+            w.add_expert_weights_norm(True)
+            w.add_expert_weights_scale(2.5)
+            w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+
+    def T(name, ne, bid=-1):
+        return Tensor(name, tuple(ne), types(name.split(".", 2)[-1] if bid >= 0 else name, bid))
+
+    tensors = [T("token_embd.weight", (n_embd, n_vocab))]
+    for i, kind in enumerate(kinds):
+        p = "blk.%d." % i
+        tensors.append(T(p + "attn_norm.weight", (n_embd,), i))
+        if kind == "mamba":
+            tensors += [
+                T(p + "ssm_in.weight", (n_embd, d_in_proj), i),
+                T(p + "ssm_conv1d.weight", (d_conv, conv_dim), i),
+                T(p + "ssm_conv1d.bias", (conv_dim,), i),
+                T(p + "ssm_dt.bias", (ssm_heads,), i),
+                T(p + "ssm_a", (1, ssm_heads), i),
+                T(p + "ssm_d", (1, ssm_heads), i),
+                T(p + "ssm_norm.weight", (d_inner // n_group, n_group), i),
+                T(p + "ssm_out.weight", (d_inner, n_embd), i),
+            ]
+        elif kind == "attention":
+            tensors += [
+                T(p + "attn_q.weight", (n_embd, head_dim * n_head), i),
+                T(p + "attn_k.weight", (n_embd, head_dim * n_head_kv), i),
+                T(p + "attn_v.weight", (n_embd, head_dim * n_head_kv), i),
+                T(p + "attn_output.weight", (head_dim * n_head, n_embd), i),
+            ]
+        elif kind == "moe":
+            tensors += [
+                T(p + "ffn_gate_inp.weight", (n_embd, n_expert), i),
+                T(p + "exp_probs_b.bias", (n_expert,), i),
+                T(p + "ffn_up_exps.weight", (n_embd, n_ff, n_expert), i),
+                T(p + "ffn_down_exps.weight", (n_ff, n_embd, n_expert), i),
+                T(p + "ffn_up_shexp.weight", (n_embd, n_ff_shexp), i),
+                T(p + "ffn_down_shexp.weight", (n_ff_shexp, n_embd), i),
+            ]
+        else:  # dense MLP (nemotron_h): squared-ReLU up/down, no gate
+            tensors += [
+                T(p + "ffn_up.weight", (n_embd, n_ff), i),
+                T(p + "ffn_down.weight", (n_ff, n_embd), i),
+            ]
+    tensors += [T("output_norm.weight", (n_embd,)), T("output.weight", (n_embd, n_vocab))]
+    return add_kv, tensors
+
+
+def _simple_types(expert_type, other_type="f32"):
+    """Norms, biases, SSM vectors, conv and router in F32; routed experts ``expert_type``; rest ``other_type``."""
+    expert_type, other_type = ggml_type(expert_type), ggml_type(other_type)
+
+    def types(suffix: str, bid: int) -> Q:
+        if "_exps" in suffix or "_chexps" in suffix:
+            return expert_type
+        if (suffix.endswith(".bias") or "norm" in suffix or suffix in ("ssm_a", "ssm_d", "ssm_conv1d.weight")
+                or suffix.startswith("ffn_gate_inp") or suffix.endswith("_sinks")):
+            return Q.F32
+        return other_type
+    return types
+
+
+def write_tiny_nemotron_h_moe(path, *, n_embd: int = 64, n_ff_exp: int = 32, n_expert: int = 8,
+                              n_expert_used: int = 2, dtype: str = "f32", other_dtype: str = "f32",
+                              endian: str = "little", context_length: int = 4096, n_vocab: int = 512,
+                              seed: int = 0) -> str:
+    """A tiny ``nemotron_h_moe`` (blocks ``MEM*E``) with random weights that llama-server loads.
+
+    ``dtype``: ggml type of the routed expert tensors (``f32``, ``f16``, ``q8_0``, ``q4_0``...);
+    ``other_dtype``: type of the other matrices (norms, biases, router stay F32).
+    """
+    add_kv, tensors = _nemotron_h(
+        "MEM*E", n_embd=n_embd, n_vocab=n_vocab, n_head=4, n_head_kv=2, head_dim=n_embd // 4, n_ff=n_ff_exp,
+        n_expert=n_expert, n_expert_used=n_expert_used, n_ff_shexp=2 * n_ff_exp, ssm_heads=max(1, n_embd // 16),
+        ssm_head_dim=16, d_state=16, n_group=2, d_conv=4, context_length=context_length,
+        types=_simple_types(dtype, other_dtype))
+
+    def kv(w):
+        w.add_type("model")
+        w.add_name("tiny nemotron_h_moe")
+        add_kv(w)
+        _add_spm_tokenizer(w, n_vocab)
+    return _write_gguf(path, "nemotron_h_moe", kv, tensors, endian=endian, seed=seed)
+
+
+def write_demo_model(path, *, endian: str = "little", dtype: str = "f32") -> str:
+    """The demo model: ``nemotron_h_moe`` ``MEM*E`` whose 4 expert tensors are 1 MiB each in f32."""
+    return write_tiny_nemotron_h_moe(path, n_embd=256, n_ff_exp=128, n_expert=8, n_expert_used=2,
+                                     dtype=dtype, endian=endian)
+
+
+# --------------------------------------------------------------------------- registry and CLI
+
+ARCH_WRITERS: dict = {
+    "nemotron_h_moe": write_tiny_nemotron_h_moe,
+    "demo": write_demo_model,
+}
+
+
+def write_model(kind: str, path, **kw):
+    """Write the model ``kind`` (a key of ``ARCH_WRITERS``) to ``path``; returns what the writer returns."""
+    try:
+        writer = ARCH_WRITERS[kind]
+    except KeyError:
+        raise ValueError("unknown model kind %r (known: %s)" % (kind, ", ".join(sorted(ARCH_WRITERS)))) from None
+    return writer(path, **kw)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("kind", choices=sorted(ARCH_WRITERS))
+    parser.add_argument("out", help="output file (output directory for nemotron-nano)")
+    parser.add_argument("--big-endian", action="store_true")
+    args = parser.parse_args(argv)
+    kw = {"endian": "big"} if args.big_endian else {}
+    result = write_model(args.kind, args.out, **kw)
+    for p in result if isinstance(result, list) else [result]:
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
