@@ -359,11 +359,111 @@ def write_demo_model(path, *, endian: str = "little", dtype: str = "f32") -> str
                                      dtype=dtype, endian=endian)
 
 
+# --------------------------------------------------------------------------- attention-only transformers
+
+def _transformer(*, n_blocks: int, n_embd: int, n_vocab: int, n_head: int, n_head_kv: int, head_dim: int,
+                 n_ff: int = 0, n_expert: int = 0, n_ff_exp: int = 0, n_ff_shexp: int = 0, shexp_gate_inp: bool = False,
+                 qk_norm: bool = False, experts: str = "split", expert_bias: bool = False, attn_sinks: bool = False,
+                 dense_blocks: int = 0, types: Callable[[str, int], Q]):
+    """Tensor list of a llama-style decoder in llama.cpp's naming.
+
+    Blocks ``< dense_blocks`` (or all when ``n_expert == 0``) get a dense ``ffn_gate/up/down`` of width ``n_ff``;
+    the others a router ``ffn_gate_inp`` and routed experts: ``experts="split"`` -> ``ffn_{gate,up,down}_exps``,
+    ``"fused"`` -> ``ffn_gate_up_exps`` + ``ffn_down_exps``, ``"chunked"`` -> ``ffn_{gate,up,down}_chexps``;
+    ``n_ff_shexp`` adds a shared expert ``ffn_{gate,up,down}_shexp`` (and ``ffn_gate_inp_shexp`` with
+    ``shexp_gate_inp``); ``expert_bias`` adds ``ffn_*_exps.bias``; ``attn_sinks`` adds ``attn_sinks.weight``.
+    """
+    def T(name, ne, bid=-1):
+        return Tensor(name, tuple(ne), types(name.split(".", 2)[-1] if bid >= 0 else name, bid))
+
+    tensors = [T("token_embd.weight", (n_embd, n_vocab))]
+    for i in range(n_blocks):
+        p = "blk.%d." % i
+        tensors += [
+            T(p + "attn_norm.weight", (n_embd,), i),
+            T(p + "attn_q.weight", (n_embd, head_dim * n_head), i),
+            T(p + "attn_k.weight", (n_embd, head_dim * n_head_kv), i),
+            T(p + "attn_v.weight", (n_embd, head_dim * n_head_kv), i),
+            T(p + "attn_output.weight", (head_dim * n_head, n_embd), i),
+        ]
+        if qk_norm:
+            tensors += [T(p + "attn_q_norm.weight", (head_dim,), i), T(p + "attn_k_norm.weight", (head_dim,), i)]
+        if attn_sinks:
+            tensors.append(T(p + "attn_sinks.weight", (n_head,), i))
+        tensors.append(T(p + "ffn_norm.weight", (n_embd,), i))
+        if n_expert == 0 or i < dense_blocks:
+            tensors += [
+                T(p + "ffn_gate.weight", (n_embd, n_ff), i),
+                T(p + "ffn_up.weight", (n_embd, n_ff), i),
+                T(p + "ffn_down.weight", (n_ff, n_embd), i),
+            ]
+            continue
+        tensors.append(T(p + "ffn_gate_inp.weight", (n_embd, n_expert), i))
+        up = (n_embd, n_ff_exp, n_expert)
+        down = (n_ff_exp, n_embd, n_expert)
+        if experts == "fused":
+            routed = [("ffn_gate_up_exps", (n_embd, 2 * n_ff_exp, n_expert)), ("ffn_down_exps", down)]
+        else:
+            suffix = "chexps" if experts == "chunked" else "exps"
+            routed = [("ffn_gate_" + suffix, up), ("ffn_up_" + suffix, up), ("ffn_down_" + suffix, down)]
+        for name, ne in routed:
+            tensors.append(T(p + name + ".weight", ne, i))
+            if expert_bias:
+                tensors.append(T(p + name + ".bias", ne[1:], i))
+        if n_ff_shexp:
+            if shexp_gate_inp:
+                tensors.append(T(p + "ffn_gate_inp_shexp.weight", (n_embd,), i))
+            tensors += [
+                T(p + "ffn_gate_shexp.weight", (n_embd, n_ff_shexp), i),
+                T(p + "ffn_up_shexp.weight", (n_embd, n_ff_shexp), i),
+                T(p + "ffn_down_shexp.weight", (n_ff_shexp, n_embd), i),
+            ]
+    tensors += [T("output_norm.weight", (n_embd,)), T("output.weight", (n_embd, n_vocab))]
+    return tensors
+
+
+def _add_transformer_kv(w: gguf.GGUFWriter, *, n_blocks: int, n_embd: int, n_head: int, n_head_kv: int,
+                        head_dim: int, n_ff: int, context_length: int, n_expert: int = 0, n_expert_used: int = 0,
+                        n_ff_exp: int = 0) -> None:
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_blocks)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    if n_expert:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(n_expert_used)
+        w.add_expert_feed_forward_length(n_ff_exp)
+
+
+def write_tiny_qwen3moe(path, *, n_blocks: int = 2, n_embd: int = 64, n_ff_exp: int = 32, n_expert: int = 8,
+                        n_expert_used: int = 2, dtype: str = "f32", other_dtype: str = "f32", endian: str = "little",
+                        context_length: int = 4096, n_vocab: int = 512, seed: int = 0) -> str:
+    """A tiny ``qwen3moe`` (attention + router + ``ffn_{gate,up,down}_exps``, no shared expert) that loads."""
+    dims = dict(n_blocks=n_blocks, n_embd=n_embd, n_head=4, n_head_kv=2, head_dim=n_embd // 4)
+    tensors = _transformer(n_vocab=n_vocab, n_expert=n_expert, n_ff_exp=n_ff_exp, qk_norm=True,
+                           types=_simple_types(dtype, other_dtype), **dims)
+
+    def kv(w):
+        w.add_type("model")
+        w.add_name("tiny qwen3moe")
+        _add_transformer_kv(w, n_ff=4 * n_ff_exp, context_length=context_length, n_expert=n_expert,
+                            n_expert_used=n_expert_used, n_ff_exp=n_ff_exp, **dims)
+        _add_spm_tokenizer(w, n_vocab)
+    return _write_gguf(path, "qwen3moe", kv, tensors, endian=endian, seed=seed)
+
+
 # --------------------------------------------------------------------------- registry and CLI
 
 ARCH_WRITERS: dict = {
     "nemotron_h_moe": write_tiny_nemotron_h_moe,
     "demo": write_demo_model,
+    "qwen3moe": write_tiny_qwen3moe,
 }
 
 
