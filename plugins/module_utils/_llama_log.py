@@ -1,0 +1,356 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) ai_llm.moe_offload contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Parse a llama-server log and verify where the tensors were placed.
+
+Standard library only (runs on target hosts, Python >= 3.9).
+
+The parser reads the log of every llama.cpp era described in the collection's reference
+(``llm_load_tensors:``/``load_tensors:``, the KV prefixes ``llama_kv_cache_init:``, ``init:``,
+``llama_kv_cache_unified:``, ``llama_kv_cache:``, ``overriden``/``overridden`` with or without size,
+ik_llama.cpp's ``Tensor ... overriden`` line, the ``0.00.011.842 D `` prefix, the ``srv  `` component tag).
+
+Two things in a log repeat and only the last one counts:
+
+* a *run*: the logs of a restarted container hold one run per start. A run starts at the build line
+  (``build: 4500 (abc1234) ...`` or ``common_params_print_info: build 1 (7e4c0a9) ...``), the
+  ``verbosity = N`` line or the server's ``loading model '...'`` line;
+* a *load*: ``-fit on`` loads the model once with dummy buffers (a dry run) and then for real, so the whole
+  load block is printed twice. A load starts at ``llama_model_loader: loaded meta data`` or
+  ``load_tensors: loading model tensors``; when those INFO lines are hidden, a line that belongs to an earlier
+  phase of a load (an override line after a buffer line, a model buffer after a KV/compute buffer) starts one too.
+"""
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "parse_log",
+    "is_device_buffer",
+    "gpu_model_mib",
+    "verify_placement",
+    "expected_from_pattern",
+]
+
+# ANSI colour sequences (--log-colors on, or colourised chat-template diagnostics).
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# Optional "0.00.011.842 D " (timestamp + level letter), or just the level letter, then an optional
+# component tag of the newer common logger ("srv  ", "cmn  ", "slot ", "que  ", "spec ").
+_PREFIX = re.compile(
+    r"^(?:(?P<ts>\d+(?:\.\d+){3}) )?(?:(?P<lvl>[IWEDT]) )?"
+    r"(?:(?:srv|cmn|slot|que|spec|main|ctx|res) +(?=\S+:))?"
+)
+
+_BUILD = [
+    # b10434: "common_params_print_info: build 1 (7e4c0a9) with GNU 11.4.0 for Linux x86_64"
+    # older:  "build: 4500 (abc1234) with cc (GCC) for x86_64-linux-gnu" / "main: build = 4500 (abc1234)"
+    re.compile(r"(?:^|\s)build(?::| =)? (?P<num>\d+) \((?P<commit>[0-9a-fA-F]+)\)"),
+    # `llama-server --version`: "version: 4500 (abc1234)" and "version: 0.1.0-dev (build 1, commit 7e4c0a9)"
+    re.compile(r"^version: (?P<num>\d+) \((?P<commit>[0-9a-fA-F]+)\)"),
+    re.compile(r"^version: \S+ \(build (?P<num>\d+), commit (?P<commit>[0-9a-fA-F]+)\)"),
+    # /props build_info style "b4500-abc1234" printed as "build_info: b4500-abc1234"
+    re.compile(r"build_info\W+b(?P<num>\d+)-(?P<commit>[0-9a-fA-F]+)"),
+]
+_RUN_START = re.compile(
+    r"(?:verbosity = \d+ \(adjust|load_model: loading model '|^main: build = |^system_info: )"
+)
+_LOAD_START = re.compile(
+    r"^(?:llama_model_loader: loaded meta data with"
+    r"|(?:llm_)?load_tensors: loading model tensors)"
+)
+# DEBUG lines the loader prints in the same function, at the same level, as the override lines.
+_DEBUG_MARKER = re.compile(
+    r"^(?:(?:llm_)?load_tensors: +layer +\d+ assigned to device|create_tensor: loading tensor)"
+)
+# "tensor blk.1.ffn_up_exps.weight (0 MiB f32) buffer type overridden to CPU"
+# "tensor blk.1.ffn_up_exps.weight buffer type overriden to CPU"            (before PR #13364)
+# "Tensor blk.1.ffn_up_exps.weight buffer type overriden to CPU"            (ik_llama.cpp, INFO)
+_OVERRIDE = re.compile(
+    r"^(?:(?:llm_)?load_tensors: )?[Tt]ensor (?P<tensor>\S+)"
+    r"(?: \((?P<mib>\d+) MiB (?P<type>\w+)\))? buffer type overrid+en to (?P<buffer>\S+?)\s*$"
+)
+_OFFLOADED = re.compile(r"offloaded (?P<n>\d+)/(?P<m>\d+) layers to GPU")
+_MODEL_BUF = re.compile(
+    r"^(?:llm_)?load_tensors: +(?P<buf>\S+) +(?:model )?buffer size *= *(?P<mib>[0-9.]+) MiB"
+)
+_KV_BUF = re.compile(r"^[\w.]+: +(?P<buf>\S+) +KV buffer size *= *(?P<mib>[0-9.]+) MiB")
+_RS_BUF = re.compile(r"^[\w.]+: +(?P<buf>\S+) +RS buffer size *= *(?P<mib>[0-9.]+) MiB")
+_COMPUTE_BUF = re.compile(r"^[\w.]+: +(?P<buf>\S+) +compute buffer size *= *(?P<mib>[0-9.]+) MiB")
+_MMAP_WARN = re.compile(r"tensor overrides to CPU are used with mmap enabled")
+_LOAD_ERRORS = [
+    # most specific first
+    re.compile(r"error loading model: (?P<msg>.+?)\s*$"),
+    re.compile(r"(?P<msg>(?:unable|failed) to load model.*?)\s*$"),
+    re.compile(r"(?P<msg>exiting due to model loading error)"),
+]
+
+# Phases of one load, in the order llama.cpp prints them.
+_PH_NONE, _PH_TENSORS, _PH_MODEL_BUF, _PH_CONTEXT = 0, 1, 2, 3
+
+
+def _strip(line):
+    """Return (level letter or None, the message without timestamp/level/component prefix)."""
+    line = _ANSI.sub("", line).rstrip("\r\n")
+    m = _PREFIX.match(line)
+    return m.group("lvl"), line[m.end():]
+
+
+class _State(object):
+    def __init__(self):
+        self.build = None
+        self.build_number = None
+        self.debug_visible = False      # a DEBUG-level line was seen in this run
+        self.load_error_msgs = []
+        self.loads = 0                  # loads seen in this run
+        self.reset_load()
+
+    def run_has_content(self):
+        return self.load_content or bool(self.load_error_msgs) or self.loads > 0
+
+    def reset_load(self):
+        self.overridden = []
+        self.model_buffers = {}
+        self.kv_buffers = {}
+        self.rs_buffers = {}
+        self.compute_buffers = {}
+        self.offloaded = None
+        self.mmap_warning = False
+        self.load_debug_marker = False
+        self.phase = _PH_NONE
+        self.load_content = False
+
+
+def _add(table, buf, mib):
+    table[buf] = round(table.get(buf, 0.0) + float(mib), 2)
+
+
+def parse_log(text):
+    """Parse the text of a llama-server log (stderr, ``podman logs`` or a ``--log-file``).
+
+    Returns a dict with ``build`` (``"b<number>-<commit>"`` or None), ``build_number`` (int or None),
+    ``overridden`` (list of ``{tensor, mib, type, buffer}``; ``mib``/``type`` None in the old format),
+    ``model_buffers``, ``kv_buffers``, ``rs_buffers``, ``compute_buffers`` (buffer name -> MiB; model, KV and
+    RS lines of the same buffer are summed: ``CPU_Mapped`` is printed once per shard), ``offloaded_layers``
+    (``{offloaded, total}`` or None), ``mmap_override_warning``, ``load_error`` (message or None),
+    ``per_tensor_lines_visible``, ``runs`` and ``loads`` (how many of each the text held; only the last
+    load of the last run is reported).
+    """
+    st = _State()
+    runs = 0
+
+    def new_run():
+        nonlocal st, runs
+        runs += 1
+        st = _State()
+
+    def new_load():
+        st.loads += 1
+        st.reset_load()
+        # an error of an earlier (dry-run) load does not describe this one
+        st.load_error_msgs = []
+
+    def enter_phase(phase):
+        """Start a new load when a line belongs to an earlier phase than what was already seen."""
+        if st.loads == 0 or st.phase > phase:
+            new_load()
+        st.phase = max(st.phase, phase)
+        st.load_content = True
+
+    for raw in (text or "").splitlines():
+        lvl, msg = _strip(raw)
+        if not msg.strip():
+            continue
+
+        build = None
+        for rx in _BUILD:
+            m = rx.search(msg)
+            if m:
+                build = (int(m.group("num")), m.group("commit"))
+                break
+        if build is not None:
+            if runs == 0 or st.run_has_content():
+                new_run()
+            st.build_number, st.build = build[0], "b%d-%s" % build
+            continue
+        if _RUN_START.search(msg):
+            if runs == 0 or st.run_has_content():
+                new_run()   # (a run whose build line is hidden keeps build None, not the previous run's)
+            continue
+
+        if lvl == "D":
+            st.debug_visible = True
+
+        if _LOAD_START.search(msg):
+            if st.load_content or st.loads == 0:
+                new_load()
+            continue
+
+        if _DEBUG_MARKER.search(msg):
+            if msg.startswith(("load_tensors", "llm_load_tensors")):
+                enter_phase(_PH_TENSORS)
+            st.load_debug_marker = True
+            continue
+
+        m = _OVERRIDE.search(msg)
+        if m:
+            enter_phase(_PH_TENSORS)
+            st.overridden.append({
+                "tensor": m.group("tensor"),
+                "mib": int(m.group("mib")) if m.group("mib") is not None else None,
+                "type": m.group("type"),
+                "buffer": m.group("buffer"),
+            })
+            continue
+        if _MMAP_WARN.search(msg):
+            enter_phase(_PH_TENSORS)
+            st.mmap_warning = True
+            continue
+        m = _OFFLOADED.search(msg)
+        if m:
+            enter_phase(_PH_MODEL_BUF)
+            st.offloaded = {"offloaded": int(m.group("n")), "total": int(m.group("m"))}
+            continue
+        m = _MODEL_BUF.search(msg)
+        if m:
+            enter_phase(_PH_MODEL_BUF)
+            _add(st.model_buffers, m.group("buf"), m.group("mib"))
+            continue
+        m = _KV_BUF.search(msg)
+        if m:
+            enter_phase(_PH_CONTEXT)
+            _add(st.kv_buffers, m.group("buf"), m.group("mib"))
+            continue
+        m = _RS_BUF.search(msg)
+        if m:
+            enter_phase(_PH_CONTEXT)
+            _add(st.rs_buffers, m.group("buf"), m.group("mib"))
+            continue
+        m = _COMPUTE_BUF.search(msg)
+        if m:
+            enter_phase(_PH_CONTEXT)
+            # one line per backend and reserve: the last one is the size that was allocated
+            st.compute_buffers[m.group("buf")] = round(float(m.group("mib")), 2)
+            continue
+        for i, rx in enumerate(_LOAD_ERRORS):
+            m = rx.search(msg)
+            if m and "fit params" not in msg:
+                st.load_error_msgs.append((i, m.group("msg")))
+                break
+
+    load_error = None
+    if st.load_error_msgs:
+        # the most specific kind of message, the last of that kind
+        best = min(k for k, _ in st.load_error_msgs)
+        load_error = [s for k, s in st.load_error_msgs if k == best][-1]
+
+    visible = bool(st.overridden) or st.load_debug_marker or st.debug_visible
+    return {
+        "build": st.build,
+        "build_number": st.build_number,
+        "overridden": st.overridden,
+        "model_buffers": st.model_buffers,
+        "kv_buffers": st.kv_buffers,
+        "rs_buffers": st.rs_buffers,
+        "compute_buffers": st.compute_buffers,
+        "offloaded_layers": st.offloaded,
+        "mmap_override_warning": st.mmap_warning,
+        "load_error": load_error,
+        "per_tensor_lines_visible": visible,
+        "runs": max(runs, 1) if (text or "").strip() else 0,
+        "loads": st.loads,
+    }
+
+
+# Host-side buffer types: everything else (CUDA0, Vulkan0, ROCm0, Metal, SYCL0, CUDA_Split, RPC[...]) is a device.
+_HOST_BUFFER = re.compile(r"^(?:CPU.*|.*_Host|AMX|BLAS|KLEIDIAI.*)$", re.IGNORECASE)
+
+
+def is_device_buffer(name):
+    """True for a GPU/accelerator buffer name (``CUDA0``, ``Vulkan0``, ``ROCm1``, ``Metal``...)."""
+    return not _HOST_BUFFER.match(name)
+
+
+def gpu_model_mib(parsed):
+    """Sum of the device (non-CPU, non-host) model buffers of a parsed log, or None without model buffer lines."""
+    bufs = parsed.get("model_buffers") or {}
+    if not bufs:
+        return None
+    return round(sum(v for k, v in bufs.items() if is_device_buffer(k)), 2)
+
+
+def expected_from_pattern(pattern, all_names):
+    """The names among ``all_names`` that ``re.search(pattern, name)`` matches (how ``-ot`` selects)."""
+    rx = re.compile(pattern)
+    return [n for n in all_names if rx.search(n)]
+
+
+def verify_placement(parsed, expected=None, expect_gpu_model_mib=None,
+                     tolerance_mib=1.0, tolerance_pct=1.0):
+    """Decide whether the parsed log proves the expected placement.
+
+    ``expected`` is the list of tensor names that must have been overridden to a host buffer (None when
+    no tensor expectation is given). With the per-tensor lines visible the log must list exactly those
+    tensors. When they are hidden by the log's verbosity the device model buffer is compared with
+    ``expect_gpu_model_mib`` within ``max(tolerance_mib, expect_gpu_model_mib * tolerance_pct / 100)``.
+    Without either evidence the result is never verified.
+
+    Returns ``verified`` (bool), ``evidence`` (``per_tensor``, ``buffers`` or ``none``), ``missing``,
+    ``unexpected`` (sorted names; empty lists without per-tensor evidence), ``gpu_model_mib``,
+    ``gpu_model_tolerance_mib`` and ``msg``.
+    """
+    res = {
+        "verified": False,
+        "evidence": "none",
+        "missing": [],
+        "unexpected": [],
+        "gpu_model_mib": gpu_model_mib(parsed),
+        "gpu_model_tolerance_mib": None,
+        "msg": "",
+    }
+    if parsed.get("load_error"):
+        res["msg"] = "the model failed to load: %s" % parsed["load_error"]
+        return res
+    if expected is None and expect_gpu_model_mib is None:
+        res["msg"] = "nothing to verify: give the expected tensors or the expected GPU model buffer"
+        return res
+
+    if expected is not None and parsed.get("per_tensor_lines_visible"):
+        moved = [o["tensor"] for o in parsed.get("overridden", [])]
+        moved_set, exp_set = set(moved), set(expected)
+        res["evidence"] = "per_tensor"
+        res["missing"] = sorted(exp_set - moved_set)
+        res["unexpected"] = sorted(moved_set - exp_set)
+        res["verified"] = not res["missing"] and not res["unexpected"]
+        if res["verified"]:
+            res["msg"] = "the log shows exactly the %d expected tensors overridden" % len(exp_set)
+        else:
+            parts = []
+            if not moved:
+                parts.append("the log shows no overridden tensor (the pattern matched nothing?)")
+            if res["missing"]:
+                parts.append("%d expected tensors not overridden: %s"
+                             % (len(res["missing"]), ", ".join(res["missing"])))
+            if res["unexpected"]:
+                parts.append("%d unexpected tensors overridden: %s"
+                             % (len(res["unexpected"]), ", ".join(res["unexpected"])))
+            res["msg"] = "; ".join(parts)
+        return res
+
+    hidden = ""
+    if expected is not None:
+        hidden = "the log's verbosity hides the per-tensor override lines (use -lv 5 or -v); "
+    if expect_gpu_model_mib is None:
+        res["msg"] = hidden + "no expected GPU model buffer given to fall back on: not verified"
+        return res
+    gpu = res["gpu_model_mib"]
+    if gpu is None:
+        res["msg"] = hidden + "and the log has no model buffer lines either (verbosity too low?): not verified"
+        return res
+    tol = max(float(tolerance_mib), abs(float(expect_gpu_model_mib)) * float(tolerance_pct) / 100.0)
+    res["gpu_model_tolerance_mib"] = round(tol, 2)
+    res["evidence"] = "buffers"
+    diff = gpu - float(expect_gpu_model_mib)
+    res["verified"] = abs(diff) <= tol
+    res["msg"] = "%sGPU model buffer %.2f MiB, expected %.2f MiB +/- %.2f MiB: %s" % (
+        hidden, gpu, float(expect_gpu_model_mib), tol, "match" if res["verified"] else "MISMATCH")
+    return res
