@@ -1,0 +1,236 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Tensor classes and block kinds of a GGUF model, from its tensor names and metadata.
+
+Standard library only: this runs on target hosts.
+
+Every tensor gets one class of ``TENSOR_CLASSES``; every block (``blk.N.``) gets the kinds of
+``BLOCK_KINDS`` it holds (a block can have several: attention + MoE, for instance).
+The routed experts are the tensors that an offload pattern moves to host memory:
+``blk.N.ffn_{gate,up,down,gate_up}_{exps,chexps}.*`` (stacked experts, weights and biases) and the
+old per-expert layout ``blk.N.ffn_{gate,up,down}.E.weight``.
+"""
+
+from __future__ import annotations
+
+import re
+
+TENSOR_CLASSES = (
+    "routed_experts",
+    "shared_experts",
+    "router",
+    "attention",
+    "recurrent",
+    "dense_ffn",
+    "token_embd",
+    "output",
+    "norm",
+    "other",
+)
+
+BLOCK_KINDS = ("attention", "recurrent", "moe", "dense_ffn")
+
+# Architectures whose block kinds are defined by per-layer metadata arrays (llama.cpp reads
+# head_count_kv[i] and feed_forward_length[i] for them): see the reference, section 3.
+METADATA_KIND_ARCHS = ("nemotron_h", "nemotron_h_moe")
+
+_BLOCK_RE = re.compile(r"^blk\.([0-9]+)\.")
+# Stacked routed experts (weights, biases, scales...) and the old one-tensor-per-expert layout.
+_ROUTED_RE = re.compile(r"^ffn_(gate|up|down|gate_up)_(ch)?exps(\.|$)|^ffn_(gate|up|down)\.[0-9]+\.")
+_ROUTER_BASES = ("ffn_gate_inp", "exp_probs_b", "ffn_exp_probs_b")
+_RECURRENT_PREFIXES = ("ssm_", "time_mix_", "shortconv")
+_DENSE_FFN_PREFIXES = ("ffn_", "channel_mix_")
+
+
+def block_index(name):
+    """The block number of ``blk.N.<...>`` tensor names, ``None`` for global tensors."""
+    match = _BLOCK_RE.match(name)
+    return int(match.group(1)) if match else None
+
+
+def _is_norm(base):
+    return any(token.endswith("norm") for token in base.split("_"))
+
+
+def classify_tensor(name):
+    """The class (one of ``TENSOR_CLASSES``) of one tensor, from its name alone."""
+    match = _BLOCK_RE.match(name)
+    if match is None:
+        base = name.split(".", 1)[0]
+        if _is_norm(base):
+            return "norm"
+        if base in ("token_embd", "per_layer_token_embd", "token_types", "position_embd"):
+            return "token_embd"
+        if base == "output":
+            return "output"
+        return "other"
+    rest = name[match.end():]
+    if _ROUTED_RE.search(rest):
+        return "routed_experts"
+    # Multi-token-prediction heads (glm4moe, deepseek) keep their sub-layer names after "nextn.".
+    if rest.startswith("nextn."):
+        rest = rest[len("nextn."):]
+    base = rest.split(".", 1)[0]
+    tokens = base.split("_")
+    if "shexp" in tokens:  # ffn_{gate,up,down}_shexp and the shared expert's gate ffn_gate_inp_shexp
+        return "shared_experts"
+    if base in _ROUTER_BASES:
+        return "router"
+    if _is_norm(base):
+        return "norm"
+    if base.startswith("attn_") or base.startswith("cross_attn_"):
+        return "attention"
+    if base.startswith(_RECURRENT_PREFIXES):
+        return "recurrent"
+    if base.startswith(_DENSE_FFN_PREFIXES):
+        return "dense_ffn"
+    return "other"
+
+
+class ModelLayout:
+    """What a model is made of: see ``classify_model``."""
+
+    def __init__(self, architecture, block_count, block_kinds, tensor_class, bytes_by_class,
+                 expert_count, expert_used_count, expert_shared_count, warnings):
+        self.architecture = architecture
+        self.block_count = block_count
+        self.block_kinds = block_kinds
+        self.layer_kinds = dict(
+            (kind, [b for b in sorted(block_kinds) if kind in block_kinds[b]]) for kind in BLOCK_KINDS)
+        self.tensor_class = tensor_class
+        self.bytes_by_class = bytes_by_class
+        self.total_bytes = sum(bytes_by_class.values())
+        self.expert_tensors = sorted(n for n, c in tensor_class.items() if c == "routed_experts")
+        by_block = {}
+        for name in self.expert_tensors:
+            by_block.setdefault(block_index(name), []).append(name)
+        self.expert_tensors_by_block = by_block
+        self.expert_count = expert_count
+        self.expert_used_count = expert_used_count
+        self.expert_shared_count = expert_shared_count
+        self.warnings = warnings
+
+    def __repr__(self):
+        return "ModelLayout(%r, blocks=%d, experts=%d tensors)" % (
+            self.architecture, self.block_count, len(self.expert_tensors))
+
+
+def _int_value(value, default=0):
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    return default
+
+
+def _per_layer(metadata, key, block_count):
+    """A per-layer metadata array of ``block_count`` ints, or ``None``."""
+    value = metadata.get(key)
+    if isinstance(value, (list, tuple)) and len(value) == block_count \
+            and all(isinstance(v, int) for v in value):
+        return list(value)
+    return None
+
+
+def _kinds_from_tensors(classes_in_block):
+    kinds = set()
+    if "attention" in classes_in_block:
+        kinds.add("attention")
+    if "recurrent" in classes_in_block:
+        kinds.add("recurrent")
+    if "routed_experts" in classes_in_block or "router" in classes_in_block:
+        kinds.add("moe")
+    if "dense_ffn" in classes_in_block:
+        kinds.add("dense_ffn")
+    return kinds
+
+
+def _kinds_from_metadata(head_count_kv, ffn_length, classes_in_block, expert_count):
+    """llama.cpp's rule for nemotron_h(_moe): Mamba iff no KV heads and no FFN."""
+    kinds = set()
+    if head_count_kv > 0:
+        kinds.add("attention")
+    if ffn_length > 0:
+        if "routed_experts" in classes_in_block or "router" in classes_in_block:
+            kinds.add("moe")
+        elif "dense_ffn" in classes_in_block:
+            kinds.add("dense_ffn")
+        else:
+            kinds.add("moe" if expert_count > 0 else "dense_ffn")
+    if head_count_kv == 0 and ffn_length == 0:
+        kinds.add("recurrent")
+    return kinds
+
+
+def classify_model(architecture, metadata, tensors):
+    """Classify every tensor and every block of a model.
+
+    ``tensors``: objects with ``.name``, ``.shape`` and ``.nbytes`` (``None`` = size unknown).
+    Returns a ``ModelLayout``.
+    """
+    metadata = metadata or {}
+    arch = architecture or ""
+    warnings = []
+    tensor_class = {}
+    bytes_by_class = dict((c, 0) for c in TENSOR_CLASSES)
+    classes_by_block = {}
+    unknown_size = []
+    stacked_experts = 0
+    for tensor in tensors:
+        cls = classify_tensor(tensor.name)
+        tensor_class[tensor.name] = cls
+        if tensor.nbytes is None:
+            unknown_size.append(tensor.name)
+        else:
+            bytes_by_class[cls] += tensor.nbytes
+        block = block_index(tensor.name)
+        if block is not None:
+            classes_by_block.setdefault(block, set()).add(cls)
+        shape = tuple(tensor.shape or ())
+        if cls == "routed_experts" and len(shape) >= 3 and not stacked_experts:
+            stacked_experts = shape[2]
+    if unknown_size:
+        warnings.append("%d tensor(s) of unknown size counted as 0 bytes: %s" % (
+            len(unknown_size), ", ".join(unknown_size[:5]) + (", ..." if len(unknown_size) > 5 else "")))
+
+    block_count = _int_value(metadata.get(arch + ".block_count"), -1)
+    tensor_blocks = max(classes_by_block) + 1 if classes_by_block else 0
+    if block_count < 0:
+        block_count = tensor_blocks
+    elif tensor_blocks > block_count:
+        # Extra blocks such as multi-token-prediction layers (nextn) come after the counted ones.
+        warnings.append("tensors name blocks up to %d but %s.block_count is %d" % (
+            tensor_blocks - 1, arch, block_count))
+        block_count = tensor_blocks
+
+    expert_count = _int_value(metadata.get(arch + ".expert_count"), 0)
+    if not expert_count and stacked_experts:
+        expert_count = stacked_experts
+    expert_used_count = _int_value(metadata.get(arch + ".expert_used_count"), 0)
+    expert_shared_count = _int_value(metadata.get(arch + ".expert_shared_count"), -1)
+    if expert_shared_count < 0:
+        has_shared = any(c == "shared_experts" for c in tensor_class.values())
+        expert_shared_count = 1 if has_shared else 0
+
+    head_count_kv = ffn_length = None
+    if arch in METADATA_KIND_ARCHS:
+        n = _int_value(metadata.get(arch + ".block_count"), tensor_blocks)
+        head_count_kv = _per_layer(metadata, arch + ".attention.head_count_kv", n)
+        ffn_length = _per_layer(metadata, arch + ".feed_forward_length", n)
+        if head_count_kv is None or ffn_length is None:
+            warnings.append("%s without per-layer head_count_kv / feed_forward_length arrays: "
+                            "block kinds taken from tensor names" % arch)
+            head_count_kv = ffn_length = None
+
+    block_kinds = {}
+    for block in range(block_count):
+        classes_in_block = classes_by_block.get(block, set())
+        if head_count_kv is not None and block < len(head_count_kv):
+            kinds = _kinds_from_metadata(head_count_kv[block], ffn_length[block], classes_in_block, expert_count)
+        else:
+            kinds = _kinds_from_tensors(classes_in_block)
+        block_kinds[block] = sorted(kinds)
+
+    return ModelLayout(arch, block_count, block_kinds, tensor_class, bytes_by_class,
+                       expert_count, expert_used_count, expert_shared_count, warnings)
