@@ -46,7 +46,7 @@ def run_ansible_module(module, args, check=False, extra_env=None):
            "-m", fqcn, "-a", json.dumps(args)]
     if check:
         cmd.append("--check")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300, check=False)
     # The minimal callback prints "localhost | SUCCESS => {...json...}" (or FAILED!, CHANGED).
     match = re.search(r"^localhost \| ([A-Z]+!?) => ", proc.stdout, re.MULTILINE)
     if match:
