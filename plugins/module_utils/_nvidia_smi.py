@@ -1,0 +1,212 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What ``nvidia-smi`` says about the GPUs of a host: the arguments to run it with and the parsers
+of its CSV output.
+
+Standard library only: this runs on target hosts. Nothing here runs a process: the module runs
+``nvidia-smi`` and hands the text to these functions, so that they are tested on the exact output
+real cards print.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+
+GPU_FIELDS = ("index", "name", "uuid", "pci.bus_id", "memory.total", "memory.used", "memory.free",
+              "driver_version", "compute_cap")
+# The keys ``gpu_info`` returns, one per field of GPU_FIELDS, in the same order.
+GPU_KEYS = ("index", "name", "uuid", "pci_bus_id", "memory_total_mib", "memory_used_mib",
+            "memory_free_mib", "driver_version", "compute_capability")
+_INT_KEYS = ("index", "memory_total_mib", "memory_used_mib", "memory_free_mib")
+
+APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
+APP_KEYS = ("gpu_uuid", "pid", "process_name", "used_memory_mib")
+
+# What nvidia-smi prints instead of a value it cannot give.
+UNAVAILABLE = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]", "[Insufficient Permissions]",
+               "[Not Found]", "[GPU requires reset]", "[GPU is lost]")
+
+# Failures nvidia-smi reports in words (and a non-zero exit code): the first line is the message.
+_KNOWN_FAILURES = (
+    ("Failed to initialize NVML", "the NVIDIA kernel driver and the user-space NVML library differ "
+     "(typically after a driver upgrade without a reboot): reboot or reload the nvidia kernel modules"),
+    ("couldn't communicate with the NVIDIA driver", "the NVIDIA kernel driver is not loaded: install it "
+     "or load the nvidia kernel module"),
+    ("No devices were found", "the driver is loaded but sees no GPU"),
+    ("Unable to determine the device handle", "a GPU is in a bad state (fallen off the bus?): see dmesg"),
+)
+_INVALID_FIELD_RE = re.compile(r'Field "([^"]+)" is not a valid field to query')
+_MIG_LINE_RE = re.compile(r"^\s+MIG\s+(\S+)\s+Device\s+(\d+):\s+\(UUID:\s*(MIG-[^)]+)\)")
+_GPU_LINE_RE = re.compile(r"^GPU\s+(\d+):\s+(.*?)\s+\(UUID:\s*(GPU-[^)]+)\)")
+
+
+class NvidiaSmiError(Exception):
+    """nvidia-smi ran but did not give what was asked; ``str()`` is a message for people."""
+
+
+def query_gpu_args(fields=GPU_FIELDS):
+    """The arguments (without the program) of the GPU query."""
+    return ["--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"]
+
+
+def query_apps_args():
+    """The arguments (without the program) of the per-process memory query."""
+    return ["--query-compute-apps=" + ",".join(APP_FIELDS), "--format=csv,noheader,nounits"]
+
+
+def list_args():
+    """The arguments of ``nvidia-smi -L`` (GPUs and their MIG devices)."""
+    return ["-L"]
+
+
+def invalid_field(text):
+    """The field an older driver rejects (``compute_cap`` before driver 510), or ``None``."""
+    match = _INVALID_FIELD_RE.search(text or "")
+    return match.group(1) if match else None
+
+
+def failure_message(rc, stdout, stderr):
+    """A message for people when nvidia-smi failed, with nvidia-smi's own words; ``None`` when it did not."""
+    text = "\n".join(part.strip() for part in (stdout or "", stderr or "") if part and part.strip())
+    if rc == 0 and not any(marker in text for marker, _ in _KNOWN_FAILURES):
+        return None
+    words = " / ".join(line.strip() for line in text.splitlines() if line.strip()) or "no output"
+    for marker, meaning in _KNOWN_FAILURES:
+        if marker in text:
+            return "nvidia-smi failed (rc=%s): %s. This means %s." % (rc, words, meaning)
+    return "nvidia-smi failed (rc=%s): %s" % (rc, words)
+
+
+def _value(raw):
+    raw = raw.strip()
+    if raw in UNAVAILABLE or raw == "":
+        return None
+    return raw
+
+
+def _rows(text):
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    return list(csv.reader(lines, skipinitialspace=True))
+
+
+def parse_gpus(text, fields=GPU_FIELDS):
+    """Parse the output of the GPU query.
+
+    Returns ``(gpus, warnings)``: ``gpus`` a list of dicts with the keys of GPU_KEYS (``None`` where
+    nvidia-smi printed ``[N/A]``/``[Not Supported]`` or the field was not queried), ``warnings`` a list
+    of str. Raises ``NvidiaSmiError`` for output that is not the CSV asked for.
+    """
+    keys = [GPU_KEYS[GPU_FIELDS.index(f)] for f in fields]
+    gpus = []
+    warnings = []
+    for number, row in enumerate(_rows(text), 1):
+        if len(row) != len(fields):
+            raise NvidiaSmiError("nvidia-smi printed an unexpected line %d (expected %d comma-separated fields "
+                                 "%s): %r" % (number, len(fields), ",".join(fields), ", ".join(row)))
+        gpu = dict((k, None) for k in GPU_KEYS)
+        for key, raw in zip(keys, row):
+            value = _value(raw)
+            if value is not None and key in _INT_KEYS:
+                try:
+                    value = int(float(value))
+                except ValueError:
+                    raise NvidiaSmiError("nvidia-smi printed %r for %s on line %d: not a number" % (raw, key, number))
+            gpu[key] = value
+        missing = [k for k, raw in zip(keys, row) if _value(raw) is None]
+        if missing:
+            warnings.append("GPU %s (%s): nvidia-smi gives no value for %s (%s)" % (
+                gpu["index"], gpu["name"], ", ".join(missing),
+                ", ".join(sorted(set(raw.strip() for k, raw in zip(keys, row) if k in missing)))))
+        gpus.append(gpu)
+    return gpus, warnings
+
+
+def parse_apps(text, gpus=()):
+    """Parse the output of the per-process query into a list of dicts (APP_KEYS plus ``gpu_index``)."""
+    by_uuid = dict((g.get("uuid"), g.get("index")) for g in gpus)
+    apps = []
+    for row in _rows(text):
+        if len(row) == 1 and "No running" in row[0]:  # old drivers say so instead of printing nothing
+            continue
+        if len(row) != len(APP_FIELDS):
+            raise NvidiaSmiError("nvidia-smi printed an unexpected process line: %r" % ", ".join(row))
+        app = dict(zip(APP_KEYS, (_value(raw) for raw in row)))
+        for key in ("pid", "used_memory_mib"):
+            if app[key] is not None:
+                try:
+                    app[key] = int(float(app[key]))
+                except ValueError:
+                    app[key] = None
+        app["gpu_index"] = by_uuid.get(app["gpu_uuid"])
+        apps.append(app)
+    return apps
+
+
+def parse_list(text):
+    """Parse ``nvidia-smi -L``: ``{gpu uuid: [{index, profile, uuid}, ...]}`` of MIG devices per GPU."""
+    mig = {}
+    current = None
+    for line in (text or "").splitlines():
+        gpu = _GPU_LINE_RE.match(line)
+        if gpu:
+            current = gpu.group(3).strip()
+            mig.setdefault(current, [])
+            continue
+        device = _MIG_LINE_RE.match(line)
+        if device and current is not None:
+            mig[current].append({"index": int(device.group(2)), "profile": device.group(1),
+                                 "uuid": device.group(3).strip()})
+    return mig
+
+
+def topology(gpus):
+    """``cpu`` (no GPU), ``single``, ``dual`` or ``multi``."""
+    count = len(gpus)
+    return "cpu" if count == 0 else "single" if count == 1 else "dual" if count == 2 else "multi"
+
+
+def gather(run, processes=False):
+    """Everything ``gpu_info`` returns, given ``run(args) -> (rc, stdout, stderr)`` that runs nvidia-smi.
+
+    Returns a dict with ``gpus``, ``topology``, ``warnings`` and (with ``processes``) ``processes``.
+    Raises ``NvidiaSmiError`` with nvidia-smi's own words when it fails.
+    """
+    fields = GPU_FIELDS
+    rc, out, err = run(query_gpu_args(fields))
+    warnings = []
+    if rc != 0 and invalid_field(out + "\n" + (err or "")):
+        field = invalid_field(out + "\n" + (err or ""))
+        fields = tuple(f for f in GPU_FIELDS if f != field)
+        warnings.append("this driver does not know the field %s (drivers before 510 lack compute_cap): "
+                        "%s is left empty" % (field, GPU_KEYS[GPU_FIELDS.index(field)]))
+        rc, out, err = run(query_gpu_args(fields))
+    message = failure_message(rc, out, err)
+    if message:
+        raise NvidiaSmiError(message)
+    gpus, parse_warnings = parse_gpus(out, fields)
+    warnings.extend(parse_warnings)
+    for gpu in gpus:
+        gpu["mig_devices"] = []
+    if gpus:
+        rc, out, err = run(list_args())
+        mig = parse_list(out) if rc == 0 else {}
+        for gpu in gpus:
+            gpu["mig_devices"] = mig.get(gpu["uuid"], [])
+            if gpu["mig_devices"]:
+                warnings.append("GPU %s (%s) is in MIG mode: CUDA sees its %d MIG devices (%s), each with a slice "
+                                "of the memory, not the whole GPU" % (
+                                    gpu["index"], gpu["name"], len(gpu["mig_devices"]),
+                                    ", ".join(d["profile"] for d in gpu["mig_devices"])))
+    result = {"gpus": gpus, "topology": topology(gpus), "warnings": warnings}
+    if processes:
+        apps = []
+        if gpus:
+            rc, out, err = run(query_apps_args())
+            message = failure_message(rc, out, err)
+            if message:
+                raise NvidiaSmiError(message)
+            apps = parse_apps(out, gpus)
+        result["processes"] = apps
+    return result

@@ -1,0 +1,85 @@
+"""gpu_info through real Ansible, with the nvidia-smi test double (tests/doubles) on PATH."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+DOUBLES = Path(__file__).resolve().parents[3] / "doubles"
+
+
+def env_with_double(fixture, **extra):
+    env = {"PATH": "%s:%s" % (DOUBLES, os.environ["PATH"]), "NVIDIA_SMI_FIXTURE": fixture}
+    env.update(extra)
+    return env
+
+
+def test_single_a5500(ansible_module):
+    result = ansible_module("gpu_info", {"processes": False}, extra_env=env_with_double("rtx_a5500"))
+    assert result["failed"] is False and result["changed"] is False
+    assert result["topology"] == "single"
+    assert result["nvidia_smi"] == str(DOUBLES / "nvidia-smi")
+    gpu = result["gpus"][0]
+    assert (gpu["name"], gpu["memory_total_mib"], gpu["memory_free_mib"]) == ("NVIDIA RTX A5500", 24564, 24148)
+    assert gpu["mig_devices"] == []
+    assert "processes" not in result
+
+
+def test_dual_with_processes_in_check_mode(ansible_module, tmp_path):
+    log = tmp_path / "calls"
+    result = ansible_module("gpu_info", {"processes": True}, check=True,
+                            extra_env=env_with_double("dual_a5500_a4000", NVIDIA_SMI_ARGS_LOG=str(log)))
+    assert result["failed"] is False and result["changed"] is False
+    assert result["topology"] == "dual"
+    assert [g["name"] for g in result["gpus"]] == ["NVIDIA RTX A5500", "NVIDIA RTX A4000"]
+    assert result["processes"] == []
+    assert log.read_text().splitlines() == [
+        "--query-gpu=index,name,uuid,pci.bus_id,memory.total,memory.used,memory.free,driver_version,compute_cap "
+        "--format=csv,noheader,nounits", "-L",
+        "--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits"]
+
+
+def test_processes_of_a_busy_card(ansible_module):
+    result = ansible_module("gpu_info", {"processes": True}, extra_env=env_with_double("rtx_a5500_busy"))
+    assert result["gpus"][0]["memory_free_mib"] == 5276
+    assert [(p["pid"], p["used_memory_mib"]) for p in result["processes"]] == [(48213, 18342), (1771, 512)]
+
+
+@pytest.mark.parametrize("fixture, words", [
+    ("driver_mismatch", "Failed to initialize NVML: Driver/library version mismatch"),
+    ("no_driver", "couldn't communicate with the NVIDIA driver"),
+])
+def test_broken_nvidia_smi_fails_with_its_words(ansible_module, fixture, words):
+    result = ansible_module("gpu_info", {"processes": False}, extra_env=env_with_double(fixture))
+    assert result["failed"] is True
+    assert words in result["msg"]
+    assert "Traceback" not in result.get("module_stderr", "")
+
+
+def test_not_available_fields_warn(ansible_module):
+    result = ansible_module("gpu_info", {"processes": False}, extra_env=env_with_double("gb10_na"))
+    assert result["failed"] is False
+    # The warning itself goes to the callback's [WARNING] lines (test_nvidia_smi checks its text).
+    assert result["gpus"][0]["memory_free_mib"] is None and result["gpus"][0]["memory_total_mib"] is None
+    assert result["gpus"][0]["name"] == "NVIDIA GB10" and result["topology"] == "single"
+
+
+def test_no_nvidia_smi_is_a_cpu_host(ansible_module, tmp_path):
+    # A PATH with everything the shell needs but no nvidia-smi: links to the tools of /usr/bin and /bin.
+    for directory in ("/usr/bin", "/bin"):
+        for tool in os.listdir(directory):
+            link = tmp_path / tool
+            if tool != "nvidia-smi" and not link.exists():
+                link.symlink_to(os.path.join(directory, tool))
+    if shutil.which("nvidia-smi", path="/sbin:/usr/sbin:/usr/local/sbin"):
+        pytest.skip("an nvidia-smi in an sbin folder is always found by get_bin_path")
+    result = ansible_module("gpu_info", {"processes": True}, extra_env={"PATH": str(tmp_path)})
+    assert result["failed"] is False
+    assert result["gpus"] == [] and result["topology"] == "cpu" and result["nvidia_smi"] is None
+
+
+def test_unknown_option_is_refused(ansible_module):
+    result = ansible_module("gpu_info", {"gpu": 0}, extra_env=env_with_double("h100"))
+    assert result["failed"] is True and "gpu" in result["msg"]
