@@ -48,6 +48,8 @@ _BUILD = [
     # `llama-server --version`: "version: 4500 (abc1234)" and "version: 0.1.0-dev (build 1, commit 7e4c0a9)"
     re.compile(r"^version: (?P<num>\d+) \((?P<commit>[0-9a-fA-F]+)\)"),
     re.compile(r"^version: \S+ \(build (?P<num>\d+), commit (?P<commit>[0-9a-fA-F]+)\)"),
+    # the 2024 server (and ik_llama.cpp): 'INFO [main] build info | tid="1" timestamp=1 build=3642 commit="a1b2c3d"'
+    re.compile(r"build info .*\bbuild=(?P<num>\d+) commit=\"?(?P<commit>[0-9a-fA-F]+)"),
     # /props build_info style "b4500-abc1234" printed as "build_info: b4500-abc1234"
     re.compile(r"build_info\W+b(?P<num>\d+)-(?P<commit>[0-9a-fA-F]+)"),
 ]
@@ -88,6 +90,16 @@ _LOAD_ERRORS = [
 _PH_NONE, _PH_TENSORS, _PH_MODEL_BUF, _PH_CONTEXT = 0, 1, 2, 3
 
 
+# (line, phase, _State attribute, summed): model/KV/RS lines of one buffer add up (CPU_Mapped is printed once per
+# shard, an iSWA cache prints two KV lines); compute lines are one per backend and reserve: the last one counts.
+_BUFFER_LINES = [
+    (_MODEL_BUF, _PH_MODEL_BUF, "model_buffers", True),
+    (_KV_BUF, _PH_CONTEXT, "kv_buffers", True),
+    (_RS_BUF, _PH_CONTEXT, "rs_buffers", True),
+    (_COMPUTE_BUF, _PH_CONTEXT, "compute_buffers", False),
+]
+
+
 def _strip(line):
     """Return (level letter or None, the message without timestamp/level/component prefix)."""
     line = _ANSI.sub("", line).rstrip("\r\n")
@@ -118,10 +130,6 @@ class _State(object):
         self.load_debug_marker = False
         self.phase = _PH_NONE
         self.load_content = False
-
-
-def _add(table, buf, mib):
-    table[buf] = round(table.get(buf, 0.0) + float(mib), 2)
 
 
 def parse_log(text):
@@ -210,26 +218,16 @@ def parse_log(text):
             enter_phase(_PH_MODEL_BUF)
             st.offloaded = {"offloaded": int(m.group("n")), "total": int(m.group("m"))}
             continue
-        m = _MODEL_BUF.search(msg)
+        m = None
+        for rx, phase, table, summed in _BUFFER_LINES:
+            m = rx.search(msg)
+            if m:
+                enter_phase(phase)
+                buffers = getattr(st, table)
+                mib = float(m.group("mib")) + (buffers.get(m.group("buf"), 0.0) if summed else 0.0)
+                buffers[m.group("buf")] = round(mib, 2)
+                break
         if m:
-            enter_phase(_PH_MODEL_BUF)
-            _add(st.model_buffers, m.group("buf"), m.group("mib"))
-            continue
-        m = _KV_BUF.search(msg)
-        if m:
-            enter_phase(_PH_CONTEXT)
-            _add(st.kv_buffers, m.group("buf"), m.group("mib"))
-            continue
-        m = _RS_BUF.search(msg)
-        if m:
-            enter_phase(_PH_CONTEXT)
-            _add(st.rs_buffers, m.group("buf"), m.group("mib"))
-            continue
-        m = _COMPUTE_BUF.search(msg)
-        if m:
-            enter_phase(_PH_CONTEXT)
-            # one line per backend and reserve: the last one is the size that was allocated
-            st.compute_buffers[m.group("buf")] = round(float(m.group("mib")), 2)
             continue
         for i, rx in enumerate(_LOAD_ERRORS):
             m = rx.search(msg)
