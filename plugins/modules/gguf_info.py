@@ -1,0 +1,325 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gguf_info
+short_description: Read a GGUF model's header and give the proved expert offload pattern
+version_added: 0.1.0
+description:
+  - Reads only the header of a GGUF model file (llama.cpp's format) on the target host, never the tensor data,
+    so it takes a fraction of a second even for a model of tens of GB.
+  - Given any shard of a split model (C(<base>-00001-of-00006.gguf)), it reads every shard.
+  - Classifies every tensor (routed experts, shared experts, router, attention, recurrent, dense FFN,
+    token embedding, output, norm, other) and every block (attention, recurrent, MoE, dense FFN).
+  - Returns RV(offload_pattern), the most readable regular expression for C(llama-server --override-tensor)
+    (C(-ot PATTERN=CPU)) that matches exactly the routed-expert tensors, weights and biases, of all shards and
+    nothing else. The pattern is tried against every tensor name before it is returned; it holds neither
+    V(,) nor V(=) (llama.cpp splits on them) and reads the same in Python and ECMAScript C(std::regex).
+  - A dense model (no routed experts) gets an empty RV(offload_pattern) and a RV(msg) saying that there is
+    nothing to offload.
+  - With O(pattern), checks a pattern of your own the same way and says which experts it moves, which it misses
+    and which other tensors (router, shared experts, attention...) it would move as well.
+  - A malformed file fails with a message naming the file, the byte offset and the reason.
+author:
+  - ai_llm maintainers
+options:
+  path:
+    description:
+      - The GGUF file on the target host. For a split model, any of its shards.
+    type: path
+    required: true
+  tensors:
+    description:
+      - Which tensors to list in RV(tensors).
+      - V(none) lists none, V(experts) the routed-expert tensors, V(all) every tensor of every shard.
+    type: str
+    choices: [none, experts, all]
+    default: experts
+  pattern:
+    description:
+      - A regular expression to check, as it would be given to C(-ot PATTERN=CPU) (without V(=CPU)).
+      - The result is in RV(pattern_check).
+    type: str
+attributes:
+  check_mode:
+    support: full
+    description: The module only reads. It runs the same way in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    description: It changes nothing. Two runs on the same file give the same result.
+notes:
+  - Sizes are in bytes, computed from the tensor shapes and ggml types. A tensor of a ggml type this module does
+    not know counts 0 bytes, with a warning.
+  - llama.cpp matches override patterns with C(std::regex_search), anywhere in the name, like Python's
+    C(re.search). End a block number with V(\\.) so that V(blk\\.1\\.) does not catch V(blk.10).
+seealso:
+  - module: ai_llm.moe_offload.moe_offload_plan
+  - name: llama.cpp server options
+    description: The C(--override-tensor), C(--cpu-moe) and C(--n-cpu-moe) options of llama-server.
+    link: https://github.com/ggml-org/llama.cpp/tree/master/tools/server
+"""
+
+EXAMPLES = r"""
+- name: Read the model and its offload pattern
+  ai_llm.moe_offload.gguf_info:
+    path: /srv/models/Nemotron-3-Nano-30B-A3B-Q4_K_M-00001-of-00006.gguf
+  register: model
+
+- name: Show the line for the .env file
+  ansible.builtin.debug:
+    msg: "LLM_MOE_OFFLOAD_PATTERN={{ model.offload_pattern }}"
+  when: model.offload_pattern | length > 0
+
+- name: List every tensor
+  ai_llm.moe_offload.gguf_info:
+    path: /srv/models/model.gguf
+    tensors: all
+  register: model_all
+
+- name: Check a hand-written pattern
+  ai_llm.moe_offload.gguf_info:
+    path: /srv/models/model.gguf
+    tensors: none
+    pattern: 'exps'
+  register: checked
+
+- name: Refuse a pattern that moves more than the routed experts
+  ansible.builtin.assert:
+    that: checked.pattern_check.ok
+    fail_msg: "{{ checked.pattern_check.verdict }}"
+"""
+
+RETURN = r"""
+msg:
+  description: One line on what was found and what to offload.
+  returned: always
+  type: str
+  sample: "nemotron_h_moe: 46 routed-expert tensors (21.26 GiB) in 23 MoE blocks; offload pattern \\.ffn_.*_exps\\.weight"
+architecture:
+  description: The model's C(general.architecture), V(null) when the file has none.
+  returned: always
+  type: str
+  sample: nemotron_h_moe
+files:
+  description: Every file of the model, shards in order.
+  returned: always
+  type: list
+  elements: str
+  sample: ["/srv/models/Nemotron-3-Nano-30B-A3B-Q4_K_M-00001-of-00006.gguf",
+           "/srv/models/Nemotron-3-Nano-30B-A3B-Q4_K_M-00002-of-00006.gguf"]
+file_bytes:
+  description: The size of all files together, in bytes.
+  returned: always
+  type: int
+  sample: 24515130336
+tensor_count:
+  description: The number of tensors in all shards.
+  returned: always
+  type: int
+  sample: 401
+tensor_bytes:
+  description: The bytes of all tensors together (the sum of RV(bytes)).
+  returned: always
+  type: int
+  sample: 24455737344
+block_count:
+  description: The number of blocks (layers).
+  returned: always
+  type: int
+  sample: 52
+layer_kinds:
+  description:
+    - For each block kind (V(attention), V(recurrent), V(moe), V(dense_ffn)), the sorted block indices of that kind.
+    - A block can be of several kinds (a transformer block is attention and MoE).
+  returned: always
+  type: dict
+  sample: {"attention": [5, 12, 19, 26, 33, 42], "recurrent": [0, 2, 4], "moe": [1, 3, 6], "dense_ffn": []}
+expert_count:
+  description: The number of routed experts per MoE block, V(0) for a dense model.
+  returned: always
+  type: int
+  sample: 128
+expert_used_count:
+  description: The number of routed experts used per token.
+  returned: always
+  type: int
+  sample: 6
+expert_shared_count:
+  description: The number of shared experts (always on the GPU side of an offload).
+  returned: always
+  type: int
+  sample: 1
+bytes:
+  description:
+    - Bytes per tensor class. The classes are V(routed_experts), V(shared_experts), V(router), V(attention),
+      V(recurrent), V(dense_ffn), V(token_embd), V(output), V(norm) and V(other); they sum to RV(tensor_bytes).
+  returned: always
+  type: dict
+  sample: {"routed_experts": 22829916160, "shared_experts": 360677376, "router": 15903744, "attention": 60948480,
+           "recurrent": 657063936, "dense_ffn": 0, "token_embd": 242221056, "output": 288358400, "norm": 1003520,
+           "other": 0}
+expert_tensors:
+  description: The names of the routed-expert tensors, sorted.
+  returned: always
+  type: list
+  elements: str
+  sample: ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight"]
+offload_pattern:
+  description:
+    - The regular expression that matches exactly RV(expert_tensors) among all tensor names. Use it as
+      C(-ot PATTERN=CPU) or in E(LLM_MOE_OFFLOAD_PATTERN).
+    - Empty for a model without routed experts.
+  returned: always
+  type: str
+  sample: \.ffn_.*_exps\.weight
+offload_pattern_matches:
+  description: The tensors that RV(offload_pattern) matches, sorted (the same names as RV(expert_tensors)).
+  returned: always
+  type: list
+  elements: str
+  sample: ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight"]
+tensors:
+  description: The tensors asked for with O(tensors), in file order.
+  returned: when O(tensors) is not V(none)
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The tensor name.
+      type: str
+    type:
+      description: The ggml type, lower case (V(q5_0), V(mxfp4), V(f32)); V(unknown(N)) for an unknown type id.
+      type: str
+    shape:
+      description: The shape in ggml order (fastest dimension first).
+      type: list
+      elements: int
+    bytes:
+      description: The size in bytes, V(null) when the type is unknown.
+      type: int
+    class:
+      description: The tensor class (see RV(bytes)).
+      type: str
+    block:
+      description: The block index, V(null) for tensors outside the blocks.
+      type: int
+    file:
+      description: The shard that holds the tensor.
+      type: str
+  sample: [{"name": "blk.1.ffn_up_exps.weight", "type": "q5_0", "shape": [2688, 1856, 128], "bytes": 438829056,
+            "class": "routed_experts", "block": 1,
+            "file": "/srv/models/Nemotron-3-Nano-30B-A3B-Q4_K_M-00001-of-00006.gguf"}]
+pattern_check:
+  description: What the pattern given in O(pattern) would move.
+  returned: when O(pattern) is given
+  type: dict
+  contains:
+    pattern:
+      description: The pattern checked.
+      type: str
+    ok:
+      description: V(true) when it moves exactly the routed experts and nothing else.
+      type: bool
+    matched:
+      description: The routed-expert tensors it moves.
+      type: list
+      elements: str
+    missed:
+      description: The routed-expert tensors it does not move (they would stay in GPU memory).
+      type: list
+      elements: str
+    non_expert:
+      description: The other tensors it would move to host memory, with their class.
+      type: list
+      elements: dict
+    verdict:
+      description: The result in plain words; for an unusable pattern (invalid, or holding V(,) or V(=)) the reason.
+      type: str
+  sample: {"pattern": "exp", "ok": false, "matched": ["blk.1.ffn_down_exps.weight"], "missed": [],
+           "non_expert": [{"tensor": "blk.1.exp_probs_b.bias", "class": "router"}],
+           "verdict": "wrong: also moves 1 non-expert tensor(s): 1 router (e.g. blk.1.exp_probs_b.bias)"}
+"""
+
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (
+    check_pattern,
+    expert_pattern,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import (
+    block_index,
+    classify_model,
+)
+
+GIB = 1024.0 ** 3
+
+
+def describe(model, tensors="experts", pattern=None):
+    """The module's result (without ``changed``) and the warnings, for a ``GGUFModel``."""
+    layout = classify_model(model.architecture, model.metadata, model.tensors)
+    names = [t.name for t in model.tensors]
+    offload = expert_pattern(names, layout.expert_tensors)
+    matches = sorted(n for n in names if re.search(offload, n)) if offload else []
+    moe_blocks = len(layout.expert_tensors_by_block)
+    if layout.expert_tensors:
+        msg = "%s: %d routed-expert tensors (%.2f GiB) in %d MoE blocks; offload pattern %s" % (
+            model.architecture, len(layout.expert_tensors), layout.bytes_by_class["routed_experts"] / GIB,
+            moe_blocks, offload)
+    else:
+        msg = "%s: no routed-expert tensors, nothing to offload (a dense model: use -ngl alone)" % (
+            model.architecture,)
+    result = dict(
+        msg=msg, architecture=model.architecture, files=list(model.files), file_bytes=model.file_bytes,
+        tensor_count=len(names), tensor_bytes=layout.total_bytes, block_count=layout.block_count,
+        layer_kinds=layout.layer_kinds, expert_count=layout.expert_count,
+        expert_used_count=layout.expert_used_count, expert_shared_count=layout.expert_shared_count,
+        bytes=layout.bytes_by_class, expert_tensors=layout.expert_tensors, offload_pattern=offload,
+        offload_pattern_matches=matches,
+    )
+    if tensors != "none":
+        result["tensors"] = [
+            dict(name=t.name, type=t.type_name.lower(), shape=list(t.shape), bytes=t.nbytes,
+                 block=block_index(t.name), file=t.file, **{"class": layout.tensor_class[t.name]})
+            for t in model.tensors if tensors == "all" or layout.tensor_class[t.name] == "routed_experts"]
+    if pattern is not None:
+        result["pattern_check"] = check_pattern(pattern, names, layout.expert_tensors, layout.tensor_class)
+    return result, list(model.warnings) + list(layout.warnings)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            tensors=dict(type="str", default="experts", choices=["none", "experts", "all"]),
+            pattern=dict(type="str"),
+        ),
+        supports_check_mode=True,
+    )
+    path = module.params["path"]
+    if not os.path.exists(path):
+        module.fail_json(msg="%s: no such file" % path, changed=False)
+    if os.path.isdir(path):
+        module.fail_json(msg="%s: is a directory, not a .gguf file" % path, changed=False)
+    try:
+        model = read_model(path)
+    except GGUFError as exc:
+        module.fail_json(msg=str(exc), path=exc.path, offset=exc.offset, reason=exc.reason, changed=False)
+    result, warnings = describe(model, module.params["tensors"], module.params["pattern"])
+    for warning in warnings:
+        module.warn(warning)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
