@@ -124,6 +124,7 @@ def _bpe_vocab(n_vocab: int, n_merges: int, n_special: int = 1000):
             break
         tokens.append(c)
         types.append(int(gguf.TokenType.NORMAL))
+    seen = set(tokens)
     i = 0
     while len(tokens) < n_vocab:
         s, k = "", i
@@ -132,9 +133,12 @@ def _bpe_vocab(n_vocab: int, n_merges: int, n_special: int = 1000):
             k = k // 26 - 1
             if k < 0:
                 break
-        tokens.append(("\u0120" if i % 3 == 0 else "") + s)
-        types.append(int(gguf.TokenType.NORMAL))
+        word = ("\u0120" if i % 3 == 0 else "") + s
         i += 1
+        if word not in seen:  # llama.cpp asserts that token strings are unique
+            seen.add(word)
+            tokens.append(word)
+            types.append(int(gguf.TokenType.NORMAL))
     merges = []
     n_words = max(1, n_vocab - n_special - 256)
     j = 0
@@ -233,11 +237,11 @@ NEMOTRON_H_BLOCKS = {"M": "mamba", "*": "attention", "E": "moe", "-": "mlp"}
 
 def _nemotron_h(pattern: str, *, n_embd: int, n_vocab: int, n_head: int, n_head_kv: int, head_dim: int,
                 n_ff: int, n_expert: int, n_expert_used: int, n_ff_shexp: int, ssm_heads: int, ssm_head_dim: int,
-                d_state: int, n_group: int, d_conv: int, context_length: int, types: Callable[[str, int], Q]):
+                d_state: int, n_group: int, d_conv: int, context_length: int, types: Callable[[str, int, tuple], Q]):
     """Metadata function and tensor list of a Nemotron-H (``nemotron_h`` / ``nemotron_h_moe``) model.
 
     ``pattern``: one letter per block, M = Mamba-2, * = attention, E = MoE, - = dense MLP.
-    ``types(tensor_suffix, block_or_-1)`` chooses the ggml type of each tensor.
+    ``types(tensor_suffix, block_or_-1, ne)`` chooses the ggml type of each tensor.
     """
     kinds = [NEMOTRON_H_BLOCKS[c] for c in pattern]
     d_inner = ssm_heads * ssm_head_dim
@@ -274,7 +278,7 @@ def _nemotron_h(pattern: str, *, n_embd: int, n_vocab: int, n_head: int, n_head_
             w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
 
     def T(name, ne, bid=-1):
-        return Tensor(name, tuple(ne), types(name.split(".", 2)[-1] if bid >= 0 else name, bid))
+        return Tensor(name, tuple(ne), types(name.split(".", 2)[-1] if bid >= 0 else name, bid, tuple(ne)))
 
     tensors = [T("token_embd.weight", (n_embd, n_vocab))]
     for i, kind in enumerate(kinds):
@@ -320,7 +324,7 @@ def _simple_types(expert_type, other_type="f32"):
     """Norms, biases, SSM vectors, conv and router in F32; routed experts ``expert_type``; rest ``other_type``."""
     expert_type, other_type = ggml_type(expert_type), ggml_type(other_type)
 
-    def types(suffix: str, bid: int) -> Q:
+    def types(suffix: str, bid: int, ne: tuple) -> Q:
         if "_exps" in suffix or "_chexps" in suffix:
             return expert_type
         if (suffix.endswith(".bias") or "norm" in suffix or suffix in ("ssm_a", "ssm_d", "ssm_conv1d.weight")
@@ -359,12 +363,74 @@ def write_demo_model(path, *, endian: str = "little", dtype: str = "f32") -> str
                                      dtype=dtype, endian=endian)
 
 
+# --------------------------------------------------------------------------- Nemotron-3-Nano-30B-A3B header
+
+NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+
+# llama-quant's fallback when a row length is not a multiple of 256 (K-quant super-block)
+_K_FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
+
+
+def _use_more_bits(i: int, n: int) -> bool:
+    """llama-quant's choice of the layers that get more bits (first and last eighth, every third between)."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def _q4_k_m_types(pattern: str):
+    """Types of llama-quant's Q4_K_M recipe for a Nemotron-H model, with its fallbacks for 2688/1856/3712 rows."""
+    moe_index = {b: k for k, b in enumerate(i for i, c in enumerate(pattern) if c == "E")}
+    attn_index = {b: k for k, b in enumerate(i for i, c in enumerate(pattern) if c == "*")}
+
+    def types(suffix: str, bid: int, ne: tuple) -> Q:
+        if len(ne) == 1 or "norm" in suffix or suffix in ("ssm_a", "ssm_d", "ssm_conv1d.weight", "ffn_gate_inp.weight"):
+            return Q.F32
+        if suffix == "output.weight":
+            qtype = Q.Q6_K
+        elif suffix in ("ffn_down_exps.weight", "ffn_down_shexp.weight"):
+            qtype = Q.Q6_K if _use_more_bits(moe_index[bid], len(moe_index)) else Q.Q4_K
+        elif suffix == "attn_v.weight":
+            qtype = Q.Q6_K if _use_more_bits(attn_index[bid], len(attn_index)) else Q.Q4_K
+        else:
+            qtype = Q.Q4_K
+        return _K_FALLBACK[qtype] if ne[0] % 256 else qtype
+    return types
+
+
+def write_nemotron_nano_30b(outdir, *, shards: int = 6, endian: str = "little", vocab_size: int = 131072,
+                            n_merges: int = 269443, base: str = "Nemotron-3-Nano-30B-A3B-Q4_K_M") -> list:
+    """A sparse full-size Nemotron-3-Nano-30B-A3B Q4_K_M: real metadata, the 401 real tensor infos, no data.
+
+    Files ``<base>-0000i-of-0000n.gguf`` in ``outdir`` (``<base>.gguf`` when ``shards == 1``), truncated to
+    their full size (about 24.5 GB apparent, a few MB on disk). Routed experts about 21,772 MiB, the rest
+    about 1,600 MiB (token_embd 231 MiB). Returns the shard paths.
+    """
+    add_kv, tensors = _nemotron_h(
+        NANO_PATTERN, n_embd=2688, n_vocab=vocab_size, n_head=32, n_head_kv=2, head_dim=128, n_ff=1856,
+        n_expert=128, n_expert_used=6, n_ff_shexp=3712, ssm_heads=64, ssm_head_dim=64, d_state=128, n_group=8,
+        d_conv=4, context_length=1048576, types=_q4_k_m_types(NANO_PATTERN))
+
+    def kv(w):
+        w.add_type("model")
+        w.add_name("NVIDIA Nemotron 3 Nano 30B A3B")
+        w.add_basename("Nemotron-3-Nano")
+        w.add_size_label("30B-A3B")
+        add_kv(w)
+        _add_bpe_tokenizer(w, vocab_size, n_merges)
+        w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+
+    Path(outdir).mkdir(parents=True, exist_ok=True)
+    result = _write_gguf(Path(outdir) / (base + ".gguf"), "nemotron_h_moe", kv, tensors, endian=endian,
+                         data=False, shards=shards)
+    return result if isinstance(result, list) else [result]
+
+
 # --------------------------------------------------------------------------- attention-only transformers
 
 def _transformer(*, n_blocks: int, n_embd: int, n_vocab: int, n_head: int, n_head_kv: int, head_dim: int,
                  n_ff: int = 0, n_expert: int = 0, n_ff_exp: int = 0, n_ff_shexp: int = 0, shexp_gate_inp: bool = False,
                  qk_norm: bool = False, experts: str = "split", expert_bias: bool = False, attn_sinks: bool = False,
-                 dense_blocks: int = 0, types: Callable[[str, int], Q]):
+                 dense_blocks: int = 0, types: Callable[[str, int, tuple], Q]):
     """Tensor list of a llama-style decoder in llama.cpp's naming.
 
     Blocks ``< dense_blocks`` (or all when ``n_expert == 0``) get a dense ``ffn_gate/up/down`` of width ``n_ff``;
@@ -374,7 +440,7 @@ def _transformer(*, n_blocks: int, n_embd: int, n_vocab: int, n_head: int, n_hea
     ``shexp_gate_inp``); ``expert_bias`` adds ``ffn_*_exps.bias``; ``attn_sinks`` adds ``attn_sinks.weight``.
     """
     def T(name, ne, bid=-1):
-        return Tensor(name, tuple(ne), types(name.split(".", 2)[-1] if bid >= 0 else name, bid))
+        return Tensor(name, tuple(ne), types(name.split(".", 2)[-1] if bid >= 0 else name, bid, tuple(ne)))
 
     tensors = [T("token_embd.weight", (n_embd, n_vocab))]
     for i in range(n_blocks):
@@ -464,6 +530,7 @@ ARCH_WRITERS: dict = {
     "nemotron_h_moe": write_tiny_nemotron_h_moe,
     "demo": write_demo_model,
     "qwen3moe": write_tiny_qwen3moe,
+    "nemotron-nano": write_nemotron_nano_30b,
 }
 
 
