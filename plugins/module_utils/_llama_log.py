@@ -309,7 +309,8 @@ def verify_placement(parsed, expected=None, expect_gpu_model_mib=None,
         res["msg"] = "the model failed to load: %s" % parsed["load_error"]
         return res
     if expected is None and expect_gpu_model_mib is None:
-        res["msg"] = "nothing to verify: give the expected tensors or the expected GPU model buffer"
+        res["msg"] = "no expectation given, nothing verified: %d tensors overridden, GPU model buffer %s MiB" % (
+            len(parsed.get("overridden") or []), res["gpu_model_mib"])
         return res
 
     if expected is not None and parsed.get("per_tensor_lines_visible"):

@@ -1,0 +1,147 @@
+"""The llama_server_log module run through real Ansible (the ``ansible_module`` fixture)."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tools.gguf_models import write_tiny_nemotron_h_moe
+
+DATA = Path(__file__).resolve().parents[3] / "data" / "llama_logs"
+NEMOTRON = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+NEMOTRON_EXPERTS = sorted("blk.%d.ffn_%s_exps.weight" % (b, k)
+                          for b, c in enumerate(NEMOTRON) if c == "E" for k in ("up", "down"))
+LV4 = str(DATA / "b7500_nemotron_cuda_lv4_overridden_cuda_host.log")
+DEFAULT = str(DATA / "b7500_nemotron_cuda_default_verbosity.log")
+
+
+def test_per_tensor_evidence_verified(ansible_module):
+    r = ansible_module("llama_server_log", {"path": LV4, "expect_tensors": NEMOTRON_EXPERTS})
+    assert not r["failed"] and r["changed"] is False
+    assert r["verified"] is True and r["evidence"] == "per_tensor"
+    assert r["expected_count"] == 46 and len(r["overridden"]) == 46
+    assert r["build"] == "b7500-1a2b3c4" and r["offloaded_layers"] == {"offloaded": 53, "total": 53}
+    assert r["gpu_model_mib"] == 1369.43
+
+
+def test_mismatch_fails_naming_missing_and_unexpected(ansible_module):
+    expected = NEMOTRON_EXPERTS[2:] + ["blk.1.ffn_up_shexp.weight"]
+    r = ansible_module("llama_server_log", {"path": LV4, "expect_tensors": expected})
+    assert r["failed"] and r["verified"] is False
+    assert r["missing"] == ["blk.1.ffn_up_shexp.weight"]
+    assert r["unexpected"] == NEMOTRON_EXPERTS[:2]
+    for name in r["missing"] + r["unexpected"]:
+        assert name in r["msg"]
+    # the same, returned only
+    r = ansible_module("llama_server_log", {"path": LV4, "expect_tensors": expected, "fail_on_mismatch": False})
+    assert not r["failed"] and r["verified"] is False and r["missing"] == ["blk.1.ffn_up_shexp.weight"]
+
+
+def test_hidden_per_tensor_lines_never_pass_without_buffer_evidence(ansible_module):
+    r = ansible_module("llama_server_log", {"path": DEFAULT, "expect_tensors": NEMOTRON_EXPERTS})
+    assert r["failed"] and r["verified"] is False and r["evidence"] == "none"
+    assert r["per_tensor_lines_visible"] is False
+    assert "verbosity hides the per-tensor" in r["msg"]
+
+
+def test_buffer_fallback(ansible_module):
+    args = {"path": DEFAULT, "expect_tensors": NEMOTRON_EXPERTS, "expect_gpu_model_mib": 1369.0}
+    r = ansible_module("llama_server_log", args)
+    assert not r["failed"] and r["verified"] is True and r["evidence"] == "buffers"
+    assert "verbosity hides the per-tensor" in r["msg"]
+    args.update(expect_gpu_model_mib=23140.0)
+    r = ansible_module("llama_server_log", args)
+    assert r["failed"] and r["evidence"] == "buffers" and "23140.00" in r["msg"] and "1369.43" in r["msg"]
+    args.update(expect_gpu_model_mib=1300.0, gpu_model_tolerance_mib=70.0, gpu_model_tolerance_pct=0.0)
+    r = ansible_module("llama_server_log", args)
+    assert not r["failed"] and r["gpu_model_tolerance_mib"] == 70.0
+
+
+def test_expect_pattern_with_gguf_in_check_mode(ansible_module, tmp_path):
+    model = str(tmp_path / "tiny.gguf")
+    write_tiny_nemotron_h_moe(model)
+    # the lines b10434 prints for this model at -lv 5 (see the integration test for the real capture)
+    experts = ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight",
+               "blk.4.ffn_down_exps.weight", "blk.4.ffn_up_exps.weight"]
+    log = "\n".join(["load_tensors: layer   0 assigned to device CPU, is_swa = 0"]
+                    + ["tensor %s (0 MiB f32) buffer type overridden to CPU" % t for t in experts]
+                    + ["load_tensors:   CPU_Mapped model buffer size =     0.75 MiB"])
+    args = {"content": log, "expect_pattern": r"\.ffn_.*_exps\.weight", "gguf": model}
+    r = ansible_module("llama_server_log", args, check=True)
+    assert not r["failed"] and r["verified"] is True and r["expected_count"] == 4
+    # a wider pattern expects the shared experts too, which the log does not show
+    r = ansible_module("llama_server_log", dict(args, expect_pattern=r"\.ffn_(up|down)_"))
+    assert r["failed"] and r["missing"] == ["blk.1.ffn_down_shexp.weight", "blk.1.ffn_up_shexp.weight",
+                                            "blk.4.ffn_down_shexp.weight", "blk.4.ffn_up_shexp.weight"]
+    # a pattern that matches no tensor of the model expects no override: this log has four
+    r = ansible_module("llama_server_log", dict(args, expect_pattern=r"nothing_like_this"))
+    assert r["failed"] and r["expected_count"] == 0 and len(r["unexpected"]) == 4
+    assert "matches no tensor of the model" in r["msg"] and "blk.4.ffn_up_exps.weight" in r["msg"]
+    r = ansible_module("llama_server_log", dict(args, expect_pattern=r"blk\.(1"))
+    assert r["failed"] and "not a valid regular expression" in r["msg"]
+
+
+def test_load_error_fails_with_the_message(ansible_module):
+    log = ("0.00.005.352 E llama_model_load: error loading model: llama_model_loader: failed to load model from "
+           "/models/broken.gguf\n0.00.005.832 E srv  llama_server: exiting due to model loading error\n")
+    r = ansible_module("llama_server_log", {"content": log})
+    assert r["failed"] and r["load_error"] == "llama_model_loader: failed to load model from /models/broken.gguf"
+    assert "failed to load" in r["msg"] and "broken.gguf" in r["msg"]
+    r = ansible_module("llama_server_log", {"content": log, "fail_on_mismatch": False})
+    assert not r["failed"] and r["verified"] is False and r["load_error"]
+
+
+def test_parse_only_does_not_fail_and_verifies_nothing(ansible_module):
+    r = ansible_module("llama_server_log", {"path": LV4})
+    assert not r["failed"] and r["verified"] is False and r["evidence"] == "none"
+    assert "no expectation" in r["msg"] and len(r["overridden"]) == 46
+
+
+def test_argument_errors(ansible_module, tmp_path):
+    r = ansible_module("llama_server_log", {"path": LV4, "content": "x"})
+    assert r["failed"] and "mutually exclusive" in r["msg"]
+    r = ansible_module("llama_server_log", {"expect_tensors": ["a"]})
+    assert r["failed"] and "one of the following is required" in r["msg"]
+    r = ansible_module("llama_server_log", {"content": "x", "expect_pattern": "exps"})
+    assert r["failed"] and "gguf" in r["msg"]
+    r = ansible_module("llama_server_log", {"path": str(tmp_path / "nope.log")})
+    assert r["failed"] and "nope.log" in r["msg"]
+
+
+def _podman_works():
+    if not shutil.which("podman"):
+        return False
+    return subprocess.run(["podman", "info"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _podman_works(), reason="podman is not usable here")
+def test_container_logs_through_podman(ansible_module, tmp_path):
+    """A real container (busybox on scratch) prints a log to stderr and junk to stdout; the module reads it."""
+    busybox = shutil.which("busybox")
+    if not busybox:
+        pytest.skip("no static busybox to build the test image")
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    shutil.copy(busybox, ctx / "busybox")
+    shutil.copy(LV4, ctx / "server.log")
+    (ctx / "Containerfile").write_text("FROM scratch\nCOPY busybox /bin/busybox\nCOPY server.log /server.log\n")
+    image = "localhost/llama-server-log-test:%s" % uuid.uuid4().hex[:8]
+    name = "llama-server-log-test-%s" % uuid.uuid4().hex[:8]
+    subprocess.run(["podman", "build", "-q", "-t", image, str(ctx)], check=True, capture_output=True)
+    try:
+        subprocess.run(["podman", "run", "--name", name, "--network", "none", image, "/bin/busybox", "sh", "-c",
+                        "echo '=== Starting differential analysis ==='; /bin/busybox cat /server.log >&2"],
+                       check=True, capture_output=True)
+        r = ansible_module("llama_server_log", {"container": name, "container_engine": "podman",
+                                                "expect_tensors": NEMOTRON_EXPERTS})
+        assert not r["failed"] and r["verified"] is True and r["build"] == "b7500-1a2b3c4"
+        r = ansible_module("llama_server_log", {"container": name + "-absent", "container_engine": "podman"})
+        assert r["failed"] and re.search(r"podman logs .*-absent failed", r["msg"])
+    finally:
+        subprocess.run(["podman", "rm", "-f", name], capture_output=True)
+        subprocess.run(["podman", "rmi", "-f", image], capture_output=True)
