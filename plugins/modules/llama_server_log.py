@@ -93,15 +93,8 @@ options:
       - With V(false) the result is only returned.
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-    description: The module only reads. It runs the same way in check mode.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-    description: It changes nothing on the host; RV(changed) is always V(false).
+extends_documentation_fragment:
+  - ai_llm.moe_offload.info_module
 notes:
   - "Make the evidence visible when starting the server: C(-lv 5 --no-log-prefix --no-log-timestamps -fit off) on
     builds since about b9208, C(-lv 4) on builds b7217 to b9208, C(-v) or C(--log-file) before. At the default

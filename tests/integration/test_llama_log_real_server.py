@@ -1,0 +1,205 @@
+"""Logs of the real llama-server (``llama-server-vulkan``, build b10434, CPU), captured at test time and parsed.
+
+Each test writes a tiny nemotron_h_moe GGUF, starts the server on a free loopback port, waits for ``/health``
+(or for the process to exit), stops it and parses what it wrote to stderr. The formats of this build cover two
+eras of the reference: ``-lv 5 --no-log-prefix --no-log-timestamps`` (per-tensor lines, no prefix) and the
+prefixed, timestamped lines at ``-lv 4`` (the INFO buffer lines only, like the b7217..b9208 default) and at the
+default ``-lv 3`` (neither).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import (
+    expected_from_pattern,
+    gpu_model_mib,
+    parse_log,
+    verify_placement,
+)
+from tools.gguf_models import write_tiny_nemotron_h_moe
+
+SERVER = shutil.which("llama-server-vulkan")
+pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server-vulkan is not on PATH (source scripts/env.sh)")
+
+EXPERTS = r"\.ffn_.*_exps\.weight"
+VERIFIABLE = ["-lv", "5", "--no-log-prefix", "--no-log-timestamps"]
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def capture(model, *args, timeout=90):
+    """Run the server until /health is 200 (or it exits); return (returncode or None, healthy, stderr)."""
+    port = _free_port()
+    cmd = [SERVER, "-m", str(model), "-c", "512", "-ngl", "99", "--host", "127.0.0.1", "--port", str(port),
+           "--no-webui"] + list(args)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    healthy = False
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=2) as resp:
+                    if resp.status == 200:
+                        healthy = True
+                        break
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            time.sleep(0.2)
+    finally:
+        exited = proc.poll()
+        if exited is None:
+            proc.terminate()
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    return exited, healthy, err
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("models") / "tiny-nemotron.gguf"
+    write_tiny_nemotron_h_moe(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def names(model):
+    return [t.name for t in read_model(str(model)).tensors]
+
+
+@pytest.fixture(scope="module")
+def lv5_log(model):
+    exited, healthy, err = capture(model, "-ot", EXPERTS + "=CPU", "-fit", "off", *VERIFIABLE)
+    assert healthy and exited is None, err[-3000:]
+    return err
+
+
+def test_lv5_no_prefix_per_tensor_lines(lv5_log, names):
+    p = parse_log(lv5_log)
+    expected = expected_from_pattern(EXPERTS, names)
+    assert len(expected) == 4  # blocks MEM*E: the E blocks 1 and 4, up and down
+    assert sorted(o["tensor"] for o in p["overridden"]) == sorted(expected)
+    assert all(o["buffer"] == "CPU" and o["type"] == "f32" and isinstance(o["mib"], int) for o in p["overridden"])
+    assert p["build"] == "b1-7e4c0a9" and p["build_number"] == 1
+    assert p["per_tensor_lines_visible"] is True and p["mmap_override_warning"] is True
+    assert p["runs"] == 1 and p["loads"] == 1 and p["load_error"] is None
+    assert set(p["model_buffers"]) == {"CPU_Mapped"} and p["model_buffers"]["CPU_Mapped"] > 0
+    assert set(p["kv_buffers"]) == {"CPU"} and set(p["rs_buffers"]) == {"CPU"} and set(p["compute_buffers"]) == {"CPU"}
+    assert p["offloaded_layers"]["offloaded"] == p["offloaded_layers"]["total"] == 6  # 5 blocks + output
+    v = verify_placement(p, expected)
+    assert v["verified"] and v["evidence"] == "per_tensor"
+    # one expert too few expected: the extra one is named
+    v = verify_placement(p, expected[1:])
+    assert not v["verified"] and v["unexpected"] == [expected[0]]
+
+
+def test_version_matches_the_log_build():
+    out = subprocess.run([SERVER, "--version"], capture_output=True, text=True, timeout=30)
+    assert parse_log(out.stdout + out.stderr)["build"] == "b1-7e4c0a9"
+
+
+def test_prefixed_lv4_hides_per_tensor_lines_and_falls_back_to_buffers(model, names):
+    exited, healthy, err = capture(model, "-ot", EXPERTS + "=CPU", "-fit", "off", "-lv", "4")
+    assert healthy, err[-3000:]
+    assert "0." in err.splitlines()[0] and " I " in err  # the timestamp + level prefix
+    p = parse_log(err)
+    assert p["overridden"] == [] and p["per_tensor_lines_visible"] is False
+    assert p["build"] == "b1-7e4c0a9" and p["mmap_override_warning"] is True
+    assert "CPU_Mapped" in p["model_buffers"] and "CPU" in p["kv_buffers"] and "CPU" in p["rs_buffers"]
+    expected = expected_from_pattern(EXPERTS, names)
+    v = verify_placement(p, expected)
+    assert not v["verified"] and v["evidence"] == "none" and "verbosity" in v["msg"]
+    # a CPU build has no device model buffer: 0 MiB on the "GPU"
+    assert gpu_model_mib(p) == 0.0
+    v = verify_placement(p, expected, expect_gpu_model_mib=0.0)
+    assert v["verified"] and v["evidence"] == "buffers"
+    v = verify_placement(p, expected, expect_gpu_model_mib=50.0)
+    assert not v["verified"] and v["evidence"] == "buffers"
+
+
+def test_default_lv3_has_no_evidence_at_all(model, names):
+    exited, healthy, err = capture(model, "-ot", EXPERTS + "=CPU", "-fit", "off")
+    assert healthy, err[-3000:]
+    p = parse_log(err)
+    assert p["overridden"] == [] and p["model_buffers"] == {} and p["per_tensor_lines_visible"] is False
+    assert p["mmap_override_warning"] is True  # the only trace of the override at -lv 3
+    for kw in ({}, {"expect_gpu_model_mib": 0.0}):
+        v = verify_placement(p, expected_from_pattern(EXPERTS, names), **kw)
+        assert v["verified"] is False and v["evidence"] == "none"
+
+
+def test_fit_on_prints_the_load_twice_and_the_last_one_counts(model, names):
+    exited, healthy, err = capture(model, "-ot", EXPERTS + "=CPU", "-fit", "on", *VERIFIABLE)
+    assert healthy, err[-3000:]
+    assert err.count("buffer type overridden to CPU") == 8  # dry run + real load
+    p = parse_log(err)
+    assert p["loads"] == 2
+    expected = expected_from_pattern(EXPERTS, names)
+    assert sorted(o["tensor"] for o in p["overridden"]) == sorted(expected)
+    # the dry run's model buffer is a dummy "CPU ... 0.00 MiB"; the real load maps the file
+    assert set(p["model_buffers"]) == {"CPU_Mapped"} and p["model_buffers"]["CPU_Mapped"] > 0
+    assert verify_placement(p, expected)["verified"]
+
+
+def test_pattern_that_matches_nothing(model, names):
+    pattern = r"\.ffn_gate_exps\."  # nemotron_h_moe has no gate experts
+    assert expected_from_pattern(pattern, names) == []
+    exited, healthy, err = capture(model, "-ot", pattern + "=CPU", "-fit", "off", *VERIFIABLE)
+    assert healthy, err[-3000:]
+    p = parse_log(err)
+    assert p["overridden"] == [] and p["per_tensor_lines_visible"] is True
+    assert p["mmap_override_warning"] is False
+    # what the operator meant (the experts) is not proven, and every one of them is named
+    expected = expected_from_pattern(EXPERTS, names)
+    v = verify_placement(p, expected)
+    assert not v["verified"] and v["missing"] == sorted(expected) and "no overridden tensor" in v["msg"]
+
+
+def test_broken_model_gives_the_load_error(tmp_path, model):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(model.read_bytes()[:4096])  # a valid header, tensor data cut off
+    exited, healthy, err = capture(broken, "-ot", EXPERTS + "=CPU", *VERIFIABLE)
+    assert not healthy and exited not in (None, 0)
+    p = parse_log(err)
+    assert p["load_error"] and "exiting due to model loading error" in err
+    assert p["load_error"] != "exiting due to model loading error"  # the loader's own reason is kept
+    v = verify_placement(p, ["blk.1.ffn_up_exps.weight"], expect_gpu_model_mib=0.0)
+    assert not v["verified"] and p["load_error"] in v["msg"]
+
+
+def test_restarted_server_log_takes_the_last_run(model, lv5_log):
+    exited, healthy, second = capture(model, "-ot", r"blk\.4\.ffn_up_exps=CPU", "-fit", "off", *VERIFIABLE)
+    assert healthy, second[-3000:]
+    p = parse_log(lv5_log + second)
+    assert p["runs"] == 2
+    assert [o["tensor"] for o in p["overridden"]] == ["blk.4.ffn_up_exps.weight"]
+    # and a good run after a failed one is not reported as failed
+    bad = "srv    load_model: loading model 'x.gguf'\nllama_model_load: error loading model: boom\n" \
+          "srv  llama_server: exiting due to model loading error\n"
+    assert parse_log(bad + lv5_log)["load_error"] is None
+    assert parse_log(lv5_log + bad)["load_error"] == "boom"
+
+
+def test_module_on_the_real_log(ansible_module, tmp_path, model, lv5_log):
+    log = tmp_path / "server.log"
+    log.write_text(lv5_log)
+    r = ansible_module("llama_server_log", {"path": str(log), "expect_pattern": EXPERTS, "gguf": str(model)})
+    assert not r["failed"] and r["verified"] is True and r["evidence"] == "per_tensor", json.dumps(r)[:2000]
+    r = ansible_module("llama_server_log", {"path": str(log), "expect_pattern": r"\.ffn_(up|down)_",
+                                            "gguf": str(model)})
+    assert r["failed"] and r["missing"] and all(n in r["msg"] for n in r["missing"])
