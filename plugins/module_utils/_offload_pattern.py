@@ -129,7 +129,7 @@ def _same_length_numbers(strings):
     for last_class, prefixes in prefixes_by_last.items():
         for head in _same_length_numbers(sorted(prefixes)):
             result.append((min(prefixes), head + last_class))
-    return [alt for _, alt in sorted(result)]
+    return [pair[1] for pair in sorted(result)]
 
 
 def block_numbers_regex(blocks):
@@ -197,10 +197,8 @@ def expert_pattern(all_names, expert_names):
 
 
 def _candidates(wanted):
-    for candidate in CANONICAL_CANDIDATES:
-        yield candidate
-    for candidate in _derived_candidates(wanted):
-        yield candidate
+    yield from CANONICAL_CANDIDATES
+    yield from _derived_candidates(wanted)
 
 
 def block_expert_pattern(all_names, expert_names, blocks):

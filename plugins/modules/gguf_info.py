@@ -26,7 +26,7 @@ description:
     and which other tensors (router, shared experts, attention...) it would move as well.
   - A malformed file fails with a message naming the file, the byte offset and the reason.
 author:
-  - ai_llm maintainers
+  - ai_llm maintainers (@ai-llm)
 options:
   path:
     description:
@@ -45,15 +45,8 @@ options:
       - A regular expression to check, as it would be given to C(-ot PATTERN=CPU) (without V(=CPU)).
       - The result is in RV(pattern_check).
     type: str
-attributes:
-  check_mode:
-    support: full
-    description: The module only reads. It runs the same way in check mode.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-    description: It changes nothing. Two runs on the same file give the same result.
+extends_documentation_fragment:
+  - ai_llm.moe_offload.info_module
 notes:
   - Sizes are in bytes, computed from the tensor shapes and ggml types. A tensor of a ggml type this module does
     not know counts 0 bytes, with a warning.

@@ -1,0 +1,197 @@
+"""playbooks/inspect.yml, run with ansible-playbook on localhost against real GGUF files (and a real podman container)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tools.gguf_models import write_nemotron_nano_30b, write_tiny_nemotron_h_moe
+
+ROOT = Path(__file__).resolve().parents[2]
+NANO_PATTERN_LINE = r"LLM_MOE_OFFLOAD_PATTERN=\.ffn_.*_exps\.weight"
+
+
+def run_playbook(*extra_vars, result_format="json"):
+    env = dict(os.environ)
+    env.update({
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
+        "ANSIBLE_CALLBACK_RESULT_FORMAT": result_format,
+        "ANSIBLE_LOCALHOST_WARNING": "0",
+    })
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "playbooks" / "inspect.yml"),
+           "-v", "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable]
+    for var in extra_vars:
+        cmd += ["-e", var]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300)
+
+
+def task_results(proc):
+    """{task name: localhost result} from the default callback's JSON results (skipped tasks left out)."""
+    results = {}
+    for chunk in re.split(r"^TASK \[", proc.stdout, flags=re.MULTILINE)[1:]:
+        name = chunk.split("]", 1)[0]
+        match = re.search(r"^(ok|fatal): \[localhost\](: FAILED!)? => ", chunk, re.MULTILINE)
+        if match:
+            results[name] = json.JSONDecoder().raw_decode(chunk[match.end():].lstrip())[0]
+    return results
+
+
+@pytest.fixture(scope="module")
+def nano(tmp_path_factory):
+    return write_nemotron_nano_30b(tmp_path_factory.mktemp("nano"), shards=6)
+
+
+def test_summary_of_the_six_shard_nemotron_nano(nano):
+    proc = run_playbook("model=" + nano[2])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tasks = task_results(proc)
+    summary = tasks["Summary"]["msg"]
+    assert summary[0].startswith("model (6 files, 22.83 GiB): ") and summary[0].endswith("-00001-of-00006.gguf")
+    assert "architecture: nemotron_h_moe, 52 blocks, 401 tensors (22.82 GiB)" in summary
+    assert "attention layers (6): 5,12,19,26,33,42" in summary
+    assert any(line.startswith("recurrent layers (23): 0,2,4,7,") for line in summary)
+    assert any(line.startswith("moe layers (23): 1,3,6,8,") for line in summary)
+    assert "dense_ffn layers (0): -" in summary
+    assert "routed experts: 46 tensors, 21.26 GiB (128 experts, 6 used per token, 1 shared)" in summary
+    assert r"pattern \.ffn_.*_exps\.weight matches 46 tensors: exactly the routed experts" in summary
+    assert summary[-1] == NANO_PATTERN_LINE
+    tensors = tasks["Tensors"]["msg"]
+    assert len(tensors) == 46 and all("routed_experts" in line for line in tensors)
+    assert tensors[0].startswith("blk.1.ffn_up_exps.weight  q5_0  2688x1856x128  ")
+
+
+def test_show_all_and_a_pattern_check(nano):
+    proc = run_playbook("model=" + nano[0], "show=all", "pattern=exp")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tasks = task_results(proc)
+    assert len(tasks["Tensors"]["msg"]) == 401
+    assert any(line.startswith("your pattern exp: wrong: also moves 69 non-expert tensor(s)")
+               for line in tasks["Summary"]["msg"])
+
+
+def test_default_output_shows_the_env_line_verbatim(nano):
+    proc = run_playbook("model=" + nano[0], "show=none", result_format="yaml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "    - " + NANO_PATTERN_LINE in proc.stdout.splitlines()
+    assert "TASK [Tensors]" in proc.stdout and "skipping: [localhost]" in proc.stdout
+
+
+def test_dense_model_says_nothing_to_offload(tmp_path):
+    import gguf  # pylint: disable=import-outside-toplevel
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    path = tmp_path / "dense.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    for name in ("token_embd.weight", "blk.0.attn_q.weight", "blk.0.ffn_up.weight", "output.weight"):
+        writer.add_tensor(name, np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    proc = run_playbook("model=%s" % path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tasks = task_results(proc)
+    summary = tasks["Summary"]["msg"]
+    assert "routed experts: none, nothing to offload (dense model: use -ngl alone)" in summary
+    assert summary[-1] == "LLM_MOE_OFFLOAD_PATTERN="
+    assert tasks["Tensors"]["msg"] == ["no routed-expert tensors"]
+
+
+def test_without_model_or_container_it_says_what_to_give():
+    proc = run_playbook(result_format="yaml")
+    assert proc.returncode != 0
+    assert "Give -e model=/path/to/model.gguf (any shard) or -e container=NAME" in proc.stdout
+
+
+def test_a_broken_model_fails_cleanly(tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 16)
+    proc = run_playbook("model=%s" % broken)
+    assert proc.returncode != 0
+    result = task_results(proc)["Read the model header"]
+    assert result["msg"].startswith("%s: at byte " % broken), result
+    assert "Traceback" not in proc.stdout
+
+
+# ---- -e container=NAME: a real podman container (busybox) that mounts the model ----
+
+@pytest.fixture(scope="module")
+def busybox_image(tmp_path_factory):
+    podman, busybox = shutil.which("podman"), shutil.which("busybox")
+    if not podman or not busybox:
+        pytest.fail("podman and busybox are installed by scripts/setup.sh")
+    root = tmp_path_factory.mktemp("rootfs")
+    (root / "bin").mkdir()
+    shutil.copy(busybox, root / "bin" / "busybox")
+    for applet in ("sh", "sleep"):
+        (root / "bin" / applet).symlink_to("busybox")
+    tar = tmp_path_factory.mktemp("image") / "rootfs.tar"
+    with tarfile.open(tar, "w") as archive:
+        archive.add(str(root), arcname=".")
+    image = "localhost/ai-llm-inspect-test:%d" % os.getpid()
+    subprocess.run([podman, "import", "-q", str(tar), image], check=True, capture_output=True, timeout=120)
+    yield image
+    subprocess.run([podman, "rmi", "-f", image], capture_output=True, timeout=120)
+
+
+@pytest.fixture
+def container(busybox_image):
+    started = []
+
+    def start(*args):
+        name = "ai-llm-inspect-test-%d-%d" % (os.getpid(), len(started))
+        subprocess.run(["podman", "run", "-d", "--rm", "--name", name] + list(args[:-1]) +
+                       [busybox_image, "/bin/sh", "-c", "exec sleep 300", "llama-server"] + args[-1],
+                       check=True, capture_output=True, timeout=120)
+        started.append(name)
+        return name
+    yield start
+    for name in started:
+        subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True, timeout=120)
+
+
+def test_container_mode_maps_the_model_argument_through_the_mount(container, tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    model = write_tiny_nemotron_h_moe(models / "tiny.gguf")
+    name = container("-v", "%s:/models:ro" % models, ["--port", "8080", "-m", "/models/tiny.gguf", "-c", "512"])
+    proc = run_playbook("container=" + name)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tasks = task_results(proc)
+    assert tasks["Read the model header"]["files"] == [model]
+    assert tasks["Summary"]["msg"][-1] == NANO_PATTERN_LINE
+
+
+def test_container_mode_with_the_model_in_the_environment(container, tmp_path):
+    models = tmp_path / "m"
+    models.mkdir()
+    model = write_tiny_nemotron_h_moe(models / "tiny.gguf")
+    name = container("-v", "%s:/srv/llm/models:ro" % models, "-e", "MODEL=/srv/llm/models/tiny.gguf",
+                     ["--model", "$MODEL"])
+    proc = run_playbook("container=" + name)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert task_results(proc)["Read the model header"]["files"] == [model]
+
+
+def test_container_mode_model_not_on_a_mount(container):
+    name = container(["-m", "/inside/the/image.gguf"])
+    proc = run_playbook("container=" + name)
+    assert proc.returncode != 0
+    msg = task_results(proc)["Require a model path that comes from a mount of the host"]["msg"]
+    assert msg == "container %s: the model /inside/the/image.gguf is not on a mount of the host (it is inside the image)" % name
+
+
+def test_container_mode_unknown_container(busybox_image):
+    proc = run_playbook("container=ai-llm-inspect-no-such-container")
+    assert proc.returncode != 0
+    msg = task_results(proc)["Require a container that podman or docker knows"]["msg"]
+    assert msg.startswith("container ai-llm-inspect-no-such-container: ") and "no such container" in msg
