@@ -313,6 +313,12 @@ def test_find_split_files_from_any_shard(split_files):
         assert find_split_files(Path(shard)) == split_files
 
 
+def test_split_names_with_odd_characters(tmp_path):
+    files = write_gguf(tmp_path / "50%d model.v2.gguf", [], SOME_TENSORS, split_max_tensors=3)
+    assert find_split_files(files[1]) == files and len(files) == 2
+    assert len(read_model(files[0]).tensors) == len(SOME_TENSORS)
+
+
 def test_read_model_split(split_files, endian):
     model = read_model(split_files[1])
     assert model.files == split_files
