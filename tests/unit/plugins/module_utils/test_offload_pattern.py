@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (
     PatternError,
     block_expert_pattern,
@@ -21,6 +22,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes
     classify_tensor,
 )
 from test_tensor_classes import nemotron_nano  # pylint: disable=import-error
+from tools.gguf_models import write_model
 
 # Only what Python re and ECMAScript std::regex read alike, and nothing llama.cpp splits on.
 PORTABLE = re.compile(r"^([A-Za-z0-9_:/ -]|\\[.()\[\]|*+?^$\\]|[.*+?|()^$]|\[[0-9-]+\])*$")
@@ -262,3 +264,48 @@ def test_property_check_pattern_never_raises(names, pattern):
     assert set(result["matched"]) | set(result["missed"]) == set(experts)
     if result["ok"]:
         assert matches(pattern, names) == set(experts)
+
+
+# ---- real GGUF files of every architecture, written with gguf-py and read with our reader ----
+
+EXPS_W, EXPS, CH = r"\.ffn_.*_exps\.weight", r"\.ffn_.*_exps\.", r"\.ffn_.*_(ch)?exps\.weight"
+REAL_MODELS = {
+    # kind: (architecture, layer kinds (empty ones left out), expert tensors, (count, used, shared), pattern)
+    "nemotron_h_moe": ("nemotron_h_moe", {"attention": [3], "recurrent": [0, 2], "moe": [1, 4]}, 4, (8, 2, 1), EXPS_W),
+    "nemotron_h": ("nemotron_h", {"attention": [3], "recurrent": [0, 2], "dense_ffn": [1, 4]}, 0, (0, 0, 0), ""),
+    "qwen3moe": ("qwen3moe", {"attention": [0, 1], "moe": [0, 1]}, 6, (8, 2, 0), EXPS_W),
+    "qwen2moe": ("qwen2moe", {"attention": [0, 1, 2], "moe": [0, 1, 2]}, 9, (8, 2, 1), EXPS_W),
+    "mixtral": ("llama", {"attention": [0, 1, 2], "moe": [0, 1, 2]}, 9, (8, 2, 0), EXPS_W),
+    "deepseek2": ("deepseek2", {"attention": [0, 1, 2, 3], "moe": [1, 2, 3], "dense_ffn": [0]}, 9, (16, 4, 1), EXPS_W),
+    "gpt-oss": ("gpt-oss", {"attention": [0, 1], "moe": [0, 1]}, 12, (8, 4, 0), EXPS),
+    "fused_gate_up": ("qwen3moe", {"attention": [0, 1], "moe": [0, 1]}, 4, (8, 2, 0), EXPS_W),
+    "chexps": ("grovemoe", {"attention": [0, 1], "moe": [0, 1]}, 12, (16, 4, 0), CH),
+    "unknown_moe": ("mymoe", {"attention": [0, 1, 2], "moe": [0, 1, 2]}, 9, (8, 2, 1), EXPS_W),
+    "dense_llama": ("llama", {"attention": [0, 1], "dense_ffn": [0, 1]}, 0, (0, 0, 0), ""),
+}
+
+
+@pytest.mark.parametrize("endian", ["little", "big"])
+@pytest.mark.parametrize("kind", sorted(REAL_MODELS))
+def test_real_model_files(tmp_path, kind, endian):
+    arch, kinds, n_experts, counts, expected = REAL_MODELS[kind]
+    model = read_model(write_model(kind, tmp_path / (kind + ".gguf"), endian=endian))
+    layout = classify_model(model.architecture, model.metadata, model.tensors)
+    names = [t.name for t in model.tensors]
+    assert layout.architecture == arch
+    assert {k: v for k, v in layout.layer_kinds.items() if v} == kinds
+    assert len(layout.expert_tensors) == n_experts
+    assert (layout.expert_count, layout.expert_used_count, layout.expert_shared_count) == counts
+    assert sum(layout.bytes_by_class.values()) == sum(t.nbytes for t in model.tensors)
+    assert layout.warnings == []
+    pattern = expert_pattern(names, layout.expert_tensors)
+    assert pattern == expected
+    if n_experts:
+        assert_proved(pattern, names, layout.expert_tensors)
+    if kind == "gpt-oss":
+        assert any(n.endswith("_exps.bias") for n in layout.expert_tensors)
+        assert {t.type_name.lower() for t in model.tensors if layout.tensor_class[t.name] == "routed_experts"
+                and t.name.endswith(".weight")} == {"mxfp4"}
+    if kind == "deepseek2":
+        assert {layout.tensor_class[n] for n in names if "exp_probs_b" in n} == {"router"}
+        assert layout.bytes_by_class["shared_experts"] > 0

@@ -38,10 +38,7 @@ def nano(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def dense(tmp_path_factory):
-    names = ["token_embd.weight", "output_norm.weight", "output.weight"] + [
-        "blk.%d.%s" % (i, s) for i in range(2)
-        for s in ("attn_norm.weight", "attn_q.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")]
-    return write_names(tmp_path_factory.mktemp("dense") / "dense.gguf", "llama", names)
+    return write_model("dense_llama", tmp_path_factory.mktemp("dense") / "dense.gguf")
 
 
 def assert_clean_failure(result):
@@ -119,7 +116,7 @@ def test_dense_model_has_nothing_to_offload(ansible_module, dense):
     assert result["offload_pattern"] == "" and result["offload_pattern_matches"] == []
     assert result["expert_tensors"] == [] and result["tensors"] == []
     assert "nothing to offload" in result["msg"]
-    assert result["layer_kinds"]["dense_ffn"] == [0, 1] and result["layer_kinds"]["moe"] == []
+    assert result["layer_kinds"] == {"attention": [0, 1], "recurrent": [], "moe": [], "dense_ffn": [0, 1]}
     assert result["bytes"]["routed_experts"] == 0 and result["expert_count"] == 0
 
 
@@ -179,9 +176,19 @@ def test_unknown_moe_architecture_following_the_conventions(ansible_module, tmp_
     assert result["layer_kinds"]["moe"] == list(range(12))
 
 
-@pytest.mark.parametrize("kind", ["qwen3moe"])
-def test_other_writers(ansible_module, tmp_path, kind):
-    path = write_model(kind, tmp_path / (kind + ".gguf"))
-    result = ansible_module("gguf_info", {"path": path, "tensors": "none"})
-    assert result["offload_pattern"] == NANO
+@pytest.mark.parametrize("kind, pattern", [
+    ("qwen3moe", NANO),
+    ("deepseek2", NANO),
+    ("gpt-oss", r"\.ffn_.*_exps\."),
+    ("chexps", r"\.ffn_.*_(ch)?exps\.weight"),
+])
+def test_other_architectures(ansible_module, tmp_path, kind, pattern):
+    path = write_model(kind, tmp_path / (kind + ".gguf"), endian="big")
+    result = ansible_module("gguf_info", {"path": path})
+    assert result["failed"] is False
+    assert result["offload_pattern"] == pattern
     assert result["offload_pattern_matches"] == result["expert_tensors"]
+    assert sorted(t["name"] for t in result["tensors"]) == result["expert_tensors"]
+    if kind == "gpt-oss":
+        assert {t["type"] for t in result["tensors"] if t["name"].endswith(".weight")} == {"mxfp4"}
+        assert any(t["name"].endswith(".bias") for t in result["tensors"])
