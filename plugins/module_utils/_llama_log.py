@@ -34,6 +34,8 @@ __all__ = [
 
 # ANSI colour sequences (--log-colors on, or colourised chat-template diagnostics).
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# "ai-llm-1  | " / "ai-llm | " / "[ai-llm] | ": the service prefix of `docker compose logs` / `podman-compose logs`.
+_COMPOSE = re.compile(r"^\[?[A-Za-z0-9][\w.-]*\]?\s*\| ?")
 # Optional "0.00.011.842 D " (timestamp + level letter), or just the level letter, then an optional
 # component tag of the newer common logger ("srv  ", "cmn  ", "slot ", "que  ", "spec ").
 _PREFIX = re.compile(
@@ -102,7 +104,7 @@ _BUFFER_LINES = [
 
 def _strip(line):
     """Return (level letter or None, the message without timestamp/level/component prefix)."""
-    line = _ANSI.sub("", line).rstrip("\r\n")
+    line = _COMPOSE.sub("", _ANSI.sub("", line).rstrip("\r\n"), count=1)
     m = _PREFIX.match(line)
     return m.group("lvl"), line[m.end():]
 
@@ -238,8 +240,8 @@ def parse_log(text):
     load_error = None
     if st.load_error_msgs:
         # the most specific kind of message, the last of that kind
-        best = min(k for k, _ in st.load_error_msgs)
-        load_error = [s for k, s in st.load_error_msgs if k == best][-1]
+        best = min(kind for kind, _msg in st.load_error_msgs)
+        load_error = [text for kind, text in st.load_error_msgs if kind == best][-1]
 
     visible = bool(st.overridden) or st.load_debug_marker or st.debug_visible
     return {

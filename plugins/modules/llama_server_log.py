@@ -28,7 +28,7 @@ description:
     RV(verified=false) and, with O(fail_on_mismatch), the task fails. It never passes silently.
   - A log that shows a failed model load fails the task with the loader's message.
 author:
-  - ai_llm maintainers
+  - ai_llm maintainers (@ai-llm)
 options:
   path:
     description:
@@ -194,6 +194,23 @@ overridden:
   type: list
   elements: dict
   sample: [{"tensor": "blk.1.ffn_up_exps.weight", "mib": 418, "type": "q5_0", "buffer": "CPU"}]
+  contains:
+    tensor:
+      description: The tensor name.
+      type: str
+      sample: blk.1.ffn_up_exps.weight
+    mib:
+      description: Its size in MiB, integer-truncated as llama.cpp prints it; V(null) in the old line.
+      type: int
+      sample: 418
+    type:
+      description: Its ggml type, lowercase; V(null) in the old line.
+      type: str
+      sample: q5_0
+    buffer:
+      description: The buffer type it was overridden to (V(CPU), V(CPU_REPACK), V(CUDA_Host), V(AMX)...).
+      type: str
+      sample: CPU
 model_buffers:
   description: Model buffers of the last load, buffer name to MiB (lines of one buffer are summed; C(CPU_Mapped)
     appears once per shard and measures the mapped span of the file, not the CPU tensors).

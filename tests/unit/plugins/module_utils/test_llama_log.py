@@ -177,6 +177,15 @@ def test_llm_load_tensors_prefix_with_old_override_line():
     assert p["model_buffers"] == {"CPU": 100.0, "CUDA0": 50.0}
 
 
+@pytest.mark.parametrize("service", ["ai-llm-1  | ", "ai-llm | ", "[ai-llm] | "])
+def test_compose_logs_service_prefix(service):
+    text = "\n".join(service + line for line in read("b7500_nemotron_cuda_lv4_overridden_cuda_host.log").splitlines())
+    p = parse_log(text)
+    assert len(p["overridden"]) == 46 and p["model_buffers"]["CUDA0"] == 1369.43 and p["build"] == "b7500-1a2b3c4"
+    # the memory breakdown table is not a service prefix
+    assert parse_log("common_memory_breakdown_print: | memory breakdown [MiB] |")["runs"] == 1
+
+
 def test_version_output_is_a_build():
     assert parse_log("version: 0.1.0-dev (build 1, commit 7e4c0a9)\n")["build"] == "b1-7e4c0a9"
     assert parse_log("version: 5200 (9a8b7c6)\nbuilt with cc for x86_64\n")["build"] == "b5200-9a8b7c6"
