@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The main job, on this machine: set-up, a small generated nemotron_h_moe model, the local CPU image,
+# then playbooks/deploy.yml on the local default inventory (inventory/local), and the proof.
+#   bash scripts/demo.sh [extra ansible-playbook arguments, e.g. --check --diff or -e llm_server_ctx_size=4096]
+# First run: a baseline deploy without offload (all weights where -ngl puts them), then the deploy with the
+# routed experts on CPU, whose 16 greedy tokens must equal the baseline's (parity). Later runs: one deploy,
+# which changes and restarts nothing when nothing changed.
+# Files: demo/ (git-ignored): demo/models/demo.gguf, demo/ai-llm/{.env,docker-compose.prod.yml,
+# verification.json,.rollback/}. Stop it: bash scripts/demo.sh --down
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+cd "$ROOT"
+export ANSIBLE_DISPLAY_SKIPPED_HOSTS="${ANSIBLE_DISPLAY_SKIPPED_HOSTS:-false}"
+
+project_dir="$ROOT/demo/ai-llm"
+model="$ROOT/demo/models/demo.gguf"
+compose=(podman-compose -p ai-llm-demo -f "$project_dir/docker-compose.prod.yml")
+
+if [ "${1:-}" = "--down" ]; then
+  [ -f "$project_dir/docker-compose.prod.yml" ] && "${compose[@]}" down
+  exit 0
+fi
+
+bash scripts/setup.sh
+
+if [ ! -f "$model" ]; then
+  mkdir -p "$(dirname "$model")"
+  echo "demo: writing the demo model (tiny nemotron_h_moe, random weights) to $model"
+  python tools/gguf_models.py demo "$model" >/dev/null
+fi
+
+image="$(bash images/ai-llm/build.sh)"
+echo "demo: image $image"
+
+port="$(ansible-inventory --host localhost | python -c 'import json,sys; print(json.load(sys.stdin)["llm_server_port"])')"
+serving() {
+  python - "$port" <<'PY'
+import sys, urllib.request
+try:
+    sys.exit(0 if urllib.request.urlopen("http://127.0.0.1:%s/health" % sys.argv[1], timeout=3).status == 200 else 1)
+except Exception:
+    sys.exit(1)
+PY
+}
+
+if ! serving; then
+  echo "demo: nothing serves on 127.0.0.1:$port yet: baseline deploy without offload (the parity reference)"
+  ansible-playbook playbooks/deploy.yml -e llm_moe_offload_mode=none "$@"
+fi
+
+echo "demo: deploy with the routed experts on CPU"
+ansible-playbook playbooks/deploy.yml "$@"
+
+python - "$project_dir" <<'PY'
+import json, os, sys
+project = sys.argv[1]
+path = os.path.join(project, "verification.json")
+if not os.path.exists(path):
+    print("demo: no verification yet (check mode?)")
+    sys.exit(0)
+v = json.load(open(path))
+print()
+print("=== ai-llm on %s, verified (%s evidence from llama-server's log)" % (v["host"], v.get("evidence", "?")))
+print("image:    %s" % v["image"])
+print("model:    %s" % v["model"])
+print("pattern:  --override-tensor '%s=CPU'" % v["pattern"])
+print("moved to CPU (%d tensors): %s" % (len(v["tensors_moved"]), ", ".join(v["tensors_moved"]) or "none"))
+for kind in ("model_buffers", "kv_buffers", "rs_buffers", "compute_buffers"):
+    bufs = v.get(kind) or {}
+    print("%-16s %s" % (kind + ":", ", ".join("%s %.2f MiB" % (k, m) for k, m in bufs.items()) or "-"))
+ol = v.get("offloaded_layers")
+if ol:
+    print("offloaded layers: %s/%s" % (ol["offloaded"], ol["total"]))
+print("VRAM:     %s" % v["vram"])
+print("parity:   %s" % v["parity"])
+print("files:    %s" % ", ".join("%s=%s" % kv for kv in v["files"].items()))
+print("stop it:  bash scripts/demo.sh --down")
+PY
