@@ -80,8 +80,8 @@ ARCH_SUFFIXES = {
                   "ffn_down_chexps.weight"], r"\.ffn_.*_(ch)?exps\.weight"),
     "arctic": (["ffn_norm_exps.weight", "ffn_up.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
                 "ffn_down_exps.weight"], r"\.ffn_(down|gate|up)_exps\."),
-    "old_mixtral": (["ffn_gate_inp.weight"] + ["ffn_%s.%d.weight" % (p, e) for p in ("gate", "up", "down")
-                                                for e in range(8)], r"\.ffn_(down|gate|up)\.[0-9]+\.weight$"),
+    "old_mixtral": (["ffn_gate_inp.weight"] + ["ffn_%s.%d.weight" % (p, e) for p in ("gate", "up", "down") for e in range(8)],
+                    r"\.ffn_(down|gate|up)\.[0-9]+\.weight$"),
 }
 
 
