@@ -1,0 +1,89 @@
+"""moe_offload_plan through real Ansible, with generated GGUF files and the nvidia-smi test double."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tools import gguf_models
+
+DOUBLES = Path(__file__).resolve().parents[3] / "doubles"
+A5500 = {"name": "NVIDIA RTX A5500", "memory_total_mib": 24564, "memory_free_mib": 24148}
+
+
+@pytest.fixture(scope="module")
+def nano(tmp_path_factory):
+    return gguf_models.write_nemotron_nano_30b(tmp_path_factory.mktemp("nano"), shards=6)
+
+
+def test_nano_on_an_a5500_at_32k_and_two_slots(ansible_module, nano):
+    result = ansible_module("moe_offload_plan", {"gguf": nano[2], "gpus": [A5500], "ctx_size": 32768,
+                                                 "parallel": 2}, check=True)
+    assert result["failed"] is False and result["changed"] is False
+    assert result["fits"] is True and result["offload"] is True
+    gpu = result["memory"]["gpus"][0]
+    assert (gpu["kv_mib"], gpu["recurrent_mib"], gpu["margin_mib"]) == (192.0, 95.23, 1024.0)
+    assert gpu["free_after_mib"] >= 0
+    assert result["override_tensor"] == result["pattern"] + "=CPU"
+    assert result["pattern_check"]["ok"] is True
+    assert result["pattern_check"]["matched"] == 2 * len(result["cpu_expert_layers"])
+    for block in result["cpu_expert_layers"]:
+        assert re.search(result["pattern"], "blk.%d.ffn_up_exps.weight" % block)
+    assert not re.search(result["pattern"], "blk.%d.ffn_up_shexp.weight" % result["cpu_expert_layers"][0])
+    assert result["placement"] == "single" and result["tensor_split"] == ""
+    assert "host memory" in result["reason"]
+
+
+def test_gpu_info_result_feeds_the_plan(ansible_module, nano):
+    env = {"PATH": "%s:%s" % (DOUBLES, os.environ["PATH"]), "NVIDIA_SMI_FIXTURE": "dual_a5500_a4000"}
+    gpus = ansible_module("gpu_info", {"processes": False}, extra_env=env)
+    assert gpus["topology"] == "dual"
+    gpus = {"gpus": gpus["gpus"], "topology": gpus["topology"]}
+    result = ansible_module("moe_offload_plan", {"gguf": nano[0], "gpus": gpus, "ctx_size": 65536, "parallel": 4})
+    assert result["failed"] is False
+    assert result["placement"] == "split" and result["tensor_split"] == "0.605,0.395"
+    assert result["visible_devices"] == ("GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60,"
+                                         "GPU-c05e7d29-4a18-3b6f-90d2-18e4a7f65c0b")
+    assert [g["name"] for g in result["memory"]["gpus"]] == ["NVIDIA RTX A5500", "NVIDIA RTX A4000"]
+    one = ansible_module("moe_offload_plan", {"gguf": nano[0], "gpus": gpus, "ctx_size": 65536, "parallel": 4,
+                                              "gpu_index": 1})
+    assert one["placement"] == "single" and one["gpu_indices"] == [1] and one["offload"] is True
+
+
+def test_gguf_info_result_is_accepted(ansible_module, nano):
+    info = ansible_module("gguf_info", {"path": nano[0], "tensors": "none"})
+    assert info["failed"] is False
+    result = ansible_module("moe_offload_plan", {"gguf": {"files": info["files"]}, "gpus": [A5500],
+                                                 "ctx_size": 8192, "mode": "all"})
+    assert result["failed"] is False and len(result["cpu_expert_layers"]) == 23
+    assert result["n_cpu_moe"] == 52
+
+
+def test_too_small_a_card_fails_with_what_is_missing(ansible_module, nano):
+    small = {"name": "RTX 4060", "memory_total_mib": 8188, "memory_free_mib": 3000}
+    result = ansible_module("moe_offload_plan", {"gguf": nano[0], "gpus": [small], "ctx_size": 262144,
+                                                 "parallel": 4})
+    assert result["failed"] is True and result["fits"] is False
+    assert re.search(r"\d+ MiB are missing", result["msg"]) and "Lower ctx_size" in result["msg"]
+    assert result["memory"]["gpus"][0]["free_after_mib"] < 0
+
+
+@pytest.mark.parametrize("args, words", [
+    ({"gpus": []}, "no GPU"),
+    ({"gpus": [{"name": "x", "memory_free_mib": 1, "colour": "red"}]}, "unknown field"),
+    ({"ctx_size": 0}, "ctx_size must be"),
+    ({"parallel": 0}, "parallel must be"),
+    ({"cache_type_k": "q6_k"}, "value of cache_type_k must be one of"),
+    ({"mode": "layers", "cpu_moe_layers": [0]}, "hold no routed experts"),
+    ({"gguf": "/nonexistent/model.gguf"}, "model.gguf"),
+    ({"bogus": 1}, "Unsupported parameters"),
+])
+def test_bad_input_fails_cleanly(ansible_module, nano, args, words):
+    base = {"gguf": nano[0], "gpus": [A5500], "ctx_size": 4096}
+    base.update(args)
+    result = ansible_module("moe_offload_plan", base)
+    assert result["failed"] is True
+    assert words in result["msg"]
+    assert "Traceback" not in result.get("module_stderr", "") + result.get("exception", "")
