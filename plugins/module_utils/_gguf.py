@@ -627,11 +627,11 @@ def find_split_files(path):
     count = int(match.group("count"))
     if not 1 <= number <= count:
         raise GGUFError(path, 0, "the file name says shard %d of %d" % (number, count))
-    width_no, width_count = len(match.group("no")), len(match.group("count"))
+    name_format = "%s-%%0%dd-of-%s.gguf" % (match.group("base").replace("%", "%%"), len(match.group("no")),
+                                            match.group("count"))
     files = []
     for i in range(1, count + 1):
-        shard = os.path.join(folder, "%s-%0*d-of-%0*d.gguf" % (match.group("base"), width_no, i,
-                                                              width_count, count))
+        shard = os.path.join(folder, name_format % i)
         if not os.path.isfile(shard):
             raise GGUFError(path, 0, "shard %d of %d is missing: %s" % (i, count, shard))
         files.append(shard)
