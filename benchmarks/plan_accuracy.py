@@ -35,7 +35,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import (  # noqa: E402
-    load_facts, plan)
+    PlanError, load_facts, plan)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (  # noqa: E402
     block_expert_pattern)
 from tools import gguf_models  # noqa: E402
@@ -257,7 +257,12 @@ def nano_table(workdir):
         for ctx in (32768, 65536, 131072, 262144):
             for parallel in (1, 2, 4):
                 gpus = [{"name": card, "memory_total_mib": total, "memory_free_mib": free}]
-                result = plan(facts, gpus, ctx_size=ctx, parallel=parallel)
+                try:
+                    result = plan(facts, gpus, ctx_size=ctx, parallel=parallel)
+                except PlanError as exc:
+                    if "memory" not in exc.details:
+                        raise
+                    result = exc.details
                 g = result["memory"]["gpus"][0]
                 what = "no offload" if not result["offload"] else (
                     "all experts" if len(result["cpu_expert_layers"]) == len(facts.expert_blocks) else "some experts")

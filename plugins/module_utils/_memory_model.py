@@ -307,7 +307,7 @@ def context_cells(ctx_size, parallel, kv_unified):
 
 def kv_cache_bytes(facts, ctx_size, parallel=1, cache_type_k="f16", cache_type_v="f16", kv_unified=False):
     """KV cache bytes of each attention block: ``{block: bytes}``."""
-    _, cells, streams = context_cells(ctx_size, parallel, kv_unified)
+    cells, streams = context_cells(ctx_size, parallel, kv_unified)[1:]
     return dict((block, (row_bytes(cache_type_k, k) + row_bytes(cache_type_v, v)) * cells * streams)
                 for block, (k, v) in facts.kv_blocks.items())
 

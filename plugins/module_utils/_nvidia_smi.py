@@ -70,7 +70,7 @@ def invalid_field(text):
 def failure_message(rc, stdout, stderr):
     """A message for people when nvidia-smi failed, with nvidia-smi's own words; ``None`` when it did not."""
     text = "\n".join(part.strip() for part in (stdout or "", stderr or "") if part and part.strip())
-    if rc == 0 and not any(marker in text for marker, _ in _KNOWN_FAILURES):
+    if rc == 0 and not any(failure[0] in text for failure in _KNOWN_FAILURES):
         return None
     words = " / ".join(line.strip() for line in text.splitlines() if line.strip()) or "no output"
     for marker, meaning in _KNOWN_FAILURES:

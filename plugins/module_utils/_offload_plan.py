@@ -279,6 +279,7 @@ def plan(facts, gpus, ctx_size, parallel=1, cache_type_k="f16", cache_type_v="f1
         "visible_devices": ",".join(str(d["uuid"] or d["index"]) for d in used),
         "gpu_indices": [d["index"] for d in used], "pattern_check": proof, "mode": mode,
         "flash_attn": result["flash_attn"], "n_ctx": result["n_ctx"], "parallel": parallel,
+        "op_offload": op_offload and ubatch >= mm.OP_OFFLOAD_MIN_BATCH,
         "warnings": warnings + result["warnings"],
     }
     answer["reason"] = _reason(facts, answer, used, result, baseline, mode)
@@ -344,6 +345,12 @@ def _reason(facts, answer, used, result, baseline, mode):
         if answer["memory"]["gpus"][0]["recurrent_mib"] or len(blocks) < len(facts.expert_blocks):
             lower.append("parallel")
         lower += ["cache_type_k/cache_type_v (q8_0 halves the KV cache)", "margin_mib", "ubatch"]
+        sizes = facts.expert_bytes_by_block()
+        copy = max([sizes.get(b, 0) for b in blocks] + [0])
+        if copy and answer["op_offload"]:
+            lower.append("op_offload (false, with llama-server --no-op-offload, frees the %.0f MiB the GPU reserves "
+                         "to compute on host-resident experts, at the cost of slower prompt processing)"
+                         % (copy / float(mm.MIB)))
         if mode != "auto" and len(blocks) < len(facts.expert_blocks):
             lower.insert(0, "mode (auto or all moves more experts)")
         return ("Does not fit on %s: with %s the plan needs %.0f MiB and %.0f MiB are missing. Lower %s, or use a "

@@ -21,22 +21,15 @@ description:
   - Fields a card does not report (V([N/A]), V([Not Supported])) are returned as V(null), with a warning.
   - Drivers before 510 do not know C(compute_cap). The module asks again without it.
 author:
-  - ai_llm maintainers
+  - ai_llm maintainers (@ai-llm)
 options:
   processes:
     description:
       - Also return the processes using GPU memory (C(nvidia-smi --query-compute-apps)).
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-    description: The module only reads. It runs the same way in check mode.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-    description: It changes nothing. Two runs give the same result while the GPUs stay as they are.
+extends_documentation_fragment:
+  - ai_llm.moe_offload.info_module
 notes:
   - Memory figures are in MiB (2^20 bytes), as C(nvidia-smi) prints them with C(nounits).
   - On a GPU in MIG mode, CUDA programs see the MIG devices listed in RV(gpus[].mig_devices), each with a

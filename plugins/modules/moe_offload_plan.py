@@ -25,7 +25,7 @@ description:
     across all of them (C(--tensor-split) in proportion to free memory). It picks the one that needs the fewest
     experts on the CPU, or the single GPU on a tie.
 author:
-  - ai_llm maintainers
+  - ai_llm maintainers (@ai-llm)
 options:
   gguf:
     description:
@@ -105,15 +105,8 @@ options:
         buffer. Set V(false) when the server runs with C(--no-op-offload).
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-    description: The module only reads. It plans the same way in check mode.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-    description: It changes nothing. The same inputs give the same plan.
+extends_documentation_fragment:
+  - ai_llm.moe_offload.info_module
 notes:
   - Memory is in MiB (2^20 bytes). Per-device figures follow llama.cpp's layer split, and the output layer
     sits on the last GPU.
@@ -190,7 +183,7 @@ memory:
          recurrent_mib: 95.23, compute_mib: 1163.0, margin_mib: 1024.0, total_mib: 23483.7, free_after_mib: 664.3}
     host: {model_mib: 2362.5, output_mib: 1.0, mmap: true}
 fits:
-  description: Whether every GPU keeps RV(memory.gpus[].free_after_mib) >= 0.
+  description: Whether every GPU keeps C(free_after_mib) >= 0 in RV(memory).
   returned: always
   type: bool
   sample: true
@@ -202,7 +195,7 @@ vram_saved_mib:
 headroom:
   description:
     - The largest C(ctx_size) (at this O(parallel)) and the largest C(parallel) (at this O(ctx_size)) that fit,
-      with this plan (RV(headroom.this_plan)) and with all experts on the CPU (RV(headroom.all_experts_on_cpu)).
+      with this plan (C(this_plan)) and with all experts on the CPU (C(all_experts_on_cpu)).
     - C(ctx_size_capped_at) is the limit of the search (the training context, or O(ctx_size) if larger).
   returned: success
   type: dict
@@ -298,6 +291,7 @@ def main():
     result.pop("mode", None)
     result.pop("flash_attn", None)
     result.pop("parallel", None)
+    result.pop("op_offload", None)
     module.exit_json(changed=False, **result)
 
 

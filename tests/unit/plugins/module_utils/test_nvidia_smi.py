@@ -55,7 +55,7 @@ def test_single_cards(name, gpu_name, total, free, cc):
 
 
 def test_a5500_fields_in_order():
-    gpus, _ = smi.parse_gpus(fixture("rtx_a5500.txt"))
+    gpus = smi.parse_gpus(fixture("rtx_a5500.txt"))[0]
     assert gpus[0] == {"index": 0, "name": "NVIDIA RTX A5500", "uuid": "GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60",
                        "pci_bus_id": "00000000:01:00.0", "memory_total_mib": 24564, "memory_used_mib": 1,
                        "memory_free_mib": 24148, "driver_version": "550.127.05", "compute_capability": "8.6"}
@@ -63,11 +63,11 @@ def test_a5500_fields_in_order():
 
 def test_topologies():
     assert smi.topology([]) == "cpu"
-    dual, _ = smi.parse_gpus(fixture("dual_a5500_a4000.txt"))
+    dual = smi.parse_gpus(fixture("dual_a5500_a4000.txt"))[0]
     assert [g["index"] for g in dual] == [0, 1]
     assert [g["memory_total_mib"] for g in dual] == [24564, 16376]
     assert smi.topology(dual) == "dual"
-    quad, _ = smi.parse_gpus(fixture("quad_h100.txt"))
+    quad = smi.parse_gpus(fixture("quad_h100.txt"))[0]
     assert smi.topology(quad) == "multi" and len(quad) == 4
 
 
@@ -93,7 +93,7 @@ def test_unexpected_output_is_an_error_not_a_crash():
 def test_failures_keep_nvidia_smis_words(name, rc, words, meaning):
     message = smi.failure_message(rc, fixture(name + ".txt"), "")
     assert words in message and meaning in message and "rc=%d" % rc in message
-    run, _ = fake_run(name)
+    run = fake_run(name)[0]
     with pytest.raises(smi.NvidiaSmiError, match="rc=%d" % rc):
         smi.gather(run)
 
@@ -135,5 +135,5 @@ def test_processes():
         {"gpu_uuid": "GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60", "gpu_index": 0, "pid": 1771,
          "process_name": None, "used_memory_mib": 512}]
     assert smi.parse_apps("No running processes found\n") == []
-    run, _ = fake_run("h100")
+    run = fake_run("h100")[0]
     assert smi.gather(run, processes=True)["processes"] == []

@@ -76,7 +76,7 @@ def test_does_not_fit_says_how_much_is_missing(nano):
     message = str(info.value)
     missing = re.search(r"(\d+) MiB are missing", message)
     assert missing and int(missing.group(1)) > 0
-    assert "ctx_size" in message and "cache_type_k" in message
+    assert "ctx_size" in message and "cache_type_k" in message and "--no-op-offload" in message
     assert info.value.details["fits"] is False
     assert info.value.details["memory"]["gpus"][0]["free_after_mib"] == -int(missing.group(1)) or \
         math.isclose(-info.value.details["memory"]["gpus"][0]["free_after_mib"], int(missing.group(1)), abs_tol=1)
