@@ -43,7 +43,9 @@ def run_ansible_module(module, args, check=False, extra_env=None):
     env.update(extra_env or {})
     cmd = [str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local",
            "-i", "localhost,", "-e", "ansible_python_interpreter=" + sys.executable,
-           "-m", fqcn, "-a", json.dumps(args)]
+           "-m", fqcn]
+    if args:  # "-a '{}'" reads as raw params, which most modules refuse
+        cmd += ["-a", json.dumps(args)]
     if check:
         cmd.append("--check")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300, check=False)
