@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Header inspection speed: our GGUF reader vs gguf-py's GGUFReader vs a whole gguf_info run.
 
 On the sparse 6-shard Nemotron-3-Nano-30B-A3B Q4_K_M header (131,072-token vocab, 269,443 merges) written by
@@ -85,7 +84,7 @@ def build(rebuild):
 
 def child(code, *args, env=None):
     proc = subprocess.run([sys.executable, "-c", code] + [str(a) for a in args], capture_output=True, text=True,
-                          env=env, cwd=str(ROOT))
+                          env=env, cwd=str(ROOT), check=False)
     if proc.returncode:
         raise SystemExit("child failed:\n%s\n%s" % (proc.stdout, proc.stderr))
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -99,7 +98,7 @@ def ansible_env():
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--repeat", type=int, default=5, help="calls of our reader in its child (best is shown)")
     parser.add_argument("--rebuild", action="store_true", help="write the cached model again")
     args = parser.parse_args()

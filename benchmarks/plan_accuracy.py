@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """How exact is the memory model? Real llama-server buffers beside the planner's prediction.
 
 Part 1 starts the real llama-server (``llama-server-vulkan``, a CPU build) on generated GGUF models of several
@@ -32,7 +31,6 @@ sys.path.insert(0, str(ROOT / ".collections"))
 sys.path.insert(0, str(ROOT))
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_model as mm  # noqa: E402
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import (  # noqa: E402
     PlanError, load_facts, plan)
@@ -65,7 +63,7 @@ class RpcDevices(object):
     def __enter__(self):
         bin_dir = server_bin_dir()
         env = dict(os.environ, LD_LIBRARY_PATH=str(bin_dir))
-        for _ in range(self.count):
+        for _attempt in range(self.count):
             port = free_port()
             proc = subprocess.Popen([str(bin_dir / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)],
                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -248,8 +246,8 @@ def nano_table(workdir):
     facts = load_facts(shards[0])
     gpu_all = mm.weight_bytes(facts, sum(facts.expert_tensors_by_block.values(), []))[0][0]
     print("GPU weights with all experts on CPU: %.2f MiB (CUDA alignment; %.2f MiB unpadded non-expert bytes minus "
-          "token_embd)" % (mm.mib(gpu_all), mm.mib(sum(t.nbytes for t in facts.tensors if not t.expert and
-                                                        not mm.is_input_tensor(t.name)))))
+          "token_embd)" % (mm.mib(gpu_all), mm.mib(sum(t.nbytes for t in facts.tensors
+                                                       if not t.expert and not mm.is_input_tensor(t.name)))))
     print("%-18s %7s %3s | %-14s %9s %8s %8s %8s %8s %9s %9s | %s" % (
         "card (free MiB)", "ctx", "np", "plan", "cpu blks", "model", "KV", "RS", "compute", "VRAM need", "free after",
         "verdict"))
@@ -267,14 +265,14 @@ def nano_table(workdir):
                 what = "no offload" if not result["offload"] else (
                     "all experts" if len(result["cpu_expert_layers"]) == len(facts.expert_blocks) else "some experts")
                 print("%-18s %7d %3d | %-14s %9d %8.0f %8.2f %8.2f %8.0f %9.0f %9.0f | %s" % (
-                    "%s %d" % (card.split(" (")[0], free), ctx, parallel, what, len(result["cpu_expert_layers"]),
+                    "%s %d" % (card.split(" (", maxsplit=1)[0], free), ctx, parallel, what, len(result["cpu_expert_layers"]),
                     g["model_mib"], g["kv_mib"], g["recurrent_mib"], g["compute_mib"], g["total_mib"],
                     g["free_after_mib"], "fits" if result["fits"] else "does not fit: %d MiB missing" % (
                         -g["free_after_mib"])))
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--quick", action="store_true", help="fewer server runs")
     parser.add_argument("--no-server", action="store_true", help="only the Nemotron-3-Nano table")
     args = parser.parse_args(argv)

@@ -551,7 +551,7 @@ def _small_kv(name: str, n_vocab: int, **transformer_kv):
         w.add_type("model")
         w.add_name(name)
         if transformer_kv:
-            _add_transformer_kv(w, **transformer_kv)
+            _add_transformer_kv(w, **transformer_kv)  # pylint: disable=missing-kwoa  # callers pass them all
         _add_spm_tokenizer(w, n_vocab)
     return kv
 
@@ -746,7 +746,7 @@ def write_model(kind: str, path, **kw):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("kind", choices=sorted(ARCH_WRITERS))
     parser.add_argument("out", help="output file (output directory for nemotron-nano)")
     parser.add_argument("--big-endian", action="store_true")

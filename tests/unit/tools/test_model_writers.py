@@ -65,14 +65,14 @@ def test_deterministic(tmp_path):
 
 @pytest.mark.parametrize("dtype,type_name", [("f16", "F16"), ("q8_0", "Q8_0"), ("q4_0", "Q4_0")])
 def test_expert_dtype(tmp_path, dtype, type_name):
-    reader, _ = read(gguf_models.write_tiny_nemotron_h_moe(tmp_path / "m.gguf", dtype=dtype))
+    reader = read(gguf_models.write_tiny_nemotron_h_moe(tmp_path / "m.gguf", dtype=dtype))[0]
     types = {t.name: t.tensor_type.name for t in reader.tensors}
     assert {types[n] for n in types if n.endswith("_exps.weight")} == {type_name}
     assert types["blk.1.ffn_up_shexp.weight"] == "F32"
 
 
 def test_gpt_oss_experts_are_mxfp4_with_f32_biases(tmp_path):
-    reader, _ = read(gguf_models.write_gpt_oss(tmp_path / "g.gguf"))
+    reader = read(gguf_models.write_gpt_oss(tmp_path / "g.gguf"))[0]
     types = {t.name: t.tensor_type for t in reader.tensors}
     assert types["blk.0.ffn_down_exps.weight"] == gguf.GGMLQuantizationType.MXFP4
     assert types["blk.0.ffn_down_exps.bias"] == gguf.GGMLQuantizationType.F32

@@ -100,7 +100,7 @@ def test_random_valid_files_read_back(kvs, tensors, endian, alignment):
         for kv in kvs:
             assert gf.metadata[kv[0]] == expected_value(*kv[1:]), kv[0]
             assert gf.value_types[kv[0]] == kv[2]
-        assert [(t.name, t.shape, t.type_id) for t in gf.tensors] == [(n, ne, q) for n, ne, q in tensors]
+        assert [(t.name, t.shape, t.type_id) for t in gf.tensors] == [tuple(t) for t in tensors]
         for t in gf.tensors:
             block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(t.type_id)]
             assert t.nbytes == t.n_elements // block * size
