@@ -23,7 +23,9 @@ for stage in "${stages[@]}"; do
       python -m pytest -q -p no:cacheprovider tests/unit tests/integration || status=1 ;;
     molecule)
       if compgen -G "extensions/molecule/*/molecule.yml" >/dev/null; then
-        (cd extensions && molecule test --all) || status=1
+        # from the collection root: molecule sees galaxy.yml, takes the scenarios from extensions/molecule/
+        # and builds + installs the collection (galaxy.yml build_ignore) before each scenario
+        molecule test --all || status=1
       else
         echo "no molecule scenarios yet"
       fi ;;
