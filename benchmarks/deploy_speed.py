@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Deploy speed of the llm_server role on the local demo (podman + podman-compose, CPU image, demo model).
 
   (a) ``podman-compose up -d --force-recreate ai-llm`` until ``/health`` answers 200: the time the service is
@@ -14,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -55,7 +53,8 @@ def recreate_to_health(compose: list, service: str, port: int, timeout: float = 
 
 def no_change_run():
     start = time.monotonic()
-    proc = subprocess.run(["ansible-playbook", "playbooks/deploy.yml"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(["ansible-playbook", "playbooks/deploy.yml"], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
     wall = time.monotonic() - start
     m = re.search(r"ok=(\d+)\s+changed=(\d+).*?failed=(\d+)", proc.stdout)
     if proc.returncode != 0 or not m:
@@ -69,7 +68,7 @@ def fmt(values):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
     if not (PROJECT / "docker-compose.prod.yml").exists():
@@ -79,11 +78,11 @@ def main(argv=None) -> int:
     compose = ["podman-compose", "-p", v["llm_server_compose_project"], "-f", str(PROJECT / "docker-compose.prod.yml")]
     service = v.get("llm_server_service_name", "ai-llm")
     model = ROOT / "demo" / "models" / "demo.gguf"
-    print("demo model: %s (%.1f MiB), image %s, port %d" % (model, model.stat().st_size / 2**20,
-                                                             v["llm_server_image"], port))
+    size_mib = model.stat().st_size / 2**20
+    print("demo model: %s (%.1f MiB), image %s, port %d" % (model, size_mib, v["llm_server_image"], port))
 
     ups, loads, totals = [], [], []
-    for _ in range(args.repeat):
+    for _run in range(args.repeat):
         up, load, total = recreate_to_health(compose, service, port)
         ups.append(up)
         loads.append(load)
@@ -94,7 +93,7 @@ def main(argv=None) -> int:
 
     # The recreates above changed nothing the role owns: the next run must be a no-change run.
     walls, changed = [], []
-    for _ in range(max(1, args.repeat // 2)):
+    for _run in range(max(1, args.repeat // 2)):
         wall, ch = no_change_run()
         walls.append(wall)
         changed.append(ch)
