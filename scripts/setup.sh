@@ -24,8 +24,10 @@ want="$(sha256sum requirements/dev.txt | cut -d' ' -f1)"
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: creating .venv with the pinned tools in requirements/dev.txt"
   "$PY" -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check --upgrade pip
-  .venv/bin/pip install -q --disable-pip-version-check -r requirements/dev.txt
+  # (this machine's pip.conf names local mirror folders that may not exist: drop pip's notes about them)
+  quiet() { "$@" 2> >(grep -v "^WARNING: Location 'file://.*' is ignored" >&2); }
+  quiet .venv/bin/pip install -q --disable-pip-version-check --upgrade pip
+  quiet .venv/bin/pip install -q --disable-pip-version-check -r requirements/dev.txt
   echo "$want" > "$stamp"
 fi
 
