@@ -35,6 +35,7 @@ from __future__ import absolute_import, division, print_function
 
 import os
 import re
+import stat
 import struct
 
 __all__ = [
@@ -589,20 +590,35 @@ def _read_header(rd):
                     data_offset, rd.size, rd.warnings)
 
 
+def _file_kind(mode):
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "mode %o" % mode
+
+
 def read_gguf(path):
     """Read the header of one GGUF file. Raises ``GGUFError`` on anything malformed."""
     path = os.fspath(path) if hasattr(os, "fspath") else path
     try:
-        fobj = open(path, "rb")
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it has no effect on regular files).
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except (OSError, IOError, ValueError, TypeError) as exc:
         raise GGUFError(path, 0, "cannot open: %s" % (getattr(exc, "strerror", None) or exc))
+    try:
+        info = os.fstat(fd)
+    except (OSError, IOError) as exc:
+        os.close(fd)
+        raise GGUFError(path, 0, "cannot stat: %s" % exc)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise GGUFError(path, 0, "cannot open: not a regular file (%s)" % _file_kind(info.st_mode))
+    fobj = os.fdopen(fd, "rb")
     rd = None
     try:
         with fobj:
-            try:
-                size = os.fstat(fobj.fileno()).st_size
-            except (OSError, IOError) as exc:
-                raise GGUFError(path, 0, "cannot stat: %s" % exc)
+            size = info.st_size
             rd = _Reader(path, fobj, size)
             return _read_header(rd)
     except GGUFError:

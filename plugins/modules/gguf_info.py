@@ -301,6 +301,8 @@ def main():
     )
     path = module.params["path"]
     if not os.path.exists(path):
+        if os.path.lexists(path):
+            module.fail_json(msg="%s: a broken symbolic link or a symlink loop" % path, changed=False)
         module.fail_json(msg="%s: no such file" % path, changed=False)
     if os.path.isdir(path):
         module.fail_json(msg="%s: is a directory, not a .gguf file" % path, changed=False)
