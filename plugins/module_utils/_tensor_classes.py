@@ -34,6 +34,9 @@ BLOCK_KINDS = ("attention", "recurrent", "moe", "dense_ffn")
 # Architectures whose block kinds are defined by per-layer metadata arrays (llama.cpp reads
 # head_count_kv[i] and feed_forward_length[i] for them): see the reference, section 3.
 METADATA_KIND_ARCHS = ("nemotron_h", "nemotron_h_moe")
+# More blocks than any model has (llama.cpp loads at most 512): a larger block_count or block number in a
+# tensor name is not trusted to size loops over every block.
+MAX_BLOCKS = 65536
 
 _BLOCK_RE = re.compile(r"^blk\.([0-9]+)\.")
 # Stacked routed experts (weights, biases, scales...) and the old one-tensor-per-expert layout.
@@ -196,6 +199,13 @@ def classify_model(architecture, metadata, tensors):
 
     block_count = _int_value(metadata.get(arch + ".block_count"), -1)
     tensor_blocks = max(classes_by_block) + 1 if classes_by_block else 0
+    if block_count > MAX_BLOCKS:
+        warnings.append("%s.block_count %d is implausible (more than %d): ignored, blocks counted from the "
+                        "tensor names" % (arch, block_count, MAX_BLOCKS))
+        block_count = -1
+    if tensor_blocks > MAX_BLOCKS:
+        warnings.append("a tensor name gives block number %d (more than %d blocks): only the blocks that hold "
+                        "tensors are listed" % (tensor_blocks - 1, MAX_BLOCKS))
     if block_count < 0:
         block_count = tensor_blocks
     elif tensor_blocks > block_count:
@@ -224,7 +234,7 @@ def classify_model(architecture, metadata, tensors):
             head_count_kv = ffn_length = None
 
     block_kinds = {}
-    for block in range(block_count):
+    for block in (range(block_count) if block_count <= MAX_BLOCKS else sorted(classes_by_block)):
         classes_in_block = classes_by_block.get(block, set())
         if head_count_kv is not None and block < len(head_count_kv):
             kinds = _kinds_from_metadata(head_count_kv[block], ffn_length[block], classes_in_block, expert_count)
