@@ -34,8 +34,17 @@ __all__ = [
 
 # ANSI colour sequences (--log-colors on, or colourised chat-template diagnostics).
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-# "ai-llm-1  | " / "ai-llm | " / "[ai-llm] | ": the service prefix of `docker compose logs` / `podman-compose logs`.
+# Prefixes that the log picks up on its way to the reader, stripped in this order (each optional):
+# - a container runtime's timestamp (`docker logs -t`, `podman logs -t`): "2025-08-20T11:41:20.014123456Z ";
+# - journald (`journalctl -u ...`): "Apr 17 23:09:42 athena ollama[2840147]: ";
+# - "ai-llm-1  | " / "ai-llm | " / "[ai-llm] | ": the service prefix of `docker compose logs` / `podman-compose logs`;
+# - "[47161] ": the llama-server router (--models-preset/--models-dir) prefixes every child line with its port.
+_RUNTIME_TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? ")
+_JOURNAL = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@/-]+(?:\[\d+\])?: ")
 _COMPOSE = re.compile(r"^\[?[A-Za-z0-9][\w.-]*\]?\s*\| ?")
+_ROUTER = re.compile(r"^\[\d+\] ")
+# The loader's progress dots ("....") are printed without a newline, so the next line can be glued to them.
+_DOTS = re.compile(r"^\.+")
 # Optional "0.00.011.842 D " (timestamp + level letter), or just the level letter, then an optional
 # component tag of the newer common logger ("srv  ", "cmn  ", "slot ", "que  ", "spec ").
 _PREFIX = re.compile(
@@ -69,9 +78,13 @@ _DEBUG_MARKER = re.compile(
 # "tensor blk.1.ffn_up_exps.weight (0 MiB f32) buffer type overridden to CPU"
 # "tensor blk.1.ffn_up_exps.weight buffer type overriden to CPU"            (before PR #13364)
 # "Tensor blk.1.ffn_up_exps.weight buffer type overriden to CPU"            (ik_llama.cpp, INFO)
+# "Tensor blk.4.ffn_down_exps.weight (size = 136.00 MiB) buffer type overriden to CPU"   (ik_llama.cpp, 2025-26)
+# The buffer can be "CUDA1", "CUDA_Host", "ROCm_Host", "RPC[127.0.0.1:50053]"... A pasted or unflushed log can hold
+# several of them on one line ("... overriden to CPUTensor blk.33..."): every match of a line counts.
 _OVERRIDE = re.compile(
-    r"^(?:(?:llm_)?load_tensors: )?[Tt]ensor (?P<tensor>\S+)"
-    r"(?: \((?P<mib>\d+) MiB (?P<type>\w+)\))? buffer type overrid+en to (?P<buffer>\S+?)\s*$"
+    r"[Tt]ensor (?P<tensor>\S+)"
+    r"(?: \((?:(?P<mib>\d+) MiB (?P<type>\w+)|size = (?P<fmib>\d+(?:\.\d+)?) MiB)\))?"
+    r" buffer type overrid+en to (?P<buffer>\w+?(?:\[[^\]\s]*\])?)(?=[Tt]ensor |\s|$)"
 )
 _OFFLOADED = re.compile(r"offloaded (?P<n>\d+)/(?P<m>\d+) layers to GPU")
 _MODEL_BUF = re.compile(
@@ -79,14 +92,43 @@ _MODEL_BUF = re.compile(
 )
 _KV_BUF = re.compile(r"^[\w.]+: +(?P<buf>\S+) +KV buffer size *= *(?P<mib>[0-9.]+) MiB")
 _RS_BUF = re.compile(r"^[\w.]+: +(?P<buf>\S+) +RS buffer size *= *(?P<mib>[0-9.]+) MiB")
-_COMPUTE_BUF = re.compile(r"^[\w.]+: +(?P<buf>\S+) +compute buffer size *= *(?P<mib>[0-9.]+) MiB")
+# (the vision projector's clip graph prints "reserve_compute_meta:"/"alloc_compute_meta:" compute lines of its own)
+_COMPUTE_BUF = re.compile(
+    r"^(?!(?:reserve|alloc)_compute_meta:)[\w.]+: +(?P<buf>\S+) +compute buffer size *= *(?P<mib>[0-9.]+) MiB"
+)
 _MMAP_WARN = re.compile(r"tensor overrides to CPU are used with mmap enabled")
 _LOAD_ERRORS = [
     # most specific first
     re.compile(r"error loading model: (?P<msg>.+?)\s*$"),
-    re.compile(r"(?P<msg>(?:unable|failed) to load model.*?)\s*$"),
+    # the context (KV cache, compute buffers) could not be created: "failed to allocate compute pp buffers"
+    re.compile(r"(?P<msg>failed to initialize the context: .+?)\s*$"),
+    re.compile(r"(?P<msg>failed to create context with model.*?)\s*$"),
+    # (up to a quote: the 2024 server's JSON line '..."msg":"unable to load model","tid":...')
+    re.compile(r"(?P<msg>(?:unable|failed) to load model[^\"]*?)\s*(?:\"|$)"),
+    # a bad argument ends the server before any load: 'error while handling argument "-ot": unknown buffer type'
+    re.compile(r"(?P<msg>error while handling argument.*?)\s*$"),
     re.compile(r"(?P<msg>exiting due to model loading error)"),
 ]
+# Allocation failures: not fatal by themselves (llama.cpp retries a compute buffer without pipeline parallelism),
+# but the reason behind a load error that follows them.
+_ALLOC_FAILURES = [
+    re.compile(r"(?P<msg>allocating [0-9.]+ MiB on device \d+: \w+ failed: .+?)\s*$"),
+    re.compile(r"(?P<msg>failed to allocate \S+ buffer of size \d+)"),
+    re.compile(r"ggml_vulkan: (?P<msg>(?:Device memory allocation of size \d+ failed|Requested buffer size exceeds).*?)"
+               r"\s*$"),
+    re.compile(r"(?P<msg>unable to allocate \S+ buffer)"),
+]
+# A fatal error of the running server (during or after the load): the process is gone.
+_CRASH = [
+    re.compile(r"\b(?P<msg>(?:CUDA|ROCm|MUSA|HIP|SYCL) error: .+?)\s*$"),
+    re.compile(r"(?P<msg>GGML_ASSERT\(.+?\) failed)"),
+    re.compile(r"(?P<msg>terminate called after throwing an instance of .+?)\s*$"),
+    re.compile(r"(?P<msg>Segmentation fault|Aborted \(core dumped\)|Killed$)"),
+]
+# The server finished loading and serves: "main: model loaded", "main: server is listening on http://...",
+# "srv  update_slots: all slots are idle"; the 2024 server's 'INFO [main] model loaded | ...' and JSON lines.
+# (The older "HTTP server is listening, hostname: ..." line comes *before* the load and proves nothing.)
+_READY = re.compile(r"(?:\bmodel loaded\b|server is listening on |all slots are idle)")
 
 # Phases of one load, in the order llama.cpp prints them.
 _PH_NONE, _PH_TENSORS, _PH_MODEL_BUF, _PH_CONTEXT = 0, 1, 2, 3
@@ -104,7 +146,13 @@ _BUFFER_LINES = [
 
 def _strip(line):
     """Return (level letter or None, the message without timestamp/level/component prefix)."""
-    line = _COMPOSE.sub("", _ANSI.sub("", line).rstrip("\r\n"), count=1)
+    line = _ANSI.sub("", line).rstrip("\r\n").lstrip()
+    # the wrappers nest in any order ("ai-llm-1  | 2025-08-20T11:41:20Z ..." with `compose logs -t`)
+    before = None
+    while before != line:
+        before = line
+        for rx in (_RUNTIME_TS, _JOURNAL, _COMPOSE, _ROUTER, _DOTS):
+            line = rx.sub("", line, count=1).lstrip()
     m = _PREFIX.match(line)
     return m.group("lvl"), line[m.end():]
 
@@ -115,11 +163,14 @@ class _State(object):
         self.build_number = None
         self.debug_visible = False      # a DEBUG-level line was seen in this run
         self.load_error_msgs = []
+        self.alloc_failures = []        # allocation failures of the current load (the reason of a load error)
+        self.crash = None               # the first fatal error of the run
+        self.ready = False              # the run shows the server loaded and serving
         self.loads = 0                  # loads seen in this run
         self.reset_load()
 
     def run_has_content(self):
-        return self.load_content or bool(self.load_error_msgs) or self.loads > 0
+        return self.load_content or bool(self.load_error_msgs) or self.loads > 0 or self.crash is not None
 
     def reset_load(self):
         self.overridden = []
@@ -141,7 +192,10 @@ def parse_log(text):
     ``overridden`` (list of ``{tensor, mib, type, buffer}``; ``mib``/``type`` None in the old format),
     ``model_buffers``, ``kv_buffers``, ``rs_buffers``, ``compute_buffers`` (buffer name -> MiB; model, KV and
     RS lines of the same buffer are summed: ``CPU_Mapped`` is printed once per shard), ``offloaded_layers``
-    (``{offloaded, total}`` or None), ``mmap_override_warning``, ``load_error`` (message or None),
+    (``{offloaded, total}`` or None), ``mmap_override_warning``, ``load_error`` (message or None; with the
+    allocation that failed when the log names one), ``crash`` (the first fatal error of the last run, during or
+    after the load: ``CUDA error: ...``, ``GGML_ASSERT(...) failed``, ``Segmentation fault``...; or None),
+    ``server_ready`` (the last run shows the server loaded and serving; an INFO line, hidden at low verbosity),
     ``per_tensor_lines_visible``, ``runs`` and ``loads`` (how many of each the text held; only the last
     load of the last run is reported).
     """
@@ -158,6 +212,7 @@ def parse_log(text):
         st.reset_load()
         # an error of an earlier (dry-run) load does not describe this one
         st.load_error_msgs = []
+        st.alloc_failures = []
 
     def enter_phase(phase):
         """Start a new load when a line belongs to an earlier phase than what was already seen."""
@@ -201,15 +256,18 @@ def parse_log(text):
             st.load_debug_marker = True
             continue
 
-        m = _OVERRIDE.search(msg)
-        if m:
+        found = list(_OVERRIDE.finditer(msg))
+        if found:
             enter_phase(_PH_TENSORS)
-            st.overridden.append({
-                "tensor": m.group("tensor"),
-                "mib": int(m.group("mib")) if m.group("mib") is not None else None,
-                "type": m.group("type"),
-                "buffer": m.group("buffer"),
-            })
+            for m in found:
+                mib = m.group("mib") if m.group("mib") is not None else m.group("fmib")
+                st.overridden.append({
+                    "tensor": m.group("tensor"),
+                    # integer-truncated like llama.cpp's %zu; ik_llama.cpp prints "size = 136.00 MiB"
+                    "mib": int(float(mib)) if mib is not None else None,
+                    "type": m.group("type"),
+                    "buffer": m.group("buffer"),
+                })
             continue
         if _MMAP_WARN.search(msg):
             enter_phase(_PH_TENSORS)
@@ -231,17 +289,39 @@ def parse_log(text):
                 break
         if m:
             continue
+        if _READY.search(msg):
+            st.ready = True
+            continue
+        matched = False
         for i, rx in enumerate(_LOAD_ERRORS):
             m = rx.search(msg)
             if m and "fit params" not in msg:
                 st.load_error_msgs.append((i, m.group("msg")))
+                matched = True
                 break
+        if matched:
+            continue
+        for rx in _ALLOC_FAILURES:
+            m = rx.search(msg)
+            if m:
+                st.alloc_failures.append(m.group("msg"))
+                break
+        else:
+            for rx in _CRASH:
+                m = rx.search(msg)
+                if m and st.crash is None:
+                    st.crash = m.group("msg")
+                    break
 
     load_error = None
     if st.load_error_msgs:
         # the most specific kind of message, the last of that kind
         best = min(kind for kind, _msg in st.load_error_msgs)
         load_error = [text for kind, text in st.load_error_msgs if kind == best][-1]
+        # with the allocation that failed, when the message does not already say it
+        details = [a for a in st.alloc_failures if a not in load_error]
+        if details:
+            load_error = "%s (%s)" % (load_error, details[0])
 
     visible = bool(st.overridden) or st.load_debug_marker or st.debug_visible
     return {
@@ -255,6 +335,8 @@ def parse_log(text):
         "offloaded_layers": st.offloaded,
         "mmap_override_warning": st.mmap_warning,
         "load_error": load_error,
+        "crash": st.crash,
+        "server_ready": st.ready,
         "per_tensor_lines_visible": visible,
         "runs": max(runs, 1) if (text or "").strip() else 0,
         "loads": st.loads,
@@ -310,27 +392,39 @@ def verify_placement(parsed, expected=None, expect_gpu_model_mib=None,
     if parsed.get("load_error"):
         res["msg"] = "the model failed to load: %s" % parsed["load_error"]
         return res
+    if parsed.get("crash"):
+        res["msg"] = "llama-server died: %s" % parsed["crash"]
+        return res
     if expected is None and expect_gpu_model_mib is None:
         res["msg"] = "no expectation given, nothing verified: %d tensors overridden, GPU model buffer %s MiB" % (
             len(parsed.get("overridden") or []), res["gpu_model_mib"])
         return res
 
     if expected is not None and parsed.get("per_tensor_lines_visible"):
-        moved = [o["tensor"] for o in parsed.get("overridden", [])]
+        overridden = parsed.get("overridden") or []
+        # only an override to a host buffer moves a tensor off the GPUs: "-ot ...=CUDA1" pins it to another device
+        moved = [o["tensor"] for o in overridden if not is_device_buffer(o["buffer"])]
+        on_device = dict((o["tensor"], o["buffer"]) for o in overridden if is_device_buffer(o["buffer"]))
         moved_set, exp_set = set(moved), set(expected)
         res["evidence"] = "per_tensor"
         res["missing"] = sorted(exp_set - moved_set)
         res["unexpected"] = sorted(moved_set - exp_set)
         res["verified"] = not res["missing"] and not res["unexpected"]
         if res["verified"]:
-            res["msg"] = "the log shows exactly the %d expected tensors overridden" % len(exp_set)
+            res["msg"] = "the log shows exactly the %d expected tensors overridden to host memory" % len(exp_set)
+            if on_device:
+                res["msg"] += " (and %d tensors pinned to devices: %s)" % (
+                    len(on_device), ", ".join(sorted(set(on_device.values()))))
         else:
             parts = []
-            if not moved:
+            if not overridden:
                 parts.append("the log shows no overridden tensor (the pattern matched nothing?)")
+            elif not moved:
+                parts.append("the log shows no tensor overridden to host memory, only to devices")
             if res["missing"]:
-                parts.append("%d expected tensors not overridden: %s"
-                             % (len(res["missing"]), ", ".join(res["missing"])))
+                named = ["%s (to %s)" % (n, on_device[n]) if n in on_device else n for n in res["missing"]]
+                parts.append("%d expected tensors not overridden to host memory: %s"
+                             % (len(res["missing"]), ", ".join(named)))
             if res["unexpected"]:
                 parts.append("%d unexpected tensors overridden: %s"
                              % (len(res["unexpected"]), ", ".join(res["unexpected"])))

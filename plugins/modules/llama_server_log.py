@@ -88,8 +88,8 @@ options:
     default: 1.0
   fail_on_mismatch:
     description:
-      - Fail the task when the log shows a failed model load, or when an expectation is given and the log does not
-        prove it (RV(verified=false)).
+      - Fail the task when the log shows a failed model load or a crash of the server (RV(load_error),
+        RV(crash)), or when an expectation is given and the log does not prove it (RV(verified=false)).
       - With V(false) the result is only returned.
     type: bool
     default: true
@@ -103,6 +103,11 @@ notes:
     or when a DEBUG line is present (a C(D) level letter, or the loader's C(layer N assigned to device) and
     C(create_tensor) lines, which llama.cpp prints at the same level, in the same function, as the override lines).
     Only then does an absent override line mean that the pattern matched nothing.
+  - Only an override to a host buffer (C(CPU*), C(*_Host), C(AMX)...) counts as moved off the GPUs for the
+    expectation; overrides to another device (C(-ot ...=CUDA1), C(RPC[...])) are listed in RV(overridden) with
+    their buffer but are neither expected nor unexpected moves.
+  - The log may come through C(docker logs -t), C(docker compose logs), C(journalctl), the llama-server router
+    (C([port]) prefix), with ANSI colours or Windows line ends; those prefixes are removed before parsing.
   - The fork ik_llama.cpp prints its C(Tensor ... overriden) line at INFO level. When its pattern matched nothing
     the log holds no DEBUG line to prove the lines were visible, and the buffer evidence is used.
 seealso:
@@ -254,10 +259,25 @@ mmap_override_warning:
   type: bool
   sample: true
 load_error:
-  description: The loader's error message when the last run failed to load the model, else V(null).
+  description:
+    - The loader's error message when the last run failed to load the model (or to create its context, or to
+      start), else V(null).
+    - When the log names the allocation that failed, it is appended in parentheses.
   returned: always
   type: str
-  sample: "llama_model_loader: failed to load model from /models/broken.gguf"
+  sample: "unable to allocate CUDA0 buffer (allocating 144817.04 MiB on device 0: cudaMalloc failed: out of memory)"
+crash:
+  description: "The first fatal error of the last run, during or after the load (C(CUDA error: ...),
+    failed C(GGML_ASSERT), C(Segmentation fault)...), else V(null). The server is gone; nothing is verified."
+  returned: always
+  type: str
+  sample: "CUDA error: an illegal memory access was encountered"
+server_ready:
+  description: Whether the last run shows the server loaded and serving (C(model loaded), C(server is listening on),
+    C(all slots are idle)). These are INFO lines, hidden at low verbosity, so V(false) alone fails nothing.
+  returned: always
+  type: bool
+  sample: true
 per_tensor_lines_visible:
   description: Whether the log's verbosity shows the per-tensor override lines (see the notes).
   returned: always
@@ -361,7 +381,8 @@ def main():
     if p["expect_pattern"] is not None and not expected:
         result["msg"] = "expect_pattern matches no tensor of the model; " + result["msg"]
     has_expectation = expected is not None or p["expect_gpu_model_mib"] is not None
-    if p["fail_on_mismatch"] and (parsed["load_error"] or (has_expectation and not check["verified"])):
+    failed_run = parsed["load_error"] or parsed["crash"]
+    if p["fail_on_mismatch"] and (failed_run or (has_expectation and not check["verified"])):
         module.fail_json(changed=False, **result)
     module.exit_json(changed=False, **result)
 
