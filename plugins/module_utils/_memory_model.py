@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 
 MIB = 1 << 20
+LLAMA_MAX_LAYERS = 512  # llama.cpp refuses models with more blocks
+MAX_BLOCKS = 65536  # more blocks than this is a broken header, not a model
 DEFAULT_MARGIN_MIB = 1024  # llama.cpp's --fit keeps this much free per device (driver, CUDA context)
 N_CTX_PAD = 256  # llama.cpp pads the context to a multiple of this
 KQ_MASK_PAD = 64  # ... and the tokens of the KQ mask to a multiple of this
@@ -122,18 +124,24 @@ def _int(value):
     return None
 
 
+def _dim(value):
+    """A size from the metadata: a whole number > 0, else ``None`` (treated as missing)."""
+    value = _int(value)
+    return value if value is not None and value > 0 else None
+
+
 def _per_block(metadata, key, block_count):
-    """A per-layer value: ``{block: int}`` from a scalar or an array, or ``None`` when absent/invalid."""
+    """A per-layer value: ``{block: int >= 0}`` from a scalar or an array, or ``None`` when absent/invalid."""
     value = metadata.get(key)
     if value is None:
         return None
     if isinstance(value, (list, tuple)):
         values = [_int(v) for v in value]
-        if len(values) != block_count or any(v is None for v in values):
+        if len(values) != block_count or any(v is None or v < 0 for v in values):
             return None
         return dict(enumerate(values))
     scalar = _int(value)
-    return None if scalar is None else dict((b, scalar) for b in range(block_count))
+    return None if scalar is None or scalar < 0 else dict((b, scalar) for b in range(block_count))
 
 
 def _count(value):
@@ -161,18 +169,23 @@ def model_facts(metadata, tensors, layout):
     arch = layout.architecture or metadata.get("general.architecture") or ""
     warnings = []
     block_count = layout.block_count
+    if block_count > MAX_BLOCKS:
+        raise MemoryModelError("%d blocks is implausible (llama.cpp loads at most %d): check %s.block_count and the "
+                               "blk.N tensor names" % (block_count, LLAMA_MAX_LAYERS, arch))
     by_name = dict((t.name, t) for t in tensors)
     expert_names = set(layout.expert_tensors)
 
-    def shape(name):
+    def shape(name, dims=1):
+        """The shape of a tensor with at least ``dims`` dimensions, all > 0 (``None`` otherwise)."""
         tensor = by_name.get(name)
-        return tuple(tensor.shape) if tensor is not None and tensor.shape else None
+        value = tuple(tensor.shape) if tensor is not None and tensor.shape else ()
+        return value if len(value) >= dims and all(n > 0 for n in value) else None
 
     def block_shape(block, base):
-        return shape("blk.%d.%s.weight" % (block, base))
+        return shape("blk.%d.%s.weight" % (block, base), 2)
 
     # Embedding width and vocabulary.
-    n_embd = _int(metadata.get(arch + ".embedding_length"))
+    n_embd = _dim(metadata.get(arch + ".embedding_length"))
     embd_shape = shape("token_embd.weight") or shape("output.weight")
     if n_embd is None:
         if not embd_shape:
@@ -180,7 +193,7 @@ def model_facts(metadata, tensors, layout):
                                    "to read it from" % arch)
         n_embd = embd_shape[0]
         warnings.append("%s.embedding_length missing: %d taken from the embedding tensor" % (arch, n_embd))
-    n_vocab = _count(metadata.get("tokenizer.ggml.tokens")) or _int(metadata.get(arch + ".vocab_size"))
+    n_vocab = _count(metadata.get("tokenizer.ggml.tokens")) or _dim(metadata.get(arch + ".vocab_size"))
     if not n_vocab:
         if not embd_shape or len(embd_shape) < 2:
             raise MemoryModelError("the vocabulary size is unknown: no tokenizer.ggml.tokens, no %s.vocab_size "
@@ -192,9 +205,14 @@ def model_facts(metadata, tensors, layout):
     # Attention blocks: KV widths from key_length/value_length x head_count_kv, or from attn_k/attn_v shapes.
     attention = list(layout.layer_kinds.get("attention", []))
     head_kv = _per_block(metadata, arch + ".attention.head_count_kv", block_count)
+    head_kv_invalid = head_kv is None and metadata.get(arch + ".attention.head_count_kv") is not None
     head = _per_block(metadata, arch + ".attention.head_count", block_count) or {}
-    key_length = _int(metadata.get(arch + ".attention.key_length"))
-    value_length = _int(metadata.get(arch + ".attention.value_length"))
+    key_length = _dim(metadata.get(arch + ".attention.key_length"))
+    value_length = _dim(metadata.get(arch + ".attention.value_length"))
+    # Multi-head latent attention (deepseek2 converted with *_mla keys): llama.cpp caches only the compressed
+    # K (kv_lora_rank + rope dims, one KV head); V is a view of it, so the V cache has no bytes.
+    mla = bool(_dim(metadata.get(arch + ".attention.key_length_mla"))
+               and _dim(metadata.get(arch + ".attention.value_length_mla")))
     kv_blocks = {}
     kv_heads = {}
     n_head = {}
@@ -209,7 +227,7 @@ def model_facts(metadata, tensors, layout):
             k_width = hkv * (key_length or n_embd // head[block])
             v_width = hkv * (value_length or n_embd // head[block])
         k_shape, v_shape = block_shape(block, "attn_k"), block_shape(block, "attn_v")
-        if (k_width is None or key_length is None or value_length is None) and k_shape and v_shape:
+        if (k_width is None or key_length is None or value_length is None or head_kv_invalid) and k_shape and v_shape:
             if k_width is not None and (k_width, v_width) != (k_shape[1], v_shape[1]):
                 fell_back.append(block)
             elif k_width is None:
@@ -219,7 +237,7 @@ def model_facts(metadata, tensors, layout):
             raise MemoryModelError("block %d is an attention block but neither the metadata (%s.attention."
                                    "head_count_kv, key_length, value_length) nor attn_k/attn_v tensors give its "
                                    "KV width" % (block, arch))
-        kv_blocks[block] = (k_width, v_width)
+        kv_blocks[block] = (k_width, 0 if mla else v_width)
         kv_heads[block] = hkv or 1
     if fell_back:
         warnings.append("KV widths of blocks %s taken from the attn_k/attn_v tensor shapes (metadata "
@@ -230,29 +248,8 @@ def model_facts(metadata, tensors, layout):
     ssm = {}
     recurrent_blocks = {}
     if recurrent:
-        d_conv = _int(metadata.get(arch + ".ssm.conv_kernel"))
-        d_inner = _int(metadata.get(arch + ".ssm.inner_size"))
-        d_state = _int(metadata.get(arch + ".ssm.state_size"))
-        n_group = _int(metadata.get(arch + ".ssm.group_count"))
-        if n_group is None and None not in (d_conv, d_inner, d_state):
-            n_group = 1  # llama.cpp's default (Mamba-1 models have no groups)
-        if None in (d_conv, d_inner, d_state):
-            first = recurrent[0]
-            conv = shape("blk.%d.ssm_conv1d.weight" % first)
-            norm = shape("blk.%d.ssm_norm.weight" % first)
-            out = block_shape(first, "ssm_out")
-            if not conv or not out:
-                raise MemoryModelError("the recurrent blocks lack %s.ssm.conv_kernel/inner_size/state_size and "
-                                       "the ssm_conv1d/ssm_out tensors to read them from" % arch)
-            d_conv, conv_dim, d_inner = conv[0], conv[1], out[0]
-            n_group = norm[1] if norm and len(norm) > 1 else 1
-            d_state = (conv_dim - d_inner) // (2 * n_group)
-            warnings.append("%s.ssm.* metadata missing: d_conv=%d d_inner=%d d_state=%d n_group=%d taken from "
-                            "the ssm tensor shapes" % (arch, d_conv, d_inner, d_state, n_group))
-        ssm = {"d_conv": d_conv, "d_inner": d_inner, "d_state": d_state, "n_group": n_group,
-               "n_head": _int(metadata.get(arch + ".ssm.time_step_rank")) or 0}
-        n_embd_r = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
-        n_embd_s = d_state * d_inner
+        n_embd_r, n_embd_s, ssm = _recurrent_widths(metadata, arch, n_embd, recurrent[0], shape, block_shape,
+                                                    warnings)
         recurrent_blocks = dict((b, (n_embd_r, n_embd_s)) for b in recurrent)
 
     # Tensors.
@@ -293,16 +290,62 @@ def model_facts(metadata, tensors, layout):
         sliding_window=sliding_window, warnings=warnings + list(getattr(layout, "warnings", []) or []))
 
 
+def _recurrent_widths(metadata, arch, n_embd, first, shape, block_shape, warnings):
+    """``(n_embd_r, n_embd_s, ssm)``: F32 elements of a recurrent block's R and S states per sequence.
+
+    llama.cpp's ``llama_hparams::n_embd_r()`` / ``n_embd_s()``: RWKV (``wkv.head_size``) keeps
+    ``token_shift_count * n_embd`` and ``n_embd * head_size``; LFM2 short convolutions (``shortconv.l_cache``)
+    ``n_embd * (l_cache - 1)`` and nothing; Mamba ``(d_conv - 1) * (d_inner + 2 * n_group * d_state)`` and
+    ``d_state * d_inner`` (``n_group`` is 0 for Mamba-1, which has no groups).
+    """
+    head_size = _dim(metadata.get(arch + ".wkv.head_size"))
+    if head_size:
+        shift = _int(metadata.get(arch + ".token_shift_count"))
+        shift = 2 if shift is None or shift < 0 else shift
+        return shift * n_embd, n_embd * head_size, {}
+    l_cache = _dim(metadata.get(arch + ".shortconv.l_cache"))
+    if l_cache:
+        return n_embd * (l_cache - 1), 0, {}
+    d_conv = _dim(metadata.get(arch + ".ssm.conv_kernel"))
+    d_inner = _dim(metadata.get(arch + ".ssm.inner_size"))
+    d_state = _dim(metadata.get(arch + ".ssm.state_size"))
+    n_group = _int(metadata.get(arch + ".ssm.group_count"))
+    n_group = n_group if n_group is not None and n_group >= 0 else 0
+    if None in (d_conv, d_inner, d_state):
+        conv = shape("blk.%d.ssm_conv1d.weight" % first, 2)
+        norm = shape("blk.%d.ssm_norm.weight" % first, 2)
+        out = block_shape(first, "ssm_out")
+        if not conv or not out:
+            raise MemoryModelError("the recurrent blocks lack %s.ssm.conv_kernel/inner_size/state_size and "
+                                   "the ssm_conv1d/ssm_out tensors to read them from" % arch)
+        d_conv, conv_dim, d_inner = conv[0], conv[1], out[0]
+        n_group = norm[1] if norm else 1
+        d_state = (conv_dim - d_inner) // (2 * n_group)
+        if d_state <= 0:
+            raise MemoryModelError("the recurrent blocks lack %s.ssm.* metadata and the ssm tensor shapes do not "
+                                   "give a state size (conv channels %d, inner size %d)" % (arch, conv_dim, d_inner))
+        warnings.append("%s.ssm.* metadata missing: d_conv=%d d_inner=%d d_state=%d n_group=%d taken from "
+                        "the ssm tensor shapes" % (arch, d_conv, d_inner, d_state, n_group))
+    ssm = {"d_conv": d_conv, "d_inner": d_inner, "d_state": d_state, "n_group": n_group,
+           "n_head": _dim(metadata.get(arch + ".ssm.time_step_rank")) or 0}
+    return (d_conv - 1) * (d_inner + 2 * n_group * d_state), d_state * d_inner, ssm
+
+
 # --------------------------------------------------------------------------- context, KV and recurrent state
 
 def context_cells(ctx_size, parallel, kv_unified):
     """``(n_ctx, cells per stream, streams)`` as llama.cpp sizes them.
 
-    n_ctx is padded to 256; without a unified cache every slot has its own stream of n_ctx / parallel cells.
+    n_ctx is padded to 256; without a unified cache every slot has its own stream of n_ctx / parallel cells,
+    padded to 256 again (llama_context: ``n_ctx_seq = pad(n_ctx / n_seq_max, 256)``, then
+    ``n_ctx = n_ctx_seq * n_seq_max``: ``-c 513 -np 2`` allocates 2 x 512 cells).
     """
     n_ctx = pad(ctx_size, N_CTX_PAD)
-    streams = 1 if kv_unified else max(1, parallel)
-    return n_ctx, n_ctx // streams, streams
+    if kv_unified:
+        return n_ctx, n_ctx, 1
+    streams = max(1, parallel)
+    cells = pad(n_ctx // streams, N_CTX_PAD)
+    return cells * streams, cells, streams
 
 
 def kv_cache_bytes(facts, ctx_size, parallel=1, cache_type_k="f16", cache_type_v="f16", kv_unified=False):
@@ -501,7 +544,7 @@ def estimate(facts, ctx_size, parallel=1, cache_type_k="f16", cache_type_v="f16"
         warnings.append("ctx_size %d is beyond the model's training context (%d): quality may drop" % (
             ctx_size, facts.context_length))
     return {"gpus": gpus, "host": host, "devices_by_block": devices, "output_device": output_device,
-            "flash_attn": fa, "n_ctx": pad(ctx_size, N_CTX_PAD), "warnings": warnings}
+            "flash_attn": fa, "n_ctx": context_cells(ctx_size, parallel, kv_unified)[0], "warnings": warnings}
 
 
 def validate_context(ctx_size, parallel, ubatch=512):
