@@ -1,0 +1,242 @@
+"""Held-out GGUF layouts for every MoE architecture gguf-py knows (helper of the test_heldout_* tests).
+
+For each architecture of ``gguf.constants.MODEL_TENSORS`` with routed-expert tensor kinds
+(``FFN_{GATE,UP,DOWN}_EXP``, ``FFN_GATE_UP_EXP``, ``FFN_*_CHEXP``) a random model is written with the
+architecture's real tensor names for a few blocks: each block gets a mixer (attention or recurrent, among the
+families the architecture has) and a feed-forward part (MoE or dense), random ggml types (respecting the block
+size in ``ne0``), random shard counts (each shard a full GGUF with ``split.*`` keys, metadata in the first only,
+as gguf-split writes them) and a random byte order. Only headers are written (sparse files).
+
+The expected answer is computed from gguf-py's own tensor kinds, never from the code under test.
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import gguf
+from gguf.constants import MODEL_ARCH_NAMES, MODEL_TENSOR as T, MODEL_TENSORS, TENSOR_NAMES
+
+from tools import gguf_models
+
+EXPERT_KINDS = frozenset((T.FFN_GATE_EXP, T.FFN_UP_EXP, T.FFN_DOWN_EXP, T.FFN_GATE_UP_EXP,
+                          T.FFN_GATE_CHEXP, T.FFN_UP_CHEXP, T.FFN_DOWN_CHEXP))
+MOE_COMPANIONS = frozenset((T.FFN_GATE_INP, T.FFN_EXP_PROBS_B, T.FFN_GATE_INP_SHEXP, T.FFN_GATE_SHEXP,
+                            T.FFN_UP_SHEXP, T.FFN_DOWN_SHEXP, T.FFN_NORM_EXP)) | frozenset(k for k in T if k.name.startswith("FFN_LATENT"))
+DENSE_KINDS = frozenset((T.FFN_GATE, T.FFN_UP, T.FFN_DOWN))
+QUANTS = ("Q4_K", "Q5_K", "Q6_K", "Q8_0", "IQ4_XS", "MXFP4", "BF16", "F16", "Q4_0", "F32")
+# Architectures whose block kinds llama.cpp (and the collection) read from per-layer arrays.
+METADATA_KIND_ARCHS = ("nemotron_h", "nemotron_h_moe")
+
+N_EMBD = 256
+N_FF = 256
+
+
+def moe_architectures():
+    """Names of the gguf-py architectures that list routed-expert tensor kinds."""
+    return sorted(MODEL_ARCH_NAMES[a] for a, kinds in MODEL_TENSORS.items()
+                  if EXPERT_KINDS & set(kinds) and MODEL_ARCH_NAMES[a] != "clip")
+
+
+def dense_architectures():
+    """Text architectures without any MoE tensor kind (attention + dense FFN)."""
+    result = []
+    for a, kinds in MODEL_TENSORS.items():
+        kinds = set(kinds)
+        if (kinds & EXPERT_KINDS or kinds & MOE_COMPANIONS or T.ATTN_Q not in kinds
+                or not {T.FFN_UP, T.FFN_DOWN} <= kinds or MODEL_ARCH_NAMES[a] == "clip"):
+            continue
+        result.append(MODEL_ARCH_NAMES[a])
+    return sorted(result)
+
+
+def _arch(name):
+    return next(a for a, n in MODEL_ARCH_NAMES.items() if n == name)
+
+
+def family(kind):
+    """The block family of a tensor kind: experts, moe, dense, attention, recurrent, nextn, common."""
+    name = TENSOR_NAMES[kind]
+    if kind in EXPERT_KINDS:
+        return "experts"
+    if kind in MOE_COMPANIONS:
+        return "moe"
+    if kind in DENSE_KINDS:
+        return "dense"
+    stem = name.split("{bid}.", 1)[-1]
+    if stem.startswith("nextn."):
+        return "nextn"
+    if stem.startswith(("ssm_", "time_mix_", "shortconv")):
+        return "norm" if stem.endswith("norm") else "recurrent"
+    if stem.startswith(("attn_", "indexer.")) and not stem.endswith("norm") and "_norm" not in stem:
+        return "attention"
+    return "common"
+
+
+def _qtype(rng, ne0):
+    while True:
+        q = gguf.GGMLQuantizationType[rng.choice(QUANTS)]
+        if ne0 % gguf.GGML_QUANT_SIZES[q][0] == 0:
+            return q
+
+
+class Layout(object):
+    """What a held-out model is and what gguf_info must say about it."""
+
+    def __init__(self, arch, tensors, blocks, kinds, experts, metadata):
+        self.arch = arch
+        self.tensors = tensors      # [(name, ne, qtype)]
+        self.blocks = blocks
+        self.kinds = kinds          # {block: set of kinds}
+        self.experts = experts      # sorted names
+        self.metadata = metadata    # {key: (value, GGUFValueType or None)}
+
+    @property
+    def names(self):
+        return [t[0] for t in self.tensors]
+
+    @property
+    def total_bytes(self):
+        return sum(nbytes(ne, q) for _n, ne, q in self.tensors)
+
+
+def nbytes(ne, qtype):
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    n = 1
+    for d in ne:
+        n *= d
+    return n // block * size
+
+
+def make_layout(arch_name, seed, moe=True):
+    """A random model of ``arch_name`` (its real tensor names) and its expected classification."""
+    rng = random.Random(seed)
+    kinds = MODEL_TENSORS[_arch(arch_name)]
+    by_family = {}
+    globals_ = []
+    for kind in kinds:
+        name = TENSOR_NAMES[kind]
+        if "{bid}" not in name:
+            if not name.startswith(("v.", "a.", "mm.", "enc.", "dec.")):
+                globals_.append(name)
+            continue
+        if not name.startswith("blk.{bid}."):
+            continue
+        by_family.setdefault(family(kind), []).append(kind)
+    mixers = [f for f in ("attention", "recurrent") if by_family.get(f)]
+    ffns = [f for f in ("moe", "dense") if (f == "moe" and by_family.get("experts")) or by_family.get(f)]
+    if not moe:
+        ffns = ["dense"]
+    n_blocks = rng.randint(2, 13)
+    n_expert = rng.choice((2, 4, 8))
+    metadata_kinds = arch_name in METADATA_KIND_ARCHS
+    plan = []
+    for b in range(n_blocks):
+        if metadata_kinds:  # one kind per block (llama.cpp's rule for nemotron_h)
+            plan.append(rng.choice(mixers + ffns))
+        else:
+            plan.append((rng.choice(mixers) if mixers else None, rng.choice(ffns)))
+    if moe:  # at least one MoE block
+        b = rng.randrange(n_blocks)
+        if metadata_kinds:
+            plan[b] = "moe"
+        else:
+            plan[b] = (plan[b][0], "moe")
+    tensors = []
+    expected_kinds = {}
+    experts = []
+    biases = rng.random() < 0.3 or arch_name == "gpt-oss"
+
+    def add(name, ne, q=None):
+        tensors.append((name, tuple(ne), q or (_qtype(rng, ne[0]) if len(ne) > 1 else gguf.GGMLQuantizationType.F32)))
+
+    for name in globals_:
+        if name.startswith(("token_embd", "output", "per_layer_token_embd")) and "norm" not in name:
+            add(name + ".weight", (N_EMBD, 512))
+        else:
+            add(name + ".weight", (N_EMBD,))
+    for b in range(n_blocks):
+        choice = plan[b]
+        parts = [choice] if metadata_kinds else [p for p in choice if p]
+        want = set()
+        fams = ["common"]
+        for part in parts:
+            if part == "attention":
+                fams.append("attention")
+                want.add("attention")
+            elif part == "recurrent":
+                fams.append("recurrent")
+                want.add("recurrent")
+            elif part == "moe":
+                fams += ["experts", "moe"]
+                want.add("moe")
+            elif part == "dense":
+                fams.append("dense")
+                want.add("dense_ffn")
+        if b == n_blocks - 1:
+            fams.append("nextn")
+        expected_kinds[b] = want
+        seen = set()
+        for fam in fams:
+            for kind in by_family.get(fam, ()):
+                stem = TENSOR_NAMES[kind].format(bid=b)
+                if stem in seen:
+                    continue
+                seen.add(stem)
+                if fam == "experts":
+                    width = 2 * N_FF if kind == T.FFN_GATE_UP_EXP else N_FF
+                    ne = (N_FF, N_EMBD, n_expert) if kind in (T.FFN_DOWN_EXP, T.FFN_DOWN_CHEXP) else \
+                        (N_EMBD, width, n_expert)
+                    add(stem + ".weight", ne)
+                    experts.append(stem + ".weight")
+                    if biases:
+                        add(stem + ".bias", (ne[1], n_expert), gguf.GGMLQuantizationType.F32)
+                        experts.append(stem + ".bias")
+                elif stem.endswith(("ssm_a", "ssm_d")):
+                    add(stem, (16,))
+                elif "norm" in stem.rsplit(".", 1)[-1] or stem.endswith(("_b", "sinks", "scale")):
+                    add(stem + ".weight", (N_EMBD,))
+                else:
+                    add(stem + ".weight", (N_EMBD, N_FF))
+                    if rng.random() < 0.15:
+                        add(stem + ".bias", (N_FF,), gguf.GGMLQuantizationType.F32)
+    rng.shuffle(tensors)
+    metadata = {
+        "%s.block_count" % arch_name: (n_blocks, gguf.GGUFValueType.UINT32),
+        "%s.embedding_length" % arch_name: (N_EMBD, gguf.GGUFValueType.UINT32),
+        "%s.context_length" % arch_name: (4096, gguf.GGUFValueType.UINT32),
+    }
+    if moe:
+        metadata["%s.expert_count" % arch_name] = (n_expert, gguf.GGUFValueType.UINT32)
+        metadata["%s.expert_used_count" % arch_name] = (min(2, n_expert), gguf.GGUFValueType.UINT32)
+    if metadata_kinds:
+        metadata["%s.attention.head_count_kv" % arch_name] = (
+            [2 if plan[b] == "attention" else 0 for b in range(n_blocks)], gguf.GGUFValueType.ARRAY)
+        metadata["%s.feed_forward_length" % arch_name] = (
+            [N_FF if plan[b] in ("moe", "dense") else 0 for b in range(n_blocks)], gguf.GGUFValueType.ARRAY)
+    return Layout(arch_name, tensors, n_blocks, expected_kinds, sorted(experts), metadata)
+
+
+def write_layout(layout, directory, seed, shards=None, endian=None):
+    """Write ``layout`` as a sparse header-only model; returns the list of files (first = shard 1).
+
+    Shards are split by size as ``tools/gguf_models.py`` does (gguf-py's writer: every shard a full GGUF with
+    ``split.no``/``split.count``/``split.tensors.count``, the metadata in the first only).
+    """
+    rng = random.Random(seed)
+    shards = shards or rng.randint(1, min(5, len(layout.tensors)))
+    endian = endian or rng.choice(("little", "big"))
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / ("%s-heldout-%d.gguf" % (layout.arch, seed))
+
+    def add_kv(w):
+        for key, (value, vtype) in layout.metadata.items():
+            if vtype == gguf.GGUFValueType.ARRAY:
+                w.add_array(key, value)
+            else:
+                w.add_key_value(key, value, vtype)
+    tensors = [gguf_models.Tensor(name, ne, q) for name, ne, q in layout.tensors]
+    result = gguf_models._write_gguf(  # pylint: disable=protected-access  # the project's one GGUF writer
+        path, layout.arch, add_kv, tensors, endian=endian, data=False, shards=shards)
+    return result if isinstance(result, list) else [result]
