@@ -64,7 +64,10 @@ def normalize_gpus(gpus):
         if "gpus" not in gpus:
             raise PlanError("gpus is a dict without a gpus list: pass the registered result of gpu_info or a list")
         gpus = gpus["gpus"]
-    if not isinstance(gpus, list) or not gpus:
+    if not isinstance(gpus, list):
+        raise PlanError("gpus must be the registered result of gpu_info or a list of {name, memory_total_mib, "
+                        "memory_free_mib}, got %r" % (gpus,))
+    if not gpus:
         raise PlanError("there is no GPU to plan for (gpus is empty): this host serves from the CPU, so there is "
                         "nothing to offload; run llama-server without -ngl or give the GPUs")
     result = []
@@ -75,13 +78,18 @@ def normalize_gpus(gpus):
         if unknown:
             raise PlanError("gpus[%d] has unknown field(s) %s (known: %s)" % (
                 position, ", ".join(unknown), ", ".join(GPU_FIELDS)))
+        for name in ("memory_free_mib", "memory_total_mib", "memory_used_mib"):
+            value = gpu.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+                                      or value != value or value == float("inf")):
+                raise PlanError("gpus[%d].%s must be a number of MiB >= 0, got %r" % (position, name, value))
         total = gpu.get("memory_total_mib")
         free = gpu.get("memory_free_mib")
         if free is None and total is not None and gpu.get("memory_used_mib") is not None:
             free = total - gpu["memory_used_mib"]
-        for name, value in (("memory_free_mib", free), ("memory_total_mib", total)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-                raise PlanError("gpus[%d].%s must be a number of MiB >= 0, got %r" % (position, name, value))
+            if free < 0:
+                raise PlanError("gpus[%d]: memory_used_mib %r is more than memory_total_mib %r" % (
+                    position, gpu["memory_used_mib"], total))
         if free is None:
             raise PlanError("gpus[%d] (%s) reports no free memory (nvidia-smi printed [N/A]?): give "
                             "memory_free_mib in a gpus list" % (position, gpu.get("name") or "unnamed"))
@@ -280,7 +288,7 @@ def plan(facts, gpus, ctx_size, parallel=1, cache_type_k="f16", cache_type_v="f1
         "gpu_indices": [d["index"] for d in used], "pattern_check": proof, "mode": mode,
         "flash_attn": result["flash_attn"], "n_ctx": result["n_ctx"], "parallel": parallel,
         "op_offload": op_offload and ubatch >= mm.OP_OFFLOAD_MIN_BATCH,
-        "warnings": warnings + result["warnings"],
+        "warnings": warnings + [w for w in result["warnings"] if "training context" not in w],
     }
     answer["reason"] = _reason(facts, answer, used, result, baseline, mode)
     if not fits:
