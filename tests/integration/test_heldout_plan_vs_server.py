@@ -1,0 +1,103 @@
+"""Held-out plans against the real llama-server: weights, KV and recurrent state to 0.01 MiB.
+
+Shapes and settings the other tests do not use: other head counts and GQA ratios, key_length != value_length
+(MLA), quantized KV caches with flash attention, 3 slots, contexts that are not multiples of 256 (every slot is
+padded to 256), -kvu, a dense hybrid (nemotron_h), a 12-block qwen3moe in 3 shards with experts of blocks 1, 10
+and 11 on the host. As in benchmarks/plan_accuracy.py a local ggml-rpc-server on 127.0.0.1 stands in for the GPU.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_model as mm
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import load_facts, plan
+from tools import gguf_models as G
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import plan_accuracy as PA  # noqa: E402  # pylint: disable=wrong-import-position
+
+pytestmark = pytest.mark.skipif(shutil.which("llama-server-vulkan") is None,
+                                reason="llama-server-vulkan is not on PATH (source scripts/env.sh)")
+
+
+def moe(path, *, arch="qwen3moe", n_blocks=5, n_embd=256, n_head=8, n_head_kv=2, head_dim=32, n_ff_exp=64,
+        n_expert=4, shards=1, dtype="q8_0", qk_norm=True, bias="", shexp=0):
+    n_ff = n_ff_exp if arch == "llama" else 2 * n_ff_exp  # llama (Mixtral) sizes its experts with n_ff
+    tensors = G._transformer(  # pylint: disable=protected-access
+        n_blocks=n_blocks, n_embd=n_embd, n_vocab=512, n_expert=n_expert, n_ff_exp=n_ff_exp, n_ff=n_ff,
+        attention=G._gqa_attention(n_embd, n_head, n_head_kv, head_dim, qk_norm=qk_norm, bias=bias),  # pylint: disable=protected-access
+        n_ff_shexp=shexp, shexp_gate_inp=bool(shexp), types=G._simple_types(dtype, "f16"))  # pylint: disable=protected-access
+    add_kv = G._small_kv("held-out " + arch, 512, n_blocks=n_blocks, n_embd=n_embd, n_head=n_head,  # pylint: disable=protected-access
+                         n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, context_length=8192, n_expert=n_expert,
+                         n_expert_used=2, n_ff_exp=n_ff_exp)
+
+    def kv(w):
+        add_kv(w)
+        if shexp:
+            w.add_expert_shared_feed_forward_length(shexp)
+    result = G._write_gguf(path, arch, kv, tensors, data=False, shards=shards)  # pylint: disable=protected-access
+    return result[0] if isinstance(result, list) else result
+
+
+MODELS = {
+    "qwen3moe h8/kv2": lambda d: moe(d / "a.gguf"),
+    "qwen3moe 12 blocks 3 shards": lambda d: moe(d / "b.gguf", n_blocks=12, n_head=6, n_head_kv=3, head_dim=64,
+                                                 shards=3, dtype="q4_k", n_ff_exp=256),
+    "mixtral h4/kv4": lambda d: moe(d / "c.gguf", arch="llama", n_head=4, n_head_kv=4, head_dim=64, qk_norm=False,
+                                    dtype="q4_0"),
+    "qwen2moe h8/kv1 shexp": lambda d: moe(d / "e.gguf", arch="qwen2moe", n_head=8, n_head_kv=1, qk_norm=False,
+                                           bias="qkv", shexp=128),
+    "nemotron_h dense hybrid": lambda d: G.write_nemotron_h(d / "n.gguf", n_blocks=7, n_embd=128, n_ff=256),
+    "deepseek2 MLA": lambda d: G.write_deepseek2(d / "ds.gguf", n_blocks=4, n_embd=128),
+}
+
+# model, ctx, parallel, server flags, (cache_type_k, cache_type_v, flash_attn, kv_unified), CPU expert blocks
+CASES = [
+    ("qwen3moe h8/kv2", 1000, 3, [], ("f16", "f16", "auto", False), []),
+    ("qwen3moe h8/kv2", 4100, 2, ["-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"], ("q8_0", "q8_0", "on", False), [3, 4]),
+    ("qwen3moe 12 blocks 3 shards", 3000, 3, ["-ctk", "q4_0", "-ctv", "q4_0", "-fa", "on"],
+     ("q4_0", "q4_0", "on", False), [1, 10, 11]),
+    ("mixtral h4/kv4", 513, 2, [], ("f16", "f16", "auto", False), "all"),
+    ("qwen2moe h8/kv1 shexp", 2000, 1, ["-ctk", "bf16", "-ctv", "f32"], ("bf16", "f32", "auto", False), [0]),
+    ("nemotron_h dense hybrid", 1300, 3, [], ("f16", "f16", "auto", False), []),
+    ("deepseek2 MLA", 4100, 2, ["-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"], ("q8_0", "q8_0", "on", False), [2]),
+    ("deepseek2 MLA", 5000, 4, ["-kvu"], ("f16", "f16", "auto", True), []),
+]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("heldout_plans")
+    return dict((name, writer(folder)) for name, writer in MODELS.items())
+
+
+@pytest.mark.parametrize("name, ctx, parallel, flags, cache, blocks", CASES,
+                         ids=["%s c%d np%d %s" % (c[0], c[1], c[2], " ".join(c[3])) for c in CASES])
+def test_plan_equals_llama_server_buffers(models, name, ctx, parallel, flags, cache, blocks):
+    path = models[name]
+    facts = load_facts(path)
+    blocks = facts.expert_blocks if blocks == "all" else blocks
+    cache_k, cache_v, flash_attn, unified = cache
+    gpu = {"name": "rpc", "memory_total_mib": 100000, "memory_free_mib": 100000}
+    planned = plan(facts, [gpu], ctx_size=ctx, parallel=parallel, cache_type_k=cache_k, cache_type_v=cache_v,
+                   flash_attn=flash_attn, kv_unified=unified, mode="layers" if blocks else "none",
+                   cpu_moe_layers=list(blocks) if blocks else None, backend="rpc", op_offload=False)
+    assert planned["cpu_expert_layers"] == sorted(blocks)
+    with PA.RpcDevices(1) as rpc:
+        text = PA.run_server(path, ctx, parallel, rpc.endpoints, override=planned["override_tensor"],
+                             extra=flags + ["-lv", "5"])  # -lv 5: one DEBUG line per overridden tensor
+    got = PA.measured(text, rpc.endpoints)
+    assert not got["error"] and got["model"][0], text[-2000:]
+    predicted = planned["memory"]["gpus"][0]
+    assert abs(predicted["model_mib"] - got["model"][0]) <= 0.01
+    assert abs(predicted["kv_mib"] - got["kv"][0]) <= 0.01, (predicted["kv_mib"], got["kv"][0])
+    assert abs(predicted["recurrent_mib"] - got["recurrent"][0]) <= 0.01
+    assert abs(planned["memory"]["host"]["output_mib"] - got["output"]) <= 0.01
+    assert mm.context_cells(ctx, parallel, unified)[0] == planned["n_ctx"]
+    # the plan's own pattern moved exactly the experts of those blocks to the host
+    moved = set(line.split()[1] for line in text.splitlines() if "buffer type overridden to CPU" in line)
+    assert moved == set(n for b in blocks for n in facts.expert_tensors_by_block[b])
