@@ -10,6 +10,8 @@ lowest block index first, the blocks llama.cpp's ``--n-cpu-moe N`` moves (docs/m
 
 from __future__ import annotations
 
+import math
+
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_model as mm
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (
@@ -81,7 +83,7 @@ def normalize_gpus(gpus):
         for name in ("memory_free_mib", "memory_total_mib", "memory_used_mib"):
             value = gpu.get(name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
-                                      or value != value or value == float("inf")):
+                                      or not math.isfinite(value)):
                 raise PlanError("gpus[%d].%s must be a number of MiB >= 0, got %r" % (position, name, value))
         total = gpu.get("memory_total_mib")
         free = gpu.get("memory_free_mib")

@@ -2,14 +2,12 @@
 metadata that is negative, zero or shaped wrong (a clear error or a fallback, never a traceback)."""
 from __future__ import annotations
 
+from collections import namedtuple
+
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_model as mm
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
-
-import heldout_gguf as H  # noqa: F401  # same directory: keeps the import style of the held-out tests
-
-from collections import namedtuple
 
 T = namedtuple("T", "name shape nbytes type_id")
 

@@ -52,8 +52,8 @@ def qwen(tmp_path_factory):
     return write_tiny_qwen3moe(tmp_path_factory.mktemp("q") / "q.gguf", n_blocks=3, n_embd=128)
 
 
-@pytest.mark.parametrize("arch, shards, endian", [("qwen3next", 3, "big"), ("gpt-oss", 2, "little"),
-                                                   ("granitehybrid", 4, "big")])
+@pytest.mark.parametrize("arch, shards, endian", [
+    ("qwen3next", 3, "big"), ("gpt-oss", 2, "little"), ("granitehybrid", 4, "big")])
 def test_gguf_info_on_held_out_layouts(ansible_module, tmp_path, arch, shards, endian):
     layout = H.make_layout(arch, 21)
     files = H.write_layout(layout, tmp_path, 21, shards=shards, endian=endian)
