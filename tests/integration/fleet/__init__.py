@@ -1,0 +1,431 @@
+"""A fleet of fake hosts on this machine, reachable over real ssh, for rollout tests (no VMs).
+
+Each host is:
+
+- a network namespace ``aillmfleet-<name>`` whose ``eth0`` (a veth) sits in a bridge that lives in its own
+  namespace ``aillmfleet-br``; the controller reaches the bridge through one veth ``aillmfleet0`` in the root
+  namespace. Addresses come from the IPv6 ULA ``fd7a:11f0:c0de::/64`` (controller ``::1``, hosts ``::11``,
+  ``::12``...), far from the VM's own 192.0.2.0/24 and fd00::/64; nothing is routed anywhere else.
+- its own mount, UTS and PID namespaces (``unshare --mount --uts --pid --fork --kill-child --mount-proc``),
+  started through ``nsenter --net=/run/netns/<netns>`` (``ip netns exec`` would remount /sys and hide the
+  cgroups podman needs). ``host_init.sh`` then mounts a private /run (podman's runroot and tmpdir, runc's state),
+  binds the host's own /etc/containers (storage.conf, containers.conf) and /var/lib/containers (podman's
+  graphroot) and the deploy directory, and becomes ``sshd -D`` on port 22 with the host's own host key and the
+  fleet's authorized key (both generated here, at test time).
+- the local CPU image, from one shared read-only image store (``additionalimagestores``) that is filled once
+  with ``podman push IMAGE containers-storage:[overlay@STORE+RUN]IMAGE``; every host has its own containers.
+- its own loopback: llama-server on 127.0.0.1:8080 inside each host does not clash with the others.
+
+Everything else (the repository, /work/main/.venv, the models directory) is the VM's root filesystem, shared.
+
+Teardown (``Fleet.down``, also run by ``clean_leftovers`` for a run that crashed): close ansible's persistent
+ssh connections (the ControlPath sockets), remove the hosts' containers, SIGKILL the launchers
+(``unshare --fork`` ignores SIGTERM; with ``--kill-child`` that ends the whole host), delete the veths, then
+the namespaces. A state file in the temp directory names what a crashed run left behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+PREFIX = "aillmfleet"
+BRIDGE_NS = PREFIX + "-br"
+UPLINK = PREFIX + "0"                   # the controller's veth in the root namespace (<= 15 characters)
+NET = "fd7a:11f0:c0de::"                # an IPv6 ULA /64: the fleet's only network
+CONTROLLER_ADDRESS = NET + "1"
+DEPLOY_DIR = "srv/ai-llm"               # under the fleet's base directory; the same path on every host
+HOST_INIT = Path(__file__).resolve().parent / "host_init.sh"
+STATE_FILE = Path(tempfile.gettempdir()) / (PREFIX + ".state.json")
+NETNS_DIR = Path("/run/netns")
+
+
+def _run(argv, check=True, **kw):
+    return subprocess.run(argv, check=check, capture_output=True, text=True, timeout=60, **kw)
+
+
+def _ip(*args, check=True):
+    return _run(["ip"] + list(args), check=check)
+
+
+def _host_env():
+    """The environment for commands run inside a host: the host's own /etc/containers, not the repo's."""
+    env = dict(os.environ)
+    for key in ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF"):
+        env.pop(key, None)
+    return env
+
+
+def _is_launcher(pid):
+    """True when ``pid`` is one of our host launchers (unshare ... host_init.sh)."""
+    try:
+        cmdline = Path("/proc/%d/cmdline" % pid).read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return bool(cmdline) and cmdline[0].endswith(b"unshare") and str(HOST_INIT).encode() in cmdline
+
+
+def _netns_pids(netns):
+    out = _ip("netns", "pids", netns, check=False).stdout
+    return [int(p) for p in out.split()]
+
+
+def _wait_gone(pids, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    left = list(pids)
+    while left and time.monotonic() < deadline:
+        left = [p for p in left if Path("/proc/%d" % p).exists() and not _is_zombie(p)]
+        if left:
+            time.sleep(0.05)
+    return left
+
+
+def _is_zombie(pid):
+    try:
+        return Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def close_control_sockets(control_dir):
+    """Close ansible's persistent ssh connections (ControlMaster processes) whose sockets are in ``control_dir``."""
+    control_dir = Path(control_dir)
+    if not control_dir.is_dir():
+        return
+    for sock in control_dir.iterdir():
+        if sock.is_socket():
+            _run(["ssh", "-o", "ControlPath=" + str(sock), "-O", "exit", "fleet-host"], check=False)
+            sock.unlink(missing_ok=True)
+
+
+def _our_netns():
+    if not NETNS_DIR.is_dir():
+        return []
+    return sorted(p.name for p in NETNS_DIR.iterdir() if p.name.startswith(PREFIX + "-"))
+
+
+def clean_leftovers():
+    """Remove what an earlier run left behind (crashed, killed): ssh masters, hosts, veths, namespaces."""
+    state = {}
+    if STATE_FILE.exists():
+        try:
+            state = json.loads(STATE_FILE.read_text())
+        except ValueError:
+            state = {}
+    if state.get("control_dir"):
+        close_control_sockets(state["control_dir"])
+    # The launchers first (recorded, or found in our namespaces): SIGKILL ends each whole host.
+    launchers = [p for p in state.get("launchers", []) if _is_launcher(p)]
+    hosts_ns = [ns for ns in _our_netns() if ns != BRIDGE_NS]
+    for ns in hosts_ns:
+        launchers += [p for p in _netns_pids(ns) if _is_launcher(p) and p not in launchers]
+    for pid in launchers:
+        os.kill(pid, signal.SIGKILL)
+    _wait_gone(launchers)
+    # Anything still living in a fleet namespace was started there by an earlier run of this harness.
+    stray = [p for ns in hosts_ns for p in _netns_pids(ns)]
+    for pid in stray:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _wait_gone(stray)
+    _delete_network(hosts_ns)
+    STATE_FILE.unlink(missing_ok=True)
+
+
+def _delete_network(hosts_ns):
+    """veths first (the uplink in the root namespace, the host ports in the bridge namespace), then namespaces."""
+    if Path("/sys/class/net", UPLINK).exists():
+        _ip("link", "del", UPLINK, check=False)
+    if BRIDGE_NS in _our_netns():
+        links = _ip("-n", BRIDGE_NS, "-o", "link", "show", "type", "veth", check=False).stdout
+        for line in links.splitlines():
+            port = line.split(":")[1].strip().split("@")[0]
+            _ip("-n", BRIDGE_NS, "link", "del", port, check=False)
+    for ns in hosts_ns + ([BRIDGE_NS] if BRIDGE_NS in _our_netns() else []):
+        _ip("netns", "del", ns, check=False)
+
+
+class FleetHost:
+    """One fake host: its name, address, namespace, directory and launcher process."""
+
+    def __init__(self, fleet, index, name):
+        self.fleet = fleet
+        self.name = name
+        self.address = "%s%x" % (NET, 0x11 + index)
+        self.netns = "%s-%s" % (PREFIX, name)
+        self.port = "v" + name[:13]           # its veth in the bridge namespace
+        self.dir = fleet.base / "hosts" / name
+        self.launcher = None
+        self.pid1 = None                      # sshd, PID 1 of the host's PID namespace
+
+    def run(self, argv, check=False, timeout=60):
+        """Run ``argv`` inside the host (its mount, UTS, PID and network namespaces)."""
+        cmd = ["nsenter", "--target", str(self.pid1), "--mount", "--uts", "--pid", "--net", "--"] + list(argv)
+        return subprocess.run(cmd, check=check, capture_output=True, text=True, timeout=timeout, env=_host_env(),
+                              cwd="/")
+
+    def http_get(self, path, port=8080, timeout=5):
+        """(status, body) of http://127.0.0.1:<port><path> inside the host's network namespace; status -1 = no answer."""
+        code = (
+            "import sys, urllib.request, urllib.error\n"
+            "try:\n"
+            "    r = urllib.request.urlopen(sys.argv[1], timeout=%d); print(r.status); print(r.read().decode())\n"
+            "except urllib.error.HTTPError as e:\n"
+            "    print(e.code); print(e.read().decode())\n"
+            "except Exception as e:\n"
+            "    print(-1); print(e)\n" % timeout)
+        proc = subprocess.run(["nsenter", "--net=" + str(NETNS_DIR / self.netns), "--", "python3", "-c", code,
+                               "http://127.0.0.1:%d%s" % (port, path)],
+                              capture_output=True, text=True, timeout=timeout + 10, check=True)
+        status, _, body = proc.stdout.partition("\n")
+        return int(status), body.strip()
+
+    def container(self, name="ai-llm"):
+        """``podman inspect`` of a container on this host (a dict), or None."""
+        proc = self.run(["podman", "container", "inspect", name])
+        if proc.returncode != 0:
+            return None
+        return json.loads(proc.stdout)[0]
+
+    def deploy_file(self, name):
+        """The text of a file in the host's deploy directory (read from its private directory)."""
+        return (self.dir / "deploy" / name).read_text()
+
+
+class Fleet:
+    """``Fleet(base, names).up()`` ... ``down()``; ``hosts`` by name, ``inventory(path, ...)`` for ansible."""
+
+    def __init__(self, base, names=("h1", "h2", "h3"), image="localhost/ai-llm:cpu-b10434"):
+        self.base = Path(base).resolve()
+        self.image = image
+        self.hosts = {name: FleetHost(self, i, name) for i, name in enumerate(names)}
+        self.control_dir = self.base / "cp"
+        self.key = self.base / "id_ed25519"
+        self.known_hosts = self.base / "known_hosts"
+        self.deploy_dir = self.base / DEPLOY_DIR
+        self.image_store = self.base / "imagestore"
+
+    # ------------------------------------------------------------------ set-up
+    def up(self):
+        clean_leftovers()
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.control_dir.mkdir(mode=0o700, exist_ok=True)
+        self.deploy_dir.mkdir(parents=True, exist_ok=True)
+        (self.base / "bin").mkdir(exist_ok=True)
+        compose = self.base / "bin" / "podman-compose"
+        if not compose.is_symlink():
+            compose.symlink_to(Path(__file__).resolve().parents[3] / ".venv" / "bin" / "podman-compose")
+        self._write_state()
+        try:
+            self._fill_image_store()
+            self._keys()
+            self._network()
+            for host in self.hosts.values():
+                self._start(host)
+            self._write_state()
+            for host in self.hosts.values():
+                self._wait_ready(host)
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def _write_state(self):
+        STATE_FILE.write_text(json.dumps({
+            "base": str(self.base), "control_dir": str(self.control_dir),
+            "launchers": [h.launcher.pid for h in self.hosts.values() if h.launcher is not None]}))
+
+    def _fill_image_store(self):
+        """The shared read-only image store: the local image, copied once from the machine's own storage."""
+        run = self.base / "imagestore-run"
+        # In a throw-away mount namespace: the overlay driver bind-mounts its directory onto itself.
+        _run(["unshare", "--mount", "--", "podman", "push", "-q", self.image,
+              "containers-storage:[overlay@%s+%s]%s" % (self.image_store, run, self.image)])
+
+    def _keys(self):
+        for old in self.base.glob("id_ed25519*"):
+            old.unlink()
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "fleet-controller", "-f", str(self.key)])
+        (self.base / "authorized_keys").write_text(Path(str(self.key) + ".pub").read_text())
+        lines = []
+        for host in self.hosts.values():
+            for sub in ("etc-containers", "containers", "deploy"):
+                (host.dir / sub).mkdir(parents=True, exist_ok=True)
+            hostkey = host.dir / "ssh_host_ed25519_key"
+            for old in host.dir.glob("ssh_host_ed25519_key*"):
+                old.unlink()
+            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", host.name, "-f", str(hostkey)])
+            # port 22: "ADDRESS KEY", not "[ADDRESS]:22 KEY"
+            lines.append("%s %s" % (host.address, " ".join(Path(str(hostkey) + ".pub").read_text().split()[:2])))
+            self._host_files(host, hostkey)
+        self.known_hosts.write_text("\n".join(lines) + "\n")
+
+    def _host_files(self, host, hostkey):
+        (host.dir / "sshd_config").write_text("\n".join([
+            "Port 22",
+            "ListenAddress " + host.address,
+            "HostKey " + str(hostkey),
+            "PidFile /run/sshd.pid",
+            "AuthorizedKeysFile " + str(self.base / "authorized_keys"),
+            "PermitRootLogin prohibit-password",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            "StrictModes no",
+            "UseDNS no",
+            "MaxStartups 100:30:200",
+            "MaxSessions 100",
+            "Subsystem sftp internal-sftp",
+            # podman-compose comes from the repository's .venv: on PATH through the fleet's bin directory.
+            "SetEnv PATH=%s:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" % (self.base / "bin"),
+            "",
+        ]))
+        etc = host.dir / "etc-containers"
+        for name in ("policy.json", "registries.conf"):
+            if Path("/etc/containers", name).exists():
+                (etc / name).write_text(Path("/etc/containers", name).read_text())
+        repo_conf = Path(__file__).resolve().parents[3] / "scripts" / "containers.conf"
+        (etc / "containers.conf").write_text(repo_conf.read_text())
+        (etc / "storage.conf").write_text("\n".join([
+            "[storage]",
+            'driver = "overlay"',
+            'runroot = "/run/containers/storage"',
+            'graphroot = "/var/lib/containers/storage"',
+            "[storage.options]",
+            'additionalimagestores = ["%s"]' % self.image_store,
+            "",
+        ]))
+
+    def _network(self):
+        _ip("netns", "add", BRIDGE_NS)
+        _ip("-n", BRIDGE_NS, "link", "set", "lo", "up")
+        _ip("-n", BRIDGE_NS, "link", "add", "br0", "type", "bridge", "forward_delay", "0", "mcast_snooping", "0")
+        _ip("-n", BRIDGE_NS, "link", "set", "br0", "up")
+        _ip("link", "add", UPLINK, "type", "veth", "peer", "name", "uplink", "netns", BRIDGE_NS)
+        _ip("-n", BRIDGE_NS, "link", "set", "uplink", "master", "br0", "up")
+        _ip("addr", "add", CONTROLLER_ADDRESS + "/64", "dev", UPLINK, "nodad")
+        _ip("link", "set", UPLINK, "up")
+        for host in self.hosts.values():
+            _ip("netns", "add", host.netns)
+            _ip("-n", BRIDGE_NS, "link", "add", host.port, "type", "veth", "peer", "name", "eth0", "netns", host.netns)
+            _ip("-n", BRIDGE_NS, "link", "set", host.port, "master", "br0", "up")
+            _ip("-n", host.netns, "link", "set", "lo", "up")
+            _ip("-n", host.netns, "addr", "add", host.address + "/64", "dev", "eth0", "nodad")
+            _ip("-n", host.netns, "link", "set", "eth0", "up")
+
+    def _start(self, host):
+        log = open(host.dir / "sshd.log", "ab")  # pylint: disable=consider-using-with  (kept by the launcher)
+        host.launcher = subprocess.Popen(  # pylint: disable=consider-using-with
+            ["nsenter", "--net=" + str(NETNS_DIR / host.netns), "--",
+             "unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child", "--mount-proc", "--",
+             "sh", str(HOST_INIT), host.name, str(host.dir), str(self.deploy_dir)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd="/")
+        log.close()
+
+    def _wait_ready(self, host, timeout=15.0):
+        deadline = time.monotonic() + timeout
+        children = Path("/proc/%d/task/%d/children" % (host.launcher.pid, host.launcher.pid))
+        while time.monotonic() < deadline:
+            if host.launcher.poll() is not None:
+                raise RuntimeError("fleet host %s exited (%s): %s" % (host.name, host.launcher.returncode,
+                                                                     (host.dir / "sshd.log").read_text()[-2000:]))
+            if host.pid1 is None:
+                try:
+                    kids = children.read_text().split()
+                except OSError:
+                    kids = []
+                host.pid1 = int(kids[0]) if kids else None
+            try:
+                with socket.create_connection((host.address, 22), timeout=1) as conn:
+                    if conn.recv(4).startswith(b"SSH-") and host.pid1 is not None:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("fleet host %s: no sshd on [%s]:22 after %ss: %s" % (
+            host.name, host.address, timeout, (host.dir / "sshd.log").read_text()[-2000:]))
+
+    # ------------------------------------------------------------------ use
+    def inventory(self, path, group="llm_servers", group_vars=None, host_vars=None):
+        """Write an ansible YAML inventory of the fleet (ssh as root, our key, our known_hosts) to ``path``."""
+        hosts = {}
+        for host in self.hosts.values():
+            hosts[host.name] = dict({"ansible_host": host.address}, **(host_vars or {}).get(host.name, {}))
+        variables = {
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(self.key),
+            "ansible_ssh_common_args": "-o UserKnownHostsFile=%s -o IdentitiesOnly=yes" % self.known_hosts,
+            "ansible_python_interpreter": "/usr/bin/python3",
+        }
+        variables.update(group_vars or {})
+        Path(path).write_text(yaml.safe_dump({"all": {"children": {group: {"hosts": hosts, "vars": variables}}}},
+                                             sort_keys=False))
+        return Path(path)
+
+    def ansible_env(self):
+        """Environment for ansible/ansible-playbook against the fleet: known_hosts checked, our ControlPath dir."""
+        env = dict(os.environ)
+        env.update({
+            "ANSIBLE_HOST_KEY_CHECKING": "True",
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(self.control_dir),
+        })
+        return env
+
+    # ------------------------------------------------------------------ teardown
+    def down(self):
+        """Tear the fleet down (always safe to call): ssh masters, containers, launchers, veths, namespaces."""
+        close_control_sockets(self.control_dir)
+        running = [h for h in self.hosts.values() if h.launcher is not None and h.launcher.poll() is None]
+        # Remove the containers while the hosts live: podman removes their cgroups and mounts on the way.
+        removals = [subprocess.Popen(  # pylint: disable=consider-using-with
+            ["nsenter", "--target", str(h.pid1), "--mount", "--uts", "--pid", "--net", "--",
+             "podman", "rm", "--all", "--force", "--time", "0"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_host_env(), cwd="/")
+            for h in running if h.pid1 is not None]
+        for proc in removals:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for host in running:
+            host.launcher.send_signal(signal.SIGKILL)
+        for host in self.hosts.values():
+            if host.launcher is not None:
+                host.launcher.wait(timeout=30)
+        # Processes of a host end with its launcher; wait until its namespace is empty.
+        for host in self.hosts.values():
+            if (NETNS_DIR / host.netns).exists():
+                _wait_gone(_netns_pids(host.netns))
+        _delete_network([h.netns for h in self.hosts.values() if h.netns in _our_netns()])
+        STATE_FILE.unlink(missing_ok=True)
+        # The container storage is big and useless now (no mount holds it any more); logs and reports stay.
+        for path in [self.image_store, self.base / "imagestore-run"] + [h.dir / "containers" for h in self.hosts.values()]:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def leftovers():
+    """What a fleet could leave behind: namespaces, the uplink, launchers, the state file (empty when clean)."""
+    found = ["netns " + ns for ns in _our_netns()]
+    if Path("/sys/class/net", UPLINK).exists():
+        found.append("link " + UPLINK)
+    for pid_dir in Path("/proc").iterdir():
+        if pid_dir.name.isdigit() and _is_launcher(int(pid_dir.name)):
+            found.append("launcher pid %s" % pid_dir.name)
+    if STATE_FILE.exists():
+        found.append("state file %s" % STATE_FILE)
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        if PREFIX in line:
+            found.append("mount " + line.split()[4])
+    return found

@@ -1,0 +1,21 @@
+#!/bin/sh
+# PID 1 of one fake fleet host (started by tests/integration/fleet/__init__.py as
+#   nsenter --net=/run/netns/<host> unshare --mount --uts --pid --fork --kill-child --mount-proc sh host_init.sh ...).
+# It already runs in the host's own network, mount, UTS and PID namespaces; here it gives the host its name and
+# its private state (everything podman and the role write), then becomes the host's sshd.
+#   $1 host name   $2 the host's directory (private state, sshd_config)   $3 the deploy directory (mount point)
+set -eu
+name="$1"
+hostdir="$2"
+deploy_dir="$3"
+
+hostname "$name"
+# /run (podman's runroot and tmpdir, runc's state, sshd's privilege separation directory) is the host's own.
+mount -t tmpfs -o mode=0755 "fleet-$name-run" /run
+mkdir -p /run/sshd /run/lock /run/containers /run/libpod
+# Podman's configuration (storage.conf: graphroot, runroot, the shared read-only image store) and its storage.
+mount --bind "$hostdir/etc-containers" /etc/containers
+mount --bind "$hostdir/containers" /var/lib/containers
+# The deploy directory: the same path on every host, a different directory behind it.
+mount --bind "$hostdir/deploy" "$deploy_dir"
+exec /usr/sbin/sshd -D -e -f "$hostdir/sshd_config"
