@@ -10,7 +10,10 @@ bash scripts/setup.sh
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(lint sanity pytest molecule)
 declare -A took
+declare -A result
 status=0
+results="$ROOT/.cache/test-results"
+rm -rf "$results" && mkdir -p "$results"
 for stage in "${stages[@]}"; do
   start=$(date +%s)
   echo "=== test stage: $stage"
@@ -20,12 +23,13 @@ for stage in "${stages[@]}"; do
     sanity)
       bash scripts/sanity.sh || status=1 ;;
     pytest)
-      python -m pytest -q -p no:cacheprovider tests/unit tests/integration || status=1 ;;
+      python -m pytest -q -p no:cacheprovider --junitxml="$results/pytest.xml" tests/unit tests/integration \
+        || status=1 ;;
     molecule)
       if compgen -G "extensions/molecule/*/molecule.yml" >/dev/null; then
         # from the collection root: molecule sees galaxy.yml, takes the scenarios from extensions/molecule/
         # and builds + installs the collection (galaxy.yml build_ignore) before each scenario
-        molecule test --all || status=1
+        molecule test --all 2>&1 | tee "$results/molecule.log" || status=1
       else
         echo "no molecule scenarios yet"
       fi ;;
@@ -34,4 +38,21 @@ for stage in "${stages[@]}"; do
   took[$stage]=$(( $(date +%s) - start ))
 done
 for stage in "${stages[@]}"; do echo "stage $stage: ${took[$stage]}s"; done
+# One closing line over pytest's test cases and molecule's scenarios (their SCENARIO RECAP lines).
+python - "$results" "${stages[@]}" <<'PY'
+import re, sys, xml.etree.ElementTree as ET
+from pathlib import Path
+results, stages = Path(sys.argv[1]), sys.argv[2:]
+passed = failed = skipped = 0
+if "pytest" in stages and (results / "pytest.xml").exists():
+    suite = ET.parse(results / "pytest.xml").getroot().find("testsuite")
+    total, bad = int(suite.get("tests")), int(suite.get("failures")) + int(suite.get("errors"))
+    skipped += int(suite.get("skipped"))
+    passed, failed = total - bad - int(suite.get("skipped")), bad
+if "molecule" in stages and (results / "molecule.log").exists():
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", (results / "molecule.log").read_text(errors="replace"))
+    for m in re.finditer(r"actions=\d+\s+successful=\d+.*?failed=(\d+)", plain):
+        failed, passed = (failed + 1, passed) if int(m.group(1)) else (failed, passed + 1)
+print("tests: %d passed, %d failed, %d skipped" % (passed, failed, skipped))
+PY
 exit $status
