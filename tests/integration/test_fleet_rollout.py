@@ -247,3 +247,37 @@ def test_failing_canary_stops_the_rollout_before_any_other_host(fleet):
     assert [line for line in progress(proc) if "deploying" in line] == ["canary: deploying h1 (0 of 3 hosts done before it)"]
     assert state(fleet) == before
     assert "TASK [ai_llm.moe_offload.llm_server" not in proc.stdout.split("PLAY [Deploy the other hosts")[-1]
+
+
+def test_plan_without_canary_and_hosts_that_do_not_answer(tmp_path):
+    """No canary, batches "2,50%" of five hosts (as serial cuts them), hosts that refuse ssh count as failed.
+
+    The hosts are 127.0.0.1 port 1 (nothing listens there): every ping is refused, so batch 1 fails entirely,
+    more than the 50% allowed, and the later batches are not reached. No fleet needed.
+    """
+    hosts = {"u%d" % i: {"ansible_host": "127.0.0.1", "ansible_port": 1} for i in range(1, 6)}
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"children": {"llm_servers": {"hosts": hosts}}}}))
+    report_path = tmp_path / "report.yml"
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"),
+               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+               ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"))
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks" / "fleet_rollout.yml"),
+                           "-e", '{"fleet_canary": []}', "-e", "fleet_batches=2,50%", "-e", "fleet_max_fail_percentage=50",
+                           "-e", "fleet_report_path=%s" % report_path],
+                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300, check=False)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr
+    import yaml  # pylint: disable=import-outside-toplevel
+    report = yaml.safe_load(report_path.read_text())
+    assert report["canary"] == [] and report["serial"] == ["2", "50%"]
+    assert report["batches"] == [["u1", "u2"], ["u3", "u4"], ["u5"]]
+    assert [line for line in progress(proc) if "deploying" in line] == ["batch 1 of 3: deploying u1, u2 (0 of 5 hosts done before it)"]
+    assert report["outcome"] == "stopped"
+    assert report["stop_reason"] == "batch 1: u1, u2 failed (100% of the batch, more than 50%)"
+    rows = hosts_of(report)
+    for name in ("u1", "u2"):
+        assert rows[name]["status"] == "unreachable" and rows[name]["batch"] == "batch 1"
+        assert rows[name]["message"].startswith("unreachable: ") and "Connection refused" in rows[name]["message"]
+    assert [rows[name]["status"] for name in ("u3", "u4", "u5")] == ["not_reached"] * 3
+    assert [rows[name]["batch"] for name in ("u3", "u4", "u5")] == ["batch 2", "batch 2", "batch 3"]
+    assert report["summary"] == {"unreachable": 2, "not_reached": 3}

@@ -187,7 +187,7 @@ class FleetHost:
         proc = subprocess.run(["nsenter", "--net=" + str(NETNS_DIR / self.netns), "--", "python3", "-c", code,
                                "http://127.0.0.1:%d%s" % (port, path)],
                               capture_output=True, text=True, timeout=timeout + 10, check=True)
-        status, _, body = proc.stdout.partition("\n")
+        status, body = (proc.stdout.split("\n", 1) + [""])[:2]
         return int(status), body.strip()
 
     def container(self, name="ai-llm"):
@@ -325,21 +325,21 @@ class Fleet:
             _ip("-n", host.netns, "link", "set", "eth0", "up")
 
     def _start(self, host):
-        log = open(host.dir / "sshd.log", "ab")  # pylint: disable=consider-using-with  (kept by the launcher)
-        host.launcher = subprocess.Popen(  # pylint: disable=consider-using-with
-            ["nsenter", "--net=" + str(NETNS_DIR / host.netns), "--",
-             "unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child", "--mount-proc", "--",
-             "sh", str(HOST_INIT), host.name, str(host.dir), str(self.deploy_dir)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd="/")
-        log.close()
+        # the launcher keeps its own copy of the log file; it lives until down() kills it
+        with open(host.dir / "sshd.log", "ab") as log:
+            host.launcher = subprocess.Popen(  # pylint: disable=consider-using-with
+                ["nsenter", "--net=" + str(NETNS_DIR / host.netns), "--",
+                 "unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child", "--mount-proc", "--",
+                 "sh", str(HOST_INIT), host.name, str(host.dir), str(self.deploy_dir)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd="/")
 
     def _wait_ready(self, host, timeout=15.0):
         deadline = time.monotonic() + timeout
         children = Path("/proc/%d/task/%d/children" % (host.launcher.pid, host.launcher.pid))
         while time.monotonic() < deadline:
             if host.launcher.poll() is not None:
-                raise RuntimeError("fleet host %s exited (%s): %s" % (host.name, host.launcher.returncode,
-                                                                     (host.dir / "sshd.log").read_text()[-2000:]))
+                raise RuntimeError("fleet host %s exited (%s): %s" % (
+                    host.name, host.launcher.returncode, (host.dir / "sshd.log").read_text()[-2000:]))
             if host.pid1 is None:
                 try:
                     kids = children.read_text().split()
