@@ -18,6 +18,7 @@ llama.cpp splits ``-ot`` on ``,`` and then at the first ``=``, and matches with 
 from __future__ import annotations
 
 import re
+import warnings
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import block_index
 
@@ -60,10 +61,16 @@ def pattern_problem(pattern):
             return reason
     if _INLINE_FLAGS_RE.search(pattern):
         return "inline flags such as (?i) are not ECMAScript std::regex syntax"
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        return "it is not a valid regular expression: %s" % exc
+    with warnings.catch_warnings():
+        # Python warns (FutureWarning) where its reading of a pattern may change, e.g. "[[" (nested sets):
+        # such a pattern is not one that Python and ECMAScript are sure to read alike.
+        warnings.simplefilter("error")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            return "it is not a valid regular expression: %s" % exc
+        except (FutureWarning, DeprecationWarning) as exc:
+            return "Python and ECMAScript may read it differently: %s" % exc
     return None
 
 

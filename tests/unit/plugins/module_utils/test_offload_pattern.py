@@ -193,6 +193,7 @@ def test_check_pattern_blk1_trap_and_missed_biases():
     (r"blk\.[0-9]{1,2}\.ffn", "','"),
     (r"(?<!x)blk\.ffn", "lookbehind"),
     (r"ffn_(up", "not a valid regular expression"),
+    (r"blk\.[[0-9]]\.ffn_.*_exps", "may read it differently: Possible nested set"),
     ("", "empty"),
 ])
 def test_check_pattern_unusable_patterns_do_not_crash(pattern, reason):
