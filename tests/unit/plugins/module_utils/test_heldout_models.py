@@ -15,7 +15,7 @@ import pytest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_gguf, read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import PlanError, load_facts, plan
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import MAX_BLOCKS
-from ansible_collections.ai_llm.moe_offload.plugins.modules.gguf_info import describe
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
 
 import heldout_gguf as H
 

@@ -1,0 +1,50 @@
+"""What ``gguf_info`` reports of a model: the reader, the tensor classes and the proved pattern together.
+
+Runs on target hosts: standard library only, Python >= 3.9.
+"""
+from __future__ import annotations
+
+import re
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (
+    check_pattern,
+    expert_pattern,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import (
+    block_index,
+    classify_model,
+)
+
+GIB = 1024.0 ** 3
+
+
+def describe(model, tensors="experts", pattern=None):
+    """The module's result (without ``changed``) and the warnings, for a ``GGUFModel``."""
+    layout = classify_model(model.architecture, model.metadata, model.tensors)
+    names = [t.name for t in model.tensors]
+    offload = expert_pattern(names, layout.expert_tensors)
+    matches = sorted(n for n in names if re.search(offload, n)) if offload else []
+    moe_blocks = len(layout.expert_tensors_by_block)
+    if layout.expert_tensors:
+        msg = "%s: %d routed-expert tensors (%.2f GiB) in %d MoE blocks; offload pattern %s" % (
+            model.architecture, len(layout.expert_tensors), layout.bytes_by_class["routed_experts"] / GIB,
+            moe_blocks, offload)
+    else:
+        msg = "%s: no routed-expert tensors, nothing to offload (a dense model: use -ngl alone)" % (
+            model.architecture,)
+    result = dict(
+        msg=msg, architecture=model.architecture, files=list(model.files), file_bytes=model.file_bytes,
+        tensor_count=len(names), tensor_bytes=layout.total_bytes, block_count=layout.block_count,
+        layer_kinds=layout.layer_kinds, expert_count=layout.expert_count,
+        expert_used_count=layout.expert_used_count, expert_shared_count=layout.expert_shared_count,
+        bytes=layout.bytes_by_class, expert_tensors=layout.expert_tensors, offload_pattern=offload,
+        offload_pattern_matches=matches,
+    )
+    if tensors != "none":
+        result["tensors"] = [
+            dict(name=t.name, type=t.type_name.lower(), shape=list(t.shape), bytes=t.nbytes,
+                 block=block_index(t.name), file=t.file, **{"class": layout.tensor_class[t.name]})
+            for t in model.tensors if tensors == "all" or layout.tensor_class[t.name] == "routed_experts"]
+    if pattern is not None:
+        result["pattern_check"] = check_pattern(pattern, names, layout.expert_tensors, layout.tensor_class)
+    return result, list(model.warnings) + list(layout.warnings)
