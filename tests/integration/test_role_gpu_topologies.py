@@ -1,0 +1,373 @@
+"""The llm_server role on GPU hosts, in check mode: playbooks/deploy.yml --check --diff on localhost with the
+nvidia-smi test double (tests/doubles) first on PATH, fed the real-format fixtures of tests/data/nvidia_smi.
+
+This machine has no GPU, so a real deploy with CDI devices cannot run here; check mode shows what the role would
+write (the .env and compose diffs, the plan) and must touch nothing: no file, no container.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tools.gguf_models import write_demo_model, write_nemotron_nano_30b
+
+ROOT = Path(__file__).resolve().parents[2]
+DOUBLES = ROOT / "tests" / "doubles"
+FIXTURES = ROOT / "tests" / "data" / "nvidia_smi"
+IMAGE = "localhost/ai-llm:cpu-b10434"
+ROLE = "ai_llm.moe_offload.llm_server : "
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """The demo model (small) and a sparse one-shard Nemotron-3-Nano-30B-A3B Q4_K_M header (small vocab)."""
+    root = tmp_path_factory.mktemp("models")
+    demo = write_demo_model(root / "demo.gguf")
+    nano = write_nemotron_nano_30b(root / "nano", shards=1, vocab_size=1024, n_merges=1000)[0]
+    return {"demo": str(demo), "nano": str(nano), "dir": str(root)}
+
+
+class Run:
+    """One ansible-playbook run and what it printed, per task."""
+
+    def __init__(self, proc, project, args_log):
+        self.proc = proc
+        self.project = project
+        self.args_log = args_log
+        self.chunks = {}
+        for chunk in re.split(r"^(?:TASK|RUNNING HANDLER) \[", proc.stdout, flags=re.MULTILINE)[1:]:
+            name = chunk.split("]", 1)[0]
+            self.chunks[name[len(ROLE):] if name.startswith(ROLE) else name] = chunk
+
+    def __str__(self):
+        return self.proc.stdout[-6000:] + self.proc.stderr[-3000:]
+
+    def result(self, task):
+        """The JSON result of a task (ok, changed or fatal)."""
+        chunk = self.chunks[task]
+        match = re.search(r"^(ok|changed|fatal): \[localhost\](: FAILED!)? => ", chunk, re.MULTILINE)
+        assert match, "no result for %r:\n%s" % (task, chunk)
+        return json.JSONDecoder().raw_decode(chunk[match.end():].lstrip())[0]
+
+    def diff_lines(self, task, sign="+"):
+        """The added (or removed) lines of a task's diff, without the sign."""
+        return [line[1:] for line in self.chunks[task].splitlines()
+                if line.startswith(sign) and not line.startswith(sign * 3)]
+
+    def env_added(self):
+        lines = self.diff_lines("Write the keys the role owns into .env (other keys stay as they are)")
+        return dict(line.split("=", 1) for line in lines if line.startswith("LLM_"))
+
+    def compose_after(self):
+        """The compose file the role would write (a new file: the diff holds all of it)."""
+        return yaml.safe_load("\n".join(self.diff_lines(
+            "Write the compose file (validated before it replaces the old one)")))
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def deploy(tmp_path):
+    """deploy(fixture, model, check=True, doubles=DOUBLES, **role_vars) -> Run, with its own inventory."""
+    name = "ai-llm-gputopo-" + uuid.uuid4().hex[:8]
+    project = tmp_path / "ai-llm"
+
+    def run(fixture, model, doubles=DOUBLES, **role_vars):
+        args_log = tmp_path / "nvidia-smi-args.log"
+        host_vars = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "llm_server_project_dir": str(project),
+            "llm_server_compose_project": name,
+            "llm_server_container_name": name,
+            "llm_server_image": IMAGE,
+            "llm_server_model_path": model,
+            "llm_server_port": free_port(),
+            "llm_server_ctx_size": 2048,
+            "llm_server_parallel": 1,
+            "llm_server_health_timeout": 10,
+        }
+        host_vars.update(role_vars)
+        inventory = tmp_path / "inventory.yml"
+        inventory.write_text(json.dumps({"llm_servers": {"hosts": {"localhost": host_vars}}}))
+        env = dict(os.environ)
+        env.update({
+            "PATH": str(doubles) + os.pathsep + env["PATH"],
+            "NVIDIA_SMI_FIXTURE": fixture,
+            "NVIDIA_SMI_ARGS_LOG": str(args_log),
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
+            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
+            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+            "ANSIBLE_LOCALHOST_WARNING": "0",
+        })
+        for key in [k for k in env if k.startswith("LLM_")]:
+            del env[key]
+        cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "playbooks" / "deploy.yml"),
+               "-v", "-i", str(inventory), "--check", "--diff"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300,
+                              check=False)
+        return Run(proc, project, args_log)
+
+    run.name = name
+    run.project = project
+    return run
+
+
+def containers(name):
+    """The container of that name: 'id status started-at restarts', or '' when there is none."""
+    proc = subprocess.run(["podman", "inspect", "--type", "container", "--format",
+                           "{{.Id}} {{.State.Status}} {{.State.StartedAt}} {{.RestartCount}}", name],
+                          capture_output=True, text=True, check=False, timeout=60)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def files_state(path):
+    """{relative path: (sha256, mtime_ns, mode)} of everything under path, None when it does not exist."""
+    if not path.exists():
+        return None
+    state = {}
+    for item in sorted(path.rglob("*")):
+        st = item.lstat()
+        digest = hashlib.sha256(item.read_bytes()).hexdigest() if item.is_file() else None
+        state[str(item.relative_to(path))] = (digest, st.st_mtime_ns, st.st_mode)
+    st = path.stat()
+    state["."] = (None, st.st_mtime_ns, st.st_mode)
+    return state
+
+
+def seed_project(project, pattern=r"\.ffn_.*_exps\.weight"):
+    """A project dir as an earlier deploy leaves it: a managed .env block, a foreign key, a compose file."""
+    project.mkdir(parents=True)
+    marker = "# {} ai_llm.moe_offload.llm_server: managed keys (edit the inventory, not these lines)"
+    (project / ".env").write_text("\n".join([
+        "OPERATOR_KEY=stays", marker.format("BEGIN"), "LLM_MOE_OFFLOAD_PATTERN='%s'" % pattern,
+        "LLM_CTX_SIZE=4096", "LLM_PARALLEL=1", "LLM_N_GPU_LAYERS=99", "LLM_MODEL_PATH='/models/old.gguf'",
+        "LLM_BIND_ADDRESS=127.0.0.1", "LLM_PORT=8080", "LLM_GPU_DEVICES=0", "LLM_TENSOR_SPLIT=",
+        marker.format("END"), ""]))
+    (project / ".env").chmod(0o600)
+    (project / "docker-compose.prod.yml").write_text("services:\n  ai-llm:\n    image: localhost/ai-llm:old\n")
+    (project / ".rollback").mkdir()
+    shutil.copy(project / ".env", project / ".rollback" / ".env")
+
+
+def assert_untouched(run, before_files, name, before_container=""):
+    assert files_state(run.project) == before_files, "check mode changed the project directory"
+    assert containers(name) == before_container, "check mode changed the container"
+
+
+def assert_double_used(run):
+    calls = run.args_log.read_text().splitlines()
+    assert any(c.startswith("--query-gpu=index,name,uuid") for c in calls), calls
+
+
+def plan_of(run):
+    return run.result("Plan where the expert weights go")
+
+
+# --- (a) one RTX A5500 with room for the whole model ----------------------------------------------------
+
+
+def test_single_a5500_small_model_no_offload(deploy, models):
+    run = deploy("rtx_a5500", models["demo"])
+    assert run.proc.returncode == 0, run
+    assert_double_used(run)
+    plan = plan_of(run)
+    assert plan["fits"] is True and plan["offload"] is False and plan["pattern"] == ""
+    assert plan["gpu_indices"] == [0] and plan["memory"]["gpus"][0]["free_mib"] == 24148
+    env = run.env_added()
+    assert env["LLM_MOE_OFFLOAD_PATTERN"] == "''"
+    assert env["LLM_GPU_DEVICES"] == "0" and env["LLM_TENSOR_SPLIT"] == ""
+    service = run.compose_after()["services"]["ai-llm"]
+    assert service["devices"] == ["nvidia.com/gpu=0"]
+    assert service["environment"]["NVIDIA_VISIBLE_DEVICES"] == "${LLM_GPU_DEVICES:-}"
+    assert "deploy" not in service and service["logging"]["driver"] == "k8s-file"
+    assert "would be recreated" in run.chunks["Say that ai-llm would be recreated (check mode)"]
+    assert "Recreate ai-llm" in run.chunks and "skipping: [localhost]" in run.chunks["Recreate ai-llm"]
+    assert_untouched(run, None, deploy.name)
+
+
+# --- (b) a busy A5500 and the sparse Nemotron-3-Nano: experts of some blocks move ------------------------
+
+
+def test_busy_a5500_nemotron_nano_partial_offload(deploy, models, ansible_module):
+    seed_project(deploy.project)
+    before = files_state(deploy.project)
+    run = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=32768, llm_server_parallel=2)
+    assert run.proc.returncode == 0, run
+    plan = plan_of(run)
+    assert plan["fits"] is True and plan["memory"]["gpus"][0]["free_mib"] == 5276
+    blocks = plan["cpu_expert_layers"]
+    info = ansible_module("gguf_info", {"path": models["nano"], "tensors": "none"})
+    moe_blocks = info["layer_kinds"]["moe"]
+    assert 0 < len(blocks) < len(moe_blocks), "the busy card must force a partial offload: %s" % blocks
+    pattern = re.fullmatch(r"'(.*)'", run.env_added()["LLM_MOE_OFFLOAD_PATTERN"]).group(1)
+    assert pattern == plan["pattern"] and pattern.startswith("blk\\.")
+    # The old block's pattern shows as removed: the diff is against the seeded .env.
+    assert "LLM_MOE_OFFLOAD_PATTERN='\\.ffn_.*_exps\\.weight'" in run.diff_lines(
+        "Write the keys the role owns into .env (other keys stay as they are)", "-")
+    check = ansible_module("gguf_info", {"path": models["nano"], "tensors": "none", "pattern": pattern})
+    expected = sorted(t for t in info["expert_tensors"] if int(t.split(".")[1]) in blocks)
+    assert sorted(check["pattern_check"]["matched"]) == expected
+    assert check["pattern_check"]["non_expert"] == []
+    assert sorted(check["pattern_check"]["missed"]) == sorted(set(info["expert_tensors"]) - set(expected))
+    assert_untouched(run, before, deploy.name)
+
+
+# --- (c) two GPUs: a split in proportion to free memory, or one chosen card ---------------------------
+
+
+def test_dual_gpu_split_over_both_cards(deploy, models):
+    run = deploy("dual_a5500_a4000", models["nano"], llm_server_ctx_size=32768, llm_server_parallel=2)
+    assert run.proc.returncode == 0, run
+    plan = plan_of(run)
+    assert plan["placement"] == "split" and plan["gpu_indices"] == [0, 1] and plan["pattern"] == ""
+    env = run.env_added()
+    shares = [float(s) for s in env["LLM_TENSOR_SPLIT"].split(",")]
+    free = [24148, 15746]  # memory.free of the fixture's two cards
+    assert len(shares) == 2
+    for share, mib in zip(shares, free):
+        assert share == pytest.approx(mib / sum(free), abs=0.001)
+    assert env["LLM_GPU_DEVICES"] == "0,1" and env["LLM_MOE_OFFLOAD_PATTERN"] == "''"
+    assert run.compose_after()["services"]["ai-llm"]["devices"] == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
+    assert_untouched(run, None, deploy.name)
+
+
+def test_dual_gpu_one_chosen_card_is_planned_alone(deploy, models):
+    run = deploy("dual_a5500_a4000", models["nano"], llm_server_ctx_size=32768, llm_server_parallel=2,
+                 llm_server_gpu_devices=[1])
+    assert run.proc.returncode == 0, run
+    plan = plan_of(run)
+    # Only the A4000's free memory counts: the plan cannot split onto the card the container does not get.
+    assert [g["index"] for g in plan["memory"]["gpus"]] == [1]
+    assert plan["memory"]["gpus"][0]["free_mib"] == 15746
+    assert plan["placement"] == "single" and plan["gpu_indices"] == [1]
+    assert plan["offload"] is True and plan["cpu_expert_layers"]
+    env = run.env_added()
+    assert env["LLM_GPU_DEVICES"] == "1" and env["LLM_TENSOR_SPLIT"] == ""
+    assert env["LLM_MOE_OFFLOAD_PATTERN"] == "'%s'" % plan["pattern"]
+    assert run.compose_after()["services"]["ai-llm"]["devices"] == ["nvidia.com/gpu=1"]
+    assert_untouched(run, None, deploy.name)
+
+
+def test_a_chosen_gpu_the_host_lacks_fails_the_preflight(deploy, models):
+    run = deploy("dual_a5500_a4000", models["nano"], llm_server_gpu_devices=[2])
+    assert run.proc.returncode != 0
+    msg = run.result("Check that the chosen GPUs exist")["msg"]
+    assert "llm_server_gpu_devices [2]" in msg and "[0, 1]" in msg
+    assert "Plan where the expert weights go" not in run.chunks
+    assert_untouched(run, None, deploy.name)
+
+
+# --- (d) docker: device reservations instead of CDI devices ---------------------------------------------
+
+
+def test_docker_compose_renders_device_reservations(deploy, models):
+    run = deploy("dual_a5500_a4000", models["nano"], llm_server_ctx_size=32768, llm_server_parallel=2,
+                 llm_server_compose_command=["docker", "compose"])
+    assert run.proc.returncode == 0, run
+    assert "Look for a compose tool" not in " ".join(
+        n for n, c in run.chunks.items() if "skipping" not in c)
+    service = run.compose_after()["services"]["ai-llm"]
+    assert "devices" not in service
+    assert service["deploy"]["resources"]["reservations"]["devices"] == [
+        {"driver": "nvidia", "device_ids": ["0", "1"], "capabilities": ["gpu"]}]
+    assert service["logging"] == {"driver": "json-file", "options": {"max-size": "50m", "max-file": "3"}}
+    assert run.env_added()["LLM_GPU_DEVICES"] == "0,1"
+    assert_untouched(run, None, deploy.name)
+
+
+# --- (e) a plan that does not fit even with every expert on the CPU -----------------------------------
+
+
+def test_a_plan_that_cannot_fit_is_refused_before_anything_is_written(deploy, models):
+    seed_project(deploy.project)
+    before = files_state(deploy.project)
+    run = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=1048576)
+    assert run.proc.returncode != 0, run
+    msg = run.result("Refuse a plan that does not fit the GPUs")["msg"]
+    missing = re.search(r"with the experts of (\d+) block\(s\) on CPU the plan needs (\d+) MiB and (\d+) MiB are "
+                        r"missing", msg)
+    assert missing, msg
+    assert int(missing.group(2)) - int(missing.group(3)) == 5276  # needs - missing = the fixture's free memory
+    assert "Nothing was changed" in msg and "llm_moe_offload_force=true" in msg
+    assert not any(t.startswith(("Create the project", "Write ")) for t in run.chunks)
+    assert_untouched(run, before, deploy.name)
+
+
+def test_a_forced_plan_that_cannot_fit_moves_every_expert(deploy, models):
+    run = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=1048576, llm_moe_offload_force=True)
+    assert run.proc.returncode == 0, run
+    assert plan_of(run)["fits"] is False
+    assert run.env_added()["LLM_MOE_OFFLOAD_PATTERN"] == "'\\.ffn_.*_exps\\.weight'"
+    assert_untouched(run, None, deploy.name)
+
+
+def test_a_forced_layers_plan_that_cannot_fit_needs_a_pattern(deploy, models):
+    run = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=1048576, llm_moe_offload_force=True,
+                 llm_moe_offload_mode="layers", llm_moe_offload_layers=[1, 3])
+    assert run.proc.returncode != 0, run
+    assert "with llm_moe_offload_pattern" in run.result("Refuse a plan that does not fit the GPUs")["msg"]
+    assert_untouched(run, None, deploy.name)
+
+
+# --- the GPU memory the running ai-llm holds counts as free for the plan ---------------------------------
+
+
+@pytest.fixture
+def running_stand_in(deploy):
+    """A running container with the role's container name (busybox sleep under an init, from the CPU image)."""
+    if subprocess.run(["podman", "image", "exists", IMAGE], check=False).returncode != 0:
+        pytest.skip("the CPU image is missing: bash images/ai-llm/build.sh")
+    subprocess.run(["podman", "run", "-d", "--init", "--name", deploy.name, "--entrypoint", "/bin/sleep", IMAGE,
+                    "600"], check=True, capture_output=True, timeout=60)
+    try:
+        yield deploy.name
+    finally:
+        subprocess.run(["podman", "rm", "-f", "-t", "0", deploy.name], check=False, capture_output=True, timeout=60)
+
+
+def test_memory_of_the_running_ai_llm_counts_as_free(deploy, models, running_stand_in, tmp_path):
+    pid = subprocess.run(["podman", "inspect", "--format", "{{.State.Pid}}", running_stand_in],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    child = Path("/proc/%s/task/%s/children" % (pid, pid)).read_text().split()[0]
+    # A copy of the double whose process list names the container's process (nvidia-smi prints host PIDs).
+    doubles = tmp_path / "doubles"
+    data = tmp_path / "data" / "nvidia_smi"
+    doubles.mkdir()
+    data.mkdir(parents=True)
+    shutil.copy(DOUBLES / "nvidia-smi", doubles / "nvidia-smi")
+    shutil.copy(FIXTURES / "rtx_a5500_busy.txt", data / "rtx_a5500_busy.txt")
+    apps = (FIXTURES / "rtx_a5500_busy.apps.txt").read_text()
+    assert ", 48213, " in apps
+    (data / "rtx_a5500_busy.apps.txt").write_text(apps.replace(", 48213, ", ", %s, " % child))
+    before_container = containers(running_stand_in)
+    assert " running " in before_container
+    run = deploy("rtx_a5500_busy", models["nano"], doubles=doubles, llm_server_ctx_size=32768,
+                 llm_server_parallel=2)
+    assert run.proc.returncode == 0, run
+    assert "--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits" in \
+        run.args_log.read_text().splitlines()
+    own = run.result("Sum the GPU memory of the container's processes")["ansible_facts"]["_llm_server_own_gpu_mib"]
+    assert own == {"0": 18342} or own == {0: 18342}
+    plan = plan_of(run)
+    # 5276 MiB free + the 18342 MiB ai-llm holds (the other process's 512 MiB stay taken).
+    assert plan["memory"]["gpus"][0]["free_mib"] == 5276 + 18342
+    busy_only = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=32768, llm_server_parallel=2)
+    assert len(plan["cpu_expert_layers"]) < len(plan_of(busy_only)["cpu_expert_layers"])
+    assert_untouched(run, None, running_stand_in, before_container)
