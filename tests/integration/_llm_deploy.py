@@ -1,0 +1,130 @@
+"""A real local deploy of the llm_server role for integration tests: podman + podman-compose, the CPU image of
+images/ai-llm/build.sh, the demo model, its own project directory, compose project, container name and free
+loopback port (host network, as the molecule scenarios run it)."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+from tools.gguf_models import write_demo_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def cpu_image():
+    """The tag of the local CPU image (built when missing, about a second)."""
+    proc = subprocess.run(["bash", str(ROOT / "images" / "ai-llm" / "build.sh")], capture_output=True, text=True,
+                          check=True, timeout=300)
+    return proc.stdout.split()[-1]
+
+
+class LocalDeploy:
+    """deploy.yml / rollback.yml on localhost for one project under ``root``."""
+
+    def __init__(self, root, prefix):
+        self.root = Path(root)
+        self.name = "%s-%s" % (prefix, uuid.uuid4().hex[:8])
+        self.project = self.root / "ai-llm"
+        self.models = self.root / "models"
+        self.models.mkdir(parents=True, exist_ok=True)
+        self.model = write_demo_model(self.models / "demo.gguf")
+        self.port = free_port()
+        self.base_vars = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "llm_server_project_dir": str(self.project),
+            "llm_server_compose_project": self.name,
+            "llm_server_container_name": self.name,
+            "llm_server_image": cpu_image(),
+            "llm_server_model_path": str(self.model),
+            "llm_server_network_mode": "host",
+            "llm_server_bind_address": "127.0.0.1",
+            "llm_server_port": self.port,
+            "llm_server_ctx_size": 512,
+            "llm_server_parallel": 1,
+            "llm_server_health_timeout": 60,
+            "llm_moe_offload_mode": "all",
+        }
+
+    def playbook(self, name, *args, **role_vars):
+        """Run playbooks/<name>.yml with the base vars updated by role_vars; returns the CompletedProcess."""
+        host_vars = dict(self.base_vars, **role_vars)
+        inventory = self.root / "inventory.yml"
+        inventory.write_text(json.dumps({"llm_servers": {"hosts": {"localhost": host_vars}}}))
+        env = dict(os.environ)
+        env.update({
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
+            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
+            "ANSIBLE_LOCALHOST_WARNING": "0",
+        })
+        for key in [k for k in env if k.startswith("LLM_")]:
+            del env[key]  # the environment would win over .env with podman-compose
+        cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "playbooks" / (name + ".yml")),
+               "-i", str(inventory)] + list(args)
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=600, check=False)
+
+    def compose(self, *args):
+        return subprocess.run(["podman-compose", "-p", self.name, "-f", str(self.project / "docker-compose.prod.yml")]
+                              + list(args), capture_output=True, text=True, cwd=str(self.project), timeout=300,
+                              check=False)
+
+    def down(self):
+        if (self.project / "docker-compose.prod.yml").exists():
+            self.compose("down")
+        subprocess.run(["podman", "rm", "--force", self.name], capture_output=True, check=False, timeout=120)
+
+    def env_value(self, key):
+        """The value of KEY in .env, quotes removed (the last line that sets it)."""
+        values = re.findall(r"^%s=(.*)$" % re.escape(key), (self.project / ".env").read_text(), re.MULTILINE)
+        return values[-1].strip("'") if values else None
+
+    def set_env(self, key, value):
+        """Edit .env by hand, as an operator would."""
+        path = self.project / ".env"
+        path.write_text(re.sub(r"^%s=.*$" % re.escape(key), "%s=%s" % (key, value), path.read_text(),
+                               flags=re.MULTILINE))
+
+    def container(self):
+        """{id, status, restarts} of the container, or None."""
+        proc = subprocess.run(["podman", "inspect", "--type", "container", "--format",
+                               "{{.Id}} {{.State.Status}} {{.RestartCount}}", self.name],
+                              capture_output=True, text=True, check=False, timeout=60)
+        if proc.returncode != 0:
+            return None
+        cid, status, restarts = proc.stdout.split()
+        return {"id": cid, "status": status, "restarts": int(restarts)}
+
+    def health(self):
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/health" % self.port, timeout=5) as answer:
+                return answer.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return None
+
+
+@contextlib.contextmanager
+def local_deploy(root, prefix):
+    """A LocalDeploy whose compose project is always taken down afterwards."""
+    deploy = LocalDeploy(root, prefix)
+    try:
+        yield deploy
+    finally:
+        deploy.down()
