@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -15,15 +14,10 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from tests.integration._llama_server import free_port
 from tools.gguf_models import write_demo_model
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def cpu_image():

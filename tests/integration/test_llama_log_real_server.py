@@ -9,12 +9,7 @@ default ``-lv 3`` (neither).
 from __future__ import annotations
 
 import json
-import shutil
-import socket
 import subprocess
-import time
-import urllib.error
-import urllib.request
 
 import pytest
 
@@ -25,49 +20,18 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log impo
     parse_log,
     verify_placement,
 )
+from tests.integration._llama_server import SERVER, run_until_healthy
 from tools.gguf_models import write_tiny_nemotron_h_moe
 
-SERVER = shutil.which("llama-server-vulkan")
 pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server-vulkan is not on PATH (source scripts/env.sh)")
 
 EXPERTS = r"\.ffn_.*_exps\.weight"
 VERIFIABLE = ["-lv", "5", "--no-log-prefix", "--no-log-timestamps"]
 
 
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def capture(model, *args, timeout=90):
     """Run the server until /health is 200 (or it exits); return (returncode or None, healthy, stderr)."""
-    port = _free_port()
-    cmd = [SERVER, "-m", str(model), "-c", "512", "-ngl", "99", "--host", "127.0.0.1", "--port", str(port),
-           "--no-webui"] + list(args)
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    healthy = False
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=2) as resp:
-                    if resp.status == 200:
-                        healthy = True
-                        break
-            except (urllib.error.URLError, ConnectionError, OSError):
-                pass
-            time.sleep(0.2)
-    finally:
-        exited = proc.poll()
-        if exited is None:
-            proc.terminate()
-        try:
-            err = proc.communicate(timeout=30)[1]
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            err = proc.communicate()[1]
-    return exited, healthy, err
+    return run_until_healthy(["-m", model, "-c", "512", "-ngl", "99", "--no-webui"] + list(args), timeout)
 
 
 @pytest.fixture(scope="module")

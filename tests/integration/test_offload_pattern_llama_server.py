@@ -6,8 +6,6 @@ server's per-tensor "buffer type overridden" lines (``-lv 5``) must name exactly
 from __future__ import annotations
 
 import re
-import shutil
-import socket
 import subprocess
 
 import pytest
@@ -18,19 +16,16 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_patter
     expert_pattern,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
+from tests.integration._llama_server import SERVER, free_port
 from tools.gguf_models import write_tiny_qwen3moe
 
-SERVER = shutil.which("llama-server-vulkan")
 pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server-vulkan is not on PATH (source scripts/env.sh)")
 OVERRIDE = re.compile(r"^tensor (\S+) \(.*\) buffer type overridden to CPU")
 
 
 def overridden_by_llama_server(model, pattern):
     """The tensor names llama-server moves to the CPU for ``-ot PATTERN=CPU`` (read until its buffer lines)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    cmd = [SERVER, "-m", str(model), "-c", "512", "-ngl", "99", "--host", "127.0.0.1", "--port", str(port),
+    cmd = [SERVER, "-m", str(model), "-c", "512", "-ngl", "99", "--host", "127.0.0.1", "--port", str(free_port()),
            "--no-webui", "-fit", "off", "-lv", "5", "--no-log-prefix", "--no-log-timestamps",
            "-ot", pattern + "=CPU"]
     moved, lines = set(), []

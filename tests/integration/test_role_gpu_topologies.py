@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import uuid
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.integration._llama_server import free_port
 from tools.gguf_models import write_demo_model, write_nemotron_nano_30b
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,12 +73,6 @@ class Run:
         """The compose file the role would write (a new file: the diff holds all of it)."""
         return yaml.safe_load("\n".join(self.diff_lines(
             "Write the compose file (validated before it replaces the old one)")))
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
