@@ -38,8 +38,10 @@ import re
 import stat
 import struct
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import GGML_TYPES, tensor_nbytes, type_name
+
 __all__ = [
-    "GGUFError", "GGML_TYPES", "tensor_nbytes", "TensorInfo", "SkippedArray", "GGUFFile", "read_gguf",
+    "GGUFError", "TensorInfo", "SkippedArray", "GGUFFile", "read_gguf",
     "find_split_files", "GGUFModel", "read_model",
 ]
 
@@ -82,45 +84,6 @@ _SCALARS = {
 }
 _INT_TYPES = frozenset((0, 1, 2, 3, 4, 5, 10, 11))
 
-# ggml tensor types: id -> (name, elements per block, bytes per block).
-# Ids 4, 5, 31-33 and 36-38 were removed from ggml; new ids keep appearing ("size unknown").
-GGML_TYPES = {
-    0: ("F32", 1, 4),
-    1: ("F16", 1, 2),
-    2: ("Q4_0", 32, 18),
-    3: ("Q4_1", 32, 20),
-    6: ("Q5_0", 32, 22),
-    7: ("Q5_1", 32, 24),
-    8: ("Q8_0", 32, 34),
-    9: ("Q8_1", 32, 40),
-    10: ("Q2_K", 256, 84),
-    11: ("Q3_K", 256, 110),
-    12: ("Q4_K", 256, 144),
-    13: ("Q5_K", 256, 176),
-    14: ("Q6_K", 256, 210),
-    15: ("Q8_K", 256, 292),
-    16: ("IQ2_XXS", 256, 66),
-    17: ("IQ2_XS", 256, 74),
-    18: ("IQ3_XXS", 256, 98),
-    19: ("IQ1_S", 256, 50),
-    20: ("IQ4_NL", 32, 18),
-    21: ("IQ3_S", 256, 110),
-    22: ("IQ2_S", 256, 82),
-    23: ("IQ4_XS", 256, 136),
-    24: ("I8", 1, 1),
-    25: ("I16", 1, 2),
-    26: ("I32", 1, 4),
-    27: ("I64", 1, 8),
-    28: ("F64", 1, 8),
-    29: ("IQ1_M", 256, 56),
-    30: ("BF16", 1, 2),
-    34: ("TQ1_0", 256, 54),
-    35: ("TQ2_0", 256, 66),
-    39: ("MXFP4", 32, 17),
-    40: ("NVFP4", 64, 36),
-    41: ("Q1_0", 128, 18),
-}
-
 _SPLIT_RE = re.compile(r"^(?P<base>.+)-(?P<no>[0-9]{5,})-of-(?P<count>[0-9]{5,})\.gguf$")
 
 
@@ -135,31 +98,6 @@ class GGUFError(Exception):
 
     def __str__(self):
         return "%s: at byte %d: %s" % (self.path, self.offset, self.reason)
-
-
-def type_name(type_id):
-    """The ggml name of a tensor type id, ``"unknown(N)"`` for ids not in ``GGML_TYPES``."""
-    entry = GGML_TYPES.get(type_id)
-    return entry[0] if entry else "unknown(%d)" % type_id
-
-
-def tensor_nbytes(type_id, shape):
-    """Bytes of a tensor of ggml type ``type_id`` and shape ``shape`` (ggml ``ne`` order).
-
-    ``None`` when the type id is unknown (size unknown). ``ValueError`` when ``ne0`` is not a multiple
-    of the type's block size.
-    """
-    entry = GGML_TYPES.get(type_id)
-    if entry is None:
-        return None
-    _name, block, block_bytes = entry
-    ne0 = shape[0] if shape else 1
-    if ne0 % block:
-        raise ValueError("ne0 = %d is not a multiple of the %s block size %d" % (ne0, entry[0], block))
-    rows = 1
-    for n in shape[1:]:
-        rows *= n
-    return ne0 // block * block_bytes * rows
 
 
 class SkippedArray(object):

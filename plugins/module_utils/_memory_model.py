@@ -13,23 +13,15 @@ classification's ``ModelLayout`` into a ``ModelFacts``; ``estimate(facts, ...)``
 
 from __future__ import annotations
 
-import re
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import (
+    BLOCK_RE, CACHE_TYPES, LLAMA_MAX_LAYERS, MAX_BLOCKS, PLAIN_TYPE_IDS,
+)
 
 MIB = 1 << 20
-LLAMA_MAX_LAYERS = 512  # llama.cpp refuses models with more blocks
-MAX_BLOCKS = 65536  # more blocks than this is a broken header, not a model
 DEFAULT_MARGIN_MIB = 1024  # llama.cpp's --fit keeps this much free per device (driver, CUDA context)
 N_CTX_PAD = 256  # llama.cpp pads the context to a multiple of this
 KQ_MASK_PAD = 64  # ... and the tokens of the KQ mask to a multiple of this
 OP_OFFLOAD_MIN_BATCH = 32  # CUDA offloads an op on host weights to the GPU from this many tokens on
-
-# KV cache types llama-server accepts (-ctk / -ctv): name -> (block elements, block bytes), as ggml.
-CACHE_TYPES = {
-    "f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18), "q4_1": (32, 20),
-    "iq4_nl": (32, 18), "q5_0": (32, 22), "q5_1": (32, 24),
-}
-# ggml type ids that are not block-quantized (float and integer types).
-_PLAIN_TYPES = (0, 1, 24, 25, 26, 27, 28, 30)
 
 # Where a backend puts tensors: byte alignment of each tensor in a buffer and, for CUDA, the extra
 # row padding of quantized matrices (MATRIX_ROW_PADDING = 512 elements, once per tensor).
@@ -37,7 +29,6 @@ BACKENDS = {"cuda": (128, 512), "cpu": (32, 0), "rpc": (32, 0), "vulkan": (64, 0
 
 # Global tensors of llama.cpp's input layer: they always stay in host memory.
 INPUT_TENSOR_BASES = ("token_embd", "token_types", "position_embd", "per_layer_token_embd")
-_BLOCK_RE = re.compile(r"^blk\.([0-9]+)\.")
 
 
 class MemoryModelError(ValueError):
@@ -260,7 +251,7 @@ def model_facts(metadata, tensors, layout):
         if nbytes is None:
             unknown.append(tensor.name)
             nbytes = 0
-        match = _BLOCK_RE.match(tensor.name)
+        match = BLOCK_RE.match(tensor.name)
         facts_tensors.append(TensorFacts(tensor.name, nbytes, int(match.group(1)) if match else None,
                                          getattr(tensor, "type_id", None), tuple(tensor.shape or ()),
                                          tensor.name in expert_names))
@@ -405,7 +396,7 @@ def layer_devices(block_count, split=None, n_devices=1):
 
 def _alloc_bytes(tensor, alignment, row_padding):
     size = tensor.nbytes
-    if row_padding and tensor.type_id is not None and tensor.type_id not in _PLAIN_TYPES and tensor.shape:
+    if row_padding and tensor.type_id is not None and tensor.type_id not in PLAIN_TYPE_IDS and tensor.shape:
         ne0 = tensor.shape[0]
         if ne0 % row_padding and tensor.shape[0] and tensor.nbytes:
             rows = 1

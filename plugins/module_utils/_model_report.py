@@ -10,10 +10,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_patter
     check_pattern,
     expert_pattern,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import (
-    block_index,
-    classify_model,
-)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import block_index
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 
 GIB = 1024.0 ** 3
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import warnings
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import block_index
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import BLOCK_RE, block_index
 
 # Readable, convention-based candidates, most readable first (the first one is llama.cpp's
 # documented seed pattern).
@@ -161,7 +161,7 @@ def _names(all_names, expert_names):
 
 def _stem(name):
     """The part of a block tensor name after ``blk.N.`` (the whole name for global tensors)."""
-    match = re.match(r"blk\.[0-9]+\.", name)
+    match = BLOCK_RE.match(name)
     return name[match.end():] if match else name
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_model as mm
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import CACHE_TYPES, OFFLOAD_MODES
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (
     PatternError, block_expert_pattern, check_pattern)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 
-MODES = ("auto", "all", "none", "layers")
 GPU_FIELDS = ("name", "memory_total_mib", "memory_free_mib", "memory_used_mib", "index", "uuid", "pci_bus_id",
               "driver_version", "compute_capability", "mig_devices")
 MAX_PARALLEL = 256
@@ -107,8 +107,8 @@ def normalize_gpus(gpus):
 def _check_options(facts, ctx_size, parallel, cache_type_k, cache_type_v, margin_mib, mode, cpu_moe_layers):
     warnings = []
     for name, value in (("cache_type_k", cache_type_k), ("cache_type_v", cache_type_v)):
-        if value not in mm.CACHE_TYPES:
-            raise PlanError("unknown %s %r: llama-server knows %s" % (name, value, ", ".join(sorted(mm.CACHE_TYPES))))
+        if value not in CACHE_TYPES:
+            raise PlanError("unknown %s %r: llama-server knows %s" % (name, value, ", ".join(sorted(CACHE_TYPES))))
     try:
         mm.validate_context(ctx_size, parallel)
     except mm.MemoryModelError as exc:
@@ -118,8 +118,8 @@ def _check_options(facts, ctx_size, parallel, cache_type_k, cache_type_v, margin
             ctx_size, facts.context_length))
     if margin_mib is None or margin_mib < 0:
         raise PlanError("margin_mib must be >= 0, got %r" % (margin_mib,))
-    if mode not in MODES:
-        raise PlanError("unknown mode %r (one of %s)" % (mode, ", ".join(MODES)))
+    if mode not in OFFLOAD_MODES:
+        raise PlanError("unknown mode %r (one of %s)" % (mode, ", ".join(OFFLOAD_MODES)))
     if mode == "layers":
         if cpu_moe_layers is None:
             raise PlanError("mode layers needs cpu_moe_layers: a count of MoE blocks or a list of block indices")

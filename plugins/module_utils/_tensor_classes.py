@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import BLOCK_RE, MAX_BLOCKS, block_index
+
 TENSOR_CLASSES = (
     "routed_experts",
     "shared_experts",
@@ -34,22 +36,11 @@ BLOCK_KINDS = ("attention", "recurrent", "moe", "dense_ffn")
 # Architectures whose block kinds are defined by per-layer metadata arrays (llama.cpp reads
 # head_count_kv[i] and feed_forward_length[i] for them): see the reference, section 3.
 METADATA_KIND_ARCHS = ("nemotron_h", "nemotron_h_moe")
-# More blocks than any model has (llama.cpp loads at most 512): a larger block_count or block number in a
-# tensor name is not trusted to size loops over every block.
-MAX_BLOCKS = 65536
-
-_BLOCK_RE = re.compile(r"^blk\.([0-9]+)\.")
 # Stacked routed experts (weights, biases, scales...) and the old one-tensor-per-expert layout.
 _ROUTED_RE = re.compile(r"^ffn_(gate|up|down|gate_up)_(ch)?exps(\.|$)|^ffn_(gate|up|down)\.[0-9]+\.")
 _ROUTER_BASES = ("ffn_gate_inp", "exp_probs_b", "ffn_exp_probs_b")
 _RECURRENT_PREFIXES = ("ssm_", "time_mix_", "shortconv")
 _DENSE_FFN_PREFIXES = ("ffn_", "channel_mix_")
-
-
-def block_index(name):
-    """The block number of ``blk.N.<...>`` tensor names, ``None`` for global tensors."""
-    match = _BLOCK_RE.match(name)
-    return int(match.group(1)) if match else None
 
 
 def _is_norm(base):
@@ -58,7 +49,7 @@ def _is_norm(base):
 
 def classify_tensor(name):
     """The class (one of ``TENSOR_CLASSES``) of one tensor, from its name alone."""
-    match = _BLOCK_RE.match(name)
+    match = BLOCK_RE.match(name)
     if match is None:
         base = name.split(".", 1)[0]
         if _is_norm(base):

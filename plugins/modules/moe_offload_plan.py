@@ -242,9 +242,8 @@ n_ctx:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import CACHE_TYPES, OFFLOAD_MODES
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import PlanError, load_facts, plan
-
-CACHE_TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
 
 def main():
@@ -254,10 +253,10 @@ def main():
             gpus=dict(type="raw", required=True),
             ctx_size=dict(type="int", required=True),
             parallel=dict(type="int", default=1),
-            cache_type_k=dict(type="str", default="f16", choices=CACHE_TYPES),
-            cache_type_v=dict(type="str", default="f16", choices=CACHE_TYPES),
+            cache_type_k=dict(type="str", default="f16", choices=sorted(CACHE_TYPES)),
+            cache_type_v=dict(type="str", default="f16", choices=sorted(CACHE_TYPES)),
             margin_mib=dict(type="int", default=1024),
-            mode=dict(type="str", default="auto", choices=["auto", "all", "none", "layers"]),
+            mode=dict(type="str", default="auto", choices=list(OFFLOAD_MODES)),
             cpu_moe_layers=dict(type="raw"),
             gpu_index=dict(type="int"),
             split=dict(type="raw"),

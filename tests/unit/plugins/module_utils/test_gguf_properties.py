@@ -12,8 +12,8 @@ import gguf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import GGML_TYPES
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import (
-    GGML_TYPES,
     GGUFError,
     KEEP_LISTS,
     KEEP_NUMBERS,

@@ -17,14 +17,13 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _gguf
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import (
-    GGML_TYPES,
     GGUFError,
     SkippedArray,
     find_split_files,
     read_gguf,
     read_model,
-    tensor_nbytes,
 )
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import GGML_TYPES, tensor_nbytes
 
 VT = gguf.GGUFValueType
 Q = gguf.GGMLQuantizationType

@@ -6,7 +6,8 @@ from collections import namedtuple
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_model as mm
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model, tensor_nbytes
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import tensor_nbytes
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 from tools import gguf_models
 

@@ -16,8 +16,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_patter
     expert_pattern,
     pattern_problem,
 )
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import block_index
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import (
-    block_index,
     classify_model,
     classify_tensor,
 )

@@ -5,10 +5,10 @@ from collections import namedtuple
 
 import pytest
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import block_index
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import (
     BLOCK_KINDS,
     TENSOR_CLASSES,
-    block_index,
     classify_model,
     classify_tensor,
 )
