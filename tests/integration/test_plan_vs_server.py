@@ -1,4 +1,4 @@
-"""Held-out plans against the real llama-server: weights, KV and recurrent state to 0.01 MiB.
+"""Plans of other shapes against the real llama-server: weights, KV and recurrent state to 0.01 MiB.
 
 Shapes and settings the other tests do not use: other head counts and GQA ratios, key_length != value_length
 (MLA), quantized KV caches with flash attention, 3 slots, contexts that are not multiples of 256 (every slot is
@@ -31,7 +31,7 @@ def moe(path, *, arch="qwen3moe", n_blocks=5, n_embd=256, n_head=8, n_head_kv=2,
         n_blocks=n_blocks, n_embd=n_embd, n_vocab=512, n_expert=n_expert, n_ff_exp=n_ff_exp, n_ff=n_ff,
         attention=G._gqa_attention(n_embd, n_head, n_head_kv, head_dim, qk_norm=qk_norm, bias=bias),  # pylint: disable=protected-access
         n_ff_shexp=shexp, shexp_gate_inp=bool(shexp), types=G._simple_types(dtype, "f16"))  # pylint: disable=protected-access
-    add_kv = G._small_kv("held-out " + arch, 512, n_blocks=n_blocks, n_embd=n_embd, n_head=n_head,  # pylint: disable=protected-access
+    add_kv = G._small_kv("plan-check " + arch, 512, n_blocks=n_blocks, n_embd=n_embd, n_head=n_head,  # pylint: disable=protected-access
                          n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, context_length=8192, n_expert=n_expert,
                          n_expert_used=2, n_ff_exp=n_ff_exp)
 
@@ -71,7 +71,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("heldout_plans")
+    folder = tmp_path_factory.mktemp("plans_vs_server")
     return dict((name, writer(folder)) for name, writer in MODELS.items())
 
 

@@ -1,4 +1,5 @@
-"""Held-out GGUF layouts for every MoE architecture gguf-py knows (helper of the test_heldout_* tests).
+"""Random GGUF layouts for every MoE architecture gguf-py knows (helper of test_models_every_moe_arch and
+test_modules_edge_cases).
 
 For each architecture of ``gguf.constants.MODEL_TENSORS`` with routed-expert tensor kinds
 (``FFN_{GATE,UP,DOWN}_EXP``, ``FFN_GATE_UP_EXP``, ``FFN_*_CHEXP``) a random model is written with the
@@ -81,7 +82,7 @@ def _qtype(rng, ne0):
 
 
 class Layout(object):
-    """What a held-out model is and what gguf_info must say about it."""
+    """What a random model is and what gguf_info must say about it."""
 
     def __init__(self, arch, tensors, blocks, kinds, experts, metadata):
         self.arch = arch
@@ -228,7 +229,7 @@ def write_layout(layout, directory, seed, shards=None, endian=None):
     endian = endian or rng.choice(("little", "big"))
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / ("%s-heldout-%d.gguf" % (layout.arch, seed))
+    path = directory / ("%s-layout-%d.gguf" % (layout.arch, seed))
 
     def add_kv(w):
         for key, (value, vtype) in layout.metadata.items():

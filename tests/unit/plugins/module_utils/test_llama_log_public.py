@@ -1,6 +1,6 @@
-"""The llama-server log parser on held-out logs: excerpts of real logs of other builds and backends pasted in
+"""The llama-server log parser on public logs: excerpts of real logs of other builds and backends pasted in
 public issues (llama.cpp, ik_llama.cpp, ollama, LM Studio; CUDA, ROCm, Vulkan, Metal, SYCL, RPC; 2024-2026),
-kept line for line in tests/data/llama_logs/heldout (sources in SOURCES.md). Every test asserts the exact
+kept line for line in tests/data/llama_logs/public (sources in SOURCES.md). Every test asserts the exact
 tensors (name, MiB, type, buffer), buffers, offloaded N/M and errors, and that no log without the evidence
 verifies."""
 from __future__ import annotations
@@ -15,20 +15,20 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log impo
     verify_placement,
 )
 
-HELDOUT = Path(__file__).resolve().parents[3] / "data" / "llama_logs" / "heldout"
-LOGS = sorted(p.name for p in HELDOUT.glob("*.log"))
+PUBLIC_LOGS = Path(__file__).resolve().parents[3] / "data" / "llama_logs" / "public"
+LOGS = sorted(p.name for p in PUBLIC_LOGS.glob("*.log"))
 
 
 def read(name):
-    return (HELDOUT / name).read_text(encoding="utf-8")
+    return (PUBLIC_LOGS / name).read_text(encoding="utf-8")
 
 
 def overrides(parsed):
     return [(o["tensor"], o["mib"], o["type"], o["buffer"]) for o in parsed["overridden"]]
 
 
-def test_every_heldout_log_has_a_source():
-    sources = (HELDOUT / "SOURCES.md").read_text(encoding="utf-8")
+def test_every_public_log_has_a_source():
+    sources = (PUBLIC_LOGS / "SOURCES.md").read_text(encoding="utf-8")
     assert LOGS and all("`%s`" % name in sources for name in LOGS)
 
 
@@ -258,7 +258,7 @@ def test_wrapped_logs_parse_the_same(name, wrap):
 
 
 @pytest.mark.parametrize("name", LOGS)
-def test_no_heldout_log_verifies_without_its_evidence(name):
+def test_no_public_log_verifies_without_its_evidence(name):
     p = parse_log(read(name))
     host = sorted(o["tensor"] for o in p["overridden"] if o["buffer"] in ("CPU", "CUDA_Host"))
     for expected in (None, [], ["blk.0.ffn_up_exps.weight"]):
@@ -281,10 +281,10 @@ def test_no_heldout_log_verifies_without_its_evidence(name):
 
 
 def test_module_fails_on_a_crash_and_verifies_host_moves_only(ansible_module):
-    r = ansible_module("llama_server_log", {"path": str(HELDOUT / "b10586_crash_after_load.log")})
+    r = ansible_module("llama_server_log", {"path": str(PUBLIC_LOGS / "b10586_crash_after_load.log")})
     assert r["failed"] and r["crash"] == "CUDA error: an illegal memory access was encountered"
     assert r["server_ready"] is False and r["verified"] is False
-    r = ansible_module("llama_server_log", {"path": str(HELDOUT / "ik_llama_ot_cuda1_and_cpu.log"),
+    r = ansible_module("llama_server_log", {"path": str(PUBLIC_LOGS / "ik_llama_ot_cuda1_and_cpu.log"),
                                             "expect_tensors": IK_CPU})
     assert not r["failed"] and r["verified"] and r["evidence"] == "per_tensor"
     assert {o["buffer"] for o in r["overridden"]} == {"CPU", "CUDA1"}

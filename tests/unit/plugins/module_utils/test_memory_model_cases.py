@@ -1,4 +1,4 @@
-"""Held-out memory model cases: per-slot context padding, MLA caches, recurrent kinds beyond Mamba-2, and
+"""Memory model cases beyond the first shapes: per-slot context padding, MLA caches, recurrent kinds beyond Mamba-2, and
 metadata that is negative, zero or shaped wrong (a clear error or a fallback, never a traceback)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Held-out inspection: every MoE architecture gguf-py knows, random quant types, shards and byte orders;
+"""Inspection of random layouts: every MoE architecture gguf-py knows, random quant types, shards and byte orders;
 dense models; files that are not GGUF files at all; a fuzz campaign on real multi-shard files."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan i
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import MAX_BLOCKS
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
 
-import heldout_gguf as H
+import gguf_layouts as H
 
 SEEDS = (11, 12)
 GPU = [{"name": "test card", "memory_total_mib": 24564, "memory_free_mib": 20000}]

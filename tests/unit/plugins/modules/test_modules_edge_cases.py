@@ -1,4 +1,4 @@
-"""Held-out module runs through Ansible itself: gguf_info on held-out layouts and on files that are not models,
+"""Module runs through Ansible itself on edge cases: gguf_info on random layouts and on files that are not models,
 moe_offload_plan on bad input (a clear message and never a traceback; warnings where the plan still works)."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tools.gguf_models import write_tiny_qwen3moe
 
 ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT / "tests" / "unit" / "plugins" / "module_utils"))
-import heldout_gguf as H  # noqa: E402  # pylint: disable=wrong-import-position
+import gguf_layouts as H  # noqa: E402  # pylint: disable=wrong-import-position
 
 GPU = {"name": "NVIDIA RTX A5500", "memory_total_mib": 24564, "memory_free_mib": 24148}
 
