@@ -6,7 +6,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
 
-APT_PACKAGES=(podman runc libgomp1 busybox-static openssh-server openssh-client iproute2 rsync)
+# requirements/debian.txt: one package a line, '#' starts a comment
+mapfile -t APT_PACKAGES < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' requirements/debian.txt | tr -d ' \t')
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -33,4 +34,6 @@ fi
 
 mkdir -p .collections/ansible_collections/ai_llm
 ln -sfn "$ROOT" .collections/ansible_collections/ai_llm/moe_offload
-echo "setup: ready ($(ansible --version | head -1), $(podman --version))"
+# (read all of ansible's output: `| head -1` would close the pipe early and ansible prints a BrokenPipeError)
+ansible_version="$(ansible --version)"
+echo "setup: ready (${ansible_version%%$'\n'*}, $(podman --version))"
