@@ -85,7 +85,7 @@ def test_plan_equals_llama_server_buffers(models, name, ctx, parallel, flags, ca
     gpu = {"name": "rpc", "memory_total_mib": 100000, "memory_free_mib": 100000}
     planned = plan(facts, [gpu], ctx_size=ctx, parallel=parallel, cache_type_k=cache_k, cache_type_v=cache_v,
                    flash_attn=flash_attn, kv_unified=unified, mode="layers" if blocks else "none",
-                   cpu_moe_layers=list(blocks) if blocks else None, backend="rpc", op_offload=False)
+                   cpu_expert_layers=list(blocks) if blocks else None, backend="rpc", op_offload=False)
     assert planned["cpu_expert_layers"] == sorted(blocks)
     with PA.RpcDevices(1) as rpc:
         text = PA.run_server(path, ctx, parallel, rpc.endpoints, override=planned["override_tensor"],
