@@ -89,8 +89,8 @@ class Gpu:
     index: int
     uuid: str | None
     memory_total_mib: float | None
-    memory_free_mib: int
-    held_mib: int = 0
+    memory_free_mib: float
+    held_mib: float = 0
 
 
 def _number(value, where):
@@ -136,7 +136,7 @@ def normalize_gpus(gpus, gpu_indices=None):
                             "memory" % (position, gpu.get("name")))
         index = gpu.get("index", position)
         result.append(Gpu(gpu.get("name") or "GPU %d" % position, index, gpu.get("uuid"), total,
-                          int(free + (held or 0)), int(held or 0)))
+                          free + (held or 0), held or 0))
     if gpu_indices is not None:
         known = [g.index for g in result]
         wrong = [i for i in gpu_indices if i not in known]
