@@ -147,6 +147,7 @@ def measured(text, endpoints):
         "model": per_device(parsed["model_buffers"]), "kv": per_device(parsed["kv_buffers"]),
         "recurrent": per_device(parsed["rs_buffers"]), "compute": per_device(parsed["compute_buffers"]),
         "output": float(outputs[-1][1]) if outputs else 0.0, "error": parsed.get("load_error"),
+        "host_compute": (parsed["compute_buffers"] or {}).get("CPU", 0.0),
     }
 
 
@@ -308,6 +309,12 @@ def accuracy(workdir, quick=False):
                 print("%-24s %6d %3d %-9s %2d | RPC%d %9.2f %9.2f %6.2f | %8.2f %8.2f %6.2f | %7.2f %7.2f %5.2f | "
                       "%8.2f %8.2f %+6.1f%%" % ((name[:24], ctx, parallel, label[:9], devices, device) + tuple(row)
                                                 + (c_meas, c_pred, c_err)))
+            h_meas, h_pred = got["host_compute"], result["memory"]["host"]["compute_mib"]
+            h_err = 100.0 * (h_pred - h_meas) / h_meas if h_meas else 0.0
+            compute_errors.append((name + " host", ctx, parallel, h_meas, h_pred, h_err))
+            print("%-24s %6d %3d %-9s %2d | host %57s | %8.2f %8.2f %+6.1f%%" % (
+                name[:24], ctx, parallel, label[:9], devices, "(token_embd, masks, inputs; compute buffer)", h_meas,
+                h_pred, h_err))
             out_err = round(result["memory"]["host"]["output_mib"] - got["output"], 2)
             exact = exact and abs(out_err) <= 0.01
             for item in result["device_overrides"]:

@@ -728,15 +728,9 @@ def compute_buffer_bytes(facts, ctx_size, parallel=1, ubatch=512, flash_attn=Tru
     tokens = min(cc.ubatch, cc.n_ctx)
     blocks = set(range(facts.block_count)) if blocks is None else set(blocks)
     embd = facts.n_embd * tokens * F32
-    mask_bytes = 2 if flash_attn else F32
-    mask_rows = pad(max(1, tokens // cc.streams), KQ_MASK_PAD) * cc.streams
     attention = [b for b in sorted(facts.kv_blocks) + list(facts.kv_reused) if b in blocks]
     swa = facts.swa_blocks
-    masks = 0
-    if any(b not in swa for b in attention):
-        masks += cc.cells * mask_rows * mask_bytes
-    if any(b in swa for b in attention):
-        masks += cc.swa_cells * mask_rows * mask_bytes
+    masks = _mask_bytes(facts, cc, attention, 2 if flash_attn else F32)
     peaks = [0]
     for block in attention:
         k, v = facts.kv_blocks.get(block, (0, 0))  # a block reading another's cache projects only Q
@@ -771,13 +765,32 @@ def compute_buffer_bytes(facts, ctx_size, parallel=1, ubatch=512, flash_attn=Tru
     return copies * (embd + masks) + embd + max(peaks) + logits + offload_copy
 
 
+def _mask_bytes(facts, cells, attention, per_cell):
+    """The KQ masks of the caches ``attention`` blocks use: ``cells x pad(tokens per stream, 64) x streams``
+    elements each (llama-graph.cpp ``build_attn_inp_kv`` / ``build_attn_inp_kv_iswa``)."""
+    tokens = min(cells.ubatch, cells.n_ctx)
+    rows = pad(max(1, tokens // cells.streams), KQ_MASK_PAD) * cells.streams
+    swa = facts.swa_blocks
+    total = 0
+    if any(b not in swa for b in attention):
+        total += cells.cells * rows * per_cell
+    if any(b in swa for b in attention):
+        total += cells.swa_cells * rows * per_cell
+    return total
+
+
 def host_compute_bytes(facts, ctx_size, parallel=1, ubatch=512, batch=DEFAULT_BATCH, cpu_expert_blocks=(),
-                       op_offload=True):
-    """The host's compute buffer beside GPUs: the token ids and the embedding rows llama.cpp looks up on the
-    host (token_embd stays there), and, when the GPU does not compute host-resident experts (no op offload,
-    or micro-batches under 32 tokens), those experts' working set."""
-    tokens = min(micro_batch(ctx_size, ubatch, batch), pad(ctx_size, N_CTX_PAD))
-    total = 2 * tokens * F32 + facts.n_embd * tokens * F32
+                       op_offload=True, *, kv_unified=False, swa_full=False, flash_attn=True, copies=1):
+    """The host's compute buffer beside GPUs. ggml-backend.c ``ggml_backend_sched`` keeps the graph's inputs on the
+    CPU backend (``GGML_TENSOR_FLAG_INPUT``): the token ids, positions and KQ masks (F32, and their F16 cast with
+    flash attention), ``copies`` times in a pipeline-parallel graph; the embedding rows are looked up on the host
+    (token_embd stays there); and when the GPU does not compute host-resident experts (no op offload, or
+    micro-batches under 32 tokens), those experts' working set."""
+    cells = cache_cells(facts, ctx_size, parallel, kv_unified, ubatch, batch, swa_full)
+    tokens = min(cells.ubatch, cells.n_ctx)
+    attention = sorted(facts.kv_blocks) + list(facts.kv_reused)
+    inputs = 3 * tokens * F32 + _mask_bytes(facts, cells, attention, F32 + (2 if flash_attn else 0))
+    total = copies * inputs + facts.n_embd * tokens * F32
     if cpu_expert_blocks and facts.n_ff_exp and not (op_offload and tokens >= OP_OFFLOAD_MIN_BATCH):
         total += 2 * facts.n_embd * tokens * F32 + _moe_bytes(facts, tokens, with_router=False)
     return total
@@ -835,14 +848,16 @@ def estimate(facts, ctx_size, parallel=1, cache_type_k="f16", cache_type_v="f16"
             entry[key + "_mib"] = mib(entry[key])
         gpus.append(entry)
     host = {"model": host_weights, "kv": 0, "recurrent": 0, "output": output_buffer_bytes(facts, parallel)}
+    inputs = dict(kv_unified=kv_unified, swa_full=swa_full, flash_attn=fa)
     if n_devices == 0:
         host["kv"], host["recurrent"] = sum(kv.values()), sum(rs.values())
         host["compute"] = compute_buffer_bytes(facts, ctx_size, parallel, ubatch, fa, kv_unified, None, True, 0,
                                                False, batch=batch, swa_full=swa_full) \
-            + host_compute_bytes(facts, ctx_size, parallel, ubatch, batch)
+            + host_compute_bytes(facts, ctx_size, parallel, ubatch, batch, **inputs)
     else:
         cpu_blocks = sorted(set(b for b, names in facts.expert_tensors_by_block.items() if cpu.intersection(names)))
-        host["compute"] = host_compute_bytes(facts, ctx_size, parallel, ubatch, batch, cpu_blocks, op_offload)
+        host["compute"] = host_compute_bytes(facts, ctx_size, parallel, ubatch, batch, cpu_blocks, op_offload,
+                                             copies=copies, **inputs)
     host["margin"] = int(host_margin_mib * MIB)
     host["total"] = sum(host.values())
     for key in list(host):
