@@ -627,8 +627,16 @@ def _headroom_text(answer, parallel):
     here = answer["headroom"]["this_plan"]
     if not here["max_ctx_size"]:
         return ""
-    return " At most %d tokens of context fit with %d slot(s), and at most %d slot(s) at this context." % (
-        here["max_ctx_size"], parallel, here["max_parallel"])
+    if here["max_ctx_size"] >= here["ctx_size_capped_at"]:
+        context = "The whole context searched (%d tokens, the training context) fits with %d slot(s)" % (
+            here["ctx_size_capped_at"], parallel)
+    else:
+        context = "At most %d tokens of context fit with %d slot(s)" % (here["max_ctx_size"], parallel)
+    if here["max_parallel"] >= MAX_PARALLEL:
+        slots = "%d slots or more at this context" % MAX_PARALLEL
+    else:
+        slots = "at most %d slot(s) at this context" % here["max_parallel"]
+    return " %s, and %s." % (context, slots)
 
 
 def _host_text(answer, mmap):
@@ -676,12 +684,14 @@ def _reason(facts, answer, candidate, baseline, mode, host, options):
             kept.append("%.0f MiB of KV cache and recurrent state" % state)
         kept.append("%.0f MiB of compute and output buffers" % (host_report["compute_mib"] + host_report["output_mib"]))
         kept.append("the %.0f MiB host margin" % host_report["margin_mib"])
-        advice = "free host memory, lower ctx_size or parallel" if candidate.label == "cpu" else (
-            "free host memory, or give the GPUs more of the model (a larger GPU, a smaller ctx_size)")
-        return ("The host cannot hold its part: %s need %.0f MiB, and %.0f MiB are available (%s), so %.0f MiB "
-                "are missing. Nothing else changes that: %s." % (
-                    ", ".join(kept), host_report["total_mib"], host.available_mib, host.limited_by,
-                    -host_report["free_after_mib"], advice))
+        if candidate.label == "cpu":
+            advice = "Free host memory, or lower ctx_size or parallel."
+        else:
+            advice = "Free host memory, or keep more of the model on the GPUs (%sa larger GPU, a smaller ctx_size)." % (
+                "mode auto, " if mode != "auto" else "")
+        return ("The host cannot hold its part: %s and %s need %.0f MiB, but %.0f MiB are available (%s), so %.0f "
+                "MiB are missing. %s" % (", ".join(kept[:-1]), kept[-1], host_report["total_mib"], host.available_mib,
+                                          host.limited_by, -host_report["free_after_mib"], advice))
     if candidate.label == "cpu":
         text = "No GPU: llama-server computes on the CPU and keeps everything in host memory: %s need %.0f MiB " \
             "with the %.0f MiB margin" % (_contents(facts, answer, parallel), host_report["total_mib"],

@@ -195,9 +195,15 @@ def test_dense_model_plain_words_and_the_largest_context(dense):
     assert reason.startswith("Everything fits on GPU0 (2000 MiB free): the weights, the KV cache for 4096 tokens "
                              "and the compute buffer need ")
     here = fits["headroom"]["this_plan"]
+    assert here == {"max_ctx_size": 4096, "max_parallel": 256, "ctx_size_capped_at": 4096}
+    assert reason.endswith("The whole context searched (4096 tokens, the training context) fits with 2 slot(s), and "
+                           "256 slots or more at this context. Host memory was not checked (give host, the result of "
+                           "host_info).")
+    tight = plan(dense, [gpu(272, 0)], 1024, 2, margin_mib=256)
+    here = tight["headroom"]["this_plan"]
     assert "At most %d tokens of context fit with 2 slot(s), and at most %d slot(s) at this context." % (
-        here["max_ctx_size"], here["max_parallel"]) in reason
-    assert here["max_ctx_size"] >= 4096
+        here["max_ctx_size"], here["max_parallel"]) in tight["reason"]
+    assert 1024 <= here["max_ctx_size"] < 4096 and 2 <= here["max_parallel"] < 256
     with pytest.raises(PlanError) as info:
         plan(dense, [gpu(300, 0)], 32768, 1, margin_mib=256)
     message = str(info.value)
