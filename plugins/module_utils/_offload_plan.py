@@ -689,9 +689,10 @@ def _reason(facts, answer, candidate, baseline, mode, host, options):
         else:
             advice = "Free host memory, or keep more of the model on the GPUs (%sa larger GPU, a smaller ctx_size)." % (
                 "mode auto, " if mode != "auto" else "")
-        return ("The host cannot hold its part: %s and %s need %.0f MiB, but %.0f MiB are available (%s), so %.0f "
-                "MiB are missing. %s" % (", ".join(kept[:-1]), kept[-1], host_report["total_mib"], host.available_mib,
-                                          host.limited_by, -host_report["free_after_mib"], advice))
+        numbers = (", ".join(kept[:-1]), kept[-1], host_report["total_mib"], host.available_mib, host.limited_by,
+                   -host_report["free_after_mib"], advice)
+        return "The host cannot hold its part: %s and %s need %.0f MiB, but %.0f MiB are available (%s), so %.0f " \
+            "MiB are missing. %s" % numbers
     if candidate.label == "cpu":
         text = "No GPU: llama-server computes on the CPU and keeps everything in host memory: %s need %.0f MiB " \
             "with the %.0f MiB margin" % (_contents(facts, answer, parallel), host_report["total_mib"],
