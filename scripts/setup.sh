@@ -32,6 +32,9 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   echo "$want" > "$stamp"
 fi
 
+# galaxy-importer (Galaxy's checks of a collection tarball) needs a venv of its own: it pins older packages
+bash scripts/venv.sh .cache/venvs/galaxy-importer "$PY" -r requirements/galaxy-importer.txt
+
 # The clone is the collection (ansible.cfg: collections_path = ./.collections): the link is tracked by git;
 # make it again where a checkout lost it (a copy without symlinks).
 link=.collections/ansible_collections/ai_llm/moe_offload
