@@ -119,7 +119,7 @@ def check_release(requirement, python, target, model, work):
                 "-e", "compat_target_python=" + target_python, "-e", "compat_model=%s" % model,
                 "-e", "compat_log=%s" % LOG],
                venv_env(venv, PATH=str(ROOT / "tests" / "doubles") + os.pathsep + env["PATH"],
-                           NVIDIA_SMI_FIXTURE="rtx_a5500"))
+                        NVIDIA_SMI_FIXTURE="rtx_a5500"))
     if proc.returncode != 0:
         problems.append(failed("modules.yml (target %s)" % target_python, proc))
     deploy_root = Path(tempfile.mkdtemp(dir=work))
