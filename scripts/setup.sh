@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-time (and idempotent) set-up of a fresh Debian 12 machine for this project:
-# system packages, a pinned Python virtual environment in .venv, and the collection link
+# system packages, a pinned Python virtual environment in .venv, llama.cpp's llama-server and
+# ggml-rpc-server (scripts/llama-cpp.sh: built once, then cached in .cache/llama.cpp/) and the collection link
 # .collections/ansible_collections/ai_llm/moe_offload -> the repository root.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -31,6 +32,8 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   quiet .venv/bin/pip install -q --disable-pip-version-check -r requirements/dev.txt
   echo "$want" > "$stamp"
 fi
+
+bash scripts/llama-cpp.sh
 
 mkdir -p .collections/ansible_collections/ai_llm
 ln -sfn "$ROOT" .collections/ansible_collections/ai_llm/moe_offload
