@@ -4,7 +4,7 @@ scripts/llama-cpp.sh run directly, then from the CPU image (images/ai-llm/build.
 with podman-compose, as the demo deploys it.
 
 K-quant matrix products are where a llama-server built for another CPU level dies (an illegal instruction at the
-warm-up or the first decode), and a wrong CPU kernel turns a greedy answer into noise: the answer must name Paris.
+warm-up or the first decode), and a wrong CPU kernel turns a greedy answer into noise: the greedy answer must name Paris.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from tests.integration._llm_deploy import local_deploy
 pytestmark = pytest.mark.skipif(SERVER is None,
                                 reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")
 
-PROMPT = {"prompt": "The capital of France is", "n_predict": 8, "temperature": 0}
+PROMPT = {"prompt": "The Eiffel Tower is in the city of", "n_predict": 8, "temperature": 0}
 
 
 @pytest.fixture(scope="module")
@@ -54,9 +54,8 @@ def test_llama_server_completes_with_the_k_quant_model(gemma, tmp_path):
         assert server.exited is None, log.read_text()[-3000:]
         assert server.healthy, log.read_text()[-3000:]
         assert_paris(*completion(server.url))
-    # the CPU backend is the library that was loaded at start, after its check of the CPU's features
-    assert re.search(r"load_backend: loaded CPU backend from \S+/libggml-cpu[\w-]*\.so", server.stderr), \
-        server.stderr[:3000]
+    # the features of the CPU backend library loaded at start
+    assert "AVX2 = 1" in re.search(r"system_info: .*\| CPU : (.*)", server.stderr).group(1)
     assert re.search(r"type +q4_K: +\d+ tensors", server.stderr) and re.search(r"type +q6_K: +\d+ tensors",
                                                                               server.stderr)
 
