@@ -9,7 +9,7 @@
 # gets a clear "no CPU backend" error instead of an illegal instruction:
 #   LLAMA_CPP_CPU=avx2 (default)  one CPU backend for AVX2 + FMA + F16C + BMI2 (Haswell and later, Zen and later)
 #   LLAMA_CPP_CPU=all             every x86-64 variant (SSE4.2 .. AVX-512, AVX-VNNI, AMX), the best one picked at
-#                                 run time: faster on newer CPUs, about eight times the build time
+#                                 run time: faster on newer CPUs, roughly twice the build time
 # The result is kept in .cache/llama.cpp/<build>-<cpu>-<hash of the flags and the compiler>/: a later run only
 # (re)links it. No curl or OpenSSL (no model downloads), no web UI assets, no tests or examples.
 set -euo pipefail
