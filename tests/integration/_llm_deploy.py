@@ -4,6 +4,7 @@ loopback port (host network, as the molecule scenarios run it)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -21,9 +22,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def cpu_image():
-    """The tag of the local CPU image (built when missing, about a second)."""
-    proc = subprocess.run(["bash", str(ROOT / "images" / "ai-llm" / "build.sh")], capture_output=True, text=True,
-                          check=True, timeout=300)
+    """The tag of the local CPU image with this checkout's start command (built when missing, about a second).
+
+    The tag carries the start command's sha256, so that an image built from another version of it (another
+    checkout on the same machine) is never taken for this one.
+    """
+    build = ROOT / "images" / "ai-llm" / "build.sh"
+    base = subprocess.run(["bash", str(build), "--print-tag"], capture_output=True, text=True, check=True,
+                          timeout=60).stdout.split()[-1]
+    script = hashlib.sha256((ROOT / "images" / "ai-llm" / "start-llama-server").read_bytes()).hexdigest()[:12]
+    env = dict(os.environ, AI_LLM_IMAGE="%s-start-%s" % (base, script))
+    proc = subprocess.run(["bash", str(build)], capture_output=True, text=True, check=True, timeout=600, env=env)
     return proc.stdout.split()[-1]
 
 
