@@ -59,7 +59,7 @@ class ActionModule(ActionBase):
         values = {n: self._templar.template(task_vars[n]) for n in names}
         old = {n: self._templar.template(task_vars[n]) for n in DEPRECATED if n in task_vars}
         values, problems = map_deprecated(values, old, lambda msg: display.deprecated(
-            msg, version=REMOVED_IN, collection_name="ai_llm.moe_offload"))
+            msg, version="0.3.0", collection_name="ai_llm.moe_offload"))
         key = self._templar.template(task_vars.get(PREFIX + "api_key", ""))
         host = task_vars.get("inventory_hostname", "?")
         try:

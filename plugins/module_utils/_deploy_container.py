@@ -10,6 +10,7 @@ callable (``AnsibleModule.run_command`` in the modules), so that everything here
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -17,8 +18,8 @@ import shutil
 import tempfile
 import time
 import urllib.error
-import urllib.request
 
+from ansible.module_utils.urls import ConnectionError as UrlError, open_url
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL
 
 # The order the role looks for a compose tool in.
@@ -131,13 +132,13 @@ def descendants(pid, proc="/proc"):
 
 def http_get(url, headers=None, timeout=5.0):
     """``(status, body)`` of a GET; status -1 when nothing answered (refused, reset, timed out)."""
-    request = urllib.request.Request(url, headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:  # nosec: loopback or the host's own address
+        answer = open_url(url, headers=headers or {}, timeout=timeout, use_proxy=False, follow_redirects="none")
+        with answer:
             return answer.status, answer.read(4096).decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read(4096).decode("utf-8", "replace") if exc.fp else ""
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, http.client.HTTPException, UrlError) as exc:
         return -1, str(getattr(exc, "reason", exc))
 
 

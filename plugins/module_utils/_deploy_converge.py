@@ -133,13 +133,13 @@ def failure_cause(failed_result, failed_task=None):
     if result.get("cause"):
         return str(result["cause"])
     if not msg or msg.startswith("non-zero return code") or msg == "MODULE FAILURE":
-        lines = [line.strip() for line in str(result.get("stderr") or result.get("module_stderr") or
-                                               result.get("stdout") or "").splitlines() if line.strip()]
+        printed = str(result.get("stderr") or result.get("module_stderr") or result.get("stdout") or "")
+        lines = [line.strip() for line in printed.splitlines() if line.strip()]
         cmd = result.get("cmd")
         cmd = " ".join(cmd) if isinstance(cmd, list) else (cmd or (failed_task or {}).get("name") or "a command")
         if lines:
-            return "%s failed (rc=%s): %s" % (cmd if len(cmd) <= 120 else cmd[:117] + "...", result.get("rc"),
-                                             " | ".join(lines[-3:]))
+            shown = cmd if len(cmd) <= 120 else cmd[:117] + "..."
+            return "%s failed (rc=%s): %s" % (shown, result.get("rc"), " | ".join(lines[-3:]))
     return msg or "the task %s failed" % ((failed_task or {}).get("name") or "?")
 
 

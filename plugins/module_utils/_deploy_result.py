@@ -149,8 +149,8 @@ def build(parts, now=None):
         "config_hash": rollback.get("config_hash") if rollback.get("performed") else
         (config.get("config_hash") or (service.get("container") or {}).get("config_hash")),
         "pattern": restored.get("LLM_MOE_OFFLOAD_PATTERN", placement.get("pattern", last.get("pattern", ""))),
-        "pattern_source": "snapshot" if restored else placement.get("pattern_source",
-                                                                     last.get("pattern_source", "none")),
+        "pattern_source": "snapshot" if restored else
+        placement.get("pattern_source", last.get("pattern_source", "none")),
         "device_overrides": [o for o in restored.get("LLM_TENSOR_OVERRIDES", "").split(",") if o] if restored
         else placement.get("tensor_overrides", last.get("device_overrides", [])),
         "tensors_moved": [t.get("tensor") for t in log.get("overridden") or []] if log else
@@ -159,6 +159,8 @@ def build(parts, now=None):
         "plan": plan_summary(settings, parts.get("plan"), placement),
         "vram": parts.get("vram") or ([] if log or restored else last.get("vram") or []),
         "buffers": buffers(log) if log else (buffers(None) if restored else last.get("buffers", buffers(None))),
+        "offloaded_layers": log.get("offloaded_layers") if log else (None if restored else
+                                                                       last.get("offloaded_layers")),
         "rollback": {"performed": bool(rollback.get("performed")), "reason": rollback.get("reason"),
                      "restored_from": rollback.get("restored_from"), "serving": rollback.get("serving")},
         "auth": {"enforced": auth["enforced"], "checked": auth["checked"]},

@@ -166,8 +166,8 @@ class _Checker:
         value = self.raw(name, default)
         if isinstance(value, str) and value.strip() in _NGL_WORDS:
             return value.strip()
-        if isinstance(value, bool) or not isinstance(value, (int, str)) or not re.fullmatch(r"[0-9]{1,6}",
-                                                                                          str(value).strip()):
+        digits = str(value).strip() if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
+        if not re.fullmatch(r"[0-9]{1,6}", digits):
             return self.fail(name, "%r is not a layer count (0 to 100000), auto or all" % (value,))
         return str(int(str(value).strip()))
 

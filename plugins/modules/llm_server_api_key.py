@@ -35,7 +35,7 @@ attributes:
     description: Reports whether the key would change and writes nothing.
   diff_mode:
     support: none
-    description: The key is never shown; run the task with C(diff: false) and C(no_log: true).
+    description: The key is never shown; run the task with C(diff=false) and C(no_log=true).
   idempotent:
     support: full
     description: The same key writes nothing.

@@ -13,7 +13,7 @@ version_added: 0.2.0
 description:
   - Renders the role's keys of C(.env) (a marked block; the other lines stay) and the compose file from the checked
     settings of the role M(ai_llm.moe_offload.llm_server) and the placement its plan chose.
-  - Every value is encoded by the collection's one encoder: C(.env) values single-quoted so that podman-compose
+  - Every value is encoded by the collection's one encoder, C(.env) values single-quoted so that podman-compose
     (python-dotenv) and docker compose (compose-go) read them back byte for byte, compose values as JSON strings
     with C($) written C($$). A value that cannot be written so is refused, and nothing is written.
   - Computes the configuration hash (the C(.env) keys, the compose file and the API key file) and writes it into

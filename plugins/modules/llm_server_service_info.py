@@ -157,7 +157,7 @@ def main():
     def run(argv):
         return module.run_command(argv, environ_update={"LC_ALL": "C"}, errors="replace")
 
-    compose = find_compose(run, lambda name: module.get_bin_path(name), p["compose_command"])
+    compose = find_compose(run, module.get_bin_path, p["compose_command"])
     if not compose:
         module.fail_json(msg="llm_server: none of 'podman compose', 'podman-compose', 'docker compose', "
                              "'docker-compose' works on this host; install one or set llm_server_compose_command")

@@ -19,7 +19,7 @@ description:
   - With O(state=restored), checks a snapshot (every file matches the sha256 in its manifest, and the compose
     tool's C(config) accepts it) before it replaces C(.env) and the compose file; a damaged snapshot is refused
     and nothing is written.
-  - The API key is never part of a snapshot (it lives in C(secrets/api-key)): a restored configuration runs with
+  - The API key is never part of a snapshot (it lives in C(secrets/api-key)), so a restored configuration runs with
     the current key. C(LLM_API_KEY) lines of earlier versions are dropped.
 author:
   - ai_llm maintainers (@ai-llm)
@@ -222,7 +222,6 @@ def main():
         atomic_write(compose_path, compose, 0o640)
     module.exit_json(changed=changed, which=which, restored_from=path, config_hash=digest,
                      values=parse_env(block))
-
 
 
 if __name__ == "__main__":

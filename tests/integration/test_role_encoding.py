@@ -64,8 +64,8 @@ def write(ansible_module, settings):
     assert not key["failed"] and key["changed"], key
     assert KEY not in json.dumps(key)
     placement = {"pattern": PATTERN, "tensor_overrides": OVERRIDES, "topology": "cpu"}
-    config = ansible_module("llm_server_config", {"settings": settings, "placement": placement,
-                                                 "compose_command": ["podman-compose"], "engine": "podman"})
+    config = ansible_module("llm_server_config", {
+        "settings": settings, "placement": placement, "compose_command": ["podman-compose"], "engine": "podman"})
     assert not config["failed"] and config["changed"], config
     return config
 

@@ -76,7 +76,7 @@ class Run:
     def env_added(self):
         """The role's .env keys as the new .env sets them (read with python-dotenv, as podman-compose reads them)."""
         lines = [line for line in self.diff_lines(".env") if line.startswith("LLM_")]
-        return {k: v for k, v in dotenv.dotenv_values(stream=io.StringIO("\n".join(lines))).items()}
+        return dict(dotenv.dotenv_values(stream=io.StringIO("\n".join(lines))))
 
     def compose_after(self):
         """The compose file the role would write (a new file: the diff holds all of it)."""

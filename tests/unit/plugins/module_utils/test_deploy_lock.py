@@ -72,7 +72,7 @@ def test_two_takers_at_once_get_one_lock(tmp_path):
     def take():
         barrier.wait()
         results.append(acquire(path, owner(), 3600))
-    threads = [threading.Thread(target=take) for _ in range(8)]
+    threads = [threading.Thread(target=take) for _n in range(8)]
     for t in threads:
         t.start()
     for t in threads:
