@@ -26,9 +26,10 @@ class PlacementRefused(Exception):
 def plan_gpus(gpu_info, chosen, own_pids=(), own_mib=None):
     """The GPUs the plan may count, as the new configuration will find them.
 
-    ``chosen`` (``llm_server_gpu_devices``) limits them; the GPU memory the running ai-llm holds (its
-    processes ``own_pids`` in ``gpu_info.processes``, or ``own_mib`` per GPU index) counts as free, since the
-    recreate gives it back. Returns ``{"gpus": [...], "missing": [...], "own_mib": {index: MiB}}``.
+    ``chosen`` (``llm_server_gpu_devices``) limits them. The GPU memory the running ai-llm holds counts as free,
+    since the recreate gives it back: ``own_mib`` per GPU index, ``memory_held_by_pid_mib`` of ``gpu_info`` run
+    with the container's pid, or the processes ``own_pids`` in ``gpu_info.processes``.
+    Returns ``{"gpus": [...], "missing": [...], "own_mib": {index: MiB}}``.
     """
     gpus = list((gpu_info or {}).get("gpus") or [])
     indices = [g.get("index") for g in gpus]
@@ -37,6 +38,8 @@ def plan_gpus(gpu_info, chosen, own_pids=(), own_mib=None):
     own = {}
     if own_mib:
         own = {int(k): int(v or 0) for k, v in own_mib.items()}
+    elif any("memory_held_by_pid_mib" in g for g in gpus):
+        own = {g.get("index"): int(g.get("memory_held_by_pid_mib") or 0) for g in gpus}
     else:
         pids = {int(p) for p in own_pids or []}
         for proc in (gpu_info or {}).get("processes") or []:
@@ -61,6 +64,15 @@ def device_overrides(items):
             item = "%s=%s" % (item.get("pattern", ""), item.get("device") or item.get("buffer_type", ""))
         out.append(str(item))
     return out
+
+
+def training_context(model):
+    """The model's training context (``<arch>.context_length``) from gguf_info's result, None when not given."""
+    if model.get("context_length"):
+        return model["context_length"]
+    metadata = (model.get("model") or {}).get("metadata") or {}
+    value = metadata.get("%s.context_length" % model.get("architecture"))
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def _matching(pattern, names):
@@ -119,7 +131,7 @@ def place(settings, model, plan, gpu_info, missing_gpus=(), host="?"):
     if not pattern:
         source = "none" if source != "inventory" else source
     overrides = device_overrides((plan or {}).get("device_overrides")) if plan_ok else []
-    ctx_limit = model.get("context_length") or (plan or {}).get("n_ctx_train")
+    ctx_limit = training_context(model) or (plan or {}).get("n_ctx_train")
     problems = check_placement(pattern, source, overrides, settings["ctx_size"], ctx_limit)
     if problems:
         raise PlacementRefused("llm_server: %s. Nothing was changed." % "; ".join("%s: %s" % p for p in problems))

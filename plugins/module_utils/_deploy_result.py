@@ -159,8 +159,8 @@ def build(parts, now=None):
         "plan": plan_summary(settings, parts.get("plan"), placement),
         "vram": parts.get("vram") or ([] if log or restored else last.get("vram") or []),
         "buffers": buffers(log) if log else (buffers(None) if restored else last.get("buffers", buffers(None))),
-        "offloaded_layers": log.get("offloaded_layers") if log else (None if restored else
-                                                                       last.get("offloaded_layers")),
+        "offloaded_layers": log.get("offloaded_layers") if log else
+        (None if restored else last.get("offloaded_layers")),
         "rollback": {"performed": bool(rollback.get("performed")), "reason": rollback.get("reason"),
                      "restored_from": rollback.get("restored_from"), "serving": rollback.get("serving")},
         "auth": {"enforced": auth["enforced"], "checked": auth["checked"]},

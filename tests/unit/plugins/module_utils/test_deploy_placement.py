@@ -119,6 +119,17 @@ def test_a_plan_that_does_not_fit_is_refused_unless_forced(nano):
               report(nano), answer, A5500_BUSY)
 
 
+def test_the_memory_gpu_info_says_the_container_holds_counts_as_free():
+    held = {"gpus": [dict(A5500_BUSY["gpus"][0], memory_held_by_pid_mib=18342)]}
+    assert plan_gpus(held, [])["gpus"][0]["memory_free_mib"] == 5276 + 18342
+
+
+def test_the_training_context_from_the_model_summary(demo):
+    model = dict(report(demo), model={"metadata": {"nemotron_h_moe.context_length": 4096}})
+    with pytest.raises(PlacementRefused, match="training context 4096"):
+        place(settings(demo, llm_server_ctx_size=8192), model, None, {"topology": "cpu"})
+
+
 def test_chosen_gpus_the_host_lacks_are_refused(nano):
     gpus = plan_gpus(A5500_BUSY, [2])
     assert gpus["missing"] == [2] and gpus["gpus"] == []
