@@ -149,7 +149,7 @@ def build(parts, now=None):
         "config_hash": rollback.get("config_hash") if rollback.get("performed") else
         (config.get("config_hash") or (service.get("container") or {}).get("config_hash")),
         "pattern": restored.get("LLM_MOE_OFFLOAD_PATTERN", placement.get("pattern", last.get("pattern", ""))),
-        "pattern_source": "snapshot" if restored else
+        "pattern_source": ("snapshot" if restored.get("LLM_MOE_OFFLOAD_PATTERN") else "none") if restored else
         placement.get("pattern_source", last.get("pattern_source", "none")),
         "device_overrides": [o for o in restored.get("LLM_TENSOR_OVERRIDES", "").split(",") if o] if restored
         else placement.get("tensor_overrides", last.get("device_overrides", [])),
