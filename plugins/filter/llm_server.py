@@ -12,13 +12,13 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_converg
     verification_problem,
     vram_rows,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_placement import plan_gpus
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_placement import missing_gpus
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_result import build
 
 
-def llm_server_plan_gpus(gpu_info, chosen=None, pids=None, own_mib=None):
-    """The GPUs the plan may count (the running ai-llm's memory counted as free) and the chosen ones missing."""
-    return plan_gpus(gpu_info, chosen or [], pids or [], own_mib)
+def llm_server_missing_gpus(gpu_info, chosen=None):
+    """The chosen GPUs (llm_server_gpu_devices) the host does not have."""
+    return missing_gpus(gpu_info, chosen or [])
 
 
 def llm_server_converge(service, config, key_changed=False, verify_always=False, container_name="ai-llm"):
@@ -57,7 +57,7 @@ def llm_server_result(parts):
 class FilterModule:
     def filters(self):
         return {
-            "llm_server_plan_gpus": llm_server_plan_gpus,
+            "llm_server_missing_gpus": llm_server_missing_gpus,
             "llm_server_converge": llm_server_converge,
             "llm_server_vram_rows": llm_server_vram_rows,
             "llm_server_verify_problem": llm_server_verify_problem,

@@ -23,37 +23,13 @@ class PlacementRefused(Exception):
     """The deploy must stop before anything changes; ``str()`` says why and what to change."""
 
 
-def plan_gpus(gpu_info, chosen, own_pids=(), own_mib=None):
-    """The GPUs the plan may count, as the new configuration will find them.
-
-    ``chosen`` (``llm_server_gpu_devices``) limits them. The GPU memory the running ai-llm holds counts as free,
-    since the recreate gives it back: ``own_mib`` per GPU index, ``memory_held_by_pid_mib`` of ``gpu_info`` run
-    with the container's pid, or the processes ``own_pids`` in ``gpu_info.processes``.
-    Returns ``{"gpus": [...], "missing": [...], "own_mib": {index: MiB}}``.
-    """
-    gpus = list((gpu_info or {}).get("gpus") or [])
-    indices = [g.get("index") for g in gpus]
-    chosen = [int(c) for c in chosen or []]
-    missing = [c for c in chosen if c not in indices]
-    own = {}
-    if own_mib:
-        own = {int(k): int(v or 0) for k, v in own_mib.items()}
-    elif any("memory_held_by_pid_mib" in g for g in gpus):
-        own = {g.get("index"): int(g.get("memory_held_by_pid_mib") or 0) for g in gpus}
-    else:
-        pids = {int(p) for p in own_pids or []}
-        for proc in (gpu_info or {}).get("processes") or []:
-            if proc.get("pid") in pids:
-                index = proc.get("gpu_index")
-                own[index] = own.get(index, 0) + int(proc.get("used_memory_mib") or 0)
-    out = []
-    for gpu in gpus:
-        if chosen and gpu.get("index") not in chosen:
-            continue
-        gpu = dict(gpu)
-        gpu["memory_free_mib"] = int(gpu.get("memory_free_mib") or 0) + own.get(gpu.get("index"), 0)
-        out.append(gpu)
-    return {"gpus": out, "missing": missing, "own_mib": own}
+def missing_gpus(gpu_info, chosen):
+    """The chosen GPUs (``llm_server_gpu_devices``) the host does not have; none on a host without GPU."""
+    gpu_info = gpu_info or {}
+    if (gpu_info.get("topology") or "cpu") == "cpu":
+        return []
+    indices = [g.get("index") for g in gpu_info.get("gpus") or []]
+    return [int(c) for c in chosen or [] if int(c) not in indices]
 
 
 def device_overrides(items):
@@ -73,6 +49,14 @@ def training_context(model):
     metadata = (model.get("model") or {}).get("metadata") or {}
     value = metadata.get("%s.context_length" % model.get("architecture"))
     return value if isinstance(value, int) and value > 0 else None
+
+
+def _tensors(check):
+    """The routed-expert tensors a pattern check says the pattern moves (``tensors``, or ``matched`` as a list)."""
+    for key in ("tensors", "matched"):
+        if isinstance(check.get(key), list):
+            return list(check[key])
+    return []
 
 
 def _matching(pattern, names):
@@ -99,9 +83,9 @@ def place(settings, model, plan, gpu_info, missing_gpus=(), host="?"):
     planned = bool(plan) and not plan.get("skipped")
     if planned and plan.get("fits") is False and (not force or (mode == "layers" and not user_pattern)):
         raise PlacementRefused(
-            "llm_server: the plan does not fit %s's GPUs: %s Nothing was changed; lower llm_server_ctx_size / "
+            "llm_server: the plan does not fit %s's %s: %s Nothing was changed; lower llm_server_ctx_size / "
             "llm_server_parallel, change llm_server_moe_offload_mode, or set %s%s."
-            % (host, plan.get("reason") or plan.get("msg"), FORCE,
+            % (host, "memory" if topology == "cpu" else "GPUs", plan.get("reason") or plan.get("msg"), FORCE,
                " with llm_server_moe_offload_pattern" if mode == "layers" else ""))
     if topology == "cpu" and not planned and mode == "layers" and not user_pattern:
         raise PlacementRefused(
@@ -111,8 +95,8 @@ def place(settings, model, plan, gpu_info, missing_gpus=(), host="?"):
     names_experts = list(model.get("expert_tensors") or [])
     if user_pattern:
         pattern, source = user_pattern, "inventory"
-        check = model.get("pattern_check") or (plan or {}).get("pattern_check") or {}
-        matched = list(check.get("matched") or [])
+        check = (plan or {}).get("pattern_check") or model.get("pattern_check") or {}
+        matched = _tensors(check)
         non_expert = [n.get("tensor") for n in check.get("non_expert") or []]
         if (not matched or non_expert) and not force:
             raise PlacementRefused(
@@ -122,7 +106,7 @@ def place(settings, model, plan, gpu_info, missing_gpus=(), host="?"):
         expected = sorted(matched + non_expert)
     elif plan_ok and "pattern" in plan:
         pattern, source = plan.get("pattern") or "", "plan"
-        expected = _matching(pattern, names_experts) if pattern else []
+        expected = (_tensors(plan.get("pattern_check") or {}) or _matching(pattern, names_experts)) if pattern else []
     elif mode != "none":
         pattern, source = model.get("offload_pattern") or "", "model"
         expected = list(model.get("offload_pattern_matches") or [])

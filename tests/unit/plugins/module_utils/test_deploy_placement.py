@@ -6,8 +6,8 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_placement import (
     PlacementRefused,
+    missing_gpus,
     place,
-    plan_gpus,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
@@ -34,8 +34,8 @@ def nano(tmp_path_factory):
 
 
 def settings(model, **values):
-    return check_settings(dict({"llm_server_model_path": model, "llm_server_compose_project": "x"},
-                               **values)).as_dict()
+    return check_settings(dict({"llm_server_model_path": model, "llm_server_compose_project": "x",
+                                "llm_server_ctx_size": 512}, **values)).as_dict()
 
 
 def report(model, pattern=None):
@@ -43,10 +43,23 @@ def report(model, pattern=None):
 
 
 def gpu_plan(model, gpus, **kwargs):
+    """moe_offload_plan's answer (its result, or on failure the details it reports) for the model's gguf_info."""
     try:
-        return plan(load_facts(model), gpus, **kwargs)
+        return plan(load_facts(report(model)), gpus, **kwargs)
     except PlanError as exc:
         return dict(exc.details, failed=True, fits=exc.details.get("fits", False), msg=str(exc))
+
+
+def test_cpu_host_plans_every_mode(demo):
+    for mode, pattern in (("all", r"\.ffn_.*_exps\.weight"), ("none", "")):
+        answer = gpu_plan(demo, [], ctx_size=512, mode=mode)
+        p = place(settings(demo, llm_server_moe_offload_mode=mode), report(demo), answer, {"topology": "cpu", "gpus": []})
+        assert (p["pattern"], p["pattern_source"]) == (pattern, "plan" if pattern else "none")
+        assert p["expected_tensors"] == (EXPERTS if pattern else []) and p["gpu_devices"] == []
+    answer = gpu_plan(demo, [], ctx_size=512, mode="layers", cpu_expert_layers=[4])
+    p = place(settings(demo, llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers=[4]), report(demo),
+              answer, {"topology": "cpu", "gpus": []})
+    assert p["expected_tensors"] == EXPERTS[2:]
 
 
 def test_cpu_host_mode_all_moves_every_expert_proved_by_the_model(demo):
@@ -60,6 +73,10 @@ def test_cpu_host_mode_all_moves_every_expert_proved_by_the_model(demo):
 def test_an_inventory_pattern_wins_and_is_checked_against_every_tensor(demo):
     pattern = r"blk\.4\.ffn_(up|down)_exps"
     p = place(settings(demo, llm_server_moe_offload_pattern=pattern), report(demo, pattern), None, {})
+    assert (p["pattern"], p["pattern_source"], p["expected_tensors"]) == (pattern, "inventory", EXPERTS[2:])
+    # the planner's check of the same pattern (it sizes the plan with it)
+    answer = gpu_plan(demo, [], ctx_size=512, pattern=pattern)
+    p = place(settings(demo, llm_server_moe_offload_pattern=pattern), report(demo), answer, {"topology": "cpu"})
     assert (p["pattern"], p["pattern_source"], p["expected_tensors"]) == (pattern, "inventory", EXPERTS[2:])
 
 
@@ -89,13 +106,12 @@ def test_mode_layers_without_a_gpu_needs_a_pattern(demo):
 
 
 def test_gpu_plan_pattern_and_devices(nano):
-    gpus = plan_gpus(A5500_BUSY, [], [48213])
-    assert gpus["gpus"][0]["memory_free_mib"] == 5276 + 18342 and gpus["own_mib"] == {0: 18342}
-    answer = gpu_plan(nano, gpus["gpus"], ctx_size=32768, parallel=2)
+    held = {"gpus": [dict(A5500_BUSY["gpus"][0], memory_held_by_pid_mib=18342)]}
+    answer = gpu_plan(nano, held, ctx_size=32768, parallel=2)
     p = place(settings(nano, llm_server_ctx_size=32768, llm_server_parallel=2), report(nano), answer, A5500_BUSY)
     assert p["pattern_source"] == ("plan" if answer["pattern"] else "none")
     assert p["gpu_devices"] == [0] and p["topology"] == "single"
-    busy = gpu_plan(nano, plan_gpus(A5500_BUSY, [])["gpus"], ctx_size=32768, parallel=2)
+    busy = gpu_plan(nano, A5500_BUSY["gpus"], ctx_size=32768, parallel=2)
     p = place(settings(nano), report(nano), busy, A5500_BUSY)
     assert p["pattern"] == busy["pattern"] and p["pattern_source"] == "plan"
     blocks = set(busy["cpu_expert_layers"])
@@ -103,7 +119,7 @@ def test_gpu_plan_pattern_and_devices(nano):
 
 
 def test_a_plan_that_does_not_fit_is_refused_unless_forced(nano):
-    answer = gpu_plan(nano, plan_gpus(A5500_BUSY, [])["gpus"], ctx_size=1048576)
+    answer = gpu_plan(nano, A5500_BUSY["gpus"], ctx_size=1048576)
     assert answer["fits"] is False
     with pytest.raises(PlacementRefused) as exc:
         place(settings(nano, llm_server_ctx_size=1048576), report(nano), answer, A5500_BUSY, host="h1")
@@ -119,29 +135,19 @@ def test_a_plan_that_does_not_fit_is_refused_unless_forced(nano):
               report(nano), answer, A5500_BUSY)
 
 
-def test_the_memory_gpu_info_says_the_container_holds_counts_as_free():
-    held = {"gpus": [dict(A5500_BUSY["gpus"][0], memory_held_by_pid_mib=18342)]}
-    assert plan_gpus(held, [])["gpus"][0]["memory_free_mib"] == 5276 + 18342
-
-
-def test_the_training_context_from_the_model_summary(demo):
-    model = dict(report(demo), model={"metadata": {"nemotron_h_moe.context_length": 4096}})
-    with pytest.raises(PlacementRefused, match="training context 4096"):
-        place(settings(demo, llm_server_ctx_size=8192), model, None, {"topology": "cpu"})
-
-
 def test_chosen_gpus_the_host_lacks_are_refused(nano):
-    gpus = plan_gpus(A5500_BUSY, [2])
-    assert gpus["missing"] == [2] and gpus["gpus"] == []
+    assert missing_gpus(A5500_BUSY, [0, 2]) == [2] and missing_gpus({"topology": "cpu", "gpus": []}, [0]) == []
     with pytest.raises(PlacementRefused, match=r"llm_server_gpu_devices \[2\] names GPUs that h1 does not have "
                                                r"\(nvidia-smi indices: \[0\]\)"):
-        place(settings(nano, llm_server_gpu_devices=[2]), report(nano), None, A5500_BUSY, gpus["missing"], "h1")
+        place(settings(nano, llm_server_gpu_devices=[2]), report(nano), None, A5500_BUSY, [2], "h1")
 
 
 def test_a_context_beyond_the_training_context_is_refused(demo):
-    model = dict(report(demo), context_length=4096)
-    with pytest.raises(PlacementRefused, match="llm_server_ctx_size: 8192 is more than the model's training context"):
+    model = report(demo)  # gguf_info's model summary: nemotron_h_moe.context_length 4096
+    with pytest.raises(PlacementRefused, match="llm_server_ctx_size: 8192 is more than the model's training context "
+                                               "4096"):
         place(settings(demo, llm_server_ctx_size=8192), model, None, {"topology": "cpu"})
+    assert place(settings(demo, llm_server_ctx_size=4096), model, None, {"topology": "cpu"})["pattern"]
 
 
 @pytest.mark.parametrize("pattern", ["blk\\.1\n\\.ffn", "blk${X}", "x" * 20000])
