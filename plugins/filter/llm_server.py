@@ -36,17 +36,15 @@ def llm_server_verify_problem(log, pattern="", vram=None, parity=None, tolerance
     return verification_problem(log, pattern, vram, parity, tolerance_mib, seed)
 
 
-def llm_server_failure(failed_result, failed_task=None):
-    """The cause of a failed task in one line."""
-    return failure_cause(failed_result, failed_task)
-
-
-def llm_server_first_failure(results):
-    """The message of the first failed result among ``results`` (registered task results), ``""`` when none."""
-    for result in results or []:
-        if isinstance(result, dict) and result.get("failed"):
-            return failure_cause(result)
-    return ""
+def llm_server_failure(failed, failed_task=None):
+    """The cause of a failed task in one line; of a list of registered results, the first that failed (``""``
+    when none did)."""
+    if isinstance(failed, list):
+        for result in failed:
+            if isinstance(result, dict) and result.get("failed"):
+                return failure_cause(result)
+        return ""
+    return failure_cause(failed, failed_task)
 
 
 def llm_server_result(parts):
@@ -62,6 +60,5 @@ class FilterModule:
             "llm_server_vram_rows": llm_server_vram_rows,
             "llm_server_verify_problem": llm_server_verify_problem,
             "llm_server_failure": llm_server_failure,
-            "llm_server_first_failure": llm_server_first_failure,
             "llm_server_result": llm_server_result,
         }
