@@ -17,9 +17,8 @@ import re
 import shutil
 import tempfile
 import time
-import urllib.error
+import urllib.parse
 
-from ansible.module_utils.urls import ConnectionError as UrlError, open_url
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL
 
 # The order the role looks for a compose tool in.
@@ -132,14 +131,16 @@ def descendants(pid, proc="/proc"):
 
 def http_get(url, headers=None, timeout=5.0):
     """``(status, body)`` of a GET; status -1 when nothing answered (refused, reset, timed out)."""
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
     try:
-        answer = open_url(url, headers=headers or {}, timeout=timeout, use_proxy=False, follow_redirects="none")
-        with answer:
-            return answer.status, answer.read(4096).decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(4096).decode("utf-8", "replace") if exc.fp else ""
-    except (OSError, ValueError, http.client.HTTPException, UrlError) as exc:
-        return -1, str(getattr(exc, "reason", exc))
+        connection.request("GET", parts.path or "/", headers=headers or {})
+        answer = connection.getresponse()
+        return answer.status, answer.read(4096).decode("utf-8", "replace")
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        return -1, str(exc)
+    finally:
+        connection.close()
 
 
 def auth_check(base_url, api_key, timeout=5.0):
