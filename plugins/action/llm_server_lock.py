@@ -93,7 +93,7 @@ class ActionModule(ActionBase):
         if answer.get("took_over"):
             parts.append("took over the lock left by %s" % answer["took_over"])
         result.update(answer)
-        result.update(waited=waited, waited_for=waited_for,
+        result.update(waited=waited, waited_for=waited_for, queued=bool(parts),
                       msg="; ".join(parts) or "took the lock %s" % args.get("path"))
         result.pop("holder", None)
         result.pop("holder_text", None)

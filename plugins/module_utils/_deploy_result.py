@@ -85,7 +85,16 @@ def rollback_text(parts):
 
 
 def status_and_message(parts):
-    """``(status, message)`` of a run."""
+    """``(status, message)`` of a run; what the lock did (waited for another deploy, took over a lock a killed run
+    left) is said at the end."""
+    status, message = _status_and_message(parts)
+    lock = parts.get("lock") or {}
+    if lock.get("queued") and lock.get("msg"):
+        message = "%s (%s)" % (message, lock["msg"])
+    return status, message
+
+
+def _status_and_message(parts):
     host = parts.get("host") or "?"
     converge = parts.get("converge") or {}
     if parts.get("status") == "rolled_back" and not parts.get("failure"):
@@ -132,7 +141,7 @@ def build(parts, now=None):
     # Nothing measured this run: what the last verification proved still describes what runs.
     last = ((service.get("disk") or {}).get("verification") or {}) if not log else {}
     status, message = status_and_message(parts)
-    restored = rollback.get("values") or {}
+    restored = rollback.get("env_keys") or {}
     auth = health.get("auth") if _ran(health) and (health.get("auth") or {}).get("checked") else service.get("auth")
     auth = dict(auth or {})
     auth.setdefault("checked", False)

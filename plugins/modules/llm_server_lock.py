@@ -106,6 +106,11 @@ took_over:
   returned: with O(state=acquired)
   type: str
   sample: ansible-playbook (pid 4242) on ctl-1, since 2026-05-04 10:11:12 UTC (its owner is gone)
+queued:
+  description: Whether this task waited for another deploy or took over a lock left behind (RV(msg) says which).
+  returned: with O(state=acquired)
+  type: bool
+  sample: false
 released:
   description: Whether the lock file was removed (O(state=released)).
   returned: with O(state=released)

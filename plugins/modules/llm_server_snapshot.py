@@ -103,7 +103,7 @@ missing:
   returned: failure
   type: bool
   sample: true
-values:
+env_keys:
   description: With O(state=restored), the role's C(.env) keys of the configuration put back.
   returned: success
   type: dict
@@ -221,7 +221,7 @@ def main():
         atomic_write(env_path, new_env, 0o600)
         atomic_write(compose_path, compose, 0o640)
     module.exit_json(changed=changed, which=which, restored_from=path, config_hash=digest,
-                     values=parse_env(block))
+                     env_keys=parse_env(block))
 
 
 if __name__ == "__main__":

@@ -69,12 +69,19 @@ def test_check_mode_refusal_failure_and_rollback():
     back = build(parts(failure="llama-server exited: boom",
                        rollback={"performed": True, "serving": True, "config_hash": "e" * 64,
                                  "reason": "Rolled back to the last verified configuration (/p/.rollback/x)",
-                                 "values": {"LLM_MOE_OFFLOAD_PATTERN": "blk"}}))
+                                 "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": "blk"}}))
     assert back["status"] == "rolled_back" and back["config_hash"] == "e" * 64
     assert back["pattern"] == "blk" and back["pattern_source"] == "snapshot"
     assert back["message"].endswith("Rolled back to the last verified configuration (/p/.rollback/x); ai-llm serves "
                                     "again (http://127.0.0.1:8080/health 200).")
     assert {checked["status"], refused["status"], back["status"]} <= set(STATUSES)
+
+
+def test_the_message_says_that_the_deploy_waited_for_the_lock():
+    lock = {"queued": True, "msg": "waited 12 s for the lock of /p held by ansible-playbook (pid 42) on c, since t"}
+    result = build(parts(lock=lock))
+    assert result["message"].endswith("(waited 12 s for the lock of /p held by ansible-playbook (pid 42) on c, since t)")
+    assert build(parts(lock={"queued": False, "msg": "took the lock"}))["message"].endswith("nothing to change")
 
 
 @pytest.mark.parametrize("delta, seconds", [("0:00:01.234567", 1.235), ("1:02:03.5", 3723.5), ("", None),
