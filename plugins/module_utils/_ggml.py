@@ -73,6 +73,10 @@ CACHE_TYPES = dict(
     (name.lower(), (block, size)) for name, block, size in GGML_TYPES.values()
     if name in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "IQ4_NL", "Q5_0", "Q5_1"))
 
+# ggml/include/ggml.h GGML_MAX_NAME: a tensor name holds fewer bytes (ggml/src/gguf.cpp gguf_init_from_file_impl
+# refuses a longer one: "tensor name ... is too long").
+GGML_MAX_NAME = 64
+
 # Repeating layers: "blk.<N>.<rest>".
 BLOCK_RE = re.compile(r"^blk\.([0-9]+)\.")
 LLAMA_MAX_LAYERS = 512  # llama.cpp refuses models with more blocks (src/llama-hparams.h LLAMA_MAX_LAYERS)
