@@ -8,8 +8,16 @@ default ``-lv 3`` (neither).
 """
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
+import shutil
+import socket
 import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -20,7 +28,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log impo
     parse_log,
     verify_placement,
 )
-from tests.integration._llama_server import SERVER, run_until_healthy
+from tests.integration._llama_server import SERVER, free_port, run_until_healthy
 from tools.gguf_models import write_tiny_nemotron_h_moe
 
 pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server-vulkan is not on PATH (source scripts/env.sh)")
@@ -167,3 +175,100 @@ def test_module_on_the_real_log(ansible_module, tmp_path, model, lv5_log):
     r = ansible_module("llama_server_log", {"path": str(log), "expect_pattern": r"\.ffn_(up|down)_",
                                             "gguf": str(model)})
     assert r["failed"] and r["missing"] and all(n in r["msg"] for n in r["missing"])
+
+
+# ---------------------------------------------------------------- crashes and errors of the real server
+
+RPC_SERVER = shutil.which("ggml-rpc-server-vulkan")
+
+
+def test_unknown_architecture_is_the_load_error(tmp_path, model):
+    """The real loader's reason, not the tokenizer.ggml.unknown_token_id line that also says "unknown"."""
+    odd = tmp_path / "odd-arch.gguf"
+    odd.write_bytes(model.read_bytes().replace(b"nemotron_h_moe", b"unknownarch_xy"))  # same length: still valid
+    exited, healthy, err = capture(odd, "-lv", "5")
+    assert not healthy and exited not in (None, 0), err[-3000:]
+    p = parse_log(err, exit_code=exited)
+    assert "unknown model architecture: 'unknownarch_xy'" in p["load_error"], p["load_error"]
+    assert p["crash"] is None and p["failure"] == "the model failed to load: " + p["load_error"]
+
+
+@contextlib.contextmanager
+def rpc_server():
+    """``ggml-rpc-server-vulkan`` on a free loopback port: yields (endpoint, process); always stopped."""
+    port = free_port()
+    proc = subprocess.Popen([RPC_SERVER, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+        yield f"127.0.0.1:{port}", proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+@pytest.mark.skipif(RPC_SERVER is None, reason="ggml-rpc-server-vulkan is not on PATH")
+def test_a_killed_rpc_server_aborts_llama_server_and_that_is_a_crash(model, names):
+    """GGML_ABORT for real: the RPC device dies under a running llama-server, which aborts on the next request."""
+    port = free_port()
+    cmd = [SERVER, "-m", str(model), "-c", "512", "-ngl", "99", "--no-webui", "-fit", "off", "-ot", EXPERTS + "=CPU",
+           "--host", "127.0.0.1", "--port", str(port)]
+    url = f"http://127.0.0.1:{port}"
+    with rpc_server() as (endpoint, rpc), tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(cmd + ["--rpc", endpoint], stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            deadline = time.monotonic() + 120
+            healthy = False
+            while not healthy and time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+                        healthy = resp.status == 200
+                except (urllib.error.URLError, OSError):
+                    time.sleep(0.2)
+            assert healthy, "llama-server did not become ready"
+            rpc.kill()
+            rpc.wait()
+            body = json.dumps({"prompt": "Hello", "n_predict": 8}).encode()
+            try:
+                urllib.request.urlopen(urllib.request.Request(url + "/completion", body), timeout=60).read()
+            except (urllib.error.URLError, OSError, http.client.HTTPException):
+                pass  # the server died while answering
+            try:
+                exit_code = proc.wait(60)
+            except subprocess.TimeoutExpired:
+                exit_code = None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.seek(0)
+            stderr = log.read().decode("utf-8", "replace")
+    assert exit_code is not None and exit_code < 0, "llama-server did not die"
+    p = parse_log(stderr, exit_code=exit_code)
+    assert "Remote RPC server crashed or returned malformed response" in p["crash"], stderr[-3000:]
+    assert "RPC server" in p["crash_cause"] and p["failure"].startswith("llama-server died: ")
+    # the load before it was fine, and proved at the default verbosity by the per-device buffers: not any more
+    assert not verify_placement(p, expected_from_pattern(EXPERTS, names))["verified"]
+
+
+@pytest.mark.skipif(RPC_SERVER is None, reason="ggml-rpc-server-vulkan is not on PATH")
+@pytest.mark.parametrize("level", [[], ["-lv", "4"]])
+def test_per_device_buffers_of_a_real_rpc_device(model, level):
+    """The buffers of a real device (RPC0) are read from the log the way a GPU's are, at the given verbosity."""
+    with rpc_server() as (endpoint, _rpc):
+        exited, healthy, err = capture(model, "--rpc", endpoint, "-ot", EXPERTS + "=CPU", "-fit", "off", *level)
+    assert healthy, err[-3000:]
+    p = parse_log(err)
+    devices = {k: v for k, v in p["model_buffers"].items() if k.startswith("RPC")}
+    if not devices:
+        pytest.skip("this verbosity hides the model buffer lines: %s" % (level or "default"))
+    v = verify_placement(p, expect_model_buffers=devices, require_ready=True)
+    assert v["verified"] and v["evidence"] == "device_buffers", v["msg"]
+    v = verify_placement(p, expect_model_buffers={k: mib + 0.02 for k, mib in devices.items()})
+    assert not v["verified"]
