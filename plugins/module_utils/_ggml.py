@@ -73,6 +73,8 @@ CACHE_TYPES = dict(
     (name.lower(), (block, size)) for name, block, size in GGML_TYPES.values()
     if name in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "IQ4_NL", "Q5_0", "Q5_1"))
 
+# ggml/include/ggml.h GGML_MAX_DIMS: a tensor has at most this many dimensions.
+GGML_MAX_DIMS = 4
 # ggml/include/ggml.h GGML_MAX_NAME: a tensor name holds fewer bytes (ggml/src/gguf.cpp gguf_init_from_file_impl
 # refuses a longer one: "tensor name ... is too long").
 GGML_MAX_NAME = 64

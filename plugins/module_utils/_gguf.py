@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import (
+    GGML_MAX_DIMS,
     GGML_TYPES,
     REMOVED_TYPE_IDS,
     REMOVED_TYPE_NAMES,
@@ -61,7 +62,6 @@ __all__ = [
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
-MAX_DIMS = 4
 MAX_DEPTH = 8                  # nesting depth of arrays (arrays of arrays of ...)
 KEEP_NUMBERS = 4096            # numeric/bool arrays up to this many elements are kept as lists
 KEEP_LISTS = 64                # string arrays and arrays of arrays up to this many elements are kept
@@ -566,8 +566,8 @@ def _read_header(rd, shard):
             rd.fail(f"duplicate tensor name {name!r}", at)
         names.add(name)
         n_dims = rd.u32()
-        if n_dims > MAX_DIMS:
-            rd.fail(f"tensor {name!r}: n_dims {n_dims} is more than {MAX_DIMS}", rd.tell() - 4)
+        if n_dims > GGML_MAX_DIMS:
+            rd.fail(f"tensor {name!r}: n_dims {n_dims} is more than {GGML_MAX_DIMS}", rd.tell() - 4)
         dims_at = rd.tell()
         shape = struct.unpack_from(f"{rd.prefix}{n_dims}q", rd.take(8 * n_dims))
         elements = 1
