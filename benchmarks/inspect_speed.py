@@ -276,7 +276,7 @@ def bench_log(trees, args):
 
 
 def bench_limit(_trees, args):
-    sys.path.insert(0, str(ROOT))
+    sys.path[:0] = [str(ROOT), str(CURRENT)]
     from tests.integration.test_offload_pattern_llama_server import _shape, run_with_pattern  # noqa: E402
     from tools.gguf_models import write_tiny_qwen3moe  # noqa: E402
     folder = Path(tempfile.mkdtemp(prefix="inspect-speed-limit-"))

@@ -28,13 +28,14 @@ the explicit list of names, is factored by common prefixes so that matching it c
 
 The length bound: libstdc++'s ``std::regex`` compiles a pattern recursively (bits/regex_compiler.tcc,
 ``_Compiler::_M_alternative`` recurses once per term, ``_M_atom`` once per group) and refuses more than
-``_GLIBCXX_REGEX_STATE_LIMIT`` (100000) NFA states (bits/regex_automaton.h) by throwing ``regex_error``, which
-llama-server does not catch (``terminate called``, SIGABRT). With the 8 MiB main-thread stack, nested groups
-overflow it (SIGSEGV) from about 38 KB of pattern, alternations of single characters reach the state limit
-from about 50 KB, and a long literal overflows from about 87 KB (measured with libstdc++ 12, g++ -O2).
-Independently, Linux refuses any single argument or environment string longer than ``MAX_ARG_STRLEN``
-(128 KiB, include/uapi/linux/binfmts.h) with ``Argument list too long``. ``MAX_PATTERN_BYTES`` stays well below
-all three.
+``_GLIBCXX_REGEX_STATE_LIMIT`` (100000) NFA states (bits/regex_automaton.h) by throwing ``regex_error``.
+Measured with llama-server b10435 and its 8 MiB main-thread stack (``benchmarks/inspect_speed.py --only limit``):
+nested groups overflow the stack (SIGSEGV) from 31,648 bytes, a literal from 86,080 bytes; an alternation of
+single characters from 50,080 bytes and a list of names like the one built here from 103,360 bytes reach the
+state limit, which llama.cpp reports as a load error ("Number of NFA states exceeds limit"). Independently, Linux
+refuses any single argument or environment string longer than ``MAX_ARG_STRLEN`` (128 KiB,
+include/uapi/linux/binfmts.h) with ``Argument list too long``. ``MAX_PATTERN_BYTES`` (16 KiB) is about half of
+the smallest of these.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import BL
 MAX_PATTERN_BYTES = 16384
 # Linux include/uapi/linux/binfmts.h: one argv element or environment string (PAGE_SIZE * 32).
 MAX_ARG_STRLEN = 131072
+# Groups nested deeper than this are refused: std::regex recurses once per level, and Python's re (the proof) stops
+# at its recursion limit; real patterns nest a few levels.
+MAX_GROUP_DEPTH = 64
 
 # Readable, convention-based candidates, most readable first (the first one is llama.cpp's
 # documented seed pattern).
@@ -107,6 +111,7 @@ def _python_bytes(pattern):
     out = []
     i, n = 0, len(pattern)
     in_class = False
+    depth = 0
     while i < n:
         c = pattern[i]
         if c == "\\":
@@ -124,6 +129,12 @@ def _python_bytes(pattern):
             out.append(c)
         elif c == "+" and i > 0 and pattern[i - 1] in "*+?}" and (i < 2 or pattern[i - 2] != "\\"):
             raise PatternError("possessive quantifiers ('*+', '++', '?+') are not ECMAScript std::regex syntax")
+        elif c in "()":
+            depth += 1 if c == "(" else -1
+            if depth > MAX_GROUP_DEPTH:
+                raise PatternError(f"its groups are nested more than {MAX_GROUP_DEPTH} deep (std::regex compiles "
+                                   "each level recursively)")
+            out.append(c)
         elif c == ".":
             out.append("[^\\n\\r]")
         elif c == "$":
@@ -145,6 +156,8 @@ def _bytes_search(pattern):
             return re.compile(_python_bytes(pattern)).search
         except re.error as exc:
             raise PatternError(f"it is not a valid regular expression: {exc}") from None
+        except RecursionError:
+            raise PatternError("it is too deeply nested for Python to read it (and for std::regex)") from None
         except (FutureWarning, DeprecationWarning) as exc:
             raise PatternError(f"Python and ECMAScript may read it differently: {exc}") from None
 
@@ -168,8 +181,8 @@ def pattern_problem(pattern):
     size = len(_encoded(pattern))
     if size > MAX_PATTERN_BYTES:
         return (f"it is {size} bytes long and at most {MAX_PATTERN_BYTES} are deployed: llama-server's std::regex "
-                "crashes on patterns of a few tens of KB (libstdc++ compiles them recursively and caps them at "
-                f"100000 states), and Linux refuses arguments over {MAX_ARG_STRLEN} bytes")
+                "crashes from about 31 KB (libstdc++ compiles patterns recursively and caps them at 100000 states), "
+                f"and Linux refuses arguments over {MAX_ARG_STRLEN} bytes")
     for char in pattern:
         if not " " <= char <= "~":
             return (f"it contains the character {char!r} (U+{ord(char):04X}): write a control character or a "
@@ -382,8 +395,8 @@ def _listed(proof, wanted, what):
     if size > MAX_PATTERN_BYTES:
         raise PatternError(
             f"no pattern matches exactly {what}: no readable pattern is exact, and the list of their names would be "
-            f"{size} bytes, more than the {MAX_PATTERN_BYTES} deployed (llama-server's std::regex crashes on "
-            "patterns of a few tens of KB)")
+            f"{size} bytes, more than the {MAX_PATTERN_BYTES} deployed (llama-server's std::regex crashes from "
+            "about 31 KB)")
     raise PatternError(f"no pattern matches exactly {what}: the list of their names is refused: "
                        f"{pattern_problem(pattern) or 'it does not match them exactly'}")
 

@@ -23,7 +23,7 @@ description:
   - The pattern passes the same deployment check as a pattern of your own (O(pattern)) - it holds neither V(,)
     nor V(=) (llama.cpp splits on them), no quote, backtick, V(${), double backslash, control character or
     character outside ASCII (a tensor name that holds one is matched with C(\xHH) escapes), and it is at most
-    16384 bytes long (llama-server's C(std::regex) crashes on patterns of a few tens of KB). When no such pattern
+    16384 bytes long (llama-server's C(std::regex) crashes on patterns from about 31 KB). When no such pattern
     matches exactly the experts (only crafted tensor names get there), the module fails and says why.
   - A dense model (no routed experts) gets an empty RV(offload_pattern) and a RV(msg) saying that there is
     nothing to offload.

@@ -10,6 +10,9 @@ The crash lines are written with the printf formats of llama.cpp's own source:
 * ggml/src/ggml.cpp ``ggml_uncaught_exception``: the backtrace, then libstdc++'s ``terminate called after throwing
   an instance of '...'`` and ``  what():  ...``.
 
+``b10435_rpc_server_killed_lv4.log`` is the real stderr of llama-server b10435 (``-lv 4``, the tiny nemotron_h_moe
+model on an RPC device) whose ``ggml-rpc-server`` was killed before a completion: the GGML_ABORT of
+ggml-rpc.cpp, gdb's backtrace, exit code 134 (the build and library paths replaced by /build and /opt).
 ``b10434_sigill_amx_default_verbosity.log`` is the real stderr of the PyPI llama-server b10434 on a CPU without
 AVX-VNNI (``llama-server -m tiny.gguf -c 512 -ot '\\.ffn_.*_exps\\.weight=CPU' -fit off``), which died by SIGILL
 (exit code 132) at the default verbosity.
@@ -127,6 +130,25 @@ def test_the_real_sigill_of_the_pypi_build_on_a_cpu_without_avx_vnni():
     assert "instruction this CPU does not have" in p["crash_cause"]
     assert p["failure"] == f"llama-server died: {p['crash']} ({p['crash_cause']})"
     assert not verify_placement(p, [], expect_gpu_model_mib=0.0)["verified"]
+
+
+def test_the_real_abort_of_a_killed_rpc_server():
+    text = (DATA / "b10435_rpc_server_killed_lv4.log").read_text()
+    p = parse_log(text, exit_code=134)
+    assert p["crash"] == ("/build/llama.cpp/ggml/src/ggml-rpc/ggml-rpc.cpp:644: Remote RPC server crashed or returned "
+                          "malformed response")
+    assert p["crash_cause"].startswith("an RPC server (rpc-server) that llama-server uses as a device died")
+    assert "SIGABRT, exit code 134" in p["crash_cause"] and p["backtrace"] is True
+    assert p["server_ready"] is True  # it served before the RPC server died
+    # the load itself was right, and the per-device proof (RPC0 without its endpoint) would have held...
+    assert p["model_buffers"] == {"CPU_Mapped": 0.59, "RPC0[127.0.0.1:18850]": 0.37}
+    alive = parse_log(text[:text.index("/build/llama.cpp/ggml/src/ggml-rpc")])
+    assert alive["crash"] is None
+    assert verify_placement(alive, expect_model_buffers={"RPC0": 0.37}, expect_kv_buffers={"RPC0": 0.06},
+                            require_ready=True)["verified"]
+    # ...but not after the crash
+    v = verify_placement(p, expect_model_buffers={"RPC0": 0.37})
+    assert not v["verified"] and "Remote RPC server crashed" in v["msg"]
 
 
 def test_a_crash_line_keeps_its_own_cause_and_names_the_signal():

@@ -140,3 +140,19 @@ def test_expected_overrides_follow_llama_cpps_first_match_wins():
         expected_from_overrides([r"\.ffn_.*_exps\.weight"], NAMES)
     with pytest.raises(PatternError, match="not a valid regular expression"):
         expected_from_overrides(["blk\\.(2=CUDA1"], NAMES)
+
+
+def test_an_rpc_device_is_named_without_its_endpoint():
+    """llama.cpp names an RPC device's buffers ``RPC0[host:port]``; the plan and -ot name the device ``RPC0``."""
+    text = "\n".join([
+        "tensor blk.2.ffn_up_exps.weight (1 MiB f32) buffer type overridden to RPC1[10.0.0.2:50052]",
+        "tensor blk.1.ffn_up_exps.weight (1 MiB f32) buffer type overridden to CPU",
+        line("%s: %12s model buffer size = %8.2f MiB", "load_tensors", "RPC0[10.0.0.1:50052]", 10.5),
+        line("%s: %12s model buffer size = %8.2f MiB", "load_tensors", "RPC1[10.0.0.2:50052]", 20.25),
+    ])
+    p = parse_log(text)
+    v = verify_placement(p, expect_overrides={"RPC1": ["blk.2.ffn_up_exps.weight"], "CPU": ["blk.1.ffn_up_exps.weight"]},
+                         expect_model_buffers={"RPC0": 10.5, "RPC1[10.0.0.2:50052]": 20.25})
+    assert v["verified"] and "overridden to RPC1" in v["msg"], v["msg"]
+    v = verify_placement(p, expect_model_buffers={"RPC0": 10.5})
+    assert not v["verified"] and "model buffer RPC1[10.0.0.2:50052]: 20.25 MiB in the log" in v["msg"]

@@ -340,9 +340,11 @@ def test_a_pattern_built_from_crafted_names_passes_the_same_check_as_a_users(odd
     ("a'b", "single quote"), ('a"b', "double quote"), ("a`id`", "backtick"), ("a${HOME}", "'${'"),
     ("a\\\\b", "'\\\\'"), ("caf\u00e9", "U+00E9"), ("a\x00", "U+0000"),
     ("[]a", "'[]' and '[^]'"), ("a[^]", "'[]' and '[^]'"), ("a*+", "possessive"), ("(?>a)", "atomic"),
+    ("(" * 65 + "a" + ")" * 65, "nested more than 64 deep"), ("(" * 2000 + "a" + ")" * 2000, "nested more than"),
 ])
 def test_pattern_problem_refuses_what_cannot_be_deployed(pattern, reason):
     assert reason in pattern_problem(pattern)
+    assert pattern_problem("(" * 64 + "a" + ")" * 64) is None and pattern_problem("[((]" * 100) is None
 
 
 def test_the_length_bound_is_said_and_derived_patterns_over_it_are_refused():
