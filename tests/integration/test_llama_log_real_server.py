@@ -179,7 +179,7 @@ def test_module_on_the_real_log(ansible_module, tmp_path, model, lv5_log):
 
 # ---------------------------------------------------------------- crashes and errors of the real server
 
-RPC_SERVER = shutil.which("ggml-rpc-server-vulkan")
+RPC_SERVER = shutil.which("ggml-rpc-server") or shutil.which("ggml-rpc-server-vulkan")
 
 
 def test_unknown_architecture_is_the_load_error(tmp_path, model):
@@ -195,7 +195,7 @@ def test_unknown_architecture_is_the_load_error(tmp_path, model):
 
 @contextlib.contextmanager
 def rpc_server():
-    """``ggml-rpc-server-vulkan`` on a free loopback port: yields (endpoint, process); always stopped."""
+    """``ggml-rpc-server`` on a free loopback port: yields (endpoint, process); always stopped."""
     port = free_port()
     proc = subprocess.Popen([RPC_SERVER, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -213,7 +213,7 @@ def rpc_server():
         proc.wait()
 
 
-@pytest.mark.skipif(RPC_SERVER is None, reason="ggml-rpc-server-vulkan is not on PATH")
+@pytest.mark.skipif(RPC_SERVER is None, reason="ggml-rpc-server is not on PATH")
 def test_a_killed_rpc_server_aborts_llama_server_and_that_is_a_crash(model, names):
     """GGML_ABORT for real: the RPC device dies under a running llama-server, which aborts on the next request."""
     port = free_port()
@@ -257,7 +257,7 @@ def test_a_killed_rpc_server_aborts_llama_server_and_that_is_a_crash(model, name
     assert not verify_placement(p, expected_from_pattern(EXPERTS, names))["verified"]
 
 
-@pytest.mark.skipif(RPC_SERVER is None, reason="ggml-rpc-server-vulkan is not on PATH")
+@pytest.mark.skipif(RPC_SERVER is None, reason="ggml-rpc-server is not on PATH")
 @pytest.mark.parametrize("level", [[], ["-lv", "4"]])
 def test_per_device_buffers_of_a_real_rpc_device(model, level):
     """The buffers of a real device (RPC0) are read from the log the way a GPU's are, at the given verbosity."""
