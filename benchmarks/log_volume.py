@@ -1,7 +1,7 @@
 """Log volume of the real llama-server per 64-token completion, at each verbosity, side by side.
 
-For each level (the default, ``-lv 4`` and ``-lv 5``), starts the llama-server on PATH (``llama-server-vulkan``,
-see scripts/env.sh) with a tiny model written by tools/gguf_models.py and ``-ot '<experts>=CPU'``, waits for
+For each level (the default, ``-lv 4`` and ``-lv 5``), starts the llama-server the integration tests use
+(tests/integration/_llama_server.py, on PATH after ``source scripts/env.sh``) with a tiny model written by tools/gguf_models.py and ``-ot '<experts>=CPU'``, waits for
 ``/health``, asks one ``/completion`` of 64 tokens (``ignore_eos``) and prints the bytes and lines the server
 logged for the load and for that completion, and what ``llama_server_log`` can prove from the log at that level
 (per-tensor lines, per-device buffers).
@@ -64,7 +64,7 @@ def main():
     parser.add_argument("--runs", type=int, default=1, help="runs per level (the median is shown)")
     args = parser.parse_args()
     if SERVER is None:
-        raise SystemExit("llama-server-vulkan is not on PATH: source scripts/env.sh")
+        raise SystemExit("no llama-server on PATH: source scripts/env.sh")
     folder = tempfile.mkdtemp(prefix="log-volume-")
     model = os.path.join(folder, "tiny.gguf")
     write_tiny_nemotron_h_moe(model)
