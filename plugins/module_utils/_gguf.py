@@ -65,8 +65,8 @@ DEFAULT_ALIGNMENT = 32
 MAX_DEPTH = 8                  # nesting depth of arrays (arrays of arrays of ...)
 KEEP_NUMBERS = 4096            # numeric/bool arrays up to this many elements are kept as lists
 KEEP_LISTS = 64                # string arrays and arrays of arrays up to this many elements are kept
-MAX_STRING = 16 << 20          # longest single string accepted (key, value or tensor name)
-MAX_KEPT_BYTES = 64 << 20      # total bytes of strings kept per file
+MAX_STRING = 4 << 20           # longest single string accepted (key, value or tensor name)
+MAX_KEPT_BYTES = 16 << 20      # total bytes of strings kept per file (with MAX_STRING, what bounds the memory)
 CHUNK = 1 << 20                # buffered read size
 INT64_MAX = (1 << 63) - 1
 
@@ -353,7 +353,14 @@ class _Reader:
         self.kept += n
         if self.kept > MAX_KEPT_BYTES:
             self.fail(f"{what}: more than {MAX_KEPT_BYTES} bytes of metadata strings", at)
-        return self.take(n)
+        if n <= CHUNK:
+            return self.take(n)
+        start = self.tell()  # a long string is read on its own, not kept in the buffer as well
+        data = _pread(self.fd, n, start)
+        if len(data) < n:
+            self.fail(f"short read: {n} bytes needed, {len(data)} read (file changed while reading?)")
+        self.seek(start + n)
+        return data
 
     def name_string(self, what):
         """A key or tensor name: strict UTF-8."""

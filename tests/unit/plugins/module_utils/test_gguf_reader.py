@@ -687,3 +687,30 @@ def test_an_empty_string_run_that_overruns_the_file_names_the_element(tmp_path):
     # 800 bytes: as many as 100 empty strings need, but the first string holds 3 bytes
     path.write_bytes(body(100) + _s("abc") + b"\0" * (8 * 98 + 5))
     expect_error(path, len(body(100)) + 11 + 8 * 98, "element 99 of 100: no room for its length (5 bytes left")
+
+
+def test_kept_strings_are_bounded_in_size_and_memory(tmp_path):
+    """Strings in the unwritten part of a sparse file (zeros) as long as the reader keeps: the total kept is capped
+    (MAX_KEPT_BYTES), each string too (MAX_STRING), and the memory stays near that cap, not a multiple of it."""
+    n = _gguf.MAX_STRING
+    count = _gguf.MAX_KEPT_BYTES // n + 1
+    head = b"GGUF" + struct.pack("<IQQ", 3, 0, count)
+    path = tmp_path / "strings.gguf"
+    with open(path, "wb") as f:
+        f.write(head)
+        for i in range(count):
+            f.write(_s("k%d" % i) + struct.pack("<IQ", 8, n))
+            f.seek(n, os.SEEK_CUR)  # a hole: n zero bytes
+        f.write(b"\0" * 64)
+    tracemalloc.start()
+    try:
+        err = expect_error(path, None, "more than %d bytes of metadata strings" % _gguf.MAX_KEPT_BYTES)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert err.reason.startswith("key 'k")  # the value that goes over the cap
+    assert peak < _gguf.MAX_KEPT_BYTES + 3 * _gguf.MAX_STRING
+    with open(path, "r+b") as f:  # one string over MAX_STRING
+        f.seek(len(head) + 8 + 2 + 4)
+        f.write(struct.pack("<Q", n + 1))
+    expect_error(path, len(head) + 8 + 2 + 4, "string of %d bytes is longer than the %d" % (n + 1, n))
