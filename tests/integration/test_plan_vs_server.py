@@ -23,8 +23,8 @@ from tools import gguf_models as G
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import plan_accuracy as PA  # noqa: E402  # pylint: disable=wrong-import-position
 
-pytestmark = pytest.mark.skipif(shutil.which("llama-server-vulkan") is None,
-                                reason="llama-server-vulkan is not on PATH (source scripts/env.sh)")
+pytestmark = pytest.mark.skipif(shutil.which("llama-server") is None,
+                                reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")
 
 
 def moe(path, *, arch="qwen3moe", n_blocks=5, n_embd=256, n_head=8, n_head_kv=2, head_dim=32, n_ff_exp=64,
