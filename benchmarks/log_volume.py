@@ -1,10 +1,10 @@
 """Log volume of the real llama-server per 64-token completion, at each verbosity, side by side.
 
 For each level (the default, ``-lv 4`` and ``-lv 5``), starts the llama-server the integration tests use
-(tests/integration/_llama_server.py, on PATH after ``source scripts/env.sh``) with a tiny model written by tools/gguf_models.py and ``-ot '<experts>=CPU'``, waits for
-``/health``, asks one ``/completion`` of 64 tokens (``ignore_eos``) and prints the bytes and lines the server
-logged for the load and for that completion, and what ``llama_server_log`` can prove from the log at that level
-(per-tensor lines, per-device buffers).
+(tests/integration/_llama_server.py, on PATH after ``source scripts/env.sh``) with a tiny model written by
+tools/gguf_models.py and ``-ot '<experts>=CPU'``, waits for ``/health``, asks one ``/completion`` of 64 tokens
+(``ignore_eos``) and prints the bytes and lines the server logged for the load and for that completion, and what
+``llama_server_log`` can prove from the log at that level (per-tensor lines, per-device buffers).
 
 Prints figures; this is not a test. Usage: python benchmarks/log_volume.py [--tokens 64] [--runs 3]
 """

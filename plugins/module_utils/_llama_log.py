@@ -165,7 +165,9 @@ _BACKTRACE = re.compile(r"(?:#\d{1,4} +0x[0-9a-fA-F]{1,16} in |[^\s()]{1,400}\([
                         r"\[0x[0-9a-fA-F]{1,16}\]$)")
 _SHELL_SIGNALS = (("Illegal instruction", 4), ("Aborted", 6), ("Segmentation fault", 11), ("Bus error", 7),
                   ("Floating point exception", 8))
-_READY = ("model loaded", "server is listening on ", "all slots are idle")
+# (b10435: "llama_server: model loaded", "llama_server: listening on http://..."; older: "main: server is listening
+# on http://..."; the older "HTTP server is listening, hostname: ..." comes before the load and proves nothing)
+_READY = ("model loaded", "listening on http", "all slots are idle")
 # Every line that a handler of LogParser.feed reads holds one of these (or matches _ABORT_HINT): the build and
 # run-start lines, the loader's lines ("model", "tensor"), buffers, allocation failures, ready lines, load errors
 # ("model", "context", "argument") and every crash form. Other lines are skipped unread.
@@ -869,7 +871,7 @@ def verify_placement(parsed, expected=None, expect_gpu_model_mib=None, tolerance
                       f"overridden, GPU model buffer {res['gpu_model_mib']} MiB")
         return res
     if require_ready and not parsed.get("server_ready"):
-        res["msg"] = ("the log does not show the server ready (no 'model loaded', 'server is listening on' or "
+        res["msg"] = ("the log does not show the server ready (no 'model loaded', 'listening on http' or "
                       "'all slots are idle' line): not verified")
         return res
 

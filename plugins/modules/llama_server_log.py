@@ -68,7 +68,7 @@ options:
     type: int
   require_ready:
     description:
-      - Verify only when the log shows the server loaded and serving (C(model loaded), C(server is listening on) or
+      - Verify only when the log shows the server loaded and serving (C(model loaded), C(listening on http) or
         C(all slots are idle); llama-server prints them at its default verbosity).
       - Defaults to V(true) with O(container) and to V(false) with O(path) or O(content), which may hold an excerpt.
     type: bool
@@ -425,7 +425,7 @@ failure:
   sample: "llama-server died: exit code 132 (SIGILL) after the line: AMX is not ready to be used! (an instruction
     this CPU does not have: ...)"
 server_ready:
-  description: Whether the last run shows the server loaded and serving (C(model loaded), C(server is listening on),
+  description: Whether the last run shows the server loaded and serving (C(model loaded), C(listening on http),
     C(all slots are idle)).
   returned: always
   type: bool

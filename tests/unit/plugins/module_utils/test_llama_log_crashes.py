@@ -316,3 +316,15 @@ def test_reading_in_chunks_and_skipping_lines_without_a_keyword_changes_nothing(
     monkeypatch.setattr(_llama_log, "CHUNK", chunk)
     for exit_code in (None, 139):
         assert parse_log(text, exit_code) == parser.result(exit_code), name
+
+
+@pytest.mark.parametrize("line, ready", [
+    ("0.00.753.000 I srv  llama_server: model loaded", True),
+    ("0.00.753.008 I srv  llama_server: listening on http://127.0.0.1:18791", True),  # b10435
+    ("main: server is listening on http://0.0.0.0:8080 - starting the main loop", True),
+    ("srv  update_slots: all slots are idle", True),
+    ("main: HTTP server is listening, hostname: 0.0.0.0, port: 8080, http threads: 31", False),  # before the load
+    ("0.00.019.329 I srv    load_model: loading model 'tiny.gguf'", False),
+])
+def test_the_ready_lines(line, ready):
+    assert parse_log(line + "\n")["server_ready"] is ready
