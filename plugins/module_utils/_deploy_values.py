@@ -111,9 +111,17 @@ def dotenv_unquote(text):
     return text
 
 
+# Characters a YAML double-quoted scalar may not hold raw: outside YAML's printable set, or line breaks (NEL, LS,
+# PS) that a YAML parser folds, or the byte order mark. JSON leaves them raw; they are written as \uXXXX, which
+# JSON and YAML read alike (all are in the Basic Multilingual Plane).
+_YAML_RAW_UNSAFE_RE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
+
+
 def compose_literal(value):
-    """A literal string for the compose file: ``$`` escaped as ``$$``, emitted as a JSON string."""
-    return json.dumps(str(value).replace("$", "$$"), ensure_ascii=False)
+    """A literal string for the compose file: ``$`` escaped as ``$$``, emitted as a JSON string that YAML parsers
+    read back unchanged (line and paragraph separators, DEL, C1 controls and the BOM as ``\\uXXXX``)."""
+    text = json.dumps(str(value).replace("$", "$$"), ensure_ascii=False)
+    return _YAML_RAW_UNSAFE_RE.sub(lambda m: "\\u%04x" % ord(m.group(0)), text)
 
 
 def compose_reference(key, default=""):

@@ -11,6 +11,7 @@ import json
 
 import dotenv
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -128,6 +129,16 @@ def test_compose_literals_are_json_with_dollars_doubled():
     assert compose_literal('x\nprivileged: true') == '"x\\nprivileged: true"'
     assert compose_literal("a$b${X}") == '"a$$b$${X}"'
     assert json.loads(compose_literal('50m"\ncap_add: [ALL]')) == '50m"\ncap_add: [ALL]'
+
+
+@pytest.mark.parametrize("value", ["a\u2028 b", "a\u2029  #b", "x\x85 y", "\x7fdel", "c1\x9b", "\ufeffbom", "\ufffe"])
+def test_compose_literals_read_back_through_yaml_with_line_separators_and_non_printables(value):
+    """YAML folds NEL, LS and PS as line breaks inside a double-quoted scalar (the space after one was lost) and
+    refuses characters outside its printable set (YAML 1.2, 5.1 Character Set): they are written as \\uXXXX."""
+    text = compose_literal(value)
+    assert yaml.safe_load("x: " + text) == {"x": value}
+    assert json.loads(text) == value
+    assert text.isascii() or not set(text) & set("\x85\u2028\u2029\ufeff\x7f")
 
 
 # --- numbers, names, paths -------------------------------------------------------------------------------------
