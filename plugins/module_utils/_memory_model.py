@@ -1037,10 +1037,12 @@ def host_compute_bytes(facts, ctx_size, parallel=1, ubatch=512, batch=DEFAULT_BA
 def cpu_compute_bytes(facts, ctx_size, parallel=1, ubatch=512, batch=DEFAULT_BATCH, *, kv_unified=False,
                       swa_full=False, flash_attn=True, cache_type_k="f16", cache_type_v="f16"):
     """The compute buffer of a host without GPU: one CPU buffer holds the graph inputs, the embedding rows and the
-    worst node of every block and of the output layer."""
+    worst node of every block and of the output layer; blocks of different kinds count their holes, as on a
+    device (``_block_parts``)."""
     shape = graph_shape(facts, ctx_size, parallel, kv_unified, ubatch, batch, swa_full)
     rotations = _rotations(facts, cache_type_k, cache_type_v)
-    peaks = [block_peak(facts, b, shape, flash_attn, rotations) for b in range(facts.block_count)]
+    hybrid = len(set(_block_kind(facts, b) for b in range(facts.block_count))) > 1
+    peaks = [block_peak(facts, b, shape, flash_attn, rotations, True, hybrid) for b in range(facts.block_count)]
     return shape.tokens * I32 + _input_bytes(facts, shape, flash_attn, rotations=rotations) \
         + facts.n_embd * shape.tokens * F32 + max(peaks + [_output_peak(facts, shape)])
 
