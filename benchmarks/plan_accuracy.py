@@ -352,11 +352,29 @@ def accuracy(workdir, quick=False):
     return tally.summary()
 
 
+def refused(tally, name, path, case, endpoints, exc):
+    """A case the planner refuses: llama-server must refuse it as well."""
+    text = run_server(path, case.ctx, case.parallel, endpoints, split=[1] * case.devices if case.devices > 1 else None,
+                      ubatch=case.ubatch, extra=server_flags(case))
+    got = measured(text, endpoints)
+    agree = bool(got["error"]) or not got["loaded"]
+    tally.exact = tally.exact and agree
+    reason = [line for line in text.splitlines() if " E " in line or "error" in line.lower()][:1]
+    print("%-24s %6d %3d %-9s %-4s %2d | refused by the plan (%s) and %s" % (
+        name[:24], case.ctx, case.parallel, case.offload, "q8" if case.options else "", case.devices, exc,
+        "by llama-server: %s" % reason[0].strip()[:90] if agree and reason else
+        ("by llama-server" if agree else "NOT by llama-server")))
+
+
 def row(tally, name, kind, path, facts, case):
     """One server run beside its plan, printed as one line per device and one for the host."""
     opt = {"flash_attn": "nofa", "cache_type_k": "q8"}.get(case.options[0][0], "") if case.options else ""
     with RpcDevices(case.devices) as rpc:
-        result = planned(facts, case, rpc.endpoints)
+        try:
+            result = planned(facts, case, rpc.endpoints)
+        except PlanError as exc:  # the server must refuse it too
+            refused(tally, name, path, case, rpc.endpoints, exc)
+            return
         override = ",".join(o for o in (result["override_tensor"], result["tensor_overrides"]) if o)
         text = run_server(path, case.ctx, case.parallel, rpc.endpoints, override=override if case.devices else "",
                           split=[1] * case.devices if case.devices > 1 else None, ubatch=case.ubatch,

@@ -578,6 +578,19 @@ def cache_cells(facts, ctx_size, parallel=1, kv_unified=False, ubatch=512, batch
     return CacheCells(n_ctx, cells, streams, swa, n_ubatch)
 
 
+def _check_head_blocks(facts, cache_type_k, cache_type_v):
+    """llama-context.cpp ``llama_init_from_model`` refuses a cache type whose block does not divide the head size
+    ("K cache type q8_0 with block size 32 does not divide n_embd_head_k=16"); MLA caches no V."""
+    head_k, head_v = _head_dims(facts)
+    for side, type_name, head in (("K", cache_type_k, head_k), ("V", cache_type_v, 0 if facts.mla else head_v)):
+        block = CACHE_TYPES.get(type_name, (1, 0))[0]
+        if head and head % block:
+            raise MemoryModelError(
+                "%s cache type %s with block size %d does not divide the head size %d (n_embd_head_%s): a head is "
+                "not a multiple of its blocks, and llama.cpp refuses to create the context; use another "
+                "cache_type_%s" % (side, type_name, block, head, side.lower(), side.lower()))
+
+
 def kv_cache_bytes(facts, ctx_size, parallel=1, cache_type_k="f16", cache_type_v="f16", kv_unified=False, *,
                    ubatch=512, batch=DEFAULT_BATCH, swa_full=False, flash_attn=True):
     """KV cache bytes of each block that owns a cache: ``{block: bytes}``.
@@ -587,6 +600,7 @@ def kv_cache_bytes(facts, ctx_size, parallel=1, cache_type_k="f16", cache_type_v
     transposed and every layer's V row is ``n_embd_v_gqa_max()`` wide; MLA has no V tensor. Sliding blocks
     use the SWA cache's cells.
     """
+    _check_head_blocks(facts, cache_type_k, cache_type_v)
     cc = cache_cells(facts, ctx_size, parallel, kv_unified, ubatch, batch, swa_full)
     widest_v = max([v for _k, v in facts.kv_blocks.values()] + [0])
     swa = facts.swa_blocks
@@ -991,9 +1005,9 @@ def compute_buffer_bytes(facts, ctx_size, parallel=1, ubatch=512, flash_attn=Tru
     ``blocks``: the blocks on this device (all by default); ``has_output``: the output layer is on it;
     ``foreign_expert_blocks``: blocks of another device whose experts this device holds (it computes their
     products); ``remote_expert_blocks``: blocks of this device whose experts' products run elsewhere (on the host
-    without op offload, or on another device); ``copies``: the input copies of a pipeline-parallel graph (llama.cpp keeps 4 on several GPUs without
-    tensor overrides, ggml-backend.cpp GGML_SCHED_MAX_COPIES, and never frees them). With op offload, CUDA computes
-    the products of host-resident experts from 32 tokens on and copies each weight in as the input of a split of
+    without op offload, or on another device); ``copies``: the input copies of a pipeline-parallel graph
+    (llama.cpp keeps 4 on several GPUs without tensor overrides, ggml-backend.cpp GGML_SCHED_MAX_COPIES, and
+    never frees them). With op offload, CUDA computes the products of host-resident experts from 32 tokens on and copies each weight in as the input of a split of
     its own: the room of the largest host-resident block's experts is added (``cpu_expert_bytes_max``).
     """
     shape = graph_shape(facts, ctx_size, parallel, kv_unified, ubatch, batch, swa_full)

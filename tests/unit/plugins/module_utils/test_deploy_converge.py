@@ -108,7 +108,8 @@ def test_the_cause_of_a_failed_command_is_what_it_printed():
 # moe_offload_plan's result as the role registers it: two GPUs, the second holding the experts of the first's blocks
 TWO_GPUS = {
     "devices": [{"device": "CUDA0", "index": 1}, {"device": "CUDA1", "index": 0}],
-    "memory": {"gpus": [{"index": 1, "model_mib": 1369.2, "kv_mib": 192.0, "recurrent_mib": 95.23, "compute_mib": 1170.4},
+    "memory": {"gpus": [{"index": 1, "model_mib": 1369.2, "kv_mib": 192.0, "recurrent_mib": 95.23,
+                         "compute_mib": 1170.4},
                         {"index": 0, "model_mib": 800.5, "kv_mib": 0.0, "recurrent_mib": 47.62, "compute_mib": 300.0}],
                "host": {"model_mib": 21772.0, "kv_mib": 0, "recurrent_mib": 0, "compute_mib": 40.0}},
 }

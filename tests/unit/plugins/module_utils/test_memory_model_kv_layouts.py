@@ -227,3 +227,15 @@ def test_compute_of_a_dense_ffn_holds_up_gate_and_activation():
     facts = transformer("llama", 2, 256, 4, 4, 64, n_ff=4096, gate=True)
     tokens = 512
     assert mm.compute_buffer_bytes(facts, 4096, has_output=False) >= 3 * 4096 * tokens * 4
+
+
+def test_a_cache_type_whose_block_does_not_divide_the_head_is_refused():
+    """llama-context.cpp llama_init_from_model: "K cache type q8_0 with block size 32 does not divide
+    n_embd_head_k=16" (llama-server b10435 on the tiny nemotron_h_moe of tools/gguf_models.py)."""
+    facts = transformer("llama", 2, 64, 4, 2, 16)
+    with pytest.raises(mm.MemoryModelError, match=r"K cache type q8_0 with block size 32 does not divide the head "
+                                                  r"size 16 \(n_embd_head_k\)"):
+        mm.kv_cache_bytes(facts, 4096, cache_type_k="q8_0", cache_type_v="q8_0")
+    facts = transformer("llama", 2, 128, 4, 2, 32)  # q8_0: 32 elements in 34 bytes (ggml-common.h block_q8_0)
+    assert sum(mm.kv_cache_bytes(facts, 4096, cache_type_k="q8_0", cache_type_v="q8_0").values()) == \
+        2 * 2 * (2 * 32 // 32 * 34) * 4096
