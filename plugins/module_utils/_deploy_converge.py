@@ -103,6 +103,46 @@ def vram_rows(devices, baseline, after, plan_memory, tolerance_mib):
     return rows
 
 
+# The role's default -ngl: every layer of any model this role serves is offloaded, as the plan assumes.
+ALL_LAYERS_FROM = 99
+
+
+def log_expectations(plan, topology, settings):
+    """The buffers llama-server's log must show, per buffer type, from ``moe_offload_plan``'s result: the
+    arguments ``expect_model_buffers``, ``expect_kv_buffers``, ``expect_rs_buffers`` and ``expect_compute_buffers``
+    of ``llama_server_log``, each a dict of MiB (``{}`` for none). llama.cpp prints these lines at its default
+    verbosity (llama-model.cpp ``llama_model::load_tensors``, llama-kv-cache.cpp ``llama_kv_cache``,
+    llama-memory-recurrent.cpp, llama-context.cpp ``llama_context::sched_reserve``), so they prove a deploy
+    without the per-tensor lines.
+
+    On GPUs: each device's model, KV and RS buffer equal to the plan, its compute buffer at most the plan's (an
+    upper estimate). On a host without GPU: the CPU KV, RS and compute buffers (the weights are the mapped file).
+    Nothing when the server does not run as planned: no plan, extra arguments (they may change the batch, the
+    cache types or the layers) or an -ngl that may offload fewer layers than all (under 99, or
+    auto). Zero-sized buffers are left out (llama.cpp
+    prints no line for a cache the model does not have)."""
+    plan = plan or {}
+    memory = plan.get("memory")
+    keys = ("expect_model_buffers", "expect_kv_buffers", "expect_rs_buffers", "expect_compute_buffers")
+    expect = dict((k, {}) for k in keys)
+    if plan.get("skipped") or plan.get("failed") or not isinstance(memory, dict) or settings.get("extra_args"):
+        return expect
+    layers = str(settings.get("n_gpu_layers", ALL_LAYERS_FROM)).strip()
+    if layers != "all" and not (layers.isdigit() and int(layers) >= ALL_LAYERS_FROM):
+        return expect
+    if topology == "cpu" or not plan.get("devices"):
+        rows = [("CPU", memory.get("host") or {}, ("kv", "recurrent", "compute"))]
+    else:
+        rows = [(device["device"], gpu, ("model", "kv", "recurrent", "compute"))
+                for device, gpu in zip(plan["devices"], memory.get("gpus") or [])]
+    for name, figures, parts in rows:
+        for part, key in zip(("model", "kv", "recurrent", "compute"), keys):
+            value = float(figures.get(part + "_mib") or 0)
+            if part in parts and value > 0:
+                expect[key][name] = round(value, 2)
+    return expect
+
+
 def verification_problem(log, pattern, vram=None, parity=None, tolerance_mib=0, seed=None):
     """Why the recreated server does not prove what was deployed, in one line; ``""`` when it does."""
     log = log or {}
