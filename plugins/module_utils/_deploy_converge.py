@@ -4,7 +4,7 @@
 """What the llm_server role does with what it found: recreate ai-llm, verify it, or nothing; and whether what
 it verified holds (the log, the GPU memory, the answers).
 
-Standard library only. Runs on the controller (the filters of ``plugins/filter/llm_server.py``) on the
+Standard library only. Runs on the controller (the filters of ``plugins/filter/llm_server_*.py``) on the
 results of ``llm_server_service_info``, ``llm_server_config``, ``llama_server_log`` and ``gpu_info``.
 
 Converge, don't react: every run compares the configuration hash on disk with the one the container was created

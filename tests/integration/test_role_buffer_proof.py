@@ -23,6 +23,7 @@ def task_result(output, name):
 
 def test_the_cpu_buffers_of_the_plan_are_checked_against_the_log(tmp_path):
     with local_deploy(tmp_path, "ai-llm-bufproof") as deploy:
+        del deploy.base_vars["llm_server_log_verbosity"]  # the role's default: the buffer lines, no per-tensor lines
         run = deploy.playbook("deploy", "-v")
         assert run.returncode == 0, run.stdout[-5000:]
         plan = task_result(run.stdout, "Plan where the expert weights go")
@@ -34,3 +35,4 @@ def test_the_cpu_buffers_of_the_plan_are_checked_against_the_log(tmp_path):
         assert checks["RS buffer CPU"]["ok"] and abs(log["rs_buffers"]["CPU"] - host["recurrent_mib"]) <= 0.01
         assert checks["compute buffer CPU"]["ok"] and log["compute_buffers"]["CPU"] <= host["compute_mib"]
         assert log["verified"] and result(run.stdout)["status"] == "changed"
+        assert log["evidence"] != "per_tensor" and not log.get("overridden")

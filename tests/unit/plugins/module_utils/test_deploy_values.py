@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import (
-    MAX_PATTERN_CHARS,
     InputError,
     api_key_problem,
     base_url,
@@ -27,6 +26,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values 
     dotenv_quote,
     offload_pattern_problem,
 )
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import MAX_PATTERN_BYTES
 
 BASE = {
     "llm_server_model_path": "/srv/models/x.gguf",
@@ -239,9 +239,9 @@ def test_base_url():
 
 def test_patterns_longer_than_llama_server_takes_are_refused_with_a_message():
     long = "|".join(r"blk\.%d\.ffn_up_exps" % i for i in range(2000))
-    assert len(long) > MAX_PATTERN_CHARS
+    assert len(long) > MAX_PATTERN_BYTES
     assert "llama-server crashes on patterns this long" in offload_pattern_problem(long)
-    assert "characters long" in problems(llm_server_moe_offload_pattern=long)["llm_server_moe_offload_pattern"]
+    assert "bytes long" in problems(llm_server_moe_offload_pattern=long)["llm_server_moe_offload_pattern"]
 
 
 @pytest.mark.parametrize("pattern, words", [
