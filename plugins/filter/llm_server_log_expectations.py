@@ -20,7 +20,7 @@ description:
   verbosity, so they prove a deploy without the per-tensor lines.
 - Empty dicts when the server does not run as planned (no plan, O(settings) with C(extra_args), or C(n_gpu_layers) under
   V(99) or V(auto)).
-positional: _input, topology, settings
+positional: _input, topology, settings, expected_tensors
 options:
   _input:
     description: The registered result of M(ai_llm.moe_offload.moe_offload_plan).
@@ -31,9 +31,16 @@ options:
     type: str
     required: true
   settings:
-    description: The role's checked settings (C(extra_args), C(n_gpu_layers)).
+    description: The role's checked settings (C(extra_args), C(n_gpu_layers), C(log_verbosity)).
     type: dict
     required: true
+  expected_tensors:
+    description:
+      - The tensors the placement moves to host memory. Returned as C(expect_tensors) where the log can show them - on
+        GPUs always, on a host without GPU only from C(log_verbosity) V(5) (every tensor is in host memory there, and
+        no buffer line tells a moved tensor from a mapped one); C(null) otherwise.
+    type: list
+    elements: str
 """
 
 EXAMPLES = r"""
@@ -48,18 +55,20 @@ EXAMPLES = r"""
 RETURN = r"""
 ---
 _value:
-  description: C(expect_model_buffers), C(expect_kv_buffers), C(expect_rs_buffers), C(expect_compute_buffers).
+  description: C(expect_model_buffers), C(expect_kv_buffers), C(expect_rs_buffers), C(expect_compute_buffers),
+    C(expect_tensors).
   type: dict
   sample: {"expect_model_buffers": {"CUDA0": 1369.2}, "expect_kv_buffers": {"CUDA0": 192.0},
-           "expect_rs_buffers": {"CUDA0": 95.23}, "expect_compute_buffers": {"CUDA0": 1170.0}}
+           "expect_rs_buffers": {"CUDA0": 95.23}, "expect_compute_buffers": {"CUDA0": 1170.0},
+           "expect_tensors": ["blk.1.ffn_down_exps.weight"]}
 """
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_converge import log_expectations
 
 
-def llm_server_log_expectations(plan, topology, settings):
-    """The per-buffer expectations of llama_server_log for a planned deploy."""
-    return log_expectations(plan, topology, settings)
+def llm_server_log_expectations(plan, topology, settings, expected_tensors=None):
+    """The expectations of llama_server_log for a planned deploy."""
+    return log_expectations(plan, topology, settings, expected_tensors)
 
 
 class FilterModule:

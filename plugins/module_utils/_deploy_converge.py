@@ -107,7 +107,10 @@ def vram_rows(devices, baseline, after, plan_memory, tolerance_mib):
 ALL_LAYERS_FROM = 99
 
 
-def log_expectations(plan, topology, settings):
+PER_TENSOR_VERBOSITY = 5  # llama-server's -lv from which it prints the per-tensor override lines (DEBUG)
+
+
+def log_expectations(plan, topology, settings, expected_tensors=None):
     """The buffers llama-server's log must show, per buffer type, from ``moe_offload_plan``'s result: the
     arguments ``expect_model_buffers``, ``expect_kv_buffers``, ``expect_rs_buffers`` and ``expect_compute_buffers``
     of ``llama_server_log``, each a dict of MiB (``{}`` for none). llama.cpp prints these lines at its default
@@ -120,11 +123,18 @@ def log_expectations(plan, topology, settings):
     Nothing when the server does not run as planned: no plan, extra arguments (they may change the batch, the
     cache types or the layers) or an -ngl that may offload fewer layers than all (under 99, or
     auto). Zero-sized buffers are left out (llama.cpp
-    prints no line for a cache the model does not have)."""
+    prints no line for a cache the model does not have).
+
+    ``expect_tensors`` is ``expected_tensors`` where the log can show them: on GPUs always (hidden per-tensor lines
+    fall back on the device buffers), on a host without GPU only from ``-lv 5``: there every tensor is in host
+    memory whatever the pattern, and no buffer line tells a moved tensor from a mapped one. ``None`` otherwise."""
     plan = plan or {}
     memory = plan.get("memory")
     keys = ("expect_model_buffers", "expect_kv_buffers", "expect_rs_buffers", "expect_compute_buffers")
     expect = dict((k, {}) for k in keys)
+    verbosity = settings.get("log_verbosity")
+    per_tensor = verbosity not in (None, "") and int(verbosity) >= PER_TENSOR_VERBOSITY
+    expect["expect_tensors"] = (list(expected_tensors or []) if topology != "cpu" or per_tensor else None)
     if plan.get("skipped") or plan.get("failed") or not isinstance(memory, dict) or settings.get("extra_args"):
         return expect
     layers = str(settings.get("n_gpu_layers", ALL_LAYERS_FROM)).strip()

@@ -127,9 +127,21 @@ def test_each_planned_device_gets_its_buffers_by_llama_cpps_name():
 
 
 def test_a_host_without_gpu_is_proved_by_its_cpu_buffers():
-    expect = log_expectations(CPU_ONLY, "cpu", SETTINGS)
+    expect = log_expectations(CPU_ONLY, "cpu", SETTINGS, ["blk.1.ffn_up_exps.weight"])
     assert expect == {"expect_model_buffers": {}, "expect_kv_buffers": {"CPU": 27.0}, "expect_rs_buffers": {},
-                      "expect_compute_buffers": {"CPU": 22.77}}
+                      "expect_compute_buffers": {"CPU": 22.77}, "expect_tensors": None}
+
+
+@pytest.mark.parametrize("topology, verbosity, shown", [
+    ("cpu", None, False), ("cpu", 4, False), ("cpu", "4", False), ("cpu", 5, True), ("cpu", "6", True),
+    ("single", None, True), ("single", 4, True), ("multi", 5, True)])
+def test_the_tensors_are_expected_where_the_log_can_show_them(topology, verbosity, shown):
+    """On GPUs always (the device buffers stand in for hidden per-tensor lines); on a host without GPU only from
+    -lv 5, where llama.cpp prints the per-tensor DEBUG lines (src/llama-model-loader.cpp, create_tensor)."""
+    wanted = ["blk.1.ffn_up_exps.weight", "blk.1.ffn_down_exps.weight"]
+    plan = CPU_ONLY if topology == "cpu" else TWO_GPUS
+    expect = log_expectations(plan, topology, dict(SETTINGS, log_verbosity=verbosity), wanted)
+    assert expect["expect_tensors"] == (wanted if shown else None)
 
 
 @pytest.mark.parametrize("layers", ["99", "all", "120", 99])
@@ -148,5 +160,6 @@ def test_every_layer_offloaded_keeps_the_expectations(layers):
 ])
 def test_nothing_is_expected_when_the_server_does_not_run_as_planned(plan, settings):
     expect = log_expectations(plan, "multi", settings)
-    assert expect == {"expect_model_buffers": {}, "expect_kv_buffers": {}, "expect_rs_buffers": {},
-                      "expect_compute_buffers": {}}
+    buffers = {k: v for k, v in expect.items() if k.endswith("_buffers")}
+    assert buffers == {"expect_model_buffers": {}, "expect_kv_buffers": {}, "expect_rs_buffers": {},
+                       "expect_compute_buffers": {}}
