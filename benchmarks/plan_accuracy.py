@@ -404,8 +404,8 @@ def row(tally, name, kind, path, facts, case):
         for key in ("kv", "recurrent"):
             error = tally.check(round(host[key + "_mib"] - got["host_" + key], 2), 0.02 if key == "kv" else 0.01)
             cells += [got["host_" + key], host[key + "_mib"], error]
-        row = (lead, "(weights: mapped file)") + tuple(cells)
-        prefix = "%s | host %26s | %8.2f %8.2f %6.2f | %7.2f %7.2f %5.2f" % row
+        prefix = "%s | host %26s | " % (lead, "(weights: mapped file)") + "%8.2f %8.2f %6.2f | %7.2f %7.2f %5.2f" % (
+            tuple(cells))
     else:
         prefix = "%s | host %58s" % (lead, "(token ids, embeddings, masks, experts without op offload)")
     err = tally.add(kind, "host", label + " host", got["host_compute"], host["compute_mib"])
