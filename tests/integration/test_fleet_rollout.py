@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tools.gguf_models import write_demo_model
-from tests.integration.fleet import Fleet, clean_leftovers, leftovers
+from tests.integration.fleet import PREFIX, Fleet, clean_leftovers, leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -38,7 +38,7 @@ def fleet(tmp_path_factory, request):
     clean_leftovers()
     image = subprocess.run(["bash", str(ROOT / "images/ai-llm/build.sh")], check=True, capture_output=True,
                            text=True, timeout=600).stdout.split()[-1]
-    fl = Fleet(tmp_path_factory.mktemp("aillmfleet"), image=image)
+    fl = Fleet(tmp_path_factory.mktemp(PREFIX), names=("h1", "h2", "h3"), image=image)
 
     def teardown():
         fl.down()
