@@ -8,7 +8,8 @@ name: rollout_report
 type: aggregate
 short_description: Writes the report of an ai-llm rollout (rollout.json, rollout.md, rollout.html)
 version_added: 0.1.0
-author: ai_llm maintainers
+author:
+  - ai_llm maintainers (@ai-llm)
 description:
   - Records what a rollout of the playbook C(ai_llm.moe_offload.deploy) (C(playbooks/deploy.yml)) did to every host and, when the run ends
     (completed, stopped by C(max_fail_percentage), or by a whole batch failing), writes C(rollout.json),

@@ -145,7 +145,8 @@ def _percent(value, name):
 
 def stop_reason(rows, batches, max_fail):
     """Why the rollout stopped before some hosts (``None`` when it reached every host)."""
-    if not any(row["status"] == "not_reached" for row in rows):
+    ended_in_preflight = not batches and any(row["status"] not in OK_STATUSES for row in rows)
+    if not ended_in_preflight and not any(row["status"] == "not_reached" for row in rows):
         return None
     by_host = {row["host"]: row for row in rows}
     if not batches:

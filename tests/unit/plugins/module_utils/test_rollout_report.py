@@ -102,6 +102,14 @@ def test_preflight_refusal_stops_before_any_batch():
     assert [r["status"] for r in report["hosts"]] == ["not_reached", "failed"]
 
 
+def test_every_host_lost_in_the_preflight_stops_the_rollout():
+    runs = [HostRun(h, unreachable="ssh: connect to host 127.0.0.1 port 1: Connection refused",
+                    unreachable_phase="preflight") for h in ("u1", "u2")]
+    report = build_report(rollout(["u1", "u2"], []), runs)
+    assert report["outcome"] == "stopped" and report["summary"] == {"unreachable": 2}
+    assert report["reason"].startswith("preflight: u1 (unreachable), u2 (unreachable); nothing was restarted")
+
+
 def test_hosts_keep_the_inventory_order_and_unknown_hosts_follow():
     report = build_report(rollout(["z", "a"], [["z", "a"]]), [
         deployed("x", 1, samples.changed_single()), deployed("a", 1, samples.changed_single()),
