@@ -390,3 +390,20 @@ def test_hosts_that_do_not_answer(tmp_path):
     assert statuses(report) == [("u1", None, "unreachable"), ("u2", None, "unreachable"), ("u3", None, "unreachable")]
     assert report["outcome"] == "stopped" and report["batches"] == []
     assert all(row["message"].startswith("unreachable in the preflight: ") for row in report["hosts"])
+
+
+def test_a_fleet_without_the_report_callback_is_refused(tmp_path):
+    """Several hosts and no rollout_report callback: the preflight stops before it reads any host. No fleet."""
+    hosts = {"u%d" % i: {"ansible_host": "127.0.0.1", "ansible_port": 1} for i in range(1, 3)}
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"children": {"llm_servers": {"hosts": hosts}}}}))
+    (tmp_path / "ansible.cfg").write_text("[defaults]\ncollections_path = %s\n" % (ROOT / ".collections"))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"))
+    env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks" / "deploy.yml")],
+                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300, check=False)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr
+    assert "the callback that writes the report is not enabled: add callbacks_enabled = " \
+           "ai_llm.moe_offload.rollout_report to ansible.cfg" in proc.stdout.replace("\n", " ")
+    assert "unreachable=1" not in proc.stdout and not (tmp_path / "rollout-report").exists()
