@@ -52,7 +52,8 @@ word-break:break-all}
 .legend i{display:inline-block;width:14px;height:14px;border:1px solid #9aa3ab}
 section.host{border:1px solid #dde1e5;border-radius:6px;padding:12px 14px;margin:0 0 14px}
 section.host header{display:flex;flex-wrap:wrap;align-items:center;gap:10px;margin-bottom:4px}
-.batch{color:#5f6b76;font-size:13px}.message{margin:4px 0 8px;color:#37414a}
+.batch{color:#5f6b76;font-size:13px}.message{margin:4px 0 2px;color:#37414a}.facts{margin:0 0 8px;color:#5f6b76;
+font-size:12px}
 .none{color:#7a858f;font-style:italic}
 svg.chart text{font:11px system-ui,"DejaVu Sans",sans-serif;fill:#37414a}
 svg.chart text.title{font-weight:600;font-size:12px}svg.chart text.total{fill:#5f6b76;font-size:10px}
@@ -181,6 +182,24 @@ def _numbers(views):
             "</table></details>" % (heads, "".join(rows)))
 
 
+def _facts(result):
+    """One line of what the role measured: the config hash, the tensors moved, the rollback, the timings."""
+    out = []
+    if result.get("config_hash"):
+        out.append("config %s" % str(result["config_hash"])[:12])
+    moved = result.get("tensors_moved")
+    if isinstance(moved, list) and moved:
+        out.append("%d tensors on the CPU (llama-server's log)" % len(moved))
+    rollback = result.get("rollback") or {}
+    if isinstance(rollback, dict) and rollback.get("performed"):
+        out.append("rolled back from %s" % (rollback.get("restored_from") or "the snapshot"))
+    timings = result.get("timings") or {}
+    if isinstance(timings, dict) and timings.get("total") is not None:
+        parts = ["%s %.1f s" % (k, timings[k]) for k in ("recreate", "health") if timings.get(k) is not None]
+        out.append("%.1f s%s" % (timings["total"], " (%s)" % ", ".join(parts) if parts else ""))
+    return out
+
+
 def _scales(all_views):
     gpu_top = [1.0]
     ram_top = [1.0]
@@ -237,6 +256,9 @@ def page(report, title="ai-llm rollout"):
             _e(source), "<code>%s</code>" % _e(row["pattern"]) if row["pattern"] else '<span class="none">none'
                                                                                       "</span>"))
         out.append('<p class="message">%s</p>' % _e(row["message"]))
+        facts = _facts(row.get("result") or {})
+        if facts:
+            out.append('<p class="facts">%s</p>' % _e(" · ".join(facts)))
         if views["gpus"] or views["host"]:
             out.append(_chart(row["host"], views, gpu_scale, ram_scale) + _numbers(views))
         else:

@@ -8,6 +8,7 @@ are in llama-server's per-device form (``CUDA0`` model / KV / RS / compute MiB).
 from __future__ import annotations
 
 import copy
+import hashlib
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._rollout_report import HostRun, Rollout, build_report
 
@@ -27,7 +28,7 @@ def result(status, message, plan, pattern="", buffers=None, vram=None, rollback=
         "status": status,
         "changed": status in ("changed", "rolled_back"),
         "message": message,
-        "config_hash": "sha256:" + ("%02x" % len(message)) * 8,
+        "config_hash": hashlib.sha256(message.encode()).hexdigest(),
         "pattern": pattern,
         "pattern_source": "plan" if pattern else "none",
         "device_overrides": [],

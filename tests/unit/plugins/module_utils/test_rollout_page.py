@@ -79,3 +79,15 @@ def test_a_plan_that_does_not_fit_shows_the_missing_part_over_its_stack(html):
     assert len(over) == 1
     assert float(over[0]["data-mib"]) == pytest.approx(samples.refused_busy()["plan"]["gpus"][0]["total_mib"] - 2048,
                                                        abs=0.05)
+
+
+def test_what_the_role_measured_is_summed_up_under_the_message(html):
+    # gpu-box-3 (rolled back): its hash, the snapshot it came back from, its timings
+    config = samples.rolled_back_busy()["config_hash"][:12]
+    assert ('<p class="facts">config %s \u00b7 rolled back from /srv/ai-llm/.rollback \u00b7 14.2 s '
+            '(recreate 3.1 s, health 2.4 s)</p>' % config) in html
+    moved = samples.changed_single()
+    moved["tensors_moved"] = ["blk.1.ffn_up_exps.weight", "blk.1.ffn_down_exps.weight"]
+    report = samples.sample_report()
+    report["hosts"][0]["result"] = moved
+    assert "2 tensors on the CPU (llama-server&#x27;s log)" in page(report)
