@@ -145,6 +145,8 @@ class CallbackModule(CallbackBase):
         except ReportError as exc:
             self._display.error("rollout report: %s" % exc)
             return
+        for error in report["errors"]:
+            self._display.warning("rollout report: %s" % error)
         directory = os.path.abspath(os.path.expanduser(self._rollout.report_dir))
         written = []
         try:

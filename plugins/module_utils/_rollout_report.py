@@ -136,11 +136,17 @@ def host_row(run):
 
 
 def _percent(value, name):
-    """An integer 0..100 from ``value`` (int or digit string), or ``ReportError`` naming ``name``."""
-    text = str(value).strip().rstrip("%") if value is not None else ""
-    if not text.isdigit() or int(text) > 100:
-        raise ReportError("%s is %r: give a whole percentage from 0 to 100" % (name, value))
-    return int(text)
+    """A percentage 0..100 from ``value`` (a number, or a string like Ansible's ``"25"``, ``"12.5%"``), as an int
+    when it is whole, or ``ReportError`` naming ``name``."""
+    text = str(value).strip()
+    text = text[:-1] if text.endswith("%") else text
+    try:
+        number = float(text)
+    except ValueError:
+        number = -1.0
+    if isinstance(value, bool) or not 0 <= number <= 100:
+        raise ReportError("%s is %r: give a percentage from 0 to 100" % (name, value))
+    return int(number) if number.is_integer() else number
 
 
 def stop_reason(rows, batches, max_fail):
@@ -168,9 +174,15 @@ def stop_reason(rows, batches, max_fail):
 def build_report(rollout, runs):
     """The report dict (``rollout.json``) of a ``Rollout`` and its ``HostRun`` records (any order)."""
     by_host = {}
+    errors = []
     for run in runs:
         if run.result is not None:
-            check_result(run.host, run.result)
+            try:
+                check_result(run.host, run.result)
+            except ReportError as exc:        # the host is reported failed, with what is wrong in its result
+                errors.append(str(exc))
+                run = HostRun(run.host, batch=run.batch, failure=str(exc), failure_phase=run.result_phase,
+                              unreachable=run.unreachable, unreachable_phase=run.unreachable_phase)
         by_host[run.host] = run
     order = list(rollout.hosts) + sorted(h for h in by_host if h not in rollout.hosts)
     rows = [host_row(by_host.get(host) or HostRun(host)) for host in order]
@@ -200,6 +212,7 @@ def build_report(rollout, runs):
         "finished": rollout.finished,
         "seconds": rollout.seconds,
         "hosts": rows,
+        "errors": errors,
     }
 
 

@@ -118,11 +118,17 @@ def test_hosts_keep_the_inventory_order_and_unknown_hosts_follow():
 
 
 def test_bad_input_names_the_host_and_the_field():
-    with pytest.raises(ReportError, match=r"^h2: llm_server_result.status is 'done', not one of changed, "):
-        build_report(rollout(["h2"], [["h2"]]), [deployed("h2", 1, dict(samples.changed_single(), status="done"))])
-    with pytest.raises(ReportError, match=r"^h2: llm_server_result is list, not a dict$"):
-        build_report(rollout(["h2"], [["h2"]]), [deployed("h2", 1, [])])
-    with pytest.raises(ReportError, match=r"^llm_rollout_max_fail_percentage is '120': give a whole percentage"):
+    # a result the report cannot read makes its host failed, says why, and the others are reported as usual
+    report = build_report(rollout(["h1", "h2", "h3"], [["h1", "h2", "h3"]]), [
+        deployed("h1", 1, samples.changed_single()), deployed("h2", 1, dict(samples.changed_single(), status="done")),
+        deployed("h3", 1, [])])
+    assert [row["status"] for row in report["hosts"]] == ["changed", "failed", "failed"]
+    assert report["errors"] == [
+        "h2: llm_server_result.status is 'done', not one of changed, unchanged, failed, rolled_back, checked",
+        "h3: llm_server_result is list, not a dict"]
+    assert report["hosts"][1]["message"] == report["errors"][0] and report["hosts"][1]["result"] is None
+    assert build_report(rollout(["h1"], [["h1"]]), [deployed("h1", 1, samples.changed_single())])["errors"] == []
+    with pytest.raises(ReportError, match=r"^llm_rollout_max_fail_percentage is '120': give a percentage from 0"):
         build_report(rollout(["h2"], [], max_fail="120"), [])
     bad = samples.changed_single()
     bad["plan"]["gpus"][0]["kv_mib"] = "lots"
@@ -135,7 +141,7 @@ def test_bad_input_names_the_host_and_the_field():
 
 
 def test_percentages_are_read_like_ansible_reads_them():
-    for given, read in ((0, 0), ("25", 25), ("100%", 100)):
+    for given, read in ((0, 0), ("25", 25), ("100%", 100), ("12.5", 12.5), (33.0, 33)):
         assert build_report(rollout([], [], max_fail=given), [])["max_fail_percentage"] == read
 
 
