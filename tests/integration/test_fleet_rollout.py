@@ -344,18 +344,21 @@ def test_sshd_killed_in_the_middle_of_a_rollout(fleet):
     before = state(fleet)
     inv = inventory_with(fleet, "ctx-768.yml", llm_server_ctx_size=768)
     name = "sshd-h3"
-    with subprocess.Popen(rollout_command(fleet, name, inventory=inv), stdout=subprocess.PIPE,  # noqa: SIM115
-                          stderr=subprocess.STDOUT, text=True, env=ansible_env(fleet), cwd=str(fleet.base)) as run:
+    output = fleet.base / ("output-%s.log" % name)
+    with output.open("w") as sink, subprocess.Popen(rollout_command(fleet, name, inventory=inv), stdout=sink,
+                                                    stderr=subprocess.STDOUT, text=True, env=ansible_env(fleet),
+                                                    cwd=str(fleet.base)) as run:
         try:
             deadline = time.monotonic() + 600
-            while fleet.hosts["h1"].container()["Id"] == before["h1"]["id"]:     # the canary's recreate
+            while (fleet.hosts["h1"].container() or {}).get("Id") == before["h1"]["id"]:   # the canary's recreate
                 assert run.poll() is None and time.monotonic() < deadline, "the canary was not recreated"
                 time.sleep(0.2)
             killed = fleet.hosts["h3"].kill_sshd()
-            out = run.communicate(timeout=900)[0]
+            run.wait(timeout=900)
         finally:
             if run.poll() is None:
                 run.kill()
+    out = output.read_text()
     proc = subprocess.CompletedProcess(run.args, run.returncode, out, "")
     report = finish(fleet, name, proc)
     try:
