@@ -44,7 +44,7 @@ PY
 }
 
 if ! serving; then
-  echo "demo: nothing serves on 127.0.0.1:$port yet: baseline deploy without offload (the parity reference)"
+  echo "demo: nothing serves on 127.0.0.1:$port yet: baseline deploy without offload (what the parity check compares with)"
   ansible-playbook playbooks/deploy.yml -e llm_moe_offload_mode=none "$@"
 fi
 

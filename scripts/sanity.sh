@@ -6,7 +6,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
 dest="$ROOT/.cache/sanity/ansible_collections/ai_llm/moe_offload"
 rm -rf "$dest" && mkdir -p "$dest"
-git ls-files -z --cached --others --exclude-standard | rsync -a --from0 --files-from=- ./ "$dest/"
+# (not the .collections link: there the copy is itself at a real ansible_collections/ path)
+git ls-files -z --cached --others --exclude-standard -- . ':!.collections' | rsync -a --from0 --files-from=- ./ "$dest/"
 # ansible-test downloads a pip bootstrap script from a host that is not reachable here: give it ours.
 pip_version="$(sed -n "s/^ *pip='\([0-9.]*\)',$/\1/p" "$(python -c 'import ansible_test, os; print(os.path.dirname(ansible_test.__file__))')/_internal/python_requirements.py")"
 mkdir -p ~/.ansible/test/cache

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-time (and idempotent) set-up of a fresh Debian 12 machine for this project:
-# system packages, a pinned Python virtual environment in .venv, and the collection link
-# .collections/ansible_collections/ai_llm/moe_offload -> the repository root.
+# system packages (requirements/debian.txt), a pinned Python virtual environment in .venv
+# (requirements/dev.txt), llama.cpp's llama-server and ggml-rpc-server (scripts/llama-cpp.sh: built once, then
+# cached in .cache/llama.cpp/) and the collection link .collections/ansible_collections/ai_llm/moe_offload -> ../../..
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
@@ -32,8 +33,17 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   echo "$want" > "$stamp"
 fi
 
-mkdir -p .collections/ansible_collections/ai_llm
-ln -sfn "$ROOT" .collections/ansible_collections/ai_llm/moe_offload
+# The clone is the collection (ansible.cfg: collections_path = ./.collections): the link is tracked by git;
+# make it again where a checkout lost it (a copy without symlinks).
+link=.collections/ansible_collections/ai_llm/moe_offload
+if [ ! -e "$link/galaxy.yml" ]; then
+  mkdir -p "$(dirname "$link")" && ln -sfn ../../.. "$link"
+fi
+
+# galaxy-importer (Galaxy's checks of a collection tarball) needs a venv of its own: it pins older packages
+bash scripts/venv.sh .cache/venvs/galaxy-importer "$PY" -r requirements/galaxy-importer.txt
+
+bash scripts/llama-cpp.sh
 # (read all of ansible's output: `| head -1` would close the pipe early and ansible prints a BrokenPipeError)
 ansible_version="$(ansible --version)"
 echo "setup: ready (${ansible_version%%$'\n'*}, $(podman --version))"

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Every test of the project, on a fresh machine: set-up, lint, ansible-test sanity, pytest
-# (unit + integration: real GGUF files, real llama-server, real podman), molecule scenarios.
-# Usage: bash scripts/test.sh [stage ...]   stages: lint sanity pytest molecule (default: all)
+# Every test of the project, on a fresh machine: set-up, lint, ansible-test sanity, the supported ansible-core
+# releases and Pythons (compat), pytest (unit + integration: real GGUF files, real llama-server, real podman,
+# the collection tarball), molecule scenarios.
+# Usage: bash scripts/test.sh [stage ...]   stages: lint sanity compat pytest molecule (default: all)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
 bash scripts/setup.sh
 
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(lint sanity pytest molecule)
+[ ${#stages[@]} -gt 0 ] || stages=(lint sanity compat pytest molecule)
 declare -A took
 declare -A result
 status=0
@@ -22,6 +23,9 @@ for stage in "${stages[@]}"; do
       ansible-lint --offline --profile production || status=1 ;;
     sanity)
       bash scripts/sanity.sh || status=1 ;;
+    compat)
+      # requirements/compat.txt: each ansible-core release in its own venv under .cache/compat
+      python scripts/compat.py 2>&1 | tee "$results/compat.log" || status=1 ;;
     pytest)
       python -m pytest -q -p no:cacheprovider --junitxml="$results/pytest.xml" tests/unit tests/integration \
         || status=1 ;;
@@ -38,7 +42,7 @@ for stage in "${stages[@]}"; do
   took[$stage]=$(( $(date +%s) - start ))
 done
 for stage in "${stages[@]}"; do echo "stage $stage: ${took[$stage]}s"; done
-# One closing line over pytest's test cases and molecule's scenarios (their SCENARIO RECAP lines).
+# One closing line over pytest's test cases, the compat checks and molecule's scenarios (their SCENARIO RECAP lines).
 python - "$results" "${stages[@]}" <<'PY'
 import re, sys, xml.etree.ElementTree as ET
 from pathlib import Path
@@ -49,6 +53,9 @@ if "pytest" in stages and (results / "pytest.xml").exists():
     total, bad = int(suite.get("tests")), int(suite.get("failures")) + int(suite.get("errors"))
     skipped += int(suite.get("skipped"))
     passed, failed = total - bad - int(suite.get("skipped")), bad
+if "compat" in stages and (results / "compat.log").exists():
+    m = re.search(r"^compat: (\d+) passed, (\d+) failed$", (results / "compat.log").read_text(), re.MULTILINE)
+    passed, failed = (passed + int(m.group(1)), failed + int(m.group(2))) if m else (passed, failed + 1)
 if "molecule" in stages and (results / "molecule.log").exists():
     plain = re.sub(r"\x1b\[[0-9;]*m", "", (results / "molecule.log").read_text(errors="replace"))
     for m in re.finditer(r"actions=\d+\s+successful=\d+.*?failed=(\d+)", plain):

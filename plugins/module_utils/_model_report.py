@@ -11,6 +11,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_patter
     expert_pattern,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import block_index
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_summary import summarize
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 
 GIB = 1024.0 ** 3
@@ -37,6 +38,7 @@ def describe(model, tensors="experts", pattern=None):
         expert_used_count=layout.expert_used_count, expert_shared_count=layout.expert_shared_count,
         bytes=layout.bytes_by_class, expert_tensors=layout.expert_tensors, offload_pattern=offload,
         offload_pattern_matches=matches,
+        model=summarize(model),  # what moe_offload_plan reads instead of the file
     )
     if tensors != "none":
         result["tensors"] = [

@@ -14,15 +14,22 @@ from __future__ import annotations
 import csv
 import re
 
-GPU_FIELDS = ("index", "name", "uuid", "pci.bus_id", "memory.total", "memory.used", "memory.free",
-              "driver_version", "compute_cap")
-# The keys ``gpu_info`` returns, one per field of GPU_FIELDS, in the same order.
-GPU_KEYS = ("index", "name", "uuid", "pci_bus_id", "memory_total_mib", "memory_used_mib",
-            "memory_free_mib", "driver_version", "compute_capability")
+# The fields of the GPU query and the key ``gpu_info`` returns for each, in order.
+GPU_QUERY = (("index", "index"), ("name", "name"), ("uuid", "uuid"), ("pci.bus_id", "pci_bus_id"),
+             ("memory.total", "memory_total_mib"), ("memory.used", "memory_used_mib"),
+             ("memory.free", "memory_free_mib"), ("driver_version", "driver_version"),
+             ("compute_cap", "compute_capability"))
+GPU_FIELDS = tuple(f for f, _k in GPU_QUERY)
+GPU_KEYS = tuple(k for _f, k in GPU_QUERY)
+_KEY_OF = dict(GPU_QUERY)
 _INT_KEYS = ("index", "memory_total_mib", "memory_used_mib", "memory_free_mib")
+# What gpu_info adds to each GPU: its MIG devices and, with a pid, the memory that process tree holds on it.
+GPU_EXTRA_KEYS = ("mig_devices", "memory_held_by_pid_mib")
 
-APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
-APP_KEYS = ("gpu_uuid", "pid", "process_name", "used_memory_mib")
+APP_QUERY = (("gpu_uuid", "gpu_uuid"), ("pid", "pid"), ("process_name", "process_name"),
+             ("used_memory", "used_memory_mib"))
+APP_FIELDS = tuple(f for f, _k in APP_QUERY)
+APP_KEYS = tuple(k for _f, k in APP_QUERY)
 
 # What nvidia-smi prints instead of a value it cannot give.
 UNAVAILABLE = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]", "[Insufficient Permissions]",
@@ -98,7 +105,7 @@ def parse_gpus(text, fields=GPU_FIELDS):
     nvidia-smi printed ``[N/A]``/``[Not Supported]`` or the field was not queried), ``warnings`` a list
     of str. Raises ``NvidiaSmiError`` for output that is not the CSV asked for.
     """
-    keys = [GPU_KEYS[GPU_FIELDS.index(f)] for f in fields]
+    keys = [_KEY_OF[f] for f in fields]
     gpus = []
     warnings = []
     for number, row in enumerate(_rows(text), 1):
@@ -167,10 +174,21 @@ def topology(gpus):
     return "cpu" if count == 0 else "single" if count == 1 else "dual" if count == 2 else "multi"
 
 
-def gather(run, processes=False):
+def held_by(apps, pids):
+    """The GPU memory the processes ``pids`` hold: ``{gpu index: MiB}`` (only GPUs where they hold some)."""
+    pids = set(pids)
+    held = {}
+    for app in apps:
+        if app.get("pid") in pids and app.get("gpu_index") is not None:
+            held[app["gpu_index"]] = held.get(app["gpu_index"], 0) + (app.get("used_memory_mib") or 0)
+    return held
+
+
+def gather(run, processes=False, pids=None):
     """Everything ``gpu_info`` returns, given ``run(args) -> (rc, stdout, stderr)`` that runs nvidia-smi.
 
-    Returns a dict with ``gpus``, ``topology``, ``warnings`` and (with ``processes``) ``processes``.
+    Returns a dict with ``gpus``, ``topology``, ``warnings`` and (with ``processes``) ``processes``. With
+    ``pids`` (a process tree), every GPU gets ``memory_held_by_pid_mib``: what those processes hold on it.
     Raises ``NvidiaSmiError`` with nvidia-smi's own words when it fails.
     """
     fields = GPU_FIELDS
@@ -180,7 +198,7 @@ def gather(run, processes=False):
         field = invalid_field(out + "\n" + (err or ""))
         fields = tuple(f for f in GPU_FIELDS if f != field)
         warnings.append("this driver does not know the field %s (drivers before 510 lack compute_cap): "
-                        "%s is left empty" % (field, GPU_KEYS[GPU_FIELDS.index(field)]))
+                        "%s is left empty" % (field, _KEY_OF.get(field, field)))
         rc, out, err = run(query_gpu_args(fields))
     message = failure_message(rc, out, err)
     if message:
@@ -200,7 +218,7 @@ def gather(run, processes=False):
                                     gpu["index"], gpu["name"], len(gpu["mig_devices"]),
                                     ", ".join(d["profile"] for d in gpu["mig_devices"])))
     result = {"gpus": gpus, "topology": topology(gpus), "warnings": warnings}
-    if processes:
+    if processes or pids is not None:
         apps = []
         if gpus:
             rc, out, err = run(query_apps_args())
@@ -208,5 +226,10 @@ def gather(run, processes=False):
             if message:
                 raise NvidiaSmiError(message)
             apps = parse_apps(out, gpus)
-        result["processes"] = apps
+        if processes:
+            result["processes"] = apps
+        if pids is not None:
+            held = held_by(apps, pids)
+            for gpu in gpus:
+                gpu["memory_held_by_pid_mib"] = held.get(gpu["index"], 0)
     return result

@@ -209,6 +209,18 @@ tensors:
   sample: [{"name": "blk.1.ffn_up_exps.weight", "type": "q5_0", "shape": [2688, 1856, 128], "bytes": 438829056,
             "class": "routed_experts", "block": 1,
             "file": "/srv/models/Nemotron-3-Nano-30B-A3B-Q4_K_M-00001-of-00006.gguf"}]
+model:
+  description:
+    - A compact summary of the model (format V(1)) - the architecture, the files, the metadata the memory model
+      reads and one row V([name, type_id, shape, bytes]) per tensor.
+    - Pass the registered result (or this key) as O(ai_llm.moe_offload.moe_offload_plan#module:gguf) and the
+      planner does not read the file again.
+  returned: always
+  type: dict
+  sample: {"version": 1, "architecture": "nemotron_h_moe", "files": ["/srv/models/nano.gguf"],
+           "metadata": {"general.architecture": "nemotron_h_moe", "nemotron_h_moe.block_count": 52,
+                        "tokenizer.ggml.tokens": {"count": 131072}},
+           "tensors": [["blk.1.ffn_up_exps.weight", 6, [2688, 1856, 128], 701890560]], "warnings": []}
 pattern_check:
   description: What the pattern given in O(pattern) would move.
   returned: when O(pattern) is given

@@ -28,6 +28,14 @@ options:
       - Also return the processes using GPU memory (C(nvidia-smi --query-compute-apps)).
     type: bool
     default: false
+  pid:
+    description:
+      - A process id in the host's PID namespace, such as the main process of a container.
+      - Every GPU then gets RV(gpus[].memory_held_by_pid_mib), the GPU memory held by that process and all its
+        descendants (found through C(/proc/<pid>/task/*/children)). RV(process_tree) lists them.
+      - M(ai_llm.moe_offload.moe_offload_plan) counts that memory as free, as a new configuration of the same
+        server gets it back.
+    type: int
 extends_documentation_fragment:
   - ai_llm.moe_offload.info_module
 notes:
@@ -52,6 +60,11 @@ EXAMPLES = r"""
   ai_llm.moe_offload.gpu_info:
     processes: true
   register: gpu_with_processes
+
+- name: Read the GPUs and what the running server (a container's main process) holds on them
+  ai_llm.moe_offload.gpu_info:
+    pid: "{{ container_pid }}"
+  register: gpu_with_server
 """
 
 RETURN = r"""
@@ -102,6 +115,11 @@ gpus:
       type: list
       elements: dict
       sample: [{"index": 0, "profile": "3g.20gb", "uuid": "MIG-4a7f2c90-d1e8-5b36-a0c4-9e2f71b8d653"}]
+    memory_held_by_pid_mib:
+      description: The GPU memory O(pid) and its descendants hold on this GPU, in MiB.
+      returned: when O(pid) is given
+      type: int
+      sample: 18342
 topology:
   description: V(cpu) (no GPU), V(single), V(dual) or V(multi) (three or more).
   returned: always
@@ -130,6 +148,19 @@ processes:
       type: int
   sample: [{"gpu_uuid": "GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60", "gpu_index": 0, "pid": 48213,
             "process_name": "/usr/local/bin/llama-server", "used_memory_mib": 18342}]
+process_tree:
+  description: O(pid) and its descendants, the processes whose GPU memory RV(gpus[].memory_held_by_pid_mib) counts.
+  returned: when O(pid) is given
+  type: dict
+  contains:
+    pid:
+      description: O(pid).
+      type: int
+    pids:
+      description: O(pid) and every descendant.
+      type: list
+      elements: int
+  sample: {"pid": 48200, "pids": [48200, 48213]}
 nvidia_smi:
   description: The path of the C(nvidia-smi) that was run, V(null) when there is none.
   returned: always
@@ -139,23 +170,31 @@ nvidia_smi:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._host_memory import process_tree
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._nvidia_smi import NvidiaSmiError, gather
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(processes=dict(type="bool", default=False)),
+    module = AnsibleModule(argument_spec=dict(processes=dict(type="bool", default=False), pid=dict(type="int")),
                            supports_check_mode=True)
+    pid = module.params["pid"]
+    if pid is not None and pid < 1:
+        module.fail_json(msg="pid must be a process id >= 1, got %d" % pid)
+    tree = {"pid": pid, "pids": process_tree(pid)} if pid is not None else None
     binary = module.get_bin_path("nvidia-smi")
     if binary is None:
-        module.exit_json(changed=False, gpus=[], topology="cpu", nvidia_smi=None)
+        module.exit_json(changed=False, gpus=[], topology="cpu", nvidia_smi=None,
+                         **({"process_tree": tree} if tree else {}))
 
     def run(args):
         return module.run_command([binary] + args, environ_update={"LC_ALL": "C"})
 
     try:
-        result = gather(run, processes=module.params["processes"])
+        result = gather(run, processes=module.params["processes"], pids=tree["pids"] if tree else None)
     except NvidiaSmiError as exc:
         module.fail_json(msg=str(exc), nvidia_smi=binary)
+    if tree:
+        result["process_tree"] = tree
     for warning in result.pop("warnings"):
         module.warn(warning)
     module.exit_json(changed=False, nvidia_smi=binary, **result)

@@ -8,43 +8,65 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: moe_offload_plan
-short_description: Decide which MoE experts llama-server must keep in host memory so that a model fits the GPUs
+short_description: Decide where llama-server keeps each MoE block's experts so that a model fits the GPUs and the host
 version_added: 0.1.0
 description:
-  - Sizes, from the GGUF header and the GPUs' free memory, what llama-server allocates on each GPU. The weights,
-    the KV cache (attention layers only), the recurrent state (Mamba layers), the compute buffer and a safety
-    margin are counted. It then decides whether routed expert weights must move to host memory and which ones.
-  - Weights, KV cache and recurrent state are exact, the compute buffer is an estimate. See the collection's
-    C(docs/memory-model.md).
+  - Sizes, from the GGUF header, the GPUs' free memory and the host's available memory, what llama-server
+    allocates on each GPU and in host memory. It counts the weights, the KV cache (full, sliding-window and
+    chunked caches, MLA), the recurrent state, the compute buffers, the output buffer and safety margins. It then
+    decides whether routed expert weights must move to host memory or to another GPU, and which ones.
+  - Weights, KV cache, recurrent state and the output buffer are exact. The compute buffers are an upper estimate.
+    See the collection's C(docs/memory-model.md).
   - In O(mode=auto) nothing moves when everything fits with the margin. Otherwise the experts of just enough MoE
     blocks move, lowest block index first (the blocks C(--n-cpu-moe N) would move). When even all experts on the
     CPU do not fit, the module fails with how many MiB are missing and what to lower.
-  - The returned RV(pattern) is proved to match exactly the routed experts of RV(cpu_expert_layers) among the
-    model's tensors.
-  - With two or more GPUs it compares serving from the GPU with the most free memory with splitting the layers
-    across all of them (C(--tensor-split) in proportion to free memory). It picks the one that needs the fewest
-    experts on the CPU, or the single GPU on a tie.
+  - With two or more GPUs it compares serving from the GPU with the most free memory, splitting the layers across
+    all of them (C(--tensor-split) in proportion to free memory), and that split with the experts of chosen blocks
+    placed on a chosen GPU (RV(device_overrides)). It keeps the plan with the fewest expert bytes in host memory,
+    and on a tie the one with fewer overrides, then the single GPU.
+  - Every returned pattern is proved against the model's tensor list. RV(pattern) moves exactly the routed
+    experts of RV(cpu_expert_layers) to the CPU, each RV(device_overrides) item exactly the experts of its blocks.
+  - With O(host) it also checks that the host holds what stays in host memory and fails with the MiB missing.
+  - With O(gpus=[]) (a CPU host) it plans for the CPU. Modes V(auto) and V(all) pin every routed expert to the CPU
+    buffer with a proved pattern, V(none) moves nothing, and only host memory is checked.
+  - With O(pattern) it checks a given pattern against the same tensor list (the verdict of
+    M(ai_llm.moe_offload.gguf_info)'s O(ai_llm.moe_offload.gguf_info#module:pattern)) and sizes the plan with it.
 author:
   - ai_llm maintainers (@ai-llm)
 options:
   gguf:
     description:
       - The model, a path to its C(.gguf) file (any shard of a split model), or the registered result of
-        M(ai_llm.moe_offload.gguf_info).
+        M(ai_llm.moe_offload.gguf_info) (or its RV(ai_llm.moe_offload.gguf_info#module:model) key).
+      - A M(ai_llm.moe_offload.gguf_info) result is not read again from the file.
     type: raw
     required: true
   gpus:
     description:
       - The registered result of M(ai_llm.moe_offload.gpu_info), or a list of dicts with C(name),
         C(memory_total_mib) and C(memory_free_mib) (and optionally C(index), C(uuid)).
+      - The GPU memory a process tree holds (C(memory_held_by_pid_mib), from
+        O(ai_llm.moe_offload.gpu_info#module:pid)) counts as free. It is the running server's, which a new
+        configuration replaces.
+      - An empty list is a CPU host.
     type: raw
     required: true
+  gpu_indices:
+    description: Plan only with these GPUs (C(nvidia-smi) indices), the ones the container gets.
+    type: list
+    elements: int
+  host:
+    description:
+      - The registered result of M(ai_llm.moe_offload.host_info), or a dict with C(memory_available_mib) (and
+        optionally C(memory_total_mib), C(memory_held_by_pid_mib), C(cgroup)).
+      - Without it, host memory is not checked.
+    type: raw
   ctx_size:
     description: The total context of the server (C(-c)), in tokens, shared by the slots.
     type: int
     required: true
   parallel:
-    description: The number of slots (C(-np)). Each slot holds its own recurrent state.
+    description: The number of slots (C(-np)). Each slot holds its own recurrent state and sliding-window cache.
     type: int
     default: 1
   cache_type_k:
@@ -61,17 +83,28 @@ options:
     description: The memory to leave free on each GPU for the driver and the CUDA context, as C(--fit) does.
     type: int
     default: 1024
+  host_margin_mib:
+    description: The host memory to keep for the server process itself (binary, libraries, CUDA runtime).
+    type: int
+    default: 1024
   mode:
     description:
       - V(auto) moves just enough experts, V(all) moves every routed expert, V(none) moves nothing, V(layers)
-        moves the experts of O(cpu_moe_layers).
+        moves the experts of O(cpu_expert_layers).
     type: str
     default: auto
     choices: [auto, all, none, layers]
-  cpu_moe_layers:
+  cpu_expert_layers:
     description:
       - With O(mode=layers), a count of MoE blocks (taken lowest index first) or a list of block indices.
     type: raw
+  pattern:
+    description:
+      - A regex of the tensors to keep in host memory (C(--override-tensor PATTERN=CPU)), checked against every
+        tensor of the model and sized instead of O(mode)'s choice. Give it with O(mode=auto) only.
+      - A pattern that cannot be used (invalid, or holding V(,) or V(=)) fails the module. One that moves other
+        tensors than the routed experts is sized as it is, and RV(pattern_check) says so.
+    type: str
   gpu_index:
     description: With several GPUs, serve from this one only (its index in O(gpus)).
     type: int
@@ -81,8 +114,14 @@ options:
         A list gives the shares (C(--tensor-split)). V(none) serves from the GPU with the most free memory.
       - By default both are compared.
     type: raw
+  experts_per_gpu:
+    description:
+      - With several GPUs, also try the split with the experts of chosen blocks on a chosen GPU
+        (RV(device_overrides)).
+    type: bool
+    default: true
   ubatch:
-    description: The micro-batch size (C(-ub)). The compute buffer grows with it.
+    description: The micro-batch size (C(-ub)). The compute buffers and the sliding-window caches grow with it.
     type: int
     default: 512
   flash_attn:
@@ -94,8 +133,14 @@ options:
     description: One KV stream shared by all slots (C(-kvu)). Otherwise one stream per slot, as C(-np N) gives.
     type: bool
     default: false
+  swa_full:
+    description: A full-size cache for the sliding-window layers too (C(--swa-full)).
+    type: bool
+    default: false
   mmap:
-    description: Whether the server maps the file (no C(--no-mmap)). This only changes how host memory is reported.
+    description:
+      - Whether the server maps the file (no C(--no-mmap)). Host-resident weights then live in the page cache;
+        with V(false) a CUDA build keeps them in pinned (locked) host memory.
     type: bool
     default: true
   op_offload:
@@ -111,27 +156,36 @@ notes:
   - Memory is in MiB (2^20 bytes). Per-device figures follow llama.cpp's layer split, and the output layer
     sits on the last GPU.
   - The token embedding stays in host memory as llama.cpp keeps it there.
+  - Device names (C(CUDA0), C(CUDA1)) number the GPUs of RV(gpu_indices) in that order, as CUDA inside the container
+    sees them with E(CUDA_DEVICE_ORDER=PCI_BUS_ID) and only those GPUs visible.
 seealso:
   - module: ai_llm.moe_offload.gpu_info
+  - module: ai_llm.moe_offload.host_info
   - module: ai_llm.moe_offload.gguf_info
 """
 
 EXAMPLES = r"""
-- name: Read the GPUs
+- name: Read the GPUs, counting the running server's memory as free
   ai_llm.moe_offload.gpu_info:
+    pid: "{{ server_pid | default(omit) }}"
   register: gpu
+
+- name: Read the host memory
+  ai_llm.moe_offload.host_info:
+  register: host
 
 - name: Plan Nemotron-3-Nano at 32K context and 2 slots
   ai_llm.moe_offload.moe_offload_plan:
     gguf: /srv/models/Nemotron-3-Nano-30B-A3B-Q4_K_M-00001-of-00006.gguf
     gpus: "{{ gpu }}"
+    host: "{{ host }}"
     ctx_size: 32768
     parallel: 2
   register: plan
 
 - name: Show the plan
   ansible.builtin.debug:
-    msg: "{{ plan.reason }} -ot '{{ plan.override_tensor }}'"
+    msg: "{{ plan.reason }} -ot '{{ ([plan.override_tensor] + [plan.tensor_overrides]) | select | join(',') }}'"
 
 - name: How much VRAM do all experts on the CPU need with a q8_0 KV cache on a 12 GB card?
   ai_llm.moe_offload.moe_offload_plan:
@@ -144,21 +198,28 @@ EXAMPLES = r"""
     cache_type_k: q8_0
     cache_type_v: q8_0
     mode: all
+
+- name: Check and size a hand-written pattern
+  ai_llm.moe_offload.moe_offload_plan:
+    gguf: /srv/models/Nemotron-3-Nano-30B-A3B-Q4_K_M-00001-of-00006.gguf
+    gpus: "{{ gpu }}"
+    ctx_size: 32768
+    pattern: 'blk\.(1|3|5)\.ffn_.*_exps\.weight'
 """
 
 RETURN = r"""
 offload:
-  description: Whether any routed expert moves to host memory.
+  description: Whether any tensor moves to host memory.
   returned: success
   type: bool
   sample: true
 pattern:
-  description: The regex of the tensors to move, V("") when none move.
+  description: The regex of the tensors to keep in host memory, V("") when none move.
   returned: success
   type: str
   sample: 'blk\.[13]\.ffn_.*_exps\.weight'
 override_tensor:
-  description: The full C(--override-tensor) value (C(PATTERN=CPU)), V("") when none move.
+  description: The C(--override-tensor) item for the host (C(PATTERN=CPU)), V("") when none move.
   returned: success
   type: str
   sample: 'blk\.[13]\.ffn_.*_exps\.weight=CPU'
@@ -173,17 +234,62 @@ n_cpu_moe:
   returned: success
   type: int
   sample: 4
+device_overrides:
+  description:
+    - The experts placed on another GPU than their layers', one item per GPU, each pattern proved to match exactly
+      the experts of its blocks. Empty when no expert changes GPU.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    pattern:
+      description: The regex (it holds neither V(,) nor V(=)).
+      type: str
+    device:
+      description: The llama.cpp device (C(CUDA<n>), see RV(devices)).
+      type: str
+    gpu_index:
+      description: The C(nvidia-smi) index of that GPU.
+      type: int
+    blocks:
+      description: The blocks whose experts go there.
+      type: list
+      elements: int
+    tensors:
+      description: The tensors the pattern matches.
+      type: list
+      elements: str
+  sample: [{"pattern": 'blk\.(7|9)\.ffn_.*_exps\.weight', "device": CUDA1, "gpu_index": 1, "blocks": [7, 9],
+            "tensors": ["blk.7.ffn_down_exps.weight", "blk.7.ffn_up_exps.weight", "blk.9.ffn_down_exps.weight",
+                        "blk.9.ffn_up_exps.weight"]}]
+tensor_overrides:
+  description:
+    - The C(--override-tensor) value of RV(device_overrides), V(PATTERN=DEVICE) items joined with V(,);
+      V("") when there are none. llama.cpp splits the value on V(,) and each item at the first V(=).
+  returned: success
+  type: str
+  sample: 'blk\.(7|9)\.ffn_.*_exps\.weight=CUDA1'
+devices:
+  description: The llama.cpp device name of each GPU of the plan, in order.
+  returned: success
+  type: list
+  elements: dict
+  sample: [{"device": CUDA0, "index": 0, "uuid": GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60, "name": NVIDIA RTX A5500}]
 memory:
-  description: What the plan allocates on each GPU (in the order used) and on the host, in MiB.
+  description:
+    - What the plan allocates on each GPU (in the order used) and in host memory, in MiB.
+    - C(host.available_mib) and C(host.free_after_mib) are V(null) without O(host). C(host.pinned) is V(true)
+      when the weights in host memory are pinned (C(--no-mmap) on CUDA).
   returned: always
   type: dict
   sample:
     gpus:
-      - {index: 0, name: NVIDIA RTX A5500, free_mib: 24148, model_mib: 21009.47, kv_mib: 192.0,
+      - {index: 0, name: NVIDIA RTX A5500, free_mib: 24148, held_by_pid_mib: 0, model_mib: 21009.47, kv_mib: 192.0,
          recurrent_mib: 95.23, compute_mib: 1163.0, margin_mib: 1024.0, total_mib: 23483.7, free_after_mib: 664.3}
-    host: {model_mib: 2362.5, output_mib: 1.0, mmap: true}
+    host: {model_mib: 2362.5, kv_mib: 0.0, recurrent_mib: 0.0, output_mib: 1.0, compute_mib: 2.5, margin_mib: 1024.0,
+           total_mib: 3390.0, available_mib: 60211.4, free_after_mib: 56821.4, mmap: true, pinned: false}
 fits:
-  description: Whether every GPU keeps C(free_after_mib) >= 0 in RV(memory).
+  description: Whether every GPU keeps C(free_after_mib) >= 0 in RV(memory), and the host too when O(host) is given.
   returned: always
   type: bool
   sample: true
@@ -203,7 +309,7 @@ headroom:
     this_plan: {max_ctx_size: 135680, max_parallel: 15, ctx_size_capped_at: 1048576}
     all_experts_on_cpu: {max_ctx_size: 1048576, max_parallel: 256, ctx_size_capped_at: 1048576}
 placement:
-  description: V(single) (one GPU) or V(split) (layers across several GPUs with RV(tensor_split)).
+  description: V(single) (one GPU), V(split) (layers across several GPUs with RV(tensor_split)) or V(cpu) (no GPU).
   returned: success
   type: str
   sample: single
@@ -218,23 +324,38 @@ visible_devices:
   type: str
   sample: GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60
 gpu_indices:
-  description: The indices of the GPUs the plan uses.
+  description: The indices of the GPUs the plan uses, in llama.cpp's device order.
   returned: success
   type: list
   elements: int
   sample: [0]
 pattern_check:
-  description: The proof that RV(pattern) matches exactly the experts of RV(cpu_expert_layers).
+  description:
+    - The proof for RV(pattern) - for the plan's own pattern that it matches exactly the experts of
+      RV(cpu_expert_layers); for O(pattern) the verdict M(ai_llm.moe_offload.gguf_info) gives.
+    - C(matched) counts the routed-expert tensors it moves, C(tensors) lists them, C(missed) lists the routed
+      experts it leaves, C(non_expert) the other tensors it moves.
   returned: success
   type: dict
-  sample: {ok: true, matched: 4, verdict: "ok: the pattern matches exactly the 4 routed expert tensors"}
+  sample: {ok: true, matched: 4, tensors: [blk.1.ffn_down_exps.weight, blk.1.ffn_up_exps.weight,
+           blk.3.ffn_down_exps.weight, blk.3.ffn_up_exps.weight], missed: [], non_expert: [],
+           verdict: "ok: moves exactly the 4 routed-expert tensors and nothing else"}
+kv_cache:
+  description:
+    - How llama.cpp lays out the model's memory (C(layout) - V(kv), V(iswa), V(hybrid), V(hybrid_iswa),
+      V(recurrent) or V(none)) and the cells of each cache. C(cells) and C(swa_cells) are per stream, with
+      C(streams) streams.
+  returned: success
+  type: dict
+  sample: {layout: iswa, cells: 4096, streams: 1, full_blocks: [5, 11, 17], swa_blocks: [0, 1, 2, 3, 4, 6, 7],
+           swa_cells: 1024, window: 512, window_kind: standard, reused_blocks: [], recurrent_blocks: []}
 reason:
   description: The decision in plain words (also the failure message).
   returned: always
   type: str
   sample: "The routed experts of 2 of the 23 MoE blocks (1, 3) go to host memory: ..."
 n_ctx:
-  description: The context llama.cpp allocates (O(ctx_size) padded to 256).
+  description: The context llama.cpp allocates (O(ctx_size) padded to 256, per slot).
   returned: success
   type: int
   sample: 32768
@@ -245,52 +366,57 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import CACHE_TYPES, OFFLOAD_MODES
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import PlanError, load_facts, plan
 
+FAILURE_KEYS = ("memory", "fits", "headroom", "reason", "pattern_check", "kv_cache")
+
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             gguf=dict(type="raw", required=True),
             gpus=dict(type="raw", required=True),
+            gpu_indices=dict(type="list", elements="int"),
+            host=dict(type="raw"),
             ctx_size=dict(type="int", required=True),
             parallel=dict(type="int", default=1),
             cache_type_k=dict(type="str", default="f16", choices=sorted(CACHE_TYPES)),
             cache_type_v=dict(type="str", default="f16", choices=sorted(CACHE_TYPES)),
             margin_mib=dict(type="int", default=1024),
+            host_margin_mib=dict(type="int", default=1024),
             mode=dict(type="str", default="auto", choices=list(OFFLOAD_MODES)),
-            cpu_moe_layers=dict(type="raw"),
+            cpu_expert_layers=dict(type="raw"),
+            pattern=dict(type="str"),
             gpu_index=dict(type="int"),
             split=dict(type="raw"),
+            experts_per_gpu=dict(type="bool", default=True),
             ubatch=dict(type="int", default=512),
             flash_attn=dict(type="str", default="auto", choices=["on", "off", "auto"]),
             kv_unified=dict(type="bool", default=False),
+            swa_full=dict(type="bool", default=False),
             mmap=dict(type="bool", default=True),
             op_offload=dict(type="bool", default=True),
         ),
+        mutually_exclusive=[("gpu_index", "gpu_indices")],
         supports_check_mode=True,
     )
     params = dict(module.params)
-    gguf = params.pop("gguf")
-    gpus = params.pop("gpus")
-    layers = params["cpu_moe_layers"]
+    gguf, gpus = params.pop("gguf"), params.pop("gpus")
+    layers = params["cpu_expert_layers"]
     if isinstance(layers, str) and layers.strip().isdigit():
-        params["cpu_moe_layers"] = int(layers)
+        params["cpu_expert_layers"] = int(layers)
     elif isinstance(layers, list):
         try:
-            params["cpu_moe_layers"] = [int(b) for b in layers]
+            params["cpu_expert_layers"] = [int(b) for b in layers]
         except (TypeError, ValueError):
-            module.fail_json(msg="cpu_moe_layers must be a count or a list of block indices, got %r" % (layers,))
+            module.fail_json(msg="cpu_expert_layers must be a count or a list of block indices, got %r" % (layers,))
     try:
         result = plan(load_facts(gguf), gpus, **params)
     except PlanError as exc:
-        details = dict((k, v) for k, v in exc.details.items() if k in ("memory", "fits", "headroom", "reason"))
-        details.setdefault("fits", False)
+        for warning in exc.details.get("warnings", []):
+            module.warn(warning)
+        details = dict((k, v) for k, v in exc.details.items() if k in FAILURE_KEYS)
         module.fail_json(msg=str(exc), **details)
     for warning in result.pop("warnings"):
         module.warn(warning)
-    result.pop("mode", None)
-    result.pop("flash_attn", None)
-    result.pop("parallel", None)
-    result.pop("op_offload", None)
     module.exit_json(changed=False, **result)
 
 

@@ -1,4 +1,4 @@
-"""The real llama-server (``llama-server-vulkan``, build b10434, CPU) for the integration tests.
+"""The real llama-server (llama.cpp b10435, CPU + RPC, built by scripts/llama-cpp.sh) for the integration tests.
 
 ``free_port()`` is a free loopback port; ``llama_server()`` starts the server on one, waits for ``/health`` 200
 (or its exit, or the timeout) and always stops it by its own pid; ``run_until_healthy()`` does both and
@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.request
 
-SERVER = shutil.which("llama-server-vulkan")
+SERVER = shutil.which("llama-server")
 HOST = "127.0.0.1"
 STOP_TIMEOUT = 30
 
@@ -39,7 +39,7 @@ class LlamaServer(object):
 
 @contextlib.contextmanager
 def llama_server(args, timeout, log=None, with_stdout=False):
-    """Run ``llama-server-vulkan ARGS --host 127.0.0.1 --port FREE`` until ``/health`` is 200, it exits or
+    """Run ``llama-server ARGS --host 127.0.0.1 --port FREE`` until ``/health`` is 200, it exits or
     ``timeout`` seconds pass; yield its ``LlamaServer``; stop it (terminate, then kill) on leaving.
 
     Its stderr (and its stdout too with ``with_stdout``, else nothing of it) goes to the file ``log``

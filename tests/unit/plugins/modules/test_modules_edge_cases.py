@@ -74,8 +74,6 @@ def test_gguf_info_on_a_fifo_and_a_symlink_loop(ansible_module, tmp_path):
 
 
 @pytest.mark.parametrize("args, words", [
-    ({"gpus": []}, ["no GPU to plan for"]),
-    ({"gpus": {"gpus": [], "topology": "cpu"}}, ["no GPU to plan for"]),
     ({"gpus": "RTX 4090"}, ["gpus must be the registered result of gpu_info or a list"]),
     ({"gpus": [dict(GPU, vram_gb=24)]}, ["unknown field(s) vram_gb"]),
     ({"gpus": [dict(GPU, memory_free_mib="lots")]}, ["memory_free_mib must be a number"]),
@@ -86,7 +84,7 @@ def test_gguf_info_on_a_fifo_and_a_symlink_loop(ansible_module, tmp_path):
     ({"parallel": 0}, ["parallel must be a whole number >= 1"]),
     ({"cache_type_k": "q3_k"}, ["cache_type_k", "q3_k"]),
     ({"cache_type_v": "q8_0", "flash_attn": "off"}, ["needs flash attention"]),
-    ({"mode": "layers", "cpu_moe_layers": [7]}, ["hold no routed experts"]),
+    ({"mode": "layers", "cpu_expert_layers": [7]}, ["hold no routed experts"]),
     ({"gguf": {"x": 1}}, ["gguf is a dict without files"]),
 ])
 def test_moe_offload_plan_bad_input(ansible_module, qwen, args, words):

@@ -71,12 +71,11 @@ def test_too_small_a_card_fails_with_what_is_missing(ansible_module, nano):
 
 
 @pytest.mark.parametrize("args, words", [
-    ({"gpus": []}, "no GPU"),
     ({"gpus": [{"name": "x", "memory_free_mib": 1, "colour": "red"}]}, "unknown field"),
     ({"ctx_size": 0}, "ctx_size must be"),
     ({"parallel": 0}, "parallel must be"),
     ({"cache_type_k": "q6_k"}, "value of cache_type_k must be one of"),
-    ({"mode": "layers", "cpu_moe_layers": [0]}, "hold no routed experts"),
+    ({"mode": "layers", "cpu_expert_layers": [0]}, "hold no routed experts"),
     ({"gguf": "/nonexistent/model.gguf"}, "model.gguf"),
     ({"bogus": 1}, "Unsupported parameters"),
 ])
@@ -87,3 +86,32 @@ def test_bad_input_fails_cleanly(ansible_module, nano, args, words):
     assert result["failed"] is True
     assert words in result["msg"]
     assert "Traceback" not in result.get("module_stderr", "") + result.get("exception", "")
+
+
+def test_one_planner_call_without_gguf_info_or_gpu(ansible_module, nano):
+    """A CPU host (gpus: []), the host's memory and the model read once: what the role needs from one call."""
+    host = ansible_module("host_info", {})
+    result = ansible_module("moe_offload_plan", {"gguf": nano[0], "gpus": [], "ctx_size": 4096,
+                                                 "host": {"memory_available_mib": 100000}}, check=True)
+    assert result["failed"] is False and result["placement"] == "cpu" and result["fits"] is True
+    assert result["pattern_check"]["ok"] is True and result["pattern_check"]["matched"] == 46
+    assert result["memory"]["host"]["available_mib"] == 100000
+    short = ansible_module("moe_offload_plan", {"gguf": nano[0], "gpus": [], "ctx_size": 4096,
+                                                "host": {"memory_available_mib": 1000}})
+    assert short["failed"] is True and short["fits"] is False
+    assert re.search(r"The host cannot hold its part: .* so \d+ MiB are missing", short["msg"])
+    assert host["memory_available_mib"] > 0
+
+
+def test_gguf_info_model_and_a_users_pattern(ansible_module, nano):
+    info = ansible_module("gguf_info", {"path": nano[0], "tensors": "none"})
+    assert info["model"]["version"] == 1 and len(info["model"]["tensors"]) == 401
+    pattern = r"blk\.(1|3)\.ffn_.*_exps\.weight"
+    result = ansible_module("moe_offload_plan", {"gguf": info, "gpus": [A5500], "ctx_size": 32768,
+                                                 "pattern": pattern})
+    assert result["failed"] is False and result["cpu_expert_layers"] == [1, 3] and result["pattern"] == pattern
+    check = ansible_module("gguf_info", {"path": nano[0], "tensors": "none", "pattern": pattern})["pattern_check"]
+    assert result["pattern_check"]["verdict"] == check["verdict"] and result["pattern_check"]["tensors"] == check["matched"]
+    bad = ansible_module("moe_offload_plan", {"gguf": info["model"], "gpus": [A5500], "ctx_size": 32768,
+                                              "pattern": "blk\\.[0-9]{1,2}"})
+    assert bad["failed"] is True and "contains ','" in bad["msg"]

@@ -1,0 +1,190 @@
+"""The compat stage of scripts/test.sh: the claims of meta/runtime.yml and tests/config.yml, tested.
+
+For every ansible-core release of requirements/compat.txt, in its own venv under .cache/compat/ (made by
+scripts/venv.sh, the pip cache makes it cheap):
+  - ansible-doc of every module, the filter and the role;
+  - ansible-playbook --syntax-check of every playbook, by its FQCN;
+  - tests/integration/compat/modules.yml: every module and the filter run, with the release's target Python;
+  - a check-mode deploy of the role on localhost with the demo's settings (tests/integration/_check_deploy.py).
+Then every plugins/module_utils file is imported, and the demo model read, on every Python that tests/config.yml
+claims (python_requires) and this machine has.
+
+    python scripts/compat.py            (scripts/test.sh compat does the set-up first)
+Two releases run at a time. Prints one line per release and Python and a closing "compat: N passed, N failed"
+line; exits 1 on a failure. A release or Python that this machine lacks is listed as not run.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.integration._collection_run import ansible_env, check_deploy, check_deploy_problems  # noqa: E402
+from tools.gguf_models import write_demo_model  # noqa: E402
+
+CACHE = ROOT / ".cache" / "compat"
+COLLECTION = "ai_llm.moe_offload"
+LOG = ROOT / "tests" / "data" / "llama_logs" / "b7500_nemotron_cuda_lv4_overridden_cuda_host.log"
+NEWEST_MINOR = 14  # the newest Python 3 minor release the claims are checked against
+
+
+def releases(path=ROOT / "requirements" / "compat.txt"):
+    """[(pip requirement, [controller Pythons], target Python)] of requirements/compat.txt."""
+    found = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        match = re.fullmatch(r"(ansible-core==[0-9.]+)\s+python=([0-9.,]+)\s+target=([0-9.]+)", line)
+        if not match:
+            raise SystemExit("%s:%d: want 'ansible-core==X.Y.Z python=3.A,3.B target=3.C', got %r" % (path, number, line))
+        found.append((match.group(1), match.group(2).split(","), match.group(3)))
+    return found
+
+
+def claimed_pythons(path=ROOT / "tests" / "config.yml"):
+    """The Python 3 minor versions that tests/config.yml's modules.python_requires ('>=3.N') claims."""
+    match = re.search(r"python_requires:\s*['\"]>=3\.(\d+)['\"]", path.read_text())
+    if not match:
+        raise SystemExit("%s: want modules.python_requires: '>=3.N'" % path)
+    return ["3.%d" % minor for minor in range(int(match.group(1)), NEWEST_MINOR + 1)]
+
+
+def find_python(version):
+    """An interpreter of Python ``version`` ('3.12'): pythonX.Y on PATH when it runs, else pyenv's; or None."""
+    candidates = [shutil.which("python" + version)]
+    if shutil.which("pyenv"):
+        latest = subprocess.run(["pyenv", "latest", version], capture_output=True, text=True, check=False)
+        root = subprocess.run(["pyenv", "root"], capture_output=True, text=True, check=False).stdout.strip()
+        if latest.returncode == 0 and latest.stdout.strip():
+            candidates.append(os.path.join(root, "versions", latest.stdout.strip(), "bin", "python" + version))
+    for candidate in filter(None, candidates):
+        probe = subprocess.run([candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True, check=False)
+        if probe.returncode == 0 and probe.stdout.strip() == version:
+            return candidate
+    return None
+
+
+def run(cmd, env, cwd=ROOT):
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env, cwd=str(cwd),
+                          timeout=900, check=False)
+
+
+def venv_env(venv, **extra):
+    return ansible_env(venv / "bin", ROOT / "ansible.cfg", ROOT / ".collections", **extra)
+
+
+def failed(what, proc):
+    return "%s: exit %d\n%s\n%s" % (what, proc.returncode, proc.stdout[-3000:], proc.stderr[-2000:])
+
+
+def check_release(requirement, python, target, model, work):
+    """The problems of one ansible-core release ([] when none)."""
+    venv = CACHE / ("%s-py%s" % (requirement.replace("==", "-"), python[1]))
+    made = subprocess.run(["bash", str(ROOT / "scripts" / "venv.sh"), str(venv), python[0], requirement],
+                          capture_output=True, text=True, check=False)
+    if made.returncode != 0:
+        return ["pip install %s: %s" % (requirement, made.stderr[-2000:])]
+    env = venv_env(venv)
+    bin_ = venv / "bin"
+    problems = []
+    modules = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py"))
+    filters = sorted(p.stem for p in (ROOT / "plugins" / "filter").glob("*.py"))
+    roles = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "meta" / "argument_specs.yml").exists())
+    for kind, names in (("module", modules), ("filter", filters), ("role", roles)):
+        proc = run([bin_ / "ansible-doc", "-t", kind] + ["%s.%s" % (COLLECTION, n) for n in names], env)
+        # (ansible-core 2.20+ warns about a collection of its own that has no MANIFEST.json: not ours)
+        noise = [line for line in proc.stderr.splitlines()
+                 if line.strip() and "/ansible/_internal/ansible_collections/" not in line]
+        if proc.returncode != 0 or noise:
+            problems.append(failed("ansible-doc -t %s" % kind, proc))
+    playbooks = sorted(p.stem for p in (ROOT / "playbooks").glob("*.yml"))
+    proc = run([bin_ / "ansible-playbook", "--syntax-check", "-i", "localhost,"]
+               + ["%s.%s" % (COLLECTION, p) for p in playbooks], env)
+    if proc.returncode != 0:
+        problems.append(failed("ansible-playbook --syntax-check", proc))
+    target_python = find_python(target) or str(bin_ / "python")
+    proc = run([bin_ / "ansible-playbook", "-i", "localhost,", "-c", "local",
+                ROOT / "tests" / "integration" / "compat" / "modules.yml",
+                "-e", "compat_target_python=" + target_python, "-e", "compat_model=%s" % model,
+                "-e", "compat_log=%s" % LOG],
+               venv_env(venv, PATH=str(ROOT / "tests" / "doubles") + os.pathsep + env["PATH"],
+                        NVIDIA_SMI_FIXTURE="rtx_a5500"))
+    if proc.returncode != 0:
+        problems.append(failed("modules.yml (target %s)" % target_python, proc))
+    deploy_root = Path(tempfile.mkdtemp(dir=work))
+    proc, project = check_deploy(bin_ / "ansible-playbook", deploy_root, model, env, ROOT)
+    if check_deploy_problems(proc, project):
+        problems.append(failed("deploy --check: %s" % "; ".join(check_deploy_problems(proc, project)), proc))
+    return problems
+
+
+def check_module_utils(python, model):
+    """Import every plugins/module_utils file with ``python`` and read the demo model's report."""
+    names = sorted(p.stem for p in (ROOT / "plugins" / "module_utils").glob("_*.py"))
+    code = (
+        "import importlib, sys\n"
+        "prefix = 'ansible_collections.ai_llm.moe_offload.plugins.module_utils.'\n"
+        "mods = {n: importlib.import_module(prefix + n) for n in sys.argv[2:]}\n"
+        "report, warnings = mods['_model_report'].describe(mods['_gguf'].read_model(sys.argv[1]))\n"
+        "assert report['architecture'] == 'nemotron_h_moe', report['architecture']\n"
+        "assert report['offload_pattern'] == r'\\.ffn_.*_exps\\.weight', report['offload_pattern']\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT / ".collections"), PYTHONDONTWRITEBYTECODE="1")
+    proc = run([python, "-c", code, model] + names, env)
+    return [] if proc.returncode == 0 else [failed("module_utils", proc)]
+
+
+def main():
+    CACHE.mkdir(parents=True, exist_ok=True)
+    model = CACHE / "demo.gguf"
+    if not model.exists():
+        write_demo_model(model)
+    passed = failures = 0
+
+    def one(release):
+        requirement, pythons, target = release
+        found = [(p, v) for v in pythons for p in [find_python(v)] if p]
+        if not found:
+            return "%-22s not run: no Python %s here (pyenv install %s)" % (
+                requirement, " or ".join(pythons), pythons[0]), None
+        start = time.monotonic()
+        problems = check_release(requirement, found[0], target, model, work)
+        shown_target = target if find_python(target) else "%s (no %s here)" % (found[0][1], target)
+        return "%-22s controller Python %s, target Python %s: %s (%.0f s)" % (
+            requirement, found[0][1], shown_target, "FAILED" if problems else "ok", time.monotonic() - start), problems
+
+    with tempfile.TemporaryDirectory(dir=CACHE) as work, \
+            concurrent.futures.ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
+        for line, problems in pool.map(one, releases()):
+            print("compat: " + line, flush=True)
+            for problem in problems or []:
+                print("    " + problem.replace("\n", "\n    "))
+            if problems is not None:
+                passed, failures = (passed, failures + 1) if problems else (passed + 1, failures)
+    for version in claimed_pythons():
+        python = find_python(version)
+        if not python:
+            print("compat: module_utils on Python %s: not run (not on this machine)" % version)
+            continue
+        problems = check_module_utils(python, model)
+        print("compat: module_utils on Python %s: %s" % (version, "FAILED" if problems else "ok"))
+        for problem in problems:
+            print("    " + problem.replace("\n", "\n    "))
+        passed, failures = (passed, failures + 1) if problems else (passed + 1, failures)
+    print("compat: %d passed, %d failed" % (passed, failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""host_info through real Ansible: this machine's /proc/meminfo and a real process tree."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_host_memory_of_this_machine(ansible_module):
+    result = ansible_module("host_info", {}, check=True)
+    assert result["failed"] is False and result["changed"] is False
+    with open("/proc/meminfo") as handle:
+        total = int([line for line in handle if line.startswith("MemTotal:")][0].split()[1])
+    assert result["memory_total_mib"] == round(total / 1024.0, 2)
+    assert 0 < result["memory_available_mib"] <= result["memory_total_mib"]
+    assert "swap_total_mib" in result and "process_tree" not in result
+    assert result["cgroup"] is None or result["cgroup"]["limit_mib"] > 0
+
+
+def test_memory_a_process_tree_holds(ansible_module):
+    child = subprocess.Popen([sys.executable, "-c", "x = bytearray(64 << 20); import time; time.sleep(60)"])
+    try:
+        result = ansible_module("host_info", {"pid": child.pid})
+    finally:
+        child.kill()
+        child.wait()
+    assert result["failed"] is False
+    assert result["process_tree"]["pid"] == child.pid and result["process_tree"]["pids"] == [child.pid]
+    assert result["memory_held_by_pid_mib"] >= 64  # the 64 MiB bytearray is anonymous memory
+
+
+def test_bad_pid_is_refused(ansible_module):
+    result = ansible_module("host_info", {"pid": -3})
+    assert result["failed"] is True and "pid must be a process id >= 1" in result["msg"]
