@@ -122,6 +122,8 @@ def test_single_gpu_hosts_offload_as_their_group_vars_say(plans):
 def test_dual_gpu_hosts_split_and_do_not_offload(plans):
     ours = plans["dual"]
     assert not ours["offload"] and ours["placement"] == "split"
-    assert [round(g["total_mib"], -2) for g in ours["memory"]["gpus"]] == [12600, 13800]
+    # "about 12,800 + 13,900 MiB": within 5% of what the planner says
+    for gpu, about in zip(ours["memory"]["gpus"], (12800, 13900)):
+        assert abs(gpu["total_mib"] - about) < 0.05 * about, ours["memory"]["gpus"]
     assert not plans["dual 256K x4"]["offload"]
     assert plans["dual busy"]["offload"]
