@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / ".collections")]
 
+from tests.integration._llm_deploy import cpu_image  # noqa: E402  pylint: disable=wrong-import-position
 from tests.integration.fleet import PREFIX, Fleet, clean_leftovers  # noqa: E402  pylint: disable=wrong-import-position
 from tools.gguf_models import write_demo_model  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -90,8 +91,7 @@ def main():
     if os.geteuid() != 0:
         raise SystemExit("the fleet needs root (network namespaces)")
     clean_leftovers()
-    image = subprocess.run(["bash", str(ROOT / "images/ai-llm/build.sh")], check=True, capture_output=True,
-                           text=True, timeout=900).stdout.split()[-1]
+    image = cpu_image()
     print("playbooks/deploy.yml, demo model, image %s, forks %d, serial %s, %d CPUs"
           % (image, args.forks, args.serial or '[1, "34%", "100%"] (default)', os.cpu_count()))
     print("%5s  %5s  %-10s  %9s  %9s  %9s  %9s  %12s  %10s" % (

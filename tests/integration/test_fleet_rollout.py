@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tools.gguf_models import write_demo_model
+from tests.integration._llm_deploy import cpu_image
 from tests.integration.fleet import PREFIX, Fleet, HealthPoller, clean_leftovers, leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,8 +44,7 @@ def fleet(tmp_path_factory, request):
     if found:
         warnings.warn("a previous fleet run left %s; cleaning up" % found)
     clean_leftovers()
-    image = subprocess.run(["bash", str(ROOT / "images/ai-llm/build.sh")], check=True, capture_output=True,
-                           text=True, timeout=600).stdout.split()[-1]
+    image = cpu_image()
     fl = Fleet(tmp_path_factory.mktemp(PREFIX), names=("h1", "h2", "h3", "h4"), image=image)
 
     def teardown():
