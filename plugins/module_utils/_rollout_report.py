@@ -241,11 +241,16 @@ def _short(text, limit):
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+# The start of the role's failure messages, which the table's own columns already say (the host, that it failed).
+ROLE_PREFIX = re.compile(r"^(llm_server: )?(the deploy on \S+ failed: )?")
+
+
 def table(report, width=132):
-    """The short table the play's output ends with: one line per host, then the outcome."""
+    """The short table the play's output ends with: one line per host, then the outcome; a message is cut to fit
+    after the role's own prefix is dropped (rollout.md and rollout.json keep it whole)."""
     heads = ("HOST", "BATCH", "STATUS", "PATTERN", "MESSAGE")
-    rows = [(row["host"], _cell(row["batch"]), row["status"], _short(_cell(row["pattern"]), 32), row["message"])
-            for row in report["hosts"]]
+    rows = [(row["host"], _cell(row["batch"]), row["status"], _short(_cell(row["pattern"]), 32),
+             ROLE_PREFIX.sub("", row["message"])) for row in report["hosts"]]
     widths = [max([len(heads[i])] + [len(r[i]) for r in rows]) for i in range(4)]
     lines = []
     for cells in [heads] + rows:
@@ -403,7 +408,7 @@ def memory_views(result, host="host"):
         available = _number(gpu.get("free_mib"), gwhere + ".free_mib")
         free_after = None if available is None else available - total
         planned.append(("free", max(free_after or 0.0, 0.0)))
-        row = next((r for r in vram if isinstance(r, dict) and r.get("gpu") == gpu.get("index")), None)
+        row = next((r for r in vram if isinstance(r, dict) and r.get("index") == gpu.get("index")), None)
         if row is None and i < len(vram) and isinstance(vram[i], dict):
             row = vram[i]
         used = _number((row or {}).get("used_mib"), "%s.vram[%d].used_mib" % (where, i))

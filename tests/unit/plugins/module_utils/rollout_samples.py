@@ -1,4 +1,5 @@
-"""Sample ``llm_server_result`` facts in the role's documented shape, for the rollout report's tests.
+"""Sample ``llm_server_result`` facts for the rollout report's tests, built by the role's own builder
+(``_deploy_result.build``) from what its phases register.
 
 The plans are what ``moe_offload_plan`` answers for the Nemotron-3-Nano-30B-A3B Q4_K_M header
 (``tools.gguf_models.write_nemotron_nano_30b``) on the cards of ``tests/data/nvidia_smi`` (an idle RTX A5500 with
@@ -10,6 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _deploy_result as deploy_result
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._rollout_report import HostRun, Rollout, build_report
 
 PATTERN_2 = "blk\\.[13]\\.ffn_.*_exps\\.weight"
@@ -23,27 +25,37 @@ def _gpu(index, free, model, kv, rs, compute, experts, name="NVIDIA RTX A5500"):
             "experts_mib": experts}
 
 
-def result(status, message, plan, pattern="", buffers=None, vram=None, rollback=None, tensors=0):
-    return {
-        "status": status,
-        "changed": status in ("changed", "rolled_back"),
-        "message": message,
-        "config_hash": hashlib.sha256(message.encode()).hexdigest(),
-        "pattern": pattern,
-        "pattern_source": "plan" if pattern else "none",
-        "device_overrides": [],
-        "tensors_moved": tensors,
-        "evidence": "buffers" if buffers else "none",
-        "plan": plan,
-        "vram": vram if vram is not None else [],
-        "buffers": buffers or {},
-        "rollback": rollback or {"performed": False, "reason": None, "restored_from": None, "serving": "new"},
-        "auth": {"enforced": False, "checked": False},
-        "parity": "off",
-        "timings": {"total": 14.2, "recreate": 3.1, "health": 2.4},
-        "files": {"env": "/srv/ai-llm/.env", "compose": "/srv/ai-llm/docker-compose.prod.yml",
-                  "verification": "/srv/ai-llm/verification.json"},
-    }
+SETTINGS = {"image": "localhost/ai-llm:cuda", "model_path": "/srv/models/Nemotron-3-Nano-30B-A3B-Q4_K_M.gguf",
+            "moe_offload_mode": "auto", "base_url": "http://127.0.0.1:8080", "parity_check": False,
+            "api_key_set": False, "paths": {"env": "/srv/ai-llm/.env", "compose": "/srv/ai-llm/docker-compose.prod.yml",
+                                            "verification": "/srv/ai-llm/verification.json"}}
+SNAPSHOT = "/srv/ai-llm/.rollback/snapshots/20261201T095900-1a2b3c4d"
+TIMINGS = {"commands": ["0:00:01.100000", "0:00:02.000000"]}
+
+
+def _plan_registered(plan):
+    """What ``moe_offload_plan`` registers, for a plan given in the result's summarized shape."""
+    return {"fits": plan["fits"], "reason": plan["reason"], "cpu_expert_layers": plan["cpu_expert_layers"],
+            "memory": {"gpus": plan["gpus"], "host": plan["host"]}}
+
+
+def _log(overridden, buffers):
+    """What ``llama_server_log`` registers: the tensors overridden to host memory and the buffers per kind."""
+    return {"verified": True, "evidence": "buffers", "overridden": [{"tensor": t} for t in overridden],
+            "model_buffers": buffers.get("model", {}), "kv_buffers": buffers.get("kv", {}),
+            "rs_buffers": buffers.get("rs", {}), "compute_buffers": buffers.get("compute", {})}
+
+
+def result(plan, pattern="", status="", now=114.2, settings=None, **parts):
+    """``llm_server_result`` as the role builds it (``_deploy_result.build``) from what its phases registered."""
+    config_hash = hashlib.sha256(repr((pattern, plan["reason"])).encode()).hexdigest()
+    base = {"host": "h", "settings": settings or SETTINGS, "started": 100.0, "status": status,
+            "placement": {"pattern": pattern, "pattern_source": "plan" if pattern else "none", "tensor_overrides": []},
+            "plan": _plan_registered(plan), "config": {"config_hash": config_hash},
+            "service": {"auth": {"checked": False}}, "converge": {"recreate": False, "verify": False, "reason": ""},
+            "changes": [False]}
+    base.update(parts)
+    return deploy_result.build(base, now=now)
 
 
 ONE_A5500 = {
@@ -70,45 +82,57 @@ CPU_HOST = {
 }
 
 
+def tensors(blocks):
+    return ["blk.%d.ffn_%s_exps.weight" % (b, k) for b in blocks for k in ("up", "gate", "down")]
+
+
 def changed_single():
     return result(
-        "changed", "recreated and verified: 4 tensors on the CPU (2 blocks' experts)", copy.deepcopy(ONE_A5500),
-        pattern=PATTERN_2, tensors=6,
-        buffers={"model": {"CUDA0": 21003.12, "CPU_Mapped": 2375.2}, "kv": {"CUDA0": 192.0},
-                 "rs": {"CUDA0": 47.62}, "compute": {"CUDA0": 1178.5, "CUDA_Host": 68.02}},
-        vram=[{"gpu": 0, "planned_mib": 22427.59, "used_mib": 22843.0, "ok": True}])
+        copy.deepcopy(ONE_A5500), pattern=PATTERN_2, changes=[True], timings=TIMINGS,
+        converge={"recreate": True, "verify": True, "reason": "the configuration changed (LLM_MOE_OFFLOAD_PATTERN)"},
+        log=_log(tensors([1, 3]), {"model": {"CUDA0": 21003.12, "CPU_Mapped": 2375.2}, "kv": {"CUDA0": 192.0},
+                                   "rs": {"CUDA0": 47.62}, "compute": {"CUDA0": 1178.5, "CUDA_Host": 68.02}}),
+        vram=[{"index": 0, "planned_mib": 22428, "used_mib": 22843, "ok": True}],
+        health={"seconds": 2.4, "auth": {"checked": False}})
 
 
 def rolled_back_busy():
+    """The new configuration did not load; the last verified one (PATTERN_2) was restored and serves."""
     return result(
-        "rolled_back", "llama-server exited: check_tensor_dims wrong shape; rolled back to the last verified "
-        "configuration, which serves again", copy.deepcopy(BUSY_A5500), pattern=PATTERN_22,
-        buffers={"CUDA0": {"model": 2431.0, "kv": 192.0, "rs": 47.62, "compute": 1178.5}},
-        vram=[{"gpu": 0, "planned_mib": 3853.07, "used_mib": 4102.0, "ok": True}],
-        rollback={"performed": True, "reason": "llama-server exited", "restored_from": "/srv/ai-llm/.rollback",
-                  "serving": "previous"})
+        copy.deepcopy(BUSY_A5500), pattern=PATTERN_22, changes=[True], timings=TIMINGS,
+        converge={"recreate": True, "verify": True, "reason": "the configuration changed (LLM_MOE_OFFLOAD_PATTERN)"},
+        failure="the model failed to load: check_tensor_dims: tensor 'blk.1.ffn_up_exps.weight' has wrong shape",
+        rollback={"performed": True, "serving": True, "restored_from": SNAPSHOT, "config_hash": "b" * 64,
+                  "reason": "Rolled back to the last verified configuration (%s)" % SNAPSHOT,
+                  "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": PATTERN_2, "LLM_TENSOR_OVERRIDES": ""}},
+        health={"seconds": 2.4, "auth": {"checked": False}})
 
 
 def unchanged_dual():
-    return result(
-        "unchanged", "nothing to change", copy.deepcopy(DUAL_A5500),
-        buffers={"model": {"CUDA0": 10870.0, "CUDA1": 12260.0}, "kv": {"CUDA0": 512.0, "CUDA1": 256.0},
-                 "rs": {"CUDA0": 24.84, "CUDA1": 22.77}, "compute": {"CUDA0": 208.25, "CUDA1": 208.75}},
-        vram=[{"gpu": 0, "planned_mib": 11621.35, "used_mib": 11903.0, "ok": True},
-              {"gpu": 1, "planned_mib": 12752.23, "used_mib": 13011.0, "ok": True}])
+    """Nothing to change: what the last verification (verification.json) proved still describes what runs."""
+    last = result(
+        copy.deepcopy(DUAL_A5500), changes=[True],
+        converge={"recreate": True, "verify": True, "reason": "no container"},
+        log=_log([], {"model": {"CUDA0": 10870.0, "CUDA1": 12260.0}, "kv": {"CUDA0": 512.0, "CUDA1": 256.0},
+                      "rs": {"CUDA0": 24.84, "CUDA1": 22.77}, "compute": {"CUDA0": 208.25, "CUDA1": 208.75}}),
+        vram=[{"index": 0, "planned_mib": 11621, "used_mib": 11903, "ok": True},
+              {"index": 1, "planned_mib": 12752, "used_mib": 13011, "ok": True}])
+    return result(copy.deepcopy(DUAL_A5500), now=101.3,
+                  service={"auth": {"checked": False}, "disk": {"verification": last}})
 
 
 def checked_cpu():
-    return result("checked", "would recreate: LLM_CTX_SIZE 2048 -> 1024", copy.deepcopy(CPU_HOST),
-                  pattern="\\.ffn_.*_exps\\.weight")
+    return result(copy.deepcopy(CPU_HOST), pattern="\\.ffn_.*_exps\\.weight", check_mode=True, now=100.8,
+                  settings=dict(SETTINGS, moe_offload_mode="all"),
+                  converge={"recreate": True, "verify": False, "reason": "the configuration changed (LLM_CTX_SIZE)"})
 
 
 def refused_busy():
     plan = copy.deepcopy(BUSY_A5500)
     plan["fits"] = False
     plan["gpus"][0]["free_mib"] = 2048
-    return result("failed", "the plan does not fit: GPU 0 needs 4877 MiB, 2048 MiB free (2829 MiB missing)", plan,
-                  pattern=PATTERN_22)
+    return result(plan, pattern=PATTERN_22, now=100.9, refusal=(
+        "llm_server: the plan does not fit on h: GPU 0 needs 4877 MiB, 2048 MiB free (2829 MiB missing)"))
 
 
 def sample_report():

@@ -74,7 +74,8 @@ def test_corrupted_model_on_the_second_host_stops_the_rollout():
     assert report["batches"] == [{"batch": 1, "hosts": ["h1"], "seconds": None},
                                  {"batch": 2, "hosts": ["h2"], "seconds": None}]
     h2 = report["hosts"][1]
-    assert h2["result"]["rollback"]["serving"] == "previous" and h2["result_from"] == "deploy"
+    assert h2["result"]["rollback"]["serving"] is True and h2["result_from"] == "deploy"
+    assert h2["pattern"] == samples.PATTERN_2            # what serves again: the restored configuration's pattern
     assert h2["ansible"] == {"outcome": "failed", "phase": "deploy", "msg": "rolled back"}
     assert report["hosts"][2]["result_from"] == "preflight"
     # rollout.json is JSON with the same content
@@ -193,16 +194,18 @@ def test_memory_views_split_and_overflow_and_cpu_hosts():
 
 
 def test_table_is_short_and_ends_with_the_outcome():
-    runs = [deployed("gpu-box-1", 1, samples.changed_single()), deployed("gpu-box-2", 2, samples.rolled_back_busy()),
+    long_pattern = dict(samples.changed_single(), pattern=samples.PATTERN_22)
+    runs = [deployed("gpu-box-1", 1, long_pattern), deployed("gpu-box-2", 2, samples.rolled_back_busy()),
             HostRun("gpu-box-3")]
     report = build_report(rollout(["gpu-box-1", "gpu-box-2", "gpu-box-3"], [["gpu-box-1"], ["gpu-box-2"]]), runs)
     lines = table(report).splitlines()
     assert lines[0].split() == ["HOST", "BATCH", "STATUS", "PATTERN", "MESSAGE"]
-    assert lines[1].split()[:4] == ["gpu-box-1", "1", "changed", samples.PATTERN_2]
+    assert lines[1].split()[:4] == ["gpu-box-1", "1", "changed", samples.PATTERN_22[:29] + "..."]  # cut
+    assert lines[2].split()[:4] == ["gpu-box-2", "2", "rolled_back", samples.PATTERN_2]    # the restored one
     assert lines[3].split()[:4] == ["gpu-box-3", "-", "not_reached", "-"]
     assert all(len(line) <= 132 for line in lines[:4])
-    assert lines[2].split()[3] == samples.PATTERN_22[:29] + "..."                 # long patterns are cut
-    assert "check_tensor_dims wrong shape" in lines[2]
+    # the role's "llm_server: the deploy on <host> failed: " is dropped: the cause fits
+    assert lines[2].split(None, 4)[4].startswith("the model failed to load: check_tensor_dims: tensor ")
     assert lines[4] == "rollout stopped: changed 1, rolled_back 1, not_reached 1"
     assert lines[5].startswith("stopped: batch 2: gpu-box-2 rolled_back (1 of 1 hosts)")
 
@@ -211,7 +214,9 @@ def test_markdown_has_a_row_per_host_and_the_memory_per_gpu():
     runs = [deployed("a|b", 1, samples.unchanged_dual()), HostRun("c")]
     text = markdown(build_report(rollout(["a|b", "c"], [["a|b"]]), runs))
     assert text.startswith("# ai-llm rollout: stopped\n")
-    assert "| a\\|b | 1 | **unchanged** | - | nothing to change |" in text
+    message = samples.unchanged_dual()["message"]
+    assert message.startswith("ai-llm serves the configuration on disk (")
+    assert "| a\\|b | 1 | **unchanged** | - | %s |" % message in text
     assert "| c | - | **not\\_reached** |" not in text          # statuses are not escaped
     assert "| c | - | **not_reached** | - | not touched: the rollout stopped before this host's batch |" in text
     assert "| **GPU 0 NVIDIA RTX A5500** (free before: 24,148.0) | 12,645.4 | 11,903.0 |" in text
