@@ -95,15 +95,18 @@ def main():
     print("playbooks/deploy.yml, demo model, image %s, forks %d, serial %s, %d CPUs"
           % (image, args.forks, args.serial or '[1, "34%", "100%"] (default)', os.cpu_count()))
     print("%5s  %5s  %-10s  %9s  %9s  %9s  %9s  %12s  %10s" % (
-        "hosts", "forks", "batches", "first s", "preflight", "again s", "preflight", "tasks/host", "again/1"))
+        "hosts", "forks", "batches", "first s", "preflight", "again s", "preflight", "tasks/host", "again/min"))
     base = None
-    for size in args.hosts:
+    sizes = sorted(args.hosts)
+    for size in sizes:
         got = measure(size, args.forks, args.serial, image)
         first, again = got["first"], got["again"]
         base = base or again["wall"]
         print("%5d  %5d  %-10s  %9.1f  %9.1f  %9.1f  %9.1f  %5d / %-4d  %9.2fx" % (
             size, args.forks, "+".join(str(n) for n in again["batches"]), first["wall"], first["preflight"],
             again["wall"], again["preflight"], first["tasks"], again["tasks"], again["wall"] / base), flush=True)
+        last = again["wall"]
+    print("no-change run, %d hosts against %d: %.2fx (target: at most 1.5x)" % (sizes[-1], sizes[0], last / base))
 
 
 if __name__ == "__main__":
