@@ -65,7 +65,9 @@ def measure(size, forks, serial, image):
         fleet.inventory(fleet.base / "hosts.yml", group_vars={
             "llm_server_project_dir": str(fleet.deploy_dir), "llm_server_model_path": str(models / "demo.gguf"),
             "llm_server_image": image, "llm_server_network_mode": "host", "llm_server_port": 8080,
-            "llm_server_ctx_size": 2048, "llm_server_moe_offload_mode": "all", "llm_server_health_timeout": 120})
+            "llm_server_ctx_size": 2048, "llm_server_moe_offload_mode": "all", "llm_server_health_timeout": 120,
+            # the per-tensor override lines, which the role needs to prove the placement on a CPU host
+            "llm_server_log_verbosity": 5})
         out = {}
         for name in ("first", "again"):
             wall, report, tasks, code = run(fleet, "%d-%s" % (size, name), forks, serial)
