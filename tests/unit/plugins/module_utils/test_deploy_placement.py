@@ -99,8 +99,8 @@ def test_a_forced_pattern_that_moves_non_experts_expects_all_it_moves(demo):
     assert all(t.startswith("blk.1.") for t in p["expected_tensors"])
 
 
-def test_mode_layers_without_a_gpu_needs_a_pattern(demo):
-    with pytest.raises(PlacementRefused, match="llm_server_moe_offload_mode=layers needs the planner"):
+def test_mode_layers_without_a_plan_needs_a_pattern(demo):
+    with pytest.raises(PlacementRefused, match="llm_server_moe_offload_mode=layers needs the plan, which did not run"):
         place(settings(demo, llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers=[1]),
               report(demo), None, {"topology": "cpu"})
 
