@@ -1,103 +1,184 @@
-"""Deploy speed of the llm_server role on the local demo (podman + podman-compose, CPU image, demo model).
+"""Deploy speed of the llm_server role, side by side: this checkout ("after") and the role as it was before its
+converge rewrite ("before", or any --before REV, checked out in a scratch clone).
 
-  (a) ``podman-compose up -d --force-recreate ai-llm`` until ``/health`` answers 200: the time the service is
-      away on a recreate, split into the compose command itself and the wait for the model to load
-      (polled every 10 ms);
-  (b) the wall time of a no-change run of the role (``ansible-playbook playbooks/deploy.yml`` on
-      inventory/local with nothing to change), and that it really changed nothing (PLAY RECAP changed=0).
+For each side, on this machine (podman + podman-compose, the CPU image built from that side's start command, the
+demo model), with its own project directory, compose project, container and loopback port:
 
-Needs the demo deployed first (``bash scripts/demo.sh``); uses its files under demo/ai-llm. Prints figures;
-this is not a test. Usage: python benchmarks/deploy_speed.py [--repeat N]
+  (a) a first deploy (not timed);
+  (b) no-change runs of the role (``ansible-playbook playbooks/deploy.yml``): the wall time, the tasks the run
+      went through (the TASK lines: run or skipped) and the module calls (tasks that ran on the host), and that
+      nothing changed (PLAY RECAP changed=0);
+  (c) this checkout only: ``<compose> up -d --force-recreate`` until ``/health`` answers 200.
+
+Prints figures; this is not a test. Run it under the podman lock:
+  flock /tmp/ai-llm-podman.lock python benchmarks/deploy_speed.py [--before REV] [--repeat N]
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import re
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = ROOT / "demo" / "ai-llm"
+sys.path.insert(0, str(ROOT))
+from tools.gguf_models import write_demo_model  # noqa: E402  pylint: disable=wrong-import-position
+
+MARKER = "roles/llm_server/tasks/converge.yml"
 
 
-def inventory_vars() -> dict:
-    out = subprocess.run(["ansible-inventory", "--host", "localhost"], cwd=ROOT, check=True,
-                         capture_output=True, text=True).stdout
-    return json.loads(out)
+def git(*args, cwd=ROOT):
+    return subprocess.run(["git"] + list(args), cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def healthy(port: int) -> bool:
+def default_before():
+    """The commit before the one that added the converge phase (the role before its rewrite)."""
+    added = git("log", "--diff-filter=A", "--format=%H", "--", MARKER).splitlines()
+    return (added[-1] + "^") if added else "HEAD"
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def healthy(port):
     try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=1) as r:
-            return r.status == 200
-    except Exception:
+        with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=1) as answer:
+            return answer.status == 200
+    except Exception:  # pylint: disable=broad-except
         return False
 
 
-def recreate_to_health(compose: list, service: str, port: int, timeout: float = 120.0):
-    start = time.monotonic()
-    subprocess.run(compose + ["up", "-d", "--force-recreate", service], check=True, capture_output=True)
-    up_done = time.monotonic()
-    while not healthy(port):
-        if time.monotonic() - start > timeout:
-            raise SystemExit("no /health 200 within %.0f s" % timeout)
-        time.sleep(0.01)
-    end = time.monotonic()
-    return up_done - start, end - up_done, end - start
+class Side:
+    """One version of the collection with its own deployment."""
 
+    def __init__(self, label, checkout, work, model):
+        self.label = label
+        self.checkout = Path(checkout)
+        self.name = "ai-llm-speed-%s-%s" % (label, uuid.uuid4().hex[:6])
+        self.project = Path(work) / label / "ai-llm"
+        self.port = free_port()
+        collections = self.checkout / ".collections" / "ansible_collections" / "ai_llm"
+        collections.mkdir(parents=True, exist_ok=True)
+        if not (collections / "moe_offload").exists():
+            (collections / "moe_offload").symlink_to(self.checkout)
+        self.image = self.build_image()
+        new_names = (self.checkout / MARKER).exists()
+        host = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "llm_server_project_dir": str(self.project),
+            "llm_server_compose_project": self.name,
+            "llm_server_container_name": self.name,
+            "llm_server_image": self.image,
+            "llm_server_model_path": model,
+            "llm_server_network_mode": "host",
+            "llm_server_port": self.port,
+            "llm_server_ctx_size": 2048,
+            "llm_server_health_timeout": 120,
+            ("llm_server_moe_offload_mode" if new_names else "llm_moe_offload_mode"): "all",
+        }
+        if new_names:
+            host["llm_server_log_verbosity"] = 5
+        self.inventory = Path(work) / label / "inventory.json"
+        self.inventory.parent.mkdir(parents=True, exist_ok=True)
+        self.inventory.write_text(json.dumps({"llm_servers": {"hosts": {"localhost": host}}}))
 
-def no_change_run():
-    start = time.monotonic()
-    proc = subprocess.run(["ansible-playbook", "playbooks/deploy.yml"], cwd=ROOT, capture_output=True, text=True,
-                          check=False)
-    wall = time.monotonic() - start
-    m = re.search(r"ok=(\d+)\s+changed=(\d+).*?failed=(\d+)", proc.stdout)
-    if proc.returncode != 0 or not m:
-        sys.stdout.write(proc.stdout[-3000:])
-        raise SystemExit("the role run failed")
-    return wall, int(m.group(2))
+    def build_image(self):
+        build = self.checkout / "images" / "ai-llm" / "build.sh"
+        base = subprocess.run(["bash", str(build), "--print-tag"], check=True, capture_output=True, text=True,
+                              cwd=self.checkout).stdout.split()[-1]
+        start = hashlib.sha256((self.checkout / "images" / "ai-llm" / "start-llama-server").read_bytes())
+        env = dict(os.environ, AI_LLM_IMAGE="%s-start-%s" % (base, start.hexdigest()[:12]))
+        return subprocess.run(["bash", str(build)], check=True, capture_output=True, text=True, env=env,
+                              cwd=self.checkout).stdout.split()[-1]
+
+    def run(self):
+        env = dict(os.environ, ANSIBLE_CONFIG=str(self.checkout / "ansible.cfg"),
+                   ANSIBLE_COLLECTIONS_PATH=str(self.checkout / ".collections"), ANSIBLE_LOCALHOST_WARNING="0",
+                   ANSIBLE_DEPRECATION_WARNINGS="0")
+        start = time.monotonic()
+        proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "playbooks/deploy.yml",
+                               "-i", str(self.inventory)], cwd=self.checkout, env=env, capture_output=True,
+                              text=True, check=False)
+        wall = time.monotonic() - start
+        recap = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", proc.stdout.split("PLAY RECAP")[-1]))
+        if proc.returncode != 0:
+            sys.stdout.write(proc.stdout[-3000:])
+            raise SystemExit("%s: the role run failed" % self.label)
+        tasks = len(re.findall(r"^(?:TASK|RUNNING HANDLER) \[", proc.stdout, re.MULTILINE))
+        return wall, tasks, recap
+
+    def compose(self, *args):
+        return ["podman-compose", "-p", self.name, "-f", str(self.project / "docker-compose.prod.yml")] + list(args)
+
+    def down(self):
+        if (self.project / "docker-compose.prod.yml").exists():
+            subprocess.run(self.compose("down"), capture_output=True, check=False)
+        subprocess.run(["podman", "rm", "--force", self.name], capture_output=True, check=False)
 
 
 def fmt(values):
-    return "median %.3f s  min %.3f s  max %.3f s" % (statistics.median(values), min(values), max(values))
+    return "median %.2f s (min %.2f, max %.2f)" % (statistics.median(values), min(values), max(values))
 
 
-def main(argv=None) -> int:
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
+    parser.add_argument("--before", default=None, help="the version to compare with (default: before the rewrite)")
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
-    if not (PROJECT / "docker-compose.prod.yml").exists():
-        raise SystemExit("run bash scripts/demo.sh first (no %s)" % (PROJECT / "docker-compose.prod.yml"))
-    v = inventory_vars()
-    port = int(v["llm_server_port"])
-    compose = ["podman-compose", "-p", v["llm_server_compose_project"], "-f", str(PROJECT / "docker-compose.prod.yml")]
-    service = v.get("llm_server_service_name", "ai-llm")
-    model = ROOT / "demo" / "models" / "demo.gguf"
-    size_mib = model.stat().st_size / 2**20
-    print("demo model: %s (%.1f MiB), image %s, port %d" % (model, size_mib, v["llm_server_image"], port))
-
-    ups, loads, totals = [], [], []
-    for _run in range(args.repeat):
-        up, load, total = recreate_to_health(compose, service, port)
-        ups.append(up)
-        loads.append(load)
-        totals.append(total)
-    print("(a) recreate -> /health 200 (%d runs): %s" % (args.repeat, fmt(totals)))
-    print("    of which `up -d --force-recreate` %s" % fmt(ups))
-    print("    and `up -d` returned -> /health 200 %s" % fmt(loads))
-
-    # The recreates above changed nothing the role owns: the next run must be a no-change run.
-    walls, changed = [], []
-    for _run in range(max(1, args.repeat // 2)):
-        wall, ch = no_change_run()
-        walls.append(wall)
-        changed.append(ch)
-    print("(b) no-change run of the role (%d runs): %s; changed=%s" % (len(walls), fmt(walls), changed))
+    before_rev = args.before or default_before()
+    work = Path(tempfile.mkdtemp(prefix="ai-llm-speed-"))
+    sides = []
+    try:
+        clone = work / "before-checkout"
+        subprocess.run(["git", "clone", "-q", "--shared", str(ROOT), str(clone)], check=True)
+        git("checkout", "-q", git("rev-parse", before_rev), cwd=clone)
+        (clone / ".venv").symlink_to(ROOT / ".venv")
+        model = write_demo_model(str(work / "models" / "demo.gguf"))
+        print("before: %s (%s)" % (git("log", "-1", "--format=%h %s", cwd=clone)[:100], before_rev))
+        print("after:  this checkout (%s)" % git("log", "-1", "--format=%h %s")[:100])
+        sides = [Side("before", clone, work, model), Side("after", ROOT, work, model)]
+        for side in sides:
+            side.run()  # the first deploy
+        rows = {}
+        for _round in range(args.repeat):  # interleaved, so that the machine's load falls on both alike
+            for side in sides:
+                rows.setdefault(side.label, []).append(side.run())
+        print("\nno-change run of the role (%d runs each):" % args.repeat)
+        for side in sides:
+            walls = [w for w, _t, _r in rows[side.label]]
+            tasks = rows[side.label][-1][1]
+            recap = rows[side.label][-1][2]
+            changed = sorted({r.get("changed") for _w, _t, r in rows[side.label]})
+            print("  %-6s %s; %d tasks (ok=%d skipped=%d); changed=%s" % (
+                side.label, fmt(walls), tasks, recap.get("ok", 0), recap.get("skipped", 0), changed))
+        after = sides[1]
+        times = []
+        for _run in range(max(1, args.repeat // 2)):
+            start = time.monotonic()
+            subprocess.run(after.compose("up", "-d", "--force-recreate", "ai-llm"), check=True, capture_output=True)
+            while not healthy(after.port):
+                time.sleep(0.01)
+            times.append(time.monotonic() - start)
+        print("\nrecreate -> /health 200 (after, %d runs): %s" % (len(times), fmt(times)))
+    finally:
+        for side in sides:
+            side.down()
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

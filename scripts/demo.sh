@@ -29,8 +29,12 @@ if [ ! -f "$model" ]; then
   python tools/gguf_models.py demo "$model" >/dev/null
 fi
 
-image="$(bash images/ai-llm/build.sh)"
-echo "demo: image $image"
+# The image with this checkout's start command (its sha256 in the tag), tagged localhost/ai-llm:demo for the
+# inventory (inventory/local).
+start_sha="$(sha256sum images/ai-llm/start-llama-server | cut -c1-12)"
+image="$(AI_LLM_IMAGE="$(bash images/ai-llm/build.sh --print-tag)-start-$start_sha" bash images/ai-llm/build.sh)"
+podman tag "$image" localhost/ai-llm:demo
+echo "demo: image $image (localhost/ai-llm:demo)"
 
 port="$(ansible-inventory --host localhost | python -c 'import json,sys; print(json.load(sys.stdin)["llm_server_port"])')"
 serving() {
@@ -45,7 +49,7 @@ PY
 
 if ! serving; then
   echo "demo: nothing serves on 127.0.0.1:$port yet: baseline deploy without offload (what the parity check compares with)"
-  ansible-playbook playbooks/deploy.yml -e llm_moe_offload_mode=none "$@"
+  ansible-playbook playbooks/deploy.yml -e llm_server_moe_offload_mode=none "$@"
 fi
 
 echo "demo: deploy with the routed experts on CPU"
@@ -60,19 +64,21 @@ if not os.path.exists(path):
     sys.exit(0)
 v = json.load(open(path))
 print()
-print("=== ai-llm on %s, verified (%s evidence from llama-server's log)" % (v["host"], v.get("evidence", "?")))
+print("=== ai-llm on %s, %s (%s evidence from llama-server's log)" % (v["host"], v["status"], v.get("evidence", "?")))
+print("why:      %s" % v["message"])
 print("image:    %s" % v["image"])
 print("model:    %s" % v["model"])
-print("pattern:  --override-tensor '%s=CPU'" % v["pattern"])
+print("pattern:  --override-tensor '%s=CPU' (from the %s)" % (v["pattern"], v["pattern_source"]))
 print("moved to CPU (%d tensors): %s" % (len(v["tensors_moved"]), ", ".join(v["tensors_moved"]) or "none"))
-for kind in ("model_buffers", "kv_buffers", "rs_buffers", "compute_buffers"):
-    bufs = v.get(kind) or {}
-    print("%-16s %s" % (kind + ":", ", ".join("%s %.2f MiB" % (k, m) for k, m in bufs.items()) or "-"))
+for kind in ("model", "kv", "rs", "compute"):
+    bufs = v["buffers"].get(kind) or {}
+    print("%-16s %s" % (kind + " buffers:", ", ".join("%s %.2f MiB" % (k, m) for k, m in bufs.items()) or "-"))
 ol = v.get("offloaded_layers")
 if ol:
     print("offloaded layers: %s/%s" % (ol["offloaded"], ol["total"]))
-print("VRAM:     %s" % v["vram"])
+print("VRAM:     %s" % (v["vram"] or "not measured (no GPU)"))
 print("parity:   %s" % v["parity"])
+print("config:   %s" % v["config_hash"])
 print("files:    %s" % ", ".join("%s=%s" % kv for kv in v["files"].items()))
 print("stop it:  bash scripts/demo.sh --down")
 PY

@@ -6,8 +6,8 @@
 Standard library only: this runs on target hosts (Python >= 3.9).
 
 * ``GGML_TYPES``: the tensor types (ggml/include/ggml.h ``enum ggml_type``, block sizes from
-  ggml/src/ggml.c ``type_traits``), ``REMOVED_TYPE_IDS`` the ids ggml dropped, ``type_name`` and
-  ``tensor_nbytes``;
+  ggml/src/ggml.c ``type_traits``), ``REMOVED_TYPE_IDS`` / ``REMOVED_TYPE_NAMES`` the ids ggml dropped,
+  ``type_name`` and ``tensor_nbytes``;
 * ``CACHE_TYPES``: the KV cache types llama-server accepts for ``-ctk`` / ``-ctv``
   (common/arg.cpp ``kv_cache_types``);
 * ``BLOCK_RE`` / ``block_index``: the ``blk.N.`` prefix of a repeating layer's tensors
@@ -57,9 +57,14 @@ GGML_TYPES = {
     40: ("NVFP4", 64, 36),
     41: ("Q1_0", 128, 18),
 }
-# Ids ggml removed (Q4_2, Q4_3, the Q4_0_4_4/4_8/8_8 and IQ4_NL_4_4/4_8/8_8 repacks): llama.cpp's loader
-# refuses files that still use them. New ids keep appearing: an id in neither table is "size unknown".
-REMOVED_TYPE_IDS = frozenset((4, 5, 31, 32, 33, 36, 37, 38))
+# Ids ggml removed (ggml/include/ggml.h keeps them as comments in enum ggml_type; ggml/src/ggml.c type_traits
+# gives them blck_size 0): llama.cpp's loader refuses files that still use them. New ids keep appearing: an id
+# in neither table is "size unknown".
+REMOVED_TYPE_NAMES = {
+    4: "Q4_2", 5: "Q4_3", 31: "Q4_0_4_4", 32: "Q4_0_4_8", 33: "Q4_0_8_8",
+    36: "IQ4_NL_4_4", 37: "IQ4_NL_4_8", 38: "IQ4_NL_8_8",
+}
+REMOVED_TYPE_IDS = frozenset(REMOVED_TYPE_NAMES)
 # Types that are not block-quantized (floats and integers): CUDA pads only quantized rows.
 PLAIN_TYPE_IDS = frozenset(t for t, (_name, block, _size) in GGML_TYPES.items() if block == 1)
 
@@ -67,6 +72,12 @@ PLAIN_TYPE_IDS = frozenset(t for t, (_name, block, _size) in GGML_TYPES.items() 
 CACHE_TYPES = dict(
     (name.lower(), (block, size)) for name, block, size in GGML_TYPES.values()
     if name in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "IQ4_NL", "Q5_0", "Q5_1"))
+
+# ggml/include/ggml.h GGML_MAX_DIMS: a tensor has at most this many dimensions.
+GGML_MAX_DIMS = 4
+# ggml/include/ggml.h GGML_MAX_NAME: a tensor name holds fewer bytes (ggml/src/gguf.cpp gguf_init_from_file_impl
+# refuses a longer one: "tensor name ... is too long").
+GGML_MAX_NAME = 64
 
 # Repeating layers: "blk.<N>.<rest>".
 BLOCK_RE = re.compile(r"^blk\.([0-9]+)\.")
@@ -80,7 +91,7 @@ OFFLOAD_MODES = ("auto", "all", "none", "layers")
 def type_name(type_id):
     """The ggml name of a tensor type id, ``"unknown(N)"`` for ids not in ``GGML_TYPES``."""
     entry = GGML_TYPES.get(type_id)
-    return entry[0] if entry else "unknown(%d)" % type_id
+    return entry[0] if entry else f"unknown({type_id})"
 
 
 def tensor_nbytes(type_id, shape):
@@ -95,7 +106,7 @@ def tensor_nbytes(type_id, shape):
     name, block, block_bytes = entry
     ne0 = shape[0] if shape else 1
     if ne0 % block:
-        raise ValueError("ne0 = %d is not a multiple of the %s block size %d" % (ne0, name, block))
+        raise ValueError(f"ne0 = {ne0} is not a multiple of the {name} block size {block}")
     rows = 1
     for n in shape[1:]:
         rows *= n

@@ -15,7 +15,9 @@ elements (per-layer arrays such as ``head_count_kv``) and string or nested array
 ``scores``, ``token_type``) are walked or seeked over and stand as ``SkippedArray(item_type, count)``.
 
 Trust: no count, length or nesting depth from the file is used before it is checked against what the rest
-of the file can hold, so a header that claims 2**60 entries fails at once, with bounded memory.
+of the file can hold, so a header that claims 2**60 entries fails at once, with bounded memory. Runs of empty
+strings or arrays (zero bytes, such as the unwritten part of a sparse file) are skipped at once and holes are
+never read, so the time depends on the bytes the header really holds, not on the file's apparent size.
 Every malformed input raises ``GGUFError(path, offset, reason)``, never another exception type.
 
 Choices (documented for the users of this reader):
@@ -26,19 +28,31 @@ Choices (documented for the users of this reader):
 * a single string longer than ``MAX_STRING`` bytes and more than ``MAX_KEPT_BYTES`` of kept metadata
   strings in one file are errors (real files hold tens of KB: chat templates);
 * ``n_dims`` may be 0..4; an unknown ggml type id gives ``type_name`` ``"unknown(N)"``, ``nbytes``
-  ``None`` and a "size unknown" warning; ``ne0`` that is not a multiple of the type's block size is an error;
+  ``None`` and a "size unknown" warning (newer ggml builds add types); an id that ggml removed
+  (``_ggml.REMOVED_TYPE_IDS``, such as 4, Q4_2) is an error, as llama.cpp's loader refuses it; ``ne0`` that is
+  not a multiple of the type's block size is an error;
 * tensor offsets must be multiples of the alignment, lie (with their bytes) inside the file and not overlap
   (gaps are allowed).
 """
 
-from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
 import struct
+from dataclasses import dataclass, field
+from typing import Optional
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import GGML_TYPES, tensor_nbytes, type_name
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import (
+    GGML_MAX_DIMS,
+    GGML_TYPES,
+    REMOVED_TYPE_IDS,
+    REMOVED_TYPE_NAMES,
+    tensor_nbytes,
+    type_name,
+)
 
 __all__ = [
     "GGUFError", "TensorInfo", "SkippedArray", "GGUFFile", "read_gguf",
@@ -48,12 +62,11 @@ __all__ = [
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
-MAX_DIMS = 4
 MAX_DEPTH = 8                  # nesting depth of arrays (arrays of arrays of ...)
 KEEP_NUMBERS = 4096            # numeric/bool arrays up to this many elements are kept as lists
 KEEP_LISTS = 64                # string arrays and arrays of arrays up to this many elements are kept
-MAX_STRING = 16 << 20          # longest single string accepted (key, value or tensor name)
-MAX_KEPT_BYTES = 64 << 20      # total bytes of strings kept per file
+MAX_STRING = 4 << 20           # longest single string accepted (key, value or tensor name)
+MAX_KEPT_BYTES = 16 << 20      # total bytes of strings kept per file (with MAX_STRING, what bounds the memory)
 CHUNK = 1 << 20                # buffered read size
 INT64_MAX = (1 << 63) - 1
 
@@ -83,6 +96,11 @@ _SCALARS = {
     7: ("?", 1), 10: ("Q", 8), 11: ("q", 8), 12: ("d", 8),
 }
 _INT_TYPES = frozenset((0, 1, 2, 3, 4, 5, 10, 11))
+# An empty string is 8 zero bytes (its u64 length); an empty array of uint8 is 12 (u32 type 0, u64 count 0).
+_EMPTY_STRING_BYTES = 8
+_EMPTY_ARRAY_BYTES = 12
+_ZEROS = re.compile(b"\0+")
+_SEEK_DATA = getattr(os, "SEEK_DATA", None)
 
 _SPLIT_RE = re.compile(r"^(?P<base>.+)-(?P<no>[0-9]{5,})-of-(?P<count>[0-9]{5,})\.gguf$")
 
@@ -94,20 +112,18 @@ class GGUFError(Exception):
         self.path = str(path)
         self.offset = int(offset)
         self.reason = str(reason)
-        super(GGUFError, self).__init__(self.path, self.offset, self.reason)
+        super().__init__(self.path, self.offset, self.reason)
 
     def __str__(self):
-        return "%s: at byte %d: %s" % (self.path, self.offset, self.reason)
+        return f"{self.path}: at byte {self.offset}: {self.reason}"
 
 
-class SkippedArray(object):
+@dataclass(frozen=True)
+class SkippedArray:
     """Stands in for a large metadata array that was skipped without being built."""
 
-    __slots__ = ("item_type", "count")
-
-    def __init__(self, item_type, count):
-        self.item_type = item_type
-        self.count = count
+    item_type: int
+    count: int
 
     @property
     def item_type_name(self):
@@ -116,34 +132,29 @@ class SkippedArray(object):
     def __len__(self):
         return self.count
 
-    def __eq__(self, other):
-        return (isinstance(other, SkippedArray) and self.item_type == other.item_type
-                and self.count == other.count)
 
-    def __ne__(self, other):
-        return not self == other
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor info of a GGUF header (its data is never read).
 
-    __hash__ = None
+    ``shape`` is in ggml ``ne`` order; ``offset`` is relative to the data section; ``nbytes`` is ``None`` for
+    a type id this reader does not know; ``file`` and ``shard`` say which file of the model holds it;
+    ``info_offset`` is the byte of the tensor info in that file (for messages, not compared).
+    """
 
-    def __repr__(self):
-        return "SkippedArray(item_type=%d, count=%d)" % (self.item_type, self.count)
+    name: str
+    shape: tuple
+    type_id: int
+    offset: int
+    nbytes: Optional[int]
+    file: str = ""
+    shard: int = 0
+    info_offset: int = field(default=0, compare=False)
 
-
-class TensorInfo(object):
-    """One tensor info of a GGUF header (its data is never read)."""
-
-    __slots__ = ("name", "shape", "type_id", "type_name", "offset", "nbytes", "file", "shard", "info_offset")
-
-    def __init__(self, name, shape, type_id, offset, nbytes, file=None, shard=0, info_offset=0):
-        self.name = name
-        self.shape = tuple(shape)
-        self.type_id = type_id
-        self.type_name = type_name(type_id)
-        self.offset = offset
-        self.nbytes = nbytes
-        self.file = file
-        self.shard = shard
-        self.info_offset = info_offset  # byte of the tensor info in its file (for messages)
+    @property
+    def type_name(self):
+        """The ggml type name (``"Q4_K"``), ``"unknown(N)"`` for an id this reader does not know."""
+        return type_name(self.type_id)
 
     @property
     def n_elements(self):
@@ -152,67 +163,79 @@ class TensorInfo(object):
             count *= n
         return count
 
-    def _key(self):
-        return (self.name, self.shape, self.type_id, self.offset, self.nbytes, self.file, self.shard)
+    def __repr__(self):
+        return (f"TensorInfo(name={self.name!r}, shape={self.shape!r}, type_name={self.type_name!r}, "
+                f"offset={self.offset}, nbytes={self.nbytes!r}, shard={self.shard})")
 
-    def __eq__(self, other):
-        return isinstance(other, TensorInfo) and self._key() == other._key()
 
-    def __ne__(self, other):
-        return not self == other
+@dataclass(frozen=True)
+class GGUFFile:
+    """The header of one GGUF file.
 
-    __hash__ = None
+    ``metadata``: key -> value (``SkippedArray`` for large arrays); ``value_types``: key -> GGUF value type id;
+    ``key_offsets``: key -> byte of its key/value pair; ``shard``: the 0-based number of this file in its model.
+    """
+
+    path: str
+    version: int
+    byte_order: str
+    metadata: dict
+    value_types: dict
+    key_offsets: dict
+    tensors: list
+    alignment: int
+    data_offset: int
+    file_size: int
+    warnings: list
+    shard: int = 0
 
     def __repr__(self):
-        return ("TensorInfo(name=%r, shape=%r, type_name=%r, offset=%d, nbytes=%r, shard=%d)"
-                % (self.name, self.shape, self.type_name, self.offset, self.nbytes, self.shard))
+        return (f"GGUFFile(path={self.path!r}, version={self.version}, byte_order={self.byte_order!r}, "
+                f"{len(self.metadata)} keys, {len(self.tensors)} tensors)")
 
 
-class GGUFFile(object):
-    """The header of one GGUF file."""
+@dataclass(frozen=True)
+class GGUFModel:
+    """A model: one GGUF file or all the shards of a split model.
 
-    def __init__(self, path, version, byte_order, metadata, value_types, key_offsets, tensors,
-                 alignment, data_offset, file_size, warnings):
+    ``metadata`` is the first shard's (only it holds the model's keys); ``tensors`` are those of every shard
+    in order; ``architecture`` is ``general.architecture`` (``None`` when absent); ``file_bytes`` the size of
+    all files together.
+    """
+
+    files: list
+    shards: list
+    metadata: dict
+    tensors: list
+    architecture: Optional[str]
+    file_bytes: int
+    warnings: list
+
+    @property
+    def tensor_names(self):
+        return [t.name for t in self.tensors]
+
+    def __repr__(self):
+        return (f"GGUFModel(architecture={self.architecture!r}, {len(self.files)} files, "
+                f"{len(self.tensors)} tensors, {self.file_bytes} bytes)")
+
+
+def _pread(fd, n, offset):
+    if hasattr(os, "pread"):
+        return os.pread(fd, n, offset)
+    os.lseek(fd, offset, os.SEEK_SET)  # (no pread on this platform: one reader per descriptor, so no race)
+    return os.read(fd, n)
+
+
+class _Reader:
+    """Buffered, bounds-checked reading of one file: ``buf[pos]`` is byte ``base + pos`` of the file.
+
+    Reads with ``pread`` at absolute offsets, so the descriptor has no position to keep in step.
+    """
+
+    def __init__(self, path, fd, size):
         self.path = path
-        self.version = version
-        self.byte_order = byte_order
-        self.metadata = metadata          # key -> value (SkippedArray for large arrays)
-        self.value_types = value_types    # key -> GGUF value type id
-        self.key_offsets = key_offsets    # key -> byte of its key/value pair
-        self.tensors = tensors
-        self.alignment = alignment
-        self.data_offset = data_offset
-        self.file_size = file_size
-        self.warnings = warnings
-
-    def __repr__(self):
-        return ("GGUFFile(path=%r, version=%d, byte_order=%r, %d keys, %d tensors)"
-                % (self.path, self.version, self.byte_order, len(self.metadata), len(self.tensors)))
-
-
-class GGUFModel(object):
-    """A model: one GGUF file or all the shards of a split model."""
-
-    def __init__(self, files, shards, metadata, tensors, architecture, file_bytes, warnings):
-        self.files = files
-        self.shards = shards
-        self.metadata = metadata
-        self.tensors = tensors
-        self.architecture = architecture
-        self.file_bytes = file_bytes
-        self.warnings = warnings
-
-    def __repr__(self):
-        return ("GGUFModel(architecture=%r, %d files, %d tensors, %d bytes)"
-                % (self.architecture, len(self.files), len(self.tensors), self.file_bytes))
-
-
-class _Reader(object):
-    """Buffered, bounds-checked reading of one file: ``buf[pos]`` is byte ``base + pos`` of the file."""
-
-    def __init__(self, path, fobj, size):
-        self.path = path
-        self.f = fobj
+        self.fd = fd
         self.size = size
         self.buf = b""
         self.base = 0
@@ -225,8 +248,7 @@ class _Reader(object):
         self.prefix = prefix
         self.u32_from = struct.Struct(prefix + "I").unpack_from
         self.u64_from = struct.Struct(prefix + "Q").unpack_from
-        self.scalar_from = dict((t, (struct.Struct(prefix + code).unpack_from, size))
-                                for t, (code, size) in _SCALARS.items())
+        self.scalar_from = {t: (struct.Struct(prefix + code).unpack_from, size) for t, (code, size) in _SCALARS.items()}
 
     def tell(self):
         return self.base + self.pos
@@ -241,14 +263,60 @@ class _Reader(object):
         """Make ``n`` bytes readable at ``buf[pos]``, or fail because the file ends."""
         start = self.base + self.pos
         if start + n > self.size:
-            self.fail("unexpected end of file: %d bytes needed, %d left" % (n, max(self.size - start, 0)))
-        self.f.seek(start)
-        data = self.f.read(max(n, CHUNK))
+            self.fail(f"unexpected end of file: {n} bytes needed, {max(self.size - start, 0)} left")
+        data = _pread(self.fd, max(n, CHUNK), start)
         if len(data) < n:
-            self.fail("short read: %d bytes needed, %d read (file changed while reading?)" % (n, len(data)))
+            self.fail(f"short read: {n} bytes needed, {len(data)} read (file changed while reading?)")
         self.buf = data
         self.base = start
         self.pos = 0
+
+    def seek(self, offset):
+        """Go to byte ``offset`` of the file (already checked against its size)."""
+        p = offset - self.base
+        if 0 <= p <= len(self.buf):
+            self.pos = p
+        else:
+            self.buf, self.base, self.pos = b"", offset, 0
+
+    def _next_data(self, offset):
+        """The first byte at or after ``offset`` that the file stores: the bytes before it are a hole (zeros)."""
+        if _SEEK_DATA is None:
+            return offset
+        try:
+            return os.lseek(self.fd, offset, _SEEK_DATA)
+        except OSError as exc:
+            # ENXIO: nothing but a hole up to the end; anything else (no SEEK_DATA here): read the bytes
+            return self.size if exc.errno == errno.ENXIO else offset
+
+    def zero_run(self, limit):
+        """How many zero bytes follow the position (at most ``limit``), without moving it.
+
+        A header can claim millions of empty strings or arrays over the unwritten part of a sparse file; the
+        zeros are counted at C speed where they are stored, and holes are skipped without being read
+        (``SEEK_DATA``), so the time does not grow with the file's apparent size.
+        """
+        start = self.tell()
+        end = min(self.size, start + limit)
+        at = start
+        buf, base = self.buf, self.base
+        while at < end:
+            p = at - base
+            if 0 <= p < len(buf):
+                stop = min(len(buf), p + end - at)
+                match = _ZEROS.match(buf, p, stop)
+                at += match.end() - p if match else 0
+                if at - base < stop or at >= end:
+                    break  # a byte that is not zero, or the limit
+                continue
+            data = self._next_data(at)
+            if data > at:
+                at = min(data, end)
+                continue
+            buf, base = _pread(self.fd, CHUNK, at), at
+            if not buf:
+                break
+        return min(at, end) - start
 
     def u32(self):
         p = self.pos
@@ -275,23 +343,24 @@ class _Reader(object):
         self.pos = p + n
         return self.buf[p:p + n]
 
-    def skip(self, n):
-        if n > self.left():
-            self.fail("%d bytes to skip, only %d left in the file" % (n, self.left()))
-        self.pos += n
-
     def raw_string(self, what):
         at = self.tell()
         n = self.u64()
         if n > self.left():
-            self.fail("%s: string length %d runs past the end of the file (%d bytes left)"
-                      % (what, n, self.left()), at)
+            self.fail(f"{what}: string length {n} runs past the end of the file ({self.left()} bytes left)", at)
         if n > MAX_STRING:
-            self.fail("%s: string of %d bytes is longer than the %d this reader accepts" % (what, n, MAX_STRING), at)
+            self.fail(f"{what}: string of {n} bytes is longer than the {MAX_STRING} this reader accepts", at)
         self.kept += n
         if self.kept > MAX_KEPT_BYTES:
-            self.fail("%s: more than %d bytes of metadata strings" % (what, MAX_KEPT_BYTES), at)
-        return self.take(n)
+            self.fail(f"{what}: more than {MAX_KEPT_BYTES} bytes of metadata strings", at)
+        if n <= CHUNK:
+            return self.take(n)
+        start = self.tell()  # a long string is read on its own, not kept in the buffer as well
+        data = _pread(self.fd, n, start)
+        if len(data) < n:
+            self.fail(f"short read: {n} bytes needed, {len(data)} read (file changed while reading?)")
+        self.seek(start + n)
+        return data
 
     def name_string(self, what):
         """A key or tensor name: strict UTF-8."""
@@ -300,15 +369,14 @@ class _Reader(object):
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            self.fail("%s is not valid UTF-8 (%s)" % (what, exc.reason), at)
+            return self.fail(f"{what} is not valid UTF-8 ({exc.reason})", at)
 
     def value_string(self, what):
         raw = self.raw_string(what)
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError:
-            self.warnings.append("%s: a string value is not valid UTF-8 (decoded with replacement characters)"
-                                 % what)
+            self.warnings.append(f"{what}: a string value is not valid UTF-8 (decoded with replacement characters)")
             return raw.decode("utf-8", "replace")
 
     def value(self, vtype, depth, what):
@@ -325,26 +393,26 @@ class _Reader(object):
             return self.value_string(what)
         if vtype == GGUF_TYPE_ARRAY:
             return self.array(depth + 1, what)
-        return self.fail("%s: unknown value type %d" % (what, vtype), self.tell() - 4)
+        return self.fail(f"{what}: unknown value type {vtype}", self.tell() - 4)
 
     def array_header(self, depth, what):
         """Read an array's element type and count; check the count against the rest of the file."""
         at = self.tell()
         if depth > MAX_DEPTH:
-            self.fail("%s: arrays nested deeper than %d" % (what, MAX_DEPTH), at)
+            self.fail(f"{what}: arrays nested deeper than {MAX_DEPTH}", at)
         itype = self.u32()
         count = self.u64()
         if itype in _SCALARS:
             min_size = _SCALARS[itype][1]
         elif itype == GGUF_TYPE_STRING:
-            min_size = 8
+            min_size = _EMPTY_STRING_BYTES
         elif itype == GGUF_TYPE_ARRAY:
-            min_size = 12
+            min_size = _EMPTY_ARRAY_BYTES
         else:
-            return self.fail("%s: unknown array element type %d" % (what, itype), at)
+            return self.fail(f"{what}: unknown array element type {itype}", at)
         if count * min_size > self.left():
-            self.fail("%s: array of %d %s elements needs at least %d bytes, only %d left in the file"
-                      % (what, count, VALUE_TYPE_NAMES[itype], count * min_size, self.left()), at)
+            self.fail(f"{what}: array of {count} {VALUE_TYPE_NAMES[itype]} elements needs at least "
+                      f"{count * min_size} bytes, only {self.left()} left in the file", at)
         return itype, count
 
     def array(self, depth, what):
@@ -353,18 +421,17 @@ class _Reader(object):
         if entry is not None:
             nbytes = count * entry[1]
             if count > KEEP_NUMBERS:
-                self.pos += nbytes  # checked against the file by array_header
+                self.seek(self.tell() + nbytes)  # checked against the file by array_header
                 return SkippedArray(itype, count)
             data = self.take(nbytes)
-            return list(struct.unpack_from("%s%d%s" % (self.prefix, count, entry[0]), data))
+            return list(struct.unpack_from(f"{self.prefix}{count}{entry[0]}", data))
         if itype == GGUF_TYPE_STRING:
             if count > KEEP_LISTS:
                 self.skip_strings(count, what)
                 return SkippedArray(itype, count)
             return [self.value_string(what) for _i in range(count)]
         if count > KEEP_LISTS:
-            for _i in range(count):
-                self.skip_array(depth + 1, what)
+            self.skip_arrays(count, depth, what)
             return SkippedArray(itype, count)
         return [self.array(depth + 1, what) for _i in range(count)]
 
@@ -372,68 +439,89 @@ class _Reader(object):
         itype, count = self.array_header(depth, what)
         entry = _SCALARS.get(itype)
         if entry is not None:
-            self.pos += count * entry[1]
+            self.seek(self.tell() + count * entry[1])
         elif itype == GGUF_TYPE_STRING:
             self.skip_strings(count, what)
         else:
-            for _i in range(count):
-                self.skip_array(depth + 1, what)
+            self.skip_arrays(count, depth, what)
 
-    def skip_strings(self, count, what):
-        """Walk ``count`` strings (u64 length + bytes) without building them: the hot loop."""
-        start = self.tell()
-        unpack = self.u64_from
-        buf = self.buf
-        blen = len(buf)
-        pos = self.pos
+    def skip_arrays(self, count, depth, what):
+        """Walk ``count`` arrays; a run of empty ones (12 zero bytes each) is skipped at once."""
         left = count
         while left:
-            if pos + 8 > blen:
-                if self.base + pos + 8 > self.size:
-                    self.pos = pos
-                    self.check_strings(start, count, what)
-                self.pos = pos
+            empty = min(self.zero_run(left * _EMPTY_ARRAY_BYTES) // _EMPTY_ARRAY_BYTES, left)
+            if empty:
+                self.seek(self.tell() + empty * _EMPTY_ARRAY_BYTES)
+                left -= empty
+                continue
+            self.skip_array(depth + 1, what)
+            left -= 1
+
+    def skip_strings(self, count, what):
+        """Walk ``count`` strings (u64 length + bytes) without building them: the hot loop.
+
+        A run of empty strings (8 zero bytes each, as in the unwritten part of a sparse file) is skipped at once.
+        """
+        unpack = self.u64_from
+        left = count
+        while left:
+            if self.pos + 8 > len(self.buf):
+                if self.tell() + 8 > self.size:
+                    self.fail(f"{what}: element {count - left} of {count}: no room for its length "
+                              f"({self.left()} bytes left in the file)")
                 self.fill(8)
-                buf = self.buf
-                blen = len(buf)
-                pos = 0
-            limit = blen - 8
+            buf = self.buf
+            pos = self.pos
+            limit = len(buf) - 8
             done = 0
-            for done in range(1, left + 1):
-                pos += 8 + unpack(buf, pos)[0]
+            n = at = 0
+            for _i in range(left):
+                n = unpack(buf, pos)[0]
+                if not n:
+                    break
+                at = pos
+                pos += 8 + n
+                done += 1
                 if pos > limit:
                     break
             left -= done
-        self.pos = pos
-        if self.base + pos > self.size:
-            self.check_strings(start, count, what)
-
-    def check_strings(self, start, count, what):
-        """Slow path after an overrun: walk the string array again, checking every length, and fail."""
-        self.buf = b""
-        self.base = start
-        self.pos = 0
-        for i in range(count):
-            at = self.tell()
-            n = self.u64()
-            if n > self.left():
-                self.fail("%s: element %d of %d: string length %d runs past the end of the file (%d bytes left)"
-                          % (what, i, count, n, self.left()), at)
-            self.pos += n
-        self.fail("%s: string array runs past the end of the file" % what, start)
+            self.pos = pos
+            if self.base + pos > self.size:
+                self.fail(f"{what}: element {count - left - 1} of {count}: string length {n} runs past the end of "
+                          f"the file ({self.size - self.base - at - 8} bytes left)", self.base + at)
+            if left and not n and pos <= limit:
+                empty = min(self.zero_run(left * _EMPTY_STRING_BYTES) // _EMPTY_STRING_BYTES, left)
+                self.seek(self.tell() + empty * _EMPTY_STRING_BYTES)
+                left -= empty
 
 
 def _pad(offset, alignment):
     return offset + (-offset % alignment)
 
 
-def _read_header(rd):
+def _tensor_size(rd, name, type_id, shape, info_offset):
+    """The bytes of one tensor, ``None`` for an unknown type id (with a warning); removed ids are errors."""
+    if type_id in REMOVED_TYPE_IDS:
+        # ggml/src/ggml.c type_traits gives the removed types blck_size 0, and ggml/src/gguf.cpp
+        # gguf_init_from_file_impl refuses "blck_size == 0 || ne[0] % blck_size != 0": llama.cpp does not load it.
+        rd.fail(f"tensor {name!r}: ggml type {type_id} ({REMOVED_TYPE_NAMES[type_id]}) was removed from ggml; "
+                f"llama.cpp refuses files that use it (convert the model again)", info_offset)
+    if type_id not in GGML_TYPES:
+        rd.warnings.append(f"{rd.path}: tensor {name!r} has unknown ggml type id {type_id}: size unknown")
+        return None
+    try:
+        return tensor_nbytes(type_id, shape)
+    except ValueError as exc:
+        return rd.fail(f"tensor {name!r}: {exc}", info_offset)
+
+
+def _read_header(rd, shard):
     path = rd.path
     if rd.size < 24:
-        rd.fail("file of %d bytes is too short for a GGUF header (24 bytes)" % rd.size, 0)
+        rd.fail(f"file of {rd.size} bytes is too short for a GGUF header (24 bytes)", 0)
     magic = rd.take(4)
     if magic != GGUF_MAGIC:
-        rd.fail("bad magic %r: not a GGUF file" % bytes(magic), 0)
+        rd.fail(f"bad magic {bytes(magic)!r}: not a GGUF file", 0)
     version = rd.u32()
     byte_order = "little"
     if version & 0xFFFF == 0:
@@ -443,27 +531,27 @@ def _read_header(rd):
     if version == 1:
         rd.fail("GGUF version 1 is obsolete and not supported (only versions 2 and 3)", 4)
     if version not in SUPPORTED_VERSIONS:
-        rd.fail("unsupported GGUF version %d (only versions 2 and 3)" % version, 4)
+        rd.fail(f"unsupported GGUF version {version} (only versions 2 and 3)", 4)
     at = rd.tell()
     tensor_count = rd.u64()
     kv_count = rd.u64()
     if kv_count * 13 > rd.left():  # shortest pair: key length, value type, one byte
-        rd.fail("%d key/value pairs claimed, but only %d bytes left in the file" % (kv_count, rd.left()), at + 8)
+        rd.fail(f"{kv_count} key/value pairs claimed, but only {rd.left()} bytes left in the file", at + 8)
     if tensor_count * 24 > rd.left():  # shortest info: name length, n_dims, type, offset
-        rd.fail("%d tensors claimed, but only %d bytes left in the file" % (tensor_count, rd.left()), at)
+        rd.fail(f"{tensor_count} tensors claimed, but only {rd.left()} bytes left in the file", at)
 
     metadata = {}
     value_types = {}
     key_offsets = {}
     for index in range(kv_count):
         at = rd.tell()
-        key = rd.name_string("key %d" % index)
+        key = rd.name_string(f"key {index}")
         if key in metadata:
-            rd.fail("duplicate key %r" % key, at)
+            rd.fail(f"duplicate key {key!r}", at)
         vtype = rd.u32()
         if vtype not in VALUE_TYPE_NAMES:
-            rd.fail("key %r: unknown value type %d" % (key, vtype), rd.tell() - 4)
-        metadata[key] = rd.value(vtype, 0, "key %r" % key)
+            rd.fail(f"key {key!r}: unknown value type {vtype}", rd.tell() - 4)
+        metadata[key] = rd.value(vtype, 0, f"key {key!r}")
         value_types[key] = vtype
         key_offsets[key] = at
 
@@ -471,61 +559,54 @@ def _read_header(rd):
     if "general.alignment" in metadata:
         alignment = metadata["general.alignment"]
         if value_types["general.alignment"] != GGUF_TYPE_UINT32:
-            rd.fail("general.alignment must be a uint32, not %s"
-                    % VALUE_TYPE_NAMES[value_types["general.alignment"]], key_offsets["general.alignment"])
+            rd.fail(f"general.alignment must be a uint32, not {VALUE_TYPE_NAMES[value_types['general.alignment']]}",
+                    key_offsets["general.alignment"])
         if alignment == 0 or alignment & (alignment - 1):
-            rd.fail("general.alignment %d is not a power of two" % alignment, key_offsets["general.alignment"])
+            rd.fail(f"general.alignment {alignment} is not a power of two", key_offsets["general.alignment"])
 
     tensors = []
     names = set()
     for index in range(tensor_count):
         at = rd.tell()
-        name = rd.name_string("tensor info %d: name" % index)
+        name = rd.name_string(f"tensor info {index}: name")
         if name in names:
-            rd.fail("duplicate tensor name %r" % name, at)
+            rd.fail(f"duplicate tensor name {name!r}", at)
         names.add(name)
         n_dims = rd.u32()
-        if n_dims > MAX_DIMS:
-            rd.fail("tensor %r: n_dims %d is more than %d" % (name, n_dims, MAX_DIMS), rd.tell() - 4)
+        if n_dims > GGML_MAX_DIMS:
+            rd.fail(f"tensor {name!r}: n_dims {n_dims} is more than {GGML_MAX_DIMS}", rd.tell() - 4)
         dims_at = rd.tell()
-        shape = struct.unpack_from("%s%dq" % (rd.prefix, n_dims), rd.take(8 * n_dims))
+        shape = struct.unpack_from(f"{rd.prefix}{n_dims}q", rd.take(8 * n_dims))
         elements = 1
         for n in shape:
             if n < 0:
-                rd.fail("tensor %r: negative dimension %d in shape %r" % (name, n, tuple(shape)), dims_at)
+                rd.fail(f"tensor {name!r}: negative dimension {n} in shape {shape!r}", dims_at)
             elements *= n
         if elements > INT64_MAX:
-            rd.fail("tensor %r: shape %r has more than 2**63-1 elements" % (name, tuple(shape)), dims_at)
+            rd.fail(f"tensor {name!r}: shape {shape!r} has more than 2**63-1 elements", dims_at)
         type_id = rd.u32()
         offset = rd.u64()
-        tensors.append(TensorInfo(name, shape, type_id, offset, None, path, 0, at))
+        nbytes = _tensor_size(rd, name, type_id, shape, at)
+        tensors.append(TensorInfo(name, shape, type_id, offset, nbytes, path, shard, at))
 
     data_offset = _pad(rd.tell(), alignment)
     for t in tensors:
-        if t.type_id in GGML_TYPES:
-            try:
-                t.nbytes = tensor_nbytes(t.type_id, t.shape)
-            except ValueError as exc:
-                rd.fail("tensor %r: %s" % (t.name, exc), t.info_offset)
-        else:
-            rd.warnings.append("%s: tensor %r has unknown ggml type id %d: size unknown"
-                               % (path, t.name, t.type_id))
         if t.offset % alignment:
-            rd.fail("tensor %r: offset %d is not a multiple of the alignment %d" % (t.name, t.offset, alignment),
+            rd.fail(f"tensor {t.name!r}: offset {t.offset} is not a multiple of the alignment {alignment}",
                     t.info_offset)
         end = data_offset + t.offset + (t.nbytes or 0)
         if end > rd.size:
-            rd.fail("tensor %r: data at bytes %d..%d lies beyond the end of the file (%d bytes)"
-                    % (t.name, data_offset + t.offset, end, rd.size), t.info_offset)
+            rd.fail(f"tensor {t.name!r}: data at bytes {data_offset + t.offset}..{end} lies beyond the end of the "
+                    f"file ({rd.size} bytes)", t.info_offset)
     previous = None
     for t in sorted(tensors, key=lambda x: (x.offset, x.nbytes or 0)):
         if previous is not None and t.offset < previous.offset + (previous.nbytes or 0):
-            rd.fail("tensor %r (data offset %d) overlaps tensor %r (data offset %d, %d bytes)"
-                    % (t.name, t.offset, previous.name, previous.offset, previous.nbytes or 0), t.info_offset)
+            rd.fail(f"tensor {t.name!r} (data offset {t.offset}) overlaps tensor {previous.name!r} "
+                    f"(data offset {previous.offset}, {previous.nbytes or 0} bytes)", t.info_offset)
         if previous is None or t.offset + (t.nbytes or 0) > previous.offset + (previous.nbytes or 0):
             previous = t
     return GGUFFile(path, version, byte_order, metadata, value_types, key_offsets, tensors, alignment,
-                    data_offset, rd.size, rd.warnings)
+                    data_offset, rd.size, rd.warnings, shard)
 
 
 def _file_kind(mode):
@@ -533,38 +614,32 @@ def _file_kind(mode):
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return kind
-    return "mode %o" % mode
+    return f"mode {mode:o}"
 
 
-def read_gguf(path):
-    """Read the header of one GGUF file. Raises ``GGUFError`` on anything malformed."""
-    path = os.fspath(path) if hasattr(os, "fspath") else path
+def read_gguf(path, shard=0):
+    """Read the header of one GGUF file (``shard``: its 0-based number in a split model). Raises ``GGUFError``."""
+    path = os.fspath(path)
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer (it has no effect on regular files).
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    except (OSError, IOError, ValueError, TypeError) as exc:
-        raise GGUFError(path, 0, "cannot open: %s" % (getattr(exc, "strerror", None) or exc))
-    try:
-        info = os.fstat(fd)
-    except (OSError, IOError) as exc:
-        os.close(fd)
-        raise GGUFError(path, 0, "cannot stat: %s" % exc)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise GGUFError(path, 0, "cannot open: not a regular file (%s)" % _file_kind(info.st_mode))
-    fobj = os.fdopen(fd, "rb")
+    except (OSError, ValueError, TypeError) as exc:
+        raise GGUFError(path, 0, f"cannot open: {getattr(exc, 'strerror', None) or exc}") from None
     rd = None
     try:
-        with fobj:
-            size = info.st_size
-            rd = _Reader(path, fobj, size)
-            return _read_header(rd)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise GGUFError(path, 0, f"cannot open: not a regular file ({_file_kind(info.st_mode)})")
+        rd = _Reader(path, fd, info.st_size)
+        return _read_header(rd, shard)
     except GGUFError:
         raise
     except (struct.error, UnicodeError, OverflowError, MemoryError, ValueError, TypeError, IndexError,
-            KeyError, RecursionError, OSError, IOError) as exc:
+            KeyError, RecursionError, OSError) as exc:
         offset = rd.tell() if rd is not None else 0
-        raise GGUFError(path, offset, "%s: %s" % (type(exc).__name__, exc))
+        raise GGUFError(path, offset, f"{type(exc).__name__}: {exc}") from None
+    finally:
+        os.close(fd)
 
 
 def find_split_files(path):
@@ -572,7 +647,7 @@ def find_split_files(path):
 
     Shard names are ``<base>-NNNNN-of-MMMMM.gguf`` (1-based). A missing shard raises ``GGUFError``.
     """
-    path = os.fspath(path) if hasattr(os, "fspath") else path
+    path = os.fspath(path)
     folder, name = os.path.split(path)
     match = _SPLIT_RE.match(name)
     if not match:
@@ -580,14 +655,13 @@ def find_split_files(path):
     number = int(match.group("no"))
     count = int(match.group("count"))
     if not 1 <= number <= count:
-        raise GGUFError(path, 0, "the file name says shard %d of %d" % (number, count))
-    name_format = "%s-%%0%dd-of-%s.gguf" % (match.group("base").replace("%", "%%"), len(match.group("no")),
-                                            match.group("count"))
+        raise GGUFError(path, 0, f"the file name says shard {number} of {count}")
+    base, width, total = match.group("base"), len(match.group("no")), match.group("count")
     files = []
     for i in range(1, count + 1):
-        shard = os.path.join(folder, name_format % i)
+        shard = os.path.join(folder, f"{base}-{i:0{width}d}-of-{total}.gguf")
         if not os.path.isfile(shard):
-            raise GGUFError(path, 0, "shard %d of %d is missing: %s" % (i, count, shard))
+            raise GGUFError(path, 0, f"shard {i} of {count} is missing: {shard}")
         files.append(shard)
     return files
 
@@ -595,52 +669,49 @@ def find_split_files(path):
 def _split_key(gguf, key, expected, what):
     value = gguf.metadata.get(key)
     if value is None:
-        raise GGUFError(gguf.path, 0, "%s is missing; the file name says %s" % (key, what))
+        raise GGUFError(gguf.path, 0, f"{key} is missing; the file name says {what}")
     if gguf.value_types.get(key) not in _INT_TYPES:
-        raise GGUFError(gguf.path, gguf.key_offsets[key], "%s must be an integer, not %s"
-                        % (key, VALUE_TYPE_NAMES.get(gguf.value_types.get(key))))
+        raise GGUFError(gguf.path, gguf.key_offsets[key],
+                        f"{key} must be an integer, not {VALUE_TYPE_NAMES.get(gguf.value_types.get(key))}")
     if value != expected:
-        raise GGUFError(gguf.path, gguf.key_offsets[key], "%s is %d but the file name says %s"
-                        % (key, value, what))
+        raise GGUFError(gguf.path, gguf.key_offsets[key], f"{key} is {value} but the file name says {what}")
 
 
 def read_model(path):
     """Read a model: one GGUF file, or every shard of a split model given any one of them."""
     files = find_split_files(path)
-    shards = [read_gguf(f) for f in files]
+    shards = [read_gguf(f, number) for number, f in enumerate(files)]
     first = shards[0]
     count = len(files)
     named_split = bool(_SPLIT_RE.match(os.path.basename(files[0])))
     for number, gguf in enumerate(shards):
         if named_split and (count > 1 or "split.count" in gguf.metadata):
-            what = "shard %d of %d" % (number + 1, count)
+            what = f"shard {number + 1} of {count}"
             _split_key(gguf, "split.count", count, what)
             _split_key(gguf, "split.no", number, what + " (split.no is 0-based)")
         elif not named_split:
             claimed = gguf.metadata.get("split.count")
             if claimed not in (None, 0, 1):
                 raise GGUFError(gguf.path, gguf.key_offsets["split.count"],
-                                "split.count is %r but the file name has no -NNNNN-of-MMMMM part, "
-                                "so the other shards cannot be found" % (claimed,))
+                                f"split.count is {claimed!r} but the file name has no -NNNNN-of-MMMMM part, "
+                                "so the other shards cannot be found")
     tensors = []
     names = {}
     warnings = []
-    for number, gguf in enumerate(shards):
+    for gguf in shards:
         warnings.extend(gguf.warnings)
         for t in gguf.tensors:
             if t.name in names:
-                raise GGUFError(gguf.path, t.info_offset, "tensor %r is also in %s" % (t.name, names[t.name]))
+                raise GGUFError(gguf.path, t.info_offset, f"tensor {t.name!r} is also in {names[t.name]}")
             names[t.name] = gguf.path
-            t.file = gguf.path
-            t.shard = number
             tensors.append(t)
     total = first.metadata.get("split.tensors.count")
     if total is not None and count > 1 and total != len(tensors):
         raise GGUFError(first.path, first.key_offsets["split.tensors.count"],
-                        "split.tensors.count is %r but the %d shards hold %d tensors" % (total, count, len(tensors)))
+                        f"split.tensors.count is {total!r} but the {count} shards hold {len(tensors)} tensors")
     architecture = first.metadata.get("general.architecture")
     if not isinstance(architecture, str):
-        warnings.append("%s: no string general.architecture" % first.path)
+        warnings.append(f"{first.path}: no string general.architecture")
         architecture = None
     return GGUFModel(files, shards, first.metadata, tensors, architecture,
                      sum(g.file_size for g in shards), warnings)

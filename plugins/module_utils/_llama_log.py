@@ -5,10 +5,19 @@
 
 Standard library only (runs on target hosts, Python >= 3.9).
 
-The parser reads the log of every llama.cpp era described in the collection's reference
-(``llm_load_tensors:``/``load_tensors:``, the KV prefixes ``llama_kv_cache_init:``, ``init:``,
-``llama_kv_cache_unified:``, ``llama_kv_cache:``, ``overriden``/``overridden`` with or without size,
-ik_llama.cpp's ``Tensor ... overriden`` line, the ``0.00.011.842 D `` prefix, the ``srv  `` component tag).
+The parser reads the log of every llama.cpp era (``llm_load_tensors:``/``load_tensors:``, the KV prefixes
+``llama_kv_cache_init:``, ``init:``, ``llama_kv_cache_unified:``, ``llama_kv_cache:``, ``overriden``/``overridden``
+with or without size, ik_llama.cpp's ``Tensor ... overriden`` line, the ``0.00.011.842 D `` prefix, the ``srv  ``
+component tag). The printf formats are those of llama.cpp's src/llama-model-loader.cpp (``create_tensor``: the
+override line), src/llama-model.cpp (``load_tensors``: model buffers, offloaded layers), src/llama-kv-cache.cpp,
+src/llama-memory-recurrent.cpp and src/llama-context.cpp (KV, RS and compute buffers).
+
+It streams: the log is read ``CHUNK`` characters at a time (a line longer than ``MAX_LINE`` characters is read in
+pieces), bytes that are not UTF-8 are replaced, what it keeps is bounded (``MAX_OVERRIDES`` override lines per
+load, ``MAX_BUFFER_NAMES`` names per buffer table, messages of ``MAX_MESSAGE`` characters), and every regular
+expression runs in time linear in the line, so a log of any size is parsed in linear time and bounded memory.
+Only the lines that hold one of ``_KEYWORDS`` (found with ``str.find`` over a whole chunk) are parsed one by one:
+the per-token lines of a debug log cost next to nothing.
 
 Two things in a log repeat and only the last one counts:
 
@@ -19,10 +28,24 @@ Two things in a log repeat and only the last one counts:
   load block is printed twice. A load starts at ``llama_model_loader: loaded meta data`` or
   ``load_tensors: loading model tensors``; when those INFO lines are hidden, a line that belongs to an earlier
   phase of a load (an override line after a buffer line, a model buffer after a KV/compute buffer) starts one too.
+
+Crashes: ggml/src/ggml.c ``ggml_abort`` prints ``<file>:<line>: <message>`` (``GGML_ABORT``; ``GGML_ASSERT(x)``
+prints ``GGML_ASSERT(x) failed`` as its message) and then ``ggml_print_backtrace`` (gdb's ``#0  0x... in ...``
+frames, or glibc ``backtrace_symbols_fd`` lines ``lib.so(symbol+0x1f)[0x7f...]``); an uncaught C++ exception
+prints ``terminate called after throwing an instance of '...'`` and ``  what():  ...``; the backends print
+``CUDA error: ...``. An exit code given with the log (``exit_code``) of 128 + a signal number, as a container
+runtime or shell reports a process killed by SIGILL (132), SIGABRT (134) or SIGSEGV (139), is a crash too.
 """
 from __future__ import annotations
 
+import io
 import re
+import subprocess
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import matcher
 
 __all__ = [
     "parse_log",
@@ -30,51 +53,61 @@ __all__ = [
     "gpu_model_mib",
     "verify_placement",
     "expected_from_pattern",
+    "expected_from_overrides",
+    "signal_of_exit_code",
+    "parse_command_log",
 ]
+
+MAX_LINE = 1 << 20      # characters of one line parsed at a time (a longer line is read in pieces)
+CHUNK = 1 << 20         # characters read at a time
+MAX_OVERRIDES = 65536   # override lines kept per load (more tensors than any model llama.cpp loads)
+MAX_BUFFER_NAMES = 64   # distinct buffer names kept per table
+MAX_MESSAGE = 512       # characters kept of an error message
+_MAX_WRAPPERS = 8       # nested prefixes removed from one line (a timestamp inside a compose prefix...)
 
 # ANSI colour sequences (--log-colors on, or colourised chat-template diagnostics).
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-# Prefixes that the log picks up on its way to the reader, stripped in this order (each optional):
+_SPACES = re.compile(r"\s*")
+# Prefixes that the log picks up on its way to the reader, removed (each optional, in any order):
 # - a container runtime's timestamp (`docker logs -t`, `podman logs -t`): "2025-08-20T11:41:20.014123456Z ";
 # - journald (`journalctl -u ...`): "Apr 17 23:09:42 athena ollama[2840147]: ";
 # - "ai-llm-1  | " / "ai-llm | " / "[ai-llm] | ": the service prefix of `docker compose logs` / `podman-compose logs`;
-# - "[47161] ": the llama-server router (--models-preset/--models-dir) prefixes every child line with its port.
-_RUNTIME_TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? ")
-_JOURNAL = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@/-]+(?:\[\d+\])?: ")
-_COMPOSE = re.compile(r"^\[?[A-Za-z0-9][\w.-]*\]?\s*\| ?")
-_ROUTER = re.compile(r"^\[\d+\] ")
-# The loader's progress dots ("....") are printed without a newline, so the next line can be glued to them.
-_DOTS = re.compile(r"^\.+")
+# - "[47161] ": the llama-server router (--models-preset/--models-dir) prefixes every child line with its port;
+# - the loader's progress dots ("....") are printed without a newline, so the next line can be glued to them.
+# (Used with .match(line, pos): each is anchored where the previous one ended.)
+_WRAPPERS = (
+    re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? "),
+    re.compile(r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@/-]+(?:\[\d+\])?: "),
+    re.compile(r"\[?[A-Za-z0-9][\w.-]*\]?\s*\| ?"),
+    re.compile(r"\[\d+\] "),
+    re.compile(r"\.+"),
+)
 # Optional "0.00.011.842 D " (timestamp + level letter), or just the level letter, then an optional
 # component tag of the newer common logger ("srv  ", "cmn  ", "slot ", "que  ", "spec ").
 _PREFIX = re.compile(
-    r"^(?:(?P<ts>\d+(?:\.\d+){3}) )?(?:(?P<lvl>[IWEDT]) )?"
+    r"(?:(?P<ts>\d+(?:\.\d+){3}) )?(?:(?P<lvl>[IWEDT]) )?"
     r"(?:(?:srv|cmn|slot|que|spec|main|ctx|res) +(?=\S+:))?"
 )
 
+# Numbers are bounded in length: int() of thousands of digits raises (and a number that long is no number).
 _BUILD = [
     # b10434: "common_params_print_info: build 1 (7e4c0a9) with GNU 11.4.0 for Linux x86_64"
     # older:  "build: 4500 (abc1234) with cc (GCC) for x86_64-linux-gnu" / "main: build = 4500 (abc1234)"
-    re.compile(r"(?:^|\s)build(?::| =)? (?P<num>\d+) \((?P<commit>[0-9a-fA-F]+)\)"),
+    re.compile(r"(?:^|\s)build(?::| =)? (?P<num>\d{1,9}) \((?P<commit>[0-9a-fA-F]{1,40})\)").search,
     # `llama-server --version`: "version: 4500 (abc1234)" and "version: 0.1.0-dev (build 1, commit 7e4c0a9)"
-    re.compile(r"^version: (?P<num>\d+) \((?P<commit>[0-9a-fA-F]+)\)"),
-    re.compile(r"^version: \S+ \(build (?P<num>\d+), commit (?P<commit>[0-9a-fA-F]+)\)"),
-    # the 2024 server (and ik_llama.cpp): 'INFO [main] build info | tid="1" timestamp=1 build=3642 commit="a1b2c3d"'
-    re.compile(r"build info .*\bbuild=(?P<num>\d+) commit=\"?(?P<commit>[0-9a-fA-F]+)"),
+    re.compile(r"version: (?P<num>\d{1,9}) \((?P<commit>[0-9a-fA-F]{1,40})\)").match,
+    re.compile(r"version: \S{1,64} \(build (?P<num>\d{1,9}), commit (?P<commit>[0-9a-fA-F]{1,40})\)").match,
     # /props build_info style "b4500-abc1234" printed as "build_info: b4500-abc1234"
-    re.compile(r"build_info\W+b(?P<num>\d+)-(?P<commit>[0-9a-fA-F]+)"),
+    re.compile(r"build_info\W{1,8}b(?P<num>\d{1,9})-(?P<commit>[0-9a-fA-F]{1,40})").search,
 ]
-_RUN_START = re.compile(
-    r"(?:verbosity = \d+ \(adjust|load_model: loading model '|^main: build = |^system_info: )"
-)
-_LOAD_START = re.compile(
-    r"^(?:llama_model_loader: loaded meta data with"
-    r"|(?:llm_)?load_tensors: loading model tensors)"
-)
+# the 2024 server (and ik_llama.cpp): 'INFO [main] build info | tid="1" timestamp=1 build=3642 commit="a1b2c3d"'
+_BUILD_INFO = re.compile(r"\bbuild=(?P<num>\d{1,9}) commit=\"?(?P<commit>[0-9a-fA-F]{1,40})")
+_VERBOSITY = re.compile(r"verbosity = \d{1,4} \(adjust")
+_RUN_START_AT = ("main: build = ", "system_info: ")
+_LOAD_START_AT = ("llama_model_loader: loaded meta data with", "load_tensors: loading model tensors",
+                  "llm_load_tensors: loading model tensors")
 # DEBUG lines the loader prints in the same function, at the same level, as the override lines.
-_DEBUG_MARKER = re.compile(
-    r"^(?:(?:llm_)?load_tensors: +layer +\d+ assigned to device|create_tensor: loading tensor)"
-)
+_DEBUG_MARKER = re.compile(r"(?:(?:llm_)?load_tensors: +layer +\d+ assigned to device|create_tensor: loading tensor)")
 # "tensor blk.1.ffn_up_exps.weight (0 MiB f32) buffer type overridden to CPU"
 # "tensor blk.1.ffn_up_exps.weight buffer type overriden to CPU"            (before PR #13364)
 # "Tensor blk.1.ffn_up_exps.weight buffer type overriden to CPU"            (ik_llama.cpp, INFO)
@@ -83,273 +116,617 @@ _DEBUG_MARKER = re.compile(
 # several of them on one line ("... overriden to CPUTensor blk.33..."): every match of a line counts.
 _OVERRIDE = re.compile(
     r"[Tt]ensor (?P<tensor>\S+)"
-    r"(?: \((?:(?P<mib>\d+) MiB (?P<type>\w+)|size = (?P<fmib>\d+(?:\.\d+)?) MiB)\))?"
+    r"(?: \((?:(?P<mib>\d{1,12}) MiB (?P<type>\w+)|size = (?P<fmib>\d{1,12}(?:\.\d{1,6})?) MiB)\))?"
     r" buffer type overrid+en to (?P<buffer>\w+?(?:\[[^\]\s]*\])?)(?=[Tt]ensor |\s|$)"
 )
-_OFFLOADED = re.compile(r"offloaded (?P<n>\d+)/(?P<m>\d+) layers to GPU")
-_MODEL_BUF = re.compile(
-    r"^(?:llm_)?load_tensors: +(?P<buf>\S+) +(?:model )?buffer size *= *(?P<mib>[0-9.]+) MiB"
-)
-_KV_BUF = re.compile(r"^[\w.]+: +(?P<buf>\S+) +KV buffer size *= *(?P<mib>[0-9.]+) MiB")
-_RS_BUF = re.compile(r"^[\w.]+: +(?P<buf>\S+) +RS buffer size *= *(?P<mib>[0-9.]+) MiB")
+_OFFLOADED = re.compile(r"offloaded (?P<n>\d{1,9})/(?P<m>\d{1,9}) layers to GPU")
+_NUMBER = r"(?P<mib>\d{1,15}(?:\.\d{1,6})?) MiB"
+_MODEL_BUF = re.compile(r"(?:llm_)?load_tensors: +(?P<buf>\S+) +(?:model )?buffer size *= *" + _NUMBER)
+_KV_BUF = re.compile(r"[\w.]+: +(?P<buf>\S+) +KV buffer size *= *" + _NUMBER)
+_RS_BUF = re.compile(r"[\w.]+: +(?P<buf>\S+) +RS buffer size *= *" + _NUMBER)
 # (the vision projector's clip graph prints "reserve_compute_meta:"/"alloc_compute_meta:" compute lines of its own)
-_COMPUTE_BUF = re.compile(
-    r"^(?!(?:reserve|alloc)_compute_meta:)[\w.]+: +(?P<buf>\S+) +compute buffer size *= *(?P<mib>[0-9.]+) MiB"
-)
-_MMAP_WARN = re.compile(r"tensor overrides to CPU are used with mmap enabled")
-_LOAD_ERRORS = [
-    # most specific first
-    re.compile(r"error loading model: (?P<msg>.+?)\s*$"),
+_COMPUTE_BUF = re.compile(r"(?!(?:reserve|alloc)_compute_meta:)[\w.]+: +(?P<buf>\S+) +compute buffer size *= *"
+                          + _NUMBER)
+_MMAP_WARN = "tensor overrides to CPU are used with mmap enabled"
+# Load errors, most specific first: (phrase that starts the message, kept from there; whether the phrase itself is
+# dropped). The message ends at the end of the line, or at a quote for the 2024 server's JSON lines
+# ('..."msg":"unable to load model","tid":...').
+_LOAD_ERRORS = (
+    # (phrase, the phrase is dropped from the message, the message ends at a double quote)
+    ("error loading model: ", True, False),
     # the context (KV cache, compute buffers) could not be created: "failed to allocate compute pp buffers"
-    re.compile(r"(?P<msg>failed to initialize the context: .+?)\s*$"),
-    re.compile(r"(?P<msg>failed to create context with model.*?)\s*$"),
-    # (up to a quote: the 2024 server's JSON line '..."msg":"unable to load model","tid":...')
-    re.compile(r"(?P<msg>(?:unable|failed) to load model[^\"]*?)\s*(?:\"|$)"),
+    ("failed to initialize the context: ", False, False),
+    ("failed to create context with model", False, False),
+    ("unable to load model", False, True),
+    ("failed to load model", False, True),
     # a bad argument ends the server before any load: 'error while handling argument "-ot": unknown buffer type'
-    re.compile(r"(?P<msg>error while handling argument.*?)\s*$"),
-    re.compile(r"(?P<msg>exiting due to model loading error)"),
-]
+    ("error while handling argument", False, False),
+    ("exiting due to model loading error", False, False),
+)
+_LOAD_ERROR_RANK = {phrase: rank for rank, (phrase, _drop, _json) in enumerate(_LOAD_ERRORS)}
+_LOAD_ERROR_RANK["failed to load model"] = _LOAD_ERROR_RANK["unable to load model"]
 # Allocation failures: not fatal by themselves (llama.cpp retries a compute buffer without pipeline parallelism),
 # but the reason behind a load error that follows them.
-_ALLOC_FAILURES = [
-    re.compile(r"(?P<msg>allocating [0-9.]+ MiB on device \d+: \w+ failed: .+?)\s*$"),
-    re.compile(r"(?P<msg>failed to allocate \S+ buffer of size \d+)"),
-    re.compile(r"ggml_vulkan: (?P<msg>(?:Device memory allocation of size \d+ failed|Requested buffer size exceeds).*?)"
-               r"\s*$"),
-    re.compile(r"(?P<msg>unable to allocate \S+ buffer)"),
-]
-# A fatal error of the running server (during or after the load): the process is gone.
-_CRASH = [
-    re.compile(r"\b(?P<msg>(?:CUDA|ROCm|MUSA|HIP|SYCL) error: .+?)\s*$"),
-    re.compile(r"(?P<msg>GGML_ASSERT\(.+?\) failed)"),
-    re.compile(r"(?P<msg>terminate called after throwing an instance of .+?)\s*$"),
-    re.compile(r"(?P<msg>Segmentation fault|Aborted \(core dumped\)|Killed$)"),
-]
-# The server finished loading and serves: "main: model loaded", "main: server is listening on http://...",
-# "srv  update_slots: all slots are idle"; the 2024 server's 'INFO [main] model loaded | ...' and JSON lines.
-# (The older "HTTP server is listening, hostname: ..." line comes *before* the load and proves nothing.)
-_READY = re.compile(r"(?:\bmodel loaded\b|server is listening on |all slots are idle)")
+# (the message starts at the group "msg"; the first and third run to the end of the line, the others are the match)
+_ALLOC_FAILURES = (
+    (re.compile(r"(?P<msg>allocating [0-9.]{1,24} MiB on device \d{1,4}: \w+ failed: )"), True),
+    (re.compile(r"(?P<msg>failed to allocate \S+ buffer of size \d{1,24})"), False),
+    (re.compile(r"ggml_vulkan: (?P<msg>Device memory allocation of size \d{1,24} failed|Requested buffer size "
+                r"exceeds)"), True),
+    (re.compile(r"(?P<msg>unable to allocate \S+ buffer)"), False),
+)
+# Fatal errors of the running server (during or after the load): the process is gone.
+# ggml/src/ggml.c ggml_abort: "%s:%d: " (file, line) and the message; the file is a source file of ggml or llama.cpp.
+_ABORT_HINT = re.compile(r"\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp|m|mm|metal|comp):\d")
+_ABORT = re.compile(r"(?P<where>[^\s:]{0,400}\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp|m|mm|metal|comp):\d{1,7}): (?P<msg>\S)")
+_GPU_ERROR = re.compile(r"\b(?:CUDA|ROCm|MUSA|HIP|SYCL) error: ")
+# ggml_print_backtrace: gdb's frames and glibc backtrace_symbols_fd lines.
+_BACKTRACE = re.compile(r"(?:#\d{1,4} +0x[0-9a-fA-F]{1,16} in |[^\s()]{1,400}\([\w.]{0,400}\+0x[0-9a-fA-F]{1,16}\) ?"
+                        r"\[0x[0-9a-fA-F]{1,16}\]$)")
+_SHELL_SIGNALS = (("Illegal instruction", 4), ("Aborted", 6), ("Segmentation fault", 11), ("Bus error", 7),
+                  ("Floating point exception", 8))
+# (b10435: "llama_server: model loaded", "llama_server: listening on http://..."; older: "main: server is listening
+# on http://..."; the older "HTTP server is listening, hostname: ..." comes before the load and proves nothing)
+_READY = ("model loaded", "listening on http", "all slots are idle")
+# Every line that a handler of LogParser.feed reads holds one of these (or matches _ABORT_HINT): the build and
+# run-start lines, the loader's lines ("model", "tensor"), buffers, allocation failures, ready lines, load errors
+# ("model", "context", "argument") and every crash form. Other lines are skipped unread.
+_KEYWORDS = ("build", "version: ", "verbosity = ", "system_info: ", "model", "tensor", "buffer", "alloc",
+             "listening on ", "slots are idle", "context", "argument", "error", "terminate called", "what():",
+             "GGML_", "fault", "Abort", "Illegal", "Killed", "exception", "0x", "[Inferior")
+
+# Signals by number (Linux x86-64/arm64 numbering) and what they mean for llama-server, in plain words.
+SIGNALS = {
+    4: ("SIGILL", "an instruction this CPU does not have: the CPU backend was built for a newer CPU "
+                  "(use a build with runtime CPU detection, or build for this CPU)"),
+    6: ("SIGABRT", "llama-server aborted itself (GGML_ABORT, a failed GGML_ASSERT or an uncaught C++ exception)"),
+    7: ("SIGBUS", "a memory-mapped file went away or was truncated while in use (the model file?)"),
+    8: ("SIGFPE", "an arithmetic error (division by zero)"),
+    9: ("SIGKILL", "it was killed, most often by the kernel's or the container's out-of-memory killer"),
+    11: ("SIGSEGV", "a segmentation fault: a bug, or a stack overflow (a very long --override-tensor pattern "
+         "overflows std::regex)"),
+}
 
 # Phases of one load, in the order llama.cpp prints them.
 _PH_NONE, _PH_TENSORS, _PH_MODEL_BUF, _PH_CONTEXT = 0, 1, 2, 3
 
 
-# (line, phase, _State attribute, summed): model/KV/RS lines of one buffer add up (CPU_Mapped is printed once per
+def signal_of_exit_code(exit_code):
+    """The signal number behind an exit code: 128 + N as shells and container runtimes report it, or -N as
+    Python's ``subprocess`` does; ``None`` for a normal exit code (or ``None``)."""
+    if exit_code is None:
+        return None
+    if exit_code < 0:
+        return -exit_code
+    if 128 < exit_code < 160:
+        return exit_code - 128
+    return None
+
+
+def _cap(text):
+    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + "..."
+
+
+def _strip(line):
+    """Return (level letter or None, the message without timestamp/level/component/wrapper prefixes).
+
+    Linear in the line: the prefixes are matched in place (no copies), at most ``_MAX_WRAPPERS`` rounds.
+    """
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    pos = _SPACES.match(line).end()
+    for _round in range(_MAX_WRAPPERS):
+        start = pos
+        for rx in _WRAPPERS:
+            m = rx.match(line, pos)
+            if m and m.end() > pos:
+                pos = _SPACES.match(line, m.end()).end()
+        if pos == start:
+            break
+    m = _PREFIX.match(line, pos)
+    return m.group("lvl"), line[m.end():].rstrip()
+
+
+def _crash_cause(message):
+    """A plain cause for a crash line."""
+    if "GGML_ASSERT(" in message:
+        return "an internal check of llama.cpp failed (GGML_ASSERT): a bug, or input it does not handle"
+    if "Remote RPC server crashed or returned malformed response" in message:
+        return "an RPC server (rpc-server) that llama-server uses as a device died or answered garbage"
+    if _GPU_ERROR.search(message):
+        return "the GPU backend failed (a GPU fault, a driver problem or out of GPU memory)"
+    if message.startswith("terminate called"):
+        return "an uncaught C++ exception ended llama-server"
+    for text, number in _SHELL_SIGNALS:
+        if message.startswith(text):
+            return SIGNALS[number][1]
+    if message == "Killed":
+        return SIGNALS[9][1]
+    return "llama-server aborted (GGML_ABORT)"
+
+
+@dataclass
+class _Load:
+    """What one model load printed."""
+
+    overridden: list = field(default_factory=list)
+    overridden_dropped: int = 0
+    model_buffers: dict = field(default_factory=dict)
+    kv_buffers: dict = field(default_factory=dict)
+    rs_buffers: dict = field(default_factory=dict)
+    compute_buffers: dict = field(default_factory=dict)
+    offloaded: Optional[dict] = None
+    mmap_warning: bool = False
+    debug_marker: bool = False
+    phase: int = _PH_NONE
+    has_content: bool = False
+
+
+@dataclass
+class _Run:
+    """What one server run printed (the last load only, and the run's errors)."""
+
+    build: Optional[str] = None
+    build_number: Optional[int] = None
+    debug_visible: bool = False     # a DEBUG-level line was seen in this run
+    load_errors: dict = field(default_factory=dict)  # rank -> the last message of that rank
+    alloc_failures: list = field(default_factory=list)  # of the current load (the reason of a load error)
+    crash: Optional[str] = None     # the first fatal error of the run
+    crash_cause: Optional[str] = None
+    backtrace: bool = False
+    terminate_pending: bool = False  # "terminate called ..." seen: the next "what():" line says why
+    ready: bool = False             # the run shows the server loaded and serving
+    loads: int = 0                  # loads seen in this run
+    load: _Load = field(default_factory=_Load)
+
+    def has_content(self):
+        return self.load.has_content or bool(self.load_errors) or self.loads > 0 or self.crash is not None
+
+
+# (line, phase, _Load attribute, summed): model/KV/RS lines of one buffer add up (CPU_Mapped is printed once per
 # shard, an iSWA cache prints two KV lines); compute lines are one per backend and reserve: the last one counts.
-_BUFFER_LINES = [
+_BUFFER_LINES = (
     (_MODEL_BUF, _PH_MODEL_BUF, "model_buffers", True),
     (_KV_BUF, _PH_CONTEXT, "kv_buffers", True),
     (_RS_BUF, _PH_CONTEXT, "rs_buffers", True),
     (_COMPUTE_BUF, _PH_CONTEXT, "compute_buffers", False),
-]
+)
 
 
-def _strip(line):
-    """Return (level letter or None, the message without timestamp/level/component prefix)."""
-    line = _ANSI.sub("", line).rstrip("\r\n").lstrip()
-    # the wrappers nest in any order ("ai-llm-1  | 2025-08-20T11:41:20Z ..." with `compose logs -t`)
-    before = None
-    while before != line:
-        before = line
-        for rx in (_RUNTIME_TS, _JOURNAL, _COMPOSE, _ROUTER, _DOTS):
-            line = rx.sub("", line, count=1).lstrip()
-    m = _PREFIX.match(line)
-    return m.group("lvl"), line[m.end():]
+class LogParser:
+    """Feed it lines (``feed``), then ask for the result (``result``): see ``parse_log``."""
 
-
-class _State(object):
     def __init__(self):
-        self.build = None
-        self.build_number = None
-        self.debug_visible = False      # a DEBUG-level line was seen in this run
-        self.load_error_msgs = []
-        self.alloc_failures = []        # allocation failures of the current load (the reason of a load error)
-        self.crash = None               # the first fatal error of the run
-        self.ready = False              # the run shows the server loaded and serving
-        self.loads = 0                  # loads seen in this run
-        self.reset_load()
+        self.runs = 0
+        self.run = _Run()
+        self.seen_text = False
+        self.last_line = ""   # the last line that is not blank (an exit code's crash names it)
 
-    def run_has_content(self):
-        return self.load_content or bool(self.load_error_msgs) or self.loads > 0 or self.crash is not None
+    # -- runs and loads
 
-    def reset_load(self):
-        self.overridden = []
-        self.model_buffers = {}
-        self.kv_buffers = {}
-        self.rs_buffers = {}
-        self.compute_buffers = {}
-        self.offloaded = None
-        self.mmap_warning = False
-        self.load_debug_marker = False
-        self.phase = _PH_NONE
-        self.load_content = False
+    def new_run(self):
+        self.runs += 1
+        self.run = _Run()
+
+    def new_load(self):
+        run = self.run
+        run.loads += 1
+        run.load = _Load()
+        # an error of an earlier (dry-run) load does not describe this one
+        run.load_errors = {}
+        run.alloc_failures = []
+
+    def enter_phase(self, phase):
+        """Start a new load when a line belongs to an earlier phase than what was already seen."""
+        run = self.run
+        if run.loads == 0 or run.load.phase > phase:
+            self.new_load()
+        load = run.load
+        load.phase = max(load.phase, phase)
+        load.has_content = True
+
+    # -- one line
+
+    def feed(self, raw):
+        lvl, msg = _strip(raw)
+        if not msg:
+            return
+        self.seen_text = True
+        self.last_line = raw
+        if self._build(msg) or self._run_start(msg):
+            return
+        run = self.run
+        if lvl == "D":
+            run.debug_visible = True
+        if run.terminate_pending:
+            run.terminate_pending = False
+            if msg.startswith("what():"):
+                run.crash_cause = _cap(f"an uncaught C++ exception ended llama-server: {msg[7:].strip()}")
+                return
+        if msg.startswith(_LOAD_START_AT):
+            if run.load.has_content or run.loads == 0:
+                self.new_load()
+            return
+        if "load_tensors" in msg or "create_tensor" in msg:
+            m = _DEBUG_MARKER.match(msg)
+            if m:
+                if msg.startswith(("load_tensors", "llm_load_tensors")):
+                    self.enter_phase(_PH_TENSORS)
+                run.load.debug_marker = True
+                return
+        if "overrid" in msg and self._overrides(msg):
+            return
+        if _MMAP_WARN in msg:
+            self.enter_phase(_PH_TENSORS)
+            run.load.mmap_warning = True
+            return
+        if "offloaded " in msg:
+            m = _OFFLOADED.search(msg)
+            if m:
+                self.enter_phase(_PH_MODEL_BUF)
+                run.load.offloaded = {"offloaded": int(m.group("n")), "total": int(m.group("m"))}
+                return
+        if "buffer size" in msg and self._buffer(msg):
+            return
+        if any(text in msg for text in _READY):
+            run.ready = True
+            return
+        if self._load_error(msg):
+            return
+        if self._alloc_failure(msg):
+            return
+        self._crash(msg)
+
+    def feed_chunk(self, chunk):
+        """Feed a piece of log made of whole lines: only the lines that hold a keyword are parsed one by one.
+
+        The same result as ``feed`` on every line: the other lines can only show a DEBUG level (looked for between
+        the parsed lines while the run has not shown one) and be the last line of the log.
+        """
+        find = chunk.find
+        starts = set()
+        for keyword in _KEYWORDS:
+            i = find(keyword)
+            while i >= 0:
+                starts.add(chunk.rfind("\n", 0, i) + 1)
+                end = find("\n", i)
+                if end < 0:
+                    break
+                i = find(keyword, end + 1)
+        m = _ABORT_HINT.search(chunk)
+        while m:
+            starts.add(chunk.rfind("\n", 0, m.start()) + 1)
+            end = find("\n", m.end())
+            m = _ABORT_HINT.search(chunk, end + 1) if end >= 0 else None
+        previous = 0
+        for start in sorted(starts):
+            if not self.run.debug_visible and start > previous:
+                self._debug_between(chunk, previous, start)
+            end = find("\n", start)
+            end = len(chunk) if end < 0 else end
+            self.feed(chunk[start:end])
+            previous = end + 1
+        if not self.run.debug_visible and previous < len(chunk):
+            self._debug_between(chunk, previous, len(chunk))
+        end = len(chunk)
+        while end > 0:
+            start = chunk.rfind("\n", 0, end - 1) + 1
+            line = chunk[start:end].strip()
+            if line:
+                self.last_line = line
+                self.seen_text = True
+                break
+            end = start
+
+    def _debug_between(self, chunk, lo, hi):
+        """Whether a line of ``chunk[lo:hi]`` (whole lines of the current run) is at DEBUG level."""
+        i = chunk.find("D ", lo, hi)
+        while i >= 0:
+            if i == lo or chunk[i - 1] in " \n|":
+                start = chunk.rfind("\n", 0, i) + 1
+                end = chunk.find("\n", i, hi)
+                end = hi if end < 0 else end
+                if _strip(chunk[start:end])[0] == "D":
+                    self.run.debug_visible = True
+                    return
+                i = chunk.find("D ", end, hi)
+            else:
+                i = chunk.find("D ", i + 2, hi)
+
+    def _build(self, msg):
+        build = None
+        if "build" in msg or msg.startswith("version: "):
+            for find in _BUILD:
+                m = find(msg)
+                if m:
+                    build = (int(m.group("num")), m.group("commit"))
+                    break
+            if build is None and "build info" in msg:
+                m = _BUILD_INFO.search(msg)
+                if m:
+                    build = (int(m.group("num")), m.group("commit"))
+        if build is None:
+            return False
+        if self.runs == 0 or self.run.has_content():
+            self.new_run()
+        self.run.build_number, self.run.build = build[0], "b%d-%s" % build
+        return True
+
+    def _run_start(self, msg):
+        if not (msg.startswith(_RUN_START_AT) or "load_model: loading model '" in msg
+                or ("verbosity = " in msg and _VERBOSITY.search(msg))):
+            return False
+        if self.runs == 0 or self.run.has_content():
+            self.new_run()   # (a run whose build line is hidden keeps build None, not the previous run's)
+        return True
+
+    def _overrides(self, msg):
+        found = False
+        load = None
+        for m in _OVERRIDE.finditer(msg):
+            if not found:
+                self.enter_phase(_PH_TENSORS)
+                load = self.run.load
+                found = True
+            if len(load.overridden) >= MAX_OVERRIDES:
+                load.overridden_dropped += 1
+                continue
+            mib = m.group("mib") if m.group("mib") is not None else m.group("fmib")
+            load.overridden.append({
+                "tensor": m.group("tensor"),
+                # integer-truncated like llama.cpp's %zu; ik_llama.cpp prints "size = 136.00 MiB"
+                "mib": int(float(mib)) if mib is not None else None,
+                "type": m.group("type"),
+                "buffer": m.group("buffer"),
+            })
+        return found
+
+    def _buffer(self, msg):
+        for rx, phase, table, summed in _BUFFER_LINES:
+            m = rx.match(msg)
+            if m:
+                self.enter_phase(phase)
+                buffers = getattr(self.run.load, table)
+                name = m.group("buf")
+                if name not in buffers and len(buffers) >= MAX_BUFFER_NAMES:
+                    return True
+                mib = float(m.group("mib")) + (buffers.get(name, 0.0) if summed else 0.0)
+                buffers[name] = round(mib, 2)
+                return True
+        return False
+
+    def _load_error(self, msg):
+        if "fit params" in msg:
+            return False
+        for phrase, drop, json in _LOAD_ERRORS:
+            at = msg.find(phrase)
+            if at < 0:
+                continue
+            text = msg[at + len(phrase):] if drop else msg[at:]
+            quote = text.find('"') if json else -1
+            if quote >= 0:
+                text = text[:quote]
+            self.run.load_errors[_LOAD_ERROR_RANK[phrase]] = _cap(text.strip())
+            return True
+        return False
+
+    def _alloc_failure(self, msg):
+        if "alloc" not in msg and "Requested buffer size" not in msg:
+            return False
+        for rx, whole in _ALLOC_FAILURES:
+            m = rx.search(msg)
+            if m:
+                failures = self.run.alloc_failures
+                if len(failures) < 8:
+                    failures.append(_cap(msg[m.start("msg"):].strip() if whole else m.group("msg")))
+                return True
+        return False
+
+    def _crash(self, msg):
+        run = self.run
+        message = None   # the part of the line that says what happened (after "file:line: " for an abort)
+        gpu = _GPU_ERROR.search(msg) if "error: " in msg else None
+        abort = _ABORT.match(msg) if _ABORT_HINT.search(msg) else None
+        if msg.startswith("terminate called"):
+            message = msg
+            run.terminate_pending = True
+        elif gpu:
+            msg = message = msg[gpu.start():]
+        elif abort:
+            message = msg[abort.start("msg"):]
+        elif "GGML_ASSERT(" in msg:
+            msg = message = msg[msg.find("GGML_ASSERT("):]
+        elif msg.startswith(tuple(text for text, _number in _SHELL_SIGNALS)) or msg == "Killed":
+            message = msg
+        elif ("0x" in msg and _BACKTRACE.match(msg)) or msg.startswith("[Inferior 1 (process"):
+            run.backtrace = True
+            if run.crash is None:
+                run.crash, run.crash_cause = _cap(msg), "llama-server printed a backtrace: it aborted"
+            return
+        if message is not None and run.crash is None:
+            run.crash = _cap(msg)
+            run.crash_cause = _crash_cause(message)
+
+    # -- the result
+
+    def result(self, exit_code=None):
+        run = self.run
+        load = run.load
+        load_error = None
+        if run.load_errors:
+            # the most specific kind of message, the last of that kind
+            load_error = run.load_errors[min(run.load_errors)]
+            # with the allocation that failed, when the message does not already say it
+            details = [a for a in run.alloc_failures if a not in load_error]
+            if details:
+                load_error = f"{load_error} ({details[0]})"
+        crash, cause = run.crash, run.crash_cause
+        signal = signal_of_exit_code(exit_code)
+        if signal in SIGNALS:
+            name, meaning = SIGNALS[signal]
+            if crash is None:
+                last = _strip(self.last_line)[1] if self.last_line else ""
+                after = f" after the line: {_cap(last)}" if last else ""
+                crash, cause = f"exit code {exit_code} ({name}){after}", meaning
+            elif name not in (cause or ""):
+                cause = f"{cause} ({name}, exit code {exit_code})"
+        failure = None
+        if crash:
+            failure = f"llama-server died: {crash} ({cause})" if cause else f"llama-server died: {crash}"
+        elif load_error:
+            failure = f"the model failed to load: {load_error}"
+        elif exit_code is not None and not run.ready:
+            failure = f"llama-server exited with code {exit_code} before it was ready"
+        visible = bool(load.overridden) or load.debug_marker or run.debug_visible
+        return {
+            "build": run.build,
+            "build_number": run.build_number,
+            "overridden": load.overridden,
+            "overridden_dropped": load.overridden_dropped,
+            "model_buffers": load.model_buffers,
+            "kv_buffers": load.kv_buffers,
+            "rs_buffers": load.rs_buffers,
+            "compute_buffers": load.compute_buffers,
+            "offloaded_layers": load.offloaded,
+            "mmap_override_warning": load.mmap_warning,
+            "load_error": load_error,
+            "crash": crash,
+            "crash_cause": cause,
+            "backtrace": run.backtrace,
+            "exit_code": exit_code,
+            "failure": failure,
+            "server_ready": run.ready,
+            "per_tensor_lines_visible": visible,
+            "runs": max(self.runs, 1) if self.seen_text else 0,
+            "loads": run.loads,
+        }
 
 
-def parse_log(text):
-    """Parse the text of a llama-server log (stderr, ``podman logs`` or a ``--log-file``).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _clean(text):
+    """``text`` with lone surrogates replaced: Ansible decodes undecodable bytes of a command's output as surrogates
+    (surrogateescape), and refuses a module result that holds one ("Refusing to deserialize an invalid UTF8
+    string")."""
+    if not _SURROGATE.search(text):
+        return text
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raw = text.encode("utf-8", "surrogatepass")
+    return raw.decode("utf-8", "replace")
+
+
+def _pieces(source):
+    """Pieces of the text of ``source`` (universal newlines, bytes that are not UTF-8 replaced)."""
+    if isinstance(source, str):
+        stream = io.StringIO(source, newline=None)
+    elif isinstance(source, (bytes, bytearray)):
+        stream = io.TextIOWrapper(io.BytesIO(source), encoding="utf-8", errors="replace", newline=None)
+    elif hasattr(source, "read"):
+        if isinstance(source, io.TextIOBase):
+            stream = source
+        else:
+            stream = io.TextIOWrapper(source, encoding="utf-8", errors="replace", newline=None)
+    else:  # an iterable of lines
+        for item in source:
+            if isinstance(item, (bytes, bytearray)):
+                item = item.decode("utf-8", "replace")
+            item = _clean(item.replace("\r\n", "\n").replace("\r", "\n"))
+            yield item if item.endswith("\n") else item + "\n"
+        return
+    while True:
+        piece = stream.read(CHUNK)
+        if not piece:
+            return
+        yield _clean(piece)
+
+
+def iter_chunks(source):
+    """The text of ``source`` in chunks of whole lines, each line ended by ``\\n``; a line longer than
+    ``MAX_LINE`` characters comes in pieces. ``source``: a ``str``, ``bytes``, a text or binary file object, or an
+    iterable of lines (``str`` or ``bytes``)."""
+    if source is None:
+        return
+    carry = ""
+    size = 0
+    pending = []
+    for piece in _pieces(source):
+        pending.append(piece)
+        size += len(piece)
+        if size < CHUNK:
+            continue
+        text = carry + "".join(pending)
+        pending, size = [], 0
+        cut = text.rfind("\n") + 1
+        chunk, carry = text[:cut], text[cut:]
+        while len(carry) > MAX_LINE:
+            chunk += carry[:MAX_LINE] + "\n"
+            carry = carry[MAX_LINE:]
+        if chunk:
+            yield chunk
+    text = carry + "".join(pending)
+    while len(text) > MAX_LINE:
+        cut = text.rfind("\n", 0, MAX_LINE) + 1 or MAX_LINE
+        yield text[:cut] if text[cut - 1] == "\n" else text[:cut] + "\n"
+        text = text[cut:]
+    if text:
+        yield text if text.endswith("\n") else text + "\n"
+
+
+def parse_log(source, exit_code=None):
+    """Parse a llama-server log (stderr, ``podman logs`` or a ``--log-file``), streaming.
+
+    ``source``: the text, bytes, a file object or an iterable of lines (see ``iter_chunks``). ``exit_code``: how the
+    process ended when it is known (a container's ``State.ExitCode``); 128 + a signal number (or -N) is a crash.
 
     Returns a dict with ``build`` (``"b<number>-<commit>"`` or None), ``build_number`` (int or None),
     ``overridden`` (list of ``{tensor, mib, type, buffer}``; ``mib``/``type`` None in the old format),
-    ``model_buffers``, ``kv_buffers``, ``rs_buffers``, ``compute_buffers`` (buffer name -> MiB; model, KV and
-    RS lines of the same buffer are summed: ``CPU_Mapped`` is printed once per shard), ``offloaded_layers``
-    (``{offloaded, total}`` or None), ``mmap_override_warning``, ``load_error`` (message or None; with the
-    allocation that failed when the log names one), ``crash`` (the first fatal error of the last run, during or
-    after the load: ``CUDA error: ...``, ``GGML_ASSERT(...) failed``, ``Segmentation fault``...; or None),
-    ``server_ready`` (the last run shows the server loaded and serving; an INFO line, hidden at low verbosity),
-    ``per_tensor_lines_visible``, ``runs`` and ``loads`` (how many of each the text held; only the last
-    load of the last run is reported).
+    ``overridden_dropped`` (override lines past ``MAX_OVERRIDES``, not kept), ``model_buffers``, ``kv_buffers``,
+    ``rs_buffers``, ``compute_buffers`` (buffer name -> MiB; model, KV and RS lines of the same buffer are summed:
+    ``CPU_Mapped`` is printed once per shard), ``offloaded_layers`` (``{offloaded, total}`` or None),
+    ``mmap_override_warning``, ``load_error`` (message or None; with the allocation that failed when the log names
+    one), ``crash`` (the first fatal error of the last run, during or after the load: ``CUDA error: ...``,
+    ``ggml-rpc.cpp:519: Remote RPC server crashed ...``, ``GGML_ASSERT(...) failed``, ``terminate called ...``, a
+    backtrace, ``Segmentation fault``, or ``exit code 139 (SIGSEGV) ...``; or None), ``crash_cause`` (in plain
+    words), ``backtrace`` (a backtrace was printed), ``exit_code`` (as given), ``failure`` (one line: why the run
+    failed, or None), ``server_ready`` (the last run shows the server loaded and serving), ``per_tensor_lines_visible``,
+    ``runs`` and ``loads`` (how many of each the text held; only the last load of the last run is reported).
     """
-    st = _State()
-    runs = 0
+    parser = LogParser()
+    for chunk in iter_chunks(source):
+        parser.feed_chunk(chunk)
+    return parser.result(exit_code)
 
-    def new_run():
-        nonlocal st, runs
-        runs += 1
-        st = _State()
 
-    def new_load():
-        st.loads += 1
-        st.reset_load()
-        # an error of an earlier (dry-run) load does not describe this one
-        st.load_error_msgs = []
-        st.alloc_failures = []
+def parse_command_log(argv, exit_code=None, keep=5):
+    """Run ``argv`` (``podman logs NAME``) and parse its stdout and stderr, merged in one stream, as it comes.
 
-    def enter_phase(phase):
-        """Start a new load when a line belongs to an earlier phase than what was already seen."""
-        if st.loads == 0 or st.phase > phase:
-            new_load()
-        st.phase = max(st.phase, phase)
-        st.load_content = True
-
-    for raw in (text or "").splitlines():
-        lvl, msg = _strip(raw)
-        if not msg.strip():
-            continue
-
-        build = None
-        for rx in _BUILD:
-            m = rx.search(msg)
-            if m:
-                build = (int(m.group("num")), m.group("commit"))
-                break
-        if build is not None:
-            if runs == 0 or st.run_has_content():
-                new_run()
-            st.build_number, st.build = build[0], "b%d-%s" % build
-            continue
-        if _RUN_START.search(msg):
-            if runs == 0 or st.run_has_content():
-                new_run()   # (a run whose build line is hidden keeps build None, not the previous run's)
-            continue
-
-        if lvl == "D":
-            st.debug_visible = True
-
-        if _LOAD_START.search(msg):
-            if st.load_content or st.loads == 0:
-                new_load()
-            continue
-
-        if _DEBUG_MARKER.search(msg):
-            if msg.startswith(("load_tensors", "llm_load_tensors")):
-                enter_phase(_PH_TENSORS)
-            st.load_debug_marker = True
-            continue
-
-        found = list(_OVERRIDE.finditer(msg))
-        if found:
-            enter_phase(_PH_TENSORS)
-            for m in found:
-                mib = m.group("mib") if m.group("mib") is not None else m.group("fmib")
-                st.overridden.append({
-                    "tensor": m.group("tensor"),
-                    # integer-truncated like llama.cpp's %zu; ik_llama.cpp prints "size = 136.00 MiB"
-                    "mib": int(float(mib)) if mib is not None else None,
-                    "type": m.group("type"),
-                    "buffer": m.group("buffer"),
-                })
-            continue
-        if _MMAP_WARN.search(msg):
-            enter_phase(_PH_TENSORS)
-            st.mmap_warning = True
-            continue
-        m = _OFFLOADED.search(msg)
-        if m:
-            enter_phase(_PH_MODEL_BUF)
-            st.offloaded = {"offloaded": int(m.group("n")), "total": int(m.group("m"))}
-            continue
-        m = None
-        for rx, phase, table, summed in _BUFFER_LINES:
-            m = rx.search(msg)
-            if m:
-                enter_phase(phase)
-                buffers = getattr(st, table)
-                mib = float(m.group("mib")) + (buffers.get(m.group("buf"), 0.0) if summed else 0.0)
-                buffers[m.group("buf")] = round(mib, 2)
-                break
-        if m:
-            continue
-        if _READY.search(msg):
-            st.ready = True
-            continue
-        matched = False
-        for i, rx in enumerate(_LOAD_ERRORS):
-            m = rx.search(msg)
-            if m and "fit params" not in msg:
-                st.load_error_msgs.append((i, m.group("msg")))
-                matched = True
-                break
-        if matched:
-            continue
-        for rx in _ALLOC_FAILURES:
-            m = rx.search(msg)
-            if m:
-                st.alloc_failures.append(m.group("msg"))
-                break
-        else:
-            for rx in _CRASH:
-                m = rx.search(msg)
-                if m and st.crash is None:
-                    st.crash = m.group("msg")
-                    break
-
-    load_error = None
-    if st.load_error_msgs:
-        # the most specific kind of message, the last of that kind
-        best = min(kind for kind, _msg in st.load_error_msgs)
-        load_error = [text for kind, text in st.load_error_msgs if kind == best][-1]
-        # with the allocation that failed, when the message does not already say it
-        details = [a for a in st.alloc_failures if a not in load_error]
-        if details:
-            load_error = "%s (%s)" % (load_error, details[0])
-
-    visible = bool(st.overridden) or st.load_debug_marker or st.debug_visible
-    return {
-        "build": st.build,
-        "build_number": st.build_number,
-        "overridden": st.overridden,
-        "model_buffers": st.model_buffers,
-        "kv_buffers": st.kv_buffers,
-        "rs_buffers": st.rs_buffers,
-        "compute_buffers": st.compute_buffers,
-        "offloaded_layers": st.offloaded,
-        "mmap_override_warning": st.mmap_warning,
-        "load_error": load_error,
-        "crash": st.crash,
-        "server_ready": st.ready,
-        "per_tensor_lines_visible": visible,
-        "runs": max(runs, 1) if (text or "").strip() else 0,
-        "loads": st.loads,
-    }
+    Returns ``(parsed, return code, the last keep lines)``: the lines say why, when the command failed. Memory
+    stays bounded whatever the size of the log; bytes that are not UTF-8 are replaced.
+    """
+    parser = LogParser()
+    tail = deque(maxlen=keep)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # pylint: disable=consider-using-with
+                            stderr=subprocess.STDOUT)
+    try:
+        for chunk in iter_chunks(proc.stdout):
+            parser.feed_chunk(chunk)
+            tail.extend(_cap(line) for line in chunk[-keep * MAX_MESSAGE:].splitlines()[-keep:] if line.strip())
+    finally:
+        proc.stdout.close()
+        rc = proc.wait()
+    return parser.result(exit_code), rc, list(tail)
 
 
 # Host-side buffer types: everything else (CUDA0, Vulkan0, ROCm0, Metal, SYCL0, CUDA_Split, RPC[...]) is a device.
-_HOST_BUFFER = re.compile(r"^(?:CPU.*|.*_Host|AMX|BLAS|KLEIDIAI.*)$", re.IGNORECASE)
+_HOST_BUFFER = re.compile(r"(?:CPU.*|.*_Host|AMX|BLAS|KLEIDIAI.*)", re.IGNORECASE)
 
 
 def is_device_buffer(name):
     """True for a GPU/accelerator buffer name (``CUDA0``, ``Vulkan0``, ``ROCm1``, ``Metal``...)."""
-    return not _HOST_BUFFER.match(name)
+    return not _HOST_BUFFER.fullmatch(name)
 
 
 def gpu_model_mib(parsed):
@@ -361,23 +738,103 @@ def gpu_model_mib(parsed):
 
 
 def expected_from_pattern(pattern, all_names):
-    """The names among ``all_names`` that ``re.search(pattern, name)`` matches (how ``-ot`` selects)."""
-    rx = re.compile(pattern)
-    return [n for n in all_names if rx.search(n)]
+    """The names among ``all_names`` that llama.cpp's ``std::regex_search(name, std::regex(pattern))`` finds.
+
+    Raises ``PatternError`` when Python cannot read the pattern as ECMAScript does.
+    """
+    found = matcher(pattern)
+    return [n for n in all_names if found(n)]
 
 
-def verify_placement(parsed, expected=None, expect_gpu_model_mib=None,
-                     tolerance_mib=1.0, tolerance_pct=1.0):
+def expected_from_overrides(overrides, all_names):
+    """Buffer -> names: where a list of ``-ot`` items (``"PATTERN=BUFFER"``, in the order llama-server gets them)
+    sends each tensor. As in src/llama-model-loader.cpp ``create_tensor``, the first item whose pattern matches a
+    tensor decides its buffer; a tensor that no pattern matches is not overridden.
+
+    Raises ``ValueError`` for an item without ``=`` and ``PatternError`` for a pattern Python cannot read alike.
+    """
+    items = []
+    for item in overrides:
+        pattern, sep, buffer = item.partition("=")
+        if not sep or not pattern or not buffer:
+            raise ValueError(f"override {item!r} is not PATTERN=BUFFER")
+        items.append((matcher(pattern), buffer))
+    result = {}
+    for name in all_names:
+        for found, buffer in items:
+            if found(name):
+                result.setdefault(buffer, []).append(name)
+                break
+    return result
+
+
+def _device(buffer):
+    """A device buffer name without the endpoint an RPC device adds: ``RPC0[127.0.0.1:50052]`` -> ``RPC0``."""
+    at = buffer.find("[")
+    return buffer[:at] if at > 0 and buffer.endswith("]") else buffer
+
+
+def _host_key(buffer):
+    """``host`` for any host buffer, else the device (``CUDA1``, ``RPC0``) a tensor or buffer belongs to."""
+    return "host" if not is_device_buffer(buffer) else _device(buffer)
+
+
+def _logged_value(logged, name):
+    """The logged figure of ``name``: its own line, or the one line of that device with an endpoint."""
+    if name in logged:
+        return logged[name]
+    same = [v for k, v in logged.items() if _device(k) == _device(name)]
+    return same[0] if len(same) == 1 else None
+
+
+def _compare_buffers(what, logged, expected, tolerance, at_most=False):
+    """Checks of logged buffers (name -> MiB) against expected ones: a list of check dicts."""
+    checks = []
+    for name in sorted(expected):
+        want = float(expected[name])
+        got = _logged_value(logged, name)
+        if got is None:
+            ok, note = False, "not in the log"
+        elif at_most:
+            ok, note = got <= want + tolerance + 1e-9, f"at most {want:.2f}"
+        else:
+            ok, note = abs(got - want) <= tolerance + 1e-9, f"{want:.2f} +/- {tolerance:g}"
+        checks.append({"check": f"{what} {name}", "expected": round(want, 2), "logged": got, "ok": ok,
+                       "note": note})
+    return checks
+
+
+def _check_text(check):
+    logged = "absent" if check["logged"] is None else f"{check['logged']:.2f} MiB"
+    return f"{check['check']}: {logged}, expected {check['note']} MiB"
+
+
+def verify_placement(parsed, expected=None, expect_gpu_model_mib=None, tolerance_mib=1.0, tolerance_pct=1.0, *,
+                     expect_overrides=None, expect_model_buffers=None, expect_kv_buffers=None,
+                     expect_rs_buffers=None, expect_compute_buffers=None, expect_offloaded_layers=None,
+                     buffer_tolerance_mib=0.01, require_ready=False):
     """Decide whether the parsed log proves the expected placement.
 
-    ``expected`` is the list of tensor names that must have been overridden to a host buffer (None when
-    no tensor expectation is given). With the per-tensor lines visible the log must list exactly those
-    tensors. When they are hidden by the log's verbosity the device model buffer is compared with
-    ``expect_gpu_model_mib`` within ``max(tolerance_mib, expect_gpu_model_mib * tolerance_pct / 100)``.
-    Without either evidence the result is never verified.
+    Placement, by the first evidence the log and the expectations allow:
 
-    Returns ``verified`` (bool), ``evidence`` (``per_tensor``, ``buffers`` or ``none``), ``missing``,
-    ``unexpected`` (sorted names; empty lists without per-tensor evidence), ``gpu_model_mib``,
+    * ``per_tensor``: with the per-tensor lines visible, the log must list exactly the expected overrides:
+      ``expected`` (names that must go to a host buffer: ``CPU``, ``CPU_REPACK``, ``CUDA_Host``, ``AMX``...) and
+      ``expect_overrides`` (buffer -> names; ``CPU`` stands for any host buffer, another key such as ``CUDA1``
+      for that device). Overrides to a device no expectation names are listed but neither missing nor unexpected;
+    * ``device_buffers``: otherwise (the default verbosity hides those lines) every device's model buffer against
+      ``expect_model_buffers`` (device -> MiB) within ``buffer_tolerance_mib``, and no other device buffer;
+    * ``buffers``: otherwise the sum of the device model buffers against ``expect_gpu_model_mib`` within
+      ``max(tolerance_mib, expect_gpu_model_mib * tolerance_pct / 100)``.
+
+    Every other expectation given is checked too: ``expect_model_buffers`` also with per-tensor evidence,
+    ``expect_kv_buffers`` and ``expect_rs_buffers`` (equal within ``buffer_tolerance_mib``),
+    ``expect_compute_buffers`` (at most: the plan's compute figure is an upper bound) and
+    ``expect_offloaded_layers`` (the N of ``offloaded N/M layers``). Never verified after a load error, a crash,
+    an exit before the server was ready, without the ready line when ``require_ready``, or without evidence.
+
+    Returns ``verified`` (bool), ``evidence`` (``per_tensor``, ``device_buffers``, ``buffers`` or ``none``),
+    ``missing``, ``unexpected`` (sorted names; empty lists without per-tensor evidence), ``checks`` (one dict per
+    buffer or layer check: ``check``, ``expected``, ``logged``, ``ok``, ``note``), ``gpu_model_mib``,
     ``gpu_model_tolerance_mib`` and ``msg``.
     """
     res = {
@@ -385,67 +842,161 @@ def verify_placement(parsed, expected=None, expect_gpu_model_mib=None,
         "evidence": "none",
         "missing": [],
         "unexpected": [],
+        "checks": [],
         "gpu_model_mib": gpu_model_mib(parsed),
         "gpu_model_tolerance_mib": None,
         "msg": "",
     }
     if parsed.get("load_error"):
-        res["msg"] = "the model failed to load: %s" % parsed["load_error"]
+        res["msg"] = f"the model failed to load: {parsed['load_error']}"
         return res
     if parsed.get("crash"):
-        res["msg"] = "llama-server died: %s" % parsed["crash"]
+        cause = parsed.get("crash_cause")
+        res["msg"] = f"llama-server died: {parsed['crash']}" + (f" ({cause})" if cause else "")
         return res
-    if expected is None and expect_gpu_model_mib is None:
-        res["msg"] = "no expectation given, nothing verified: %d tensors overridden, GPU model buffer %s MiB" % (
-            len(parsed.get("overridden") or []), res["gpu_model_mib"])
+    if parsed.get("exit_code") is not None and not parsed.get("server_ready"):
+        res["msg"] = f"llama-server exited with code {parsed['exit_code']} before the log shows it ready"
         return res
-
-    if expected is not None and parsed.get("per_tensor_lines_visible"):
-        overridden = parsed.get("overridden") or []
-        # only an override to a host buffer moves a tensor off the GPUs: "-ot ...=CUDA1" pins it to another device
-        moved = [o["tensor"] for o in overridden if not is_device_buffer(o["buffer"])]
-        on_device = dict((o["tensor"], o["buffer"]) for o in overridden if is_device_buffer(o["buffer"]))
-        moved_set, exp_set = set(moved), set(expected)
-        res["evidence"] = "per_tensor"
-        res["missing"] = sorted(exp_set - moved_set)
-        res["unexpected"] = sorted(moved_set - exp_set)
-        res["verified"] = not res["missing"] and not res["unexpected"]
-        if res["verified"]:
-            res["msg"] = "the log shows exactly the %d expected tensors overridden to host memory" % len(exp_set)
-            if on_device:
-                res["msg"] += " (and %d tensors pinned to devices: %s)" % (
-                    len(on_device), ", ".join(sorted(set(on_device.values()))))
-        else:
-            parts = []
-            if not overridden:
-                parts.append("the log shows no overridden tensor (the pattern matched nothing?)")
-            elif not moved:
-                parts.append("the log shows no tensor overridden to host memory, only to devices")
-            if res["missing"]:
-                named = ["%s (to %s)" % (n, on_device[n]) if n in on_device else n for n in res["missing"]]
-                parts.append("%d expected tensors not overridden to host memory: %s"
-                             % (len(res["missing"]), ", ".join(named)))
-            if res["unexpected"]:
-                parts.append("%d unexpected tensors overridden: %s"
-                             % (len(res["unexpected"]), ", ".join(res["unexpected"])))
-            res["msg"] = "; ".join(parts)
-        return res
-
-    hidden = ""
+    wanted = {}
     if expected is not None:
-        hidden = "the log's verbosity hides the per-tensor override lines (use -lv 5 or -v); "
-    if expect_gpu_model_mib is None:
-        res["msg"] = hidden + "no expected GPU model buffer given to fall back on: not verified"
+        wanted["host"] = set(expected)
+    for buffer, names in (expect_overrides or {}).items():
+        wanted.setdefault(_host_key(buffer), set()).update(names)
+    has_tensor_expectation = expected is not None or expect_overrides is not None
+    others = {"expect_model_buffers": expect_model_buffers, "expect_kv_buffers": expect_kv_buffers,
+              "expect_rs_buffers": expect_rs_buffers, "expect_compute_buffers": expect_compute_buffers,
+              "expect_offloaded_layers": expect_offloaded_layers}
+    if not has_tensor_expectation and expect_gpu_model_mib is None and all(v is None for v in others.values()):
+        res["msg"] = (f"no expectation given, nothing verified: {len(parsed.get('overridden') or [])} tensors "
+                      f"overridden, GPU model buffer {res['gpu_model_mib']} MiB")
         return res
+    if require_ready and not parsed.get("server_ready"):
+        res["msg"] = ("the log does not show the server ready (no 'model loaded', 'listening on http' or "
+                      "'all slots are idle' line): not verified")
+        return res
+
+    tol = float(buffer_tolerance_mib)
+    checks = []
+    if expect_model_buffers is not None:
+        logged = dict(parsed.get("model_buffers") or {})
+        checks += _compare_buffers("model buffer", logged, expect_model_buffers, tol)
+        planned = {_device(name) for name in expect_model_buffers}
+        for name in sorted(logged):
+            if is_device_buffer(name) and name not in expect_model_buffers and _device(name) not in planned:
+                checks.append({"check": f"model buffer {name}", "expected": None, "logged": logged[name],
+                               "ok": False, "note": "no buffer (the plan puts nothing on this device):"})
+    if expect_kv_buffers is not None:
+        checks += _compare_buffers("KV buffer", parsed.get("kv_buffers") or {}, expect_kv_buffers, tol)
+    if expect_rs_buffers is not None:
+        checks += _compare_buffers("RS buffer", parsed.get("rs_buffers") or {}, expect_rs_buffers, tol)
+    if expect_compute_buffers is not None:
+        checks += _compare_buffers("compute buffer", parsed.get("compute_buffers") or {}, expect_compute_buffers,
+                                   tol, at_most=True)
+    if expect_offloaded_layers is not None:
+        logged = (parsed.get("offloaded_layers") or {}).get("offloaded")
+        checks.append({"check": "offloaded layers", "expected": int(expect_offloaded_layers), "logged": logged,
+                       "ok": logged == int(expect_offloaded_layers), "note": str(int(expect_offloaded_layers))})
+    res["checks"] = checks
+    failed_checks = [c for c in checks if not c["ok"]]
+    check_msgs = []
+    for c in failed_checks:
+        if c["expected"] is None:
+            check_msgs.append(f"{c['check']}: {c['logged']:.2f} MiB in the log, but the plan puts nothing there")
+        elif c["check"] == "offloaded layers":
+            check_msgs.append(f"offloaded layers: {c['logged']}, expected {c['expected']}")
+        else:
+            check_msgs.append(_check_text(c))
+
+    placement_ok, placement_msg = _placement(parsed, res, wanted, has_tensor_expectation, expect_model_buffers,
+                                             expect_gpu_model_mib, tolerance_mib, tolerance_pct, failed_checks)
+    res["verified"] = placement_ok and not failed_checks
+    parts = [placement_msg] if placement_msg else []
+    parts += check_msgs
+    if res["verified"] and checks:
+        parts.append(f"{len(checks)} buffer and layer checks match")
+    res["msg"] = "; ".join(parts)
+    return res
+
+
+def _placement(parsed, res, wanted, has_tensor_expectation, expect_model_buffers, expect_gpu_model_mib,
+               tolerance_mib, tolerance_pct, failed_checks):
+    """The placement proof (see ``verify_placement``): (ok, message); fills ``evidence``, ``missing``..."""
+    if has_tensor_expectation and parsed.get("per_tensor_lines_visible"):
+        return _per_tensor(parsed, res, wanted)
+    hidden = ""
+    if has_tensor_expectation:
+        hidden = "the log's verbosity hides the per-tensor override lines (use -lv 5 or -v); "
+    if expect_model_buffers is not None:
+        if not parsed.get("model_buffers"):
+            return False, hidden + "and the log has no model buffer lines either (verbosity too low?): not verified"
+        res["evidence"] = "device_buffers"
+        bad = [c for c in failed_checks if c["check"].startswith("model buffer")]
+        if bad:
+            return False, hidden + "the per-device model buffers do not match the plan"
+        return True, hidden + (f"the model buffers of {len(expect_model_buffers)} device(s) match the plan "
+                               "(per-device buffer evidence)")
+    if expect_gpu_model_mib is None:
+        if has_tensor_expectation:
+            return False, hidden + "no expected GPU model buffer given to fall back on: not verified"
+        return True, ""
     gpu = res["gpu_model_mib"]
     if gpu is None:
-        res["msg"] = hidden + "and the log has no model buffer lines either (verbosity too low?): not verified"
-        return res
+        return False, hidden + "and the log has no model buffer lines either (verbosity too low?): not verified"
     tol = max(float(tolerance_mib), abs(float(expect_gpu_model_mib)) * float(tolerance_pct) / 100.0)
     res["gpu_model_tolerance_mib"] = round(tol, 2)
     res["evidence"] = "buffers"
-    diff = gpu - float(expect_gpu_model_mib)
-    res["verified"] = abs(diff) <= tol
-    res["msg"] = "%sGPU model buffer %.2f MiB, expected %.2f MiB +/- %.2f MiB: %s" % (
-        hidden, gpu, float(expect_gpu_model_mib), tol, "match" if res["verified"] else "MISMATCH")
-    return res
+    ok = abs(gpu - float(expect_gpu_model_mib)) <= tol
+    return ok, (f"{hidden}GPU model buffer {gpu:.2f} MiB, expected {float(expect_gpu_model_mib):.2f} MiB "
+                f"+/- {tol:.2f} MiB: {'match' if ok else 'MISMATCH'}")
+
+
+def _per_tensor(parsed, res, wanted):
+    overridden = parsed.get("overridden") or []
+    res["evidence"] = "per_tensor"
+    if parsed.get("overridden_dropped"):
+        return False, (f"the log holds more than {MAX_OVERRIDES} override lines ({parsed['overridden_dropped']} not "
+                       "kept): not verified")
+    # where the log says each tensor went: "host" for any host buffer, else the device buffer's name
+    went = {}
+    for o in overridden:
+        went.setdefault(o["tensor"], o["buffer"])
+    on_host = {t for t, b in went.items() if not is_device_buffer(b)}
+    expected_anywhere = set().union(*wanted.values()) if wanted else set()
+    missing, unexpected = set(), set()
+    for key, names in wanted.items():
+        for name in names:
+            buffer = went.get(name)
+            if buffer is None or _host_key(buffer) != key:
+                missing.add(name)
+    unexpected |= on_host - wanted.get("host", set())
+    for t, b in went.items():
+        key = _host_key(b)
+        if key != "host" and key in wanted and t not in wanted[key]:
+            unexpected.add(t)
+    res["missing"] = sorted(missing)
+    res["unexpected"] = sorted(unexpected)
+    if not missing and not unexpected:
+        pinned = {t: b for t, b in went.items() if is_device_buffer(b)}
+        parts = []
+        if "host" in wanted:
+            parts.append(f"exactly the {len(wanted['host'])} expected tensors overridden to host memory")
+        for key in sorted(k for k in wanted if k != "host"):
+            parts.append(f"exactly the {len(wanted[key])} expected tensors overridden to {key}")
+        msg = "the log shows " + " and ".join(parts) if parts else "the log shows the expected overrides"
+        others = sorted({b for t, b in pinned.items() if t not in expected_anywhere})
+        if others:
+            msg += f" (and {sum(1 for t in pinned if t not in expected_anywhere)} tensors pinned to devices: " \
+                   f"{', '.join(others)})"
+        return True, msg
+    parts = []
+    if not overridden:
+        parts.append("the log shows no overridden tensor (the pattern matched nothing?)")
+    elif "host" in wanted and not on_host:
+        parts.append("the log shows no tensor overridden to host memory, only to devices")
+    if missing:
+        named = [f"{n} (to {went[n]})" if n in went else n for n in res["missing"]]
+        where = "host memory" if set(wanted) == {"host"} else "their expected buffers"
+        parts.append(f"{len(missing)} expected tensors not overridden to {where}: {', '.join(named)}")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected tensors overridden: {', '.join(res['unexpected'])}")
+    return False, "; ".join(parts)

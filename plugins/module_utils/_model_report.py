@@ -4,11 +4,10 @@ Runs on target hosts: standard library only, Python >= 3.9.
 """
 from __future__ import annotations
 
-import re
-
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (
     check_pattern,
     expert_pattern,
+    matcher,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import block_index
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_summary import summarize
@@ -22,7 +21,8 @@ def describe(model, tensors="experts", pattern=None):
     layout = classify_model(model.architecture, model.metadata, model.tensors)
     names = [t.name for t in model.tensors]
     offload = expert_pattern(names, layout.expert_tensors)
-    matches = sorted(n for n in names if re.search(offload, n)) if offload else []
+    found = matcher(offload) if offload else None
+    matches = sorted(n for n in names if found(n)) if found else []
     moe_blocks = len(layout.expert_tensors_by_block)
     if layout.expert_tensors:
         msg = "%s: %d routed-expert tensors (%.2f GiB) in %d MoE blocks; offload pattern %s" % (

@@ -15,6 +15,7 @@ old per-expert layout ``blk.N.ffn_{gate,up,down}.E.weight``.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import BLOCK_RE, MAX_BLOCKS, block_index
 
@@ -33,8 +34,9 @@ TENSOR_CLASSES = (
 
 BLOCK_KINDS = ("attention", "recurrent", "moe", "dense_ffn")
 
-# Architectures whose block kinds are defined by per-layer metadata arrays (llama.cpp reads
-# head_count_kv[i] and feed_forward_length[i] for them): see the reference, section 3.
+# Architectures whose block kinds are defined by per-layer metadata arrays: llama.cpp's
+# src/llama-model.cpp load_hparams (LLM_ARCH_NEMOTRON_H, LLM_ARCH_NEMOTRON_H_MOE) sets
+# recurrent_layer_arr[i] = (n_head_kv(i) == 0 && n_ff(i) == 0).
 METADATA_KIND_ARCHS = ("nemotron_h", "nemotron_h_moe")
 # Stacked routed experts (weights, biases, scales...) and the old one-tensor-per-expert layout.
 _ROUTED_RE = re.compile(r"^ffn_(gate|up|down|gate_up)_(ch)?exps(\.|$)|^ffn_(gate|up|down)\.[0-9]+\.")
@@ -82,32 +84,32 @@ def classify_tensor(name):
     return "other"
 
 
+@dataclass(frozen=True)
 class ModelLayout:
-    """What a model is made of: see ``classify_model``."""
+    """What a model is made of (built by ``classify_model``).
 
-    def __init__(self, architecture, block_count, block_kinds, tensor_class, bytes_by_class,
-                 expert_count, expert_used_count, expert_shared_count, warnings):
-        self.architecture = architecture
-        self.block_count = block_count
-        self.block_kinds = block_kinds
-        self.layer_kinds = dict(
-            (kind, [b for b in sorted(block_kinds) if kind in block_kinds[b]]) for kind in BLOCK_KINDS)
-        self.tensor_class = tensor_class
-        self.bytes_by_class = bytes_by_class
-        self.total_bytes = sum(bytes_by_class.values())
-        self.expert_tensors = sorted(n for n, c in tensor_class.items() if c == "routed_experts")
-        by_block = {}
-        for name in self.expert_tensors:
-            by_block.setdefault(block_index(name), []).append(name)
-        self.expert_tensors_by_block = by_block
-        self.expert_count = expert_count
-        self.expert_used_count = expert_used_count
-        self.expert_shared_count = expert_shared_count
-        self.warnings = warnings
+    ``block_kinds``: block -> sorted kinds; ``layer_kinds``: kind -> sorted blocks of that kind (every kind of
+    ``BLOCK_KINDS`` is a key); ``tensor_class``: name -> class; ``bytes_by_class``: class -> bytes (every class
+    of ``TENSOR_CLASSES``); ``expert_tensors``: sorted routed-expert names; ``expert_tensors_by_block``:
+    block -> sorted routed-expert names.
+    """
+
+    architecture: str
+    block_count: int
+    block_kinds: dict
+    layer_kinds: dict
+    tensor_class: dict
+    bytes_by_class: dict
+    total_bytes: int
+    expert_tensors: list
+    expert_tensors_by_block: dict
+    expert_count: int
+    expert_used_count: int
+    expert_shared_count: int
+    warnings: list = field(default_factory=list)
 
     def __repr__(self):
-        return "ModelLayout(%r, blocks=%d, experts=%d tensors)" % (
-            self.architecture, self.block_count, len(self.expert_tensors))
+        return f"ModelLayout({self.architecture!r}, blocks={self.block_count}, experts={len(self.expert_tensors)} tensors)"
 
 
 def _int_value(value, default=0):
@@ -185,8 +187,8 @@ def classify_model(architecture, metadata, tensors):
         if cls == "routed_experts" and len(shape) >= 3 and not stacked_experts:
             stacked_experts = shape[2]
     if unknown_size:
-        warnings.append("%d tensor(s) of unknown size counted as 0 bytes: %s" % (
-            len(unknown_size), ", ".join(unknown_size[:5]) + (", ..." if len(unknown_size) > 5 else "")))
+        listed = ", ".join(unknown_size[:5]) + (", ..." if len(unknown_size) > 5 else "")
+        warnings.append(f"{len(unknown_size)} tensor(s) of unknown size counted as 0 bytes: {listed}")
 
     block_count = _int_value(metadata.get(arch + ".block_count"), -1)
     tensor_blocks = max(classes_by_block) + 1 if classes_by_block else 0
@@ -233,5 +235,13 @@ def classify_model(architecture, metadata, tensors):
             kinds = _kinds_from_tensors(classes_in_block)
         block_kinds[block] = sorted(kinds)
 
-    return ModelLayout(arch, block_count, block_kinds, tensor_class, bytes_by_class,
-                       expert_count, expert_used_count, expert_shared_count, warnings)
+    expert_tensors = sorted(n for n, c in tensor_class.items() if c == "routed_experts")
+    by_block = {}
+    for name in expert_tensors:
+        by_block.setdefault(block_index(name), []).append(name)
+    return ModelLayout(
+        architecture=arch, block_count=block_count, block_kinds=block_kinds,
+        layer_kinds={kind: [b for b in sorted(block_kinds) if kind in block_kinds[b]] for kind in BLOCK_KINDS},
+        tensor_class=tensor_class, bytes_by_class=bytes_by_class, total_bytes=sum(bytes_by_class.values()),
+        expert_tensors=expert_tensors, expert_tensors_by_block=by_block, expert_count=expert_count,
+        expert_used_count=expert_used_count, expert_shared_count=expert_shared_count, warnings=warnings)

@@ -18,13 +18,21 @@ description:
     token embedding, output, norm, other) and every block (attention, recurrent, MoE, dense FFN).
   - Returns RV(offload_pattern), the most readable regular expression for C(llama-server --override-tensor)
     (C(-ot PATTERN=CPU)) that matches exactly the routed-expert tensors, weights and biases, of all shards and
-    nothing else. The pattern is tried against every tensor name before it is returned; it holds neither
-    V(,) nor V(=) (llama.cpp splits on them) and reads the same in Python and ECMAScript C(std::regex).
+    nothing else. The pattern is tried against every tensor name before it is returned, read as llama.cpp's
+    ECMAScript C(std::regex_search) reads it (bytes; C(.) does not match a line end, C($) only the end).
+  - The pattern passes the same deployment check as a pattern of your own (O(pattern)) - it holds neither V(,)
+    nor V(=) (llama.cpp splits on them), no quote, backtick, V(${), double backslash, control character or
+    character outside ASCII (a tensor name that holds one is matched with C(\xHH) escapes), and it is at most
+    16384 bytes long (llama-server's C(std::regex) crashes on patterns from about 31 KB). When no such pattern
+    matches exactly the experts (only crafted tensor names get there), the module fails and says why.
   - A dense model (no routed experts) gets an empty RV(offload_pattern) and a RV(msg) saying that there is
     nothing to offload.
   - With O(pattern), checks a pattern of your own the same way and says which experts it moves, which it misses
     and which other tensors (router, shared experts, attention...) it would move as well.
-  - A malformed file fails with a message naming the file, the byte offset and the reason.
+  - A malformed file fails with a message naming the file, the byte offset and the reason. So does a tensor of a
+    ggml type that ggml removed (such as 4, C(Q4_2)), which llama.cpp refuses to load.
+  - The time taken depends on the bytes the header holds, not on the size of the files - a sparse file of 64 GiB
+    whose header is a few KB is read in milliseconds.
 author:
   - ai_llm maintainers (@ai-llm)
 options:
@@ -43,7 +51,8 @@ options:
   pattern:
     description:
       - A regular expression to check, as it would be given to C(-ot PATTERN=CPU) (without V(=CPU)).
-      - The result is in RV(pattern_check).
+      - The result is in RV(pattern_check). A pattern that cannot be deployed as it is (see the description) is
+        reported as unusable, with the reason.
     type: str
 extends_documentation_fragment:
   - ai_llm.moe_offload.info_module
@@ -245,7 +254,8 @@ pattern_check:
       type: list
       elements: dict
     verdict:
-      description: The result in plain words; for an unusable pattern (invalid, or holding V(,) or V(=)) the reason.
+      description: The result in plain words; for an unusable pattern (invalid, holding V(,), V(=) or a quote,
+        too long...) the reason.
       type: str
   sample: {"pattern": "exp", "ok": false, "matched": ["blk.1.ffn_down_exps.weight"], "missed": [],
            "non_expert": [{"tensor": "blk.1.exp_probs_b.bias", "class": "router"}],
@@ -258,6 +268,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import PatternError
 
 
 def main():
@@ -272,15 +283,18 @@ def main():
     path = module.params["path"]
     if not os.path.exists(path):
         if os.path.lexists(path):
-            module.fail_json(msg="%s: a broken symbolic link or a symlink loop" % path, changed=False)
-        module.fail_json(msg="%s: no such file" % path, changed=False)
+            module.fail_json(msg=f"{path}: a broken symbolic link or a symlink loop", changed=False)
+        module.fail_json(msg=f"{path}: no such file", changed=False)
     if os.path.isdir(path):
-        module.fail_json(msg="%s: is a directory, not a .gguf file" % path, changed=False)
+        module.fail_json(msg=f"{path}: is a directory, not a .gguf file", changed=False)
     try:
         model = read_model(path)
     except GGUFError as exc:
         module.fail_json(msg=str(exc), path=exc.path, offset=exc.offset, reason=exc.reason, changed=False)
-    result, warnings = describe(model, module.params["tensors"], module.params["pattern"])
+    try:
+        result, warnings = describe(model, module.params["tensors"], module.params["pattern"])
+    except PatternError as exc:
+        module.fail_json(msg=f"{path}: {exc}", changed=False)
     for warning in warnings:
         module.warn(warning)
     module.exit_json(changed=False, **result)

@@ -55,7 +55,7 @@ def check_deploy(ansible_playbook, root, model, env, cwd):
         "llm_server_compose_project": name,
         "llm_server_container_name": name,
         "llm_server_compose_command": ["docker", "compose"],
-        "llm_server_image": "localhost/ai-llm:cpu-b10434",
+        "llm_server_image": "localhost/ai-llm:cpu-b10435",
         "llm_server_model_path": str(model),
         "llm_server_network_mode": "host",
         "llm_server_port": 18080,

@@ -4,6 +4,7 @@ loopback port (host network, as the molecule scenarios run it)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -14,6 +15,8 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+import yaml
+
 from tests.integration._llama_server import free_port
 from tools.gguf_models import write_demo_model
 
@@ -21,9 +24,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def cpu_image():
-    """The tag of the local CPU image (built when missing, about a second)."""
-    proc = subprocess.run(["bash", str(ROOT / "images" / "ai-llm" / "build.sh")], capture_output=True, text=True,
-                          check=True, timeout=300)
+    """The tag of the local CPU image with this checkout's start command (built when missing, about a second).
+
+    The tag carries the start command's sha256, so that an image built from another version of it (another
+    checkout on the same machine) is never taken for this one.
+    """
+    build = ROOT / "images" / "ai-llm" / "build.sh"
+    base = subprocess.run(["bash", str(build), "--print-tag"], capture_output=True, text=True, check=True,
+                          timeout=60).stdout.split()[-1]
+    script = hashlib.sha256((ROOT / "images" / "ai-llm" / "start-llama-server").read_bytes()).hexdigest()[:12]
+    env = dict(os.environ, AI_LLM_IMAGE="%s-start-%s" % (base, script))
+    proc = subprocess.run(["bash", str(build)], capture_output=True, text=True, check=True, timeout=600, env=env)
     return proc.stdout.split()[-1]
 
 
@@ -52,26 +63,56 @@ class LocalDeploy:
             "llm_server_ctx_size": 512,
             "llm_server_parallel": 1,
             "llm_server_health_timeout": 60,
-            "llm_moe_offload_mode": "all",
+            "llm_server_moe_offload_mode": "all",
+            # the per-tensor override lines prove the placement on a host without GPU
+            "llm_server_log_verbosity": 5,
         }
 
-    def playbook(self, name, *args, **role_vars):
-        """Run playbooks/<name>.yml with the base vars updated by role_vars; returns the CompletedProcess."""
-        host_vars = dict(self.base_vars, **role_vars)
-        inventory = self.root / "inventory.yml"
-        inventory.write_text(json.dumps({"llm_servers": {"hosts": {"localhost": host_vars}}}))
+    def inventory(self, **role_vars):
+        """Write the inventory (the base vars updated by role_vars); returns its path."""
+        inventory = self.root / ("inventory-%s.yml" % uuid.uuid4().hex[:8])
+        inventory.write_text(json.dumps({"llm_servers": {"hosts": {"localhost": dict(self.base_vars, **role_vars)}}}))
+        return inventory
+
+    def command(self, name, *args, **role_vars):
+        """The ansible-playbook argv and environment of playbooks/<name>.yml with these vars."""
         env = dict(os.environ)
         env.update({
             "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
             "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
             "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
+            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
             "ANSIBLE_LOCALHOST_WARNING": "0",
         })
         for key in [k for k in env if k.startswith("LLM_")]:
             del env[key]  # the environment would win over .env with podman-compose
         cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "playbooks" / (name + ".yml")),
-               "-i", str(inventory)] + list(args)
+               "-i", str(self.inventory(**role_vars))] + list(args)
+        return cmd, env
+
+    def playbook(self, name, *args, **role_vars):
+        """Run playbooks/<name>.yml with the base vars updated by role_vars; returns the CompletedProcess."""
+        cmd, env = self.command(name, *args, **role_vars)
         return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=600, check=False)
+
+    def start(self, name, *args, **role_vars):
+        """Start playbooks/<name>.yml in the background (its own process group); returns the Popen."""
+        cmd, env = self.command(name, *args, **role_vars)
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                cwd=str(ROOT), start_new_session=True)
+
+    def verification(self):
+        """verification.json (llm_server_result of the last run that recreated, verified or rolled back)."""
+        path = self.project / "verification.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def label(self):
+        """The configuration hash the container carries (its label), None without a container."""
+        proc = subprocess.run(["podman", "container", "inspect", self.name], capture_output=True, text=True,
+                              check=False, timeout=60)
+        if proc.returncode != 0:
+            return None
+        return (json.loads(proc.stdout)[0]["Config"]["Labels"] or {}).get("ai_llm.moe_offload.config_hash")
 
     def compose(self, *args):
         return subprocess.run(["podman-compose", "-p", self.name, "-f", str(self.project / "docker-compose.prod.yml")]
@@ -112,6 +153,26 @@ class LocalDeploy:
             return exc.code
         except OSError:
             return None
+
+
+def result(output):
+    """llm_server_result as the role shows it at the end of a run (the default callback, YAML or JSON)."""
+    chunks = re.split(r"^TASK \[", output, flags=re.MULTILINE)
+    shown = [c for c in chunks if c.startswith("ai_llm.moe_offload.llm_server : Show the result]")]
+    if not shown:
+        return None
+    body = shown[-1].split("\n", 1)[1]
+    match = re.search(r"^ok: \[localhost\] => ", body, re.MULTILINE)
+    text = body[match.end():]
+    if text.lstrip().startswith("{"):
+        return json.JSONDecoder().raw_decode(text.lstrip())[0]["llm_server_result"]
+    return yaml.safe_load(text.split("\n\n", 1)[0])["llm_server_result"]
+
+
+def recap(output):
+    """The PLAY RECAP numbers of localhost: {ok, changed, unreachable, failed, skipped, rescued, ignored}."""
+    found = re.findall(r"^localhost\s+:\s+(.*)$", output, re.MULTILINE)
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", found[-1])} if found else {}
 
 
 @contextlib.contextmanager

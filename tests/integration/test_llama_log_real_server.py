@@ -8,8 +8,16 @@ default ``-lv 3`` (neither).
 """
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
+import shutil
+import socket
 import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -20,7 +28,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log impo
     parse_log,
     verify_placement,
 )
-from tests.integration._llama_server import SERVER, run_until_healthy
+from tests.integration._llama_server import SERVER, free_port, run_until_healthy
 from tools.gguf_models import write_tiny_nemotron_h_moe
 
 pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")
@@ -167,3 +175,105 @@ def test_module_on_the_real_log(ansible_module, tmp_path, model, lv5_log):
     r = ansible_module("llama_server_log", {"path": str(log), "expect_pattern": r"\.ffn_(up|down)_",
                                             "gguf": str(model)})
     assert r["failed"] and r["missing"] and all(n in r["msg"] for n in r["missing"])
+
+
+# ---------------------------------------------------------------- crashes and errors of the real server
+
+RPC_SERVER = shutil.which("ggml-rpc-server") or shutil.which("ggml-rpc-server-vulkan")
+
+
+def test_unknown_architecture_is_the_load_error(tmp_path, model):
+    """The real loader's reason, not the tokenizer.ggml.unknown_token_id line that also says "unknown"."""
+    odd = tmp_path / "odd-arch.gguf"
+    odd.write_bytes(model.read_bytes().replace(b"nemotron_h_moe", b"unknownarch_xy"))  # same length: still valid
+    exited, healthy, err = capture(odd, "-lv", "5")
+    assert not healthy and exited not in (None, 0), err[-3000:]
+    p = parse_log(err, exit_code=exited)
+    assert "unknown model architecture: 'unknownarch_xy'" in p["load_error"], p["load_error"]
+    assert p["crash"] is None and p["failure"] == "the model failed to load: " + p["load_error"]
+
+
+@contextlib.contextmanager
+def rpc_server():
+    """``ggml-rpc-server`` on a free loopback port: yields (endpoint, process); always stopped."""
+    port = free_port()
+    proc = subprocess.Popen([RPC_SERVER, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+        yield f"127.0.0.1:{port}", proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+@pytest.mark.skipif(RPC_SERVER is None, reason="ggml-rpc-server is not on PATH")
+def test_a_killed_rpc_server_aborts_llama_server_and_that_is_a_crash(model, names):
+    """GGML_ABORT for real: the RPC device dies under a running llama-server, which aborts on the next request."""
+    port = free_port()
+    cmd = [SERVER, "-m", str(model), "-c", "512", "-ngl", "99", "--no-webui", "-fit", "off", "-ot", EXPERTS + "=CPU",
+           "--host", "127.0.0.1", "--port", str(port)]
+    url = f"http://127.0.0.1:{port}"
+    with rpc_server() as (endpoint, rpc), tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(cmd + ["--rpc", endpoint], stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            deadline = time.monotonic() + 120
+            healthy = False
+            while not healthy and time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+                        healthy = resp.status == 200
+                except (urllib.error.URLError, OSError):
+                    time.sleep(0.2)
+            assert healthy, "llama-server did not become ready"
+            rpc.kill()
+            rpc.wait()
+            body = json.dumps({"prompt": "Hello", "n_predict": 8}).encode()
+            try:
+                urllib.request.urlopen(urllib.request.Request(url + "/completion", body), timeout=60).read()
+            except (urllib.error.URLError, OSError, http.client.HTTPException):
+                pass  # the server died while answering
+            try:
+                exit_code = proc.wait(60)
+            except subprocess.TimeoutExpired:
+                exit_code = None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.seek(0)
+            stderr = log.read().decode("utf-8", "replace")
+    assert exit_code is not None and exit_code < 0, "llama-server did not die"
+    p = parse_log(stderr, exit_code=exit_code)
+    assert "Remote RPC server crashed or returned malformed response" in p["crash"], stderr[-3000:]
+    assert "RPC server" in p["crash_cause"] and p["failure"].startswith("llama-server died: ")
+    # the load before it was fine, and proved at the default verbosity by the per-device buffers: not any more
+    assert not verify_placement(p, expected_from_pattern(EXPERTS, names))["verified"]
+
+
+@pytest.mark.skipif(RPC_SERVER is None, reason="ggml-rpc-server is not on PATH")
+def test_per_device_buffers_of_a_real_rpc_device(model):
+    """At -lv 4 the buffers of a real device (RPC0, named RPC0[host:port] in the log) prove the placement the way
+    a GPU's do; at the default verbosity (-lv 3) this build prints no buffer line, and nothing is proved."""
+    with rpc_server() as (endpoint, _rpc):
+        lv4 = capture(model, "--rpc", endpoint, "-ot", EXPERTS + "=CPU", "-fit", "off", "-lv", "4")
+        default = capture(model, "--rpc", endpoint, "-ot", EXPERTS + "=CPU", "-fit", "off")
+    assert lv4[1] and default[1], (lv4[2][-2000:], default[2][-2000:])
+    p = parse_log(lv4[2])
+    devices = {k: v for k, v in p["model_buffers"].items() if k.startswith("RPC0")}
+    assert list(devices) == [f"RPC0[{endpoint}]"] and set(p["kv_buffers"]) >= set(devices)
+    plan = {"RPC0": devices[f"RPC0[{endpoint}]"]}
+    v = verify_placement(p, expect_model_buffers=plan, expect_offloaded_layers=6, require_ready=True)
+    assert v["verified"] and v["evidence"] == "device_buffers", v["msg"]
+    v = verify_placement(p, expect_model_buffers={"RPC0": plan["RPC0"] + 0.02})
+    assert not v["verified"] and v["evidence"] == "device_buffers"
+    p = parse_log(default[2])
+    assert p["model_buffers"] == {} and p["server_ready"] is True
+    v = verify_placement(p, expect_model_buffers=plan, require_ready=True)
+    assert not v["verified"] and v["evidence"] == "none" and "no model buffer lines" in v["msg"]

@@ -1,19 +1,30 @@
 """The patterns we build, read by llama.cpp itself: the real llama-server (b10435, CPU) with ``-ot PATTERN=CPU``.
 
-llama.cpp matches with ECMAScript ``std::regex_search``; we prove patterns with Python ``re.search``. Here the
-server's per-tensor "buffer type overridden" lines (``-lv 5``) must name exactly the tensors that Python matches.
+llama.cpp matches with ECMAScript ``std::regex_search``; we prove patterns with Python ``re`` reading them as
+ECMAScript does (``_offload_pattern.matcher``). Here the server's per-tensor "buffer type overridden" lines
+(``-lv 5``) must name exactly the tensors that the proof matches; and patterns of the length bound, of the shapes
+that cost std::regex the most, must load, while one far over it crashes the server.
 """
 from __future__ import annotations
 
+import errno
 import re
 import subprocess
+import time
+import urllib.error
+import urllib.request
 
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (
+    MAX_GROUP_DEPTH,
+    MAX_PATTERN_BYTES,
     block_expert_pattern,
     expert_pattern,
+    matcher,
+    pattern_problem,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 from tests.integration._llama_server import SERVER, free_port
@@ -53,7 +64,9 @@ def model(tmp_path_factory):
 
 
 def python_matches(pattern, names):
-    return {n for n in names if re.search(pattern, n)}
+    found = {n for n in names if re.search(pattern, n)}
+    assert found == {n for n in names if matcher(pattern)(n)}  # the proof's reading agrees on these names
+    return found
 
 
 @pytest.mark.parametrize("blocks", [None, {1, 10, 11}, set(range(2, 12)), {0, 3, 4, 5, 9}])
@@ -76,3 +89,79 @@ def test_the_derived_forms_read_the_same_in_ecmascript(model):
     wanted = python_matches(pattern, names)
     assert wanted and wanted < set(experts)
     assert overridden_by_llama_server(path, pattern) == wanted
+
+
+# ---- the length bound, read by the real llama-server ----
+
+def _shape(kind, size):
+    """A pattern of ``size`` bytes that matches no tensor, of the shape that costs std::regex the most."""
+    if kind == "nested groups":
+        depth = (size - 3) // 2
+        return "(" * depth + "zzz" + ")" * depth
+    if kind == "alternation":
+        return "(" + "|".join(["z"] * ((size - 1) // 2)) + ")"
+    if kind == "literal":
+        return "z" * size
+    names = []
+    i = 0
+    while len("^(" + "|".join(names) + ")$") < size - 40:  # a listed pattern, as the builder spells names out
+        names.append(r"blk\.%d\.ffn_up_exps\.weightz%d" % (i % 64, i))
+        i += 1
+    return "^(" + "|".join(names) + ")$"
+
+
+def run_with_pattern(model, pattern, timeout=120):
+    """Start llama-server with ``-ot PATTERN=CPU`` until /health answers 200: (None, stderr) when it is ready,
+    (its exit code, stderr) when it ended, ("E2BIG", reason) when Linux refused to start it (too long an argument)."""
+    port = free_port()
+    cmd = [SERVER, "-m", str(model), "-c", "512", "-ngl", "99", "--host", "127.0.0.1", "--port", str(port),
+           "--no-webui", "-fit", "off", "-ot", pattern + "=CPU"]
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    except OSError as exc:
+        if exc.errno != errno.E2BIG:
+            raise
+        return "E2BIG", exc.strerror
+    with proc:
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=2) as resp:
+                        if resp.status == 200:
+                            break
+                except (urllib.error.URLError, OSError):
+                    time.sleep(0.2)
+            exited = proc.poll()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            err = proc.stderr.read()
+            proc.wait()
+    return exited, err.decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("kind", ["nested groups", "alternation", "literal", "listed names"])
+def test_a_pattern_at_the_bound_loads(model, kind):
+    """Every shape at MAX_PATTERN_BYTES loads (even nested groups, which pattern_problem refuses for their depth)."""
+    path, _names, _experts = model
+    pattern = _shape(kind, MAX_PATTERN_BYTES)
+    assert len(pattern) <= MAX_PATTERN_BYTES
+    if kind == "nested groups":
+        assert "nested more than %d deep" % MAX_GROUP_DEPTH in pattern_problem(pattern)
+    else:
+        assert pattern_problem(pattern) is None
+    exited, err = run_with_pattern(path, pattern)
+    assert exited is None, "llama-server ended (%s) on a %d-byte pattern:\n%s" % (exited, len(pattern), err[-2000:])
+
+
+def test_a_pattern_far_over_the_bound_crashes_llama_server_and_is_refused(model):
+    """Nested groups of 64 KiB overflow std::regex's recursive compiler: a real SIGSEGV (or SIGABRT), which the
+    log parser reports from the exit code, and a pattern pattern_problem() refuses in the first place."""
+    path, _names, _experts = model
+    pattern = _shape("nested groups", 64 << 10)
+    assert "bytes long and at most %d are deployed" % MAX_PATTERN_BYTES in pattern_problem(pattern)
+    exited, err = run_with_pattern(path, pattern)
+    assert exited is not None and exited < 0, "llama-server survived a 64 KiB pattern"
+    p = parse_log(err, exit_code=exited)
+    assert p["crash"].startswith("exit code %d (SIG" % exited) and p["failure"]

@@ -137,7 +137,7 @@ def real_gemma(tmp_path_factory):
 @pytest.mark.parametrize("ctx, parallel, kv", [(4096, 1, 27.0), (4096, 4, 72.0), (32768, 1, 111.0),
                                                (32768, 4, 156.0)])
 def test_real_gemma3_270m(real_gemma, ctx, parallel, kv):
-    facts = load_facts(real_gemma)
+    facts = load_facts(str(real_gemma))
     planned = plan(facts, [{"name": "rpc", "memory_free_mib": 100000}], ctx, parallel, backend="rpc",
                    op_offload=False)
     with PA.RpcDevices(1) as rpc:

@@ -7,6 +7,7 @@ write (the .env and compose diffs, the plan) and must touch nothing: no file, no
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import dotenv
 import pytest
 import yaml
 
@@ -26,7 +28,6 @@ from tools.gguf_models import write_demo_model, write_nemotron_nano_30b
 ROOT = Path(__file__).resolve().parents[2]
 DOUBLES = ROOT / "tests" / "doubles"
 FIXTURES = ROOT / "tests" / "data" / "nvidia_smi"
-IMAGE = "localhost/ai-llm:cpu-b10435"
 ROLE = "ai_llm.moe_offload.llm_server : "
 
 
@@ -40,7 +41,7 @@ def models(tmp_path_factory):
 
 
 class Run:
-    """One ansible-playbook run and what it printed, per task."""
+    """One ansible-playbook run: what it printed, its llm_server_result and its diffs."""
 
     def __init__(self, proc, project, args_log):
         self.proc = proc
@@ -54,26 +55,32 @@ class Run:
     def __str__(self):
         return self.proc.stdout[-6000:] + self.proc.stderr[-3000:]
 
-    def result(self, task):
-        """The JSON result of a task (ok, changed or fatal)."""
-        chunk = self.chunks[task]
-        match = re.search(r"^(ok|changed|fatal): \[localhost\](: FAILED!)? => ", chunk, re.MULTILINE)
-        assert match, "no result for %r:\n%s" % (task, chunk)
-        return json.JSONDecoder().raw_decode(chunk[match.end():].lstrip())[0]
+    @property
+    def result(self):
+        """llm_server_result, as the role shows it at the end (also after a refusal)."""
+        chunk = self.chunks.get("Show the result", "")
+        match = re.search(r"^ok: \[localhost\] => ", chunk, re.MULTILINE)
+        assert match, "no llm_server_result shown:\n%s" % self
+        return json.JSONDecoder().raw_decode(chunk[match.end():].lstrip())[0]["llm_server_result"]
 
-    def diff_lines(self, task, sign="+"):
-        """The added (or removed) lines of a task's diff, without the sign."""
-        return [line[1:] for line in self.chunks[task].splitlines()
-                if line.startswith(sign) and not line.startswith(sign * 3)]
+    def diff_lines(self, name, sign="+"):
+        """The added (or removed) lines of the diff of the file called ``name``, without the sign."""
+        sections = re.split(r"^--- before: ", self.proc.stdout, flags=re.MULTILINE)[1:]
+        for section in sections:
+            if section.split("\n", 1)[0].endswith("/" + name):
+                body = section.split("\n@@", 1)[1] if "\n@@" in section else ""
+                return [line[1:] for line in body.splitlines()
+                        if line.startswith(sign) and not line.startswith(sign * 3)]
+        raise AssertionError("no diff of %s:\n%s" % (name, self))
 
     def env_added(self):
-        lines = self.diff_lines("Write the keys the role owns into .env (other keys stay as they are)")
-        return dict(line.split("=", 1) for line in lines if line.startswith("LLM_"))
+        """The role's .env keys as the new .env sets them (read with python-dotenv, as podman-compose reads them)."""
+        lines = [line for line in self.diff_lines(".env") if line.startswith("LLM_")]
+        return dict(dotenv.dotenv_values(stream=io.StringIO("\n".join(lines))))
 
     def compose_after(self):
         """The compose file the role would write (a new file: the diff holds all of it)."""
-        return yaml.safe_load("\n".join(self.diff_lines(
-            "Write the compose file (validated before it replaces the old one)")))
+        return yaml.safe_load("\n".join(self.diff_lines("docker-compose.prod.yml")))
 
 
 @pytest.fixture
@@ -90,7 +97,7 @@ def deploy(tmp_path):
             "llm_server_project_dir": str(project),
             "llm_server_compose_project": name,
             "llm_server_container_name": name,
-            "llm_server_image": IMAGE,
+            "llm_server_image": cpu_image(),
             "llm_server_model_path": model,
             "llm_server_port": free_port(),
             "llm_server_ctx_size": 2048,
@@ -172,7 +179,9 @@ def assert_double_used(run):
 
 
 def plan_of(run):
-    return run.result("Plan where the expert weights go")
+    """The plan part of llm_server_result, with the pattern and whether anything moves."""
+    result = run.result
+    return dict(result["plan"], pattern=result["pattern"], offload=bool(result["pattern"]))
 
 
 # --- (a) one RTX A5500 with room for the whole model ----------------------------------------------------
@@ -184,16 +193,17 @@ def test_single_a5500_small_model_no_offload(deploy, models):
     assert_double_used(run)
     plan = plan_of(run)
     assert plan["fits"] is True and plan["offload"] is False and plan["pattern"] == ""
-    assert plan["gpu_indices"] == [0] and plan["memory"]["gpus"][0]["free_mib"] == 24148
+    assert plan["gpu_indices"] == [0] and plan["gpus"][0]["free_mib"] == 24148
     env = run.env_added()
-    assert env["LLM_MOE_OFFLOAD_PATTERN"] == "''"
+    assert env["LLM_MOE_OFFLOAD_PATTERN"] == ""
     assert env["LLM_GPU_DEVICES"] == "0" and env["LLM_TENSOR_SPLIT"] == ""
     service = run.compose_after()["services"]["ai-llm"]
     assert service["devices"] == ["nvidia.com/gpu=0"]
     assert service["environment"]["NVIDIA_VISIBLE_DEVICES"] == "${LLM_GPU_DEVICES:-}"
     assert "deploy" not in service and service["logging"]["driver"] == "k8s-file"
-    assert "would be recreated" in run.chunks["Say that ai-llm would be recreated (check mode)"]
-    assert "Recreate ai-llm" in run.chunks and "skipping: [localhost]" in run.chunks["Recreate ai-llm"]
+    assert run.result["status"] == "checked"
+    assert run.result["message"].startswith("check mode: the configuration changed (")
+    assert run.result["message"].endswith(": ai-llm is recreated (nothing was changed)")
     assert_untouched(run, None, deploy.name)
 
 
@@ -206,16 +216,16 @@ def test_busy_a5500_nemotron_nano_partial_offload(deploy, models, ansible_module
     run = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=32768, llm_server_parallel=2)
     assert run.proc.returncode == 0, run
     plan = plan_of(run)
-    assert plan["fits"] is True and plan["memory"]["gpus"][0]["free_mib"] == 5276
+    assert plan["fits"] is True and plan["gpus"][0]["free_mib"] == 5276
     blocks = plan["cpu_expert_layers"]
     info = ansible_module("gguf_info", {"path": models["nano"], "tensors": "none"})
     moe_blocks = info["layer_kinds"]["moe"]
     assert 0 < len(blocks) < len(moe_blocks), "the busy card must force a partial offload: %s" % blocks
-    pattern = re.fullmatch(r"'(.*)'", run.env_added()["LLM_MOE_OFFLOAD_PATTERN"]).group(1)
+    pattern = run.env_added()["LLM_MOE_OFFLOAD_PATTERN"]
     assert pattern == plan["pattern"] and pattern.startswith("blk\\.")
+    assert run.result["pattern_source"] == "plan"
     # The old block's pattern shows as removed: the diff is against the seeded .env.
-    assert "LLM_MOE_OFFLOAD_PATTERN='\\.ffn_.*_exps\\.weight'" in run.diff_lines(
-        "Write the keys the role owns into .env (other keys stay as they are)", "-")
+    assert "LLM_MOE_OFFLOAD_PATTERN='\\.ffn_.*_exps\\.weight'" in run.diff_lines(".env", "-")
     check = ansible_module("gguf_info", {"path": models["nano"], "tensors": "none", "pattern": pattern})
     expected = sorted(t for t in info["expert_tensors"] if int(t.split(".")[1]) in blocks)
     assert sorted(check["pattern_check"]["matched"]) == expected
@@ -238,7 +248,7 @@ def test_dual_gpu_split_over_both_cards(deploy, models):
     assert len(shares) == 2
     for share, mib in zip(shares, free):
         assert share == pytest.approx(mib / sum(free), abs=0.001)
-    assert env["LLM_GPU_DEVICES"] == "0,1" and env["LLM_MOE_OFFLOAD_PATTERN"] == "''"
+    assert env["LLM_GPU_DEVICES"] == "0,1" and env["LLM_MOE_OFFLOAD_PATTERN"] == ""
     assert run.compose_after()["services"]["ai-llm"]["devices"] == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
     assert_untouched(run, None, deploy.name)
 
@@ -249,13 +259,13 @@ def test_dual_gpu_one_chosen_card_is_planned_alone(deploy, models):
     assert run.proc.returncode == 0, run
     plan = plan_of(run)
     # Only the A4000's free memory counts: the plan cannot split onto the card the container does not get.
-    assert [g["index"] for g in plan["memory"]["gpus"]] == [1]
-    assert plan["memory"]["gpus"][0]["free_mib"] == 15746
+    assert [g["index"] for g in plan["gpus"]] == [1]
+    assert plan["gpus"][0]["free_mib"] == 15746
     assert plan["placement"] == "single" and plan["gpu_indices"] == [1]
     assert plan["offload"] is True and plan["cpu_expert_layers"]
     env = run.env_added()
     assert env["LLM_GPU_DEVICES"] == "1" and env["LLM_TENSOR_SPLIT"] == ""
-    assert env["LLM_MOE_OFFLOAD_PATTERN"] == "'%s'" % plan["pattern"]
+    assert env["LLM_MOE_OFFLOAD_PATTERN"] == plan["pattern"]
     assert run.compose_after()["services"]["ai-llm"]["devices"] == ["nvidia.com/gpu=1"]
     assert_untouched(run, None, deploy.name)
 
@@ -263,9 +273,11 @@ def test_dual_gpu_one_chosen_card_is_planned_alone(deploy, models):
 def test_a_chosen_gpu_the_host_lacks_fails_the_preflight(deploy, models):
     run = deploy("dual_a5500_a4000", models["nano"], llm_server_gpu_devices=[2])
     assert run.proc.returncode != 0
-    msg = run.result("Check that the chosen GPUs exist")["msg"]
+    msg = run.result["message"]
+    assert run.result["status"] == "failed"
     assert "llm_server_gpu_devices [2]" in msg and "[0, 1]" in msg
-    assert "Plan where the expert weights go" not in run.chunks
+    assert "skipping: [localhost]" in run.chunks["Plan where the expert weights go"]
+    assert run.result["plan"]["fits"] is None
     assert_untouched(run, None, deploy.name)
 
 
@@ -276,8 +288,6 @@ def test_docker_compose_renders_device_reservations(deploy, models):
     run = deploy("dual_a5500_a4000", models["nano"], llm_server_ctx_size=32768, llm_server_parallel=2,
                  llm_server_compose_command=["docker", "compose"])
     assert run.proc.returncode == 0, run
-    assert "Look for a compose tool" not in " ".join(
-        n for n, c in run.chunks.items() if "skipping" not in c)
     service = run.compose_after()["services"]["ai-llm"]
     assert "devices" not in service
     assert service["deploy"]["resources"]["reservations"]["devices"] == [
@@ -295,29 +305,29 @@ def test_a_plan_that_cannot_fit_is_refused_before_anything_is_written(deploy, mo
     before = files_state(deploy.project)
     run = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=1048576)
     assert run.proc.returncode != 0, run
-    msg = run.result("Refuse a plan that does not fit the GPUs")["msg"]
+    msg = run.result["message"]
     missing = re.search(r"with the experts of (\d+) block\(s\) on CPU the plan needs (\d+) MiB and (\d+) MiB are "
                         r"missing", msg)
     assert missing, msg
     assert int(missing.group(2)) - int(missing.group(3)) == 5276  # needs - missing = the fixture's free memory
-    assert "Nothing was changed" in msg and "llm_moe_offload_force=true" in msg
+    assert "Nothing was changed" in msg and "llm_server_moe_offload_force=true" in msg
     assert not any(t.startswith(("Create the project", "Write ")) for t in run.chunks)
     assert_untouched(run, before, deploy.name)
 
 
 def test_a_forced_plan_that_cannot_fit_moves_every_expert(deploy, models):
-    run = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=1048576, llm_moe_offload_force=True)
+    run = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=1048576, llm_server_moe_offload_force=True)
     assert run.proc.returncode == 0, run
     assert plan_of(run)["fits"] is False
-    assert run.env_added()["LLM_MOE_OFFLOAD_PATTERN"] == "'\\.ffn_.*_exps\\.weight'"
+    assert run.env_added()["LLM_MOE_OFFLOAD_PATTERN"] == "\\.ffn_.*_exps\\.weight"
     assert_untouched(run, None, deploy.name)
 
 
 def test_a_forced_layers_plan_that_cannot_fit_needs_a_pattern(deploy, models):
-    run = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=1048576, llm_moe_offload_force=True,
-                 llm_moe_offload_mode="layers", llm_moe_offload_layers=[1, 3])
+    run = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=1048576, llm_server_moe_offload_force=True,
+                 llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers=[1, 3])
     assert run.proc.returncode != 0, run
-    assert "with llm_moe_offload_pattern" in run.result("Refuse a plan that does not fit the GPUs")["msg"]
+    assert "with llm_server_moe_offload_pattern" in run.result["message"]
     assert_untouched(run, None, deploy.name)
 
 
@@ -356,11 +366,9 @@ def test_memory_of_the_running_ai_llm_counts_as_free(deploy, models, running_sta
     assert run.proc.returncode == 0, run
     assert "--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits" in \
         run.args_log.read_text().splitlines()
-    own = run.result("Sum the GPU memory of the container's processes")["ansible_facts"]["_llm_server_own_gpu_mib"]
-    assert own == {"0": 18342} or own == {0: 18342}
     plan = plan_of(run)
     # 5276 MiB free + the 18342 MiB ai-llm holds (the other process's 512 MiB stay taken).
-    assert plan["memory"]["gpus"][0]["free_mib"] == 5276 + 18342
+    assert plan["gpus"][0]["free_mib"] == 5276 + 18342
     busy_only = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=32768, llm_server_parallel=2)
     assert len(plan["cpu_expert_layers"]) < len(plan_of(busy_only)["cpu_expert_layers"])
     assert_untouched(run, None, running_stand_in, before_container)

@@ -1,4 +1,4 @@
-"""The "Recreate ai-llm" handlers on a real local deploy when the old container is one that compose's own stop + rm
+"""The recreate on a real local deploy when the old container is one that compose's own stop + rm
 cannot remove: crash-looping by its restart policy (stop finds it exited between two restarts, the restart
 brings it back, rm then fails with "cannot remove container ... as it is running" while compose exits 0 and
 the old container stays), or paused (the same refusal, every time: the deterministic stand-in)."""
@@ -11,9 +11,7 @@ import time
 import gguf
 import pytest
 
-from tests.integration._llm_deploy import local_deploy
-
-REMOVE_HANDLER = "RUNNING HANDLER [ai_llm.moe_offload.llm_server : Remove the old ai-llm container"
+from tests.integration._llm_deploy import local_deploy, result
 
 
 @pytest.fixture
@@ -42,7 +40,8 @@ def container_env(deploy):
 def assert_new_container_serves(deploy, run, old_id):
     assert run.returncode == 0, run.stdout[-5000:]
     assert "Rolled back" not in run.stdout
-    assert REMOVE_HANDLER in run.stdout
+    shown = result(run.stdout)
+    assert shown["status"] == "changed" and shown["timings"]["recreate"] is not None
     now = deploy.container()
     assert now["id"] != old_id and now["status"] == "running" and now["restarts"] == 0
     assert deploy.health() == 200

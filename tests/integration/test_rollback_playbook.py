@@ -27,7 +27,7 @@ def overridden(ansible_module, deploy):
 
 def test_rollback_returns_to_the_deploy_before_and_none_clears_the_pattern(local, ansible_module):
     for pattern, tensors in ((PATTERN_A, TENSORS_A), (PATTERN_B, TENSORS_B)):
-        run = local.playbook("deploy", "-e", "llm_moe_offload_pattern=" + pattern)
+        run = local.playbook("deploy", "-e", "llm_server_moe_offload_pattern=" + pattern)
         assert run.returncode == 0, run.stdout[-4000:]
         assert local.env_value("LLM_MOE_OFFLOAD_PATTERN") == pattern
         assert overridden(ansible_module, local) == (tensors, True)

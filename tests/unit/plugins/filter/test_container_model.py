@@ -15,7 +15,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.ai_llm.moe_offload.plugins.filter.container_model import FilterModule, container_model
 
 # A container of this collection's image, as `podman inspect` (podman 4.3.1) printed it for
-# `podman run -v /srv/models:/models:ro -e MODEL_PATH=/models/nano.gguf localhost/ai-llm:cpu-b10434 -c 512`
+# `podman run -v /srv/models:/models:ro -e MODEL_PATH=/models/nano.gguf localhost/ai-llm:cpu-b10435 -c 512`
 # (the keys the filter reads, and some it must ignore).
 OURS = {
     "Name": "ai-llm",

@@ -23,7 +23,12 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import (
     read_gguf,
     read_model,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import GGML_TYPES, tensor_nbytes
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import (
+    GGML_TYPES,
+    REMOVED_TYPE_IDS,
+    REMOVED_TYPE_NAMES,
+    tensor_nbytes,
+)
 
 VT = gguf.GGUFValueType
 Q = gguf.GGMLQuantizationType
@@ -233,7 +238,8 @@ def test_type_table_is_gguf_py_table():
     for q, (block, size) in gguf.GGML_QUANT_SIZES.items():
         assert GGML_TYPES[int(q)] == (q.name, block, size)
     for removed in (4, 5, 31, 32, 33, 36, 37, 38):
-        assert removed not in GGML_TYPES
+        assert removed not in GGML_TYPES and removed in REMOVED_TYPE_IDS
+        assert removed not in {int(q) for q in gguf.GGMLQuantizationType}  # gguf-py dropped them too
 
 
 def test_every_ggml_type_as_a_tensor(tmp_path, endian):
@@ -551,6 +557,18 @@ def test_unknown_type_id_is_size_unknown(small_file, endian):
     assert model.tensors[-1].type_name == "unknown(99)"
 
 
+@pytest.mark.parametrize("type_id,name", sorted(REMOVED_TYPE_NAMES.items()))
+def test_removed_type_id_is_refused_like_llama_cpp(small_file, endian, type_id, name):
+    """ggml gives the removed types blck_size 0 (ggml/src/ggml.c type_traits) and gguf_init_from_file_impl
+    (ggml/src/gguf.cpp) refuses a tensor whose blck_size is 0: the file does not load, so it is an error here."""
+    _kv, tensors = field_offsets(small_file, endian)
+    info = tensors["output.weight"]
+    patch(small_file, info["type"], "I", type_id, endian)
+    err = expect_error(small_file, info["info"], "'output.weight': ggml type %d (%s) was removed" % (type_id, name))
+    assert "refuses" in err.reason
+    expect_error(small_file, info["info"], name, reader=read_model)
+
+
 def test_misaligned_offset(small_file, endian):
     _kv, tensors = field_offsets(small_file, endian)
     info = tensors["output.weight"]
@@ -591,3 +609,108 @@ def test_not_a_file(tmp_path):
     expect_error(tmp_path, 0, "cannot open")
     (tmp_path / "short.gguf").write_bytes(b"GGUF\x03\0\0\0")
     expect_error(tmp_path / "short.gguf", 0, "too short")
+
+
+# --------------------------------------------------------------------------- time and bytes read do not follow the
+# apparent size of a file: runs of empty strings and arrays are skipped at once, holes are not read
+
+
+def _read_bytes():
+    """Bytes this process has read through read(2)/pread(2) so far (Linux /proc/self/io ``rchar``)."""
+    with open("/proc/self/io") as f:
+        return int([line for line in f if line.startswith("rchar:")][0].split()[1])
+
+
+def _s(text):
+    return struct.pack("<Q", len(text)) + text.encode()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs Linux /proc/self/io")
+@pytest.mark.parametrize("element", ["string", "array"])
+def test_a_sparse_64_gib_header_reads_only_the_bytes_it_holds(tmp_path, element):
+    """A header whose array spans a 64 GiB hole of a sparse file (empty strings, or empty uint8 arrays: zeros),
+    followed by one more key: it reads back right, and only a few MiB are read, not 64 GiB."""
+    hole = 64 << 30
+    unit = 8 if element == "string" else 12
+    count = hole // unit
+    itype = 8 if element == "string" else 9
+    head = b"GGUF" + struct.pack("<IQQ", 3, 0, 3) + _s("general.architecture") + struct.pack("<I", 8) + _s("x")
+    head += _s("big") + struct.pack("<IIQ", 9, itype, count + 1)
+    # the first element is written (not empty), then `count` empty ones lie in the hole, then the last key
+    first = _s("tok") if element == "string" else struct.pack("<IQ", 5, 2) + struct.pack("<ii", 1, 2)
+    after = _s("after") + struct.pack("<II", 4, 7)
+    path = tmp_path / "sparse.gguf"
+    with open(path, "wb") as f:
+        f.write(head + first)
+        f.seek(len(head + first) + count * unit)
+        f.write(after)
+    assert os.path.getsize(path) > hole and os.stat(path).st_blocks * 512 < 1 << 20  # really sparse
+    before = _read_bytes()
+    gf = read_gguf(path)
+    read = _read_bytes() - before
+    assert gf.metadata["big"] == SkippedArray(itype, count + 1)
+    assert gf.metadata["after"] == 7 and gf.data_offset == -(-(os.path.getsize(path)) // 32) * 32
+    assert read < 16 << 20, read
+
+
+def test_runs_of_empty_strings_between_real_ones_read_back(tmp_path, endian):
+    """The empty-run skip keeps the count right when empty and non-empty strings alternate (cross-checked)."""
+    tokens = [""] * 500 + ["a"] + [""] * 3 + ["bc"] + [""] * 1000 + ["end"] + [""]
+    path = write_gguf(tmp_path / "empty_runs.gguf", [("tokenizer.ggml.tokens", tokens, VT.ARRAY, VT.STRING),
+                                                     ("after", 9, VT.UINT32)], SOME_TENSORS, endian=endian)[0]
+    gf = read_gguf(path)
+    assert gf.metadata["tokenizer.ggml.tokens"] == SkippedArray(int(VT.STRING), len(tokens))
+    assert gf.metadata["after"] == 9
+    cross_check(path, gf)
+
+
+def test_runs_of_empty_arrays_between_real_ones_read_back(tmp_path):
+    """Nested arrays: empty uint8 arrays (12 zero bytes each) among non-empty ones, assembled by hand."""
+    empty = struct.pack("<IQ", 0, 0)
+    one = struct.pack("<IQ", 5, 1) + struct.pack("<i", -1)
+    elements = [empty] * 300 + [one] + [empty] * 2 + [one] + [empty] * 100
+    body = b"GGUF" + struct.pack("<IQQ", 3, 0, 2)
+    body += _s("lists") + struct.pack("<IIQ", 9, 9, len(elements)) + b"".join(elements)
+    body += _s("after") + struct.pack("<II", 4, 7)
+    path = tmp_path / "lists.gguf"
+    path.write_bytes(body + b"\0" * 64)
+    gf = read_gguf(path)
+    assert gf.metadata["lists"] == SkippedArray(9, len(elements)) and gf.metadata["after"] == 7
+
+
+def test_an_empty_string_run_that_overruns_the_file_names_the_element(tmp_path):
+    def body(count):
+        return b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _s("tokens") + struct.pack("<IIQ", 9, 8, count)
+    path = tmp_path / "short_run.gguf"
+    path.write_bytes(body(71) + b"\0" * (8 * 70) + struct.pack("<Q", 1000) + b"\0" * 20)
+    expect_error(path, len(body(71)) + 8 * 70, "element 70 of 71: string length 1000 runs past the end")
+    # 800 bytes: as many as 100 empty strings need, but the first string holds 3 bytes
+    path.write_bytes(body(100) + _s("abc") + b"\0" * (8 * 98 + 5))
+    expect_error(path, len(body(100)) + 11 + 8 * 98, "element 99 of 100: no room for its length (5 bytes left")
+
+
+def test_kept_strings_are_bounded_in_size_and_memory(tmp_path):
+    """Strings in the unwritten part of a sparse file (zeros) as long as the reader keeps: the total kept is capped
+    (MAX_KEPT_BYTES), each string too (MAX_STRING), and the memory stays near that cap, not a multiple of it."""
+    n = _gguf.MAX_STRING
+    count = _gguf.MAX_KEPT_BYTES // n + 1
+    head = b"GGUF" + struct.pack("<IQQ", 3, 0, count)
+    path = tmp_path / "strings.gguf"
+    with open(path, "wb") as f:
+        f.write(head)
+        for i in range(count):
+            f.write(_s("k%d" % i) + struct.pack("<IQ", 8, n))
+            f.seek(n, os.SEEK_CUR)  # a hole: n zero bytes
+        f.write(b"\0" * 64)
+    tracemalloc.start()
+    try:
+        err = expect_error(path, None, "more than %d bytes of metadata strings" % _gguf.MAX_KEPT_BYTES)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert err.reason.startswith("key 'k")  # the value that goes over the cap
+    assert peak < _gguf.MAX_KEPT_BYTES + 3 * _gguf.MAX_STRING
+    with open(path, "r+b") as f:  # one string over MAX_STRING
+        f.seek(len(head) + 8 + 2 + 4)
+        f.write(struct.pack("<Q", n + 1))
+    expect_error(path, len(head) + 8 + 2 + 4, "string of %d bytes is longer than the %d" % (n + 1, n))

@@ -9,11 +9,14 @@ from hypothesis import strategies as st
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (
+    MAX_ARG_STRLEN,
+    MAX_PATTERN_BYTES,
     PatternError,
     block_expert_pattern,
     block_numbers_regex,
     check_pattern,
     expert_pattern,
+    matcher,
     pattern_problem,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import block_index
@@ -310,3 +313,87 @@ def test_real_model_files(tmp_path, kind, endian):
     if kind == "deepseek2":
         assert {layout.tensor_class[n] for n in names if "exp_probs_b" in n} == {"router"}
         assert layout.bytes_by_class["shared_experts"] > 0
+
+
+# ---- crafted tensor names, the length bound and what llama.cpp's std::regex reads ----
+
+CRAFTED = ["\n", "'", "${HOME}", "`id`", ",", "=", '"', "\\", "\r", "\u00e9", "$", "{1,3}"]
+
+
+@pytest.mark.parametrize("odd", CRAFTED)
+def test_a_pattern_built_from_crafted_names_passes_the_same_check_as_a_users(odd):
+    """The names of a crafted model hold a newline, a quote, ${, a backtick, ',' or '=': the pattern that names them
+    passes pattern_problem() (the check a user's pattern gets) and matches exactly them, read as std::regex does."""
+    names = ["blk.0.ffn_up_exps.w%sx" % odd, "blk.0.ffn_up_exps.w.x", "blk.0.attn_q.weight", "blk.1.ffn_up_exps.w%sx" % odd]
+    for wanted in (names[:1], [names[0], names[3]], [names[1]]):
+        pattern = expert_pattern(names, wanted)
+        assert pattern_problem(pattern) is None, pattern
+        assert {n for n in names if matcher(pattern)(n)} == set(wanted), pattern
+        for bad in ("\n", "\r", "'", '"', "`", "${", "\\\\", ",", "="):
+            assert bad not in pattern, (bad, pattern)
+    pattern = block_expert_pattern(names, [names[0], names[3]], [1])
+    assert pattern_problem(pattern) is None and {n for n in names if matcher(pattern)(n)} == {names[3]}
+
+
+@pytest.mark.parametrize("pattern, reason", [
+    ("blk\\.1\n", "the character '\\n' (U+000A)"),
+    ("a'b", "single quote"), ('a"b', "double quote"), ("a`id`", "backtick"), ("a${HOME}", "'${'"),
+    ("a\\\\b", "'\\\\'"), ("caf\u00e9", "U+00E9"), ("a\x00", "U+0000"),
+    ("[]a", "'[]' and '[^]'"), ("a[^]", "'[]' and '[^]'"), ("a*+", "possessive"), ("(?>a)", "atomic"),
+    ("(" * 65 + "a" + ")" * 65, "nested more than 64 deep"), ("(" * 2000 + "a" + ")" * 2000, "nested more than"),
+])
+def test_pattern_problem_refuses_what_cannot_be_deployed(pattern, reason):
+    assert reason in pattern_problem(pattern)
+    assert pattern_problem("(" * 64 + "a" + ")" * 64) is None and pattern_problem("[((]" * 100) is None
+
+
+def test_the_length_bound_is_said_and_derived_patterns_over_it_are_refused():
+    assert pattern_problem("a" * MAX_PATTERN_BYTES) is None
+    problem = pattern_problem("a" * (MAX_PATTERN_BYTES + 1))
+    assert problem.startswith("it is %d bytes long and at most %d are deployed" % (MAX_PATTERN_BYTES + 1,
+                                                                                   MAX_PATTERN_BYTES))
+    assert "std::regex" in problem and str(MAX_ARG_STRLEN) in problem
+    # every other expert of 6000 blocks with irregular names: no convention is exact, the list is too long
+    names = ["blk.%d.ffn_up_exps.w%d" % (b, b * 7919 % 10007) for b in range(6000)]
+    with pytest.raises(PatternError, match="list of their names would be [0-9]+ bytes, more than the %d deployed"
+                       % MAX_PATTERN_BYTES):
+        expert_pattern(names, names[::2])
+    names = ["blk.%d.ffn_up_exps.weight" % b for b in range(3000)]
+    # a shorter irregular list is spelled out, prefix-factored
+    pattern = expert_pattern(names[:40], names[:40:3])
+    assert pattern == r"^blk\.(0|1[258]|2[147]|3[0369]|[369])\.ffn_up_exps\.weight$" or len(pattern) < 120, pattern
+    assert {n for n in names if matcher(pattern)(n)} == set(names[:40:3])
+
+
+def test_names_longer_than_llama_cpp_loads_are_refused_by_name():
+    long_name = "blk.0.ffn_up_exps." + "w" * 300
+    names = [long_name, "blk.0.ffn_up_exps.x", "blk.1.ffn_up_exps.x"]
+    with pytest.raises(PatternError, match="the tensor name 'blk.0.ffn_up_exps.wwww.* is 318 characters long"):
+        expert_pattern(names, [long_name, names[2]])
+
+
+def test_the_proof_reads_dot_and_dollar_as_ecmascript_does():
+    """Python's '$' also matches before a final newline and '.' matches '\\r'; std::regex (ECMAScript) does not."""
+    assert re.search(r"weight$", "w.weight\n") and not matcher(r"weight$")("w.weight\n")
+    assert re.search(r"a.b", "a\rb") and not matcher(r"a.b")("a\rb")
+    assert matcher(r"a.b")("a\tb") and matcher(r"\x0a")("\n") and matcher(r"[.]")(".")
+    assert matcher(r"^caf.$")("caf\u00e9") is False and matcher(r"^caf..$")("caf\u00e9")  # bytes, as std::regex<char>
+    names = ["blk.0.ffn_up_exps.weight", "blk.0.ffn_up_exps.weight\n"]
+    pattern = expert_pattern(names, names[:1])
+    assert {n for n in names if matcher(pattern)(n)} == {names[0]}
+
+
+def test_the_builder_tries_a_fixed_number_of_candidates_whatever_the_tensor_count(monkeypatch):
+    """Linear in the tensor count: each candidate costs one search per name, and their number does not grow."""
+    from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _offload_pattern
+    tried = []
+    original = _offload_pattern._Proof.exact
+    monkeypatch.setattr(_offload_pattern._Proof, "exact", lambda self, p: tried.append(p) or original(self, p))
+    counts = []
+    for blocks in (100, 3000):
+        experts = ["blk.%d.ffn_%s_exps.weight" % (b, k) for b in range(blocks) for k in ("up", "down")]
+        names = experts + ["x" + n for n in experts]  # every expert has a non-expert twin
+        del tried[:]
+        assert expert_pattern(names, experts) == r"^blk\.[0-9]+\.ffn_.*_exps\.weight"
+        counts.append(len(tried))
+    assert counts[0] == counts[1] < 20

@@ -133,8 +133,11 @@ def test_container_logs_through_podman(ansible_module, tmp_path):
     name = "llama-server-log-test-%s" % uuid.uuid4().hex[:8]
     subprocess.run(["podman", "build", "-q", "-t", image, str(ctx)], check=True, capture_output=True)
     try:
+        # junk on stdout, some of it not UTF-8 (a module result with such bytes made Ansible refuse the result:
+        # "Refusing to deserialize an invalid UTF8 string")
         subprocess.run(["podman", "run", "--name", name, "--network", "none", image, "/bin/busybox", "sh", "-c",
-                        "echo '=== Starting differential analysis ==='; /bin/busybox cat /server.log >&2"],
+                        "echo '=== Starting differential analysis ==='; printf 'bad \\377\\376 bytes\\n';"
+                        " /bin/busybox cat /server.log >&2"],
                        check=True, capture_output=True)
         r = ansible_module("llama_server_log", {"container": name, "container_engine": "podman",
                                                 "expect_tensors": NEMOTRON_EXPERTS})
@@ -144,3 +147,67 @@ def test_container_logs_through_podman(ansible_module, tmp_path):
     finally:
         subprocess.run(["podman", "rm", "-f", name], capture_output=True, check=False)
         subprocess.run(["podman", "rmi", "-f", image], capture_output=True, check=False)
+
+
+def test_invalid_utf8_in_a_log_file_is_replaced_not_fatal(ansible_module, tmp_path):
+    path = tmp_path / "bad.log"
+    path.write_bytes(Path(LV4).read_bytes().replace(b"load_tensors: loading model tensors",
+                                                    b"\xff\xfe\xc3 load_tensors: loading model tensors"))
+    r = ansible_module("llama_server_log", {"path": str(path), "expect_tensors": NEMOTRON_EXPERTS})
+    assert not r["failed"] and r["verified"] is True and len(r["overridden"]) == 46
+
+
+def test_exit_code_and_crash_lines_fail_with_the_cause(ansible_module):
+    r = ansible_module("llama_server_log", {"path": LV4, "expect_tensors": NEMOTRON_EXPERTS, "exit_code": 139})
+    assert r["failed"] and r["verified"] is False and r["exit_code"] == 139
+    assert r["crash"].startswith("exit code 139 (SIGSEGV) after the line: ") and "segmentation fault" in r["crash_cause"]
+    assert r["failure"].startswith("llama-server died: exit code 139") and "SIGSEGV" in r["msg"]
+    log = Path(LV4).read_text() + "ggml-rpc.cpp:519: Remote RPC server crashed or returned malformed response\n"
+    r = ansible_module("llama_server_log", {"content": log, "fail_on_mismatch": False})
+    assert not r["failed"] and r["crash"] == "ggml-rpc.cpp:519: Remote RPC server crashed or returned malformed response"
+    assert "RPC server" in r["crash_cause"] and r["verified"] is False
+    r = ansible_module("llama_server_log", {"content": log})
+    assert r["failed"] and "llama-server died: ggml-rpc.cpp:519" in r["msg"]
+
+
+def test_per_device_buffers_and_the_other_buffers_through_the_module(ansible_module):
+    args = {"path": DEFAULT, "expect_tensors": NEMOTRON_EXPERTS, "expect_model_buffers": {"CUDA0": 1369.43},
+            "expect_kv_buffers": {"CUDA0": 768.0}, "expect_rs_buffers": {"CUDA0": 47.62},
+            "expect_compute_buffers": {"CUDA0": 1100}, "expect_offloaded_layers": 53, "require_ready": True}
+    r = ansible_module("llama_server_log", args)
+    assert not r["failed"] and r["verified"] is True and r["evidence"] == "device_buffers", r["msg"]
+    assert len(r["checks"]) == 5 and all(c["ok"] for c in r["checks"])
+    r = ansible_module("llama_server_log", dict(args, expect_model_buffers={"CUDA0": 1369.0}))
+    assert r["failed"] and "model buffer CUDA0: 1369.43 MiB, expected 1369.00 +/- 0.01 MiB" in r["msg"]
+    r = ansible_module("llama_server_log", dict(args, expect_model_buffers={"CUDA0": "lots"}))
+    assert r["failed"] and "expect_model_buffers must map buffer names to MiB" in r["msg"]
+
+
+def test_expect_override_patterns_with_gguf(ansible_module, tmp_path):
+    model = str(tmp_path / "tiny.gguf")
+    write_tiny_nemotron_h_moe(model)
+    log = "\n".join(["load_tensors: layer   0 assigned to device CPU, is_swa = 0"]
+                    + ["tensor blk.1.%s (0 MiB f32) buffer type overridden to CUDA1" % t
+                       for t in ("ffn_up_exps.weight", "ffn_down_exps.weight")]
+                    + ["tensor blk.4.%s (0 MiB f32) buffer type overridden to CPU" % t
+                       for t in ("ffn_up_exps.weight", "ffn_down_exps.weight")]
+                    + ["load_tensors:   CPU_Mapped model buffer size =     0.75 MiB"])
+    items = [r"blk\.1\.ffn_.*_exps\.weight=CUDA1", r"\.ffn_.*_exps\.weight=CPU"]
+    r = ansible_module("llama_server_log", {"content": log, "expect_override_patterns": items, "gguf": model})
+    assert not r["failed"] and r["verified"] is True and r["expected_count"] == 4, r["msg"]
+    r = ansible_module("llama_server_log", {"content": log, "expect_override_patterns": items[::-1], "gguf": model})
+    assert r["failed"] and r["missing"] == ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight"]
+    r = ansible_module("llama_server_log", {"content": log, "expect_override_patterns": ["exps"], "gguf": model})
+    assert r["failed"] and "expect_override_patterns: override 'exps' is not PATTERN=BUFFER" in r["msg"]
+    r = ansible_module("llama_server_log", {"content": log, "expect_override_patterns": items})
+    assert r["failed"] and "gguf" in r["msg"]
+
+
+def test_require_ready(ansible_module):
+    log = Path(DEFAULT).read_text()
+    ready = ("model loaded", "listening", "slots are idle")
+    without_ready = "\n".join(x for x in log.splitlines() if not any(r in x for r in ready))
+    args = {"content": without_ready, "expect_gpu_model_mib": 1369.0}
+    assert ansible_module("llama_server_log", args)["verified"] is True  # an excerpt: not required by default
+    r = ansible_module("llama_server_log", dict(args, require_ready=True))
+    assert r["failed"] and "does not show the server ready" in r["msg"]

@@ -1,0 +1,211 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the ai-llm container is doing: the compose tool, the container's state and label, its processes,
+``/health``, the API key in force, and its last log lines with the cause of an exit.
+
+Standard library only (runs on target hosts). Commands run through a ``run(argv) -> (rc, out, err)``
+callable (``AnsibleModule.run_command`` in the modules), so that everything here is tested on real output.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import urllib.parse
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL
+
+# The order the role looks for a compose tool in.
+COMPOSE_CANDIDATES = (("podman", "compose"), ("podman-compose",), ("docker", "compose"), ("docker-compose",))
+# llama-server answers every path but these without the API key with 401 (tools/server/server-http.cpp,
+# middleware_validate_api_key); /props needs the key and is cheap.
+AUTH_PROBE_PATH = "/props"
+_ERROR_RE = re.compile(r"(?i)error|failed|abort|unknown|exception|terminate|segmentation|illegal")
+_NOT_A_CAUSE_RE = re.compile(r"(?i)exiting due to")
+
+
+def engine_of(compose_argv):
+    """``podman`` when the compose command is podman's (by the program's basename), else ``docker``."""
+    return "podman" if os.path.basename(compose_argv[0]).startswith("podman") else "docker"
+
+
+def find_compose(run, which, given=None):
+    """The compose tool as an argv list: ``given`` when set, else the first of ``COMPOSE_CANDIDATES`` that
+    works (``podman compose`` and ``docker compose`` are asked for their version, the standalone tools only
+    need to be on PATH). ``None`` when there is none."""
+    if given:
+        return list(given)
+    for candidate in COMPOSE_CANDIDATES:
+        program = which(candidate[0])
+        if not program:
+            continue
+        if len(candidate) == 1:
+            return [candidate[0]]
+        rc, _out, _err = run([program, candidate[1], "version"])
+        if rc == 0:
+            return list(candidate)
+    return None
+
+
+def compose_config_check(run, compose_command, compose_file, env_text, compose_text):
+    """``<compose> -f <file> config`` on ``.env`` and the compose file in a temporary directory: the compose tool's
+    own reading of both before they replace anything. The error in one line, or ``None``."""
+    directory = tempfile.mkdtemp(prefix="llm_server-config-")
+    try:
+        for name, text in ((".env", env_text), (compose_file, compose_text)):
+            path = os.path.join(directory, name)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(path, 0o600)
+        rc, out, err = run(list(compose_command) + ["-f", os.path.join(directory, compose_file), "config"])
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    if rc != 0:
+        lines = [line.strip() for line in (err or out or "").splitlines() if line.strip()]
+        return "%s config refused it (rc=%d): %s" % (" ".join(compose_command), rc, " | ".join(lines[-5:]))
+    return None
+
+
+def container_state(run, engine, name):
+    """The container ``name``: ``{"exists": False}`` or its id, status, pid, restarts and config hash label."""
+    rc, out, err = run([engine, "container", "inspect", name])
+    if rc != 0:
+        text = (err or out).strip()
+        if re.search(r"(?i)no such (container|object)|no container with name", text) or not text:
+            return {"exists": False, "status": "missing"}
+        return {"exists": False, "status": "unknown", "error": text.splitlines()[-1] if text else ""}
+    try:
+        data = json.loads(out)
+        data = data[0] if isinstance(data, list) else data
+    except (ValueError, IndexError, KeyError):
+        return {"exists": False, "status": "unknown", "error": "%s inspect printed no JSON" % engine}
+    state = data.get("State") or {}
+    labels = (data.get("Config") or {}).get("Labels") or {}
+    status = str(state.get("Status") or "unknown").lower()
+    if state.get("Paused"):
+        status = "paused"
+    elif state.get("Restarting"):
+        status = "restarting"
+    return {
+        "exists": True,
+        "id": data.get("Id"),
+        "status": status,
+        "running": status == "running",
+        "pid": state.get("Pid") or 0,
+        "exit_code": state.get("ExitCode"),
+        "restarts": data.get("RestartCount") or 0,
+        "started_at": state.get("StartedAt"),
+        "image": data.get("ImageName") or (data.get("Config") or {}).get("Image"),
+        "config_hash": labels.get(HASH_LABEL),
+    }
+
+
+def descendants(pid, proc="/proc"):
+    """``pid`` and every process below it (``/proc/<pid>/task/<tid>/children``), in the host's pid namespace."""
+    if not pid:
+        return []
+    seen, todo = [], [int(pid)]
+    while todo:
+        current = todo.pop(0)
+        if current in seen:
+            continue
+        seen.append(current)
+        try:
+            tasks = os.listdir("%s/%d/task" % (proc, current))
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open("%s/%d/task/%s/children" % (proc, current, tid)) as f:
+                    todo.extend(int(p) for p in f.read().split())
+            except (OSError, ValueError):
+                continue
+    return seen
+
+
+def http_get(url, headers=None, timeout=5.0):
+    """``(status, body)`` of a GET; status -1 when nothing answered (refused, reset, timed out)."""
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    try:
+        connection.request("GET", parts.path or "/", headers=headers or {})
+        answer = connection.getresponse()
+        return answer.status, answer.read(4096).decode("utf-8", "replace")
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        return -1, str(exc)
+    finally:
+        connection.close()
+
+
+def auth_check(base_url, api_key, timeout=5.0):
+    """Whether the API key is in force: ``/props`` answers 401 without it and 200 with it.
+
+    Returns ``{"enforced", "checked", "without_key", "with_key"}`` (the statuses; the key is never returned).
+    """
+    without, _body = http_get(base_url + AUTH_PROBE_PATH, timeout=timeout)
+    with_key, _body = http_get(base_url + AUTH_PROBE_PATH, {"Authorization": "Bearer " + api_key}, timeout=timeout)
+    return {"enforced": without == 401 and with_key == 200, "checked": True, "without_key": without,
+            "with_key": with_key}
+
+
+def log_tail(run, engine, name, lines=40):
+    """The container's last log lines (stderr and stdout), invalid UTF-8 replaced."""
+    rc, out, err = run([engine, "logs", "--tail", str(lines), name])
+    if rc != 0:
+        return []
+    text = (err or "") + ("\n" if err and out else "") + (out or "")
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
+def exit_cause(lines):
+    """The line that says why llama-server stopped: the first error line (later ones repeat it), else the last."""
+    for line in lines:
+        if _ERROR_RE.search(line) and not _NOT_A_CAUSE_RE.search(line):
+            return line.strip()
+    return lines[-1].strip() if lines else ""
+
+
+def wait_healthy(run, engine, name, url, timeout, interval=0.5, clock=time.monotonic, sleep=time.sleep,
+                 log_lines=40):
+    """Wait up to ``timeout`` seconds for ``url`` (``/health``) to answer 200 while the container keeps running.
+
+    Returns ``{"healthy", "seconds", "status", "container", "cause", "log_tail"}``: when the container exits,
+    restarts or disappears the wait stops at once, with the cause read from its last log lines.
+    """
+    start = clock()
+    first = container_state(run, engine, name)
+    restarts = first.get("restarts", 0)
+    last_status = None
+    state = first
+    while True:
+        state = container_state(run, engine, name)
+        stopped = not state.get("exists") or not state.get("running") or state.get("restarts", 0) > restarts
+        if stopped:
+            tail = log_tail(run, engine, name, log_lines) if state.get("exists") else []
+            if not state.get("exists"):
+                cause = "the container %s is gone (%s)" % (name, state.get("error") or "removed")
+            else:
+                found = exit_cause(tail)
+                cause = ("llama-server exited: %s" % found) if found else \
+                    "the container %s is %s (exit code %s)" % (name, state.get("status"), state.get("exit_code"))
+            return {"healthy": False, "seconds": round(clock() - start, 3), "status": last_status,
+                    "container": state, "cause": cause, "log_tail": tail}
+        last_status, _body = http_get(url, timeout=min(5.0, max(1.0, timeout)))
+        if last_status == 200:
+            return {"healthy": True, "seconds": round(clock() - start, 3), "status": 200, "container": state,
+                    "cause": None, "log_tail": []}
+        if clock() - start >= timeout:
+            tail = log_tail(run, engine, name, log_lines)
+            return {"healthy": False, "seconds": round(clock() - start, 3), "status": last_status,
+                    "container": state, "log_tail": tail,
+                    "cause": "ai-llm did not answer /health with 200 within %d s (last answer: %s)"
+                             % (timeout, last_status if last_status != -1 else "no answer")}
+        sleep(interval)

@@ -1,0 +1,233 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The files the llm_server role writes: its block of ``.env``, the compose file, and the configuration hash
+that the container carries as a label.
+
+Standard library only (runs on target hosts). Every value goes through ``_deploy_values``' encoders.
+
+The compose file never holds a deployment value itself: it maps the ``.env`` keys into the container
+(``MOE_OFFLOAD_PATTERN: "${LLM_MOE_OFFLOAD_PATTERN:-}"``), and the image's start command builds
+llama-server's argv from them. The label ``ai_llm.moe_offload.config_hash`` comes from ``LLM_CONFIG_HASH``
+the same way, so a container says which configuration it was created from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import (
+    compose_literal,
+    compose_reference,
+    dotenv_problem,
+    dotenv_quote,
+    dotenv_unquote,
+)
+
+MARKER = "# {} ai_llm.moe_offload.llm_server: managed keys (edit the inventory, not these lines)"
+BEGIN = MARKER.format("BEGIN")
+END = MARKER.format("END")
+HASH_KEY = "LLM_CONFIG_HASH"
+HASH_LABEL = "ai_llm.moe_offload.config_hash"
+# Keys of the role in .env, in the order written; each maps to the container variable next to it.
+ENV_KEYS = (
+    ("LLM_MOE_OFFLOAD_PATTERN", "MOE_OFFLOAD_PATTERN"),
+    ("LLM_TENSOR_OVERRIDES", "TENSOR_OVERRIDES"),
+    ("LLM_CTX_SIZE", "CTX_SIZE"),
+    ("LLM_PARALLEL", "PARALLEL"),
+    ("LLM_N_GPU_LAYERS", "N_GPU_LAYERS"),
+    ("LLM_MODEL_PATH", "MODEL_PATH"),
+    ("LLM_BIND_ADDRESS", None),
+    ("LLM_PORT", None),
+    ("LLM_GPU_DEVICES", None),
+    ("LLM_TENSOR_SPLIT", "TENSOR_SPLIT"),
+    ("LLM_LOG_VERBOSITY", "LOG_VERBOSITY"),
+)
+OWNED_KEYS = tuple(k for k, _v in ENV_KEYS) + (HASH_KEY,)
+# Written by earlier versions of the role, now gone: the API key lives in a file (SECRETS_MOUNT).
+LEGACY_KEYS = ("LLM_API_KEY",)
+SECRETS_MOUNT = "/run/secrets/ai-llm"
+API_KEY_FILE = SECRETS_MOUNT + "/api-key"
+_ENV_LINE_RE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.-]*)\s*=(.*)$")
+
+
+class RenderError(Exception):
+    """A value the placement produced cannot be written (the inputs were checked before)."""
+
+
+def env_values(settings, placement):
+    """The role's ``.env`` keys (without the hash) as plain strings, in order.
+
+    ``settings`` is ``Settings.as_dict()``; ``placement`` has ``pattern``, ``tensor_overrides`` (list),
+    ``gpu_devices`` (list), ``tensor_split`` (str) and ``topology``.
+    """
+    gpu = placement.get("topology", "cpu") != "cpu"
+    verbosity = settings.get("log_verbosity")
+    values = {
+        "LLM_MOE_OFFLOAD_PATTERN": placement.get("pattern") or "",
+        "LLM_TENSOR_OVERRIDES": ",".join(placement.get("tensor_overrides") or []),
+        "LLM_CTX_SIZE": str(settings["ctx_size"]),
+        "LLM_PARALLEL": str(settings["parallel"]),
+        "LLM_N_GPU_LAYERS": str(settings["n_gpu_layers"]),
+        "LLM_MODEL_PATH": settings["container_model_path"],
+        "LLM_BIND_ADDRESS": settings["bind_address"],
+        "LLM_PORT": str(settings["port"]),
+        "LLM_GPU_DEVICES": ",".join(str(d) for d in placement.get("gpu_devices") or []) if gpu else "",
+        "LLM_TENSOR_SPLIT": _split_text(placement.get("tensor_split")),
+        "LLM_LOG_VERBOSITY": "" if verbosity in (None, "") else str(verbosity),
+    }
+    for key, value in values.items():
+        problem = dotenv_problem(value)
+        if problem:
+            raise RenderError("%s %s cannot go into .env: %s" % (key, json.dumps(value), problem))
+    return values
+
+
+def _split_text(split):
+    if isinstance(split, (list, tuple)):
+        return ",".join(str(s) for s in split)
+    return str(split or "")
+
+
+def config_hash(values, compose_text, api_key=b""):
+    """The hash of a configuration: the ``.env`` keys, the compose file and the API key file's bytes."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(sorted(values.items())).encode("utf-8"))
+    digest.update(b"\0" + compose_text.encode("utf-8"))
+    digest.update(b"\0" + hashlib.sha256(api_key or b"").digest())
+    return digest.hexdigest()
+
+
+def env_block(values, hash_value):
+    """The managed block of ``.env``: markers, one single-quoted line per key, the hash last."""
+    lines = [BEGIN]
+    lines += ["%s=%s" % (key, dotenv_quote(values[key])) for key, _c in ENV_KEYS]
+    lines += ["%s=%s" % (HASH_KEY, dotenv_quote(hash_value)), END]
+    return "\n".join(lines) + "\n"
+
+
+def parse_env(text):
+    """``{key: value}`` of the role's keys in ``.env`` text (the last line that sets a key wins)."""
+    found = {}
+    for line in text.splitlines():
+        match = _ENV_LINE_RE.match(line)
+        if match and match.group(1) in OWNED_KEYS + LEGACY_KEYS:
+            found[match.group(1)] = dotenv_unquote(match.group(2))
+    return found
+
+
+def managed_block(text):
+    """The role's block of ``.env`` text, markers included; ``""`` when there is none."""
+    lines = text.splitlines()
+    stripped = [line.strip() for line in lines]
+    if BEGIN not in stripped or END not in stripped[stripped.index(BEGIN):]:
+        return ""
+    start = stripped.index(BEGIN)
+    end = stripped.index(END, start)
+    return "\n".join(lines[start:end + 1]) + "\n"
+
+
+def merge_env(text, block):
+    """``.env`` text with the role's block replaced by ``block``; other lines stay.
+
+    Lines outside the block that set one of the role's keys (or a key of earlier versions, such as
+    ``LLM_API_KEY``) are dropped: a later line would win over the block. Returns ``(new_text, dropped_keys)``.
+    """
+    out, dropped, inside, placed = [], [], False, False
+    for line in text.splitlines():
+        if line.strip() == BEGIN:
+            inside = True
+            continue
+        if line.strip() == END:
+            if inside and not placed:
+                out.append(block.rstrip("\n"))
+                placed = True
+            inside = False
+            continue
+        if inside:
+            continue
+        match = _ENV_LINE_RE.match(line)
+        if match and match.group(1) in OWNED_KEYS + LEGACY_KEYS:
+            dropped.append(match.group(1))
+            continue
+        out.append(line)
+    if not placed:
+        out.append(block.rstrip("\n"))
+    return "\n".join(out) + "\n", dropped
+
+
+def render_compose(settings, placement, engine):
+    """The compose file (text) for ``settings`` (``Settings.as_dict()``), the placement and the engine."""
+    gpu = placement.get("topology", "cpu") != "cpu"
+    lit = compose_literal
+    ref = compose_reference
+    lines = [
+        "# Written by the ai_llm.moe_offload.llm_server role; edit the inventory, not this file.",
+        "# ai-llm: llama-server with the MoE expert weights placed by LLM_MOE_OFFLOAD_PATTERN (.env, next to this",
+        "# file); the image's start command turns the variables below into llama-server's argv.",
+        "services:",
+        "  %s:" % lit(settings["service_name"]),
+        "    image: %s" % lit(settings["image"]),
+        "    container_name: %s" % lit(settings["container_name"]),
+        "    init: true",
+        "    restart: %s" % lit(settings["restart_policy"]),
+        "    labels:",
+        "      %s: %s" % (json.dumps(HASH_LABEL), ref(HASH_KEY)),
+    ]
+    if settings["network_mode"] == "host":
+        lines.append("    network_mode: \"host\"")
+    else:
+        lines += ["    ports:",
+                  "      - %s" % json.dumps("${LLM_BIND_ADDRESS:-127.0.0.1}:${LLM_PORT:-8080}:%d"
+                                            % settings["container_port"])]
+    lines.append("    environment:")
+    for key, container_key in ENV_KEYS:
+        if container_key:
+            lines.append("      %s: %s" % (container_key, ref(key)))
+    lines.append("      API_KEY_FILE: %s" % lit(API_KEY_FILE))
+    if settings["network_mode"] == "host":
+        lines += ["      LLAMA_HOST: %s" % ref("LLM_BIND_ADDRESS", "127.0.0.1"),
+                  "      LLAMA_PORT: %s" % ref("LLM_PORT", "8080")]
+    else:
+        lines += ["      LLAMA_HOST: \"0.0.0.0\"",
+                  "      LLAMA_PORT: %s" % lit(str(settings["container_port"]))]
+    if gpu:
+        lines.append("      NVIDIA_VISIBLE_DEVICES: %s" % ref("LLM_GPU_DEVICES"))
+    if settings["extra_args"]:
+        lines.append("    command: [%s]" % ", ".join(lit(a) for a in settings["extra_args"]))
+    lines += [
+        "    volumes:",
+        "      - type: \"bind\"",
+        "        source: %s" % lit(settings["model_dir"]),
+        "        target: %s" % lit(settings["model_mount"]),
+        "        read_only: true",
+        "      - type: \"bind\"",
+        "        source: %s" % lit(settings["paths"]["secrets"]),
+        "        target: %s" % lit(SECRETS_MOUNT),
+        "        read_only: true",
+    ]
+    devices = [str(d) for d in placement.get("gpu_devices") or []]
+    if gpu and engine == "podman":
+        lines.append("    devices:")
+        lines += ["      - %s" % lit("nvidia.com/gpu=" + d) for d in devices]
+    elif gpu:
+        lines += [
+            "    deploy:",
+            "      resources:",
+            "        reservations:",
+            "          devices:",
+            "            - driver: \"nvidia\"",
+            "              device_ids: [%s]" % ", ".join(lit(d) for d in devices),
+            "              capabilities: [\"gpu\"]",
+        ]
+    lines.append("    logging:")
+    if engine == "podman":
+        lines += ["      driver: \"k8s-file\"", "      options:",
+                  "        max-size: %s" % lit(settings["log_max_size"])]
+    else:
+        lines += ["      driver: \"json-file\"", "      options:",
+                  "        max-size: %s" % lit(settings["log_max_size"]),
+                  "        max-file: %s" % lit(str(settings["log_max_file"]))]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,187 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""``llm_server_result``: the one result the llm_server role publishes per host (also written to
+``verification.json``), assembled from what each phase registered: its status, a one-line message, and what
+runs.
+
+Standard library only; runs on the controller (the filter ``llm_server_result``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_converge import parity_text
+
+STATUSES = ("changed", "unchanged", "failed", "rolled_back", "checked")
+PLAN_GPU_KEYS = ("index", "name", "model_mib", "kv_mib", "recurrent_mib", "compute_mib", "margin_mib", "total_mib",
+                 "free_mib", "experts_mib")
+
+
+def _ran(result):
+    """A registered task result that ran (not skipped, not absent)."""
+    return bool(result) and not result.get("skipped")
+
+
+def plan_summary(settings, plan, placement):
+    """The plan part of the result: mode, fits, reason, the blocks whose experts go to host RAM, per GPU."""
+    plan = plan if _ran(plan) else {}
+    memory = plan.get("memory") or {}
+    host = memory.get("host") or {}
+    return {
+        "mode": settings.get("moe_offload_mode"),
+        "fits": plan.get("fits"),
+        "reason": plan.get("reason") or plan.get("msg"),
+        "cpu_expert_layers": plan.get("cpu_expert_layers", plan.get("cpu_moe_layers")) or [],
+        "placement": plan.get("placement"),
+        "gpu_indices": plan.get("gpu_indices") or (placement or {}).get("gpu_devices") or [],
+        "tensor_split": plan.get("tensor_split") or "",
+        "gpus": [{k: g.get(k) for k in PLAN_GPU_KEYS} for g in memory.get("gpus") or []],
+        "host": {"experts_mib": host.get("experts_mib", host.get("model_mib")),
+                 "available_mib": host.get("available_mib")},
+    }
+
+
+def buffers(log):
+    log = log or {}
+    return {"model": log.get("model_buffers") or {}, "kv": log.get("kv_buffers") or {},
+            "rs": log.get("rs_buffers") or {}, "compute": log.get("compute_buffers") or {}}
+
+
+def _seconds(*deltas):
+    total = 0.0
+    found = False
+    for delta in deltas:
+        value = delta_seconds(delta)
+        if value is not None:
+            total += value
+            found = True
+    return round(total, 3) if found else None
+
+
+def delta_seconds(delta):
+    """Seconds of a command result's ``delta`` (``0:00:01.234567``), None when there is none."""
+    if not delta:
+        return None
+    try:
+        hours, minutes, seconds = str(delta).split(":")
+        return round(int(hours) * 3600 + int(minutes) * 60 + float(seconds), 3)
+    except ValueError:
+        return None
+
+
+def rollback_text(parts):
+    """What the rollback did, as the second half of a failure message."""
+    settings = parts.get("settings") or {}
+    rollback = parts.get("rollback") or {}
+    if rollback.get("performed") and rollback.get("serving"):
+        return "%s; ai-llm serves again (%s/health 200)." % (rollback.get("reason"), settings.get("base_url"))
+    if rollback.get("error"):
+        return "The rollback failed too: %s" % rollback["error"]
+    if rollback.get("reason"):
+        return rollback["reason"]
+    return ""
+
+
+def status_and_message(parts):
+    """``(status, message)`` of a run; what the lock did (waited for another deploy, took over a lock a killed run
+    left) is said at the end."""
+    status, message = _status_and_message(parts)
+    lock = parts.get("lock") or {}
+    if lock.get("queued") and lock.get("msg"):
+        message = "%s (%s)" % (message, lock["msg"])
+    return status, message
+
+
+def _status_and_message(parts):
+    host = parts.get("host") or "?"
+    converge = parts.get("converge") or {}
+    if parts.get("status") == "rolled_back" and not parts.get("failure"):
+        return "rolled_back", rollback_text(parts)
+    if parts.get("refusal"):
+        return "failed", parts["refusal"]
+    if parts.get("failure"):
+        rollback = parts.get("rollback") or {}
+        status = "rolled_back" if rollback.get("performed") and rollback.get("serving") else "failed"
+        text = rollback_text(parts)
+        return status, ("llm_server: the deploy on %s failed: %s.%s" % (host, parts["failure"].rstrip("."),
+                                                                        " " + text if text else ""))
+    if parts.get("check_mode"):
+        if converge.get("recreate"):
+            return "checked", "check mode: %s (nothing was changed)" % converge.get("reason")
+        if any(parts.get("changes") or []):
+            return "checked", "check mode: the configuration files would change (nothing was changed)"
+        return "checked", "check mode: nothing would change"
+    log = parts.get("log") or {}
+    if converge.get("verify") and _ran(log):
+        moved = len(log.get("overridden") or [])
+        proof = "verified: %d tensor(s) overridden to host memory (%s evidence)" % (moved, log.get("evidence"))
+        reason = converge.get("reason") or "verified on request (llm_server_verify_always)"
+        return "changed", "%s; %s" % (reason, proof)
+    if any(parts.get("changes") or []):
+        what = "kept the snapshot of the verified configuration" if _ran(parts.get("snapshot")) else \
+            "updated files that do not change what ai-llm runs"
+        return "changed", what
+    config_hash = (parts.get("config") or {}).get("config_hash") or ""
+    return "unchanged", "ai-llm serves the configuration on disk (%s); nothing to change" % config_hash[:12]
+
+
+def build(parts, now=None):
+    """``llm_server_result`` from ``parts`` (what the phases registered; see the role's README, "Result")."""
+    now = time.time() if now is None else now
+    settings = parts.get("settings") or {}
+    placement = parts.get("placement") or {}
+    service = parts.get("service") or {}
+    config = parts.get("config") or {}
+    rollback = parts.get("rollback") or {}
+    health = parts.get("health") or {}
+    log = parts.get("log") if _ran(parts.get("log")) else None
+    paths = settings.get("paths") or {}
+    # Nothing measured this run: what the last verification proved still describes what runs.
+    last = ((service.get("disk") or {}).get("verification") or {}) if not log else {}
+    status, message = status_and_message(parts)
+    restored = rollback.get("env_keys") or {}
+    auth = health.get("auth") if _ran(health) and (health.get("auth") or {}).get("checked") else service.get("auth")
+    auth = dict(auth or {})
+    auth.setdefault("checked", False)
+    auth["enforced"] = bool(auth.get("enforced")) if auth.get("checked") else bool(settings.get("api_key_set"))
+    started = parts.get("started")
+    timings = parts.get("timings") or {}
+    result = {
+        "status": status,
+        "changed": status in ("changed", "rolled_back"),
+        "message": message,
+        "host": parts.get("host"),
+        "image": settings.get("image"),
+        "model": settings.get("model_path"),
+        "config_hash": rollback.get("config_hash") if rollback.get("performed") else
+        (config.get("config_hash") or (service.get("container") or {}).get("config_hash")),
+        "pattern": restored.get("LLM_MOE_OFFLOAD_PATTERN", placement.get("pattern", last.get("pattern", ""))),
+        "pattern_source": ("snapshot" if restored.get("LLM_MOE_OFFLOAD_PATTERN") else "none") if restored else
+        placement.get("pattern_source", last.get("pattern_source", "none")),
+        "device_overrides": [o for o in restored.get("LLM_TENSOR_OVERRIDES", "").split(",") if o] if restored
+        else placement.get("tensor_overrides", last.get("device_overrides", [])),
+        "tensors_moved": [t.get("tensor") for t in log.get("overridden") or []] if log else
+        ([] if restored else last.get("tensors_moved", [])),
+        "evidence": log.get("evidence") if log else (None if restored else last.get("evidence")),
+        "plan": plan_summary(settings, parts.get("plan"), placement),
+        "vram": parts.get("vram") or ([] if log or restored else last.get("vram") or []),
+        "buffers": buffers(log) if log else (buffers(None) if restored else last.get("buffers", buffers(None))),
+        "offloaded_layers": log.get("offloaded_layers") if log else
+        (None if restored else last.get("offloaded_layers")),
+        "rollback": {"performed": bool(rollback.get("performed")), "reason": rollback.get("reason"),
+                     "restored_from": rollback.get("restored_from"), "serving": rollback.get("serving")},
+        "auth": {"enforced": auth["enforced"], "checked": auth["checked"]},
+        "parity": parity_text(settings, parts.get("parity"), parts.get("parity_note")) if log or not last
+        else last.get("parity", "off"),
+        "timings": {
+            "total": round(now - float(started), 3) if started else None,
+            "recreate": _seconds(*(timings.get("commands") or [])),
+            "health": health.get("seconds") if _ran(health) else None,
+            "lock_wait": timings.get("lock_wait"),
+        },
+        "files": {"env": paths.get("env"), "compose": paths.get("compose"),
+                  "verification": paths.get("verification")},
+    }
+    return result

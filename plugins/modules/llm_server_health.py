@@ -1,0 +1,152 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: llm_server_health
+short_description: Wait until ai-llm answers /health with 200 while watching its container, and prove the API key
+version_added: 0.2.0
+description:
+  - Asks C(<base_url>/health) about twice a second until it answers 200 or O(timeout) seconds pass.
+  - Between the questions it reads the container O(container_name). When it exits, restarts (a crash loop) or
+    disappears, the wait stops at once and the module returns the container's last log lines and a plain cause,
+    the first error line llama-server printed (for example the loader's C(check_tensor_dims) message).
+  - With O(api_key), once C(/health) is 200, it proves the key is in force, C(/props) answers 401 without the key
+    and 200 with it.
+  - Fails with RV(cause) unless O(fail=false).
+author:
+  - ai_llm maintainers (@ai-llm)
+options:
+  container_name:
+    description: The container to watch.
+    type: str
+    required: true
+  engine:
+    description: The container engine.
+    type: str
+    choices: [podman, docker]
+    default: podman
+  base_url:
+    description: The server's URL, for example C(http://127.0.0.1:8080).
+    type: str
+    required: true
+  timeout:
+    description: Seconds to wait for C(/health) 200.
+    type: int
+    default: 300
+  api_key:
+    description: The API key to prove; no check without it.
+    type: str
+  log_lines:
+    description: How many of the container's last log lines to return when it stopped.
+    type: int
+    default: 40
+  fail:
+    description: Fail when the server does not serve (or the key is not in force); else only report it.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    description: It only reads; it runs the same way in check mode.
+  diff_mode:
+    support: none
+    description: It changes nothing.
+  idempotent:
+    support: full
+    description: It changes nothing.
+seealso:
+  - module: ai_llm.moe_offload.llm_server_service_info
+  - module: ai_llm.moe_offload.llama_server_log
+"""
+
+EXAMPLES = r"""
+- name: Wait for ai-llm to serve
+  ai_llm.moe_offload.llm_server_health:
+    container_name: ai-llm
+    engine: podman
+    base_url: http://127.0.0.1:8080
+    timeout: 300
+  register: health
+"""
+
+RETURN = r"""
+healthy:
+  description: Whether C(/health) answered 200 (and, with O(api_key), the key is in force).
+  returned: always
+  type: bool
+  sample: true
+seconds:
+  description: How long the wait took.
+  returned: always
+  type: float
+  sample: 3.21
+status:
+  description: The last status of C(/health), V(-1) when nothing answered.
+  returned: always
+  type: int
+  sample: 200
+cause:
+  description: Why it does not serve, in one line; V(null) when it serves.
+  returned: always
+  type: str
+  sample: "llama-server exited: llama_model_load: error loading model: check_tensor_dims: tensor 'token_embd.weight' has wrong shape"
+log_tail:
+  description: The container's last log lines when it stopped or did not answer in time.
+  returned: always
+  type: list
+  elements: str
+container:
+  description: The container's state at the end (see M(ai_llm.moe_offload.llm_server_service_info)).
+  returned: always
+  type: dict
+auth:
+  description: The API key check, V(checked=false) without O(api_key).
+  returned: always
+  type: dict
+  sample: {enforced: true, checked: true, without_key: 401, with_key: 200}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import auth_check, wait_healthy
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            container_name=dict(type="str", required=True),
+            engine=dict(type="str", choices=["podman", "docker"], default="podman"),
+            base_url=dict(type="str", required=True),
+            timeout=dict(type="int", default=300),
+            api_key=dict(type="str", no_log=True),
+            log_lines=dict(type="int", default=40),
+            fail=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+
+    def run(argv):
+        return module.run_command(argv, environ_update={"LC_ALL": "C"}, errors="replace")
+
+    result = wait_healthy(run, p["engine"], p["container_name"], p["base_url"] + "/health", p["timeout"],
+                          log_lines=p["log_lines"])
+    result["auth"] = {"enforced": False, "checked": False}
+    if result["healthy"] and p["api_key"]:
+        result["auth"] = auth_check(p["base_url"], p["api_key"])
+        if not result["auth"]["enforced"]:
+            result["healthy"] = False
+            result["cause"] = ("the API key is not in force: /props answered %(without_key)s without the key and "
+                               "%(with_key)s with it (401 and 200 expected)" % result["auth"])
+    if p["fail"] and not result["healthy"]:
+        module.fail_json(msg=result["cause"], changed=False, **result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: llm_server_service_info
+short_description: Report what the ai-llm service runs now and what its project directory holds
+version_added: 0.2.0
+description:
+  - Finds the compose tool (O(compose_command), or the first of C(podman compose), C(podman-compose),
+    C(docker compose), C(docker-compose) that works) and the container engine it drives.
+  - Reads the container O(container_name) (state, restarts, pid and the processes below it, the configuration hash
+    it was created with, from its label C(ai_llm.moe_offload.config_hash)), asks C(/health) once, and with
+    O(api_key) proves that the key is in force (C(/props) answers 401 without it and 200 with it).
+  - Reads the project directory without changing it, the configuration hash in C(.env), whether the API key
+    file exists, the last verification (C(verification.json)) and the hash of the last snapshot.
+  - Used by the role M(ai_llm.moe_offload.llm_server) to decide whether ai-llm runs the configuration on disk.
+author:
+  - ai_llm maintainers (@ai-llm)
+options:
+  project_dir:
+    description: The project directory (C(llm_server_project_dir)).
+    type: path
+    required: true
+  compose_file:
+    description: The compose file's name in O(project_dir).
+    type: str
+    default: docker-compose.prod.yml
+  compose_command:
+    description: The compose tool as an argv list; empty to find one.
+    type: list
+    elements: str
+    default: []
+  container_name:
+    description: The container to read.
+    type: str
+    required: true
+  rollback_dir:
+    description: Where the snapshots are kept; default C(<project_dir>/.rollback).
+    type: path
+  base_url:
+    description: The server's URL (C(http://127.0.0.1:8080)); C(/health) is asked when the container runs.
+    type: str
+  api_key:
+    description: The API key; when given and C(/health) answers 200, the module checks that the key is in force.
+    type: str
+extends_documentation_fragment:
+  - ai_llm.moe_offload.info_module
+seealso:
+  - module: ai_llm.moe_offload.llm_server_health
+"""
+
+EXAMPLES = r"""
+- name: Read what ai-llm runs
+  ai_llm.moe_offload.llm_server_service_info:
+    project_dir: /srv/ai-llm
+    container_name: ai-llm
+    base_url: http://127.0.0.1:8080
+  register: service
+"""
+
+RETURN = r"""
+compose_command:
+  description: The compose tool as an argv list.
+  returned: always
+  type: list
+  elements: str
+  sample: [podman-compose]
+engine:
+  description: The container engine, V(podman) or V(docker).
+  returned: always
+  type: str
+  sample: podman
+container:
+  description: The container's state.
+  returned: always
+  type: dict
+  sample: {exists: true, id: 3f2a..., status: running, running: true, pid: 4242, exit_code: 0, restarts: 0,
+           started_at: "2026-05-04T10:11:12Z", image: "localhost/ai-llm:cuda", config_hash: "9b1e..."}
+pids:
+  description: The container's processes (its pid and every process below it), in the host's pid namespace.
+  returned: always
+  type: list
+  elements: int
+  sample: [4242, 4250]
+health:
+  description: The status C(/health) answered, V(-1) when nothing answered, V(null) when not asked.
+  returned: always
+  type: int
+  sample: 200
+auth:
+  description: Whether the API key is in force (V(checked=false) when it was not checked).
+  returned: always
+  type: dict
+  sample: {enforced: true, checked: true, without_key: 401, with_key: 200}
+disk:
+  description: What the project directory holds.
+  returned: always
+  type: dict
+  sample: {env_config_hash: "9b1e...", compose_exists: true, api_key_file: false,
+           verification: {config_hash: "9b1e...", status: changed}, snapshot_hash: "9b1e..."}
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import (
+    auth_check,
+    container_state,
+    descendants,
+    engine_of,
+    find_compose,
+    http_get,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import read_bytes, snapshot_hash
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_KEY, parse_env
+
+
+def read_disk(project_dir, compose_file, rollback_dir):
+    env = read_bytes(os.path.join(project_dir, ".env"))
+    verification = read_bytes(os.path.join(project_dir, "verification.json"))
+    try:
+        verification = json.loads(verification.decode("utf-8")) if verification else None
+    except (ValueError, UnicodeDecodeError):
+        verification = {"unreadable": True}
+    return {
+        "env_config_hash": parse_env(env.decode("utf-8", "replace")).get(HASH_KEY) if env else None,
+        "compose_exists": os.path.isfile(os.path.join(project_dir, compose_file)),
+        "api_key_file": os.path.isfile(os.path.join(project_dir, "secrets", "api-key")),
+        "verification": verification if isinstance(verification, dict) else None,
+        "snapshot_hash": snapshot_hash(rollback_dir, "last"),
+        "previous_snapshot_hash": snapshot_hash(rollback_dir, "previous"),
+    }
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            project_dir=dict(type="path", required=True),
+            compose_file=dict(type="str", default="docker-compose.prod.yml"),
+            compose_command=dict(type="list", elements="str", default=[]),
+            container_name=dict(type="str", required=True),
+            rollback_dir=dict(type="path"),
+            base_url=dict(type="str"),
+            api_key=dict(type="str", no_log=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+
+    def run(argv):
+        return module.run_command(argv, environ_update={"LC_ALL": "C"}, errors="replace")
+
+    compose = find_compose(run, module.get_bin_path, p["compose_command"])
+    if not compose:
+        module.fail_json(msg="llm_server: none of 'podman compose', 'podman-compose', 'docker compose', "
+                             "'docker-compose' works on this host; install one or set llm_server_compose_command")
+    engine = engine_of(compose)
+    if not module.get_bin_path(engine):
+        module.fail_json(msg="llm_server: the compose tool %s drives %s, which is not installed" % (compose, engine))
+    container = container_state(run, engine, p["container_name"])
+    health, auth = None, {"enforced": False, "checked": False}
+    if container.get("running") and p["base_url"]:
+        health, _body = http_get(p["base_url"] + "/health")
+        if health == 200 and p["api_key"]:
+            auth = auth_check(p["base_url"], p["api_key"])
+    rollback_dir = p["rollback_dir"] or os.path.join(p["project_dir"], ".rollback")
+    module.exit_json(changed=False, compose_command=compose, engine=engine, container=container,
+                     pids=descendants(container.get("pid")) if container.get("running") else [],
+                     health=health, auth=auth, disk=read_disk(p["project_dir"], p["compose_file"], rollback_dir))
+
+
+if __name__ == "__main__":
+    main()

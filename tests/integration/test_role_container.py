@@ -1,0 +1,118 @@
+"""What the role reads of the ai-llm container (plugins/module_utils/_deploy_container.py), on real podman
+containers of the CPU image: state, label, processes, pause, exit, removal, and the wait for /health that stops at
+once with the cause when the container exits. Also the compose tool choice and the cause line (unit).
+
+Run under the podman lock: ``flock /tmp/ai-llm-podman.lock python -m pytest tests/integration/test_role_container.py``.
+"""
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import (
+    container_state,
+    descendants,
+    exit_cause,
+    find_compose,
+    wait_healthy,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL
+from tests.integration._llama_server import free_port
+from tests.integration._llm_deploy import cpu_image
+
+podman = pytest.mark.skipif(not shutil.which("podman"), reason="needs podman")
+# llama.cpp's own words: src/llama-model-loader.cpp check_tensor_dims ("%s: tensor '%s' has wrong shape; expected
+# %s, got %s"), the loader's "error loading model" and tools/server/server.cpp's "exiting due to model loading error".
+LOAD_FAILURE = [
+    "load_tensors: loading model tensors, this can take a while... (mmap = true)",
+    "llama_model_load: error loading model: check_tensor_dims: tensor 'token_embd.weight' has wrong shape; "
+    "expected   128,   512, got   256,   512,     1,     1",
+    "llama_model_load_from_file_impl: failed to load model",
+    "srv    load_model: failed to load model, '/models/wrong-shape.gguf'",
+    "srv   operator(): operator(): cleaning up before exit...",
+    "main: exiting due to model loading error",
+]
+
+
+def run(argv):
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture
+def container():
+    """Start a container of the CPU image with a shell command; removed afterwards."""
+    names = []
+
+    def start(script, label="h" * 64):
+        name = "ai-llm-container-" + uuid.uuid4().hex[:8]
+        names.append(name)
+        subprocess.run(["podman", "run", "-d", "--init", "--name", name, "--label", "%s=%s" % (HASH_LABEL, label),
+                        "--entrypoint", "/bin/sh", cpu_image(), "-c", script], check=True, capture_output=True,
+                       timeout=120)
+        return name
+    yield start
+    for name in names:
+        subprocess.run(["podman", "rm", "--force", name], capture_output=True, check=False, timeout=120)
+
+
+@podman
+def test_state_label_processes_pause_and_removal(container):
+    name = container("sleep 600 & sleep 600")
+    state = container_state(run, "podman", name)
+    assert state["exists"] and state["status"] == "running" and state["running"]
+    assert state["config_hash"] == "h" * 64 and state["restarts"] == 0
+    pids = descendants(state["pid"])
+    assert pids[0] == state["pid"] and len(pids) >= 3  # the init, the shell and its sleeps
+    subprocess.run(["podman", "pause", name], check=True, capture_output=True, timeout=60)
+    assert container_state(run, "podman", name)["status"] == "paused"
+    subprocess.run(["podman", "unpause", name], check=True, capture_output=True, timeout=60)
+    subprocess.run(["podman", "stop", "-t", "1", name], check=True, capture_output=True, timeout=60)
+    stopped = container_state(run, "podman", name)
+    assert stopped["exists"] and not stopped["running"] and stopped["status"] in ("exited", "stopped")
+    subprocess.run(["podman", "rm", name], check=True, capture_output=True, timeout=60)
+    assert container_state(run, "podman", name) == {"exists": False, "status": "missing"}
+
+
+@podman
+def test_the_wait_stops_at_once_with_the_cause_when_the_container_exits(container):
+    name = container("sleep 1; printf '%%s\\n' %s >&2; exit 1" % " ".join(shlex.quote(line) for line in LOAD_FAILURE))
+    start = time.monotonic()
+    answer = wait_healthy(run, "podman", name, "http://127.0.0.1:%d/health" % free_port(), timeout=120)
+    assert time.monotonic() - start < 60
+    assert not answer["healthy"] and answer["container"]["status"] in ("exited", "stopped")
+    assert answer["cause"] == "llama-server exited: " + LOAD_FAILURE[1]
+    assert LOAD_FAILURE[-1] in answer["log_tail"]
+
+
+@podman
+def test_the_wait_times_out_with_the_last_answer(container):
+    name = container("sleep 600")
+    answer = wait_healthy(run, "podman", name, "http://127.0.0.1:%d/health" % free_port(), timeout=2)
+    assert not answer["healthy"] and "did not answer /health with 200 within 2 s" in answer["cause"]
+
+
+def test_the_cause_is_the_first_error_line():
+    assert exit_cause(LOAD_FAILURE) == LOAD_FAILURE[1]
+    assert exit_cause(["starting", "bye"]) == "bye"
+    assert exit_cause([]) == ""
+
+
+def test_the_compose_tool():
+    calls = []
+
+    def fake_run(argv):
+        calls.append(argv)
+        return (1, "", "unknown command") if argv[1:] == ["compose", "version"] else (0, "", "")
+    tools = {"podman": "/usr/bin/podman", "podman-compose": "/venv/bin/podman-compose"}
+    assert find_compose(fake_run, tools.get) == ["podman-compose"]
+    assert calls == [["/usr/bin/podman", "compose", "version"]]
+    calls.clear()
+    assert find_compose(fake_run, tools.get, ["docker", "compose"]) == ["docker", "compose"]
+    assert calls == []  # a given command is taken as it is, nothing is probed
+    assert find_compose(fake_run, {}.get) is None

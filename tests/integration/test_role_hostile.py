@@ -1,0 +1,203 @@
+"""Hostile and careless input on a real local deploy (podman, podman-compose, the CPU image, the real llama-server):
+the API key in force or refused, never shown, never rolled back to another one; values refused before anything
+changes; a full disk and a damaged snapshot after a verified deploy.
+
+Run under the podman lock: ``flock /tmp/ai-llm-podman.lock python -m pytest tests/integration/test_role_hostile.py``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import urllib.error
+import urllib.request
+
+import gguf
+import pytest
+
+from tests.integration._llm_deploy import local_deploy, recap, result
+
+KEY = "sk-RT'0002${HOME}"  # a quote and ${HOME}: the keys .env used to drop or expand
+OTHER_KEY = "sk-rotated-0003"
+
+
+@pytest.fixture
+def local(tmp_path):
+    with local_deploy(tmp_path, "ai-llm-hostile") as deploy:
+        yield deploy
+
+
+def status(deploy, path, key=None):
+    headers = {"Authorization": "Bearer " + key} if key is not None else {}
+    request = urllib.request.Request("http://127.0.0.1:%d%s" % (deploy.port, path), headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def state(deploy):
+    """The project's files (sha256) and the container, to show that nothing changed."""
+    digests = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+               for p in sorted(deploy.project.glob("*")) if p.is_file()}
+    return digests, deploy.container()
+
+
+def write_wrong_shape(deploy):
+    wrong = deploy.models / "wrong-shape.gguf"
+    shutil.copyfile(deploy.model, wrong)
+    reader = gguf.GGUFReader(str(wrong), "r+")
+    field = reader.fields["nemotron_h_moe.embedding_length"]
+    field.parts[field.data[0]][0] = 128
+    reader.data.flush()
+    return str(wrong)
+
+
+def test_the_api_key_reaches_llama_server_is_proved_and_never_shown(local):
+    run = local.playbook("deploy", "--diff", llm_server_api_key=KEY)
+    assert run.returncode == 0, run.stdout[-5000:]
+    shown = result(run.stdout)
+    assert shown["auth"] == {"enforced": True, "checked": True}
+    assert status(local, "/props") == 401
+    assert status(local, "/props", KEY) == 200
+    assert status(local, "/props", KEY.replace("${HOME}", os.environ.get("HOME", ""))) == 401
+    inspect = subprocess.run(["podman", "container", "inspect", local.name], capture_output=True, text=True,
+                             check=True, timeout=60).stdout
+    assert "sk-RT" not in inspect
+    # A neighbouring change with --check --diff -vvv shows neither the key nor its file.
+    check = local.playbook("deploy", "--check", "--diff", "-vvv", llm_server_api_key=KEY, llm_server_ctx_size=1024)
+    assert check.returncode == 0, check.stdout[-5000:]
+    for output in (run.stdout, check.stdout):
+        assert "sk-RT" not in output
+    again = local.playbook("deploy", llm_server_api_key=KEY)
+    assert recap(again.stdout)["changed"] == 0 and result(again.stdout)["auth"]["checked"] is True
+
+
+def test_a_rollback_runs_with_the_current_key_only(local):
+    run = local.playbook("deploy", llm_server_api_key=OTHER_KEY)
+    assert run.returncode == 0, run.stdout[-5000:]
+    run = local.playbook("deploy", llm_server_api_key=KEY, llm_server_model_path=write_wrong_shape(local))
+    assert run.returncode != 0
+    shown = result(run.stdout)
+    assert shown["status"] == "rolled_back" and shown["rollback"]["serving"], shown["message"]
+    assert status(local, "/props", KEY) == 200
+    assert status(local, "/props", OTHER_KEY) == 401
+    assert shown["auth"]["enforced"] and shown["auth"]["checked"]
+
+
+@pytest.mark.parametrize("key", ["sk-\nLLM_CTX_SIZE=1", "sk-é", " sk-spaced"])
+def test_a_key_llama_server_cannot_read_back_is_refused_before_anything_changes(local, key):
+    run = local.playbook("deploy")
+    assert run.returncode == 0, run.stdout[-5000:]
+    before = state(local)
+    run = local.playbook("deploy", llm_server_api_key=key)
+    assert run.returncode != 0
+    assert "llm_server_api_key: the key cannot be deployed" in result(run.stdout)["message"]
+    assert key.strip() not in run.stdout
+    assert state(local) == before
+
+
+LONG_PATTERN = "|".join(r"blk\.%d\.ffn_up_exps" % i for i in range(12000))
+
+
+@pytest.mark.parametrize("role_vars, name", [
+    ({"llm_server_port": 99999}, "llm_server_port"),
+    ({"llm_server_ctx_size": -5}, "llm_server_ctx_size"),
+    ({"llm_server_ctx_size": "9" * 5000}, "llm_server_ctx_size"),
+    ({"llm_server_model_dir": "PREFIX"}, "llm_server_model_path"),  # the models directory without its last letters
+    ({"llm_server_bind_address": "0.0.0.0"}, "llm_server_bind_address"),
+    ({"llm_server_image": "localhost/x:1\n    privileged: true\n    pid: host"}, "llm_server_image"),
+    ({"llm_server_log_max_size": '50m"\n    cap_add: [ALL]\n    x: "'}, "llm_server_log_max_size"),
+    ({"llm_server_n_gpu_layers": "99\nLLM_CTX_SIZE=1"}, "llm_server_n_gpu_layers"),
+    ({"llm_server_moe_offload_pattern": "blk${HOME}"}, "llm_server_moe_offload_pattern"),
+    ({"llm_server_moe_offload_pattern": LONG_PATTERN}, "llm_server_moe_offload_pattern"),
+])
+def test_values_that_cannot_be_deployed_are_refused_before_anything_changes(local, role_vars, name):
+    run = local.playbook("deploy")
+    assert run.returncode == 0, run.stdout[-5000:]
+    before = state(local)
+    if role_vars.get("llm_server_model_dir") == "PREFIX":
+        role_vars = dict(role_vars, llm_server_model_dir=str(local.models)[:-2])  # .../mode of .../models
+        assert local.model.startswith(role_vars["llm_server_model_dir"])  # a string prefix, not a parent directory
+    run = local.playbook("deploy", **role_vars)
+    assert run.returncode != 0
+    shown = result(run.stdout)
+    assert shown["status"] == "failed" and (name + ": ") in shown["message"], shown["message"]
+    assert "Nothing was changed" in shown["message"]
+    assert "non-zero return code" not in run.stdout and "Argument list too long" not in run.stdout
+    assert state(local) == before
+
+
+def test_extra_arguments_reach_llama_server_literally(local):
+    alias = "a$b${HOME}`id`'\" $(id)"
+    run = local.playbook("deploy", llm_server_extra_args=["--alias", alias])
+    assert run.returncode == 0, run.stdout[-5000:]
+    pid = json.loads(subprocess.run(["podman", "container", "inspect", local.name], capture_output=True, text=True,
+                                    check=True, timeout=60).stdout)[0]["State"]["Pid"]
+    child = open("/proc/%d/task/%d/children" % (pid, pid)).read().split()[0]
+    argv = open("/proc/%s/cmdline" % child, "rb").read().rstrip(b"\0").split(b"\0")
+    assert argv[-2:] == [b"--alias", alias.encode()]
+
+
+@pytest.fixture
+def small_disk(local, tmp_path):
+    """The rollback directory on a tmpfs of 64 KiB (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "rollback"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(directory):
+    filler = directory / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_full_disk_after_a_verified_deploy_keeps_serving_and_says_so(local, small_disk):
+    run = local.playbook("deploy", llm_server_rollback_dir=str(small_disk))
+    assert run.returncode == 0, run.stdout[-5000:]
+    last = os.readlink(small_disk / "last")
+    filler = fill(small_disk)
+    run = local.playbook("deploy", llm_server_rollback_dir=str(small_disk), llm_server_ctx_size=1024)
+    assert run.returncode != 0
+    shown = result(run.stdout)
+    assert shown["status"] == "failed" and not shown["rollback"]["performed"], shown["message"]
+    assert "keeping the snapshot" in shown["message"] and "No space left on device" in shown["message"]
+    assert "ai-llm serves the verified configuration: it was not rolled back" in shown["message"]
+    assert "rollback failed" not in shown["message"].lower()
+    assert local.health() == 200 and local.env_value("LLM_CTX_SIZE") == "1024"
+    assert os.readlink(small_disk / "last") == last
+    assert [p.name for p in small_disk.iterdir() if "tmp" in p.name] == []
+    filler.unlink()
+    run = local.playbook("deploy", llm_server_rollback_dir=str(small_disk), llm_server_ctx_size=1024)
+    assert run.returncode == 0, run.stdout[-5000:]
+    assert os.readlink(small_disk / "last") != last
+    again = local.playbook("deploy", llm_server_rollback_dir=str(small_disk), llm_server_ctx_size=1024)
+    assert recap(again.stdout)["changed"] == 0
+
+
+def test_a_damaged_snapshot_is_refused_not_restored(local):
+    run = local.playbook("deploy")
+    assert run.returncode == 0, run.stdout[-5000:]
+    with open(local.project / ".rollback" / "last" / "docker-compose.prod.yml", "a") as f:
+        f.write("    image: [damaged\n")
+    run = local.playbook("deploy", llm_server_model_path=write_wrong_shape(local))
+    assert run.returncode != 0
+    shown = result(run.stdout)
+    assert shown["status"] == "failed" and "does not match the sha256" in shown["message"], shown["message"]
+    assert "damaged" not in (local.project / "docker-compose.prod.yml").read_text()

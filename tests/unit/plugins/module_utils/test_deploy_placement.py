@@ -1,0 +1,157 @@
+"""Where the llm_server role puts the weights (plugins/module_utils/_deploy_placement.py), on real module results:
+gguf_info's report of models written with gguf-py and moe_offload_plan's plans for GPUs of the nvidia-smi fixtures."""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_placement import (
+    PlacementRefused,
+    missing_gpus,
+    place,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import PlanError, load_facts, plan
+from tools.gguf_models import write_demo_model, write_nemotron_nano_30b
+
+A5500_BUSY = {"topology": "single", "gpus": [{"index": 0, "name": "NVIDIA RTX A5500", "memory_total_mib": 24564,
+                                              "memory_free_mib": 5276, "memory_used_mib": 18854}],
+              "processes": [{"gpu_index": 0, "pid": 48213, "used_memory_mib": 18342},
+                            {"gpu_index": 0, "pid": 777, "used_memory_mib": 512}]}
+EXPERTS = ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight", "blk.4.ffn_down_exps.weight",
+           "blk.4.ffn_up_exps.weight"]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return write_demo_model(str(tmp_path_factory.mktemp("m") / "demo.gguf"))
+
+
+@pytest.fixture(scope="module")
+def nano(tmp_path_factory):
+    return write_nemotron_nano_30b(str(tmp_path_factory.mktemp("nano")), shards=1, vocab_size=1024, n_merges=1000)[0]
+
+
+def settings(model, **values):
+    return check_settings(dict({"llm_server_model_path": model, "llm_server_compose_project": "x",
+                                "llm_server_ctx_size": 512}, **values)).as_dict()
+
+
+def report(model, pattern=None):
+    return describe(read_model(model), tensors="none", pattern=pattern)[0]
+
+
+def gpu_plan(model, gpus, **kwargs):
+    """moe_offload_plan's answer (its result, or on failure the details it reports) for the model's gguf_info."""
+    try:
+        return plan(load_facts(report(model)), gpus, **kwargs)
+    except PlanError as exc:
+        return dict(exc.details, failed=True, fits=exc.details.get("fits", False), msg=str(exc))
+
+
+def test_cpu_host_plans_every_mode(demo):
+    for mode, pattern in (("all", r"\.ffn_.*_exps\.weight"), ("none", "")):
+        answer = gpu_plan(demo, [], ctx_size=512, mode=mode)
+        p = place(settings(demo, llm_server_moe_offload_mode=mode), report(demo), answer, {"topology": "cpu", "gpus": []})
+        assert (p["pattern"], p["pattern_source"]) == (pattern, "plan" if pattern else "none")
+        assert p["expected_tensors"] == (EXPERTS if pattern else []) and p["gpu_devices"] == []
+    answer = gpu_plan(demo, [], ctx_size=512, mode="layers", cpu_expert_layers=[4])
+    p = place(settings(demo, llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers=[4]), report(demo),
+              answer, {"topology": "cpu", "gpus": []})
+    assert p["expected_tensors"] == EXPERTS[2:]
+
+
+def test_cpu_host_mode_all_moves_every_expert_proved_by_the_model(demo):
+    p = place(settings(demo, llm_server_moe_offload_mode="all"), report(demo), None, {"topology": "cpu", "gpus": []})
+    assert p["pattern_source"] == "model" and p["pattern"] == r"\.ffn_.*_exps\.weight"
+    assert p["expected_tensors"] == EXPERTS and p["gpu_devices"] == [] and p["topology"] == "cpu"
+    none = place(settings(demo, llm_server_moe_offload_mode="none"), report(demo), None, {"topology": "cpu"})
+    assert (none["pattern"], none["pattern_source"], none["expected_tensors"]) == ("", "none", [])
+
+
+def test_an_inventory_pattern_wins_and_is_checked_against_every_tensor(demo):
+    pattern = r"blk\.4\.ffn_(up|down)_exps"
+    p = place(settings(demo, llm_server_moe_offload_pattern=pattern), report(demo, pattern), None, {})
+    assert (p["pattern"], p["pattern_source"], p["expected_tensors"]) == (pattern, "inventory", EXPERTS[2:])
+    # the planner's check of the same pattern (it sizes the plan with it)
+    answer = gpu_plan(demo, [], ctx_size=512, pattern=pattern)
+    p = place(settings(demo, llm_server_moe_offload_pattern=pattern), report(demo), answer, {"topology": "cpu"})
+    assert (p["pattern"], p["pattern_source"], p["expected_tensors"]) == (pattern, "inventory", EXPERTS[2:])
+
+
+def test_a_pattern_that_matches_nothing_is_refused_before_any_change(demo):
+    pattern = r"blk\.9\.ffn_(up|down)_exps"
+    with pytest.raises(PlacementRefused) as exc:
+        place(settings(demo, llm_server_moe_offload_pattern=pattern), report(demo, pattern), None, {})
+    assert 'refused inventory pattern "blk\\\\.9\\\\.ffn_(up|down)_exps"' in str(exc.value)
+    assert "The pattern matched no tensors." in str(exc.value) and "Nothing was changed" in str(exc.value)
+    assert "llm_server_moe_offload_force=true" in str(exc.value)
+
+
+def test_a_forced_pattern_that_moves_non_experts_expects_all_it_moves(demo):
+    pattern = r"blk\.1\."
+    with pytest.raises(PlacementRefused, match="non-expert|router|attention|moves"):
+        place(settings(demo, llm_server_moe_offload_pattern=pattern), report(demo, pattern), None, {})
+    p = place(settings(demo, llm_server_moe_offload_pattern=pattern, llm_server_moe_offload_force=True),
+              report(demo, pattern), None, {})
+    assert set(EXPERTS[:2]) < set(p["expected_tensors"])
+    assert all(t.startswith("blk.1.") for t in p["expected_tensors"])
+
+
+def test_mode_layers_without_a_gpu_needs_a_pattern(demo):
+    with pytest.raises(PlacementRefused, match="llm_server_moe_offload_mode=layers needs the planner"):
+        place(settings(demo, llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers=[1]),
+              report(demo), None, {"topology": "cpu"})
+
+
+def test_gpu_plan_pattern_and_devices(nano):
+    held = {"gpus": [dict(A5500_BUSY["gpus"][0], memory_held_by_pid_mib=18342)]}
+    answer = gpu_plan(nano, held, ctx_size=32768, parallel=2)
+    p = place(settings(nano, llm_server_ctx_size=32768, llm_server_parallel=2), report(nano), answer, A5500_BUSY)
+    assert p["pattern_source"] == ("plan" if answer["pattern"] else "none")
+    assert p["gpu_devices"] == [0] and p["topology"] == "single"
+    busy = gpu_plan(nano, A5500_BUSY["gpus"], ctx_size=32768, parallel=2)
+    p = place(settings(nano), report(nano), busy, A5500_BUSY)
+    assert p["pattern"] == busy["pattern"] and p["pattern_source"] == "plan"
+    blocks = set(busy["cpu_expert_layers"])
+    assert p["expected_tensors"] == sorted(t for t in report(nano)["expert_tensors"] if int(t.split(".")[1]) in blocks)
+
+
+def test_a_plan_that_does_not_fit_is_refused_unless_forced(nano):
+    answer = gpu_plan(nano, A5500_BUSY["gpus"], ctx_size=1048576)
+    assert answer["fits"] is False
+    with pytest.raises(PlacementRefused) as exc:
+        place(settings(nano, llm_server_ctx_size=1048576), report(nano), answer, A5500_BUSY, host="h1")
+    assert "the plan does not fit h1's GPUs: " in str(exc.value)
+    assert "MiB are missing" in str(exc.value)
+    assert "llm_server_moe_offload_force=true" in str(exc.value) and "Nothing was changed" in str(exc.value)
+    forced = place(settings(nano, llm_server_ctx_size=1048576, llm_server_moe_offload_force=True), report(nano),
+                   answer, A5500_BUSY)
+    assert forced["pattern"] == r"\.ffn_.*_exps\.weight" and forced["pattern_source"] == "model"
+    with pytest.raises(PlacementRefused, match="with llm_server_moe_offload_pattern"):
+        place(settings(nano, llm_server_ctx_size=1048576, llm_server_moe_offload_force=True,
+                       llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers=[1, 3]),
+              report(nano), answer, A5500_BUSY)
+
+
+def test_chosen_gpus_the_host_lacks_are_refused(nano):
+    assert missing_gpus(A5500_BUSY, [0, 2]) == [2] and missing_gpus({"topology": "cpu", "gpus": []}, [0]) == []
+    with pytest.raises(PlacementRefused, match=r"llm_server_gpu_devices \[2\] names GPUs that h1 does not have "
+                                               r"\(nvidia-smi indices: \[0\]\)"):
+        place(settings(nano, llm_server_gpu_devices=[2]), report(nano), None, A5500_BUSY, [2], "h1")
+
+
+def test_a_context_beyond_the_training_context_is_refused(demo):
+    model = report(demo)  # gguf_info's model summary: nemotron_h_moe.context_length 4096
+    with pytest.raises(PlacementRefused, match="llm_server_ctx_size: 8192 is more than the model's training context "
+                                               "4096"):
+        place(settings(demo, llm_server_ctx_size=8192), model, None, {"topology": "cpu"})
+    assert place(settings(demo, llm_server_ctx_size=4096), model, None, {"topology": "cpu"})["pattern"]
+
+
+@pytest.mark.parametrize("pattern", ["blk\\.1\n\\.ffn", "blk${X}", "x" * 20000])
+def test_a_pattern_derived_from_crafted_tensor_names_gets_the_same_checks(demo, pattern):
+    model = dict(report(demo), offload_pattern=pattern, offload_pattern_matches=EXPERTS)
+    with pytest.raises(PlacementRefused, match="the pattern gguf_info built from the model's tensor names"):
+        place(settings(demo, llm_server_moe_offload_mode="all"), model, None, {"topology": "cpu"})
