@@ -17,6 +17,9 @@ plus those named in benchmarks/mutation.toml; tests that run a module through ``
 ``ansible_module`` fixture) are left out: they are slow and run the module from a build that mutmut does not
 switch. Hypothesis runs derandomized and without deadlines, so that a score does not depend on the draw.
 
+The hand-written mutants of benchmarks/mutation.toml (``[[hand]]``: bugs of shapes mutmut does not make) are then
+applied one at a time to another copy and run against the file's unit tests; they count like mutmut's.
+
 Score of a file = killed / (mutants - equivalent); timeouts and crashes count as killed. The equivalent mutants
 (changes that cannot alter behaviour) are listed in benchmarks/mutation.toml with the reason.
 
@@ -404,8 +407,8 @@ def main():
     start = time.monotonic()
     make_stage(files, tests)
     run_mutmut(args.jobs, args.nice)
+    mutants = read_results(files, config) + run_hand_mutants(files, config, args.nice)
     seconds = time.monotonic() - start
-    mutants = read_results(files, config)
     if args.json:
         Path(args.json).write_text(json.dumps([m.__dict__ for m in mutants], indent=1) + "\n")
     below = report(files, mutants, min_score, config, seconds)
