@@ -51,3 +51,34 @@ def test_gather_without_pid_has_no_tree(tmp_path):
     result = hm.gather(str(tmp_path))
     assert "process_tree" not in result and "memory_held_by_pid_mib" not in result
     assert result["cgroup"]["limit_mib"] == 32768.0
+
+
+def test_meminfo_errors_name_the_file(tmp_path):
+    missing = tmp_path / "nothing"
+    try:
+        hm.meminfo(str(missing))
+    except hm.HostMemoryError as exc:
+        assert str(exc) == "cannot read %s/proc/meminfo: No such file or directory" % missing
+    else:
+        raise AssertionError("no error for a missing /proc/meminfo")
+    write(tmp_path, "proc/meminfo", "MemTotal:       65755304 kB\n")
+    try:
+        hm.meminfo(str(tmp_path))
+    except hm.HostMemoryError as exc:
+        assert str(exc) == ("%s/proc/meminfo has no MemTotal/MemAvailable line (a kernel older than 3.14?)"
+                            % tmp_path)
+    else:
+        raise AssertionError("no error without MemAvailable")
+
+
+def test_a_line_without_a_number_is_no_value(tmp_path):
+    """A key line whose value is empty or not a number gives no value (the key is then missing), not a crash."""
+    write(tmp_path, "proc/meminfo", "MemTotal:       65755304 kB\nMemAvailable:\nSwapTotal:  n/a kB\n")
+    try:
+        hm.meminfo(str(tmp_path))
+    except hm.HostMemoryError as exc:
+        assert "no MemTotal/MemAvailable line" in str(exc)
+    else:
+        raise AssertionError("no error for an empty MemAvailable")
+    write(tmp_path, "proc/meminfo", "MemTotal:       65755304 kB\nMemAvailable:  1024 kB\nSwapTotal:  n/a kB\n")
+    assert hm.meminfo(str(tmp_path)) == {"memory_total_mib": 64214.16, "memory_available_mib": 1.0}
