@@ -51,7 +51,8 @@ def test_a_summary_reads_back_unchanged(model):
     assert (back_arch, files, warnings) == (arch, [path], [])
     tokens = metadata.pop("tokenizer.ggml.tokens")
     assert isinstance(tokens, ms.CountedArray) and len(tokens) == len(fields["tokenizer.ggml.tokens"])
-    assert metadata == dict((k, v) for k, v in fields.items() if k == "general.architecture" or k.startswith(arch + "."))
+    assert metadata == dict((k, v) for k, v in fields.items()
+                            if k == "general.architecture" or k.startswith(arch + "."))
     assert [[t.name, t.type_id, list(t.shape), t.nbytes] for t in tensors] == rows
     assert all(isinstance(t.shape, tuple) for t in tensors)
 
@@ -104,7 +105,8 @@ def test_a_bad_summary_names_the_field(change, message):
 def test_a_good_summary_and_where_it_came_from():
     arch, metadata, tensors, files, warnings = ms.read_summary(GOOD)
     assert (arch, metadata, files, warnings) == ("qwen3moe", {"general.architecture": "qwen3moe"}, ["/m.gguf"], ["one"])
-    assert tensors == [ms.SummaryTensor("token_embd.weight", 0, (64, 512), 131072), ms.SummaryTensor("x", None, (), None)]
+    assert tensors == [ms.SummaryTensor("token_embd.weight", 0, (64, 512), 131072),
+                       ms.SummaryTensor("x", None, (), None)]
     assert ms.read_summary(dict(GOOD, files=None, warnings=None))[3:] == ([], [])
     with pytest.raises(ms.SummaryError, match=r"^plan\.model\.metadata must be a dict$"):
         ms.read_summary(dict(GOOD, metadata=None), where="plan.model")
