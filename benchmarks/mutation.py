@@ -268,7 +268,7 @@ def run_hand_mutants(files, config, niceness):
             results.append(record)
             continue
         target.write_text(source.replace(original, mutated))
-        tests = [t for t in unit_test_files([entry["file"]], config)]
+        tests = [t for t in unit_test_files([entry["file"]], config) if (copy / t).is_file()]
         proc = subprocess.run(["nice", "-n", str(niceness), sys.executable, "-m", "pytest", "-x", "-q",
                                "-p", "no:cacheprovider", "--rootdir", str(copy)] + tests,
                               cwd=copy, capture_output=True, text=True, check=False)
