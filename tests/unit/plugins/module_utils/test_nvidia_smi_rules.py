@@ -86,3 +86,122 @@ def test_the_memory_of_a_tree_adds_up_on_one_gpu():
 def test_invalid_field_of_nothing_is_none():
     assert smi.invalid_field(None) is None and smi.invalid_field("") is None
     assert smi.invalid_field('Field "compute_cap" is not a valid field to query.') == "compute_cap"
+
+
+MISMATCH = ("nvidia-smi failed (rc=18): Failed to initialize NVML: Driver/library version mismatch / NVML library "
+            "version: 550.127. This means the NVIDIA kernel driver and the user-space NVML library differ (typically "
+            "after a driver upgrade without a reboot): reboot or reload the nvidia kernel modules.")
+NO_DRIVER_WORDS = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+                   "latest NVIDIA driver is installed and running.")
+
+
+def answers(by_args):
+    """A ``run(args)`` for gather that answers each query (the key: the first argument's start) with its
+    ``(rc, stdout, stderr)``, and records the calls."""
+    calls = []
+
+    def run(args):
+        calls.append(list(args))
+        for start, answer in by_args.items():
+            if args[0].startswith(start):
+                return answer
+        raise AssertionError("unexpected query %r" % (args,))
+    return run, calls
+
+
+def test_failure_messages_word_for_word():
+    assert smi.failure_message(18, (DATA / "driver_mismatch.txt").read_text(), "") == MISMATCH
+    assert smi.failure_message(1, "", "") == "nvidia-smi failed (rc=1): no output"
+    assert smi.failure_message(1, None, None) == "nvidia-smi failed (rc=1): no output"
+    assert smi.failure_message(2, "out line\n", "err line\n") == "nvidia-smi failed (rc=2): out line / err line"
+    assert smi.failure_message(2, None, "err line") == "nvidia-smi failed (rc=2): err line"
+    assert smi.failure_message(2, "out line", None) == "nvidia-smi failed (rc=2): out line"
+    assert smi.failure_message(9, "", NO_DRIVER_WORDS) == (
+        "nvidia-smi failed (rc=9): %s. This means the NVIDIA kernel driver is not loaded: install it or load the "
+        "nvidia kernel module." % NO_DRIVER_WORDS)
+
+
+def test_nvidia_smis_failure_words_fail_even_with_rc_0():
+    """Only nvidia-smi's own failure words count: the explanation we add is not one of them."""
+    assert smi.failure_message(0, "No devices were found\n", "") == (
+        "nvidia-smi failed (rc=0): No devices were found. This means the driver is loaded but sees no GPU.")
+    assert smi.failure_message(0, "the driver is loaded but sees no GPU", "") is None
+
+
+def test_parse_errors_and_warnings_word_for_word():
+    with pytest.raises(smi.NvidiaSmiError) as raised:
+        smi.parse_gpus("index, name\n")
+    assert str(raised.value) == (
+        "nvidia-smi printed an unexpected line 1 (expected 9 comma-separated fields index,name,uuid,pci.bus_id,"
+        "memory.total,memory.used,memory.free,driver_version,compute_cap): 'index, name'")
+    with pytest.raises(smi.NvidiaSmiError) as raised:
+        smi.parse_gpus((DATA / "rtx_a5500.txt").read_text().replace("24564", "lots"))
+    assert str(raised.value) == "nvidia-smi printed 'lots' for memory_total_mib on line 1: not a number"
+    line = "0, NVIDIA GB10, GPU-7a0e4d3b-95c2-1f86-e4b7-3c8d20a9f5e1, 0000000F:01:00.0, [N/A], [N/A], , 580.95.05, 12.1"
+    assert smi.parse_gpus(line)[1] == [
+        "GPU 0 (NVIDIA GB10): nvidia-smi gives no value for memory_total_mib, memory_used_mib, memory_free_mib (, [N/A])"]
+
+
+@pytest.mark.parametrize("rc", [1, 2])
+def test_a_rejected_field_is_asked_again_without_it(rc):
+    """Whatever the failing exit code, and wherever nvidia-smi prints the rejection."""
+    legacy = (DATA / "legacy_470.txt").read_text()
+    rejection = (DATA / "legacy_470.invalid_field.txt").read_text()
+    for first in ((rc, "", rejection), (rc, rejection, None)):
+        run, calls = answers({"--query-gpu=index,name,uuid,pci.bus_id,memory.total,memory.used,memory.free,"
+                              "driver_version,compute_cap": first, "--query-gpu=": (0, legacy, ""),
+                              "-L": (0, "", "")})
+        result = smi.gather(run)
+        assert result["warnings"] == ["this driver does not know the field compute_cap (drivers before 510 lack "
+                                      "compute_cap): compute_capability is left empty"]
+        assert [c[0] for c in calls] == [
+            "--query-gpu=index,name,uuid,pci.bus_id,memory.total,memory.used,memory.free,driver_version,compute_cap",
+            "--query-gpu=index,name,uuid,pci.bus_id,memory.total,memory.used,memory.free,driver_version", "-L"]
+
+
+def test_a_failure_is_not_asked_again_and_keeps_its_words():
+    run, calls = answers({"--query-gpu=": (18, (DATA / "driver_mismatch.txt").read_text(), "")})
+    with pytest.raises(smi.NvidiaSmiError) as raised:
+        smi.gather(run)
+    assert str(raised.value) == MISMATCH and len(calls) == 1
+    run, calls = answers({"--query-gpu=": (9, "", NO_DRIVER_WORDS)})
+    with pytest.raises(smi.NvidiaSmiError, match="^nvidia-smi failed \\(rc=9\\): NVIDIA-SMI has failed because"):
+        smi.gather(run)
+
+
+def test_mig_devices_only_from_a_list_that_succeeded():
+    a100 = (DATA / "mig_a100.txt").read_text()
+    mig_list = (DATA / "mig_a100.list.txt").read_text()
+    result = smi.gather(answers({"--query-gpu=": (0, a100, ""), "-L": (0, mig_list, "")})[0])
+    assert result["topology"] == "single"
+    assert result["warnings"] == ["GPU 0 (NVIDIA A100-SXM4-40GB) is in MIG mode: CUDA sees its 3 MIG devices "
+                                  "(3g.20gb, 2g.10gb, 1g.5gb), each with a slice of the memory, not the whole GPU"]
+    failed = smi.gather(answers({"--query-gpu=": (0, a100, ""), "-L": (15, mig_list, "")})[0])
+    assert failed["gpus"][0]["mig_devices"] == [] and failed["warnings"] == []
+    plain = smi.gather(answers({"--query-gpu=": (0, (DATA / "h100.txt").read_text(), ""), "-L": (0, "", "")})[0])
+    assert plain["gpus"][0]["mig_devices"] == []
+
+
+def test_a_host_without_gpus_has_no_processes_and_holds_nothing():
+    run, calls = answers({"--query-gpu=": (0, "", "")})
+    result = smi.gather(run, processes=True, pids=[1])
+    assert result == {"gpus": [], "topology": "cpu", "warnings": [], "processes": []}
+    assert len(calls) == 1
+
+
+def test_a_failing_process_query_is_an_error_with_its_words():
+    h100 = (DATA / "h100.txt").read_text()
+    run = answers({"--query-gpu=": (0, h100, ""), "-L": (0, "", ""),
+                   "--query-compute-apps=": (2, "Unable to determine the device handle for GPU0000:01:00.0", "x")})[0]
+    with pytest.raises(smi.NvidiaSmiError) as raised:
+        smi.gather(run, processes=True)
+    assert str(raised.value) == (
+        "nvidia-smi failed (rc=2): Unable to determine the device handle for GPU0000:01:00.0 / x. This means a GPU "
+        "is in a bad state (fallen off the bus?): see dmesg.")
+
+
+def test_each_gpu_has_exactly_the_documented_keys():
+    run = answers({"--query-gpu=": (0, (DATA / "dual_a5500_a4000.txt").read_text(), ""), "-L": (0, "", ""),
+                   "--query-compute-apps=": (0, "", "")})[0]
+    assert [sorted(g) for g in smi.gather(run)["gpus"]] == [sorted(smi.GPU_KEYS + ("mig_devices",))] * 2
+    assert [sorted(g) for g in smi.gather(run, pids=[1])["gpus"]] == [sorted(smi.GPU_KEYS + smi.GPU_EXTRA_KEYS)] * 2
