@@ -293,6 +293,9 @@ def _functions(tree):
     return found
 
 
+_SUFFIX = re.compile(r"__mutmut_(?:orig|\d+)\(")
+
+
 def _lines(source_lines, node):
     return source_lines[node.lineno - 1:node.end_lineno]
 
@@ -321,9 +324,11 @@ def read_results(files, config):
             local = key[len(PACKAGE) + len(name) - 2:]  # x_func__mutmut_3 / xǁClassǁmethod__mutmut_3
             mangled, _sep, _number = local.partition("__mutmut_")
             orig_copy, mutant = defs[mangled + "__mutmut_orig"], defs[local]
-            before, after = _lines(mutated_lines, orig_copy), _lines(mutated_lines, mutant)
+            # (the copies differ in their names: the def lines are compared without them)
+            before, after = [[_SUFFIX.sub("(", line, count=1) if n == 0 else line for n, line in enumerate(lines)]
+                             for lines in (_lines(mutated_lines, orig_copy), _lines(mutated_lines, mutant))]
             opcodes = [op for op in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes()
-                       if op[0] != "equal" and op[1] > 0]
+                       if op[0] != "equal"]
             tag, i1, i2, j1, j2 = opcodes[0] if opcodes else ("equal", 0, 0, 0, 0)
             original = " / ".join(line.strip() for line in before[i1:i2])
             changed = " / ".join(line.strip() for line in after[j1:j2])

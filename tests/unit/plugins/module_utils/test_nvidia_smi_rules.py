@@ -137,7 +137,8 @@ def test_parse_errors_and_warnings_word_for_word():
     with pytest.raises(smi.NvidiaSmiError) as raised:
         smi.parse_gpus((DATA / "rtx_a5500.txt").read_text().replace("24564", "lots"))
     assert str(raised.value) == "nvidia-smi printed 'lots' for memory_total_mib on line 1: not a number"
-    line = "0, NVIDIA GB10, GPU-7a0e4d3b-95c2-1f86-e4b7-3c8d20a9f5e1, 0000000F:01:00.0, [N/A], [N/A], , 580.95.05, 12.1"
+    line = ("0, NVIDIA GB10, GPU-7a0e4d3b-95c2-1f86-e4b7-3c8d20a9f5e1, 0000000F:01:00.0, [N/A], [N/A], , 580.95.05, "
+            "12.1")
     assert smi.parse_gpus(line)[1] == [
         "GPU 0 (NVIDIA GB10): nvidia-smi gives no value for memory_total_mib, memory_used_mib, memory_free_mib (, [N/A])"]
 
