@@ -27,7 +27,8 @@ Usage:
   python benchmarks/mutation.py                  every module util
   python benchmarks/mutation.py _gguf.py ...     these files
   python benchmarks/mutation.py --fast           the CI subset: files changed since the last release tag, or
-                                                 the sample of benchmarks/mutation.toml without a tag
+                                                 the sample of benchmarks/mutation.toml without a tag; of
+                                                 their mutants, those named by the config's [fast] mutants
   --min-score P   exit 1 when a file scores below P % (default: the config's min_score with --fast, else none)
   --jobs N        mutants tested at a time (default 2); mutmut runs under nice -n 10
 """
@@ -201,13 +202,14 @@ def make_stage(files, tests):
     link.symlink_to("../../..")
 
 
-def run_mutmut(jobs, niceness):
-    """Run mutmut in the stage; its progress display goes to .cache/mutation/mutmut.log."""
+def run_mutmut(jobs, niceness, patterns=()):
+    """Run mutmut in the stage (only the mutants whose names match ``patterns``, when given); its progress display
+    goes to .cache/mutation/mutmut.log."""
     mutmut = Path(sys.executable).parent / "mutmut"
     log = STAGE / "mutmut.log"
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     with open(log, "wb") as out:
-        proc = subprocess.Popen(["nice", "-n", str(niceness), str(mutmut), "run", "--max-children", str(jobs)],
+        proc = subprocess.Popen(["nice", "-n", str(niceness), str(mutmut), "run", "--max-children", str(jobs)] + list(patterns),
                                 cwd=STAGE, stdout=out, stderr=subprocess.STDOUT, env=env)
         last = ""
         while proc.poll() is None:
@@ -269,6 +271,7 @@ def run_hand_mutants(files, config, niceness):
             continue
         target.write_text(source.replace(original, mutated))
         tests = [t for t in unit_test_files([entry["file"]], config) if (copy / t).is_file()]
+        tests.sort(key=lambda t: entry["file"][1:-3] not in t)  # the file's own tests first: -x stops early
         proc = subprocess.run(["nice", "-n", str(niceness), sys.executable, "-m", "pytest", "-x", "-q",
                                "-p", "no:cacheprovider", "--rootdir", str(copy)] + tests,
                               cwd=copy, capture_output=True, text=True, check=False)
@@ -300,7 +303,7 @@ def _lines(source_lines, node):
     return source_lines[node.lineno - 1:node.end_lineno]
 
 
-def read_results(files, config):
+def read_results(files, config, sampled=False):
     """Every mutant of ``files`` with its place, its change and its status (from mutmut's .meta files)."""
     sys.path.insert(0, str(STAGE))
     from mutmut.stats import status_by_exit_code  # pylint: disable=import-outside-toplevel
@@ -335,6 +338,8 @@ def read_results(files, config):
             function = mangled[2:].replace("\u01c1", ".") if mangled.startswith("x_") else \
                 mangled[1:].strip("\u01c1").replace("\u01c1", ".")
             line = originals[mangled].lineno + i1 if mangled in originals else 0
+            if code is None and sampled:
+                continue  # not in the sample
             record = Mutant(key, name, function, line, original, changed, status_by_exit_code[code])
             for entry in equivalents:
                 if entry["file"] == name and entry["function"] == function and \
@@ -411,8 +416,9 @@ def main():
     print("tests: %s" % ", ".join(Path(t).name for t in tests))
     start = time.monotonic()
     make_stage(files, tests)
-    run_mutmut(args.jobs, args.nice)
-    mutants = read_results(files, config) + run_hand_mutants(files, config, args.nice)
+    patterns = config.get("fast", {}).get("mutants", []) if args.fast else []
+    run_mutmut(args.jobs, args.nice, patterns)
+    mutants = read_results(files, config, sampled=bool(patterns)) + run_hand_mutants(files, config, args.nice)
     seconds = time.monotonic() - start
     if args.json:
         Path(args.json).write_text(json.dumps([m.__dict__ for m in mutants], indent=1) + "\n")

@@ -69,7 +69,8 @@ def test_long_arrays_are_kept_as_their_length():
 
 
 GOOD = {"version": 1, "architecture": "qwen3moe", "metadata": {"general.architecture": "qwen3moe"},
-        "tensors": [["token_embd.weight", 0, [64, 512], 131072], ["x", None, [], None]], "files": ["/m.gguf"],
+        "tensors": [["token_embd.weight", 0, [64, 512], 131072], ["x", None, [], None], ["empty", 1, [0, 8], 0]],
+        "files": ["/m.gguf"],
         "warnings": ["one", 2]}
 
 
@@ -105,8 +106,9 @@ def test_a_bad_summary_names_the_field(change, message):
 def test_a_good_summary_and_where_it_came_from():
     arch, metadata, tensors, files, warnings = ms.read_summary(GOOD)
     assert (arch, metadata, files, warnings) == ("qwen3moe", {"general.architecture": "qwen3moe"}, ["/m.gguf"], ["one"])
+    # a dimension of 0 and 0 bytes are a tensor (gguf.cpp accepts ne[j] >= 0: an empty tensor)
     assert tensors == [ms.SummaryTensor("token_embd.weight", 0, (64, 512), 131072),
-                       ms.SummaryTensor("x", None, (), None)]
+                       ms.SummaryTensor("x", None, (), None), ms.SummaryTensor("empty", 1, (0, 8), 0)]
     assert ms.read_summary(dict(GOOD, files=None, warnings=None))[3:] == ([], [])
     with pytest.raises(ms.SummaryError, match=r"^plan\.model\.metadata must be a dict$"):
         ms.read_summary(dict(GOOD, metadata=None), where="plan.model")
