@@ -170,6 +170,10 @@ def fast_subset(config):
     return list(fast.get("sample", [])), "no release tag yet: the sample of %s" % CONFIG.relative_to(ROOT)
 
 
+def toml_list(items):
+    return "[%s]" % ", ".join(json.dumps(i) for i in items)
+
+
 def make_stage(files, tests):
     """A copy of the checkout at a real ansible_collections/ path, and mutmut's configuration for it."""
     shutil.rmtree(STAGE, ignore_errors=True)
@@ -183,7 +187,6 @@ def make_stage(files, tests):
         (copy / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, copy / rel)
     (STAGE / "conftest.py").write_text(STAGE_CONFTEST)
-    toml_list = lambda items: "[%s]" % ", ".join(json.dumps(i) for i in items)  # noqa: E731
     top = sorted(set(rel.split("/")[0] for rel in listed if rel and not rel.startswith(".collections/")))
     (STAGE / "pyproject.toml").write_text("\n".join([
         "[tool.mutmut]",
@@ -365,21 +368,21 @@ def report(files, mutants, min_score, config, seconds):
         score = 100.0 * killed / len(counted) if counted else 100.0
         for i, value in enumerate((len(mine), len(mine) - len(counted), killed, survived, no_tests)):
             totals[i] += value
-        print("%-22s %8d %8d %8d %8d %10d %7.1f%%" % (name, len(mine), len(mine) - len(counted), killed, survived,
-                                                     no_tests, score))
+        print("%-22s %8d %8d %8d %8d %10d %7.1f%%" % (
+            name, len(mine), len(mine) - len(counted), killed, survived, no_tests, score))
         if min_score is not None and score < min_score:
             below.append((name, score))
     scored = totals[0] - totals[1]
-    print("%-22s %8d %8d %8d %8d %10d %7.1f%%" % ("all", totals[0], totals[1], totals[2], totals[3], totals[4],
-                                                 100.0 * totals[2] / scored if scored else 100.0))
+    print("%-22s %8d %8d %8d %8d %10d %7.1f%%" % (
+        "all", totals[0], totals[1], totals[2], totals[3], totals[4], 100.0 * totals[2] / scored if scored else 100.0))
     print("%d mutants in %.0f s (%.1f per second)" % (totals[0], seconds, totals[0] / seconds if seconds else 0))
     survivors = sorted((m for m in mutants if not m.killed and not m.equivalent), key=lambda m: (m.file, m.line))
     if survivors:
         print()
         print("survivors (%s/<file>:<line> <function>: - original  + mutant):" % MODULE_UTILS)
         for m in survivors:
-            print("  %s:%d %s [%s]\n      - %s\n      + %s" % (m.file, m.line, m.function, m.status, m.original,
-                                                            m.mutated))
+            print("  %s:%d %s [%s]\n      - %s\n      + %s" % (
+                m.file, m.line, m.function, m.status, m.original, m.mutated))
     stale = [e for e in config.get("equivalent", []) if e["file"] in files and not e.get("_used")]
     for entry in stale:
         print("note: no mutant matches the equivalent entry %s %s: %r -> %r" % (
