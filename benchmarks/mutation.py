@@ -359,6 +359,8 @@ def report(files, mutants, min_score, config, seconds):
     print("%-22s %8s %8s %8s %8s %10s %8s" % ("file", "mutants", "equiv.", "killed", "survived", "no tests", "score"))
     below = []
     totals = [0, 0, 0, 0, 0]
+    stale_hand = [m for m in mutants if m.status.startswith("stale")]
+    mutants = [m for m in mutants if not m.status.startswith("stale")]
     for name in files:
         mine = [m for m in mutants if m.file == name]
         counted = [m for m in mine if not m.equivalent]
@@ -383,6 +385,8 @@ def report(files, mutants, min_score, config, seconds):
         for m in survivors:
             print("  %s:%d %s [%s]\n      - %s\n      + %s" % (
                 m.file, m.line, m.function, m.status, m.original, m.mutated))
+    for m in stale_hand:
+        print("note: the hand mutant %s: %s (%s) is not counted" % (m.file, m.name, m.status))
     stale = [e for e in config.get("equivalent", []) if e["file"] in files and not e.get("_used")]
     for entry in stale:
         print("note: no mutant matches the equivalent entry %s %s: %r -> %r" % (
