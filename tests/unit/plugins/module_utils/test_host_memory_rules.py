@@ -134,13 +134,14 @@ def test_the_tree_walks_every_thread_and_child_once(tmp_path):
     """/proc/<pid>/task/<tid>/children lists the children each thread started: the tree takes those of every
     thread (in thread id order), each process once; a thread or process that is gone ends only its own branch."""
     parent, thread, gone, child_a, child_b, grandchild = 4194301, 999999, 4194290, 4194302, 4194303, 4194304
-    write(tmp_path, "proc/%d/task/%d/children" % (parent, parent), "%d %d\n" % (gone, child_a))
-    write(tmp_path, "proc/%d/task/%d/children" % (parent, thread), "%d %d\n" % (child_b, child_a))
+    write(tmp_path, "proc/%d/task/%d/children" % (parent, parent), "%d %d\n" % (child_b, child_a))
+    write(tmp_path, "proc/%d/task/%d/children" % (parent, thread), "%d %d\n" % (gone, child_b))
     (tmp_path / ("proc/%d/task/1234567" % parent)).mkdir()  # a thread that ended: no children file
     write(tmp_path, "proc/%d/task/%d/children" % (child_a, child_a), "")
     write(tmp_path, "proc/%d/task/%d/children" % (child_b, child_b), "%d\n" % grandchild)
     write(tmp_path, "proc/%d/task/%d/children" % (grandchild, grandchild), "")
-    assert hm.process_tree(parent, str(tmp_path)) == [parent, child_b, grandchild, child_a, gone]
+    # thread 999999 first: the gone process, then child_b (listed by both threads) and its child, then child_a
+    assert hm.process_tree(parent, str(tmp_path)) == [parent, gone, child_b, grandchild, child_a]
     for pid, kib in ((parent, 1234), (child_b, 2345), (grandchild, 100)):
         write(tmp_path, "proc/%d/status" % pid, status(kib, kib // 2, 7))
     memory = hm.process_memory([gone, parent, child_b, grandchild], str(tmp_path))
