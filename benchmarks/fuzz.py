@@ -18,8 +18,14 @@ Registered targets:
   characters; ``expert_pattern`` and ``block_expert_pattern``. Allowed: ``PatternError``; a pattern returned
   must pass ``pattern_problem`` and match exactly the wanted tensors.
 
-More targets (the role's ``.env`` and compose encoders, for instance) register the same way, in this file or in a
-module imported by it.
+* ``deploy_encoders``: the role's ``.env`` and compose encoders on values of odd characters (quotes, backslashes,
+  ``$``, ``${``, ``#``, control, non-ASCII, line and paragraph separators): a value ``dotenv_problem`` accepts is
+  written by ``env_block``, merged into an ``.env`` with other lines, and read back byte for byte by python-dotenv
+  (the parser of podman-compose) and by the role's ``parse_env``; a value it refuses makes ``env_values`` raise
+  ``RenderError`` naming the key; ``compose_literal`` reads back through a YAML parser as the value with ``$``
+  doubled. Allowed: nothing.
+
+More targets register the same way, in this file or in a module imported by it.
 
 Two engines run the same generators: ``hypothesis`` (the CI's bounded campaign,
 tests/unit/plugins/module_utils/test_fuzz_campaigns.py, draws the ``random.Random`` through hypothesis) and
@@ -30,6 +36,7 @@ the bounds, the slowest input, the largest peak of traced memory and the time ta
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import random
@@ -48,6 +55,18 @@ for entry in (str(ROOT), str(ROOT / ".collections")):
     if entry not in sys.path:
         sys.path.insert(0, entry)
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (  # noqa: E402
+    ENV_KEYS,
+    RenderError,
+    env_block,
+    env_values,
+    merge_env,
+    parse_env,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import (  # noqa: E402
+    compose_literal,
+    dotenv_problem,
+)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import block_index  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import (  # noqa: E402
@@ -437,6 +456,68 @@ def run_offload_pattern(_context, drawn):
     _proved(expert_pattern(names, wanted), names, wanted)
     in_blocks = [n for n in wanted if block_index(n) in blocks]
     _proved(block_expert_pattern(names, wanted, blocks), names, in_blocks)
+
+
+# --------------------------------------------------------------------------- the role's .env and compose encoders
+
+ENCODER_ODD = ("'", '"', "\\", "\\'", "$", "${", "$$", "{", "}", "#", " #", "=", " ", "\t", "\n", "\r", "\x00", "\x1b",
+               "\x7f", "\x85", "\u2028", "\u2029", "\ufeff", "\u00e9", "\U0001f600", "`", ",", "blk\\.", "export ")
+ENV_LINES = ("# a comment", "OTHER=1", "export OTHER='a b'", "LLM_PORT=1", "LLM_API_KEY=old", "", "  ", "X=\"q\"")
+
+
+def _encoder_value(rnd):
+    if rnd.randrange(4) == 0:
+        return "".join(chr(rnd.choice((rnd.randrange(0x20, 0x7f), rnd.randrange(0xa0, 0xd800),
+                                       rnd.randrange(0xe000, 0x110000)))) for _i in range(rnd.randrange(12)))
+    return "".join(_pick(rnd, ENCODER_ODD) if rnd.randrange(2) else _pick(rnd, PARTS) for _i in range(rnd.randrange(8)))
+
+
+def encoder_input(rnd):
+    pattern, path = _encoder_value(rnd), "/models/" + _encoder_value(rnd)
+    before = [_pick(rnd, ENV_LINES) for _i in range(rnd.randrange(5))]
+    after = [_pick(rnd, ENV_LINES) for _i in range(rnd.randrange(3))]
+    return pattern, path, before, after
+
+
+def _encoder_context():
+    from dotenv import dotenv_values  # pylint: disable=import-outside-toplevel  (the venv's python-dotenv)
+    import yaml  # pylint: disable=import-outside-toplevel
+
+    return dotenv_values, yaml
+
+
+@target("deploy_encoders", encoder_input, setup=_encoder_context, ci_inputs=200)
+def run_deploy_encoders(context, drawn):
+    dotenv_values, yaml = context
+    pattern, path, before, after = drawn
+    settings = {"ctx_size": 4096, "parallel": 2, "n_gpu_layers": 99, "container_model_path": path,
+                "bind_address": "127.0.0.1", "port": 8080, "log_verbosity": None}
+    placement = {"pattern": pattern, "topology": "cpu"}
+    for value in (pattern, path):
+        loaded = yaml.safe_load("x: " + compose_literal(value))["x"]
+        if loaded != value.replace("$", "$$"):
+            raise Broken(f"compose_literal({value!r}) reads back as {loaded!r}")
+    refused = [(key, dotenv_problem(value)) for key, value in (("LLM_MOE_OFFLOAD_PATTERN", pattern),
+                                                                ("LLM_MODEL_PATH", path))]
+    refused = [(key, why) for key, why in refused if why]
+    try:
+        values = env_values(settings, placement)
+    except RenderError as exc:
+        if not refused:
+            raise Broken(f"a value dotenv_problem accepts is refused: {exc}") from None
+        if not any(str(exc).startswith(key + " ") for key, _why in refused):
+            raise Broken(f"the refusal does not name the key: {exc}") from None
+        return
+    if refused:
+        raise Broken(f"a value dotenv_problem refuses was accepted: {refused}")
+    text, _dropped = merge_env("\n".join(before + ["# BEGIN x"] + after) + "\n", env_block(values, "0" * 64))
+    read = dotenv_values(stream=io.StringIO(text))
+    ours = parse_env(text)
+    for key, _comment in ENV_KEYS:
+        if read.get(key) != values[key]:
+            raise Broken(f"python-dotenv reads {key} as {read.get(key)!r}, written {values[key]!r}")
+        if ours.get(key) != values[key]:
+            raise Broken(f"parse_env reads {key} as {ours.get(key)!r}, written {values[key]!r}")
 
 
 # --------------------------------------------------------------------------- command line

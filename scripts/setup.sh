@@ -2,7 +2,7 @@
 # One-time (and idempotent) set-up of a fresh Debian 12 machine for this project:
 # system packages (requirements/debian.txt), a pinned Python virtual environment in .venv
 # (requirements/dev.txt), llama.cpp's llama-server and ggml-rpc-server (scripts/llama-cpp.sh: built once, then
-# cached in .cache/llama.cpp/) and the collection link .collections/ansible_collections/ai_llm/moe_offload -> ../../..
+# cached in ~/.cache/ai-llm-moe-offload/llama.cpp/) and the collection link .collections/ansible_collections/ai_llm/moe_offload -> ../../..
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"

@@ -6,7 +6,7 @@ or the model's), what llama-server's log must then show, and the refusals that s
 is written.
 
 Standard library only. Runs on the controller (the action plugin ``llm_server_placement`` and the filters of
-``plugins/filter/llm_server.py``), on the results of ``gpu_info``, ``gguf_info`` and ``moe_offload_plan``.
+``plugins/filter/llm_server_*.py``), on the results of ``gpu_info``, ``gguf_info`` and ``moe_offload_plan``.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ def place(settings, model, plan, gpu_info, missing_gpus=(), host="?"):
     (device overrides before the CPU pattern), ``expected_tensors`` (what the log must show moved),
     ``gpu_devices``, ``tensor_split``, ``topology``. ``PlacementRefused`` with the reason otherwise.
 
-    ``plan`` is the registered result of ``moe_offload_plan`` (``None`` or skipped on CPU hosts).
+    ``plan`` is the registered result of ``moe_offload_plan`` (``None`` or skipped when it did not run, as when a
+    chosen GPU is missing).
     """
     topology = (gpu_info or {}).get("topology") or "cpu"
     mode = settings["moe_offload_mode"]
@@ -89,7 +90,7 @@ def place(settings, model, plan, gpu_info, missing_gpus=(), host="?"):
                " with llm_server_moe_offload_pattern" if mode == "layers" else ""))
     if topology == "cpu" and not planned and mode == "layers" and not user_pattern:
         raise PlacementRefused(
-            "llm_server: llm_server_moe_offload_mode=layers needs the planner, which needs a GPU; %s has none. "
+            "llm_server: llm_server_moe_offload_mode=layers needs the plan, which did not run on %s. "
             "Give llm_server_moe_offload_pattern instead." % host)
     plan_ok = planned and not plan.get("failed")
     names_experts = list(model.get("expert_tensors") or [])

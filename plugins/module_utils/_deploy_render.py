@@ -50,6 +50,7 @@ OWNED_KEYS = tuple(k for k, _v in ENV_KEYS) + (HASH_KEY,)
 LEGACY_KEYS = ("LLM_API_KEY",)
 SECRETS_MOUNT = "/run/secrets/ai-llm"
 API_KEY_FILE = SECRETS_MOUNT + "/api-key"
+_NEWLINE_RE = re.compile(r"\r\n|\n|\r")
 _ENV_LINE_RE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.-]*)\s*=(.*)$")
 
 
@@ -108,10 +109,20 @@ def env_block(values, hash_value):
     return "\n".join(lines) + "\n"
 
 
+def env_lines(text):
+    """The lines of ``.env`` text as the dotenv parsers cut them: at ``\\r\\n``, ``\\n`` or ``\\r`` only.
+
+    Not ``str.splitlines()``, which also cuts at U+2028, U+2029, U+0085 and other separators that a value may hold
+    (python-dotenv's ``_newline`` and compose-go's dotenv parser know only these three).
+    """
+    lines = _NEWLINE_RE.split(text)
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
 def parse_env(text):
     """``{key: value}`` of the role's keys in ``.env`` text (the last line that sets a key wins)."""
     found = {}
-    for line in text.splitlines():
+    for line in env_lines(text):
         match = _ENV_LINE_RE.match(line)
         if match and match.group(1) in OWNED_KEYS + LEGACY_KEYS:
             found[match.group(1)] = dotenv_unquote(match.group(2))
@@ -120,7 +131,7 @@ def parse_env(text):
 
 def managed_block(text):
     """The role's block of ``.env`` text, markers included; ``""`` when there is none."""
-    lines = text.splitlines()
+    lines = env_lines(text)
     stripped = [line.strip() for line in lines]
     if BEGIN not in stripped or END not in stripped[stripped.index(BEGIN):]:
         return ""
@@ -136,7 +147,7 @@ def merge_env(text, block):
     ``LLM_API_KEY``) are dropped: a later line would win over the block. Returns ``(new_text, dropped_keys)``.
     """
     out, dropped, inside, placed = [], [], False, False
-    for line in text.splitlines():
+    for line in env_lines(text):
         if line.strip() == BEGIN:
             inside = True
             continue

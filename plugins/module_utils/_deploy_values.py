@@ -32,10 +32,12 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import MAX_BLOCKS, OFFLOAD_MODES
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import pattern_problem
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (
+    MAX_PATTERN_BYTES,
+    pattern_problem,
+)
 
 # llama-server crashes on longer --override-tensor patterns (std::regex recursion); see docs/deploy.md.
-MAX_PATTERN_CHARS = 16384
 
 MODES = OFFLOAD_MODES
 RESTART_POLICIES = ("no", "always", "on-failure", "unless-stopped")
@@ -111,9 +113,17 @@ def dotenv_unquote(text):
     return text
 
 
+# Characters a YAML double-quoted scalar may not hold raw: outside YAML's printable set, or line breaks (NEL, LS,
+# PS) that a YAML parser folds, or the byte order mark. JSON leaves them raw; they are written as \uXXXX, which
+# JSON and YAML read alike (all are in the Basic Multilingual Plane).
+_YAML_RAW_UNSAFE_RE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
+
+
 def compose_literal(value):
-    """A literal string for the compose file: ``$`` escaped as ``$$``, emitted as a JSON string."""
-    return json.dumps(str(value).replace("$", "$$"), ensure_ascii=False)
+    """A literal string for the compose file: ``$`` escaped as ``$$``, emitted as a JSON string that YAML parsers
+    read back unchanged (line and paragraph separators, DEL, C1 controls and the BOM as ``\\uXXXX``)."""
+    text = json.dumps(str(value).replace("$", "$$"), ensure_ascii=False)
+    return _YAML_RAW_UNSAFE_RE.sub(lambda m: "\\u%04x" % ord(m.group(0)), text)
 
 
 def compose_reference(key, default=""):
@@ -263,10 +273,11 @@ class _Checker:
 
 def offload_pattern_problem(pattern):
     """Why an ``--override-tensor`` pattern (without ``=CPU``) cannot be deployed, or ``None``."""
-    if len(pattern) > MAX_PATTERN_CHARS:
-        return ("it is %d characters long; llama-server crashes on patterns this long, the most the role deploys "
+    size = len(pattern.encode("utf-8", "surrogatepass"))
+    if size > MAX_PATTERN_BYTES:
+        return ("it is %d bytes long; llama-server crashes on patterns this long, the most the role deploys "
                 "is %d: move whole blocks with a shorter pattern (for example llm_server_moe_offload_mode=layers)"
-                % (len(pattern), MAX_PATTERN_CHARS))
+                % (size, MAX_PATTERN_BYTES))
     problem = dotenv_problem(pattern)
     if problem:
         return problem
@@ -283,8 +294,9 @@ def device_overrides_problem(overrides):
         if problem:
             return "%s: %s" % (json.dumps(item), problem)
     joined = ",".join(overrides)
-    if len(joined) > MAX_PATTERN_CHARS:
-        return "together %d characters, more than the %d llama-server takes" % (len(joined), MAX_PATTERN_CHARS)
+    if len(joined.encode("utf-8", "surrogatepass")) > MAX_PATTERN_BYTES:
+        return "together %d bytes, more than the %d llama-server takes" % (len(joined.encode("utf-8", "surrogatepass")),
+                                                                          MAX_PATTERN_BYTES)
     return None
 
 

@@ -918,6 +918,9 @@ def verify_placement(parsed, expected=None, expect_gpu_model_mib=None, tolerance
     return res
 
 
+HOST_BUFFER_CHECKS = ("KV buffer ", "RS buffer ", "compute buffer ")
+
+
 def _placement(parsed, res, wanted, has_tensor_expectation, expect_model_buffers, expect_gpu_model_mib,
                tolerance_mib, tolerance_pct, failed_checks):
     """The placement proof (see ``verify_placement``): (ok, message); fills ``evidence``, ``missing``..."""
@@ -938,6 +941,13 @@ def _placement(parsed, res, wanted, has_tensor_expectation, expect_model_buffers
     if expect_gpu_model_mib is None:
         if has_tensor_expectation:
             return False, hidden + "no expected GPU model buffer given to fall back on: not verified"
+        host_checks = [c for c in res.get("checks") or [] if c["check"].startswith(HOST_BUFFER_CHECKS)
+                       and not is_device_buffer(c["check"].split()[-1])]
+        if host_checks and len(host_checks) == len(res["checks"]):
+            # no tensor and no model-buffer expectation, host buffers only (a host without GPU below -lv 5)
+            res["evidence"] = "host_buffers"
+            return True, (f"no tensor or model buffer expected; the {len(res['checks'])} buffer(s) given match the "
+                          "plan (host buffer evidence)")
         return True, ""
     gpu = res["gpu_model_mib"]
     if gpu is None:

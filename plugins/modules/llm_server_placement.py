@@ -13,8 +13,8 @@ version_added: 0.2.0
 description:
   - Takes the pattern of C(--override-tensor) from the inventory (C(llm_server_moe_offload_pattern), checked against
     every tensor of the model by M(ai_llm.moe_offload.gguf_info)), from the plan of
-    M(ai_llm.moe_offload.moe_offload_plan) on GPU hosts, or from the model (modes V(auto) and V(all) on a host
-    without GPU).
+    M(ai_llm.moe_offload.moe_offload_plan) (on every host; a host without GPU plans its host memory), or from the
+    model (modes V(auto) and V(all) when there is no plan).
   - Refuses, before anything changes, an inventory pattern that matches nothing or moves non-expert tensors and a
     plan that does not fit (unless C(llm_server_moe_offload_force)), chosen GPUs the host lacks, a context beyond the
     model's training context, and a pattern from the plan or the model that cannot be deployed (the same rules as a

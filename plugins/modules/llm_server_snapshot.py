@@ -136,6 +136,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files i
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (
     HASH_KEY,
+    env_lines,
     managed_block,
     merge_env,
     parse_env,
@@ -145,7 +146,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
 def without_legacy_key(env_bytes):
     """``.env`` without the ``LLM_API_KEY`` lines of earlier versions (its block untouched)."""
     text = env_bytes.decode("utf-8", "replace")
-    kept = [line for line in text.splitlines() if not line.lstrip().startswith(("LLM_API_KEY=", "export LLM_API_KEY="))]
+    kept = [line for line in env_lines(text) if not line.lstrip().startswith(("LLM_API_KEY=", "export LLM_API_KEY="))]
     return ("\n".join(kept) + "\n").encode("utf-8") if kept else b""
 
 

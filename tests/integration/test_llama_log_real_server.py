@@ -2,7 +2,7 @@
 
 Each test writes a tiny nemotron_h_moe GGUF, starts the server on a free loopback port, waits for ``/health``
 (or for the process to exit), stops it and parses what it wrote to stderr. The formats of this build cover two
-eras of the reference: ``-lv 5 --no-log-prefix --no-log-timestamps`` (per-tensor lines, no prefix) and the
+eras of llama-server's log: ``-lv 5 --no-log-prefix --no-log-timestamps`` (per-tensor lines, no prefix) and the
 prefixed, timestamped lines at ``-lv 4`` (the INFO buffer lines only, like the b7217..b9208 default) and at the
 default ``-lv 3`` (neither).
 """

@@ -7,6 +7,7 @@ import pytest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_converge import (
     decide,
     failure_cause,
+    log_expectations,
     verification_problem,
     vram_rows,
 )
@@ -102,3 +103,63 @@ def test_the_cause_of_a_failed_command_is_what_it_printed():
     assert failure_cause({"msg": "llm_server: refused x"}) == "refused x"
     assert failure_cause({"msg": "", "cause": "llama-server exited: boom"}) == "llama-server exited: boom"
     assert failure_cause({}, {"name": "Write"}) == "the task Write failed"
+
+
+# moe_offload_plan's result as the role registers it: two GPUs, the second holding the experts of the first's blocks
+TWO_GPUS = {
+    "devices": [{"device": "CUDA0", "index": 1}, {"device": "CUDA1", "index": 0}],
+    "memory": {"gpus": [{"index": 1, "model_mib": 1369.2, "kv_mib": 192.0, "recurrent_mib": 95.23,
+                         "compute_mib": 1170.4},
+                        {"index": 0, "model_mib": 800.5, "kv_mib": 0.0, "recurrent_mib": 47.62, "compute_mib": 300.0}],
+               "host": {"model_mib": 21772.0, "kv_mib": 0, "recurrent_mib": 0, "compute_mib": 40.0}},
+}
+CPU_ONLY = {"devices": [], "memory": {"gpus": [], "host": {"model_mib": 30.0, "kv_mib": 27.0, "recurrent_mib": 0.0,
+                                                           "compute_mib": 22.77}}}
+SETTINGS = {"extra_args": [], "n_gpu_layers": "99"}
+
+
+def test_each_planned_device_gets_its_buffers_by_llama_cpps_name():
+    expect = log_expectations(TWO_GPUS, "multi", SETTINGS)
+    assert expect["expect_model_buffers"] == {"CUDA0": 1369.2, "CUDA1": 800.5}
+    assert expect["expect_kv_buffers"] == {"CUDA0": 192.0}  # no KV line for a device without attention blocks
+    assert expect["expect_rs_buffers"] == {"CUDA0": 95.23, "CUDA1": 47.62}
+    assert expect["expect_compute_buffers"] == {"CUDA0": 1170.4, "CUDA1": 300.0}
+
+
+def test_a_host_without_gpu_is_proved_by_its_cpu_buffers():
+    expect = log_expectations(CPU_ONLY, "cpu", SETTINGS, ["blk.1.ffn_up_exps.weight"])
+    assert expect == {"expect_model_buffers": {}, "expect_kv_buffers": {"CPU": 27.0}, "expect_rs_buffers": {},
+                      "expect_compute_buffers": {"CPU": 22.77}, "expect_tensors": None}
+
+
+@pytest.mark.parametrize("topology, verbosity, shown", [
+    ("cpu", None, False), ("cpu", 4, False), ("cpu", "4", False), ("cpu", 5, True), ("cpu", "6", True),
+    ("single", None, True), ("single", 4, True), ("multi", 5, True)])
+def test_the_tensors_are_expected_where_the_log_can_show_them(topology, verbosity, shown):
+    """On GPUs always (the device buffers stand in for hidden per-tensor lines); on a host without GPU only from
+    -lv 5, where llama.cpp prints the per-tensor DEBUG lines (src/llama-model-loader.cpp, create_tensor)."""
+    wanted = ["blk.1.ffn_up_exps.weight", "blk.1.ffn_down_exps.weight"]
+    plan = CPU_ONLY if topology == "cpu" else TWO_GPUS
+    expect = log_expectations(plan, topology, dict(SETTINGS, log_verbosity=verbosity), wanted)
+    assert expect["expect_tensors"] == (wanted if shown else None)
+
+
+@pytest.mark.parametrize("layers", ["99", "all", "120", 99])
+def test_every_layer_offloaded_keeps_the_expectations(layers):
+    assert log_expectations(TWO_GPUS, "multi", dict(SETTINGS, n_gpu_layers=layers))["expect_model_buffers"]
+
+
+@pytest.mark.parametrize("plan, settings", [
+    (TWO_GPUS, dict(SETTINGS, extra_args=["-ub", "1024"])),
+    (TWO_GPUS, dict(SETTINGS, n_gpu_layers="20")),
+    (TWO_GPUS, dict(SETTINGS, n_gpu_layers="auto")),
+    ({"skipped": True}, SETTINGS),
+    (dict(TWO_GPUS, failed=True), SETTINGS),
+    (None, SETTINGS),
+    ({}, SETTINGS),
+])
+def test_nothing_is_expected_when_the_server_does_not_run_as_planned(plan, settings):
+    expect = log_expectations(plan, "multi", settings)
+    buffers = {k: v for k, v in expect.items() if k.endswith("_buffers")}
+    assert buffers == {"expect_model_buffers": {}, "expect_kv_buffers": {}, "expect_rs_buffers": {},
+                       "expect_compute_buffers": {}}

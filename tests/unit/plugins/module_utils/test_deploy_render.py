@@ -53,6 +53,20 @@ def test_the_env_block_reads_back_through_python_dotenv():
     assert parse_env(block) == dict(values, LLM_CONFIG_HASH=read["LLM_CONFIG_HASH"])
 
 
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029"])
+def test_a_value_with_a_unicode_line_separator_reads_back_whole(separator):
+    """python-dotenv cuts .env lines at \\r\\n, \\n and \\r only; the role reads its block back the same way (not
+    with str.splitlines(), which also cuts at U+2028 and U+2029 and read the value as two lines)."""
+    path = "/models/a%sb #c.gguf" % separator
+    values = env_values(settings(llm_server_model_path="/srv/models/a%sb #c.gguf" % separator), PLACEMENT)
+    assert values["LLM_MODEL_PATH"] == path
+    text, _dropped = merge_env("OTHER=1\n", env_block(values, "h"))
+    assert dotenv.dotenv_values(stream=io.StringIO(text))["LLM_MODEL_PATH"] == path
+    assert parse_env(text)["LLM_MODEL_PATH"] == path
+    assert managed_block(text) == env_block(values, "h")
+    assert merge_env(text, env_block(values, "h")) == (text, [])
+
+
 def test_a_value_the_placement_cannot_write_is_refused():
     with pytest.raises(RenderError, match="LLM_MOE_OFFLOAD_PATTERN"):
         env_values(settings(), dict(PLACEMENT, pattern="blk\n${X}"))

@@ -11,11 +11,11 @@ import json
 
 import dotenv
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import (
-    MAX_PATTERN_CHARS,
     InputError,
     api_key_problem,
     base_url,
@@ -26,6 +26,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values 
     dotenv_quote,
     offload_pattern_problem,
 )
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import MAX_PATTERN_BYTES
 
 BASE = {
     "llm_server_model_path": "/srv/models/x.gguf",
@@ -130,6 +131,16 @@ def test_compose_literals_are_json_with_dollars_doubled():
     assert json.loads(compose_literal('50m"\ncap_add: [ALL]')) == '50m"\ncap_add: [ALL]'
 
 
+@pytest.mark.parametrize("value", ["a\u2028 b", "a\u2029  #b", "x\x85 y", "\x7fdel", "c1\x9b", "\ufeffbom", "\ufffe"])
+def test_compose_literals_read_back_through_yaml_with_line_separators_and_non_printables(value):
+    """YAML folds NEL, LS and PS as line breaks inside a double-quoted scalar (the space after one was lost) and
+    refuses characters outside its printable set (YAML 1.2, 5.1 Character Set): they are written as \\uXXXX."""
+    text = compose_literal(value)
+    assert yaml.safe_load("x: " + text) == {"x": value}
+    assert json.loads(text) == value
+    assert text.isascii() or not set(text) & set("\x85\u2028\u2029\ufeff\x7f")
+
+
 # --- numbers, names, paths -------------------------------------------------------------------------------------
 
 
@@ -228,9 +239,9 @@ def test_base_url():
 
 def test_patterns_longer_than_llama_server_takes_are_refused_with_a_message():
     long = "|".join(r"blk\.%d\.ffn_up_exps" % i for i in range(2000))
-    assert len(long) > MAX_PATTERN_CHARS
+    assert len(long) > MAX_PATTERN_BYTES
     assert "llama-server crashes on patterns this long" in offload_pattern_problem(long)
-    assert "characters long" in problems(llm_server_moe_offload_pattern=long)["llm_server_moe_offload_pattern"]
+    assert "bytes long" in problems(llm_server_moe_offload_pattern=long)["llm_server_moe_offload_pattern"]
 
 
 @pytest.mark.parametrize("pattern, words", [

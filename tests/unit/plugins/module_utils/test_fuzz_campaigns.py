@@ -1,6 +1,6 @@
 """The bounded fuzz campaigns of benchmarks/fuzz.py, run with hypothesis: every registered target (the GGUF reader,
-the llama-server log parser, the offload pattern builder) on a few hundred drawn inputs raises nothing but its
-documented errors, keeps its invariants, and stays within its time and memory bounds per input.
+the llama-server log parser, the offload pattern builder, the role's .env and compose encoders) on a few hundred
+drawn inputs raises nothing but its documented errors, keeps its invariants, and stays within its time and memory bounds per input.
 The long campaign (100,000 inputs and more per target) is ``python benchmarks/fuzz.py``."""
 from __future__ import annotations
 

@@ -233,7 +233,7 @@ def test_tensor_infos(full_file):
 
 
 def test_type_table_is_gguf_py_table():
-    """Every id of the reference table, with the block sizes llama.cpp's gguf-py uses."""
+    """Every id of ggml's type table (ggml.h enum ggml_type), with the block sizes llama.cpp's gguf-py uses."""
     assert set(GGML_TYPES) == {int(q) for q in gguf.GGML_QUANT_SIZES}
     for q, (block, size) in gguf.GGML_QUANT_SIZES.items():
         assert GGML_TYPES[int(q)] == (q.name, block, size)

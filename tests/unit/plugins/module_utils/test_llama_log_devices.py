@@ -68,6 +68,20 @@ def test_the_per_device_model_buffers_prove_the_placement_at_the_default_verbosi
     assert all(c["ok"] for c in v["checks"])
 
 
+def test_a_host_without_gpu_is_proved_by_its_host_buffers_alone():
+    """No tensor and no model buffer expected (a host without GPU below -lv 5): the KV and compute buffers given
+    decide, and a mismatch among them is never verified."""
+    text = "\n".join([line("%s: %12s model buffer size = %8.2f MiB", "load_tensors", "CPU_Mapped", 8.44),
+                      line("%s: %10s KV buffer size = %8.2f MiB", "llama_kv_cache", "CPU", 0.25),
+                      line("%s: %10s compute buffer size = %8.2f MiB", "sched_reserve", "CPU", 4.79),
+                      line("%s", "srv  llama_server: model loaded")]) + "\n"
+    v = verify_placement(parse_log(text), None, expect_kv_buffers={"CPU": 0.25}, expect_compute_buffers={"CPU": 5.0})
+    assert v["verified"] and v["evidence"] == "host_buffers", v["msg"]
+    bad = verify_placement(parse_log(text), None, expect_kv_buffers={"CPU": 0.5}, expect_compute_buffers={"CPU": 5.0})
+    assert not bad["verified"] and "KV buffer CPU" in bad["msg"]
+    assert verify_placement(parse_log(text), None)["evidence"] == "none"
+
+
 @pytest.mark.parametrize("logged, ok", [(1369.43, True), (1369.44, True), (1369.42, True), (1369.45, False),
                                         (1369.41, False), (1400.0, False)])
 def test_a_device_buffer_must_equal_the_plan_within_a_hundredth_of_a_mib(logged, ok):

@@ -234,5 +234,5 @@ def test_real_nano_header(nano_file):
     non_expert = sum(t.nbytes for t in model.tensors if t.name not in set(layout.expert_tensors))
     embd = [t.nbytes for t in model.tensors if t.name == "token_embd.weight"][0]
     assert gpu["model"] == non_expert - embd
-    assert 1360 < gpu["model_mib"] < 1380  # the reference: about 1,369 MiB
+    assert 1360 < gpu["model_mib"] < 1380  # llama-server b10435 on an RPC device: 1369.17 MiB (plan_accuracy.py)
     assert 21700 < mm.mib(result["host"]["model"] - embd) < 21850  # routed experts: about 21,772 MiB

