@@ -112,3 +112,16 @@ def test_a_good_summary_and_where_it_came_from():
     assert ms.read_summary(dict(GOOD, files=None, warnings=None))[3:] == ([], [])
     with pytest.raises(ms.SummaryError, match=r"^plan\.model\.metadata must be a dict$"):
         ms.read_summary(dict(GOOD, metadata=None), where="plan.model")
+
+
+def test_a_file_without_an_architecture_has_an_empty_one(tmp_path):
+    """A file whose ``general.architecture`` key is missing (here renamed in place, same length): the summary
+    says ``""`` and keeps none of the model's ``<arch>.*`` keys, only the token count."""
+    path = write_tiny_qwen3moe(str(tmp_path / "model.gguf"))
+    data = open(path, "rb").read()
+    assert data.count(b"general.architecture") == 1
+    with open(path, "wb") as handle:
+        handle.write(data.replace(b"general.architecture", b"general.architecturX"))
+    summary = ms.summarize(_gguf.read_model(path))
+    assert summary["architecture"] == ""
+    assert summary["metadata"] == {"tokenizer.ggml.tokens": {"count": 512}}
