@@ -353,7 +353,7 @@ def read_results(files, config, sampled=False):
     return mutants
 
 
-def report(files, mutants, min_score, config, seconds):
+def report(files, mutants, min_score, config, seconds, sampled=False):
     """Print the table per file and the survivors; return the files below ``min_score``."""
     print()
     print("%-22s %8s %8s %8s %8s %10s %8s" % ("file", "mutants", "equiv.", "killed", "survived", "no tests", "score"))
@@ -387,7 +387,7 @@ def report(files, mutants, min_score, config, seconds):
                 m.file, m.line, m.function, m.status, m.original, m.mutated))
     for m in stale_hand:
         print("note: the hand mutant %s: %s (%s) is not counted" % (m.file, m.name, m.status))
-    stale = [e for e in config.get("equivalent", []) if e["file"] in files and not e.get("_used")]
+    stale = [e for e in config.get("equivalent", []) if e["file"] in files and not e.get("_used") and not sampled]
     for entry in stale:
         print("note: no mutant matches the equivalent entry %s %s: %r -> %r" % (
             entry["file"], entry["function"], entry["original"], entry["mutant"]))
@@ -429,7 +429,7 @@ def main():
     seconds = time.monotonic() - start
     if args.json:
         Path(args.json).write_text(json.dumps([m.__dict__ for m in mutants], indent=1) + "\n")
-    below = report(files, mutants, min_score, config, seconds)
+    below = report(files, mutants, min_score, config, seconds, sampled=bool(patterns))
     print("stage kept in %s (mutmut show <name> there)" % STAGE.relative_to(ROOT))
     return 1 if below else 0
 
