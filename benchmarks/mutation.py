@@ -212,8 +212,8 @@ def run_mutmut(jobs, niceness, patterns=()):
     log = STAGE / "mutmut.log"
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     with open(log, "wb") as out:
-        proc = subprocess.Popen(["nice", "-n", str(niceness), str(mutmut), "run", "--max-children", str(jobs)] + list(patterns),
-                                cwd=STAGE, stdout=out, stderr=subprocess.STDOUT, env=env)
+        command = ["nice", "-n", str(niceness), str(mutmut), "run", "--max-children", str(jobs)] + list(patterns)
+        proc = subprocess.Popen(command, cwd=STAGE, stdout=out, stderr=subprocess.STDOUT, env=env)
         last = ""
         while proc.poll() is None:
             time.sleep(2)
