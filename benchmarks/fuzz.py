@@ -480,7 +480,8 @@ def encoder_input(rnd):
 
 
 def _encoder_context():
-    from dotenv import dotenv_values  # pylint: disable=import-outside-toplevel  (the venv's python-dotenv)
+    # the venv's python-dotenv (podman-compose's .env parser) and PyYAML, only for this target
+    from dotenv import dotenv_values  # pylint: disable=import-outside-toplevel
     import yaml  # pylint: disable=import-outside-toplevel
 
     return dotenv_values, yaml
@@ -497,8 +498,8 @@ def run_deploy_encoders(context, drawn):
         loaded = yaml.safe_load("x: " + compose_literal(value))["x"]
         if loaded != value.replace("$", "$$"):
             raise Broken(f"compose_literal({value!r}) reads back as {loaded!r}")
-    refused = [(key, dotenv_problem(value)) for key, value in (("LLM_MOE_OFFLOAD_PATTERN", pattern),
-                                                                ("LLM_MODEL_PATH", path))]
+    written = (("LLM_MOE_OFFLOAD_PATTERN", pattern), ("LLM_MODEL_PATH", path))
+    refused = [(key, dotenv_problem(value)) for key, value in written]
     refused = [(key, why) for key, why in refused if why]
     try:
         values = env_values(settings, placement)

@@ -313,9 +313,8 @@ class Tally:
         under = [c for c in self.compute if c[4] < c[3]]
         print("\nweights, KV, recurrent state, output buffer and expert placement exact to 0.01 MiB: %s" % (
             "yes" if self.exact else "NO"))
-        print("compute estimate never under the measured buffer: %s" % (
-            "yes" if not under else "NO: " + "; ".join("%s %s (%.2f < %.2f)" % (c[2], c[1], c[4], c[3])
-                                                        for c in under)))
+        shortfalls = "; ".join("%s %s (%.2f < %.2f)" % (c[2], c[1], c[4], c[3]) for c in under)
+        print("compute estimate never under the measured buffer: %s" % ("yes" if not under else "NO: " + shortfalls))
         print("\nCompute over-estimate, predicted - measured, per kind of model (GPU: each device's compute buffer; "
               "host: the CPU compute buffer)")
         print("%-14s %-5s %5s | %8s %8s | %10s" % ("kind", "side", "rows", "mean %", "max %", "max MiB"))
@@ -405,8 +404,8 @@ def row(tally, name, kind, path, facts, case):
         for key in ("kv", "recurrent"):
             error = tally.check(round(host[key + "_mib"] - got["host_" + key], 2), 0.02 if key == "kv" else 0.01)
             cells += [got["host_" + key], host[key + "_mib"], error]
-        prefix = "%s | host %26s | %8.2f %8.2f %6.2f | %7.2f %7.2f %5.2f" % ((lead, "(weights: mapped file)") +
-                                                                           tuple(cells))
+        prefix = "%s | host %26s | " % (lead, "(weights: mapped file)") + "%8.2f %8.2f %6.2f | %7.2f %7.2f %5.2f" % (
+            tuple(cells))
     else:
         prefix = "%s | host %58s" % (lead, "(token ids, embeddings, masks, experts without op offload)")
     err = tally.add(kind, "host", label + " host", got["host_compute"], host["compute_mib"])

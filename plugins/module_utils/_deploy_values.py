@@ -293,10 +293,9 @@ def device_overrides_problem(overrides):
         problem = offload_pattern_problem(match.group("pattern"))
         if problem:
             return "%s: %s" % (json.dumps(item), problem)
-    joined = ",".join(overrides)
-    if len(joined.encode("utf-8", "surrogatepass")) > MAX_PATTERN_BYTES:
-        return "together %d bytes, more than the %d llama-server takes" % (len(joined.encode("utf-8", "surrogatepass")),
-                                                                          MAX_PATTERN_BYTES)
+    size = len(",".join(overrides).encode("utf-8", "surrogatepass"))
+    if size > MAX_PATTERN_BYTES:
+        return "together %d bytes, more than the %d llama-server takes" % (size, MAX_PATTERN_BYTES)
     return None
 
 

@@ -1007,8 +1007,8 @@ def compute_buffer_bytes(facts, ctx_size, parallel=1, ubatch=512, flash_attn=Tru
     products); ``remote_expert_blocks``: blocks of this device whose experts' products run elsewhere (on the host
     without op offload, or on another device); ``copies``: the input copies of a pipeline-parallel graph
     (llama.cpp keeps 4 on several GPUs without tensor overrides, ggml-backend.cpp GGML_SCHED_MAX_COPIES, and
-    never frees them). With op offload, CUDA computes the products of host-resident experts from 32 tokens on and copies each weight in as the input of a split of
-    its own: the room of the largest host-resident block's experts is added (``cpu_expert_bytes_max``).
+    never frees them). With op offload, CUDA computes the products of host-resident experts from 32 tokens on and
+    copies each weight in as the input of a split of its own: the room of the largest host-resident block's experts is added (``cpu_expert_bytes_max``).
     """
     shape = graph_shape(facts, ctx_size, parallel, kv_unified, ubatch, batch, swa_full)
     rotations = _rotations(facts, cache_type_k, cache_type_v)

@@ -254,7 +254,7 @@ evidence:
   description:
     - What the placement proof rests on - V(per_tensor) (the override lines), V(device_buffers) (the model buffer of
       every device against O(expect_model_buffers)), V(buffers) (the GPU model buffer against
-      O(expect_gpu_model_mib)), V(host_buffers) (no tensor or model buffer expected: the KV, recurrent-state and
+      O(expect_gpu_model_mib)), V(host_buffers) (no tensor or model buffer expected; the KV, recurrent-state and
       compute buffers given, as on a host without GPU, where every tensor is in host memory whatever the pattern)
       or V(none).
   returned: always

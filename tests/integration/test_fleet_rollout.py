@@ -1,9 +1,13 @@
-"""playbooks/fleet_rollout.yml on a fleet of three fake hosts over real ssh (tests/integration/fleet).
+"""playbooks/deploy.yml on a fleet of four fake hosts over real ssh (tests/integration/fleet).
 
 One fleet for the module; the tests run in order and each starts from the state the previous one left:
-(a) ping, (b) first rollout: canary, then the batch, (c) second rollout: nothing changes, (d) a bad model on a
-non-canary host: rolled back, the rollout stops before the next batch; with a permissive threshold the others
-proceed, (e) a failing canary: nobody else is touched.
+ssh to every host; the first rollout (a canary, then batches as serial cuts them); a run that changes nothing
+(run as ai_llm.moe_offload.deploy); check mode; a changed pattern rolled out one host at a time while a poller
+counts the hosts serving; a plan refused in the preflight (nothing restarts, or the others roll out when allowed);
+a model llama-server cannot load on the second host (rolled back, the rollout stops, the later batches are
+untouched), on the canary (nobody else is touched), on one host of a batch allowed 50% failures (the others go
+on); a host's sshd killed in the middle of a rollout (unreachable, the others go on). Every run writes its
+report (rollout.json, rollout.md, rollout.html) into its own directory; the fleet is torn down whatever happens.
 """
 from __future__ import annotations
 
@@ -13,16 +17,20 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
 import pytest
 
 from tools.gguf_models import write_demo_model
-from tests.integration.fleet import Fleet, clean_leftovers, leftovers
+from tests.integration._llm_deploy import cpu_image
+from tests.integration.fleet import PREFIX, Fleet, HealthPoller, clean_leftovers, leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+PATTERN_ALL = "\\.ffn_.*_exps\\.weight"
+PATTERN_BLOCK_4 = "blk\\.4\\.ffn_.*_exps\\.weight"
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("sshd") or not shutil.which("podman"),
@@ -31,14 +39,13 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory, request):
-    """Three hosts h1..h3 (netns + ssh + private podman storage), the models, the base inventory."""
+    """Four hosts h1..h4 (netns + ssh + private podman storage), the models, the base inventory."""
     found = leftovers()
     if found:
         warnings.warn("a previous fleet run left %s; cleaning up" % found)
     clean_leftovers()
-    image = subprocess.run(["bash", str(ROOT / "images/ai-llm/build.sh")], check=True, capture_output=True,
-                           text=True, timeout=600).stdout.split()[-1]
-    fl = Fleet(tmp_path_factory.mktemp("aillmfleet"), image=image)
+    image = cpu_image()
+    fl = Fleet(tmp_path_factory.mktemp(PREFIX), names=("h1", "h2", "h3", "h4"), image=image)
 
     def teardown():
         fl.down()
@@ -49,7 +56,7 @@ def fleet(tmp_path_factory, request):
     models.mkdir()
     write_demo_model(str(models / "demo.gguf"))
     data = (models / "demo.gguf").read_bytes()
-    # cut.gguf: a valid header, the tensor data cut in half (the role's header reader refuses it in preflight)
+    # cut.gguf: a valid header, the tensor data cut in half (the role refuses it in the preflight)
     (models / "cut.gguf").write_bytes(data[: len(data) // 2])
     # wrong-shape.gguf: every byte in place, embedding_length 128 where the tensors have 64: the header reads
     # fine, llama-server refuses to load it (the role recreates, sees it exit, rolls back)
@@ -68,49 +75,73 @@ def fleet(tmp_path_factory, request):
         "llm_server_network_mode": "host",
         "llm_server_port": 8080,
         "llm_server_ctx_size": 2048,
-        "llm_moe_offload_mode": "all",
+        "llm_server_moe_offload_mode": "all",
+        "llm_server_log_verbosity": 5,
         "llm_server_health_timeout": 60,
     }
     fl.inventory(fl.base / "hosts.yml", group_vars=fl.group_vars)
     return fl
 
 
-def inventory_with(fleet, name, host_vars):
-    """An inventory of the fleet where some hosts get their own variables."""
-    return fleet.inventory(fleet.base / name, group_vars=fleet.group_vars, host_vars=host_vars)
+def inventory_with(fleet, name, host_vars=None, **group_vars):
+    """An inventory of the fleet with other group variables or some hosts' own variables."""
+    return fleet.inventory(fleet.base / name, group_vars=dict(fleet.group_vars, **group_vars), host_vars=host_vars)
 
 
-def rollout(fleet, name, *args, inventory=None):
-    """Run playbooks/fleet_rollout.yml; returns (process, report dict)."""
-    report = fleet.base / ("report-%s.json" % name)
+def ansible_env(fleet):
     env = fleet.ansible_env()
     env.update({
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
         "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
+        "ANSIBLE_CALLBACKS_ENABLED": "ai_llm.moe_offload.rollout_report",
         "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
-        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_LOCALHOST_WARNING": "0",
+        "ANSIBLE_RETRY_FILES_ENABLED": "0",
     })
-    cmd = [str(BIN / "ansible-playbook"), "-i", str(inventory or fleet.base / "hosts.yml"),
-           str(ROOT / "playbooks" / "fleet_rollout.yml"), "-e", "fleet_report_path=%s" % report] + list(args)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(fleet.base), timeout=600, check=False)
+    return env
+
+
+def rollout_command(fleet, name, *args, inventory=None, playbook=None):
+    return [str(BIN / "ansible-playbook"), "-i", str(inventory or fleet.base / "hosts.yml"),
+            playbook or str(ROOT / "playbooks" / "deploy.yml"),
+            "-e", "llm_rollout_report_dir=%s" % (fleet.base / ("report-" + name))] + list(args)
+
+
+def finish(fleet, name, proc):
     (fleet.base / ("rollout-%s.log" % name)).write_text(proc.stdout + proc.stderr)
-    data = json.loads(report.read_text()) if report.exists() else None
-    return proc, data
+    path = fleet.base / ("report-" + name) / "rollout.json"
+    return json.loads(path.read_text()) if path.exists() else None
 
 
-def hosts_of(report):
+def rollout(fleet, name, *args, inventory=None, playbook=None):
+    """Run the rollout; returns (process, rollout.json as a dict)."""
+    proc = subprocess.run(rollout_command(fleet, name, *args, inventory=inventory, playbook=playbook),
+                          capture_output=True, text=True, env=ansible_env(fleet), cwd=str(fleet.base), timeout=900,
+                          check=False)
+    return proc, finish(fleet, name, proc)
+
+
+def rows(report):
     return {row["host"]: row for row in report["hosts"]}
 
 
-def progress(proc):
-    """The rollout's progress lines ("fleet rollout: ..."), in order."""
-    return re.findall(r'"fleet rollout: ([^"\n]*)"', proc.stdout)
+def statuses(report):
+    return [(row["host"], row["batch"], row["status"]) for row in report["hosts"]]
+
+
+def recap(proc):
+    """PLAY RECAP: {host: {"ok": n, "changed": n, ...}}."""
+    out = {}
+    for line in proc.stdout[proc.stdout.index("PLAY RECAP"):].splitlines()[1:]:
+        match = re.match(r"^(\S+)\s+:\s+(.*)$", line)
+        if match:
+            out[match.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(2))}
+    return out
 
 
 def state(fleet):
-    """Per host: ai-llm's container id and start time, the .env, and what the server says about itself."""
+    """Per host: ai-llm's container id and times, the .env, and what the server says about itself."""
     snap = {}
     for name, host in fleet.hosts.items():
         container = host.container()
@@ -128,8 +159,7 @@ def state(fleet):
 
 
 def test_ansible_reaches_every_host_over_ssh(fleet):
-    env = fleet.ansible_env()
-    env.update({"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"})
+    env = ansible_env(fleet)
     proc = subprocess.run([str(BIN / "ansible"), "-i", str(fleet.base / "hosts.yml"), "all", "-m", "ansible.builtin.ping"],
                           capture_output=True, text=True, env=env, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -143,141 +173,240 @@ def test_ansible_reaches_every_host_over_ssh(fleet):
         assert host.run(["podman", "ps", "-aq"]).stdout.strip() == ""
 
 
-def test_rollout_deploys_the_canary_first_then_the_batch(fleet):
-    proc, report = rollout(fleet, "first", "-e", '{"fleet_batches": ["100%"]}')
+def test_first_rollout_a_canary_then_the_batches(fleet):
+    proc, report = rollout(fleet, "first")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
-    lines = progress(proc)
-    assert lines.index("canary: deploying h1 (0 of 3 hosts done before it)") \
-        < lines.index("canary done: h1 changed. Next batch.") \
-        < lines.index("batch 1 of 1: deploying h2, h3 (1 of 3 hosts done before it)")
     snap = state(fleet)
     for name in fleet.hosts:
         assert snap[name]["running"] and snap[name]["health"] == 200, (name, snap[name])
-        assert "LLM_MOE_OFFLOAD_PATTERN='\\.ffn_.*_exps\\.weight'" in snap[name]["env"]
+        assert "LLM_MOE_OFFLOAD_PATTERN='%s'" % PATTERN_ALL in snap[name]["env"]
         assert snap[name]["n_ctx"] == 2048
-    assert len({s["id"] for s in snap.values()}) == 3
-    # the canary was serving before the batch's containers were created
-    assert snap["h1"]["started"] < min(snap["h2"]["created"], snap["h3"]["created"])
-    assert report["outcome"] == "completed" and report["stop_reason"] is None
-    assert report["canary"] == ["h1"] and report["batches"] == [["h2", "h3"]]
-    assert [b["batch"] for b in report["batches_run"]] == ["canary", "batch 1"]
-    assert report["summary"] == {"changed": 3}
-    rows = hosts_of(report)
-    assert [r["host"] for r in report["hosts"]] == ["h1", "h2", "h3"]
-    for name, row in rows.items():
-        assert row["status"] == "changed", row
-        assert row["message"] == "recreated and verified: 4 tensors on the CPU"
-        assert row["pattern"] == "\\.ffn_.*_exps\\.weight"
-        assert row["plan"]["topology"] == "cpu" and row["plan"]["tensors_to_cpu"] == 4
-        assert row["started"] and row["finished"] and row["seconds"] >= 0
-    assert rows["h1"]["batch"] == "canary" and rows["h2"]["batch"] == rows["h3"]["batch"] == "batch 1"
+    assert len({s["id"] for s in snap.values()}) == 4
+    # serial [1, "34%", "100%"] of four hosts: the canary, one host (34% of 4), the rest
+    assert [b["hosts"] for b in report["batches"]] == [["h1"], ["h2"], ["h3", "h4"]]
+    assert statuses(report) == [("h1", 1, "changed"), ("h2", 2, "changed"), ("h3", 3, "changed"),
+                                ("h4", 3, "changed")]
+    # each batch was serving before the next one's containers were created
+    assert snap["h1"]["started"] < snap["h2"]["created"]
+    assert snap["h2"]["started"] < min(snap["h3"]["created"], snap["h4"]["created"])
+    assert report["outcome"] == "completed" and report["reason"] is None
+    for row in report["hosts"]:
+        assert row["pattern"] == PATTERN_ALL and row["result"]["status"] == "changed"
+        assert row["ansible"]["outcome"] == "ok"
+    files = sorted(p.name for p in (fleet.base / "report-first").iterdir())
+    assert files == ["rollout.html", "rollout.json", "rollout.md"]
+    html = (fleet.base / "report-first" / "rollout.html").read_text()
+    assert all('data-host="%s" data-status="changed"' % name in html for name in fleet.hosts)
+    # the output ends with the table
+    tail = proc.stdout.rstrip().splitlines()[-7:]
+    assert tail[0].split() == ["HOST", "BATCH", "STATUS", "PATTERN", "MESSAGE"]
+    assert [line.split()[:3] for line in tail[1:5]] == [["h1", "1", "changed"], ["h2", "2", "changed"],
+                                                        ["h3", "3", "changed"], ["h4", "3", "changed"]]
+    assert tail[5].startswith("rollout completed: changed 4 in ")
+    assert tail[6].startswith("report: %s" % (fleet.base / "report-first" / "rollout.html"))
     fleet.after_first = snap
 
 
 def test_second_rollout_changes_nothing(fleet):
-    proc, report = rollout(fleet, "again", "-e", '{"fleet_batches": ["100%"]}')
+    """The same rollout again, as the collection's playbook: changed=0 on every host, nothing restarted."""
+    proc, report = rollout(fleet, "again", playbook="ai_llm.moe_offload.deploy")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    assert {host: counts["changed"] for host, counts in recap(proc).items()} == {h: 0 for h in fleet.hosts}
     assert "RUNNING HANDLER" not in proc.stdout
-    assert report["summary"] == {"unchanged": 3}
-    assert all(r["message"] == "nothing to change" for r in report["hosts"])
+    assert statuses(report) == [("h1", 1, "unchanged"), ("h2", 2, "unchanged"), ("h3", 3, "unchanged"),
+                                ("h4", 3, "unchanged")]
+    assert report["summary"] == {"unchanged": 4} and report["outcome"] == "completed"
     assert state(fleet) == fleet.after_first
 
 
-def test_bad_model_on_a_batch_host_is_rolled_back_and_stops_the_rollout(fleet):
-    """h2 gets a model llama-server cannot load; batches of one host, no failure allowed: h3 is never touched."""
+def test_check_mode_changes_nothing(fleet):
+    proc, report = rollout(fleet, "check", "--check", "-e", "llm_server_ctx_size=1024")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    assert report["check_mode"] is True and report["summary"] == {"checked": 4}
+    assert all(row["message"].startswith("check mode: ") for row in report["hosts"])
+    assert state(fleet) == fleet.after_first
+
+
+def test_changed_pattern_one_host_at_a_time_while_the_others_serve(fleet):
+    """Batches of one: a poller inside each host's namespace never sees fewer than N - 1 hosts serving."""
+    inv = inventory_with(fleet, "block-4.yml", llm_server_moe_offload_pattern=PATTERN_BLOCK_4)
+    with HealthPoller(fleet.hosts.values(), interval=0.2) as poller:
+        proc, report = rollout(fleet, "pattern", "-e", '{"llm_rollout_serial": [1]}', inventory=inv)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    assert [b["hosts"] for b in report["batches"]] == [["h1"], ["h2"], ["h3"], ["h4"]]
+    assert report["summary"] == {"changed": 4}
+    for name, row in rows(report).items():
+        assert row["pattern"] == PATTERN_BLOCK_4 and row["pattern_source"] == "inventory", row
+        assert "LLM_MOE_OFFLOAD_PATTERN='%s'" % PATTERN_BLOCK_4 in fleet.hosts[name].deploy_file(".env")
+    counts = [pair[1] for pair in poller.serving()]
+    assert len(counts) > 50, counts
+    # every host went down once (its recreate) and the poller saw it: it can see a host missing ...
+    for name, samples in poller.samples.items():
+        assert any(sample[1] != 200 for sample in samples), (name, samples)
+    # ... and it never saw more than one host (the batch) missing at a time
+    assert min(counts) == len(fleet.hosts) - 1, counts
+    assert state(fleet)["h4"]["health"] == 200
+
+
+def test_refused_plan_restarts_nothing_unless_allowed(fleet):
+    """h3 gets a truncated model: the preflight refuses its plan, and no host restarts; allowed, the others go."""
     before = state(fleet)
-    inv = inventory_with(fleet, "bad-h2.yml", {"h2": {"llm_server_model_path": str(fleet.models / "wrong-shape.gguf")}})
-    proc, report = rollout(fleet, "bad-h2", "-e", "llm_server_ctx_size=1024", "-e", '{"fleet_batches": [1]}',
-                           "-e", "fleet_max_fail_percentage=0", inventory=inv)
-    assert proc.returncode != 0
+    inv = inventory_with(fleet, "cut-h3.yml", host_vars={"h3": {"llm_server_model_path": str(fleet.models / "cut.gguf")}},
+                         llm_server_ctx_size=1536)
+    proc, report = rollout(fleet, "refused", inventory=inv)
+    assert proc.returncode == 2, proc.stdout[-4000:]
+    assert state(fleet) == before
+    assert statuses(report) == [("h1", None, "not_reached"), ("h2", None, "not_reached"), ("h3", None, "failed"),
+                                ("h4", None, "not_reached")]
+    h3 = rows(report)["h3"]
+    assert "cut.gguf" in h3["message"] and "beyond the end of the file" in h3["message"], h3
+    assert report["batches"] == [] and report["reason"].startswith("preflight: h3 (failed); nothing was restarted")
+
+    proc, report = rollout(fleet, "refused-skip", "-e", "llm_rollout_skip_refused_hosts=true", inventory=inv)
+    assert proc.returncode == 2, proc.stdout[-4000:]
     after = state(fleet)
-    rows = hosts_of(report)
-    # the canary took the new configuration
-    assert rows["h1"]["status"] == "changed" and after["h1"]["n_ctx"] == 1024
-    # h2 was recreated with the bad model, failed, and serves its previous configuration again
-    assert rows["h2"]["status"] == "rolled_back", rows["h2"]
-    assert rows["h2"]["message"].startswith("llm_server: the deploy on h2 failed: llama-server exited: ")
-    assert "Rolled back to the last verified configuration" in rows["h2"]["message"]
-    assert rows["h2"]["serving"] == "the previous configuration (rolled back)"
-    assert after["h2"]["id"] != before["h2"]["id"]
-    assert after["h2"]["health"] == 200 and after["h2"]["n_ctx"] == 2048
-    assert after["h2"]["env"] == before["h2"]["env"]
-    # the threshold stops the rollout: h3 (the next batch) is not attempted
-    assert report["outcome"] == "stopped"
-    assert report["stop_reason"] == "batch 1: h2 failed (100% of the batch, more than 0%)"
-    assert rows["h3"]["status"] == "not_reached" and rows["h3"]["batch"] == "batch 2"
-    assert rows["h3"]["message"].startswith("not attempted: the rollout stopped (batch 1: h2 failed")
     assert after["h3"] == before["h3"]
-    assert [b["batch"] for b in report["batches_run"]] == ["canary", "batch 1"]
-    assert not any(line.startswith("batch 2") for line in progress(proc))
-    assert report["summary"] == {"changed": 1, "rolled_back": 1, "not_reached": 1}
-    assert "h2: rolled_back" in proc.stdout and "h3: not_reached" in proc.stdout
-    fleet.after_bad = after
+    for name in ("h1", "h2", "h4"):
+        assert after[name]["n_ctx"] == 1536 and after[name]["health"] == 200, (name, after[name])
+    got = {row["host"]: row["status"] for row in report["hosts"]}
+    assert got == {"h1": "changed", "h2": "changed", "h3": "failed", "h4": "changed"}
+    assert report["outcome"] == "completed_with_failures"
+
+
+def test_corrupted_model_rolls_back_and_stops_the_rollout(fleet):
+    """h2 (batch 2) gets a model llama-server cannot load: it serves its old configuration again, h3 and h4 are
+    not touched, and the report says so."""
+    before = state(fleet)
+    inv = inventory_with(fleet, "bad-h2.yml",
+                         host_vars={"h2": {"llm_server_model_path": str(fleet.models / "wrong-shape.gguf")}},
+                         llm_server_ctx_size=1024)
+    proc, report = rollout(fleet, "bad-h2", inventory=inv)
+    assert proc.returncode == 2, proc.stdout[-4000:]
+    after = state(fleet)
+    assert statuses(report) == [("h1", 1, "changed"), ("h2", 2, "rolled_back"), ("h3", None, "not_reached"),
+                                ("h4", None, "not_reached")]
+    assert after["h1"]["n_ctx"] == 1024
+    # h2 was recreated with the bad model, failed, and serves its previous configuration again
+    h2 = rows(report)["h2"]
+    assert h2["result"]["rollback"]["performed"] is True, h2
+    assert "Rolled back" in h2["message"] or "rolled back" in h2["message"], h2
+    assert after["h2"]["id"] != before["h2"]["id"]
+    assert after["h2"]["health"] == 200 and after["h2"]["n_ctx"] == before["h2"]["n_ctx"]
+    assert after["h2"]["env"] == before["h2"]["env"]
+    # the threshold (0%) stopped the rollout: the last batch was not touched
+    assert after["h3"] == before["h3"] and after["h4"] == before["h4"]
+    assert report["outcome"] == "stopped"
+    assert report["reason"].startswith("batch 2: h2 rolled_back (1 of 1 hosts); Ansible stops the rollout")
+    assert [b["hosts"] for b in report["batches"]] == [["h1"], ["h2"]]
+    markdown = (fleet.base / "report-bad-h2" / "rollout.md").read_text()
+    assert "| h2 | 2 | **rolled_back** |" in markdown and "| h4 | - | **not_reached** |" in markdown
+    html = (fleet.base / "report-bad-h2" / "rollout.html").read_text()
+    assert 'data-host="h2" data-status="rolled_back"' in html and 'data-host="h3" data-status="not_reached"' in html
+    assert re.search(r"^h2\s+2\s+rolled_back\s", proc.stdout, re.MULTILINE)
+
+
+def test_failing_canary_stops_before_any_other_host(fleet):
+    before = state(fleet)
+    inv = inventory_with(fleet, "bad-h1.yml",
+                         host_vars={"h1": {"llm_server_model_path": str(fleet.models / "wrong-shape.gguf")}},
+                         llm_server_ctx_size=512)
+    proc, report = rollout(fleet, "bad-h1", "-e", "llm_rollout_max_fail_percentage=100", inventory=inv)
+    assert proc.returncode == 2, proc.stdout[-4000:]
+    # a batch that failed whole ends the play whatever the percentage: the canary stops the rollout
+    assert statuses(report) == [("h1", 1, "rolled_back"), ("h2", None, "not_reached"), ("h3", None, "not_reached"),
+                                ("h4", None, "not_reached")]
+    after = state(fleet)
+    assert after["h1"]["health"] == 200 and after["h1"]["n_ctx"] == before["h1"]["n_ctx"]
+    assert all(after[name] == before[name] for name in ("h2", "h3", "h4"))
+    assert [b["hosts"] for b in report["batches"]] == [["h1"]]
 
 
 def test_permissive_threshold_lets_the_rest_of_the_batch_proceed(fleet):
-    """h2 gets a truncated model (refused before any change), h3 in the same batch proceeds under a 50% limit."""
-    before = fleet.after_bad
-    inv = inventory_with(fleet, "cut-h2.yml", {"h2": {"llm_server_model_path": str(fleet.models / "cut.gguf")}})
-    proc, report = rollout(fleet, "cut-h2", "-e", "llm_server_ctx_size=1024", "-e", '{"fleet_batches": ["100%"]}',
-                           "-e", "fleet_max_fail_percentage=50", inventory=inv)
-    assert proc.returncode != 0          # a host failed: the rollout says so
-    after = state(fleet)
-    rows = hosts_of(report)
-    assert report["outcome"] == "completed" and report["stop_reason"] is None
-    assert rows["h1"]["status"] == "unchanged"
-    assert rows["h2"]["status"] == "failed"
-    assert "cut.gguf: at byte " in rows["h2"]["message"] and "lies beyond the end of the file" in rows["h2"]["message"]
-    assert after["h2"] == before["h2"]   # refused before anything was written or restarted
-    assert rows["h3"]["status"] == "changed" and after["h3"]["n_ctx"] == 1024 and after["h3"]["health"] == 200
-    assert report["summary"] == {"unchanged": 1, "failed": 1, "changed": 1}
-
-
-def test_failing_canary_stops_the_rollout_before_any_other_host(fleet):
+    """One batch of all hosts, 50% allowed: h3's failed deploy is rolled back, the other three take the change."""
     before = state(fleet)
-    inv = inventory_with(fleet, "cut-h1.yml", {"h1": {"llm_server_model_path": str(fleet.models / "cut.gguf")}})
-    proc, report = rollout(fleet, "cut-h1", "-e", "llm_server_ctx_size=512", "-e", "fleet_max_fail_percentage=100",
-                           inventory=inv)
-    assert proc.returncode != 0
-    rows = hosts_of(report)
-    assert rows["h1"]["status"] == "failed" and "lies beyond the end of the file" in rows["h1"]["message"]
-    assert report["outcome"] == "stopped" and report["stop_reason"].startswith("the canary failed: h1 failed")
-    assert rows["h2"]["status"] == rows["h3"]["status"] == "not_reached"
-    assert [b["batch"] for b in report["batches_run"]] == ["canary"]
-    assert [line for line in progress(proc) if "deploying" in line] == ["canary: deploying h1 (0 of 3 hosts done before it)"]
-    assert state(fleet) == before
-    assert "TASK [ai_llm.moe_offload.llm_server" not in proc.stdout.split("PLAY [Deploy the other hosts")[-1]
+    inv = inventory_with(fleet, "bad-h3.yml",
+                         host_vars={"h3": {"llm_server_model_path": str(fleet.models / "wrong-shape.gguf")}},
+                         llm_server_ctx_size=1280)
+    proc, report = rollout(fleet, "bad-h3", "-e", '{"llm_rollout_serial": ["100%"]}',
+                           "-e", "llm_rollout_max_fail_percentage=50", inventory=inv)
+    assert proc.returncode == 2, proc.stdout[-4000:]
+    assert statuses(report) == [("h1", 1, "changed"), ("h2", 1, "changed"), ("h3", 1, "rolled_back"),
+                                ("h4", 1, "changed")]
+    assert report["outcome"] == "completed_with_failures" and report["reason"] is None
+    after = state(fleet)
+    assert [after[name]["n_ctx"] for name in ("h1", "h2", "h4")] == [1280] * 3
+    assert after["h3"]["health"] == 200 and after["h3"]["n_ctx"] == before["h3"]["n_ctx"]
 
 
-def test_plan_without_canary_and_hosts_that_do_not_answer(tmp_path):
-    """No canary, batches "2,50%" of five hosts (as serial cuts them), hosts that refuse ssh count as failed.
+def test_sshd_killed_in_the_middle_of_a_rollout(fleet):
+    """h3's sshd dies while the canary deploys: h3 is reported unreachable and keeps serving what it served;
+    h4, in the same batch, and the hosts before it roll out."""
+    before = state(fleet)
+    inv = inventory_with(fleet, "ctx-768.yml", llm_server_ctx_size=768)
+    name = "sshd-h3"
+    output = fleet.base / ("output-%s.log" % name)
+    with output.open("w") as sink, subprocess.Popen(rollout_command(fleet, name, inventory=inv), stdout=sink,
+                                                    stderr=subprocess.STDOUT, text=True, env=ansible_env(fleet),
+                                                    cwd=str(fleet.base)) as run:
+        try:
+            deadline = time.monotonic() + 600
+            while (fleet.hosts["h1"].container() or {}).get("Id") == before["h1"]["id"]:   # the canary's recreate
+                assert run.poll() is None and time.monotonic() < deadline, "the canary was not recreated"
+                time.sleep(0.2)
+            killed = fleet.hosts["h3"].kill_sshd()
+            run.wait(timeout=900)
+        finally:
+            if run.poll() is None:
+                run.kill()
+    out = output.read_text()
+    proc = subprocess.CompletedProcess(run.args, run.returncode, out, "")
+    report = finish(fleet, name, proc)
+    try:
+        assert killed and proc.returncode == 4, out[-4000:]            # Ansible's code for unreachable hosts
+        assert statuses(report) == [("h1", 1, "changed"), ("h2", 2, "changed"), ("h3", 3, "unreachable"),
+                                    ("h4", 3, "changed")]
+        assert report["outcome"] == "completed_with_failures"
+        h3 = rows(report)["h3"]
+        assert h3["message"].startswith("unreachable in the deploy: ") and "Connection refused" in h3["message"]
+        after = state(fleet)
+        for other in ("h1", "h2", "h4"):
+            assert after[other]["n_ctx"] == 768 and after[other]["health"] == 200
+        assert after["h3"] == before["h3"]          # still serving its configuration, untouched
+    finally:
+        fleet.hosts["h3"].start_sshd()
 
-    The hosts are 127.0.0.1 port 1 (nothing listens there): every ping is refused, so batch 1 fails entirely,
-    more than the 50% allowed, and the later batches are not reached. No fleet needed.
-    """
-    hosts = {"u%d" % i: {"ansible_host": "127.0.0.1", "ansible_port": 1} for i in range(1, 6)}
+
+def test_hosts_that_do_not_answer(tmp_path):
+    """Hosts that refuse ssh (127.0.0.1 port 1): the preflight loses them all, nothing else runs. No fleet."""
+    hosts = {"u%d" % i: {"ansible_host": "127.0.0.1", "ansible_port": 1} for i in range(1, 4)}
+    inventory = tmp_path / "hosts.yml"
+    settings = {"llm_server_model_path": "/srv/models/model.gguf", "llm_server_image": "localhost/ai-llm:cpu"}
+    inventory.write_text(json.dumps({"all": {"children": {"llm_servers": {"hosts": hosts, "vars": settings}}}}))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"),
+               ANSIBLE_CALLBACKS_ENABLED="ai_llm.moe_offload.rollout_report", ANSIBLE_NOCOLOR="1",
+               ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"))
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks" / "deploy.yml"),
+                           "-e", "llm_rollout_report_dir=%s" % (tmp_path / "report")],
+                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300, check=False)
+    assert proc.returncode == 4, proc.stdout[-3000:] + proc.stderr
+    report = json.loads((tmp_path / "report" / "rollout.json").read_text())
+    assert statuses(report) == [("u1", None, "unreachable"), ("u2", None, "unreachable"), ("u3", None, "unreachable")]
+    assert report["outcome"] == "stopped" and report["batches"] == []
+    assert all(row["message"].startswith("unreachable in the preflight: ") for row in report["hosts"])
+
+
+def test_a_fleet_without_the_report_callback_is_refused(tmp_path):
+    """Several hosts and no rollout_report callback: the preflight stops before it reads any host. No fleet."""
+    hosts = {"u%d" % i: {"ansible_host": "127.0.0.1", "ansible_port": 1} for i in range(1, 3)}
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(json.dumps({"all": {"children": {"llm_servers": {"hosts": hosts}}}}))
-    report_path = tmp_path / "report.yml"
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"),
-               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-               ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"))
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks" / "fleet_rollout.yml"),
-                           "-e", '{"fleet_canary": []}', "-e", "fleet_batches=2,50%", "-e", "fleet_max_fail_percentage=50",
-                           "-e", "fleet_report_path=%s" % report_path],
+    (tmp_path / "ansible.cfg").write_text("[defaults]\ncollections_path = %s\n" % (ROOT / ".collections"))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"))
+    env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks" / "deploy.yml")],
                           capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300, check=False)
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr
-    import yaml  # pylint: disable=import-outside-toplevel
-    report = yaml.safe_load(report_path.read_text())
-    assert report["canary"] == [] and report["serial"] == ["2", "50%"]
-    assert report["batches"] == [["u1", "u2"], ["u3", "u4"], ["u5"]]
-    assert [line for line in progress(proc) if "deploying" in line] == ["batch 1 of 3: deploying u1, u2 (0 of 5 hosts done before it)"]
-    assert report["outcome"] == "stopped"
-    assert report["stop_reason"] == "batch 1: u1, u2 failed (100% of the batch, more than 50%)"
-    rows = hosts_of(report)
-    for name in ("u1", "u2"):
-        assert rows[name]["status"] == "unreachable" and rows[name]["batch"] == "batch 1"
-        assert rows[name]["message"].startswith("unreachable: ") and "Connection refused" in rows[name]["message"]
-    assert [rows[name]["status"] for name in ("u3", "u4", "u5")] == ["not_reached"] * 3
-    assert [rows[name]["batch"] for name in ("u3", "u4", "u5")] == ["batch 2", "batch 2", "batch 3"]
-    assert report["summary"] == {"unreachable": 2, "not_reached": 3}
+    assert "the callback that writes the report is not enabled: add callbacks_enabled = " \
+           "ai_llm.moe_offload.rollout_report to ansible.cfg" in proc.stdout.replace("\n", " ")
+    assert "unreachable=1" not in proc.stdout and not (tmp_path / "rollout-report").exists()

@@ -2,21 +2,25 @@
 
 Each host is:
 
-- a network namespace ``aillmfleet-<name>`` whose ``eth0`` (a veth) sits in a bridge that lives in its own
-  namespace ``aillmfleet-br``; the controller reaches the bridge through one veth ``aillmfleet0`` in the root
-  namespace. Addresses come from the IPv6 ULA ``fd7a:11f0:c0de::/64`` (controller ``::1``, hosts ``::11``,
+- a network namespace ``aillmXXXX-<name>`` whose ``eth0`` (a veth) sits in a bridge that lives in its own
+  namespace ``aillmXXXX-br``; the controller reaches the bridge through one veth ``aillmXXXX0`` in the root
+  namespace. ``XXXX`` is derived from the checkout's path, so that fleets of two checkouts on one machine never
+  share a name or an address. Addresses come from the IPv6 ULA ``fd7a:11f0:XXXX::/64`` (controller ``::1``,
+  hosts ``::11``,
   ``::12``...), far from the VM's own 192.0.2.0/24 and fd00::/64; nothing is routed anywhere else.
 - its own mount, UTS and PID namespaces (``unshare --mount --uts --pid --fork --kill-child --mount-proc``),
   started through ``nsenter --net=/run/netns/<netns>`` (``ip netns exec`` would remount /sys and hide the
   cgroups podman needs). ``host_init.sh`` then mounts a private /run (podman's runroot and tmpdir, runc's state),
   binds the host's own /etc/containers (storage.conf, containers.conf) and /var/lib/containers (podman's
-  graphroot) and the deploy directory, and becomes ``sshd -D`` on port 22 with the host's own host key and the
-  fleet's authorized key (both generated here, at test time).
+  graphroot) and the deploy directory, starts ``sshd`` on port 22 with the host's own host key and the fleet's
+  authorized key (both generated here, at test time), and becomes ``catatonit -P`` (podman's init: it reaps
+  orphans). ``kill_sshd()`` kills the host's sshd processes alone (the host, its containers and services keep
+  running: Ansible finds it unreachable), ``start_sshd()`` starts it again.
 - the local CPU image, from one shared read-only image store (``additionalimagestores``) that is filled once
   with ``podman push IMAGE containers-storage:[overlay@STORE+RUN]IMAGE``; every host has its own containers.
 - its own loopback: llama-server on 127.0.0.1:8080 inside each host does not clash with the others.
 
-Everything else (the repository, /work/main/.venv, the models directory) is the VM's root filesystem, shared.
+Everything else (the repository, its .venv, the models directory) is the machine's root filesystem, shared.
 
 Teardown (``Fleet.down``, also run by ``clean_leftovers`` for a run that crashed): close ansible's persistent
 ssh connections (the ControlPath sockets), remove the hosts' containers, SIGKILL the launchers
@@ -25,22 +29,26 @@ the namespaces. A state file in the temp directory names what a crashed run left
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import yaml
 
-PREFIX = "aillmfleet"
+CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[3]).encode()).hexdigest()[:4]
+PREFIX = "aillm" + CHECKOUT             # one fleet per checkout: names and addresses never collide with another's
 BRIDGE_NS = PREFIX + "-br"
 UPLINK = PREFIX + "0"                   # the controller's veth in the root namespace (<= 15 characters)
-NET = "fd7a:11f0:c0de::"                # an IPv6 ULA /64: the fleet's only network
+NET = "fd7a:11f0:%s::" % CHECKOUT       # an IPv6 ULA /64: the fleet's only network
 CONTROLLER_ADDRESS = NET + "1"
 DEPLOY_DIR = "srv/ai-llm"               # under the fleet's base directory; the same path on every host
 HOST_INIT = Path(__file__).resolve().parent / "host_init.sh"
@@ -166,7 +174,7 @@ class FleetHost:
         self.port = "v" + name[:13]           # its veth in the bridge namespace
         self.dir = fleet.base / "hosts" / name
         self.launcher = None
-        self.pid1 = None                      # sshd, PID 1 of the host's PID namespace
+        self.pid1 = None                      # catatonit, PID 1 of the host's PID namespace
 
     def run(self, argv, check=False, timeout=60):
         """Run ``argv`` inside the host (its mount, UTS, PID and network namespaces)."""
@@ -190,6 +198,39 @@ class FleetHost:
         status, body = (proc.stdout.split("\n", 1) + [""])[:2]
         return int(status), body.strip()
 
+    def sshd_pids(self):
+        """The pids (in the root namespace) of the sshd processes of this host: listener and sessions."""
+        own = os.readlink("/proc/%d/ns/pid" % self.pid1)
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if os.readlink(entry / "ns" / "pid") == own and (entry / "comm").read_text().strip() == "sshd":
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+        return pids
+
+    def kill_sshd(self):
+        """SIGKILL this host's sshd (listener and open sessions, by pid): it stops answering ssh, nothing else."""
+        pids = self.sshd_pids()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        left = _wait_gone(pids)
+        if left or not pids:
+            raise RuntimeError("fleet host %s: sshd pids %s, still there: %s" % (self.name, pids, left))
+        return pids
+
+    def start_sshd(self):
+        """Start this host's sshd again (it daemonizes into the host) and wait for its banner."""
+        self.run(["/usr/sbin/sshd", "-f", str(self.dir / "sshd_config"), "-E", str(self.dir / "sshd.log")],
+                 check=True)
+        self.fleet.wait_ssh(self)
+
     def container(self, name="ai-llm"):
         """``podman inspect`` of a container on this host (a dict), or None."""
         proc = self.run(["podman", "container", "inspect", name])
@@ -205,7 +246,7 @@ class FleetHost:
 class Fleet:
     """``Fleet(base, names).up()`` ... ``down()``; ``hosts`` by name, ``inventory(path, ...)`` for ansible."""
 
-    def __init__(self, base, names=("h1", "h2", "h3"), image="localhost/ai-llm:cpu-b10435"):
+    def __init__(self, base, names=("h1", "h2", "h3", "h4"), image="localhost/ai-llm:cpu-b10435"):
         self.base = Path(base).resolve()
         self.image = image
         self.hosts = {name: FleetHost(self, i, name) for i, name in enumerate(names)}
@@ -334,6 +375,10 @@ class Fleet:
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd="/")
 
     def _wait_ready(self, host, timeout=15.0):
+        self.wait_ssh(host, timeout)
+
+    def wait_ssh(self, host, timeout=15.0):
+        """Wait until ``host`` answers with an SSH banner on port 22 (and its PID 1 is known)."""
         deadline = time.monotonic() + timeout
         children = Path("/proc/%d/task/%d/children" % (host.launcher.pid, host.launcher.pid))
         while time.monotonic() < deadline:
@@ -413,6 +458,67 @@ class Fleet:
         # The container storage is big and useless now (no mount holds it any more); logs and reports stay.
         for path in [self.image_store, self.base / "imagestore-run"] + [h.dir / "containers" for h in self.hosts.values()]:
             shutil.rmtree(path, ignore_errors=True)
+
+
+class HealthPoller:
+    """``with HealthPoller(hosts) as poller:`` polls every host's ``/health`` from inside its network namespace.
+
+    One small process per host (``poll_health.py``, started with ``nsenter --net``, stopped by its pid) polls
+    every ``interval`` seconds, and a thread per host collects its answers: ``samples[host]`` is a list of
+    ``(start epoch, HTTP status)``, ``serving()`` the number of hosts answering 200 after each poll of any host.
+    Entering waits until every host has answered once.
+    """
+
+    def __init__(self, hosts, port=8080, interval=0.2, timeout=3.0):
+        self.hosts = list(hosts)
+        self.url = "http://127.0.0.1:%d/health" % port
+        self.interval, self.timeout = interval, timeout
+        self.procs = {}
+        self.readers = []
+        self.samples = {host.name: [] for host in self.hosts}
+
+    def _read(self, name, stream):
+        for line in stream:
+            epoch, status = line.split()
+            self.samples[name].append((float(epoch), int(status)))
+
+    def __enter__(self):
+        script = str(Path(__file__).resolve().parent / "poll_health.py")
+        for host in self.hosts:
+            proc = subprocess.Popen(  # pylint: disable=consider-using-with
+                ["nsenter", "--net=" + str(NETNS_DIR / host.netns), "--", sys.executable, script, self.url,
+                 str(self.interval), str(self.timeout)],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd="/")
+            self.procs[host.name] = proc
+            reader = threading.Thread(target=self._read, args=(host.name, proc.stdout), daemon=True)
+            reader.start()
+            self.readers.append(reader)
+        deadline = time.monotonic() + 30
+        while not all(self.samples.values()):
+            if time.monotonic() > deadline:
+                self.__exit__()
+                raise RuntimeError("health pollers gave no answer in 30 s: %s" % self.samples)
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc):
+        for proc in self.procs.values():
+            proc.terminate()
+            proc.wait(timeout=30)
+        for reader in self.readers:
+            reader.join(timeout=30)
+        return False
+
+    def serving(self):
+        """``[(epoch, hosts answering 200)]``: after each poll, each host counted by its latest answer."""
+        events = sorted((t, name, status == 200) for name, rows in self.samples.items() for t, status in rows)
+        latest = {}
+        counts = []
+        for epoch, name, ok in events:
+            latest[name] = ok
+            if len(latest) == len(self.samples):
+                counts.append((epoch, sum(latest.values())))
+        return counts
 
 
 def leftovers():

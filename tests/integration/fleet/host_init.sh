@@ -2,7 +2,7 @@
 # PID 1 of one fake fleet host (started by tests/integration/fleet/__init__.py as
 #   nsenter --net=/run/netns/<host> unshare --mount --uts --pid --fork --kill-child --mount-proc sh host_init.sh ...).
 # It already runs in the host's own network, mount, UTS and PID namespaces; here it gives the host its name and
-# its private state (everything podman and the role write), then becomes the host's sshd.
+# its private state (everything podman and the role write), starts the host's sshd and becomes its init.
 #   $1 host name   $2 the host's directory (private state, sshd_config)   $3 the deploy directory (mount point)
 set -eu
 name="$1"
@@ -18,4 +18,7 @@ mount --bind "$hostdir/etc-containers" /etc/containers
 mount --bind "$hostdir/containers" /var/lib/containers
 # The deploy directory: the same path on every host, a different directory behind it.
 mount --bind "$hostdir/deploy" "$deploy_dir"
-exec /usr/sbin/sshd -D -e -f "$hostdir/sshd_config"
+# sshd daemonizes (a child of this PID 1), so that a test can kill it alone and start it again: the host keeps
+# running its containers without it. catatonit, podman's init, stays PID 1 and reaps orphans.
+/usr/sbin/sshd -f "$hostdir/sshd_config" -E "$hostdir/sshd.log"
+exec catatonit -P
