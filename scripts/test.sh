@@ -2,14 +2,16 @@
 # Every test of the project, on a fresh machine: set-up, lint, ansible-test sanity, the supported ansible-core
 # releases and Pythons (compat), pytest (unit + integration: real GGUF files, real llama-server, real podman,
 # the collection tarball), molecule scenarios.
-# Usage: bash scripts/test.sh [stage ...]   stages: lint sanity compat pytest molecule (default: all)
+# Usage: bash scripts/test.sh [stage ...]
+#   stages: lint sanity compat pytest mutation-fast molecule (default: all of these)
+#   mutation: the mutation score of every module util (benchmarks/mutation.py; long, so on demand only)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
 bash scripts/setup.sh
 
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(lint sanity compat pytest molecule)
+[ ${#stages[@]} -gt 0 ] || stages=(lint sanity compat pytest mutation-fast molecule)
 declare -A took
 declare -A result
 status=0
@@ -29,6 +31,11 @@ for stage in "${stages[@]}"; do
     pytest)
       python -m pytest -q -p no:cacheprovider --junitxml="$results/pytest.xml" tests/unit tests/integration \
         || status=1 ;;
+    mutation-fast)
+      # the module utils changed since the last release tag (a fixed sample without one): >= min_score % killed
+      python benchmarks/mutation.py --fast || status=1 ;;
+    mutation)
+      python benchmarks/mutation.py || status=1 ;;
     molecule)
       if compgen -G "extensions/molecule/*/molecule.yml" >/dev/null; then
         # from the collection root: molecule sees galaxy.yml, takes the scenarios from extensions/molecule/
