@@ -260,7 +260,8 @@ def per_gpu_memory(facts, ctx, parallel, ubatch, endpoints, roomy=0):
     need = [sum(gpu[k] for k in parts) for gpu in everything_on_host["memory"]["gpus"]]
     blocks = facts.expert_bytes_by_block().values()
     experts, smallest = sum(blocks) / float(mm.MIB), min(blocks) / float(mm.MIB)
-    free = [need[d] + (experts + 1 if d == roomy else smallest / 2) for d in range(2)]
+    # the roomy device: every expert, and 64 MiB for the larger compute buffer of a device that holds them
+    free = [need[d] + (experts + 64 if d == roomy else smallest / 2) for d in range(2)]
     return [{"name": "rpc", "memory_free_mib": f, "index": i} for i, f in enumerate(free)], names
 
 

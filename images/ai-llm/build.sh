@@ -37,6 +37,10 @@ case "${1:-}" in
   *) echo "usage: $0 [--force|--print-tag]" >&2; exit 64 ;;
 esac
 
+mkdir -p "$ROOT/build"
+exec 8>"$ROOT/build/.ai-llm-image.lock"
+flock 8     # one build at a time in this checkout (tests running in parallel share the stage folder below)
+
 if [ "$force" = 0 ] && [ "$("$engine" image inspect --format '{{ index .Labels "ai_llm.llama_server" }}' "$tag" \
                              2>/dev/null)" = "$binary_id" ]; then
   echo "$tag"

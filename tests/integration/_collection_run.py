@@ -61,7 +61,7 @@ def check_deploy(ansible_playbook, root, model, env, cwd):
         "llm_server_port": 18080,
         "llm_server_ctx_size": 2048,
         "llm_server_parallel": 1,
-        "llm_moe_offload_mode": "all",
+        "llm_server_moe_offload_mode": "all",
         "llm_server_parity_check": True,
         "llm_server_health_timeout": 60,
     }

@@ -144,12 +144,12 @@ def test_extra_arguments_reach_llama_server_literally(local):
 
 @pytest.fixture
 def small_disk(local, tmp_path):
-    """The rollback directory on a tmpfs of 64 KiB (root only)."""
+    """The rollback directory on a tmpfs of 512 KiB (root only): room for two snapshots until it is filled."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     mount = tmp_path / "rollback"
     mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mount)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k,mode=0700", "tmpfs", str(mount)], check=True)
     try:
         yield mount
     finally:
@@ -200,4 +200,4 @@ def test_a_damaged_snapshot_is_refused_not_restored(local):
     assert run.returncode != 0
     shown = result(run.stdout)
     assert shown["status"] == "failed" and "does not match the sha256" in shown["message"], shown["message"]
-    assert "damaged" not in (local.project / "docker-compose.prod.yml").read_text()
+    assert "image: [damaged" not in (local.project / "docker-compose.prod.yml").read_text()
