@@ -29,8 +29,9 @@ for stage in "${stages[@]}"; do
       # requirements/compat.txt: each ansible-core release in its own venv under .cache/compat
       python scripts/compat.py 2>&1 | tee "$results/compat.log" || status=1 ;;
     pytest)
-      # three workers (pytest-xdist): the integration tests mostly wait on servers, containers and ssh
-      python -m pytest -q -p no:cacheprovider -n 3 --dist loadgroup --junitxml="$results/pytest.xml" \
+      # three workers (pytest-xdist), each test file on one worker in order (a module's fixtures, such as the test
+      # fleet, are made once): the integration tests mostly wait on servers, containers and ssh
+      python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --junitxml="$results/pytest.xml" \
         tests/unit tests/integration \
         || status=1 ;;
     mutation-fast)

@@ -63,15 +63,3 @@ def ansible_module():
     """The ``run_ansible_module`` function, as a fixture."""
     return run_ansible_module
 
-
-# pytest-xdist (scripts/test.sh runs `pytest -n 3 --dist loadgroup`): each integration test file runs on one worker,
-# in order, so that a module's fixtures (a fleet, a built tarball, a running server) are made once; the files below
-# hold independent tests, each with its own deploy, which are spread over the workers one by one.
-SPREAD_INTEGRATION_FILES = {"test_role_hostile.py", "test_role_converge.py"}
-
-
-def pytest_collection_modifyitems(config, items):  # pylint: disable=unused-argument
-    for item in items:
-        path = Path(str(item.fspath))
-        if path.parent.name == "integration" and path.name not in SPREAD_INTEGRATION_FILES:
-            item.add_marker(pytest.mark.xdist_group(path.stem))

@@ -147,7 +147,7 @@ def small_disk(local, tmp_path):
     """The rollback directory on a tmpfs of 512 KiB (root only): room for two snapshots until it is filled."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "rollback"
+    mount = tmp_path / "small-disk"
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k,mode=0700", "tmpfs", str(mount)], check=True)
     try:
@@ -158,7 +158,7 @@ def small_disk(local, tmp_path):
 
 def fill(directory):
     filler = directory / "filler"
-    with open(filler, "wb") as f:
+    with open(filler, "wb", buffering=0) as f:  # unbuffered: close() has nothing left to flush on a full disk
         try:
             while True:
                 f.write(b"\0" * 4096)
