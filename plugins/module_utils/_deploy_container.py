@@ -20,6 +20,7 @@ import time
 import urllib.parse
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log
 
 # The order the role looks for a compose tool in.
 COMPOSE_CANDIDATES = (("podman", "compose"), ("podman-compose",), ("docker", "compose"), ("docker-compose",))
@@ -27,7 +28,9 @@ COMPOSE_CANDIDATES = (("podman", "compose"), ("podman-compose",), ("docker", "co
 # middleware_validate_api_key); /props needs the key and is cheap.
 AUTH_PROBE_PATH = "/props"
 _ERROR_RE = re.compile(r"(?i)error|failed|abort|unknown|exception|terminate|segmentation|illegal")
-_NOT_A_CAUSE_RE = re.compile(r"(?i)exiting due to")
+# "exiting due to ..." repeats the cause; print_info and the loader's key/value lines only describe the model
+# ("rope_finetuned = unknown", "tokenizer.ggml.unknown_token_id")
+_NOT_A_CAUSE_RE = re.compile(r"(?i)exiting due to|print_info:|llama_model_loader: - ")
 
 
 def engine_of(compose_argv):
@@ -166,7 +169,12 @@ def log_tail(run, engine, name, lines=40):
 
 
 def exit_cause(lines):
-    """The line that says why llama-server stopped: the first error line (later ones repeat it), else the last."""
+    """The line that says why llama-server stopped: the line of the load error or crash that llama_server_log's
+    parser finds, else the first error line (later ones repeat it), else the last."""
+    parsed = parse_log("\n".join(lines) + "\n")
+    for found in (parsed.get("load_error"), parsed.get("crash")):
+        if found:
+            return next((line.strip() for line in lines if found in line), found)
     for line in lines:
         if _ERROR_RE.search(line) and not _NOT_A_CAUSE_RE.search(line):
             return line.strip()

@@ -103,6 +103,18 @@ def test_the_cause_is_the_first_error_line():
     assert exit_cause([]) == ""
 
 
+def test_the_cause_is_the_load_error_not_a_model_description_line():
+    """llama-server b10435 at -lv 4 describes the model before it fails to load it: "unknown" in print_info and
+    the loader's key/value lines is not the cause (llama-model-loader.cpp check_tensor_dims is)."""
+    lines = ["print_info: rope_finetuned        = unknown",
+             "llama_model_loader: - kv  27: tokenizer.ggml.unknown_token_id u32 = 0",
+             "llama_model_load: error loading model: check_tensor_dims: tensor 'token_embd.weight' has wrong shape;"
+             " expected   128,    64, got    64,    64,     1,     1",
+             "llama_model_load_from_file_impl: failed to load model",
+             "srv    load_model: failed to load model, '/models/m.gguf'"]
+    assert "check_tensor_dims: tensor 'token_embd.weight' has wrong shape" in exit_cause(lines)
+
+
 def test_the_compose_tool():
     calls = []
 
