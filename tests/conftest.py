@@ -62,4 +62,3 @@ def run_ansible_module(module, args, check=False, extra_env=None):
 def ansible_module():
     """The ``run_ansible_module`` function, as a fixture."""
     return run_ansible_module
-
