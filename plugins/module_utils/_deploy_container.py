@@ -109,29 +109,6 @@ def container_state(run, engine, name):
     }
 
 
-def descendants(pid, proc="/proc"):
-    """``pid`` and every process below it (``/proc/<pid>/task/<tid>/children``), in the host's pid namespace."""
-    if not pid:
-        return []
-    seen, todo = [], [int(pid)]
-    while todo:
-        current = todo.pop(0)
-        if current in seen:
-            continue
-        seen.append(current)
-        try:
-            tasks = os.listdir("%s/%d/task" % (proc, current))
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open("%s/%d/task/%s/children" % (proc, current, tid)) as f:
-                    todo.extend(int(p) for p in f.read().split())
-            except (OSError, ValueError):
-                continue
-    return seen
-
-
 def http_get(url, headers=None, timeout=5.0):
     """``(status, body)`` of a GET; status -1 when nothing answered (refused, reset, timed out)."""
     parts = urllib.parse.urlsplit(url)

@@ -113,11 +113,11 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import (
     auth_check,
     container_state,
-    descendants,
     engine_of,
     find_compose,
     http_get,
 )
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._host_memory import process_tree
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import read_bytes, snapshot_hash
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_KEY, parse_env
 
@@ -172,7 +172,7 @@ def main():
             auth = auth_check(p["base_url"], p["api_key"])
     rollback_dir = p["rollback_dir"] or os.path.join(p["project_dir"], ".rollback")
     module.exit_json(changed=False, compose_command=compose, engine=engine, container=container,
-                     pids=descendants(container.get("pid")) if container.get("running") else [],
+                     pids=process_tree(container["pid"]) if container.get("running") and container.get("pid") else [],
                      health=health, auth=auth, disk=read_disk(p["project_dir"], p["compose_file"], rollback_dir))
 
 

@@ -16,11 +16,11 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import (
     container_state,
-    descendants,
     exit_cause,
     find_compose,
     wait_healthy,
 )
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._host_memory import process_tree
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL
 from tests.integration._llama_server import free_port
 from tests.integration._llm_deploy import cpu_image
@@ -67,7 +67,7 @@ def test_state_label_processes_pause_and_removal(container):
     state = container_state(run, "podman", name)
     assert state["exists"] and state["status"] == "running" and state["running"]
     assert state["config_hash"] == "h" * 64 and state["restarts"] == 0
-    pids = descendants(state["pid"])
+    pids = process_tree(state["pid"])
     assert pids[0] == state["pid"] and len(pids) >= 3  # the init, the shell and its sleeps
     subprocess.run(["podman", "pause", name], check=True, capture_output=True, timeout=60)
     assert container_state(run, "podman", name)["status"] == "paused"
