@@ -5,7 +5,8 @@
 it verified holds (the log, the GPU memory, the answers).
 
 Standard library only. Runs on the controller (the filters of ``plugins/filter/llm_server_*.py``) on the
-results of ``llm_server_service_info``, ``llm_server_config``, ``llama_server_log`` and ``gpu_info``.
+results of ``llm_server_service_info``, ``llm_server_config``, ``llama_server_log`` and ``gpu_info``. ``unchanged``
+tells a run that has nothing to do before it takes the lock.
 
 Converge, don't react: every run compares the configuration hash on disk with the one the container was created
 from (its label) and with the last verification, so that a run killed at any moment (or a lost handler)
@@ -15,6 +16,8 @@ cannot leave a container that runs something else, or a configuration that was n
 from __future__ import annotations
 
 import json
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import written_config
 
 # Statuses of verification.json that mean "this configuration was proved to serve".
 VERIFIED_STATUSES = ("changed", "unchanged", "rolled_back")
@@ -80,6 +83,31 @@ def decide(service, config, key_changed=False, verify_always=False, container_na
     if verify_always:
         return {"recreate": False, "verify": True, "wait": False, "reason": ""}
     return {"recreate": False, "verify": False, "wait": False, "reason": ""}
+
+
+def unchanged(service, settings, placement, api_key=""):
+    """Whether a run has nothing to do, from the host read without the lock (``llm_server_service_info``):
+    ``{"unchanged": True, "config", "converge"}`` (``config`` as ``llm_server_config`` returns it when it writes
+    nothing) or ``{"unchanged": False, "reason"}``.
+
+    Nothing to do: no lock file (no other deploy under way, none killed), the files on disk are those this run would
+    write (``_deploy_disk.written_config``), ``decide`` neither recreates, verifies nor waits, and with rollbacks
+    the last snapshot is this configuration. Anything else goes the way of a change: the lock, a second read under
+    it, the writes and the checks.
+    """
+    disk = (service or {}).get("disk") or {}
+    if disk.get("lock_file", True):
+        return {"unchanged": False, "reason": "the project directory's lock file exists"}
+    config = written_config(disk, settings, placement, api_key, (service or {}).get("engine"))
+    if config is None:
+        return {"unchanged": False, "reason": "the files on disk are not those of this configuration"}
+    converge = decide(service, config, False, bool(settings.get("verify_always")),
+                      settings.get("container_name") or "ai-llm")
+    if converge["recreate"] or converge["verify"] or converge["wait"]:
+        return {"unchanged": False, "reason": converge["reason"] or "a verification is asked for"}
+    if settings.get("rollback") and disk.get("snapshot_hash") != config["config_hash"]:
+        return {"unchanged": False, "reason": "the last snapshot is not this configuration"}
+    return {"unchanged": True, "config": config, "converge": converge}
 
 
 def vram_rows(devices, baseline, after, plan_memory, tolerance_mib):

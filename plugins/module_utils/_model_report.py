@@ -1,12 +1,17 @@
 """What ``gguf_info`` reports of a model: the reader, the tensor classes and the proved pattern together.
 
-``describe`` is the module's result; ``summary_lines`` the text that the inspect playbook prints of it.
+``report`` is the module's result for a path (``describe`` for a model already read); ``summary_lines`` the text
+that the inspect playbook prints of it.
 
 Runs on target hosts: standard library only, Python >= 3.9.
 """
 from __future__ import annotations
 
+import os
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (
+    PatternError,
     check_pattern,
     expert_pattern,
     matcher,
@@ -19,6 +24,32 @@ GIB = 1024.0 ** 3
 LAYER_KINDS = ("attention", "recurrent", "moe", "dense_ffn")
 SHOW = ("summary", "none", "experts", "all")
 _GIB_INT, _MIB_INT = 1024 ** 3, 1024 ** 2  # integer divisors, as the playbook's text divided
+
+
+class ReportError(Exception):
+    """A model that cannot be reported: ``str()`` names the file and the reason; ``fields`` are the keys the
+    failed result carries besides ``msg`` (``path``, ``offset`` and ``reason`` of a malformed file)."""
+
+    def __init__(self, message, fields=None):
+        super().__init__(message)
+        self.fields = dict(fields or {})
+
+
+def report(path, tensors="experts", pattern=None):
+    """``describe`` of the GGUF file ``path`` (any shard of a split model), read once; raises ``ReportError``."""
+    if not os.path.exists(path):
+        raise ReportError("%s: %s" % (path, "a broken symbolic link or a symlink loop" if os.path.lexists(path)
+                                      else "no such file"))
+    if os.path.isdir(path):
+        raise ReportError("%s: is a directory, not a .gguf file" % path)
+    try:
+        model = read_model(path)
+    except GGUFError as exc:
+        raise ReportError(str(exc), {"path": exc.path, "offset": exc.offset, "reason": exc.reason}) from None
+    try:
+        return describe(model, tensors, pattern)
+    except PatternError as exc:
+        raise ReportError("%s: %s" % (path, exc)) from None
 
 
 def describe(model, tensors="experts", pattern=None):

@@ -4,15 +4,17 @@
 """What ``nvidia-smi`` says about the GPUs of a host: the arguments to run it with and the parsers
 of its CSV output.
 
-Standard library only: this runs on target hosts. Nothing here runs a process: the module runs
-``nvidia-smi`` and hands the text to these functions, so that they are tested on the exact output
-real cards print.
+Standard library only: this runs on target hosts. Nothing here runs a process: the caller runs
+``nvidia-smi`` (``read`` takes the function that does) and hands the text to these functions, so that they are
+tested on the exact output real cards print.
 """
 
 from __future__ import annotations
 
 import csv
 import re
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._host_memory import process_tree
 
 # The fields of the GPU query and the key ``gpu_info`` returns for each, in order.
 GPU_QUERY = (("index", "index"), ("name", "name"), ("uuid", "uuid"), ("pci.bus_id", "pci_bus_id"),
@@ -50,7 +52,12 @@ _GPU_LINE_RE = re.compile(r"^GPU\s+(\d+):\s+(.*?)\s+\(UUID:\s*(GPU-[^)]+)\)")
 
 
 class NvidiaSmiError(Exception):
-    """nvidia-smi ran but did not give what was asked; ``str()`` is a message for people."""
+    """nvidia-smi ran but did not give what was asked; ``str()`` is a message for people, ``binary`` the program
+    (when known)."""
+
+    def __init__(self, message, binary=None):
+        super().__init__(message)
+        self.binary = binary
 
 
 def query_gpu_args(fields=GPU_FIELDS):
@@ -232,4 +239,25 @@ def gather(run, processes=False, pids=None):
             held = held_by(apps, pids)
             for gpu in gpus:
                 gpu["memory_held_by_pid_mib"] = held.get(gpu["index"], 0)
+    return result
+
+
+def read(find_binary, run_command, pid=None, processes=False):
+    """What ``gpu_info`` returns, with ``warnings``: ``find_binary(name)`` finds nvidia-smi (``None``: a host
+    without NVIDIA GPU, topology ``cpu``), ``run_command(argv) -> (rc, stdout, stderr)`` runs it. With ``pid``,
+    the process tree of ``pid`` (``process_tree``, from ``/proc``) and the memory it holds on each GPU.
+    Raises ``NvidiaSmiError`` (with ``binary``) when nvidia-smi fails."""
+    tree = {"pid": pid, "pids": process_tree(pid)} if pid is not None else None
+    binary = find_binary("nvidia-smi")
+    if binary is None:
+        result = {"gpus": [], "topology": "cpu", "warnings": []}
+    else:
+        try:
+            result = gather(lambda args: run_command([binary] + args), processes=processes,
+                            pids=tree["pids"] if tree else None)
+        except NvidiaSmiError as exc:
+            raise NvidiaSmiError(str(exc), binary) from None
+    result["nvidia_smi"] = binary
+    if tree:
+        result["process_tree"] = tree
     return result

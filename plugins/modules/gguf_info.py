@@ -262,13 +262,9 @@ pattern_check:
            "verdict": "wrong: also moves 1 non-expert tensor(s): 1 router (e.g. blk.1.exp_probs_b.bias)"}
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import PatternError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import ReportError, report
 
 
 def main():
@@ -280,21 +276,10 @@ def main():
         ),
         supports_check_mode=True,
     )
-    path = module.params["path"]
-    if not os.path.exists(path):
-        if os.path.lexists(path):
-            module.fail_json(msg=f"{path}: a broken symbolic link or a symlink loop", changed=False)
-        module.fail_json(msg=f"{path}: no such file", changed=False)
-    if os.path.isdir(path):
-        module.fail_json(msg=f"{path}: is a directory, not a .gguf file", changed=False)
     try:
-        model = read_model(path)
-    except GGUFError as exc:
-        module.fail_json(msg=str(exc), path=exc.path, offset=exc.offset, reason=exc.reason, changed=False)
-    try:
-        result, warnings = describe(model, module.params["tensors"], module.params["pattern"])
-    except PatternError as exc:
-        module.fail_json(msg=f"{path}: {exc}", changed=False)
+        result, warnings = report(module.params["path"], module.params["tensors"], module.params["pattern"])
+    except ReportError as exc:
+        module.fail_json(msg=str(exc), changed=False, **exc.fields)
     for warning in warnings:
         module.warn(warning)
     module.exit_json(changed=False, **result)

@@ -170,8 +170,7 @@ nvidia_smi:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._host_memory import process_tree
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._nvidia_smi import NvidiaSmiError, gather
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._nvidia_smi import NvidiaSmiError, read
 
 
 def main():
@@ -180,24 +179,14 @@ def main():
     pid = module.params["pid"]
     if pid is not None and pid < 1:
         module.fail_json(msg="pid must be a process id >= 1, got %d" % pid)
-    tree = {"pid": pid, "pids": process_tree(pid)} if pid is not None else None
-    binary = module.get_bin_path("nvidia-smi")
-    if binary is None:
-        module.exit_json(changed=False, gpus=[], topology="cpu", nvidia_smi=None,
-                         **({"process_tree": tree} if tree else {}))
-
-    def run(args):
-        return module.run_command([binary] + args, environ_update={"LC_ALL": "C"})
-
     try:
-        result = gather(run, processes=module.params["processes"], pids=tree["pids"] if tree else None)
+        result = read(module.get_bin_path, lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C"}),
+                      pid=pid, processes=module.params["processes"])
     except NvidiaSmiError as exc:
-        module.fail_json(msg=str(exc), nvidia_smi=binary)
-    if tree:
-        result["process_tree"] = tree
+        module.fail_json(msg=str(exc), nvidia_smi=exc.binary)
     for warning in result.pop("warnings"):
         module.warn(warning)
-    module.exit_json(changed=False, nvidia_smi=binary, **result)
+    module.exit_json(changed=False, **result)
 
 
 if __name__ == "__main__":

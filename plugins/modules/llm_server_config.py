@@ -108,6 +108,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import compose_config_check
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import model_outside_dir
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import (
     atomic_write,
@@ -126,16 +127,6 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
     parse_env,
     render_compose,
 )
-
-
-def model_visible(settings):
-    """The model must resolve inside the mounted directory (a symlink out of it is invisible in the container)."""
-    real_dir = os.path.realpath(settings["model_dir"])
-    real_model = os.path.realpath(settings["model_path"])
-    if os.path.commonpath([real_dir, real_model]) != real_dir:
-        return ("llm_server_model_path: %s resolves to %s, outside llm_server_model_dir %s (%s), which is all the "
-                "container sees" % (settings["model_path"], real_model, settings["model_dir"], real_dir))
-    return None
 
 
 def main():
@@ -159,7 +150,7 @@ def main():
     old_values = parse_env(old_env)
     try:
         if p["state"] == "present":
-            problem = model_visible(settings)
+            problem = model_outside_dir(settings["model_dir"], settings["model_path"])
             if problem:
                 module.fail_json(msg=problem)
             values = env_values(settings, p["placement"])

@@ -18,6 +18,10 @@ description:
     O(api_key) proves that the key is in force (C(/props) answers 401 without it and 200 with it).
   - Reads the project directory without changing it, the configuration hash in C(.env), whether the API key
     file exists, the last verification (C(verification.json)) and the hash of the last snapshot.
+  - With O(gpus), O(host_memory) and O(model_path), it also reads the GPUs, the host memory and the model's header
+    in the same call, with the same code as M(ai_llm.moe_offload.gpu_info), M(ai_llm.moe_offload.host_info) and
+    M(ai_llm.moe_offload.gguf_info): the role M(ai_llm.moe_offload.llm_server) reads a host in one call.
+  - When one of these reads fails, the module fails with that read's message (and returns what it read before).
   - Used by the role M(ai_llm.moe_offload.llm_server) to decide whether ai-llm runs the configuration on disk.
 author:
   - ai_llm maintainers (@ai-llm)
@@ -48,6 +52,31 @@ options:
   api_key:
     description: The API key; when given and C(/health) answers 200, the module checks that the key is in force.
     type: str
+  lock_path:
+    description: The lock file of the project directory; RV(disk.lock_file) says whether it exists.
+    type: path
+  gpus:
+    description:
+      - Also read the GPUs, as M(ai_llm.moe_offload.gpu_info) with the running container's pid does, into
+        RV(gpu_info).
+    type: bool
+    default: false
+  host_memory:
+    description:
+      - Also read the host memory, as M(ai_llm.moe_offload.host_info) with the running container's pid does, into
+        RV(host_info).
+    type: bool
+    default: false
+  model_path:
+    description:
+      - Also read this model's header, as M(ai_llm.moe_offload.gguf_info) with O(ai_llm.moe_offload.gguf_info#module:tensors=none)
+        does, into RV(model_info).
+    type: path
+  model_dir:
+    description:
+      - The directory the container mounts; with O(model_path), RV(disk.model_outside_dir) says whether the model
+        resolves outside it.
+    type: path
 extends_documentation_fragment:
   - ai_llm.moe_offload.info_module
 seealso:
@@ -98,14 +127,32 @@ auth:
   type: dict
   sample: {enforced: true, checked: true, without_key: 401, with_key: 200}
 disk:
-  description: What the project directory holds.
+  description:
+    - What the project directory holds, the SHA-256 of its compose and API key files, whether the role's block is
+      the only place C(.env) sets the role's keys (C(env_settled)), leftovers of a killed write, the lock file.
   returned: always
   type: dict
-  sample: {env_config_hash: "9b1e...", compose_exists: true, api_key_file: false,
-           verification: {config_hash: "9b1e...", status: changed}, snapshot_hash: "9b1e..."}
+  sample: {env_config_hash: "9b1e...", env_settled: true, compose_exists: true, compose_sha256: "5d0c...",
+           api_key_file: false, api_key_sha256: null, secrets_dir: true, leftovers: false, lock_file: false,
+           verification: {config_hash: "9b1e...", status: changed}, snapshot_hash: "9b1e...",
+           previous_snapshot_hash: null, model_outside_dir: null}
+gpu_info:
+  description: What M(ai_llm.moe_offload.gpu_info) returns (with the container's pid when it runs).
+  returned: with O(gpus)
+  type: dict
+  sample: {gpus: [], topology: cpu, nvidia_smi: null}
+host_info:
+  description: What M(ai_llm.moe_offload.host_info) returns (with the container's pid when it runs).
+  returned: with O(host_memory)
+  type: dict
+  sample: {memory_total_mib: 64214.38, memory_available_mib: 60211.4, cgroup: null}
+model_info:
+  description: What M(ai_llm.moe_offload.gguf_info) returns for O(model_path), without the tensor list.
+  returned: with O(model_path)
+  type: dict
+  sample: {architecture: nemotron_h_moe, offload_pattern: "\\.ffn_(up|down)_exps\\.", model: {}}
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -117,26 +164,10 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_contain
     find_compose,
     http_get,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._host_memory import process_tree
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import read_bytes, snapshot_hash
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_KEY, parse_env
-
-
-def read_disk(project_dir, compose_file, rollback_dir):
-    env = read_bytes(os.path.join(project_dir, ".env"))
-    verification = read_bytes(os.path.join(project_dir, "verification.json"))
-    try:
-        verification = json.loads(verification.decode("utf-8")) if verification else None
-    except (ValueError, UnicodeDecodeError):
-        verification = {"unreadable": True}
-    return {
-        "env_config_hash": parse_env(env.decode("utf-8", "replace")).get(HASH_KEY) if env else None,
-        "compose_exists": os.path.isfile(os.path.join(project_dir, compose_file)),
-        "api_key_file": os.path.isfile(os.path.join(project_dir, "secrets", "api-key")),
-        "verification": verification if isinstance(verification, dict) else None,
-        "snapshot_hash": snapshot_hash(rollback_dir, "last"),
-        "previous_snapshot_hash": snapshot_hash(rollback_dir, "previous"),
-    }
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import read_disk
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._host_memory import HostMemoryError, gather, process_tree
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import ReportError, report
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._nvidia_smi import NvidiaSmiError, read
 
 
 def main():
@@ -149,6 +180,11 @@ def main():
             rollback_dir=dict(type="path"),
             base_url=dict(type="str"),
             api_key=dict(type="str", no_log=True),
+            lock_path=dict(type="path"),
+            gpus=dict(type="bool", default=False),
+            host_memory=dict(type="bool", default=False),
+            model_path=dict(type="path"),
+            model_dir=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -170,10 +206,31 @@ def main():
         health, _body = http_get(p["base_url"] + "/health")
         if health == 200 and p["api_key"]:
             auth = auth_check(p["base_url"], p["api_key"])
+    pid = container["pid"] if container.get("running") and container.get("pid") else None
     rollback_dir = p["rollback_dir"] or os.path.join(p["project_dir"], ".rollback")
-    module.exit_json(changed=False, compose_command=compose, engine=engine, container=container,
-                     pids=process_tree(container["pid"]) if container.get("running") and container.get("pid") else [],
-                     health=health, auth=auth, disk=read_disk(p["project_dir"], p["compose_file"], rollback_dir))
+    result = dict(changed=False, compose_command=compose, engine=engine, container=container,
+                  pids=process_tree(pid) if pid else [], health=health, auth=auth,
+                  disk=read_disk(p["project_dir"], p["compose_file"], rollback_dir, p["lock_path"], p["model_dir"],
+                                 p["model_path"]))
+    # The reads of the host that a deploy needs besides the service, in the order the role reads them.
+    try:
+        if p["gpus"]:
+            result["gpu_info"] = read(module.get_bin_path, run, pid=pid)
+            for warning in result["gpu_info"].pop("warnings"):
+                module.warn(warning)
+        if p["host_memory"]:
+            result["host_info"] = gather(pid=pid)
+        if p["model_path"]:
+            result["model_info"], warnings = report(p["model_path"], "none")
+            for warning in warnings:
+                module.warn(warning)
+    except NvidiaSmiError as exc:
+        module.fail_json(msg=str(exc), nvidia_smi=exc.binary, **result)
+    except HostMemoryError as exc:
+        module.fail_json(msg=str(exc), **result)
+    except ReportError as exc:
+        module.fail_json(msg=str(exc), **dict(result, **exc.fields))
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

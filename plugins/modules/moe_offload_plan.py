@@ -363,60 +363,20 @@ n_ctx:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import CACHE_TYPES, OFFLOAD_MODES
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import PlanError, load_facts, plan
-
-FAILURE_KEYS = ("memory", "fits", "headroom", "reason", "pattern_check", "kv_cache")
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_request import (
+    ARGUMENT_SPEC,
+    MUTUALLY_EXCLUSIVE,
+    run,
+)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            gguf=dict(type="raw", required=True),
-            gpus=dict(type="raw", required=True),
-            gpu_indices=dict(type="list", elements="int"),
-            host=dict(type="raw"),
-            ctx_size=dict(type="int", required=True),
-            parallel=dict(type="int", default=1),
-            cache_type_k=dict(type="str", default="f16", choices=sorted(CACHE_TYPES)),
-            cache_type_v=dict(type="str", default="f16", choices=sorted(CACHE_TYPES)),
-            margin_mib=dict(type="int", default=1024),
-            host_margin_mib=dict(type="int", default=1024),
-            mode=dict(type="str", default="auto", choices=list(OFFLOAD_MODES)),
-            cpu_expert_layers=dict(type="raw"),
-            pattern=dict(type="str"),
-            gpu_index=dict(type="int"),
-            split=dict(type="raw"),
-            experts_per_gpu=dict(type="bool", default=True),
-            ubatch=dict(type="int", default=512),
-            flash_attn=dict(type="str", default="auto", choices=["on", "off", "auto"]),
-            kv_unified=dict(type="bool", default=False),
-            swa_full=dict(type="bool", default=False),
-            mmap=dict(type="bool", default=True),
-            op_offload=dict(type="bool", default=True),
-        ),
-        mutually_exclusive=[("gpu_index", "gpu_indices")],
-        supports_check_mode=True,
-    )
-    params = dict(module.params)
-    gguf, gpus = params.pop("gguf"), params.pop("gpus")
-    layers = params["cpu_expert_layers"]
-    if isinstance(layers, str) and layers.strip().isdigit():
-        params["cpu_expert_layers"] = int(layers)
-    elif isinstance(layers, list):
-        try:
-            params["cpu_expert_layers"] = [int(b) for b in layers]
-        except (TypeError, ValueError):
-            module.fail_json(msg="cpu_expert_layers must be a count or a list of block indices, got %r" % (layers,))
-    try:
-        result = plan(load_facts(gguf), gpus, **params)
-    except PlanError as exc:
-        for warning in exc.details.get("warnings", []):
-            module.warn(warning)
-        details = dict((k, v) for k, v in exc.details.items() if k in FAILURE_KEYS)
-        module.fail_json(msg=str(exc), **details)
-    for warning in result.pop("warnings"):
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, mutually_exclusive=MUTUALLY_EXCLUSIVE, supports_check_mode=True)
+    result, warnings = run(module.params)
+    for warning in warnings:
         module.warn(warning)
+    if result.pop("failed", False):
+        module.fail_json(**result)
     module.exit_json(changed=False, **result)
 
 

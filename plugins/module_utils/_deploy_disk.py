@@ -1,0 +1,120 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the project directory of ai-llm holds, and whether it already holds a given configuration.
+
+``read_disk`` runs on the host (``llm_server_service_info``): the configuration hash in ``.env``, the role's block of
+``.env`` as it is, whether the rest of ``.env`` is as ``llm_server_config`` would leave it, the SHA-256 of the compose
+file and of the API key file, the lock file, the last verification and snapshots, and whether the model resolves
+inside the directory the container mounts.
+
+``written_config`` runs on the controller: given that reading, the result ``llm_server_config`` would return when it
+writes nothing (the same rendering, ``_deploy_render``), or ``None`` when it would write something or cannot be
+proved to write nothing. A run that changes nothing then needs no second call on the host.
+
+Standard library only, Python >= 3.9.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import (
+    TMP_MARK,
+    read_bytes,
+    snapshot_hash,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (
+    HASH_KEY,
+    RenderError,
+    config_hash,
+    env_block,
+    env_values,
+    managed_block,
+    merge_env,
+    parse_env,
+    render_compose,
+)
+
+
+def _sha256(data):
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def api_key_bytes(api_key):
+    """The bytes of the API key file for ``api_key`` (``b""``: no file)."""
+    return (api_key + "\n").encode("ascii") if api_key else b""
+
+
+def model_outside_dir(model_dir, model_path):
+    """The message when ``model_path`` resolves outside ``model_dir`` (a symlink out of the directory the container
+    mounts is invisible in it), ``None`` when it is inside."""
+    real_dir = os.path.realpath(model_dir)
+    real_model = os.path.realpath(model_path)
+    if os.path.commonpath([real_dir, real_model]) != real_dir:
+        return ("llm_server_model_path: %s resolves to %s, outside llm_server_model_dir %s (%s), which is all the "
+                "container sees" % (model_path, real_model, model_dir, real_dir))
+    return None
+
+
+def read_disk(project_dir, compose_file, rollback_dir, lock_path=None, model_dir=None, model_path=None):
+    """What the project directory holds (``llm_server_service_info``'s ``disk``), without changing it."""
+    env = read_bytes(os.path.join(project_dir, ".env"))
+    env_text = env.decode("utf-8", "replace") if env is not None else None
+    verification = read_bytes(os.path.join(project_dir, "verification.json"))
+    try:
+        verification = json.loads(verification.decode("utf-8")) if verification else None
+    except (ValueError, UnicodeDecodeError):
+        verification = {"unreadable": True}
+    block = managed_block(env_text) if env_text is not None else ""
+    api_key = read_bytes(os.path.join(project_dir, "secrets", "api-key"))
+    try:
+        names = os.listdir(project_dir)
+    except OSError:
+        names = []
+    disk = {
+        "env_config_hash": parse_env(env_text).get(HASH_KEY) if env else None,
+        "env_block": block or None,
+        # the rest of .env is as llm_server_config leaves it (one block, no key of the role outside it, LF ends)
+        "env_settled": bool(block) and env_text == merge_env(env_text, block)[0],
+        "compose_exists": os.path.isfile(os.path.join(project_dir, compose_file)),
+        "compose_sha256": _sha256(read_bytes(os.path.join(project_dir, compose_file))),
+        "api_key_file": api_key is not None,
+        "api_key_sha256": _sha256(api_key),
+        "secrets_dir": os.path.isdir(os.path.join(project_dir, "secrets")),
+        "leftovers": any(TMP_MARK in name for name in names),
+        "verification": verification if isinstance(verification, dict) else None,
+        "snapshot_hash": snapshot_hash(rollback_dir, "last"),
+        "previous_snapshot_hash": snapshot_hash(rollback_dir, "previous"),
+    }
+    if lock_path is not None:
+        disk["lock_file"] = os.path.lexists(lock_path)
+    if model_dir is not None and model_path is not None:
+        disk["model_outside_dir"] = model_outside_dir(model_dir, model_path)
+    return disk
+
+
+def written_config(disk, settings, placement, api_key, engine):
+    """``llm_server_config``'s result when the files on disk (``read_disk``) are already those it would write for
+    ``settings`` and ``placement`` (and the API key file holds ``api_key``); ``None`` otherwise."""
+    key = api_key_bytes(api_key)
+    if (_sha256(key) if key else None) != disk.get("api_key_sha256"):
+        return None
+    if not (disk.get("env_settled") and disk.get("secrets_dir")) or disk.get("leftovers"):
+        return None
+    if disk.get("model_outside_dir", True) is not None:
+        return None
+    try:
+        values = env_values(settings, placement)
+        compose_text = render_compose(settings, placement, engine)
+    except RenderError:
+        return None
+    digest = config_hash(values, compose_text, key)
+    if disk.get("env_block") != env_block(values, digest):
+        return None
+    if disk.get("compose_sha256") != _sha256(compose_text.encode("utf-8")):
+        return None
+    return {"changed": False, "config_hash": digest, "changed_keys": [], "files_changed": [], "dropped_keys": [],
+            "diff": []}

@@ -1,0 +1,70 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The options of ``moe_offload_plan`` and one call of the planner with them.
+
+The module runs it on the host; its action plugin runs the same code on the controller when the model comes as a
+``gguf_info`` result (nothing on the host is read then). Standard library only, Python >= 3.9.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import CACHE_TYPES, OFFLOAD_MODES
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import PlanError, load_facts, plan
+
+ARGUMENT_SPEC = dict(
+    gguf=dict(type="raw", required=True),
+    gpus=dict(type="raw", required=True),
+    gpu_indices=dict(type="list", elements="int"),
+    host=dict(type="raw"),
+    ctx_size=dict(type="int", required=True),
+    parallel=dict(type="int", default=1),
+    cache_type_k=dict(type="str", default="f16", choices=sorted(CACHE_TYPES)),
+    cache_type_v=dict(type="str", default="f16", choices=sorted(CACHE_TYPES)),
+    margin_mib=dict(type="int", default=1024),
+    host_margin_mib=dict(type="int", default=1024),
+    mode=dict(type="str", default="auto", choices=list(OFFLOAD_MODES)),
+    cpu_expert_layers=dict(type="raw"),
+    pattern=dict(type="str"),
+    gpu_index=dict(type="int"),
+    split=dict(type="raw"),
+    experts_per_gpu=dict(type="bool", default=True),
+    ubatch=dict(type="int", default=512),
+    flash_attn=dict(type="str", default="auto", choices=["on", "off", "auto"]),
+    kv_unified=dict(type="bool", default=False),
+    swa_full=dict(type="bool", default=False),
+    mmap=dict(type="bool", default=True),
+    op_offload=dict(type="bool", default=True),
+)
+MUTUALLY_EXCLUSIVE = [("gpu_index", "gpu_indices")]
+
+# What a failed plan returns besides msg.
+FAILURE_KEYS = ("memory", "fits", "headroom", "reason", "pattern_check", "kv_cache")
+
+
+def model_in_hand(gguf):
+    """Whether ``gguf`` is a ``gguf_info`` result that holds the model's summary: planned without reading a file."""
+    return isinstance(gguf, dict) and (isinstance(gguf.get("model"), dict) or ("tensors" in gguf and "version" in gguf))
+
+
+def run(params):
+    """``(result, warnings)`` of the planner for validated ``params`` (the module's options); ``result`` has
+    ``failed`` and ``msg`` when the input cannot be planned or the plan does not fit."""
+    params = dict(params)
+    gguf, gpus = params.pop("gguf"), params.pop("gpus")
+    layers = params.get("cpu_expert_layers")
+    if isinstance(layers, str) and layers.strip().isdigit():
+        params["cpu_expert_layers"] = int(layers)
+    elif isinstance(layers, list):
+        try:
+            params["cpu_expert_layers"] = [int(b) for b in layers]
+        except (TypeError, ValueError):
+            return {"failed": True, "msg": "cpu_expert_layers must be a count or a list of block indices, got %r"
+                                           % (layers,)}, []
+    try:
+        result = plan(load_facts(gguf), gpus, **params)
+    except PlanError as exc:
+        failed = dict((k, v) for k, v in exc.details.items() if k in FAILURE_KEYS)
+        failed.update(failed=True, msg=str(exc))
+        return failed, list(exc.details.get("warnings", []))
+    return result, result.pop("warnings")
