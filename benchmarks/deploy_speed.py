@@ -5,9 +5,10 @@ For each side, on this machine (podman + podman-compose, the CPU image built fro
 demo model), with its own project directory, compose project, container and loopback port:
 
   (a) a first deploy (not timed);
-  (b) no-change runs of the role (``ansible-playbook playbooks/deploy.yml``): the wall time, the tasks the run
-      went through (the TASK lines: run or skipped) and the module calls (tasks that ran on the host), and that
-      nothing changed (PLAY RECAP changed=0);
+  (b) no-change runs, interleaved: of the role alone (a playbook of one play with the role) and of
+      ``playbooks/deploy.yml`` (this checkout's holds a preflight play too): the wall time of ``ansible-playbook``,
+      the tasks the run went through (the TASK lines: run or skipped), and that nothing changed (PLAY RECAP
+      changed=0);
   (c) this checkout only: ``<compose> up -d --force-recreate`` until ``/health`` answers 200.
 
 Prints figures; this is not a test. Run it under the podman lock:
@@ -106,12 +107,12 @@ class Side:
         return subprocess.run(["bash", str(build)], check=True, capture_output=True, text=True, env=env,
                               cwd=self.checkout).stdout.split()[-1]
 
-    def run(self):
+    def run(self, playbook="playbooks/deploy.yml"):
         env = dict(os.environ, ANSIBLE_CONFIG=str(self.checkout / "ansible.cfg"),
                    ANSIBLE_COLLECTIONS_PATH=str(self.checkout / ".collections"), ANSIBLE_LOCALHOST_WARNING="0",
                    ANSIBLE_DEPRECATION_WARNINGS="0")
         start = time.monotonic()
-        proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "playbooks/deploy.yml",
+        proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), str(playbook),
                                "-i", str(self.inventory)], cwd=self.checkout, env=env, capture_output=True,
                               text=True, check=False)
         wall = time.monotonic() - start
@@ -152,20 +153,26 @@ def main(argv=None):
         print("before: %s (%s)" % (git("log", "-1", "--format=%h %s", cwd=clone)[:100], before_rev))
         print("after:  this checkout (%s)" % git("log", "-1", "--format=%h %s")[:100])
         sides = [Side("before", clone, work, model), Side("after", ROOT, work, model)]
+        role_only = work / "role.yml"
+        role_only.write_text("- name: The llm_server role alone\n  hosts: llm_servers\n  gather_facts: false\n"
+                             "  roles:\n    - ai_llm.moe_offload.llm_server\n")
+        runs = (("the role alone", role_only), ("playbooks/deploy.yml", "playbooks/deploy.yml"))
         for side in sides:
             side.run()  # the first deploy
         rows = {}
         for _round in range(args.repeat):  # interleaved, so that the machine's load falls on both alike
             for side in sides:
-                rows.setdefault(side.label, []).append(side.run())
-        print("\nno-change run of the role (%d runs each):" % args.repeat)
-        for side in sides:
-            walls = [w for w, _t, _r in rows[side.label]]
-            tasks = rows[side.label][-1][1]
-            recap = rows[side.label][-1][2]
-            changed = sorted({r.get("changed") for _w, _t, r in rows[side.label]})
-            print("  %-6s %s; %d tasks (ok=%d skipped=%d); changed=%s" % (
-                side.label, fmt(walls), tasks, recap.get("ok", 0), recap.get("skipped", 0), changed))
+                for what, playbook in runs:
+                    rows.setdefault((side.label, what), []).append(side.run(playbook))
+        for what, _playbook in runs:
+            print("\nno-change run, %s (%d runs each):" % (what, args.repeat))
+            for side in sides:
+                done = rows[(side.label, what)]
+                walls = [w for w, _t, _r in done]
+                tasks, recap = done[-1][1], done[-1][2]
+                changed = sorted({r.get("changed") for _w, _t, r in done})
+                print("  %-6s %s; %d tasks (ok=%d skipped=%d); changed=%s" % (
+                    side.label, fmt(walls), tasks, recap.get("ok", 0), recap.get("skipped", 0), changed))
         after = sides[1]
         times = []
         for _run in range(max(1, args.repeat // 2)):

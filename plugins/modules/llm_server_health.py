@@ -49,16 +49,8 @@ options:
     description: Fail when the server does not serve (or the key is not in force); else only report it.
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-    description: It only reads; it runs the same way in check mode.
-  diff_mode:
-    support: none
-    description: It changes nothing.
-  idempotent:
-    support: full
-    description: It changes nothing.
+extends_documentation_fragment:
+  - ai_llm.moe_offload.info_module
 seealso:
   - module: ai_llm.moe_offload.llm_server_service_info
   - module: ai_llm.moe_offload.llama_server_log

@@ -30,19 +30,9 @@ options:
     type: str
     choices: [main, rollback]
     default: main
-attributes:
-  action:
-    support: full
-    description: Runs on the controller.
-  check_mode:
-    support: full
-    description: It only checks; it runs the same way in check mode.
-  diff_mode:
-    support: none
-    description: It changes nothing.
-  idempotent:
-    support: full
-    description: It changes nothing.
+extends_documentation_fragment:
+  - ai_llm.moe_offload.info_module
+  - ai_llm.moe_offload.controller_module
 seealso:
   - module: ai_llm.moe_offload.llm_server_placement
 """

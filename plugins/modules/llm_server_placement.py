@@ -44,19 +44,9 @@ options:
     type: list
     elements: int
     default: []
-attributes:
-  action:
-    support: full
-    description: Runs on the controller.
-  check_mode:
-    support: full
-    description: It only decides; it runs the same way in check mode.
-  diff_mode:
-    support: none
-    description: It changes nothing.
-  idempotent:
-    support: full
-    description: It changes nothing.
+extends_documentation_fragment:
+  - ai_llm.moe_offload.info_module
+  - ai_llm.moe_offload.controller_module
 seealso:
   - module: ai_llm.moe_offload.moe_offload_plan
 """

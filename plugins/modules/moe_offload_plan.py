@@ -152,6 +152,12 @@ options:
     default: true
 extends_documentation_fragment:
   - ai_llm.moe_offload.info_module
+attributes:
+  action:
+    support: partial
+    details: With a M(ai_llm.moe_offload.gguf_info) result as O(gguf) it plans on the controller; with a path the module
+      reads the file on the host.
+    description: Runs on the controller when it can.
 notes:
   - Memory is in MiB (2^20 bytes). Per-device figures follow llama.cpp's layer split, and the output layer
     sits on the last GPU.

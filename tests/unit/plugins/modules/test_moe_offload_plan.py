@@ -115,3 +115,23 @@ def test_gguf_info_model_and_a_users_pattern(ansible_module, nano):
     bad = ansible_module("moe_offload_plan", {"gguf": info["model"], "gpus": [A5500], "ctx_size": 32768,
                                               "pattern": "blk\\.[0-9]{1,2}"})
     assert bad["failed"] is True and "contains ','" in bad["msg"]
+
+
+def test_a_gguf_info_result_is_planned_on_the_controller_without_the_file(ansible_module, tmp_path):
+    """Given gguf_info's result, the action plugin plans on the controller: the same plan as the module gives for
+    the file, also once the file is gone (nothing reads it again)."""
+    path = gguf_models.write_nemotron_nano_30b(tmp_path)[0]
+    info = ansible_module("gguf_info", {"path": path, "tensors": "none"})
+    args = {"gpus": [A5500], "ctx_size": 65536, "parallel": 2, "host": {"memory_available_mib": 64000}}
+    on_host = ansible_module("moe_offload_plan", dict(args, gguf=path))
+    os.unlink(path)
+    on_controller = ansible_module("moe_offload_plan", dict(args, gguf=info), check=True)
+    assert on_host["failed"] is False and on_host["offload"] is True
+    for key in ("pattern", "cpu_expert_layers", "memory", "reason", "placement", "pattern_check", "fits"):
+        assert on_controller[key] == on_host[key], key
+    gone = ansible_module("moe_offload_plan", dict(args, gguf=path))
+    assert gone["failed"] is True and path in gone["msg"]
+    refused = ansible_module("moe_offload_plan", dict(args, gguf=info, cache_type_k="q6_k"))
+    assert refused["failed"] is True and "cache_type_k" in refused["msg"]
+    short = ansible_module("moe_offload_plan", dict(args, gguf=info, host={"memory_available_mib": 1000}))
+    assert short["failed"] is True and short["fits"] is False and re.search(r"\d+ MiB are missing", short["msg"])
