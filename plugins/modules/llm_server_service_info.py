@@ -20,7 +20,7 @@ description:
     file exists, the last verification (C(verification.json)) and the hash of the last snapshot.
   - With O(gpus), O(host_memory) and O(model_path), it also reads the GPUs, the host memory and the model's header
     in the same call, with the same code as M(ai_llm.moe_offload.gpu_info), M(ai_llm.moe_offload.host_info) and
-    M(ai_llm.moe_offload.gguf_info): the role M(ai_llm.moe_offload.llm_server) reads a host in one call.
+    M(ai_llm.moe_offload.gguf_info), so that the role M(ai_llm.moe_offload.llm_server) reads a host in one call.
   - When one of these reads fails, the module fails with that read's message (and returns what it read before).
   - Used by the role M(ai_llm.moe_offload.llm_server) to decide whether ai-llm runs the configuration on disk.
 author:
