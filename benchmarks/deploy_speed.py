@@ -1,8 +1,8 @@
 """Deploy speed of the llm_server role, side by side: this checkout ("after") and the role as it was before its
 converge rewrite ("before", or any --before REV, checked out in a scratch clone).
 
-For each side, on this machine (podman + podman-compose, the CPU image built from that side's start command, the
-demo model), with its own project directory, compose project, container and loopback port:
+For each side, on this machine (podman + podman-compose, this checkout's CPU image for both sides, the demo model),
+with its own project directory, compose project, container and loopback port:
 
   (a) a first deploy (not timed);
   (b) no-change runs, interleaved: of the role alone (a playbook of one play with the role) and of
@@ -66,7 +66,7 @@ def healthy(port):
 class Side:
     """One version of the collection with its own deployment."""
 
-    def __init__(self, label, checkout, work, model):
+    def __init__(self, label, checkout, work, model, image):
         self.label = label
         self.checkout = Path(checkout)
         self.name = "ai-llm-speed-%s-%s" % (label, uuid.uuid4().hex[:6])
@@ -76,7 +76,7 @@ class Side:
         collections.mkdir(parents=True, exist_ok=True)
         if not (collections / "moe_offload").exists():
             (collections / "moe_offload").symlink_to(self.checkout)
-        self.image = self.build_image()
+        self.image = image
         new_names = (self.checkout / MARKER).exists()
         host = {
             "ansible_connection": "local",
@@ -94,18 +94,11 @@ class Side:
         }
         if new_names:
             host["llm_server_log_verbosity"] = 5
+        else:  # the old role proved the placement from the per-tensor lines only, which this build prints at -lv 5
+            host["llm_server_extra_args"] = ["-lv", "5"]
         self.inventory = Path(work) / label / "inventory.json"
         self.inventory.parent.mkdir(parents=True, exist_ok=True)
         self.inventory.write_text(json.dumps({"llm_servers": {"hosts": {"localhost": host}}}))
-
-    def build_image(self):
-        build = self.checkout / "images" / "ai-llm" / "build.sh"
-        base = subprocess.run(["bash", str(build), "--print-tag"], check=True, capture_output=True, text=True,
-                              cwd=self.checkout).stdout.split()[-1]
-        start = hashlib.sha256((self.checkout / "images" / "ai-llm" / "start-llama-server").read_bytes())
-        env = dict(os.environ, AI_LLM_IMAGE="%s-start-%s" % (base, start.hexdigest()[:12]))
-        return subprocess.run(["bash", str(build)], check=True, capture_output=True, text=True, env=env,
-                              cwd=self.checkout).stdout.split()[-1]
 
     def run(self, playbook="playbooks/deploy.yml"):
         env = dict(os.environ, ANSIBLE_CONFIG=str(self.checkout / "ansible.cfg"),
@@ -132,6 +125,19 @@ class Side:
         subprocess.run(["podman", "rm", "--force", self.name], capture_output=True, check=False)
 
 
+def build_image():
+    """This checkout's CPU image (its llama-server build and start command), which both sides run: the comparison
+    is of the role. (Older checkouts built their image from a llama-server wheel that does not start on every
+    x86-64 CPU.)"""
+    build = ROOT / "images" / "ai-llm" / "build.sh"
+    base = subprocess.run(["bash", str(build), "--print-tag"], check=True, capture_output=True, text=True,
+                          cwd=ROOT).stdout.split()[-1]
+    start = hashlib.sha256((ROOT / "images" / "ai-llm" / "start-llama-server").read_bytes())
+    env = dict(os.environ, AI_LLM_IMAGE="%s-start-%s" % (base, start.hexdigest()[:12]))
+    return subprocess.run(["bash", str(build)], check=True, capture_output=True, text=True, env=env,
+                          cwd=ROOT).stdout.split()[-1]
+
+
 def fmt(values):
     return "median %.2f s (min %.2f, max %.2f)" % (statistics.median(values), min(values), max(values))
 
@@ -149,10 +155,13 @@ def main(argv=None):
         subprocess.run(["git", "clone", "-q", "--shared", str(ROOT), str(clone)], check=True)
         git("checkout", "-q", git("rev-parse", before_rev), cwd=clone)
         (clone / ".venv").symlink_to(ROOT / ".venv")
+        (work / "models").mkdir()
         model = write_demo_model(str(work / "models" / "demo.gguf"))
         print("before: %s (%s)" % (git("log", "-1", "--format=%h %s", cwd=clone)[:100], before_rev))
         print("after:  this checkout (%s)" % git("log", "-1", "--format=%h %s")[:100])
-        sides = [Side("before", clone, work, model), Side("after", ROOT, work, model)]
+        image = build_image()
+        print("image:  %s (both sides)" % image)
+        sides = [Side("before", clone, work, model, image), Side("after", ROOT, work, model, image)]
         role_only = work / "role.yml"
         role_only.write_text("- name: The llm_server role alone\n  hosts: llm_servers\n  gather_facts: false\n"
                              "  roles:\n    - ai_llm.moe_offload.llm_server\n")
