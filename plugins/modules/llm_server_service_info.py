@@ -53,7 +53,7 @@ options:
     description: The API key; when given and C(/health) answers 200, the module checks that the key is in force.
     type: str
   lock_path:
-    description: The lock file of the project directory; RV(disk.lock_file) says whether it exists.
+    description: The lock file of the project directory; C(lock_file) of RV(disk) says whether it exists.
     type: path
   gpus:
     description:
@@ -74,8 +74,8 @@ options:
     type: path
   model_dir:
     description:
-      - The directory the container mounts; with O(model_path), RV(disk.model_outside_dir) says whether the model
-        resolves outside it.
+      - The directory the container mounts; with O(model_path), C(model_outside_dir) of RV(disk) says whether the
+        model resolves outside it.
     type: path
 extends_documentation_fragment:
   - ai_llm.moe_offload.info_module

@@ -37,8 +37,8 @@ def project(tmp_path, ansible_module):
     return settings, config
 
 
-def write_config(ansible_module, settings, placement=PLACEMENT, check=False):
-    return ansible_module("llm_server_config", {"settings": settings, "placement": placement,
+def write_config(ansible_module, settings, placement=None, check=False):
+    return ansible_module("llm_server_config", {"settings": settings, "placement": placement or PLACEMENT,
                                                 "compose_command": ["podman-compose"], "engine": "podman"}, check=check)
 
 
