@@ -1,0 +1,211 @@
+"""What the project directory holds (plugins/module_utils/_deploy_disk.py) and the controller's proof that it already
+holds a configuration. The files are written as llm_server_config writes them (its steps: the API key file, the
+role's block merged into .env, the compose file, each with atomic_write); the proof must accept exactly those files
+and refuse every other state, as llm_server_config would then write something. tests/integration/
+test_role_unchanged_proof.py checks the same against the real modules run through Ansible."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import (
+    api_key_bytes,
+    model_outside_dir,
+    read_disk,
+    written_config,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import atomic_write, ensure_dir
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (
+    config_hash,
+    env_block,
+    env_values,
+    merge_env,
+    render_compose,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+
+KEY = "sk-disk-0001"
+PLACEMENT = {"pattern": r"blk\.(1|4)\.ffn_(up|down)_exps\.weight$", "tensor_overrides": [], "topology": "cpu"}
+
+
+@pytest.fixture
+def project(tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "demo.gguf").write_bytes(b"GGUF")
+    settings = check_settings({"llm_server_project_dir": str(tmp_path / "ai-llm"),
+                               "llm_server_model_path": str(models / "demo.gguf"),
+                               "llm_server_image": "localhost/ai-llm:cpu", "llm_server_ctx_size": 512},
+                              api_key=KEY).as_dict()
+    return settings, write(settings, KEY, "OTHER='kept'\n")
+
+
+def write(settings, key, env_before=""):
+    """What llm_server_api_key and llm_server_config leave on disk; returns the configuration hash."""
+    paths = settings["paths"]
+    ensure_dir(settings["project_dir"], 0o750)
+    ensure_dir(paths["secrets"], 0o700)
+    if key:
+        atomic_write(paths["api_key"], (key + "\n").encode("ascii"), 0o600)
+    values = env_values(settings, PLACEMENT)
+    compose = render_compose(settings, PLACEMENT, "podman")
+    digest = config_hash(values, compose, (key + "\n").encode("ascii") if key else b"")
+    atomic_write(paths["env"], merge_env(env_before, env_block(values, digest))[0].encode("utf-8"), 0o600)
+    atomic_write(paths["compose"], compose.encode("utf-8"), 0o640)
+    return digest
+
+
+def disk_of(settings):
+    return read_disk(settings["project_dir"], settings["compose_file"], settings["rollback_dir"],
+                     settings["paths"]["lock"], settings["model_dir"], settings["model_path"])
+
+
+def proof(settings, key=KEY, placement=None, engine="podman"):
+    return written_config(disk_of(settings), settings, placement or PLACEMENT, key, engine)
+
+
+def test_an_empty_directory_holds_nothing(tmp_path):
+    disk = read_disk(str(tmp_path / "none"), "docker-compose.prod.yml", str(tmp_path / "none" / ".rollback"),
+                     str(tmp_path / "none" / ".llm_server.lock"))
+    assert disk == {"env_config_hash": None, "env_block": None, "env_settled": False, "compose_exists": False,
+                    "compose_sha256": None, "api_key_file": False, "api_key_sha256": None, "secrets_dir": False,
+                    "leftovers": False, "verification": None, "snapshot_hash": None, "previous_snapshot_hash": None,
+                    "lock_file": False}
+
+
+def test_the_files_as_written_are_proved_with_their_hash(project):
+    settings, digest = project
+    disk = disk_of(settings)
+    assert disk["env_config_hash"] == digest and disk["env_settled"] is True and disk["secrets_dir"] is True
+    assert disk["api_key_sha256"] == hashlib.sha256(b"sk-disk-0001\n").hexdigest()
+    with open(settings["paths"]["compose"], "rb") as f:
+        assert disk["compose_sha256"] == hashlib.sha256(f.read()).hexdigest()
+    assert disk["model_outside_dir"] is None and disk["lock_file"] is False
+    assert proof(settings) == {"changed": False, "config_hash": digest, "changed_keys": [], "files_changed": [],
+                               "dropped_keys": [], "diff": []}
+
+
+def test_another_configuration_key_or_engine_is_not_proved(project):
+    settings, _digest = project
+    assert proof(settings, placement=dict(PLACEMENT, pattern=r"blk\.1\.ffn_(up|down)_exps\.weight$")) is None
+    assert proof(dict(settings, ctx_size=1024)) is None
+    assert proof(settings, key=KEY + "x") is None
+    assert proof(settings, key="") is None
+    assert proof(settings, engine="docker") is None  # another compose file (device reservations, json-file logs)
+
+
+def test_without_a_key_there_must_be_no_key_file(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "x.gguf").write_bytes(b"GGUF")
+    settings = check_settings({"llm_server_project_dir": str(tmp_path / "p"),
+                               "llm_server_model_path": str(tmp_path / "m" / "x.gguf")}).as_dict()
+    digest = write(settings, "")
+    assert disk_of(settings)["api_key_file"] is False
+    assert proof(settings, key="")["config_hash"] == digest
+    assert proof(settings, key=KEY) is None
+    atomic_write(settings["paths"]["api_key"], b"", 0o600)  # an empty key file is still a file to remove
+    assert disk_of(settings)["api_key_file"] is True and proof(settings, key="") is None
+
+
+@pytest.mark.parametrize("extra, settled", [
+    ("", True),
+    ("LLM_CTX_SIZE='4096'\n", False),      # a later line would win over the block: the writer drops it
+    ("export LLM_PORT=1\n", False),
+    ("LLM_API_KEY='old'\n", False),        # a key of earlier versions, which the writer removes
+    ("OTHER2='x'\n", True),
+    ("# LLM_CTX_SIZE=1\n", True),          # a comment is kept as it is
+])
+def test_lines_outside_the_block(project, extra, settled):
+    settings, digest = project
+    with open(settings["paths"]["env"], "a", encoding="utf-8") as f:
+        f.write(extra)
+    disk = disk_of(settings)
+    assert disk["env_settled"] is settled
+    assert (proof(settings) is not None) is settled
+    if settled:
+        assert proof(settings)["config_hash"] == digest
+
+
+@pytest.mark.parametrize("damage", ["second_block", "crlf", "no_final_newline", "value_in_block", "no_env"])
+def test_an_env_the_writer_would_change_is_not_proved(project, damage):
+    settings, _digest = project
+    path = settings["paths"]["env"]
+    with open(path, encoding="utf-8", newline="") as f:
+        text = f.read()
+    if damage == "second_block":
+        text += text
+    elif damage == "crlf":
+        text = text.replace("\n", "\r\n")
+    elif damage == "no_final_newline":
+        text = text.rstrip("\n")
+    elif damage == "value_in_block":
+        text = text.replace("LLM_CTX_SIZE='512'", "LLM_CTX_SIZE='513'")
+        assert "LLM_CTX_SIZE='513'" in text
+    if damage == "no_env":
+        os.unlink(path)
+    else:
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+    assert proof(settings) is None
+
+
+@pytest.mark.parametrize("damage", ["compose_byte", "no_compose", "leftover", "no_secrets"])
+def test_other_files_the_writer_would_change_are_not_proved(project, damage):
+    settings, _digest = project
+    if damage == "compose_byte":
+        with open(settings["paths"]["compose"], "a", encoding="utf-8") as f:
+            f.write(" ")
+    elif damage == "no_compose":
+        os.unlink(settings["paths"]["compose"])
+    elif damage == "leftover":  # a killed atomic_write: the writer removes it
+        open(os.path.join(settings["project_dir"], ".env.llm_server-tmp-x1"), "w", encoding="utf-8").close()
+        assert disk_of(settings)["leftovers"] is True
+    else:
+        os.unlink(settings["paths"]["api_key"])
+        os.rmdir(settings["paths"]["secrets"])
+        assert proof(settings, key="") is None
+        return
+    assert proof(settings) is None
+
+
+def test_a_lock_file_and_the_last_records_are_read(project):
+    settings, digest = project
+    open(settings["paths"]["lock"], "w", encoding="utf-8").close()
+    with open(os.path.join(settings["project_dir"], "verification.json"), "w", encoding="utf-8") as f:
+        json.dump({"config_hash": digest, "status": "changed"}, f)
+    disk = disk_of(settings)
+    assert disk["lock_file"] is True and disk["verification"] == {"config_hash": digest, "status": "changed"}
+    with open(os.path.join(settings["project_dir"], "verification.json"), "w", encoding="utf-8") as f:
+        f.write("[1, 2]")
+    assert disk_of(settings)["verification"] is None
+    with open(os.path.join(settings["project_dir"], "verification.json"), "wb") as f:
+        f.write(b"\xff{")
+    assert disk_of(settings)["verification"] == {"unreadable": True}
+
+
+def test_the_model_must_resolve_inside_its_directory(tmp_path, project):
+    settings, _digest = project
+    assert model_outside_dir(settings["model_dir"], settings["model_path"]) is None
+    outside = tmp_path / "elsewhere.gguf"
+    os.replace(settings["model_path"], outside)
+    os.symlink(outside, settings["model_path"])
+    message = model_outside_dir(settings["model_dir"], settings["model_path"])
+    assert message == ("llm_server_model_path: %s resolves to %s, outside llm_server_model_dir %s (%s), which is all "
+                       "the container sees" % (settings["model_path"], outside, settings["model_dir"],
+                                               settings["model_dir"]))
+    assert disk_of(settings)["model_outside_dir"] == message and proof(settings) is None
+    # a sibling whose name starts with the directory's is outside too (compared as paths)
+    assert model_outside_dir(str(tmp_path / "mod"), str(tmp_path / "models" / "x.gguf")) is not None
+    # not asked: no answer, and no proof
+    disk = read_disk(settings["project_dir"], settings["compose_file"], settings["rollback_dir"])
+    assert "model_outside_dir" not in disk and "lock_file" not in disk
+    assert written_config(disk, settings, PLACEMENT, KEY, "podman") is None
+
+
+def test_the_key_file_holds_the_key_and_a_line_end():
+    """llama-server reads --api-key-file line by line (common/arg.cpp): one key, one line."""
+    assert api_key_bytes("sk-1") == b"sk-1\n"
+    assert api_key_bytes("") == b""
