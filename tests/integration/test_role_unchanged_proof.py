@@ -136,3 +136,12 @@ def test_a_run_has_nothing_to_do_only_when_everything_holds(ansible_module, proj
     assert unchanged(service, dict(settings, rollback=False), PLACEMENT, KEY)["unchanged"] is True
     assert unchanged(service, dict(settings, verify_always=True), PLACEMENT, KEY)["unchanged"] is False
     assert "not those" in unchanged(service, settings, PLACEMENT, "")["reason"]
+
+
+def test_bytes_that_are_not_utf8_outside_the_block_change_nothing_for_either(ansible_module, project):
+    settings, config = project
+    with open(settings["paths"]["env"], "ab") as f:
+        f.write(b"OTHER='\xff\xfe'\n")
+    disk = read(ansible_module, settings)["disk"]
+    assert written_config(disk, settings, PLACEMENT, KEY, "podman")["config_hash"] == config["config_hash"]
+    assert write_config(ansible_module, settings, check=True)["changed"] is False

@@ -17,7 +17,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk im
     read_disk,
     written_config,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import atomic_write, ensure_dir
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import atomic_write, ensure_dir, save_snapshot
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (
     config_hash,
     env_block,
@@ -209,3 +209,45 @@ def test_the_key_file_holds_the_key_and_a_line_end():
     """llama-server reads --api-key-file line by line (common/arg.cpp): one key, one line."""
     assert api_key_bytes("sk-1") == b"sk-1\n"
     assert api_key_bytes("") == b""
+
+
+def test_bytes_outside_the_block_that_are_not_utf8_are_left_alone(project):
+    """llm_server_config compares .env read with errors='replace': another line's bytes that are not UTF-8 do not
+    make it write (which would replace them with U+FFFD); the reading here neither fails nor asks for a write."""
+    settings, digest = project
+    with open(settings["paths"]["env"], "ab") as f:
+        f.write(b"OTHER3='\xff\xfe'\n")
+    disk = disk_of(settings)
+    assert disk["env_config_hash"] == digest and disk["env_settled"] is True
+    assert proof(settings)["config_hash"] == digest
+
+
+def test_each_file_is_looked_for_where_the_role_writes_it(project):
+    settings, digest = project
+    disk = disk_of(settings)
+    assert disk["compose_exists"] is True and disk["secrets_dir"] is True and disk["api_key_file"] is True
+    os.unlink(settings["paths"]["api_key"])
+    os.rmdir(settings["paths"]["secrets"])
+    os.mkdir(os.path.join(settings["project_dir"], "secret"))
+    disk = disk_of(settings)
+    assert disk["secrets_dir"] is False and disk["api_key_file"] is False and disk["compose_exists"] is True
+    os.rename(settings["paths"]["compose"], os.path.join(settings["project_dir"], "compose.yml"))
+    assert disk_of(settings)["compose_exists"] is False
+    assert read_disk(settings["project_dir"], "compose.yml", settings["rollback_dir"])["compose_exists"] is True
+
+
+def test_the_last_and_previous_snapshots_are_read_from_the_rollback_dir(project):
+    settings, digest = project
+    files = {".env": b"A=1\n", settings["compose_file"]: b"services: {}\n"}
+    save_snapshot(settings["rollback_dir"], files, "1" * 64, settings["compose_file"])
+    save_snapshot(settings["rollback_dir"], dict(files, **{".env": b"A=2\n"}), digest, settings["compose_file"])
+    disk = disk_of(settings)
+    assert (disk["snapshot_hash"], disk["previous_snapshot_hash"]) == (digest, "1" * 64)
+
+
+def test_the_model_is_checked_only_with_both_paths(project):
+    settings, _digest = project
+    for model_dir, model_path in ((settings["model_dir"], None), (None, settings["model_path"])):
+        disk = read_disk(settings["project_dir"], settings["compose_file"], settings["rollback_dir"], None, model_dir,
+                         model_path)
+        assert "model_outside_dir" not in disk

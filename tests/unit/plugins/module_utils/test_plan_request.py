@@ -100,3 +100,13 @@ def test_the_options_refuse_what_the_module_refuses():
         1, 1024, 1024, 512)
     assert (defaults["mode"], defaults["flash_attn"], defaults["mmap"], defaults["experts_per_gpu"]) == (
         "auto", "auto", True, True)
+
+
+def test_a_refused_plan_keeps_its_warnings(nano):
+    """A context beyond the training context warns (llama.cpp warns too: n_ctx_seq > n_ctx_train); when that plan
+    does not fit, the warning still reaches the user beside the refusal."""
+    _path, info = nano
+    small = {"name": "RTX 4060", "memory_total_mib": 8188, "memory_free_mib": 3000}
+    result, warnings = run(params(gguf=info, gpus=[small], ctx_size=1048576 * 2, parallel=1))
+    assert result["failed"] is True and result["fits"] is False
+    assert any("beyond the model's training context" in w for w in warnings), warnings
