@@ -30,7 +30,8 @@ def _read(path):
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read().decode("utf-8"))
-        return data if isinstance(data, dict) else {"token": None}
+        # JSON that is not an object (a truncated or foreign file) holds no owner and no lease: unreadable too
+        return data if isinstance(data, dict) else {"token": None, "broken": True}
     except FileNotFoundError:
         return None
     except (ValueError, UnicodeDecodeError):

@@ -2,11 +2,16 @@
 owner, taken over when the lease ran out or the owner is proved dead; real processes for "dead"."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
+import stat
 import subprocess
 import sys
 import threading
+
+import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_lock import (
     acquire,
@@ -62,6 +67,7 @@ def test_who_is_dead():
     assert owner_is_dead(dict(me, pid_start=me["pid_start"] + 1), me["controller"], me["boot_id"])  # pid reused
     assert not owner_is_dead(dict(me, pid=999999999), "another-controller", me["boot_id"])  # cannot prove it
     assert not owner_is_dead(dict(me, pid=999999999), me["controller"], "another-boot")
+    assert not owner_is_dead(dict(me, pid=str(me["pid"] + 999999)), me["controller"], me["boot_id"])  # not a pid
 
 
 def test_two_takers_at_once_get_one_lock(tmp_path):
@@ -83,3 +89,76 @@ def test_two_takers_at_once_get_one_lock(tmp_path):
 def test_process_start_reads_proc():
     assert process_start(os.getpid()) > 0
     assert process_start(999999999) is None
+
+
+def test_a_lease_that_ends_now_still_holds(tmp_path):
+    """The lease runs until lease_until: taken over only once the clock is past it."""
+    path = str(tmp_path / ".llm_server.lock")
+    held = acquire(path, owner(), 60, now=1000.0)
+    with open(path, encoding="utf-8") as f:
+        record = json.load(f)
+    assert record == {"token": held["token"], "owner": owner(), "acquired_at": 1000.0, "lease_until": 1060.0}
+    refused = acquire(path, owner(), 60, now=1060.0)
+    assert refused == {"acquired": False, "token": None, "holder": record, "took_over": None, "created_dir": False,
+                       "now": 1060.0}
+    late = acquire(path, owner(), 60, now=1060.5)
+    assert late["acquired"] is True and late["holder"] is None and late["now"] == 1060.5
+    assert late["took_over"] == dict(record, reason="its lease ran out")
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b"\xff\xfe", b"", b"null"])
+def test_an_unreadable_lock_file_is_taken_over(tmp_path, content):
+    """A lock file that holds no owner and no lease (a write cut short, something else's file) would otherwise
+    block every deploy for ever."""
+    path = tmp_path / ".llm_server.lock"
+    path.write_bytes(content)
+    taken = acquire(str(path), owner(), 60)
+    assert taken["acquired"] is True
+    assert taken["took_over"] == {"token": None, "broken": True, "reason": "the lock file was unreadable"}
+
+
+def test_the_lock_file_and_its_directory_are_private(tmp_path):
+    """The lock names the owner (controller, user, pid): 0600 in a 0750 project directory, as the role's files."""
+    path = tmp_path / "new-project" / ".llm_server.lock"
+    first = acquire(str(path), owner(), 60)
+    assert first["created_dir"] is True and first["took_over"] is None
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o750
+
+
+def test_giving_back_a_lock_that_is_gone(tmp_path):
+    assert release(str(tmp_path / "no-dir" / ".llm_server.lock"), "t") is False
+    assert release(str(tmp_path / ".llm_server.lock"), "t") is False
+
+
+def test_the_owner_in_words():
+    assert describe(None) == "nobody"
+    assert describe({"token": None, "broken": True}) == "an unreadable lock file"
+    assert describe({"owner": {"pid": 4242, "controller": "ctl-1"}, "acquired_at": 86400 + 3661}) == \
+        "ansible-playbook (pid 4242) on ctl-1, since 1970-01-02 01:01:01 UTC"
+    assert describe({"owner": {}, "acquired_at": "yesterday"}) == "ansible-playbook (pid ?) on ?, since ?"
+
+
+def test_process_start_counts_from_the_last_parenthesis(tmp_path):
+    """/proc/<pid>/stat: the command name (field 2) is in parentheses and may hold ') ' and digits; the start time
+    is field 22 (proc(5)). Two sleeps started one after the other, one named 'x) 1 2 3 (y', start within a second."""
+    odd = tmp_path / "x) 1 2 3 (y"
+    odd.symlink_to(shutil.which("sleep"))
+    accented = tmp_path / "d\u00e9j\u00e0"  # a name that is not ASCII: read all the same
+    accented.symlink_to(shutil.which("sleep"))
+    plain = subprocess.Popen(["sleep", "30"])
+    weird = subprocess.Popen([str(odd), "30"])
+    other = subprocess.Popen([str(accented), "30"])
+    try:
+        with open("/proc/%d/stat" % weird.pid, "rb") as f:
+            assert b"(x) 1 2 3 (y)" in f.read()
+        ticks = os.sysconf("SC_CLK_TCK")
+        assert 0 <= process_start(weird.pid) - process_start(plain.pid) <= ticks
+        assert 0 <= process_start(other.pid) - process_start(plain.pid) <= ticks
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        assert abs(process_start(plain.pid) / ticks - uptime) < 5  # started just now, in ticks since boot
+    finally:
+        for proc in (plain, weird, other):
+            proc.kill()
+            proc.wait()
