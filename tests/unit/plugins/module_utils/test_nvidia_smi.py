@@ -1,6 +1,7 @@
 """Parsing nvidia-smi output as real cards print it (fixtures in tests/data/nvidia_smi)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,37 @@ def test_memory_held_by_a_process_tree_on_each_gpu():
         0: 512, 1: 310}
     idle = smi.gather(fake_run("dual_a5500_a4000")[0], pids=[52001])
     assert [g["memory_held_by_pid_mib"] for g in idle["gpus"]] == [0, 0]
+
+
+def test_read_finds_nvidia_smi_and_runs_it_with_its_path(tmp_path):
+    """gpu_info's result: nvidia-smi found on PATH and run by its full path; none on a host without NVIDIA GPU."""
+    run, calls = fake_run("rtx_a5500")
+    found = []
+
+    def find(name):
+        found.append(name)
+        return "/usr/bin/nvidia-smi"
+    result = smi.read(find, lambda argv: run(argv[1:]) if argv[0] == "/usr/bin/nvidia-smi" else (127, "", ""))
+    assert found == ["nvidia-smi"] and calls and result["nvidia_smi"] == "/usr/bin/nvidia-smi"
+    assert result["topology"] == "single" and result["gpus"][0]["name"] == "NVIDIA RTX A5500"
+    assert "process_tree" not in result and "processes" not in result and result["warnings"] == []
+    cpu = smi.read(lambda name: None, lambda argv: (127, "", ""))
+    assert cpu == {"gpus": [], "topology": "cpu", "warnings": [], "nvidia_smi": None}
+
+
+def test_read_with_a_pid_counts_its_tree_and_asks_for_processes():
+    run = fake_run("rtx_a5500_busy")[0]
+    result = smi.read(lambda name: "/x/nvidia-smi", lambda argv: run(argv[1:]), pid=os.getpid(), processes=True)
+    assert result["process_tree"]["pid"] == os.getpid() and result["process_tree"]["pids"][0] == os.getpid()
+    assert [p["pid"] for p in result["processes"]] == [48213, 1771]
+    assert result["gpus"][0]["memory_held_by_pid_mib"] == 0  # this test's process holds nothing on the card
+    cpu = smi.read(lambda name: None, lambda argv: (127, "", ""), pid=os.getpid())
+    assert cpu["process_tree"]["pid"] == os.getpid() and cpu["gpus"] == []
+
+
+def test_read_fails_with_the_program_it_ran():
+    run = fake_run("driver_mismatch")[0]
+    with pytest.raises(smi.NvidiaSmiError) as failed:
+        smi.read(lambda name: "/opt/nv/nvidia-smi", lambda argv: run(argv[1:]))
+    assert failed.value.binary == "/opt/nv/nvidia-smi" and "Failed to initialize NVML" in str(failed.value)
+    assert smi.NvidiaSmiError("x").binary is None

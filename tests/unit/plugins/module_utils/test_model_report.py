@@ -1,0 +1,53 @@
+"""What gguf_info reports for a path (plugins/module_utils/_model_report.report), which llm_server_service_info
+runs in the same call: the same result as the model read and described, and one message per way a path is not a
+readable model (the file named)."""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import ReportError, describe, report
+from tools.gguf_models import write_demo_model
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return write_demo_model(str(tmp_path_factory.mktemp("m") / "demo.gguf"))
+
+
+@pytest.mark.parametrize("tensors", ["none", "experts", "all"])
+def test_the_report_of_a_path_is_the_description_of_its_model(demo, tensors):
+    assert report(demo, tensors) == describe(read_model(demo), tensors)
+    assert ("tensors" in report(demo, tensors)[0]) is (tensors != "none")
+
+
+def test_a_users_pattern_is_checked(demo):
+    result, _warnings = report(demo, "none", r"blk\.1\.ffn_(up|down)_exps\.weight$")
+    assert result["pattern_check"]["matched"] == ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight"]
+    assert "pattern_check" not in report(demo, "none")[0]
+
+
+def test_paths_that_are_not_models(tmp_path):
+    for path, words in ((tmp_path / "none.gguf", "no such file"), (tmp_path, "is a directory, not a .gguf file")):
+        with pytest.raises(ReportError) as failed:
+            report(str(path))
+        assert str(failed.value) == "%s: %s" % (path, words) and failed.value.fields == {}
+    link = tmp_path / "gone.gguf"
+    link.symlink_to(tmp_path / "nowhere.gguf")
+    loop = tmp_path / "loop.gguf"
+    loop.symlink_to(loop)
+    for path in (link, loop):
+        with pytest.raises(ReportError, match="^%s: a broken symbolic link or a symlink loop$" % path):
+            report(str(path))
+
+
+def test_a_malformed_file_names_the_byte(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00")
+    with pytest.raises(GGUFError) as direct:
+        read_model(str(bad))
+    with pytest.raises(ReportError) as failed:
+        report(str(bad))
+    assert str(failed.value) == str(direct.value)
+    assert failed.value.fields == {"path": direct.value.path, "offset": direct.value.offset,
+                                   "reason": direct.value.reason}
