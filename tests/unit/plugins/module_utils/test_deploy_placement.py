@@ -155,3 +155,99 @@ def test_a_pattern_derived_from_crafted_tensor_names_gets_the_same_checks(demo, 
     model = dict(report(demo), offload_pattern=pattern, offload_pattern_matches=EXPERTS)
     with pytest.raises(PlacementRefused, match="the pattern gguf_info built from the model's tensor names"):
         place(settings(demo, llm_server_moe_offload_mode="all"), model, None, {"topology": "cpu"})
+
+
+DUAL = {"topology": "dual", "gpus": [
+    {"index": 0, "name": "NVIDIA RTX A5500", "memory_total_mib": 24564, "memory_free_mib": 24148},
+    {"index": 1, "name": "NVIDIA RTX A4000", "memory_total_mib": 16376, "memory_free_mib": 16000}]}
+
+
+def test_each_refusal_in_full(demo, nano):
+    """What the user reads, whole: the variable to change, the host, and that nothing was changed."""
+    with pytest.raises(PlacementRefused) as exc:
+        place(settings(nano, llm_server_gpu_devices=[0, 3]), report(nano), None, DUAL, [3], "h2")
+    assert str(exc.value) == ("llm_server: llm_server_gpu_devices [0, 3] names GPUs that h2 does not have "
+                              "(nvidia-smi indices: [0, 1]). Nothing was changed.")
+    answer = {"fits": False, "reason": "The host cannot hold its part: 10 MiB are missing.", "msg": "other"}
+    with pytest.raises(PlacementRefused) as exc:
+        place(settings(demo), report(demo), answer, {"topology": "cpu"}, host="h3")
+    assert str(exc.value) == ("llm_server: the plan does not fit h3's memory: The host cannot hold its part: 10 MiB "
+                              "are missing. Nothing was changed; lower llm_server_ctx_size / llm_server_parallel, "
+                              "change llm_server_moe_offload_mode, or set llm_server_moe_offload_force=true.")
+    with pytest.raises(PlacementRefused, match="does not fit h3's memory: other Nothing"):
+        place(settings(demo), report(demo), dict(answer, reason=""), {"topology": "cpu"}, host="h3")
+    with pytest.raises(PlacementRefused) as exc:
+        place(settings(demo, llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers=[1]), report(demo),
+              {"skipped": True}, {"topology": "cpu"}, host="h4")
+    assert str(exc.value) == ("llm_server: llm_server_moe_offload_mode=layers needs the plan, which did not run on "
+                              "h4. Give llm_server_moe_offload_pattern instead.")
+    pattern = r"blk\.1\."
+    with pytest.raises(PlacementRefused) as exc:
+        place(settings(demo, llm_server_moe_offload_pattern=pattern), report(demo, pattern), None, {})
+    verdict = report(demo, pattern)["pattern_check"]["verdict"]
+    assert str(exc.value) == ('llm_server: refused inventory pattern "blk\\\\.1\\\\." for %s: %s. Nothing was '
+                              "changed; set llm_server_moe_offload_force=true to deploy it anyway." % (demo, verdict))
+    with pytest.raises(PlacementRefused, match=r": it was not checked\. The pattern matched no tensors\. Nothing"):
+        place(settings(demo, llm_server_moe_offload_pattern=pattern), report(demo), None, {})
+
+
+def test_a_split_plan_gives_its_devices_and_split(nano):
+    answer = gpu_plan(nano, DUAL["gpus"], ctx_size=65536, parallel=4)
+    assert answer["placement"] == "split" and answer["gpu_indices"] == [0, 1]
+    p = place(settings(nano, llm_server_ctx_size=65536, llm_server_parallel=4), report(nano), answer, DUAL)
+    assert (p["gpu_devices"], p["tensor_split"], p["topology"]) == ([0, 1], answer["tensor_split"], "dual")
+    assert p["tensor_split"] == "0.601,0.399"  # free memory 24148 : 16000 (llama.cpp's --tensor-split shares)
+    one = gpu_plan(nano, DUAL["gpus"], ctx_size=65536, parallel=4, gpu_indices=[1])
+    p = place(settings(nano, llm_server_ctx_size=65536, llm_server_parallel=4, llm_server_gpu_devices=[1]),
+              report(nano), one, DUAL)
+    assert p["gpu_devices"] == [1] and p["tensor_split"] == ""
+    # without a plan: the chosen GPUs, else every GPU the host has; none on a CPU host
+    p = place(settings(nano, llm_server_gpu_devices=[1]), report(nano), None, DUAL)
+    assert (p["gpu_devices"], p["tensor_split"]) == ([1], "")
+    assert place(settings(nano), report(nano), None, DUAL)["gpu_devices"] == [0, 1]
+    assert place(settings(nano, llm_server_gpu_devices=[1]), report(nano), None, {"topology": "cpu"})["gpu_devices"] == []
+    failed = dict(answer, failed=True)
+    assert place(settings(nano), report(nano), failed, DUAL)["tensor_split"] == ""
+
+
+def test_device_overrides_as_the_plan_gives_them(demo):
+    answer = gpu_plan(demo, [], ctx_size=512, mode="all")
+    overrides = [{"pattern": r"blk\.4\.ffn_(up|down)_exps\.weight$", "device": "CUDA1"},
+                 {"pattern": r"blk\.1\.ffn_(up|down)_exps\.weight$", "buffer_type": "CUDA0"},
+                 r"blk\.9\.ffn_(up|down)_exps\.weight$=CUDA1"]
+    p = place(settings(demo), report(demo), dict(answer, device_overrides=overrides), {"topology": "cpu"})
+    assert p["tensor_overrides"] == [r"blk\.4\.ffn_(up|down)_exps\.weight$=CUDA1",
+                                     r"blk\.1\.ffn_(up|down)_exps\.weight$=CUDA0",
+                                     r"blk\.9\.ffn_(up|down)_exps\.weight$=CUDA1"]
+    assert place(settings(demo), report(demo), dict(answer, device_overrides=None), {})["tensor_overrides"] == []
+    assert place(settings(demo), report(demo), dict(answer, device_overrides=overrides, failed=True),
+                 {"topology": "cpu"})["tensor_overrides"] == []
+
+
+def test_the_expected_tensors_of_a_plan_pattern_without_its_check(demo):
+    answer = gpu_plan(demo, [], ctx_size=512, mode="layers", cpu_expert_layers=[1])
+    bare = dict(answer, pattern_check={})
+    p = place(settings(demo, llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers=[1]), report(demo),
+              bare, {"topology": "cpu"})
+    assert p["expected_tensors"] == EXPERTS[:2]  # the pattern searched in the model's expert names
+    empty = place(settings(demo), report(demo), dict(answer, pattern=""), {"topology": "cpu"})
+    assert (empty["pattern"], empty["pattern_source"], empty["expected_tensors"]) == ("", "none", [])
+
+
+def test_the_training_context_from_the_report_or_its_metadata(demo):
+    model = report(demo)
+    with pytest.raises(PlacementRefused, match="more than the model's training context 1000"):
+        place(settings(demo, llm_server_ctx_size=2048), dict(model, context_length=1000), None, {"topology": "cpu"})
+    for value in (0, "4096", None, -1):
+        meta = dict(model["model"]["metadata"], **{"nemotron_h_moe.context_length": value})
+        bare = dict(model, model=dict(model["model"], metadata=meta))
+        assert place(settings(demo, llm_server_ctx_size=8192), bare, None, {"topology": "cpu"})["pattern"]
+        with pytest.raises(PlacementRefused, match="training context 2048"):
+            place(settings(demo, llm_server_ctx_size=8192), bare, {"n_ctx_train": 2048, "skipped": True},
+                  {"topology": "cpu"})
+
+
+def test_missing_gpus_counts_indices_as_numbers():
+    assert missing_gpus(DUAL, ["1", 2]) == [2]
+    assert missing_gpus({"gpus": DUAL["gpus"]}, [5]) == []  # no topology: a CPU host
+    assert missing_gpus(None, [0]) == [] and missing_gpus(DUAL, None) == []
