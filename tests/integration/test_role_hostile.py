@@ -29,6 +29,16 @@ def local(tmp_path):
         yield deploy
 
 
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory):
+    """One verified deploy that every refusal below must leave as it is (each compares the state before and after
+    its own run), made once for all of them."""
+    with local_deploy(tmp_path_factory.mktemp("refusals"), "ai-llm-refusals") as deploy:
+        run = deploy.playbook("deploy")
+        assert run.returncode == 0, run.stdout[-5000:]
+        yield deploy
+
+
 def status(deploy, path, key=None):
     headers = {"Authorization": "Bearer " + key} if key is not None else {}
     request = urllib.request.Request("http://127.0.0.1:%d%s" % (deploy.port, path), headers=headers)
@@ -89,15 +99,13 @@ def test_a_rollback_runs_with_the_current_key_only(local):
 
 
 @pytest.mark.parametrize("key", ["sk-\nLLM_CTX_SIZE=1", "sk-é", " sk-spaced"])
-def test_a_key_llama_server_cannot_read_back_is_refused_before_anything_changes(local, key):
-    run = local.playbook("deploy")
-    assert run.returncode == 0, run.stdout[-5000:]
-    before = state(local)
-    run = local.playbook("deploy", llm_server_api_key=key)
+def test_a_key_llama_server_cannot_read_back_is_refused_before_anything_changes(deployed, key):
+    before = state(deployed)
+    run = deployed.playbook("deploy", llm_server_api_key=key)
     assert run.returncode != 0
     assert "llm_server_api_key: the key cannot be deployed" in result(run.stdout)["message"]
     assert key.strip() not in run.stdout
-    assert state(local) == before
+    assert state(deployed) == before
 
 
 LONG_PATTERN = "|".join(r"blk\.%d\.ffn_up_exps" % i for i in range(12000))
@@ -115,20 +123,18 @@ LONG_PATTERN = "|".join(r"blk\.%d\.ffn_up_exps" % i for i in range(12000))
     ({"llm_server_moe_offload_pattern": "blk${HOME}"}, "llm_server_moe_offload_pattern"),
     ({"llm_server_moe_offload_pattern": LONG_PATTERN}, "llm_server_moe_offload_pattern"),
 ])
-def test_values_that_cannot_be_deployed_are_refused_before_anything_changes(local, role_vars, name):
-    run = local.playbook("deploy")
-    assert run.returncode == 0, run.stdout[-5000:]
-    before = state(local)
+def test_values_that_cannot_be_deployed_are_refused_before_anything_changes(deployed, role_vars, name):
+    before = state(deployed)
     if role_vars.get("llm_server_model_dir") == "PREFIX":
-        role_vars = dict(role_vars, llm_server_model_dir=str(local.models)[:-2])  # .../mode of .../models
-        assert local.model.startswith(role_vars["llm_server_model_dir"])  # a string prefix, not a parent directory
-    run = local.playbook("deploy", **role_vars)
+        role_vars = dict(role_vars, llm_server_model_dir=str(deployed.models)[:-2])  # .../mode of .../models
+        assert deployed.model.startswith(role_vars["llm_server_model_dir"])  # a string prefix, not a parent directory
+    run = deployed.playbook("deploy", **role_vars)
     assert run.returncode != 0
     shown = result(run.stdout)
     assert shown["status"] == "failed" and (name + ": ") in shown["message"], shown["message"]
     assert "Nothing was changed" in shown["message"]
     assert "non-zero return code" not in run.stdout and "Argument list too long" not in run.stdout
-    assert state(local) == before
+    assert state(deployed) == before
 
 
 def test_extra_arguments_reach_llama_server_literally(local):
