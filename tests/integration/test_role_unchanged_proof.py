@@ -68,26 +68,32 @@ def test_the_proof_agrees_with_llm_server_config(ansible_module, project):
     assert written_config(disk, dict(settings, ctx_size=1024), PLACEMENT, KEY, "podman") is None
 
 
-@pytest.mark.parametrize("damage", ["stray_key", "second_block", "crlf", "compose_byte", "no_env", "no_compose"])
-def test_files_that_differ_are_never_proved_unchanged(ansible_module, project, damage):
+def test_files_that_differ_are_never_proved_unchanged(ansible_module, project):
+    """Each way the files can differ, made on disk one at a time (the files put back between): the proof refuses
+    and llm_server_config (check mode) sees a change."""
     settings, _config = project
     env, compose = settings["paths"]["env"], settings["paths"]["compose"]
-    text = open(env, encoding="utf-8").read()
-    if damage == "stray_key":  # a later line wins over the block: llm_server_config drops it
-        open(env, "a", encoding="utf-8").write("LLM_CTX_SIZE='4096'\n")
-    elif damage == "second_block":
-        open(env, "a", encoding="utf-8").write(text)
-    elif damage == "crlf":
-        open(env, "w", encoding="utf-8", newline="").write(text.replace("\n", "\r\n"))
-    elif damage == "compose_byte":
-        open(compose, "a", encoding="utf-8").write(" ")
-    elif damage == "no_env":
-        os.unlink(env)
-    else:
-        os.unlink(compose)
-    disk = read(ansible_module, settings)["disk"]
-    assert written_config(disk, settings, PLACEMENT, KEY, "podman") is None
-    assert write_config(ansible_module, settings, check=True)["changed"] is True
+    with open(env, "rb") as f:
+        env_bytes = f.read()
+    with open(compose, "rb") as f:
+        compose_bytes = f.read()
+    text = env_bytes.decode("utf-8")
+    damages = {
+        "stray_key": lambda: open(env, "a", encoding="utf-8").write("LLM_CTX_SIZE='4096'\n"),
+        "second_block": lambda: open(env, "a", encoding="utf-8").write(text),
+        "crlf": lambda: open(env, "w", encoding="utf-8", newline="").write(text.replace("\n", "\r\n")),
+        "compose_byte": lambda: open(compose, "a", encoding="utf-8").write(" "),
+        "no_env": lambda: os.unlink(env),
+        "no_compose": lambda: os.unlink(compose),
+    }
+    for damage, make in damages.items():
+        make()
+        disk = read(ansible_module, settings)["disk"]
+        assert written_config(disk, settings, PLACEMENT, KEY, "podman") is None, damage
+        assert write_config(ansible_module, settings, check=True)["changed"] is True, damage
+        for path, data in ((env, env_bytes), (compose, compose_bytes)):
+            with open(path, "wb") as f:
+                f.write(data)
 
 
 def test_leftovers_a_missing_secrets_dir_and_a_model_outside_are_not_proved(ansible_module, project, tmp_path):
