@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_converge import unchanged
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import (
     api_key_bytes,
     model_outside_dir,
@@ -251,3 +252,44 @@ def test_the_model_is_checked_only_with_both_paths(project):
         disk = read_disk(settings["project_dir"], settings["compose_file"], settings["rollback_dir"], None, model_dir,
                          model_path)
         assert "model_outside_dir" not in disk
+
+
+def test_a_run_has_nothing_to_do_only_when_everything_holds(project):
+    """_deploy_converge.unchanged: the files proved, the container runs and answers this configuration, verified,
+    its snapshot kept, no lock file. Each of these missing sends the run the way of a change, with the reason."""
+    settings, digest = project
+    service = {"engine": "podman", "disk": disk_of(settings), "health": 200, "auth": {"checked": True, "enforced": True},
+               "container": {"exists": True, "running": True, "status": "running", "config_hash": digest}}
+    service["disk"].update(verification={"config_hash": digest, "status": "unchanged"}, snapshot_hash=digest)
+    settings = dict(settings, rollback=True, verify_always=False)
+    done = unchanged(service, settings, PLACEMENT, KEY)
+    assert done == {"unchanged": True, "config": proof(settings),
+                    "converge": {"recreate": False, "verify": False, "wait": False, "reason": ""}}
+
+    def reason(**changes):
+        changed = dict(service, **{k: v for k, v in changes.items() if k != "disk"})
+        changed["disk"] = dict(service["disk"], **changes.get("disk", {}))
+        answer = unchanged(changed, settings, PLACEMENT, KEY)
+        assert answer["unchanged"] is False and set(answer) == {"unchanged", "reason"}
+        return answer["reason"]
+
+    assert reason(disk={"lock_file": True}) == "the project directory's lock file exists"
+    without_lock = dict(service["disk"])
+    del without_lock["lock_file"]
+    assert unchanged(dict(service, disk=without_lock), settings, PLACEMENT, KEY)["unchanged"] is False
+    assert reason(disk={"compose_sha256": "0" * 64}) == "the files on disk are not those of this configuration"
+    assert reason(engine="docker") == "the files on disk are not those of this configuration"
+    assert "ai-llm runs configuration 000000000000 but" in reason(
+        container=dict(service["container"], config_hash="0" * 64))
+    assert reason(container={"exists": False}).startswith("the ai-llm container %s does not exist"
+                                                          % settings["container_name"])
+    assert "never verified" in reason(disk={"verification": {"config_hash": digest, "status": "failed"}})
+    assert "/health answers 503" in reason(health=503)
+    assert "not in force" in reason(auth={"checked": True, "enforced": False})
+    assert reason(disk={"snapshot_hash": None}) == "the last snapshot is not this configuration"
+    assert unchanged(service, dict(settings, rollback=False), PLACEMENT, KEY)["unchanged"] is True
+    assert unchanged(dict(service, disk=dict(service["disk"], snapshot_hash=None)), dict(settings, rollback=False),
+                     PLACEMENT, KEY)["unchanged"] is True
+    verify = unchanged(service, dict(settings, verify_always=True), PLACEMENT, KEY)
+    assert verify == {"unchanged": False, "reason": "a verification is asked for"}
+    assert unchanged({}, settings, PLACEMENT, KEY)["unchanged"] is False and unchanged(None, {}, {})["unchanged"] is False
