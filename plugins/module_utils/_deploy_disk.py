@@ -39,6 +39,15 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
 )
 
 
+def _file_bytes(path):
+    """The bytes of the file ``path``; ``None`` when there is none, or when a directory or an unreadable file is in
+    its place (not a file the role wrote: the proof fails and the writer, under the lock, says what is wrong)."""
+    try:
+        return read_bytes(path)
+    except OSError:
+        return None
+
+
 def _sha256(data):
     return None if data is None else hashlib.sha256(data).hexdigest()
 
@@ -61,15 +70,15 @@ def model_outside_dir(model_dir, model_path):
 
 def read_disk(project_dir, compose_file, rollback_dir, lock_path=None, model_dir=None, model_path=None):
     """What the project directory holds (``llm_server_service_info``'s ``disk``), without changing it."""
-    env = read_bytes(os.path.join(project_dir, ".env"))
+    env = _file_bytes(os.path.join(project_dir, ".env"))
     env_text = env.decode("utf-8", "replace") if env is not None else None
-    verification = read_bytes(os.path.join(project_dir, "verification.json"))
+    verification = _file_bytes(os.path.join(project_dir, "verification.json"))
     try:
         verification = json.loads(verification.decode("utf-8")) if verification else None
     except (ValueError, UnicodeDecodeError):
         verification = {"unreadable": True}
     block = managed_block(env_text) if env_text is not None else ""
-    api_key = read_bytes(os.path.join(project_dir, "secrets", "api-key"))
+    api_key = _file_bytes(os.path.join(project_dir, "secrets", "api-key"))
     try:
         names = os.listdir(project_dir)
     except OSError:
@@ -80,7 +89,7 @@ def read_disk(project_dir, compose_file, rollback_dir, lock_path=None, model_dir
         # the rest of .env is as llm_server_config leaves it (one block, no key of the role outside it, LF ends)
         "env_settled": bool(block) and env_text == merge_env(env_text, block)[0],
         "compose_exists": os.path.isfile(os.path.join(project_dir, compose_file)),
-        "compose_sha256": _sha256(read_bytes(os.path.join(project_dir, compose_file))),
+        "compose_sha256": _sha256(_file_bytes(os.path.join(project_dir, compose_file))),
         "api_key_file": api_key is not None,
         "api_key_sha256": _sha256(api_key),
         "secrets_dir": os.path.isdir(os.path.join(project_dir, "secrets")),

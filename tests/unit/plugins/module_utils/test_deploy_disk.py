@@ -293,3 +293,16 @@ def test_a_run_has_nothing_to_do_only_when_everything_holds(project):
     verify = unchanged(service, dict(settings, verify_always=True), PLACEMENT, KEY)
     assert verify == {"unchanged": False, "reason": "a verification is asked for"}
     assert unchanged({}, settings, PLACEMENT, KEY)["unchanged"] is False and unchanged(None, {}, {})["unchanged"] is False
+
+
+def test_a_directory_in_place_of_a_file_is_read_as_no_file(project):
+    """A directory where .env, the compose file or the key file belongs: the reading does not fail (no traceback
+    from the host), and nothing is proved."""
+    settings, _digest = project
+    for path in (settings["paths"]["api_key"], settings["paths"]["compose"], settings["paths"]["env"]):
+        os.unlink(path)
+        os.mkdir(path)
+    disk = disk_of(settings)
+    assert (disk["env_config_hash"], disk["env_block"], disk["compose_sha256"], disk["api_key_sha256"]) == (
+        None, None, None, None)
+    assert disk["api_key_file"] is False and disk["compose_exists"] is False and proof(settings) is None
