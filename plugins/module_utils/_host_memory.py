@@ -144,14 +144,15 @@ def process_memory(pids, root="/"):
     return dict((key, round(value, 2)) for key, value in total.items())
 
 
-def gather(root="/", pid=None):
+def gather(root="/", pid=None, pids=None):
     """What ``host_info`` returns: the memory of ``/proc/meminfo``, the cgroup limit of this process and, with
     ``pid``, the process tree of ``pid`` and the memory it holds (``memory_held_by_pid_mib``: anonymous and
-    shared resident memory, which the host gets back when that tree stops)."""
+    shared resident memory, which the host gets back when that tree stops); ``pids``: that tree when the caller
+    walked it already."""
     result = meminfo(root)
     result["cgroup"] = cgroup_memory(root)
     if pid is not None:
-        pids = process_tree(pid, root)
+        pids = pids if pids is not None else process_tree(pid, root)
         memory = process_memory(pids, root)
         result["process_tree"] = dict(pid=int(pid), pids=pids, **memory)
         result["memory_held_by_pid_mib"] = round(memory["rss_anon_mib"] + memory["rss_shmem_mib"], 2)

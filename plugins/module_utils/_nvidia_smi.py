@@ -242,12 +242,13 @@ def gather(run, processes=False, pids=None):
     return result
 
 
-def read(find_binary, run_command, pid=None, processes=False):
+def read(find_binary, run_command, pid=None, processes=False, pids=None):
     """What ``gpu_info`` returns, with ``warnings``: ``find_binary(name)`` finds nvidia-smi (``None``: a host
     without NVIDIA GPU, topology ``cpu``), ``run_command(argv) -> (rc, stdout, stderr)`` runs it. With ``pid``,
     the process tree of ``pid`` (``process_tree``, from ``/proc``) and the memory it holds on each GPU.
-    Raises ``NvidiaSmiError`` (with ``binary``) when nvidia-smi fails."""
-    tree = {"pid": pid, "pids": process_tree(pid)} if pid is not None else None
+    ``pids``: that tree when the caller walked it already. Raises ``NvidiaSmiError`` (with ``binary``) when
+    nvidia-smi fails."""
+    tree = {"pid": pid, "pids": pids if pids is not None else process_tree(pid)} if pid is not None else None
     binary = find_binary("nvidia-smi")
     if binary is None:
         result = {"gpus": [], "topology": "cpu", "warnings": []}

@@ -207,19 +207,20 @@ def main():
         if health == 200 and p["api_key"]:
             auth = auth_check(p["base_url"], p["api_key"])
     pid = container["pid"] if container.get("running") and container.get("pid") else None
+    pids = process_tree(pid) if pid else []  # walked once, for the GPU and the host memory reads too
     rollback_dir = p["rollback_dir"] or os.path.join(p["project_dir"], ".rollback")
     result = dict(changed=False, compose_command=compose, engine=engine, container=container,
-                  pids=process_tree(pid) if pid else [], health=health, auth=auth,
+                  pids=pids, health=health, auth=auth,
                   disk=read_disk(p["project_dir"], p["compose_file"], rollback_dir, p["lock_path"], p["model_dir"],
                                  p["model_path"]))
     # The reads of the host that a deploy needs besides the service, in the order the role reads them.
     try:
         if p["gpus"]:
-            result["gpu_info"] = read(module.get_bin_path, run, pid=pid)
+            result["gpu_info"] = read(module.get_bin_path, run, pid=pid, pids=pids)
             for warning in result["gpu_info"].pop("warnings"):
                 module.warn(warning)
         if p["host_memory"]:
-            result["host_info"] = gather(pid=pid)
+            result["host_info"] = gather(pid=pid, pids=pids)
         if p["model_path"]:
             result["model_info"], warnings = report(p["model_path"], "none")
             for warning in warnings:

@@ -112,3 +112,17 @@ def test_a_gone_process_is_its_own_tree():
     gone.wait()
     assert hm.process_tree(gone.pid) == [gone.pid]
     assert hm.process_memory([gone.pid]) == {"rss_anon_mib": 0.0, "rss_file_mib": 0.0, "rss_shmem_mib": 0.0}
+
+
+def test_gather_takes_a_tree_already_walked():
+    """llm_server_service_info walks the container's tree once and hands it to the host memory read: the memory of
+    exactly those processes counts (here this test's process alone, not its child)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        walked = hm.gather(pid=os.getpid())
+        given = hm.gather(pid=os.getpid(), pids=[os.getpid()])
+        assert child.pid in walked["process_tree"]["pids"]
+        assert given["process_tree"]["pids"] == [os.getpid()]
+    finally:
+        child.kill()
+        child.wait()

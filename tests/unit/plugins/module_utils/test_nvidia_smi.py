@@ -185,3 +185,11 @@ def test_read_fails_with_the_program_it_ran():
         smi.read(lambda name: "/opt/nv/nvidia-smi", lambda argv: run(argv[1:]))
     assert failed.value.binary == "/opt/nv/nvidia-smi" and "Failed to initialize NVML" in str(failed.value)
     assert smi.NvidiaSmiError("x").binary is None
+
+
+def test_read_takes_a_tree_already_walked():
+    """llm_server_service_info walks the container's tree once and hands it to the GPU read."""
+    run = fake_run("dual_a5500_a4000_busy")[0]
+    result = smi.read(lambda name: "/x/nvidia-smi", lambda argv: run(argv[1:]), pid=52001, pids=[52001, 52017])
+    assert result["process_tree"] == {"pid": 52001, "pids": [52001, 52017]}
+    assert [g["memory_held_by_pid_mib"] for g in result["gpus"]] == [20988, 13314]
