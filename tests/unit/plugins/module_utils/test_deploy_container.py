@@ -1,0 +1,206 @@
+"""The container reads of plugins/module_utils/_deploy_container.py that need no running container: which engine a
+compose command belongs to, the compose tool found, compose's own check of the files (the real podman-compose of
+the virtual environment), a missing container as podman reports it (real podman), the log tail and the line that
+says why llama-server stopped (llama.cpp's own words).
+
+The running-container paths (state of a real container, the wait for /health) are in
+tests/integration/test_role_container.py; /health and the API key probe on a real llama-server in
+tests/integration/test_container_http.py.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import (
+    COMPOSE_CANDIDATES,
+    compose_config_check,
+    container_state,
+    engine_of,
+    exit_cause,
+    find_compose,
+    log_tail,
+    wait_healthy,
+)
+
+PODMAN = shutil.which("podman")
+podman = pytest.mark.skipif(PODMAN is None, reason="needs podman")
+PODMAN_COMPOSE = shutil.which("podman-compose", path=os.path.dirname(sys.executable)) or shutil.which("podman-compose")
+compose = pytest.mark.skipif(PODMAN_COMPOSE is None, reason="needs podman-compose (requirements/dev.txt)")
+
+
+def run(argv):
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("argv, engine", [
+    (["podman", "compose"], "podman"),
+    (["/usr/bin/podman-compose"], "podman"),
+    (["/opt/venv/bin/podman-compose", "--podman-path", "/usr/bin/podman"], "podman"),
+    (["docker", "compose"], "docker"),
+    (["/usr/local/bin/docker-compose"], "docker"),
+    (["/opt/podman/bin/docker-compose"], "docker"),  # the program's name counts, not its folder
+])
+def test_the_engine_is_podman_only_for_podman_s_compose_programs(argv, engine):
+    assert engine_of(argv) == engine
+
+
+def recording_run(failing=()):
+    """A ``run(argv)`` for the probe of ``<program> compose version``: rc 1 for the programs in ``failing``."""
+    calls = []
+
+    def probe(argv):
+        calls.append(list(argv))
+        return (1, "", "unknown command") if argv[0] in failing else (0, "v1", "")
+    return probe, calls
+
+
+def test_the_compose_tools_are_tried_in_the_documented_order():
+    assert COMPOSE_CANDIDATES == (("podman", "compose"), ("podman-compose",), ("docker", "compose"),
+                                  ("docker-compose",))
+    everything = {"podman": "/usr/bin/podman", "podman-compose": "/usr/bin/podman-compose",
+                  "docker": "/usr/bin/docker", "docker-compose": "/usr/bin/docker-compose"}
+    probe, calls = recording_run()
+    assert find_compose(probe, everything.get) == ["podman", "compose"]
+    assert calls == [["/usr/bin/podman", "compose", "version"]]  # asked by the path `which` found
+
+
+def test_a_compose_subcommand_that_fails_its_version_probe_is_passed_over():
+    everything = {"podman": "/usr/bin/podman", "docker": "/usr/bin/docker", "docker-compose": "/usr/bin/dc"}
+    probe, calls = recording_run(failing=("/usr/bin/podman",))
+    assert find_compose(probe, everything.get) == ["docker", "compose"]
+    assert calls == [["/usr/bin/podman", "compose", "version"], ["/usr/bin/docker", "compose", "version"]]
+    probe, calls = recording_run(failing=("/usr/bin/podman", "/usr/bin/docker"))
+    assert find_compose(probe, everything.get) == ["docker-compose"]  # a standalone tool is not probed
+    assert calls == [["/usr/bin/podman", "compose", "version"], ["/usr/bin/docker", "compose", "version"]]
+
+
+def test_a_standalone_compose_tool_on_path_is_taken_without_a_probe():
+    probe, calls = recording_run()
+    assert find_compose(probe, {"podman-compose": "/venv/bin/podman-compose"}.get) == ["podman-compose"]
+    assert calls == []
+    assert find_compose(probe, {"docker-compose": "/usr/bin/docker-compose"}.get) == ["docker-compose"]
+    assert find_compose(probe, {}.get) is None
+    assert find_compose(probe, {}.get, given=["podman-compose", "--verbose"]) == ["podman-compose", "--verbose"]
+    assert find_compose(probe, {}.get, given=[]) is None  # an empty command is no command
+    assert calls == []
+
+
+COMPOSE = """services:
+  ai-llm:
+    image: localhost/ai-llm:cpu
+    environment:
+      CTX_SIZE: ${CTX_SIZE:?CTX_SIZE must be set in .env}
+"""
+
+
+@compose
+def test_compose_reads_the_env_file_next_to_the_compose_file():
+    before = set(os.listdir(tempfile.gettempdir()))
+    assert compose_config_check(run, [PODMAN_COMPOSE], "docker-compose.prod.yml", "CTX_SIZE=4096\n", COMPOSE) is None
+    problem = compose_config_check(run, [PODMAN_COMPOSE], "docker-compose.prod.yml", "PARALLEL=1\n", COMPOSE)
+    assert problem.startswith("%s config refused it (rc=" % PODMAN_COMPOSE), problem
+    assert "CTX_SIZE must be set in .env" in problem
+    assert "\n" not in problem
+    left = [n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith("llm_server-config-")]
+    assert left == []  # the temporary copies are removed
+
+
+@podman
+def test_a_missing_container_as_podman_reports_it():
+    name = "ai-llm-never-created-0f3c"
+    assert container_state(run, "podman", name) == {"exists": False, "status": "missing"}
+    assert log_tail(run, "podman", name) == []
+    answer = wait_healthy(run, "podman", name, "http://127.0.0.1:9/health", timeout=30)
+    assert answer == {"healthy": False, "seconds": answer["seconds"], "status": None,
+                      "container": {"exists": False, "status": "missing"},
+                      "cause": "the container %s is gone (removed)" % name, "log_tail": []}
+    assert 0 <= answer["seconds"] < 30  # no wait for a container that is not there
+
+
+@podman
+def test_an_engine_error_that_is_not_a_missing_container_is_reported_as_unknown():
+    _rc, out, err = run([PODMAN, "container", "inspect", "--no-such-option-here"])
+    state = container_state(run, PODMAN, "--no-such-option-here")
+    assert state == {"exists": False, "status": "unknown", "error": (err or out).strip().splitlines()[-1]}
+
+
+def replying(rc, out, err=""):
+    def answer(_argv):
+        return rc, out, err
+    return answer
+
+
+def test_inspect_output_that_is_not_json_is_unknown_not_missing():
+    assert container_state(replying(0, "not json"), "podman", "ai-llm") == {
+        "exists": False, "status": "unknown", "error": "podman inspect printed no JSON"}
+    assert container_state(replying(0, "[]"), "docker", "ai-llm") == {
+        "exists": False, "status": "unknown", "error": "docker inspect printed no JSON"}
+    assert container_state(replying(1, "", ""), "podman", "ai-llm") == {"exists": False, "status": "missing"}
+    assert container_state(replying(1, "", "Error: permission denied\nreading the container"), "podman",
+                           "ai-llm") == {"exists": False, "status": "unknown", "error": "reading the container"}
+
+
+def test_paused_and_restarting_win_over_the_status_string():
+    """docker reports a paused container with State.Status "paused" and Paused true, a restarting one with
+    Restarting true; either flag decides, and a container without a status is "unknown"."""
+    inspect = ('[{"Id": "abc", "State": {"Status": "Running", "Paused": true, "Pid": 7, "ExitCode": 0}, '
+               '"Config": {"Labels": {"ai_llm.moe_offload.config_hash": "h"}, "Image": "img"}, "RestartCount": 2}]')
+    state = container_state(replying(0, inspect), "docker", "ai-llm")
+    assert state["status"] == "paused" and state["running"] is False
+    assert (state["id"], state["pid"], state["exit_code"], state["restarts"], state["image"]) == ("abc", 7, 0, 2, "img")
+    restarting = inspect.replace('"Paused": true', '"Restarting": true')
+    assert container_state(replying(0, restarting), "docker", "ai-llm")["status"] == "restarting"
+    running = inspect.replace('"Paused": true', '"Paused": false')
+    assert container_state(replying(0, running), "docker", "ai-llm")["running"] is True
+    bare = container_state(replying(0, '{"Id": "x"}'), "docker", "ai-llm")
+    assert bare == {"exists": True, "id": "x", "status": "unknown", "running": False, "pid": 0, "exit_code": None,
+                    "restarts": 0, "started_at": None, "image": None, "config_hash": None}
+
+
+def test_the_log_tail_keeps_stderr_then_stdout_without_blank_lines_and_only_the_last_lines():
+    calls = []
+
+    def logs(argv):
+        calls.append(argv)
+        return 0, "out 1\n\nout 2\n", "err 1\n   \nerr 2"
+    assert log_tail(logs, "docker", "ai-llm", lines=3) == ["err 2", "out 1", "out 2"]
+    assert calls == [["docker", "logs", "--tail", "3", "ai-llm"]]
+    assert log_tail(replying(0, b"a\xff\n".decode("latin-1"), ""), "podman", "x") == ["a\xff"]
+    assert log_tail(replying(0, "only stdout\n", None), "podman", "x") == ["only stdout"]
+    assert log_tail(replying(0, "", "only stderr"), "podman", "x") == ["only stderr"]
+    assert len(log_tail(replying(0, "\n".join(str(i) for i in range(100))), "podman", "x")) == 40
+
+
+def test_the_cause_is_a_crash_line_before_an_earlier_generic_error():
+    """ggml.c ggml_abort prints ``<file>:<line>: GGML_ASSERT(x) failed``; an earlier line with "error" in it
+    (a failed request) is not why the server died."""
+    lines = ["srv  log_server_r: request: POST /completion 127.0.0.1 500 error",
+             "/src/llama.cpp/ggml/src/ggml-cpu/ops.cpp:4321: GGML_ASSERT(ne00 % 32 == 0) failed",
+             "#0  0x00007f in ggml_print_backtrace () from libggml-base.so"]
+    assert exit_cause(lines) == lines[1]
+
+
+def test_model_descriptions_are_not_causes():
+    lines = ["print_info: rope type = unknown",
+             "llama_model_loader: - kv  12: general.unknown_key str = x", "bye"]
+    assert exit_cause(lines) == "bye"
+    assert exit_cause(["  starting  ", "  Segmentation fault (core dumped)  ", "illegal hardware instruction"]) == \
+        "Segmentation fault (core dumped)"
+
+
+def test_exiting_due_to_repeats_the_cause_printed_before_it():
+    """tools/server/server-http.cpp prints "couldn't bind HTTP server socket, hostname: %s, port: %d" and then
+    server.cpp "exiting due to HTTP server error": the first one is why."""
+    lines = ["srv    start: couldn't bind HTTP server socket, hostname: 0.0.0.0, port: 8080",
+             "srv    operator(): cleaning up before exit...",
+             "srv    main: exiting due to HTTP server error"]
+    assert exit_cause(lines) == lines[0]
+    assert exit_cause(["main: exiting due to HTTP server error", "bye"]) == "bye"
+    assert exit_cause([]) == ""
