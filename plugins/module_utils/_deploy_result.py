@@ -157,7 +157,9 @@ def build(parts, now=None):
         "model": settings.get("model_path"),
         "config_hash": rollback.get("config_hash") if rollback.get("performed") else
         (config.get("config_hash") or (service.get("container") or {}).get("config_hash")),
-        "pattern": restored.get("LLM_MOE_OFFLOAD_PATTERN", placement.get("pattern", last.get("pattern", ""))),
+        # (a restored .env without the key: compose reads ${LLM_MOE_OFFLOAD_PATTERN:-} as empty, no offload)
+        "pattern": restored.get("LLM_MOE_OFFLOAD_PATTERN", "") if restored else
+        placement.get("pattern", last.get("pattern", "")),
         "pattern_source": ("snapshot" if restored.get("LLM_MOE_OFFLOAD_PATTERN") else "none") if restored else
         placement.get("pattern_source", last.get("pattern_source", "none")),
         "device_overrides": [o for o in restored.get("LLM_TENSOR_OVERRIDES", "").split(",") if o] if restored

@@ -3,11 +3,14 @@ status and a one-line message, for a change, no change, a check run, a refusal, 
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_result import STATUSES, build, delta_seconds
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_result import (
+    PLAN_GPU_KEYS, STATUSES, _ran, _seconds, build, buffers, delta_seconds, plan_summary, rollback_text,
+    status_and_message)
 
 README = Path(__file__).resolve().parents[4] / "roles" / "llm_server" / "README.md"
 SETTINGS = {"image": "localhost/ai-llm:cpu", "model_path": "/m/demo.gguf", "moe_offload_mode": "all",
@@ -65,7 +68,8 @@ def test_check_mode_refusal_failure_and_rollback():
     assert (refused["status"], refused["message"]) == ("failed", "llm_server: refused inventory pattern")
     failed = build(parts(failure="llama-server exited: boom", rollback={"performed": False, "error": "no"}))
     assert failed["status"] == "failed"
-    assert failed["message"] == "llm_server: the deploy on h1 failed: llama-server exited: boom. The rollback failed too: no"
+    assert failed["message"] == ("llm_server: the deploy on h1 failed: llama-server exited: boom. "
+                                 "The rollback failed too: no")
     back = build(parts(failure="llama-server exited: boom",
                        rollback={"performed": True, "serving": True, "config_hash": "e" * 64,
                                  "reason": "Rolled back to the last verified configuration (/p/.rollback/x)",
@@ -80,7 +84,8 @@ def test_check_mode_refusal_failure_and_rollback():
 def test_the_message_says_that_the_deploy_waited_for_the_lock():
     lock = {"queued": True, "msg": "waited 12 s for the lock of /p held by ansible-playbook (pid 42) on c, since t"}
     result = build(parts(lock=lock))
-    assert result["message"].endswith("(waited 12 s for the lock of /p held by ansible-playbook (pid 42) on c, since t)")
+    assert result["message"].endswith("(waited 12 s for the lock of /p held by ansible-playbook (pid 42) on c, "
+                                      "since t)")
     assert build(parts(lock={"queued": False, "msg": "took the lock"}))["message"].endswith("nothing to change")
 
 
@@ -88,3 +93,356 @@ def test_the_message_says_that_the_deploy_waited_for_the_lock():
                                             ("bad", None)])
 def test_delta_seconds(delta, seconds):
     assert delta_seconds(delta) == seconds
+
+
+# --- the contract of each part of the result ---------------------------------------------------------------------
+
+BASE_URL = "http://127.0.0.1:8080"
+ROLLED_BACK = "Rolled back to the last verified configuration (/p/.rollback/x)"
+SERVES_AGAIN = ROLLED_BACK + "; ai-llm serves again (http://127.0.0.1:8080/health 200)."
+EMPTY_BUFFERS = {"model": {}, "kv": {}, "rs": {}, "compute": {}}
+LAST = {"pattern": r"blk\.1\.ffn_.*_exps\.weight", "pattern_source": "plan",
+        "device_overrides": [r"blk\.2\.ffn_.*_exps\.weight=CUDA0"], "tensors_moved": ["blk.1.ffn_up_exps.weight"],
+        "evidence": "device_buffers", "vram": [{"index": 0, "planned_mib": 100, "used_mib": 90, "ok": True}],
+        "buffers": {"model": {"CUDA0": 10.0}, "kv": {"CUDA0": 1.0}, "rs": {}, "compute": {"CUDA0": 2.0}},
+        "offloaded_layers": {"offloaded": 49, "total": 49}, "parity": 'identical: 2 tokens "ok"'}
+EMPTY_PLAN = {"mode": None, "fits": None, "reason": None, "cpu_expert_layers": [], "placement": None,
+              "gpu_indices": [], "tensor_split": "", "gpus": [], "host": {"experts_mib": None, "available_mib": None}}
+
+
+def test_ran_is_a_result_that_is_there_and_not_skipped():
+    assert _ran(None) is False
+    assert _ran({}) is False
+    assert _ran({"skipped": True, "changed": False}) is False
+    assert _ran({"skipped": False, "changed": False}) is True
+    assert _ran({"changed": False}) is True
+
+
+def test_plan_summary_takes_every_documented_key_of_a_plan():
+    gpu = {"index": 0, "name": "H200", "model_mib": 1000, "kv_mib": 200, "recurrent_mib": 0, "compute_mib": 300,
+           "margin_mib": 512, "total_mib": 2012, "free_mib": 140000, "experts_mib": 800, "extra": "dropped"}
+    plan = {"fits": True, "reason": "the experts of 2 blocks go to host RAM", "msg": "not this",
+            "cpu_expert_layers": [3, 4], "cpu_moe_layers": [9], "placement": "layer", "gpu_indices": [1],
+            "tensor_split": "3,1", "memory": {"gpus": [gpu, {"index": 1}],
+                                              "host": {"experts_mib": 1600, "model_mib": 1, "available_mib": 64000}}}
+    assert plan_summary({"moe_offload_mode": "auto"}, plan, {"gpu_devices": [0]}) == {
+        "mode": "auto", "fits": True, "reason": "the experts of 2 blocks go to host RAM", "cpu_expert_layers": [3, 4],
+        "placement": "layer", "gpu_indices": [1], "tensor_split": "3,1",
+        "gpus": [{k: v for k, v in gpu.items() if k != "extra"}, dict({k: None for k in PLAN_GPU_KEYS}, index=1)],
+        "host": {"experts_mib": 1600, "available_mib": 64000}}
+
+
+def test_plan_summary_falls_back_to_msg_the_older_layer_key_the_placed_gpus_and_the_host_model_size():
+    plan = {"fits": False, "msg": "does not fit", "cpu_moe_layers": [5],
+            "memory": {"host": {"model_mib": 700, "available_mib": 100}}}
+    assert plan_summary({"moe_offload_mode": "layers"}, plan, {"gpu_devices": [0, 1]}) == {
+        "mode": "layers", "fits": False, "reason": "does not fit", "cpu_expert_layers": [5], "placement": None,
+        "gpu_indices": [0, 1], "tensor_split": "", "gpus": [], "host": {"experts_mib": 700, "available_mib": 100}}
+
+
+def test_plan_summary_of_a_plan_that_did_not_run_is_empty():
+    assert plan_summary({}, None, None) == EMPTY_PLAN
+    assert plan_summary({}, {}, {}) == EMPTY_PLAN
+    skipped = {"skipped": True, "fits": True, "reason": "r", "gpu_indices": [3], "tensor_split": "1,1"}
+    assert plan_summary({"moe_offload_mode": "all"}, skipped, {"gpu_devices": [2]}) == dict(
+        EMPTY_PLAN, mode="all", gpu_indices=[2])
+
+
+def test_plan_summary_keeps_an_empty_list_of_expert_layers_over_the_older_key():
+    assert plan_summary({}, {"cpu_expert_layers": [], "cpu_moe_layers": [1]}, {})["cpu_expert_layers"] == []
+    assert plan_summary({}, {"cpu_expert_layers": None}, {})["cpu_expert_layers"] == []
+
+
+def test_buffers_are_the_four_kinds_of_the_log_each_a_dict():
+    assert buffers(None) == EMPTY_BUFFERS
+    assert buffers({}) == EMPTY_BUFFERS
+    assert buffers({"model_buffers": None, "kv_buffers": {}}) == EMPTY_BUFFERS
+    log = {"model_buffers": {"CUDA0": 1.5}, "kv_buffers": {"CUDA0": 0.5}, "rs_buffers": {"CPU": 0.1},
+           "compute_buffers": {"CUDA_Host": 2.0}, "other": {"x": 1}}
+    assert buffers(log) == {"model": {"CUDA0": 1.5}, "kv": {"CUDA0": 0.5}, "rs": {"CPU": 0.1},
+                            "compute": {"CUDA_Host": 2.0}}
+
+
+@pytest.mark.parametrize("delta, seconds", [("0:01:00", 60.0), ("2:00:00", 7200.0), ("0:00:00", 0.0),
+                                            (None, None), (0, None), ("1:2", None), ("a:b:c", None),
+                                            ("0:0:0:1", None)])
+def test_delta_seconds_reads_hours_minutes_seconds_only(delta, seconds):
+    assert delta_seconds(delta) == seconds
+
+
+def test_seconds_sums_the_deltas_there_are_and_is_none_without_any():
+    assert _seconds() is None
+    assert _seconds("", None, "bad") is None
+    assert _seconds("0:00:00") == 0.0
+    assert _seconds("", "0:00:00.500000") == 0.5
+    assert _seconds("0:00:00.500000", "bad", "0:00:01.250000") == 1.75
+    assert _seconds("0:01:00", "0:00:02.5") == 62.5
+
+
+def test_rollback_text_says_what_the_rollback_did():
+    settings = {"base_url": BASE_URL}
+    assert rollback_text({}) == ""
+    assert rollback_text({"settings": settings, "rollback": {}}) == ""
+    serving = {"performed": True, "serving": True, "reason": ROLLED_BACK, "error": "ignored"}
+    assert rollback_text({"settings": settings, "rollback": serving}) == SERVES_AGAIN
+    assert rollback_text({"settings": settings, "rollback": dict(serving, serving=False)}) == \
+        "The rollback failed too: ignored"
+    assert rollback_text({"settings": settings, "rollback": {"performed": True, "reason": ROLLED_BACK}}) == ROLLED_BACK
+    assert rollback_text({"settings": settings, "rollback": {"serving": True, "reason": ROLLED_BACK}}) == ROLLED_BACK
+    assert rollback_text({"settings": settings, "rollback": {"error": "no snapshot", "reason": ROLLED_BACK}}) == \
+        "The rollback failed too: no snapshot"
+
+
+def test_status_of_a_rollback_run_is_its_text():
+    rollback = {"performed": True, "serving": True, "reason": ROLLED_BACK}
+    assert status_and_message({"host": "h1", "status": "rolled_back", "settings": SETTINGS, "rollback": rollback,
+                               "changes": [True]}) == ("rolled_back", SERVES_AGAIN)
+    assert status_and_message({"status": "rolled_back", "rollback": {"reason": "nothing to roll back to"}}) == \
+        ("rolled_back", "nothing to roll back to")
+
+
+def test_a_failure_of_a_rollback_run_is_said_before_what_the_rollback_did():
+    rollback = {"performed": True, "serving": True, "reason": ROLLED_BACK}
+    assert status_and_message({"host": "h1", "status": "rolled_back", "failure": "the snapshot is gone",
+                               "settings": SETTINGS, "rollback": rollback}) == (
+        "rolled_back", "llm_server: the deploy on h1 failed: the snapshot is gone. " + SERVES_AGAIN)
+
+
+def test_a_refusal_wins_over_a_failure_and_check_mode():
+    assert status_and_message({"refusal": "llm_server: refused", "failure": "boom", "check_mode": True}) == \
+        ("failed", "llm_server: refused")
+
+
+def test_a_failure_message_ends_with_one_period_and_names_the_host():
+    assert status_and_message({"host": "h2", "failure": "boom."}) == \
+        ("failed", "llm_server: the deploy on h2 failed: boom.")
+    assert status_and_message({"failure": "boom ..."}) == ("failed", "llm_server: the deploy on ? failed: boom .")
+    assert status_and_message({"host": "h2", "failure": "boom", "check_mode": True,
+                               "rollback": {"performed": True, "serving": False, "error": "compose failed"}}) == \
+        ("failed", "llm_server: the deploy on h2 failed: boom. The rollback failed too: compose failed")
+    assert status_and_message({"host": "h2", "failure": "boom", "settings": SETTINGS,
+                               "rollback": {"performed": True, "serving": True, "reason": ROLLED_BACK}}) == \
+        ("rolled_back", "llm_server: the deploy on h2 failed: boom. " + SERVES_AGAIN)
+
+
+def test_check_mode_says_what_would_change():
+    converge = {"recreate": False, "verify": True, "reason": ""}
+    assert status_and_message({"check_mode": True, "converge": converge, "log": LOG, "changes": [False, True]}) == \
+        ("checked", "check mode: the configuration files would change (nothing was changed)")
+    assert status_and_message({"check_mode": True, "converge": converge, "changes": [False, False]}) == \
+        ("checked", "check mode: nothing would change")
+    assert status_and_message({"check_mode": True}) == ("checked", "check mode: nothing would change")
+    assert status_and_message({"check_mode": True, "changes": [True],
+                               "converge": {"recreate": True, "reason": "the image changed"}}) == \
+        ("checked", "check mode: the image changed (nothing was changed)")
+
+
+def test_a_verified_run_gives_its_reason_and_what_the_log_proved():
+    log = {"evidence": "device_buffers", "overridden": [{"tensor": "a"}, {"tensor": "b"}]}
+    assert status_and_message({"converge": {"verify": True, "reason": ""}, "log": log, "changes": [False]}) == (
+        "changed", "verified on request (llm_server_verify_always); verified: 2 tensor(s) overridden to host memory "
+                   "(device_buffers evidence)")
+    assert status_and_message({"converge": {"verify": True, "reason": "the model changed"},
+                               "log": {"evidence": "none"}}) == (
+        "changed", "the model changed; verified: 0 tensor(s) overridden to host memory (none evidence)")
+
+
+def test_without_a_verification_changed_files_say_what_they_kept():
+    skipped_log = {"skipped": True, "evidence": "per_tensor"}
+    assert status_and_message({"converge": {"verify": True}, "log": skipped_log, "changes": [False, True],
+                               "snapshot": {"changed": True}}) == \
+        ("changed", "kept the snapshot of the verified configuration")
+    assert status_and_message({"converge": {"verify": False}, "log": LOG, "changes": [True],
+                               "snapshot": {"skipped": True}}) == \
+        ("changed", "updated files that do not change what ai-llm runs")
+    assert status_and_message({"changes": [True]}) == ("changed", "updated files that do not change what ai-llm runs")
+
+
+def test_no_change_names_the_first_twelve_characters_of_the_hash():
+    assert status_and_message({"config": {"config_hash": "0123456789abcdef"}, "changes": [False, False]}) == \
+        ("unchanged", "ai-llm serves the configuration on disk (0123456789ab); nothing to change")
+    assert status_and_message({}) == ("unchanged", "ai-llm serves the configuration on disk (); nothing to change")
+
+
+def test_the_lock_is_said_only_when_the_run_queued_and_the_lock_says_why():
+    assert status_and_message({"changes": [True], "lock": {"queued": True, "msg": "waited 3 s"}}) == \
+        ("changed", "updated files that do not change what ai-llm runs (waited 3 s)")
+    assert status_and_message({"changes": [True], "lock": {"queued": True, "msg": ""}}) == \
+        ("changed", "updated files that do not change what ai-llm runs")
+
+
+def test_build_of_nothing_registered_has_every_key_empty():
+    assert build({}, now=5.0) == {
+        "status": "unchanged", "changed": False,
+        "message": "ai-llm serves the configuration on disk (); nothing to change",
+        "host": None, "image": None, "model": None, "config_hash": None, "pattern": "", "pattern_source": "none",
+        "device_overrides": [], "tensors_moved": [], "evidence": None, "plan": EMPTY_PLAN, "vram": [],
+        "buffers": EMPTY_BUFFERS, "offloaded_layers": None,
+        "rollback": {"performed": False, "reason": None, "restored_from": None, "serving": None},
+        "auth": {"enforced": False, "checked": False}, "parity": "off",
+        "timings": {"total": None, "recreate": None, "health": None, "lock_wait": None},
+        "files": {"env": None, "compose": None, "verification": None}}
+
+
+def test_build_of_a_run_that_measured_nothing_reports_the_last_verification():
+    service = {"disk": {"verification": LAST}, "container": {"config_hash": "c" * 64},
+               "auth": {"checked": True, "enforced": True}}
+    result = build({"host": "h1", "settings": SETTINGS, "started": "100.25", "service": service,
+                    "changes": [False], "log": {"skipped": True, "evidence": "per_tensor"},
+                    "timings": {"commands": ["", ""], "lock_wait": 1.5}}, now=101.0)
+    assert result == {
+        "status": "unchanged", "changed": False, "message": "ai-llm serves the configuration on disk (); nothing to "
+                                                            "change",
+        "host": "h1", "image": "localhost/ai-llm:cpu", "model": "/m/demo.gguf", "config_hash": "c" * 64,
+        "pattern": LAST["pattern"], "pattern_source": "plan", "device_overrides": LAST["device_overrides"],
+        "tensors_moved": ["blk.1.ffn_up_exps.weight"], "evidence": "device_buffers",
+        "plan": dict(EMPTY_PLAN, mode="all"), "vram": LAST["vram"], "buffers": LAST["buffers"],
+        "offloaded_layers": {"offloaded": 49, "total": 49},
+        "rollback": {"performed": False, "reason": None, "restored_from": None, "serving": None},
+        "auth": {"enforced": True, "checked": True}, "parity": 'identical: 2 tokens "ok"',
+        "timings": {"total": 0.75, "recreate": None, "health": None, "lock_wait": 1.5},
+        "files": {"env": "/p/.env", "compose": "/p/c.yml", "verification": "/p/verification.json"}}
+
+
+def test_build_prefers_this_runs_placement_and_measurements_over_the_last_verification():
+    placement = {"pattern": "", "pattern_source": "none", "tensor_overrides": ["x=CUDA1"]}
+    vram = [{"index": 0, "planned_mib": 5, "used_mib": 4, "ok": True}]
+    result = build({"settings": SETTINGS, "service": {"disk": {"verification": LAST}}, "placement": placement,
+                    "config": {"config_hash": "a" * 64}, "vram": vram}, now=1.0)
+    assert (result["pattern"], result["pattern_source"], result["device_overrides"]) == ("", "none", ["x=CUDA1"])
+    assert (result["config_hash"], result["vram"], result["evidence"]) == ("a" * 64, vram, "device_buffers")
+
+
+def test_build_of_a_last_verification_without_some_keys_uses_their_empty_values():
+    last = {"evidence": "none"}
+    result = build({"settings": dict(SETTINGS, parity_check=True), "service": {"disk": {"verification": last}}})
+    assert {k: result[k] for k in ("pattern", "pattern_source", "device_overrides", "tensors_moved", "evidence",
+                                   "vram", "buffers", "offloaded_layers", "parity")} == {
+        "pattern": "", "pattern_source": "none", "device_overrides": [], "tensors_moved": [], "evidence": "none",
+        "vram": [], "buffers": EMPTY_BUFFERS, "offloaded_layers": None, "parity": "off"}
+
+
+def test_build_of_a_verified_recreate_reports_what_the_log_measured():
+    log = {"evidence": "per_tensor", "overridden": [{"tensor": "blk.1.ffn_up_exps.weight"}, {"tensor": "t2"}],
+           "model_buffers": {"CPU_Mapped": 4.8}, "kv_buffers": {"CPU": 0.06},
+           "offloaded_layers": {"offloaded": 1, "total": 2}}
+    settings = dict(SETTINGS, parity_check=True, api_key_set=True)
+    placement = {"pattern": r"\.ffn_.*_exps\.weight", "pattern_source": "inventory", "tensor_overrides": ["y=CUDA0"],
+                 "gpu_devices": [0]}
+    result = build({"host": "h1", "settings": settings, "started": 100, "placement": placement,
+                    "service": {"disk": {"verification": LAST}, "auth": {"checked": True, "enforced": False}},
+                    "config": {"config_hash": "d" * 64, "changed": True},
+                    "converge": {"recreate": True, "verify": True, "reason": "the configuration changed"},
+                    "changes": [True, False, False, True], "log": log,
+                    "health": {"seconds": 2.5, "auth": {"checked": True, "enforced": True}},
+                    "parity": {"after": {"tokens": [1, 2, 3], "content": "ok"}},
+                    "parity_note": "ignored",
+                    "rollback": {"config_hash": "e" * 64, "reason": "not needed"},
+                    "timings": {"commands": ["0:00:00.500000", "0:00:01.250000"], "lock_wait": 0}}, now=110.0)
+    assert result == {
+        "status": "changed", "changed": True,
+        "message": "the configuration changed; verified: 2 tensor(s) overridden to host memory (per_tensor evidence)",
+        "host": "h1", "image": "localhost/ai-llm:cpu", "model": "/m/demo.gguf", "config_hash": "d" * 64,
+        "pattern": r"\.ffn_.*_exps\.weight", "pattern_source": "inventory", "device_overrides": ["y=CUDA0"],
+        "tensors_moved": ["blk.1.ffn_up_exps.weight", "t2"], "evidence": "per_tensor",
+        "plan": dict(EMPTY_PLAN, mode="all", gpu_indices=[0]), "vram": [],
+        "buffers": {"model": {"CPU_Mapped": 4.8}, "kv": {"CPU": 0.06}, "rs": {}, "compute": {}},
+        "offloaded_layers": {"offloaded": 1, "total": 2},
+        "rollback": {"performed": False, "reason": "not needed", "restored_from": None, "serving": None},
+        "auth": {"enforced": True, "checked": True}, "parity": 'identical: 3 tokens "ok"',
+        "timings": {"total": 10.0, "recreate": 1.75, "health": 2.5, "lock_wait": 0},
+        "files": {"env": "/p/.env", "compose": "/p/c.yml", "verification": "/p/verification.json"}}
+
+
+def test_build_passes_the_parity_note_when_there_was_no_baseline():
+    settings = dict(SETTINGS, parity_check=True)
+    result = build({"settings": settings, "log": LOG, "parity": {}, "parity_note": "no baseline: ai-llm was down"})
+    assert result["parity"] == "no baseline: ai-llm was down"
+    assert build({"settings": settings, "log": LOG})["parity"] == "no baseline (nothing served before this deploy)"
+
+
+def test_build_of_a_rollback_reports_the_snapshot_put_back():
+    rollback = {"performed": True, "serving": True, "config_hash": "e" * 64, "reason": ROLLED_BACK,
+                "restored_from": "/p/.rollback/x",
+                "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": "blk", "LLM_TENSOR_OVERRIDES": "a=CUDA0,,b=CUDA1"}}
+    placement = {"pattern": "new", "pattern_source": "plan", "tensor_overrides": ["new=CUDA0"]}
+    result = build({"host": "h1", "settings": SETTINGS, "status": "rolled_back", "placement": placement,
+                    "service": {"disk": {"verification": LAST}}, "config": {"config_hash": "d" * 64},
+                    "rollback": rollback, "health": {"skipped": True, "seconds": 9}}, now=1.0)
+    assert result == {
+        "status": "rolled_back", "changed": True, "message": SERVES_AGAIN,
+        "host": "h1", "image": "localhost/ai-llm:cpu", "model": "/m/demo.gguf", "config_hash": "e" * 64,
+        "pattern": "blk", "pattern_source": "snapshot", "device_overrides": ["a=CUDA0", "b=CUDA1"],
+        "tensors_moved": [], "evidence": None, "plan": dict(EMPTY_PLAN, mode="all"), "vram": [],
+        "buffers": EMPTY_BUFFERS, "offloaded_layers": None,
+        "rollback": {"performed": True, "reason": ROLLED_BACK, "restored_from": "/p/.rollback/x", "serving": True},
+        "auth": {"enforced": False, "checked": False}, "parity": 'identical: 2 tokens "ok"',
+        "timings": {"total": None, "recreate": None, "health": None, "lock_wait": None},
+        "files": {"env": "/p/.env", "compose": "/p/c.yml", "verification": "/p/verification.json"}}
+
+
+def test_build_of_a_rollback_to_no_pattern_says_none():
+    rollback = {"performed": True, "serving": True, "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": "",
+                                                                 "LLM_TENSOR_OVERRIDES": ""}}
+    result = build({"status": "rolled_back", "placement": {"pattern": "p", "pattern_source": "plan",
+                                                           "tensor_overrides": ["o=CUDA0"]}, "rollback": rollback})
+    assert (result["pattern"], result["pattern_source"], result["device_overrides"]) == ("", "none", [])
+
+
+def test_build_of_a_rollback_to_a_snapshot_without_device_overrides_places_none():
+    rollback = {"performed": True, "serving": True, "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": "blk"}}
+    result = build({"status": "rolled_back", "placement": {"tensor_overrides": ["o=CUDA0"]}, "rollback": rollback})
+    assert (result["pattern"], result["pattern_source"], result["device_overrides"]) == ("blk", "snapshot", [])
+
+
+def test_build_without_a_last_verification_says_why_there_is_no_parity_baseline():
+    result = build({"settings": {"parity_check": True}, "service": {"disk": {}}})
+    assert result["parity"] == "no baseline (nothing served before this deploy)"
+
+
+@pytest.mark.parametrize("health, service_auth, api_key_set, auth", [
+    ({"auth": {"checked": True, "enforced": True}}, {"checked": True, "enforced": False}, False,
+     {"enforced": True, "checked": True}),
+    ({"auth": {"checked": True, "enforced": False}}, {"checked": False}, True, {"enforced": False, "checked": True}),
+    ({"auth": {"checked": False, "enforced": True}}, {"checked": True, "enforced": False}, True,
+     {"enforced": False, "checked": True}),
+    ({"skipped": True, "auth": {"checked": True, "enforced": True}}, {"checked": False}, False,
+     {"enforced": False, "checked": False}),
+    ({}, {"checked": True, "enforced": True}, False, {"enforced": True, "checked": True}),
+    ({}, {"enforced": False}, True, {"enforced": True, "checked": False}),
+    ({}, None, True, {"enforced": True, "checked": False}),
+    ({"seconds": 1.0}, None, False, {"enforced": False, "checked": False}),
+])
+def test_auth_is_what_this_run_proved_else_what_the_service_showed_else_whether_a_key_is_set(
+        health, service_auth, api_key_set, auth):
+    result = build({"settings": {"api_key_set": api_key_set}, "health": health, "service": {"auth": service_auth}})
+    assert result["auth"] == auth
+
+
+@pytest.mark.parametrize("status, changed", [("changed", True), ("rolled_back", True), ("unchanged", False),
+                                             ("failed", False), ("checked", False)])
+def test_changed_is_true_for_a_change_or_a_rollback_only(status, changed):
+    runs = {"changed": {"changes": [True]}, "rolled_back": {"status": "rolled_back"}, "unchanged": {},
+            "failed": {"failure": "boom"}, "checked": {"check_mode": True}}
+    result = build(runs[status])
+    assert (result["status"], result["changed"]) == (status, changed)
+    assert status in STATUSES
+
+
+def test_the_total_time_is_rounded_to_milliseconds():
+    assert build({"started": 100.0}, now=100.12345)["timings"]["total"] == 0.123
+
+
+def test_the_total_time_runs_to_now_by_default():
+    started = time.time()
+    total = build({"started": started})["timings"]["total"]
+    assert 0 <= total < 60
+
+
+def test_build_of_a_rollback_to_a_snapshot_without_the_pattern_key_offloads_nothing():
+    """compose reads a missing key as ${LLM_MOE_OFFLOAD_PATTERN:-}: empty, so the restored server offloads nothing,
+    whatever the configuration that was rolled back planned."""
+    rollback = {"performed": True, "serving": True, "env_keys": {"CTX_SIZE": "4096"}}
+    result = build({"status": "rolled_back", "placement": {"pattern": "p", "pattern_source": "plan"},
+                    "rollback": rollback})
+    assert (result["pattern"], result["pattern_source"], result["device_overrides"]) == ("", "none", [])
