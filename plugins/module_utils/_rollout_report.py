@@ -27,12 +27,9 @@ from dataclasses import dataclass, field
 STATUSES = ("changed", "unchanged", "checked", "rolled_back", "failed", "unreachable", "not_reached")
 ROLE_STATUSES = ("changed", "unchanged", "failed", "rolled_back", "checked")
 OK_STATUSES = ("changed", "unchanged", "checked")
-PHASES = ("preflight", "deploy")
-REPORT_FILES = ("rollout.json", "rollout.md", "rollout.html")
 # llama.cpp's GPU backend buffer names: <backend><device number> (CUDA0, Vulkan1, ROCm0...); everything else
 # (CPU, CPU_Mapped, CPU_REPACK, AMX, CUDA_Host) lives in host memory.
 GPU_BUFFER = re.compile(r"^(CUDA|ROCm|Vulkan|SYCL|MUSA|CANN|Metal|OpenCL|RPC\[.*\])(\d+)$")
-BUFFER_KINDS = ("model", "kv", "rs", "compute")
 
 
 class ReportError(ValueError):
@@ -278,7 +275,7 @@ def markdown(report):
         out += ["", "Stopped: " + _md(report["reason"]) + "."]
     out += ["", "Batches as Ansible ran them (serial %s, llm_rollout_max_fail_percentage %s): %s." % (
         _md(json.dumps(report["serial"])), report["max_fail_percentage"],
-        batch_list(report))]
+        _md(batch_list(report)))]
     out += ["", "| host | batch | status | pattern | message |", "|---|---|---|---|---|"]
     for row in report["hosts"]:
         cells = (_md(row["host"]), _cell(row["batch"]), row["status"], _md_code(row["pattern"]), _md(row["message"]))
@@ -290,8 +287,9 @@ def markdown(report):
         out += ["", "## %s (%s)" % (_md(row["host"]), row["status"]), "",
                 "| memory | planned MiB | measured MiB |", "|---|---|---|"]
         for gpu in views["gpus"]:
-            out.append("| **GPU %s %s** (free before: %s) | %s | %s |" % (
-                gpu["index"], _md(gpu["name"] or ""), _mib(gpu["available"]), _mib(gpu["planned_total"]),
+            out.append("| **GPU %s%s** (free before: %s) | %s | %s |" % (
+                gpu["index"], " " + _md(gpu["name"]) if gpu["name"] else "", _mib(gpu["available"]),
+                _mib(gpu["planned_total"]),
                 _mib(gpu["measured_total"])))
             planned, measured = dict(gpu["planned"]), dict(gpu["measured"] or [])
             for kind in ("model", "kv", "recurrent", "compute", "margin", "other", "free"):
@@ -408,7 +406,8 @@ def memory_views(result, host="host"):
         available = _number(gpu.get("free_mib"), gwhere + ".free_mib")
         free_after = None if available is None else available - total
         planned.append(("free", max(free_after or 0.0, 0.0)))
-        row = next((r for r in vram if isinstance(r, dict) and r.get("index") == gpu.get("index")), None)
+        row = next((r for r in vram if isinstance(r, dict) and r.get("index") == gpu.get("index")), None) \
+            if gpu.get("index") is not None else None  # (without an index, the row in the same place)
         if row is None and i < len(vram) and isinstance(vram[i], dict):
             row = vram[i]
         used = _number((row or {}).get("used_mib"), "%s.vram[%d].used_mib" % (where, i))
