@@ -2,9 +2,13 @@
 failures and after runs killed between any two steps."""
 from __future__ import annotations
 
+import calendar
 import errno
+import hashlib
 import json
 import os
+import re
+import time
 
 import pytest
 
@@ -147,3 +151,305 @@ def test_remove_leftovers(tmp_path):
     (tmp_path / "keep").write_text("k")
     assert len(remove_leftovers(str(tmp_path))) == 2
     assert os.listdir(tmp_path) == ["keep"]
+
+
+# --- the whole contract of each function --------------------------------------------------------------------
+
+EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+def mode_of(path):
+    return os.stat(path).st_mode & 0o777
+
+
+def near_now(text, fmt):
+    return abs(calendar.timegm(time.strptime(text, fmt)) - time.time()) < 300
+
+
+def make_snapshot(rollback, which, data, manifest):
+    """A snapshot written by hand: ``rollback/snapshots/<which>`` with ``data`` and ``manifest``, and the link."""
+    directory = rollback / "snapshots" / which
+    directory.mkdir(parents=True)
+    for name, content in data.items():
+        (directory / name).write_bytes(content)
+    (directory / "manifest.json").write_text(manifest if isinstance(manifest, str) else json.dumps(manifest))
+    os.symlink(os.path.join("snapshots", which), str(rollback / which))
+    return str(rollback / which), str(directory)
+
+
+def test_sha256_bytes_and_read_bytes(tmp_path):
+    assert files.sha256_bytes(b"") == EMPTY_SHA256
+    assert files.sha256_bytes(b"abc") == hashlib.sha256(b"abc").hexdigest()
+    (tmp_path / "f").write_bytes(b"\x00data")
+    assert files.read_bytes(str(tmp_path / "f")) == b"\x00data"
+    assert files.read_bytes(str(tmp_path / "missing")) is None
+
+
+def test_atomic_write_is_private_by_default(tmp_path):
+    """Without a mode the file is 0600 (it may hold secrets), whatever the umask and the old file's mode."""
+    target = tmp_path / ".env"
+    target.write_bytes(b"old")
+    os.chmod(str(target), 0o644)
+    atomic_write(str(target), b"new")
+    assert target.read_bytes() == b"new" and mode_of(str(target)) == 0o600
+    atomic_write(str(target), b"public", 0o644)
+    assert target.read_bytes() == b"public" and mode_of(str(target)) == 0o644
+    assert os.listdir(str(tmp_path)) == [".env"]
+
+
+def test_atomic_write_renames_a_marked_temporary_file_next_to_the_target(tmp_path, monkeypatch):
+    """The temporary file is hidden, in the target's directory (a rename within one file system) and carries the
+    leftover mark, so that a killed write leaves nothing ``remove_leftovers`` does not clear."""
+    renames = []
+    real_rename = os.rename
+
+    def rename(src, dst):
+        renames.append((src, dst))
+        real_rename(src, dst)
+    monkeypatch.setattr(files.os, "rename", rename)
+    target = str(tmp_path / "compose.yml")
+    atomic_write(target, b"services: {}\n")
+    ((src, dst),) = renames
+    assert dst == target
+    assert os.path.dirname(src) == str(tmp_path)
+    assert os.path.basename(src).startswith(".compose.yml" + files.TMP_MARK)
+
+
+def test_remove_leftovers_returns_the_paths_it_removed(tmp_path):
+    half_file = tmp_path / (".env" + files.TMP_MARK + "x")
+    half_file.write_text("half")
+    half_dir = tmp_path / (files.TMP_MARK + "dir")
+    (half_dir / "sub").mkdir(parents=True)
+    (half_dir / "sub" / "f").write_text("f")
+    (tmp_path / "keep").write_text("k")
+    assert sorted(remove_leftovers(str(tmp_path))) == sorted([str(half_file), str(half_dir)])
+    assert os.listdir(str(tmp_path)) == ["keep"]
+    assert remove_leftovers(str(tmp_path)) == []
+    assert remove_leftovers(str(tmp_path / "missing")) == []
+
+
+def test_remove_leftovers_unlinks_a_marked_link_without_following_it(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "data").write_text("d")
+    link = tmp_path / ("." + "last" + files.TMP_MARK + "ab12")
+    os.symlink(str(elsewhere), str(link))
+    assert remove_leftovers(str(tmp_path)) == [str(link)]
+    assert not os.path.lexists(str(link)) and (elsewhere / "data").read_text() == "d"
+
+
+def test_a_leftover_directory_that_cannot_be_removed_does_not_stop_the_run(tmp_path, monkeypatch):
+    (tmp_path / (files.TMP_MARK + "dir")).mkdir()
+
+    def refused(*_args, **_kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
+    monkeypatch.setattr(files.os, "rmdir", refused)
+    remove_leftovers(str(tmp_path))
+    monkeypatch.undo()
+    assert os.listdir(str(tmp_path)) == [files.TMP_MARK + "dir"]
+
+
+def test_ensure_dir_creates_parents_with_the_mode_and_reports_it(tmp_path):
+    path = str(tmp_path / "a" / "b")
+    old = os.umask(0o077)
+    try:
+        assert files.ensure_dir(path, 0o750) is True
+    finally:
+        os.umask(old)
+    assert os.path.isdir(path) and mode_of(path) == 0o750
+    assert files.ensure_dir(path, 0o700) is False
+    assert mode_of(path) == 0o750  # an existing directory is left as it is
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileExistsError):
+        files.ensure_dir(str(tmp_path / "file"), 0o700)
+
+
+def test_read_snapshot_returns_the_files_the_manifest_and_the_real_path(tmp_path):
+    data = config(1)
+    manifest = {"config_hash": "h1", "files": {n: hashlib.sha256(d).hexdigest() for n, d in data.items()}}
+    _link, directory = make_snapshot(tmp_path, "last", data, manifest)
+    assert read_snapshot(str(tmp_path), "last") == (data, manifest, os.path.realpath(directory))
+
+
+def test_read_snapshot_of_a_missing_link_says_which(tmp_path):
+    with pytest.raises(SnapshotError) as info:
+        read_snapshot(str(tmp_path), "previous")
+    assert str(info.value) == "there is no previous snapshot in %s" % tmp_path
+
+
+def test_read_snapshot_without_a_manifest(tmp_path):
+    link, directory = make_snapshot(tmp_path, "last", config(1), "{}")
+    os.unlink(os.path.join(directory, "manifest.json"))
+    with pytest.raises(SnapshotError) as info:
+        read_snapshot(str(tmp_path), "last")
+    assert str(info.value) == "%s (%s) has no manifest.json" % (link, os.path.realpath(directory))
+
+
+@pytest.mark.parametrize("manifest", ["not json", "[1]", "{}", '{"files": 3}', b"\xff\xfe".decode("latin-1")])
+def test_read_snapshot_of_an_unreadable_manifest(tmp_path, manifest):
+    link, _directory = make_snapshot(tmp_path, "last", config(1), manifest)
+    with pytest.raises(SnapshotError) as info:
+        read_snapshot(str(tmp_path), "last")
+    assert str(info.value).startswith("%s: manifest.json cannot be read: " % link)
+
+
+@pytest.mark.parametrize("name", ["a/b", "../outside", "", ".", ".."])
+def test_read_snapshot_refuses_a_manifest_naming_something_else_than_a_file_of_it(tmp_path, name):
+    (tmp_path / "outside").write_bytes(b"x")
+    link, _directory = make_snapshot(tmp_path, "last", {"a": b"x"}, {"files": {name: files.sha256_bytes(b"x")}})
+    with pytest.raises(SnapshotError) as info:
+        read_snapshot(str(tmp_path), "last")
+    assert str(info.value) == "%s: the manifest names %r, not a file of the snapshot" % (link, name)
+
+
+def test_read_snapshot_of_a_changed_file_says_which(tmp_path):
+    link, _directory = make_snapshot(tmp_path, "last", {".env": b"edited"}, {"files": {".env": EMPTY_SHA256}})
+    with pytest.raises(SnapshotError) as info:
+        read_snapshot(str(tmp_path), "last")
+    assert str(info.value) == ("%s: .env does not match the sha256 recorded with the snapshot (changed or cut since "
+                               "it was kept)" % link)
+
+
+def test_snapshot_hash_reads_last_by_default(tmp_path):
+    make_snapshot(tmp_path, "last", {}, {"config_hash": "h2", "files": {}})
+    make_snapshot(tmp_path, "previous", {}, {"config_hash": "h1", "files": {}})
+    assert snapshot_hash(str(tmp_path)) == "h2"
+    assert snapshot_hash(str(tmp_path), "previous") == "h1"
+
+
+@pytest.mark.parametrize("manifest", ["not json", "[1]", '"text"', '{"files": {}}', '{"config_hash": null}'])
+def test_snapshot_hash_is_none_without_a_readable_hash(tmp_path, manifest):
+    make_snapshot(tmp_path, "last", {}, manifest)
+    assert snapshot_hash(str(tmp_path)) is None
+    assert snapshot_hash(str(tmp_path), "previous") is None
+
+
+def test_snapshot_hash_of_a_manifest_that_is_not_utf8(tmp_path):
+    _link, directory = make_snapshot(tmp_path, "last", {}, "{}")
+    with open(os.path.join(directory, "manifest.json"), "wb") as f:
+        f.write(b'{"config_hash": "\xff"}')
+    assert snapshot_hash(str(tmp_path)) is None
+
+
+def test_a_saved_snapshot_holds_the_files_and_a_readable_manifest(tmp_path):
+    """``snapshots/<UTC time>-<8 hex>/``: each file 0600, and manifest.json sorted, indented, newline-terminated."""
+    rollback = str(tmp_path / ".rollback")
+    save_snapshot(rollback, config(1), "h1", COMPOSE)
+    target = os.readlink(os.path.join(rollback, "last"))
+    assert os.path.dirname(target) == "snapshots"
+    name = os.path.basename(target)
+    assert re.fullmatch(r"[0-9]{8}T[0-9]{6}-[0-9a-f]{8}", name)
+    assert near_now(name.split("-")[0], "%Y%m%dT%H%M%S")
+    directory = os.path.join(rollback, target)
+    assert sorted(os.listdir(directory)) == [".env", COMPOSE, "manifest.json"]
+    assert all(mode_of(os.path.join(directory, n)) == 0o600 for n in (".env", COMPOSE))
+    text = (tmp_path / ".rollback" / "last" / "manifest.json").read_text()
+    created = json.loads(text)["created"]
+    assert re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z", created)
+    assert near_now(created, "%Y-%m-%dT%H:%M:%SZ")
+    assert text == (
+        '{\n "config_hash": "h1",\n "created": "%s",\n "files": {\n  ".env": "%s",\n  "%s": "%s"\n },\n'
+        ' "source": "verified"\n}\n' % (created, hashlib.sha256(config(1)[".env"]).hexdigest(), COMPOSE,
+                                         hashlib.sha256(config(1)[COMPOSE]).hexdigest()))
+
+
+def test_save_snapshot_records_the_source_it_is_given(tmp_path):
+    rollback = str(tmp_path / ".rollback")
+    save_snapshot(rollback, config(1), "h1", COMPOSE, "rollback")
+    assert read_snapshot(rollback, "last")[1]["source"] == "rollback"
+
+
+def test_a_snapshot_is_written_in_a_marked_directory_of_the_rollback_directory(tmp_path, monkeypatch):
+    """Then renamed into ``snapshots/``: a killed run leaves the half-written directory where ``prepare`` clears
+    it."""
+    renames = []
+    real_rename = os.rename
+
+    def rename(src, dst):
+        renames.append((src, dst))
+        real_rename(src, dst)
+    monkeypatch.setattr(files.os, "rename", rename)
+    rollback = str(tmp_path / ".rollback")
+    save_snapshot(rollback, config(1), "h1", COMPOSE)
+    src, dst = renames[0]
+    assert os.path.dirname(src) == rollback and os.path.basename(src).startswith(files.TMP_MARK)
+    assert dst == os.path.join(rollback, os.readlink(os.path.join(rollback, "last")))
+
+
+def test_save_snapshot_reports_the_links(tmp_path):
+    rollback = str(tmp_path / ".rollback")
+    changed, details = save_snapshot(rollback, config(1), "h1", COMPOSE)
+    first = os.readlink(os.path.join(rollback, "last"))
+    assert (changed, details) == (True, {"last": first, "previous": None})
+    assert save_snapshot(rollback, config(1), "h1", COMPOSE) == (False, {"last": first, "previous": None})
+    changed, details = save_snapshot(rollback, config(2), "h2", COMPOSE)
+    second = os.readlink(os.path.join(rollback, "last"))
+    assert second != first
+    assert (changed, details) == (True, {"last": second, "previous": first})
+    assert save_snapshot(rollback, config(2), "h2", COMPOSE) == (False, {"last": second, "previous": first})
+
+
+def test_the_same_files_with_another_hash_are_a_new_snapshot(tmp_path):
+    rollback = str(tmp_path / ".rollback")
+    save_snapshot(rollback, config(1), "h1", COMPOSE)
+    assert save_snapshot(rollback, config(1), "h1b", COMPOSE)[0] is True
+    assert (snapshot_hash(rollback), snapshot_hash(rollback, "previous")) == ("h1b", "h1")
+
+
+def test_a_broken_last_snapshot_does_not_become_previous(tmp_path):
+    rollback = str(tmp_path / ".rollback")
+    save_snapshot(rollback, config(1), "h1", COMPOSE)
+    save_snapshot(rollback, config(2), "h2", COMPOSE)
+    previous = os.readlink(os.path.join(rollback, "previous"))
+    with open(os.path.join(rollback, "last", ".env"), "ab") as f:
+        f.write(b"EDITED=1\n")
+    changed, details = save_snapshot(rollback, config(3), "h3", COMPOSE)
+    assert (changed, details["previous"]) == (True, previous)
+    assert (snapshot_hash(rollback), snapshot_hash(rollback, "previous")) == ("h3", "h1")
+    assert sorted(os.listdir(os.path.join(rollback, "snapshots"))) == sorted(
+        os.path.basename(os.readlink(os.path.join(rollback, n))) for n in ("last", "previous"))
+
+
+def test_prepare_creates_a_private_rollback_directory(tmp_path):
+    rollback = str(tmp_path / "project" / ".rollback")
+    old = os.umask(0)
+    try:
+        assert prepare(rollback, COMPOSE) == []
+        assert mode_of(rollback) == 0o700
+        save_snapshot(rollback, config(1), "h1", COMPOSE)
+        assert mode_of(os.path.join(rollback, "snapshots")) == 0o700
+    finally:
+        os.umask(old)
+
+
+def test_prepare_returns_the_leftovers_and_the_snapshots_no_link_points_to(tmp_path):
+    rollback = tmp_path / ".rollback"
+    save_snapshot(str(rollback), config(1), "h1", COMPOSE)
+    half = rollback / (".last" + files.TMP_MARK + "0000")
+    half.write_text("x")
+    (rollback / "snapshots" / "20000101T000000-deadbeef").mkdir()
+    assert prepare(str(rollback), COMPOSE) == [str(half), "20000101T000000-deadbeef"]
+    assert os.listdir(str(rollback / "snapshots")) == [os.path.basename(os.readlink(str(rollback / "last")))]
+    assert snapshot_hash(str(rollback)) == "h1"
+
+
+def test_a_stray_env_next_to_the_snapshots_is_not_taken_for_the_earlier_layout(tmp_path):
+    """With a ``last`` link the rollback directory has the new layout: ``last`` stays as it was."""
+    rollback = tmp_path / ".rollback"
+    save_snapshot(str(rollback), config(1), "h1", COMPOSE)
+    for name, data in config(2).items():
+        (rollback / name).write_bytes(data)
+    prepare(str(rollback), COMPOSE)
+    assert snapshot_hash(str(rollback)) == "h1" and read_snapshot(str(rollback), "last")[0] == config(1)
+    assert not os.path.lexists(str(rollback / "previous"))
+
+
+def test_an_incomplete_earlier_layout_is_removed_without_a_snapshot(tmp_path):
+    rollback = tmp_path / ".rollback"
+    (rollback / "previous").mkdir(parents=True)
+    (rollback / "previous" / COMPOSE).write_bytes(config(1)[COMPOSE])
+    (rollback / ".env").write_bytes(config(2)[".env"])
+    assert prepare(str(rollback), COMPOSE) == []
+    assert sorted(os.listdir(str(rollback))) == []
+    with pytest.raises(SnapshotError):
+        read_snapshot(str(rollback), "last")
