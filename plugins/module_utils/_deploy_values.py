@@ -177,7 +177,7 @@ class _Checker:
         if isinstance(value, str) and value.strip() in _NGL_WORDS:
             return value.strip()
         digits = str(value).strip() if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
-        if not re.fullmatch(r"[0-9]{1,6}", digits):
+        if not re.fullmatch(r"[0-9]{1,6}", digits) or int(digits) > 100000:
             return self.fail(name, "%r is not a layer count (0 to 100000), auto or all" % (value,))
         return str(int(str(value).strip()))
 
