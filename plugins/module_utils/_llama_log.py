@@ -422,7 +422,8 @@ class LogParser:
         """Whether a line of ``chunk[lo:hi]`` (whole lines of the current run) is at DEBUG level."""
         i = chunk.find("D ", lo, hi)
         while i >= 0:
-            if i == lo or chunk[i - 1] in " \n|":
+            # (after a space, a newline, a "|" or the "m" that ends a colour escape of --log-colors)
+            if i == lo or chunk[i - 1] in " \n|m":
                 start = chunk.rfind("\n", 0, i) + 1
                 end = chunk.find("\n", i, hi)
                 end = hi if end < 0 else end
@@ -713,7 +714,7 @@ def parse_command_log(argv, exit_code=None, keep=5):
     try:
         for chunk in iter_chunks(proc.stdout):
             parser.feed_chunk(chunk)
-            tail.extend(_cap(line) for line in chunk[-keep * MAX_MESSAGE:].splitlines()[-keep:] if line.strip())
+            tail.extend([_cap(line) for line in chunk[-keep * MAX_MESSAGE:].splitlines() if line.strip()][-keep:])
     finally:
         proc.stdout.close()
         rc = proc.wait()
@@ -805,8 +806,9 @@ def _compare_buffers(what, logged, expected, tolerance, at_most=False):
 
 
 def _check_text(check):
-    logged = "absent" if check["logged"] is None else f"{check['logged']:.2f} MiB"
-    return f"{check['check']}: {logged}, expected {check['note']} MiB"
+    if check["logged"] is None:
+        return f"{check['check']}: not in the log, expected {check['expected']:.2f} MiB"
+    return f"{check['check']}: {check['logged']:.2f} MiB, expected {check['note']} MiB"
 
 
 def verify_placement(parsed, expected=None, expect_gpu_model_mib=None, tolerance_mib=1.0, tolerance_pct=1.0, *,
@@ -946,8 +948,10 @@ def _placement(parsed, res, wanted, has_tensor_expectation, expect_model_buffers
         if host_checks and len(host_checks) == len(res["checks"]):
             # no tensor and no model-buffer expectation, host buffers only (a host without GPU below -lv 5)
             res["evidence"] = "host_buffers"
-            return True, (f"no tensor or model buffer expected; the {len(res['checks'])} buffer(s) given match the "
-                          "plan (host buffer evidence)")
+            matched = sum(1 for c in host_checks if c["ok"])
+            which = "the" if matched == len(host_checks) else f"{matched} of the"
+            return True, (f"no tensor or model buffer expected; {which} {len(res['checks'])} buffer(s) given match "
+                          "the plan (host buffer evidence)")
         return True, ""
     gpu = res["gpu_model_mib"]
     if gpu is None:
