@@ -22,7 +22,8 @@ Every malformed input raises ``GGUFError(path, offset, reason)``, never another 
 
 Choices (documented for the users of this reader):
 
-* duplicate metadata keys and duplicate tensor names are errors (llama.cpp refuses them too);
+* duplicate or empty metadata keys, duplicate tensor names and names of GGML_MAX_NAME (64) bytes or more are
+  errors (llama.cpp refuses them too);
 * metadata keys and tensor names must be valid UTF-8 (an error otherwise); string *values* that are not
   valid UTF-8 are decoded with replacement characters and reported in ``warnings``;
 * a single string longer than ``MAX_STRING`` bytes and more than ``MAX_KEPT_BYTES`` of kept metadata
@@ -47,6 +48,7 @@ from typing import Optional
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import (
     GGML_MAX_DIMS,
+    GGML_MAX_NAME,
     GGML_TYPES,
     REMOVED_TYPE_IDS,
     REMOVED_TYPE_NAMES,
@@ -546,6 +548,8 @@ def _read_header(rd, shard):
     for index in range(kv_count):
         at = rd.tell()
         key = rd.name_string(f"key {index}")
+        if not key:
+            rd.fail(f"key {index} is empty", at)  # (gguf_init_from_file_impl: "key %d is empty")
         if key in metadata:
             rd.fail(f"duplicate key {key!r}", at)
         vtype = rd.u32()
@@ -569,6 +573,9 @@ def _read_header(rd, shard):
     for index in range(tensor_count):
         at = rd.tell()
         name = rd.name_string(f"tensor info {index}: name")
+        if len(name.encode("utf-8")) >= GGML_MAX_NAME:  # (gguf_init_from_file_impl: "tensor name ... is too long")
+            rd.fail(f"tensor info {index}: the name {name[:80]!r} is {len(name.encode('utf-8'))} bytes long, "
+                    f"llama.cpp loads names of fewer than {GGML_MAX_NAME}", at)
         if name in names:
             rd.fail(f"duplicate tensor name {name!r}", at)
         names.add(name)

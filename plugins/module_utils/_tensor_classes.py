@@ -143,9 +143,10 @@ def _kinds_from_tensors(classes_in_block):
 
 
 def _kinds_from_metadata(head_count_kv, ffn_length, classes_in_block, expert_count):
-    """llama.cpp's rule for nemotron_h(_moe): Mamba iff no KV heads and no FFN."""
+    """llama.cpp's rule for nemotron_h(_moe) (src/models/nemotron-h.cpp): Mamba iff no KV heads and no FFN,
+    attention iff KV heads and no FFN, else an FFN (MoE or dense) block whatever its KV head count."""
     kinds = set()
-    if head_count_kv > 0:
+    if head_count_kv > 0 and ffn_length == 0:
         kinds.add("attention")
     if ffn_length > 0:
         if "routed_experts" in classes_in_block or "router" in classes_in_block:
