@@ -189,7 +189,7 @@ def _facts(result):
         out.append("config %s" % str(result["config_hash"])[:12])
     moved = result.get("tensors_moved")
     if isinstance(moved, list) and moved:
-        out.append("%d tensors on the CPU (llama-server's log)" % len(moved))
+        out.append("%d tensor%s on the CPU (llama-server's log)" % (len(moved), "" if len(moved) == 1 else "s"))
     rollback = result.get("rollback") or {}
     if isinstance(rollback, dict) and rollback.get("performed"):
         out.append("rolled back from %s" % (rollback.get("restored_from") or "the snapshot"))

@@ -281,7 +281,7 @@ def markdown(report):
         cells = (_md(row["host"]), _cell(row["batch"]), row["status"], _md_code(row["pattern"]), _md(row["message"]))
         out.append("| %s | %s | **%s** | %s | %s |" % cells)
     for row in report["hosts"]:
-        views = memory_views(row.get("result"))
+        views = memory_views(row.get("result"), row["host"])
         if not views["gpus"] and not views["host"]:
             continue
         out += ["", "## %s (%s)" % (_md(row["host"]), row["status"]), "",

@@ -7,6 +7,8 @@ from html.parser import HTMLParser
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._rollout_page import BAR_HEIGHT, CSP, page
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _rollout_page as rp
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._rollout_report import ReportError, memory_views
 import rollout_samples as samples
 
 
@@ -92,3 +94,447 @@ def test_what_the_role_measured_is_summed_up_under_the_message(html):
     report = samples.sample_report()
     report["hosts"][0]["result"] = moved
     assert "2 tensors on the CPU (llama-server&#x27;s log)" in page(report)
+
+
+# --- the page's parts, one by one, rendered exactly ---------------------------------------------------------------
+
+LABELS_OF_PLANNED = ('<text x="39.0" y="254" text-anchor="middle">planned</text>'
+                     '<text class="total" x="39.0" y="268" text-anchor="middle">151 MiB</text>')
+
+
+def test_text_is_escaped_with_quotes_and_none_is_empty():
+    assert rp._e(None) == ""
+    assert rp._e("") == ""
+    assert rp._e(0) == "0"
+    assert rp._e('<a href="x">&\'') == "&lt;a href=&quot;x&quot;&gt;&amp;&#x27;"
+
+
+def test_mib_is_a_whole_number_with_thousands_or_a_dash():
+    assert rp._mib(None) == "-"
+    assert rp._mib(0) == "0 MiB"
+    assert rp._mib(0.4) == "0 MiB"
+    assert rp._mib(1234.6) == "1,235 MiB"
+    assert rp._mib(24148.0) == "24,148 MiB"
+
+
+@pytest.mark.parametrize("status, color", [
+    ("changed", "#2e7d32"), ("unchanged", "#546e7a"), ("checked", "#1565c0"), ("rolled_back", "#e65100"),
+    ("failed", "#c62828"), ("unreachable", "#6a1b9a"), ("not_reached", "#8d8d8d")])
+def test_a_status_is_a_chip_in_its_own_color(status, color):
+    assert rp._status(status) == '<span class="status s-%s" style="background:%s">%s</span>' % (status, color, status)
+
+
+def test_an_unknown_status_is_a_grey_chip_escaped():
+    assert rp._status("odd<1>") == ('<span class="status s-odd&lt;1&gt;" style="background:#555">'
+                                    'odd&lt;1&gt;</span>')
+
+
+def test_labels_name_and_total_sit_centred_under_the_column():
+    assert rp._labels(10, "planned", "151 MiB") == LABELS_OF_PLANNED
+    assert rp._labels(100, "a&b", "<1>") == ('<text x="129.0" y="254" text-anchor="middle">a&amp;b</text>'
+                                             '<text class="total" x="129.0" y="268" text-anchor="middle">'
+                                             '&lt;1&gt;</text>')
+
+
+def test_a_column_stacks_its_segments_bottom_up_and_skips_the_empty_ones():
+    """Heights are MiB times the scale from the bottom line (y 240); zero or negative segments are not drawn,
+    a segment of half a pixel is; the free part has a border."""
+    segments = [("model", 100.0), ("kv", 0.0), ("recurrent", 1.0), ("compute", -4.0), ("free", 50.0)]
+    assert rp._column(10, "planned", segments, 0.5, "gpu0", "151 MiB") == (
+        '<g class="column" data-column="planned" data-group="gpu0">'
+        '<rect class="seg k-model" data-group="gpu0" data-column="planned" data-kind="model" data-mib="100.0" '
+        'x="10" y="190.00" width="58" height="50.00" fill="#4e79a7"><title>planned weights: 100 MiB</title></rect>'
+        '<rect class="seg k-recurrent" data-group="gpu0" data-column="planned" data-kind="recurrent" data-mib="1.0" '
+        'x="10" y="189.50" width="58" height="0.50" fill="#76b7b2"><title>planned recurrent state: 1 MiB</title>'
+        '</rect>'
+        '<rect class="seg k-free" data-group="gpu0" data-column="planned" data-kind="free" data-mib="50.0" '
+        'x="10" y="164.50" width="58" height="25.00" fill="#f4f6f8" stroke="#c3c9cf">'
+        '<title>planned free: 50 MiB</title></rect>'
+        + LABELS_OF_PLANNED + '</g>')
+
+
+def test_a_column_escapes_its_name_and_group():
+    assert rp._column(0, "a&b", [("experts", 2048.0)], 0.01, '"h"', "2,048 MiB") == (
+        '<g class="column" data-column="a&amp;b" data-group="&quot;h&quot;">'
+        '<rect class="seg k-experts" data-group="&quot;h&quot;" data-column="a&amp;b" data-kind="experts" '
+        'data-mib="2048.0" x="0" y="219.52" width="58" height="20.48" fill="#59a14f">'
+        '<title>a&amp;b routed experts: 2,048 MiB</title></rect>'
+        '<text x="29.0" y="254" text-anchor="middle">a&amp;b</text>'
+        '<text class="total" x="29.0" y="268" text-anchor="middle">2,048 MiB</text></g>')
+
+
+def test_a_column_without_segments_keeps_its_labels():
+    assert rp._column(10, "planned", [], 1.0, "gpu0", "151 MiB") == (
+        '<g class="column" data-column="planned" data-group="gpu0">' + LABELS_OF_PLANNED + "</g>")
+
+
+def test_an_empty_column_is_a_dashed_frame_with_a_vertical_note_and_no_total():
+    assert rp._empty_column(78, "measured", "gpu<0>", "not measured") == (
+        '<g class="column" data-column="measured" data-group="gpu&lt;0&gt;">'
+        '<rect class="empty" x="78" y="40" width="58" height="200" fill="none" stroke="#c3c9cf" '
+        'stroke-dasharray="4 3"/><text x="107.0" y="140" text-anchor="middle" transform="rotate(-90 107.0 140)">'
+        'not measured</text>'
+        '<text x="107.0" y="254" text-anchor="middle">measured</text>'
+        '<text class="total" x="107.0" y="268" text-anchor="middle"></text></g>')
+
+
+def _gpu_view(index=0, name="NVIDIA RTX A5500", available=1000.0, planned=None, planned_total=600.0, overflow=0.0,
+              measured=None, measured_total=None):
+    return {"index": index, "name": name, "available": available,
+            "planned": planned if planned is not None else [("model", 500.0), ("margin", 100.0), ("free", 400.0)],
+            "planned_total": planned_total, "overflow": overflow, "measured": measured,
+            "measured_total": measured_total}
+
+
+MEASURED = [("model", 480.0), ("other", 70.0), ("free", 450.0)]
+
+
+def test_a_gpu_that_fits_has_its_planned_and_measured_columns_and_the_free_line():
+    """Planned at x, measured one column and a gap to the right, the dashed line at what was free before."""
+    gpu = _gpu_view(index=1, name="RTX <A>", measured=MEASURED, measured_total=550.0)
+    assert rp._gpu_group(190, gpu, 0.1) == (
+        '<g class="gpu" data-gpu="1" data-available-mib="1000.0">'
+        '<text class="title" x="190" y="13">GPU 1 RTX &lt;A&gt;</text>'
+        '<text x="190" y="28">free before: 1,000 MiB</text>'
+        + rp._column(190, "planned", gpu["planned"], 0.1, "gpu1", "600 MiB")
+        + rp._column(258, "measured", MEASURED, 0.1, "gpu1", "550 MiB")
+        + '<line class="available" x1="187" x2="319" y1="140.00" y2="140.00" stroke="#37414a" '
+          'stroke-dasharray="3 2"/></g>')
+
+
+def test_a_gpu_plan_that_does_not_fit_draws_the_missing_part_above_the_free_line():
+    gpu = _gpu_view(name="A", available=500.0, planned=[("model", 600.0)], overflow=100.0)
+    assert rp._gpu_group(10, gpu, 0.1) == (
+        '<g class="gpu" data-gpu="0" data-available-mib="500.0">'
+        '<text class="title" x="10" y="13">GPU 0 A</text>'
+        '<text x="10" y="28">free before: 500 MiB</text>'
+        + rp._column(10, "planned", [("model", 600.0)], 0.1, "gpu0", "600 MiB")
+        + '<rect class="over" data-column="planned" data-kind="overflow" data-overlay="1" data-mib="100.0" '
+          'x="10" y="180.00" width="58" height="10.00" fill="#d62728" fill-opacity="0.35" stroke="#d62728">'
+          '<title>planned beyond the free memory: 100 MiB</title></rect>'
+        + rp._empty_column(78, "measured", "gpu0", "not measured")
+        + '<line class="available" x1="7" x2="139" y1="190.00" y2="190.00" stroke="#37414a" '
+          'stroke-dasharray="3 2"/></g>')
+
+
+@pytest.mark.parametrize("overflow, drawn", [(0.0, False), (0.5, True), (1.0, True)])
+def test_any_missing_memory_is_drawn_none_is_not(overflow, drawn):
+    html = rp._gpu_group(10, _gpu_view(overflow=overflow), 0.1)
+    assert ('data-overlay="1"' in html) is drawn
+
+
+def test_a_gpu_without_free_figure_or_name_has_no_free_line():
+    gpu = _gpu_view(index=2, name=None, available=None, planned=[("model", 10.0), ("free", 0.0)],
+                    planned_total=10.0)
+    assert rp._gpu_group(370, gpu, 1.0) == (
+        '<g class="gpu" data-gpu="2" data-available-mib="">'
+        '<text class="title" x="370" y="13">GPU 2 </text>'
+        '<text x="370" y="28">free before: -</text>'
+        + rp._column(370, "planned", [("model", 10.0), ("free", 0.0)], 1.0, "gpu2", "10 MiB")
+        + rp._empty_column(438, "measured", "gpu2", "not measured") + "</g>")
+
+
+def test_host_ram_columns_are_the_experts_with_what_stays_free_of_the_available_ram():
+    ram = {"available": 1000.0, "planned": 300.0, "measured": 1200.0}
+    assert rp._ram_group(190, ram, 0.1) == (
+        '<g class="host-ram" data-available-mib="1000.0">'
+        '<text class="title" x="190" y="13">host RAM</text>'
+        '<text x="190" y="28">available: 1,000 MiB</text>'
+        + rp._column(190, "planned", [("experts", 300.0), ("free", 700.0)], 0.1, "host", "300 MiB")
+        + rp._column(258, "measured", [("experts", 1200.0), ("free", 0.0)], 0.1, "host", "1,200 MiB")
+        + "</g>")
+
+
+def test_host_ram_without_an_available_figure_has_no_free_part_and_a_missing_side_is_an_empty_column():
+    ram = {"available": None, "planned": None, "measured": 50.0}
+    assert rp._ram_group(10, ram, 1.0) == (
+        '<g class="host-ram" data-available-mib="">'
+        '<text class="title" x="10" y="13">host RAM</text>'
+        '<text x="10" y="28">available: -</text>'
+        + rp._empty_column(10, "planned", "host", "not measured")
+        + rp._column(78, "measured", [("experts", 50.0)], 1.0, "host", "50 MiB")
+        + "</g>")
+    ram = {"available": 80.0, "planned": 20.0, "measured": None}
+    assert rp._ram_group(10, ram, 1.0) == (
+        '<g class="host-ram" data-available-mib="80.0">'
+        '<text class="title" x="10" y="13">host RAM</text>'
+        '<text x="10" y="28">available: 80 MiB</text>'
+        + rp._column(10, "planned", [("experts", 20.0), ("free", 60.0)], 1.0, "host", "20 MiB")
+        + rp._empty_column(78, "measured", "host", "not measured")
+        + "</g>")
+
+
+def test_a_chart_has_one_group_per_gpu_then_the_host_ram_each_180_px_wide():
+    first, second = _gpu_view(index=0), _gpu_view(index=1, measured=MEASURED, measured_total=550.0)
+    ram = {"available": 4000.0, "planned": 100.0, "measured": None}
+    views = {"gpus": [first, second], "host": ram}
+    assert rp._chart("a&b", views, 0.1, 0.05) == (
+        '<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="550" height="276" viewBox="0 0 550 276" '
+        'role="img" aria-label="memory of a&amp;b">'
+        + rp._gpu_group(10, first, 0.1) + rp._gpu_group(190, second, 0.1) + rp._ram_group(370, ram, 0.05)
+        + "</svg>")
+
+
+def test_a_chart_without_host_ram_or_without_gpus():
+    gpu = _gpu_view()
+    assert rp._chart("h", {"gpus": [gpu], "host": None}, 0.1, 0.05) == (
+        '<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="190" height="276" viewBox="0 0 190 276" '
+        'role="img" aria-label="memory of h">' + rp._gpu_group(10, gpu, 0.1) + "</svg>")
+    ram = {"available": 4000.0, "planned": 100.0, "measured": 90.0}
+    assert rp._chart("cpu", {"gpus": [], "host": ram}, 0.1, 0.05) == (
+        '<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="190" height="276" viewBox="0 0 190 276" '
+        'role="img" aria-label="memory of cpu">' + rp._ram_group(10, ram, 0.05) + "</svg>")
+
+
+NUMBER_HEADS = ("<th>weights</th><th>KV cache</th><th>recurrent state</th><th>compute</th><th>margin</th>"
+                "<th>other (CUDA context...)</th><th>free</th>")
+
+
+def test_the_numbers_table_has_planned_and_measured_per_kind_and_gpu():
+    views = {"gpus": [
+        {"index": 0, "planned": [("model", 1.0), ("kv", 2.0), ("recurrent", 3.0), ("compute", 4.0), ("margin", 5.0),
+                                 ("free", 6.0)],
+         "measured": [("model", 11.0), ("kv", 12.0), ("recurrent", 13.0), ("compute", 14.0), ("other", 15.0),
+                      ("free", 16.0)]},
+        {"index": "<1>", "planned": [("model", 1500.0)], "measured": None}], "host": None}
+    assert rp._numbers(views) == (
+        '<details class="numbers"><summary>MiB, planned / measured</summary><table><tr><th></th>'
+        + NUMBER_HEADS + "</tr>"
+        "<tr><th>GPU 0</th><td>1 MiB / 11 MiB</td><td>2 MiB / 12 MiB</td><td>3 MiB / 13 MiB</td>"
+        "<td>4 MiB / 14 MiB</td><td>5 MiB / -</td><td>- / 15 MiB</td><td>6 MiB / 16 MiB</td></tr>"
+        "<tr><th>GPU &lt;1&gt;</th><td>1,500 MiB / -</td>" + "<td>- / -</td>" * 6 + "</tr>"
+        "</table></details>")
+
+
+def test_no_gpu_no_numbers_table():
+    assert rp._numbers({"gpus": [], "host": {"available": 1.0, "planned": 1.0, "measured": None}}) == ""
+
+
+def test_facts_of_an_empty_result_are_none():
+    assert rp._facts({}) == []
+
+
+def test_facts_are_the_hash_the_tensors_moved_the_rollback_and_the_timings_in_that_order():
+    result = {"config_hash": "0123456789abcdef0123", "tensors_moved": ["a", "b", "c"],
+              "rollback": {"performed": True, "restored_from": "/srv/snap"},
+              "timings": {"total": 14.25, "recreate": 3.14, "health": 2.0}}
+    assert rp._facts(result) == ["config 0123456789ab", "3 tensors on the CPU (llama-server's log)",
+                                 "rolled back from /srv/snap", "14.2 s (recreate 3.1 s, health 2.0 s)"]
+
+
+def test_a_short_hash_is_shown_whole():
+    assert rp._facts({"config_hash": 12345}) == ["config 12345"]
+
+
+@pytest.mark.parametrize("moved", [[], "blk.1", None, {"a": 1}])
+def test_tensors_moved_count_only_as_a_non_empty_list(moved):
+    assert rp._facts({"tensors_moved": moved}) == []
+
+
+def test_a_rollback_without_its_snapshot_path_names_the_snapshot():
+    assert rp._facts({"rollback": {"performed": True}}) == ["rolled back from the snapshot"]
+    assert rp._facts({"rollback": {"performed": True, "restored_from": ""}}) == ["rolled back from the snapshot"]
+
+
+@pytest.mark.parametrize("rollback", [{"performed": False, "restored_from": "/s"}, {}, None, "yes", [1]])
+def test_a_rollback_not_performed_is_not_a_fact(rollback):
+    assert rp._facts({"rollback": rollback}) == []
+
+
+@pytest.mark.parametrize("timings, line", [
+    ({"total": 5.0}, "5.0 s"),
+    ({"total": 0.0}, "0.0 s"),
+    ({"total": 5.0, "health": 2.0}, "5.0 s (health 2.0 s)"),
+    ({"total": 5.0, "recreate": 0.0, "health": None}, "5.0 s (recreate 0.0 s)"),
+    ({"total": 5.0, "health": 1.0, "recreate": 2.0}, "5.0 s (recreate 2.0 s, health 1.0 s)"),
+])
+def test_timings_are_the_total_then_recreate_and_health_when_known(timings, line):
+    assert rp._facts({"timings": timings}) == [line]
+
+
+@pytest.mark.parametrize("timings", [{"total": None, "health": 2.0}, {"health": 2.0}, {}, None, [5.0]])
+def test_timings_without_a_total_are_not_a_fact(timings):
+    assert rp._facts({"timings": timings}) == []
+
+
+def _views(gpus=(), host=None):
+    return {"gpus": [{"available": a, "planned_total": p, "measured_total": m} for a, p, m in gpus], "host": host}
+
+
+def test_scales_of_nothing_draw_one_mib_as_the_full_height():
+    assert rp._scales([]) == (200.0, 200.0)
+    assert rp._scales([_views()]) == (200.0, 200.0)
+    assert rp._scales([_views([(None, None, None)], {"available": None, "planned": None, "measured": None})]) == (
+        200.0, 200.0)
+    assert rp._scales([_views([(0.5, 0.25, 0.75)], {"available": 0.5, "planned": 0.5, "measured": 0.5})]) == (
+        200.0, 200.0)
+
+
+@pytest.mark.parametrize("gpu, scale", [((800.0, 400.0, None), 0.25), ((None, 400.0, 100.0), 0.5),
+                                        ((100.0, 50.0, 1000.0), 0.2)])
+def test_the_gpu_scale_fits_the_largest_gpu_figure(gpu, scale):
+    assert rp._scales([_views([gpu])]) == (scale, 200.0)
+
+
+@pytest.mark.parametrize("host, scale", [({"available": 800.0, "planned": 400.0, "measured": None}, 0.25),
+                                         ({"available": None, "planned": 400.0, "measured": 100.0}, 0.5),
+                                         ({"available": 100.0, "planned": 50.0, "measured": 1000.0}, 0.2)])
+def test_the_ram_scale_fits_the_largest_host_ram_figure(host, scale):
+    assert rp._scales([_views([], host)]) == (200.0, scale)
+
+
+def test_scales_are_shared_by_every_host_of_the_page():
+    all_views = [_views([(400.0, 100.0, 100.0)], {"available": 2000.0, "planned": 1.0, "measured": None}),
+                 _views(), _views([(100.0, 100.0, 100.0), (1.0, 800.0, 2.0)], {"available": 500.0, "planned": 1.0,
+                                                                               "measured": 4000.0})]
+    assert rp._scales(all_views) == (0.25, 0.05)
+
+
+def test_the_legend_shows_every_kind_in_its_color():
+    assert rp._legend() == (
+        '<div class="legend"><span><i style="background:#4e79a7"></i>weights</span>'
+        '<span><i style="background:#f28e2b"></i>KV cache</span>'
+        '<span><i style="background:#76b7b2"></i>recurrent state</span>'
+        '<span><i style="background:#e15759"></i>compute</span>'
+        '<span><i style="background:#bab0ac"></i>margin</span>'
+        '<span><i style="background:#b07aa1"></i>other (CUDA context...)</span>'
+        '<span><i style="background:#f4f6f8"></i>free</span>'
+        '<span><i style="background:#d62728"></i>missing</span>'
+        '<span><i style="background:#59a14f"></i>routed experts</span></div>')
+
+
+def test_the_style_sheet_is_only_rules_for_what_the_page_draws():
+    rules = re.findall(r"([^{}]*)\{[^{}]*\}", rp.STYLE)
+    assert re.sub(r"[^{}]*\{[^{}]*\}", "", rp.STYLE).strip() == ""
+    assert [" ".join(r.split()) for r in rules] == [
+        "body", "h1", "h2", ".summary", ".reason", ".chip,.status", "table.hosts", "table.hosts th,table.hosts td",
+        "table.hosts td:nth-child(-n+3)", "table.hosts th", "code", ".legend", ".legend span", ".legend i",
+        "section.host", "section.host header", ".batch", ".message", ".facts", ".none", "svg.chart text",
+        "svg.chart text.title", "svg.chart text.total", "details.numbers", "details.numbers table",
+        "details.numbers th,details.numbers td"]
+
+
+def _plan_result(gpus, host=None, **more):
+    result = {"plan": {"gpus": gpus, "host": host}}
+    result.update(more)
+    return result
+
+
+def _report(rows, **more):
+    report = {"outcome": "stopped", "reason": None, "check_mode": False, "summary": {"changed": 1, "failed": 2},
+              "batches": [{"batch": 1, "hosts": ["a&1"]}, {"batch": 2, "hosts": ["b", "c"]}],
+              "started": "2026-12-01T10:00:00Z", "finished": "2026-12-01T10:01:12Z", "seconds": 72.3, "hosts": rows}
+    report.update(more)
+    return report
+
+
+def _row(host, batch, status, message, pattern=None, pattern_source=None, result=None):
+    return {"host": host, "batch": batch, "status": status, "message": message, "pattern": pattern,
+            "pattern_source": pattern_source, "result": result}
+
+
+HEAD = ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">\n'
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n')
+TABLE_HEAD = ('<table class="hosts"><thead><tr><th>host</th><th>batch</th><th>status</th><th>pattern</th>'
+              "<th>message</th></tr></thead><tbody>")
+
+
+def test_the_whole_page_of_a_report():
+    """Head, summary chips, the stop reason, the run line, the hosts table, the legend, then a section per host
+    whose chart shares the page's scales (the largest GPU figure: 4,000 MiB free on c; the largest RAM: a's)."""
+    gpu_a = {"index": 0, "name": "A", "model_mib": 600.0, "margin_mib": 200.0, "total_mib": 800.0, "free_mib": 2000.0}
+    gpu_c = {"index": 0, "name": "C", "model_mib": 1000.0, "total_mib": 1000.0, "free_mib": 4000.0}
+    result_a = _plan_result([gpu_a], {"experts_mib": 100.0, "available_mib": 4000.0},
+                            config_hash="0123456789abcdef", timings={"total": 2.0})
+    result_c = _plan_result([gpu_c])
+    rows = [_row("a&1", 1, "changed", "moved <2>", "blk\\.1\\.ffn_.*", "plan", result_a),
+            _row("b", None, "failed", "no plan"),
+            _row("c", 2, "failed", "x", None, "none", result_c)]
+    views_a, views_c = memory_views(result_a, "a&1"), memory_views(result_c, "c")
+    expected = "\n".join([
+        HEAD + "<title>ai-llm rollout: stopped</title><style>%s</style></head><body>" % rp.STYLE,
+        '<h1>ai-llm rollout: <span class="outcome">stopped</span></h1>',
+        '<p class="summary"><span class="chip" style="background:#2e7d32">changed 1</span>'
+        '<span class="chip" style="background:#c62828">failed 2</span></p>',
+        '<p class="reason">stopped: batch 2 &lt;failed&gt;</p>',
+        "<p>rollout stopped: changed 1, failed 2 in 72.3 s. Batches as Ansible ran them: 1: a&amp;1; 2: b, c. "
+        "Started 2026-12-01T10:00:00Z, finished 2026-12-01T10:01:12Z.</p>",
+        TABLE_HEAD,
+        '<tr data-host="a&amp;1"><td><a href="#host-a&amp;1">a&amp;1</a></td><td>1</td><td>%s</td>'
+        "<td><code>blk\\.1\\.ffn_.*</code></td><td>moved &lt;2&gt;</td></tr>" % rp._status("changed"),
+        '<tr data-host="b"><td><a href="#host-b">b</a></td><td>-</td><td>%s</td><td>-</td><td>no plan</td></tr>'
+        % rp._status("failed"),
+        '<tr data-host="c"><td><a href="#host-c">c</a></td><td>2</td><td>%s</td><td>-</td><td>x</td></tr>'
+        % rp._status("failed"),
+        "</tbody></table>",
+        rp._legend(),
+        '<section class="host" id="host-a&amp;1" data-host="a&amp;1" data-status="changed"><header><h2>a&amp;1</h2>'
+        '%s<span class="batch">batch 1</span></header>' % rp._status("changed"),
+        '<div class="pattern">pattern (from the plan): <code>blk\\.1\\.ffn_.*</code></div>',
+        '<p class="message">moved &lt;2&gt;</p>',
+        '<p class="facts">config 0123456789ab \u00b7 2.0 s</p>',
+        rp._chart("a&1", views_a, 0.05, 0.05) + rp._numbers(views_a),
+        "</section>",
+        '<section class="host" id="host-b" data-host="b" data-status="failed"><header><h2>b</h2>'
+        '%s<span class="batch">no batch</span></header>' % rp._status("failed"),
+        '<div class="pattern">pattern: <span class="none">none</span></div>',
+        '<p class="message">no plan</p>',
+        '<p class="none">no memory plan published for this host</p>',
+        "</section>",
+        '<section class="host" id="host-c" data-host="c" data-status="failed"><header><h2>c</h2>'
+        '%s<span class="batch">batch 2</span></header>' % rp._status("failed"),
+        '<div class="pattern">pattern: <span class="none">none</span></div>',
+        '<p class="message">x</p>',
+        rp._chart("c", views_c, 0.05, 0.05) + rp._numbers(views_c),
+        "</section>",
+        "</body></html>\n"])
+    assert page(_report(rows, reason="batch 2 <failed>")) == expected
+
+
+def test_a_page_with_its_own_title_without_reason_or_times():
+    rows = [_row("h", 0, "not_reached", "not touched", "p", None)]
+    expected = "\n".join([
+        HEAD + "<title>my &lt;fleet&gt;: completed</title><style>%s</style></head><body>" % rp.STYLE,
+        '<h1>my &lt;fleet&gt;: <span class="outcome">completed</span></h1>',
+        '<p class="summary"><span class="chip" style="background:#8d8d8d">not_reached 1</span></p>',
+        "<p>rollout completed: not_reached 1. Batches as Ansible ran them: none. Started -, finished -.</p>",
+        TABLE_HEAD,
+        '<tr data-host="h"><td><a href="#host-h">h</a></td><td>-</td><td>%s</td><td><code>p</code></td>'
+        "<td>not touched</td></tr>" % rp._status("not_reached"),
+        "</tbody></table>",
+        rp._legend(),
+        '<section class="host" id="host-h" data-host="h" data-status="not_reached"><header><h2>h</h2>'
+        '%s<span class="batch">no batch</span></header>' % rp._status("not_reached"),
+        '<div class="pattern">pattern: <code>p</code></div>',
+        '<p class="message">not touched</p>',
+        '<p class="none">no memory plan published for this host</p>',
+        "</section>",
+        "</body></html>\n"])
+    report = _report(rows, outcome="completed", summary={"not_reached": 1}, batches=[], started=None, finished="",
+                     seconds=None)
+    assert page(report, title="my <fleet>") == expected
+
+
+def test_a_result_whose_plan_has_no_gpu_and_no_host_ram_has_no_chart():
+    html = page(_report([_row("h", 1, "changed", "m", result=_plan_result([], None, config_hash="abc"))]))
+    assert "<svg" not in html
+    assert '<p class="facts">config abc</p>\n<p class="none">no memory plan published for this host</p>' in html
+
+
+def test_a_cpu_only_host_has_a_chart_of_its_ram_and_no_numbers_table():
+    result = _plan_result([], {"experts_mib": 100.0, "available_mib": 400.0})
+    html = page(_report([_row("cpu", 1, "checked", "m", result=result)]))
+    views = memory_views(result, "cpu")
+    assert "\n" + rp._chart("cpu", views, 200.0, 0.5) + "\n</section>" in html
+
+
+def test_a_malformed_memory_plan_is_a_report_error_naming_its_host():
+    result = _plan_result("x", None, config_hash="abc")
+    with pytest.raises(ReportError) as error:
+        page(_report([_row("ok", 1, "changed", "m"), _row("gpu-box-9", 2, "changed", "m", result=result)]))
+    assert str(error.value) == "gpu-box-9: llm_server_result.plan.gpus is str, not a list"
+
+
+def test_one_tensor_moved_is_said_in_the_singular():
+    assert rp._facts({"tensors_moved": ["blk.1.ffn_up_exps.weight"]}) == ["1 tensor on the CPU (llama-server's log)"]

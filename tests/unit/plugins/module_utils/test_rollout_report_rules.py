@@ -728,3 +728,11 @@ def test_gpus_without_an_index_take_the_vram_row_in_the_same_place():
     result = {"status": "changed", "plan": {"gpus": [{"total_mib": 1.0}, {"total_mib": 2.0}]},
               "vram": [{"used_mib": 10}, {"used_mib": 20}]}
     assert [g["measured_total"] for g in memory_views(result)["gpus"]] == [10.0, 20.0]
+
+
+def test_markdown_names_the_host_whose_plan_is_malformed():
+    bad = {"status": "changed", "message": "m", "plan": {"gpus": "not a list"}}
+    report = build_report(Rollout(hosts=["gpu-7"], batches=[["gpu-7"]]), [HostRun("gpu-7", 1, bad, "deploy")])
+    with pytest.raises(ReportError) as raised:
+        markdown(report)
+    assert str(raised.value).startswith("gpu-7: ")
