@@ -136,13 +136,11 @@ def auth_check(base_url, api_key, timeout=5.0):
 
 
 def log_tail(run, engine, name, lines=40):
-    """The container's last log lines (stderr and stdout), invalid UTF-8 replaced."""
+    """The container's last log lines (stderr and stdout; ``run`` gives text, invalid UTF-8 replaced)."""
     rc, out, err = run([engine, "logs", "--tail", str(lines), name])
     if rc != 0:
         return []
     text = (err or "") + ("\n" if err and out else "") + (out or "")
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
     return [line for line in text.splitlines() if line.strip()][-lines:]
 
 

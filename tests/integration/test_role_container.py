@@ -22,8 +22,9 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_contain
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._host_memory import process_tree
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL
-from tests.integration._llama_server import free_port
+from tests.integration._llama_server import SERVER, free_port, llama_server
 from tests.integration._llm_deploy import cpu_image
+from tools.gguf_models import write_tiny_nemotron_h_moe
 
 podman = pytest.mark.skipif(not shutil.which("podman"), reason="needs podman")
 # llama.cpp's own words: src/llama-model-loader.cpp check_tensor_dims ("%s: tensor '%s' has wrong shape; expected
@@ -67,6 +68,7 @@ def test_state_label_processes_pause_and_removal(container):
     state = container_state(run, "podman", name)
     assert state["exists"] and state["status"] == "running" and state["running"]
     assert state["config_hash"] == "h" * 64 and state["restarts"] == 0
+    assert state["image"] == cpu_image() and state["started_at"] and state["exit_code"] == 0
     pids = process_tree(state["pid"])
     assert pids[0] == state["pid"] and len(pids) >= 3  # the init, the shell and its sleeps
     subprocess.run(["podman", "pause", name], check=True, capture_output=True, timeout=60)
@@ -94,7 +96,33 @@ def test_the_wait_stops_at_once_with_the_cause_when_the_container_exits(containe
 def test_the_wait_times_out_with_the_last_answer(container):
     name = container("sleep 600")
     answer = wait_healthy(run, "podman", name, "http://127.0.0.1:%d/health" % free_port(), timeout=2)
-    assert not answer["healthy"] and "did not answer /health with 200 within 2 s" in answer["cause"]
+    assert answer == {"healthy": False, "seconds": answer["seconds"], "status": -1, "container": answer["container"],
+                      "log_tail": [], "cause": "ai-llm did not answer /health with 200 within 2 s (last answer: "
+                                               "no answer)"}
+    assert 2 <= answer["seconds"] < 30 and answer["container"]["running"]
+
+
+@podman
+def test_the_wait_names_the_exit_code_when_the_container_says_nothing(container):
+    name = container("sleep 1; exit 3")
+    answer = wait_healthy(run, "podman", name, "http://127.0.0.1:%d/health" % free_port(), timeout=120)
+    assert not answer["healthy"] and answer["log_tail"] == [] and answer["container"]["exit_code"] == 3
+    assert answer["cause"] == "the container %s is %s (exit code 3)" % (name, answer["container"]["status"])
+
+
+@podman
+@pytest.mark.skipif(SERVER is None, reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")
+def test_the_wait_ends_at_the_first_200_while_the_container_runs(container, tmp_path):
+    """The wait asks the container's state, then /health: a running container and a real llama-server's 200."""
+    name = container("sleep 600")
+    model = write_tiny_nemotron_h_moe(str(tmp_path / "tiny.gguf"))
+    with llama_server(["-m", model, "-c", "256", "--no-webui"], timeout=120) as server:
+        assert server.healthy, server.stderr
+        answer = wait_healthy(run, "podman", name, server.url + "/health", timeout=60)
+    assert answer == {"healthy": True, "seconds": answer["seconds"], "status": 200, "container": answer["container"],
+                      "cause": None, "log_tail": []}
+    assert 0 <= answer["seconds"] < 60 and answer["seconds"] == round(answer["seconds"], 3)
+    assert answer["container"]["running"] and answer["container"]["config_hash"] == "h" * 64
 
 
 def test_the_cause_is_the_first_error_line():
