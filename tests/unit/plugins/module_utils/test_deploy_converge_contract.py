@@ -97,8 +97,8 @@ def test_nothing_is_done_for_the_verified_configuration_that_runs_and_answers():
 
 
 def test_verify_always_verifies_without_a_recreate_or_a_wait():
-    assert decide(found(), written(), verify_always=True) == {"recreate": False, "verify": True, "wait": False,
-                                                             "reason": ""}
+    assert decide(found(), written(), verify_always=True) == {
+        "recreate": False, "verify": True, "wait": False, "reason": ""}
 
 
 def test_a_changed_key_recreates_with_the_key_in_the_reason():
@@ -362,8 +362,8 @@ def test_the_cpu_topology_reads_the_host_figures_even_when_the_plan_lists_device
 
 def test_a_plan_without_devices_reads_the_host_figures():
     plan = dict(TWO_GPUS, devices=[])
-    assert log_expectations(plan, "single", {}, ["t"]) == dict(NONE_EXPECTED, expect_compute_buffers={"CPU": 40.0},
-                                                              expect_tensors=["t"])
+    assert log_expectations(plan, "single", {}, ["t"]) == dict(
+        NONE_EXPECTED, expect_compute_buffers={"CPU": 40.0}, expect_tensors=["t"])
 
 
 @pytest.mark.parametrize("verbosity, tensors", [("", None), (None, None), ("4", None), (4, None), ("5", ["t"]),
@@ -371,8 +371,8 @@ def test_a_plan_without_devices_reads_the_host_figures():
 def test_on_a_host_without_gpu_tensors_are_expected_from_verbosity_5(verbosity, tensors):
     expect = log_expectations(None, "cpu", {"log_verbosity": verbosity}, ["t"])
     assert expect == dict(NONE_EXPECTED, expect_tensors=tensors)
-    assert log_expectations(None, "single", {"log_verbosity": verbosity}, ["t"]) == dict(NONE_EXPECTED,
-                                                                                        expect_tensors=["t"])
+    assert log_expectations(None, "single", {"log_verbosity": verbosity}, ["t"]) == dict(
+        NONE_EXPECTED, expect_tensors=["t"])
 
 
 def test_no_buffers_without_a_memory_plan():
@@ -395,8 +395,8 @@ def test_no_overridden_tensor_is_a_problem_only_for_a_pattern_with_per_tensor_li
     assert verification_problem(nothing, "") == ""
     assert verification_problem(nothing, None) == ""
     assert verification_problem(dict(nothing, per_tensor_lines_visible=False), "blk") == ""
-    assert verification_problem(nothing, "blk") == ("the pattern matched no tensors: llama-server's log shows no "
-                                                   'tensor overridden to CPU for "blk"')
+    assert verification_problem(nothing, "blk") == (
+        "the pattern matched no tensors: llama-server's log shows no tensor overridden to CPU for \"blk\"")
 
 
 def test_a_log_that_did_not_verify_gives_its_message():

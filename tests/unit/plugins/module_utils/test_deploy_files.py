@@ -349,8 +349,9 @@ def test_a_saved_snapshot_holds_the_files_and_a_readable_manifest(tmp_path):
     assert near_now(created, "%Y-%m-%dT%H:%M:%SZ")
     assert text == (
         '{\n "config_hash": "h1",\n "created": "%s",\n "files": {\n  ".env": "%s",\n  "%s": "%s"\n },\n'
-        ' "source": "verified"\n}\n' % (created, hashlib.sha256(config(1)[".env"]).hexdigest(), COMPOSE,
-                                         hashlib.sha256(config(1)[COMPOSE]).hexdigest()))
+        ' "source": "verified"\n}\n' % (
+            created, hashlib.sha256(config(1)[".env"]).hexdigest(), COMPOSE,
+            hashlib.sha256(config(1)[COMPOSE]).hexdigest()))
 
 
 def test_save_snapshot_records_the_source_it_is_given(tmp_path):

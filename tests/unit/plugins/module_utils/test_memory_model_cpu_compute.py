@@ -51,8 +51,8 @@ MEASURED = [
 
 
 @pytest.mark.parametrize("model, ctx, parallel, ubatch, batch, flash_attn, logged", MEASURED)
-def test_the_cpu_compute_estimate_is_never_under_the_server_and_within_1_mib(facts, model, ctx, parallel, ubatch,
-                                                                                 batch, flash_attn, logged):
+def test_the_cpu_compute_estimate_is_never_under_the_server_and_within_1_mib(
+        facts, model, ctx, parallel, ubatch, batch, flash_attn, logged):
     estimate = mm.cpu_compute_bytes(facts[model], ctx, parallel, ubatch, batch, flash_attn=flash_attn) / MIB
     assert logged - 0.005 <= estimate <= logged + 1.0, (estimate, logged)
 

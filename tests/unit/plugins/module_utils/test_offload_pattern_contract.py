@@ -352,9 +352,9 @@ def test_the_list_of_stems_is_a_candidate_only_under_the_length_limit():
 def _qwen3moe(blocks):
     names = ["token_embd.weight", "output_norm.weight", "output.weight"]
     for b in blocks:
-        names += ["blk.%d.%s" % (b, s) for s in ("attn_norm.weight", "attn_q.weight", "ffn_gate_inp.weight",
-                                                  "ffn_gate_exps.weight", "ffn_up_exps.weight",
-                                                  "ffn_down_exps.weight")]
+        names += ["blk.%d.%s" % (b, s) for s in (
+            "attn_norm.weight", "attn_q.weight", "ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
+            "ffn_down_exps.weight")]
     experts = [n for n in names if "_exps." in n]
     return names, experts
 

@@ -158,8 +158,8 @@ def test_mode_all_moves_every_moe_block(moe):
 @pytest.mark.parametrize("layers, blocks, n_cpu_moe", [
     ([3, 1, 3], [1, 3], None), ([2, 2], [2], None), ([1, 2], [1, 2], 3), ([], [], 0), (0, [], 0), (2, [1, 2], 3),
     (3, [1, 2, 3], 4)])
-def test_mode_layers_sorts_and_deduplicates_a_list_or_takes_the_first_blocks_of_a_count(moe, layers, blocks,
-                                                                                         n_cpu_moe):
+def test_mode_layers_sorts_and_deduplicates_a_list_or_takes_the_first_blocks_of_a_count(
+        moe, layers, blocks, n_cpu_moe):
     result = op.plan(moe, [card(100000)], 4096, mode="layers", cpu_expert_layers=layers, **SIZING)
     assert result["cpu_expert_layers"] == blocks and result["n_cpu_moe"] == n_cpu_moe
     assert result["offload"] is bool(blocks)

@@ -672,8 +672,8 @@ def test_memory_views_vram_rows_are_matched_by_index_then_by_position():
 
 
 def test_memory_views_a_gpu_without_index_takes_its_position():
-    res = {"plan": {"gpus": [{"name": "A"}, {"name": "B"}]}, "vram": [{"index": 0, "used_mib": 1},
-                                                                  {"index": 7, "used_mib": 2}]}
+    res = {"plan": {"gpus": [{"name": "A"}, {"name": "B"}]},
+           "vram": [{"index": 0, "used_mib": 1}, {"index": 7, "used_mib": 2}]}
     assert [(g["index"], g["name"], g["used"]) for g in memory_views(res)["gpus"]] == [(0, "A", 1.0), (1, "B", 2.0)]
 
 
