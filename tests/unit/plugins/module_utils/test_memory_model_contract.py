@@ -688,3 +688,18 @@ def test_facts_without_embedding_width_or_vocabulary_are_refused():
         mm.model_facts({"x.embedding_length": 64}, one_dim, classify_model("x", {}, one_dim))
     assert str(info.value) == ("the vocabulary size is unknown: no tokenizer.ggml.tokens, no x.vocab_size and no "
                                "token_embd/output tensor")
+
+
+def test_the_last_block_s_experts_see_only_the_output_rows_where_the_graph_keeps_them():
+    """src/models/qwen3moe.cpp: ``if (il == n_layer - 1 && inp_out_ids)`` keeps only the output rows before the last
+    block's feed-forward part, so its experts compute ``outputs`` rows; nemotron-h.cpp runs the whole micro-batch
+    through every block."""
+    tensors = [T("blk.%d.ffn_up_exps.weight" % b, (64, 32, 4), 64 * 32 * 4 * 4, 0) for b in range(3)]
+    tensors += [T("token_embd.weight", (64, 32), 64 * 32 * 4, 0)]
+    for arch, last_rows in (("qwen3moe", "outputs"), ("nemotron_h_moe", "tokens")):
+        md = {"general.architecture": arch, arch + ".block_count": 3, arch + ".embedding_length": 64,
+              arch + ".expert_count": 4, arch + ".expert_used_count": 2}
+        facts = mm.model_facts(md, tensors, classify_model(arch, md, tensors))
+        shape = mm.graph_shape(facts, 4096, 1, False, 512, 2048, False)
+        assert (shape.tokens, shape.outputs) == (512, 1)
+        assert [mm._expert_tokens(facts, shape, b) for b in range(3)] == [512, 512, getattr(shape, last_rows)]
