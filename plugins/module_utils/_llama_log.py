@@ -102,7 +102,7 @@ _BUILD = [
 ]
 # the 2024 server (and ik_llama.cpp): 'INFO [main] build info | tid="1" timestamp=1 build=3642 commit="a1b2c3d"'
 _BUILD_INFO = re.compile(r"\bbuild=(?P<num>\d{1,9}) commit=\"?(?P<commit>[0-9a-fA-F]{1,40})")
-_VERBOSITY = re.compile(r"verbosity = \d{1,4} \(adjust")
+_VERBOSITY = re.compile(r"verbosity = \d{1,10} \(adjust")  # (-v sets INT_MAX: common/arg.cpp)
 _RUN_START_AT = ("main: build = ", "system_info: ")
 _LOAD_START_AT = ("llama_model_loader: loaded meta data with", "load_tensors: loading model tensors",
                   "llm_load_tensors: loading model tensors")
@@ -506,7 +506,8 @@ class LogParser:
             text = msg[at + len(phrase):] if drop else msg[at:]
             quote = text.find('"') if json else -1
             if quote >= 0:
-                text = text[:quote]
+                # the 2024 server: JSON ('"msg":"unable to load model",...') or text ('... | tid="140" ...')
+                text = text[:quote].split(" | ", 1)[0]
             self.run.load_errors[_LOAD_ERROR_RANK[phrase]] = _cap(text.strip())
             return True
         return False
