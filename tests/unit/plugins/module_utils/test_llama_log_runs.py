@@ -33,7 +33,9 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import (
     SIGNALS,
+    MAX_LINE,
     LogParser,
+    iter_chunks,
     parse_log,
 )
 
@@ -344,3 +346,27 @@ def test_a_text_format_load_error_of_the_2024_server_ends_before_its_fields():
     """The 2024 server with --log-format text: ``ERR [ load_model] unable to load model | tid="140" ...``."""
     line = 'ERR [              load_model] unable to load model | tid="140" timestamp=1718 model="m.gguf"\n'
     assert parse_log(line)["load_error"] == "unable to load model"
+
+
+@pytest.mark.parametrize("before", ["srv  log_server_r: request: GET /slots 127.0.0.1 D 200",  # " D " in a message
+                                    "srv  params_from_: xD 1"])                              # "D " inside a word
+def test_a_debug_line_between_lines_that_only_hold_d_space_is_seen(before):
+    """common/log.cpp prints a DEBUG line as ``D <message>``; lines before and after it that merely contain "D "
+    neither hide it nor stand for it, in a chunk as line by line."""
+    after = "srv  log_server_r: request: GET /health 127.0.0.1 D 200"
+    text = "\n".join([before, "D que  process_new_: processing task, id = 0", after]) + "\n"
+    assert parse_log(text)["per_tensor_lines_visible"] is True
+    assert parse_log("\n".join([before, after]) + "\n")["per_tensor_lines_visible"] is False
+
+
+def test_an_iterable_of_lines_without_newlines_reads_as_the_text():
+    lines = ["0.00.100.000 I build: 10435 (9e40df63b)", "E CUDA error: out of memory"]
+    assert parse_log(iter(lines)) == parse_log("\n".join(lines) + "\n")
+    assert parse_log(iter(lines))["crash"] == "CUDA error: out of memory"
+
+
+def test_a_line_longer_than_max_line_comes_in_pieces_each_ended_by_a_newline():
+    text = "a" * (2 * MAX_LINE + 10)
+    assert "".join(iter_chunks(text)) == "a" * MAX_LINE + "\n" + "a" * MAX_LINE + "\n" + "a" * 10 + "\n"
+    text = "b" * (MAX_LINE + 5) + "\n" + "c" * 3
+    assert "".join(iter_chunks(text)) == "b" * MAX_LINE + "\n" + "b" * 5 + "\n" + "c" * 3 + "\n"
