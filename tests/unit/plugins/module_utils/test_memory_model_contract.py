@@ -703,3 +703,35 @@ def test_the_last_block_s_experts_see_only_the_output_rows_where_the_graph_keeps
         shape = mm.graph_shape(facts, 4096, 1, False, 512, 2048, False)
         assert (shape.tokens, shape.outputs) == (512, 1)
         assert [mm._expert_tokens(facts, shape, b) for b in range(3)] == [512, 512, getattr(shape, last_rows)]
+
+
+def mamba2_from_shapes(conv_channels, d_inner=64, n_group=2):
+    """A one-block mamba2 model without ssm.* metadata: the widths come from ssm_conv1d {d_conv, conv channels},
+    ssm_out {d_inner, n_embd} and ssm_norm {d_inner / n_group, n_group} (src/llama-model.cpp, LLM_ARCH_MAMBA2)."""
+    tensors = [f32("token_embd.weight", 32, 100), f32("blk.0.ssm_in.weight", 32, 2 * d_inner),
+               f32("blk.0.ssm_conv1d.weight", 4, conv_channels),
+               f32("blk.0.ssm_norm.weight", d_inner // n_group, n_group), f32("blk.0.ssm_out.weight", d_inner, 32)]
+    md = {"mamba2.block_count": 1, "mamba2.embedding_length": 32}
+    return mm.model_facts(md, tensors, classify_model("mamba2", md, tensors))
+
+
+@pytest.mark.parametrize("d_state", [1, 16])
+def test_a_state_size_of_one_from_the_shapes_is_a_state(d_state):
+    """conv channels = d_inner + 2 * n_group * d_state (llama-model.cpp: ssm_conv1d {d_conv, d_inner + 2*ng*d_state}):
+    d_state 1 is the smallest state there is, not a missing one."""
+    facts = mamba2_from_shapes(64 + 2 * 2 * d_state)
+    assert facts.ssm["d_state"] == d_state and isinstance(facts.ssm["d_state"], int)
+    assert facts.recurrent_blocks == {0: (3 * (64 + 4 * d_state), d_state * 64)}
+
+
+def test_shapes_that_leave_no_room_for_a_state_are_refused_with_the_shapes():
+    with pytest.raises(mm.MemoryModelError) as raised:
+        mamba2_from_shapes(64)
+    assert str(raised.value) == ("the recurrent blocks lack mamba2.ssm.* metadata and the ssm tensor shapes do not "
+                                 "give a state size (conv channels 64, inner size 64)")
+
+
+def test_conv_channels_that_do_not_divide_give_a_whole_state_size():
+    """d_state is a count of values: (channels - d_inner) // (2 * n_group), never a fraction."""
+    facts = mamba2_from_shapes(64 + 2 * 2 * 16 + 3)
+    assert facts.ssm["d_state"] == 16 and isinstance(facts.ssm["d_state"], int)

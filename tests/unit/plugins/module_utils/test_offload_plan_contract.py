@@ -392,3 +392,22 @@ def test_a_dense_model_has_no_experts_to_move():
             op.plan(dense, [card(100000)], 4096, mode=mode, cpu_expert_layers=layers)
         assert str(info.value) == "the model has no routed experts: there is nothing to move (use mode none or auto)"
     assert op.plan(dense, [card(100000)], 4096, **SIZING)["cpu_expert_layers"] == []
+
+
+@pytest.mark.parametrize("kv, recurrent, text", [
+    ({"full_blocks": [], "swa_blocks": []}, {0: (1, 1)},
+     "the weights, the recurrent state of 2 slot(s) and the compute buffer"),
+    ({"full_blocks": [1], "swa_blocks": []}, {},
+     "the weights, the KV cache for 8192 tokens and the compute buffer"),
+    ({"full_blocks": [], "swa_blocks": [0, 2], "window_kind": "sliding", "swa_cells": 4352}, {},
+     "the weights, the KV cache for 8192 tokens (2 of its 2 blocks keep a sliding window: 4352 cells per slot) and "
+     "the compute buffer"),
+    ({"full_blocks": [3], "swa_blocks": [0, 1, 2], "window_kind": "chunked", "swa_cells": 8192}, {0: (1, 1)},
+     "the weights, the KV cache for 8192 tokens (3 of its 4 blocks keep a chunked window: 8192 cells per slot), the "
+     "recurrent state of 2 slot(s) and the compute buffer"),
+])
+def test_the_plan_says_what_it_counts_and_names_only_what_the_model_has(kv, recurrent, text):
+    """A cache of sliding-window blocks only (gemma-style), or of chunked-attention blocks (llama4's
+    n_chunk_attention), is named with its window; a model without attention has no KV cache to name."""
+    facts = namedtuple("Facts", "recurrent_blocks")(recurrent)
+    assert op._contents(facts, {"kv_cache": kv, "n_ctx": 8192}, 2) == text  # pylint: disable=protected-access
