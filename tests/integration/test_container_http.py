@@ -8,6 +8,8 @@ llama-server answers every path but /health, /v1/health, /models and /v1/models 
 from __future__ import annotations
 
 import json
+import socket
+import time
 import urllib.request
 
 import pytest
@@ -70,3 +72,15 @@ def test_nothing_listening_is_status_minus_one():
     assert status == -1 and message  # the reason (connection refused) is kept
     assert auth_check("http://127.0.0.1:%d" % free_port(), KEY) == {
         "enforced": False, "checked": True, "without_key": -1, "with_key": -1}
+
+
+def test_a_server_that_never_answers_is_given_up_after_the_timeout():
+    """A socket that takes the connection (the kernel's backlog) but never answers: -1 once the timeout passed,
+    not a wait without end."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        start = time.monotonic()
+        status, message = http_get("http://127.0.0.1:%d/health" % silent.getsockname()[1], timeout=0.5)
+        assert status == -1 and "timed out" in message
+        assert time.monotonic() - start < 5

@@ -103,9 +103,26 @@ def test_the_wait_times_out_with_the_last_answer(container):
 
 
 @podman
+def test_the_timeout_is_reached_when_the_clock_says_so_and_the_log_comes_with_it(container):
+    """The wait ends when ``timeout`` seconds have passed (>=), with the container's log lines and the time in
+    milliseconds; the clock and the pause are given, the container and the dead port are real."""
+    name = container("echo 'E first words' >&2; sleep 600")
+    time.sleep(1)
+    ticks = iter([0.0, 2.0, 2.12345, 5.0, 6.0, 7.0])
+    pauses = []
+    answer = wait_healthy(run, "podman", name, "http://127.0.0.1:%d/health" % free_port(), timeout=2,
+                          clock=lambda: next(ticks), sleep=pauses.append)
+    assert pauses == [] and answer["seconds"] == 2.123 and answer["log_tail"] == ["E first words"]
+    assert answer["cause"] == "ai-llm did not answer /health with 200 within 2 s (last answer: no answer)"
+
+
+@podman
 def test_the_wait_names_the_exit_code_when_the_container_says_nothing(container):
     name = container("sleep 1; exit 3")
+    start = time.monotonic()
     answer = wait_healthy(run, "podman", name, "http://127.0.0.1:%d/health" % free_port(), timeout=120)
+    elapsed = time.monotonic() - start
+    assert isinstance(answer["seconds"], float) and -0.001 <= elapsed - answer["seconds"] < 0.5
     assert not answer["healthy"] and answer["log_tail"] == [] and answer["container"]["exit_code"] == 3
     assert answer["cause"] == "the container %s is %s (exit code 3)" % (name, answer["container"]["status"])
 
@@ -121,7 +138,7 @@ def test_the_wait_ends_at_the_first_200_while_the_container_runs(container, tmp_
         answer = wait_healthy(run, "podman", name, server.url + "/health", timeout=60)
     assert answer == {"healthy": True, "seconds": answer["seconds"], "status": 200, "container": answer["container"],
                       "cause": None, "log_tail": []}
-    assert 0 <= answer["seconds"] < 60 and answer["seconds"] == round(answer["seconds"], 3)
+    assert 0 <= answer["seconds"] < 60 and isinstance(answer["seconds"], float)
     assert answer["container"]["running"] and answer["container"]["config_hash"] == "h" * 64
 
 
