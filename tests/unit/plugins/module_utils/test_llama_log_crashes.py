@@ -157,9 +157,15 @@ def test_a_crash_line_keeps_its_own_cause_and_names_the_signal():
     assert "RPC server" in p["crash_cause"] and "SIGABRT, exit code 134" in p["crash_cause"]
 
 
-@pytest.mark.parametrize("code", [0, 1, 2, 127, 255, None])
+@pytest.mark.parametrize("code", [0, 1, 2, 127, 128, 160, 255, None])
 def test_normal_exit_codes_are_no_signal(code):
     assert signal_of_exit_code(code) is None
+
+
+@pytest.mark.parametrize("code, signal", [(129, 1), (134, 6), (137, 9), (139, 11), (159, 31), (-9, 9), (-1, 1)])
+def test_a_shell_s_128_plus_n_and_python_s_minus_n_name_signal_n(code, signal):
+    """A shell (and podman) reports a process killed by signal N as 128 + N; Python's subprocess as -N."""
+    assert signal_of_exit_code(code) == signal
 
 
 def test_an_exit_before_the_server_was_ready_never_verifies():
