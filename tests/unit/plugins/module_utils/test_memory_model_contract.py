@@ -735,3 +735,20 @@ def test_conv_channels_that_do_not_divide_give_a_whole_state_size():
     """d_state is a count of values: (channels - d_inner) // (2 * n_group), never a fraction."""
     facts = mamba2_from_shapes(64 + 2 * 2 * 16 + 3)
     assert facts.ssm["d_state"] == 16 and isinstance(facts.ssm["d_state"], int)
+
+
+def test_the_logits_are_counted_only_on_the_output_device():
+    """The output layer runs on the device that holds ``output.weight`` (llama-model.cpp: dev_output); the logits,
+    n_vocab x n_outputs floats, are in that device's compute buffer and in no other's."""
+    vocab = 1000000
+    tensors = [f32("token_embd.weight", 64, vocab), f32("output.weight", 64, vocab),
+               f32("blk.0.attn_q.weight", 64, 64), f32("blk.0.attn_k.weight", 64, 32),
+               f32("blk.0.attn_v.weight", 64, 32), f32("blk.0.ffn_up.weight", 64, 128)]
+    md = {"llama.block_count": 1, "llama.embedding_length": 64, "llama.attention.head_count": 4,
+          "llama.attention.head_count_kv": 2, "llama.feed_forward_length": 128}
+    facts = mm.model_facts(md, tensors, classify_model("llama", md, tensors))
+    shape = mm.graph_shape(facts, 4096, 64, False, 512, 2048, False)
+    logits = vocab * shape.outputs * 4
+    with_output = mm.compute_buffer_bytes(facts, 4096, 64, 512, has_output=True)
+    without = mm.compute_buffer_bytes(facts, 4096, 64, 512, has_output=False)
+    assert shape.outputs == 64 and with_output >= logits > without
