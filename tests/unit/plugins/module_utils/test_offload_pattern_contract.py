@@ -17,6 +17,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_patter
     MAX_PATTERN_BYTES,
     PatternError,
     _candidates,
+    _python_bytes,
     _derived_candidates,
     _factored,
     _stem,
@@ -566,3 +567,13 @@ def test_check_pattern_with_a_pattern_that_cannot_be_deployed():
         "pattern": "exps=CPU", "ok": False, "matched": [], "missed": sorted(experts), "non_expert": [],
         "verdict": "unusable: " + pattern_problem("exps=CPU")}
     assert check_pattern("a++", names, experts, {})["verdict"] == "unusable: " + POSSESSIVE
+
+
+@pytest.mark.parametrize("pattern, python", [
+    ("[.$]x.", "[.$]x[^\\n\\r]"),     # '.' and '$' are literal inside a class, translated after it
+    ("a\\*+", "a\\*+"),               # an escaped '*' then '+': one or more '*', not a possessive quantifier
+    ("X+", "X+"),
+    ("blk\\.[0-9]+\\.ffn_.*$", "blk\\.[0-9]+\\.ffn_[^\\n\\r]*\\Z"),
+])
+def test_the_ecmascript_reading_of_classes_escapes_and_quantifiers(pattern, python):
+    assert _python_bytes(pattern) == python.encode()
