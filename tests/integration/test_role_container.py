@@ -18,6 +18,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_contain
     container_state,
     exit_cause,
     find_compose,
+    log_tail,
     wait_healthy,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._host_memory import process_tree
@@ -107,7 +108,9 @@ def test_the_timeout_is_reached_when_the_clock_says_so_and_the_log_comes_with_it
     """The wait ends when ``timeout`` seconds have passed (>=), with the container's log lines and the time in
     milliseconds; the clock and the pause are given, the container and the dead port are real."""
     name = container("echo 'E first words' >&2; sleep 600")
-    time.sleep(1)
+    deadline = time.monotonic() + 60
+    while not log_tail(run, "podman", name) and time.monotonic() < deadline:
+        time.sleep(0.2)
     ticks = iter([0.0, 2.0, 2.12345, 5.0, 6.0, 7.0])
     pauses = []
     answer = wait_healthy(run, "podman", name, "http://127.0.0.1:%d/health" % free_port(), timeout=2,
