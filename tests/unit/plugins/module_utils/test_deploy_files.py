@@ -197,9 +197,8 @@ def test_atomic_write_is_private_by_default(tmp_path):
     assert os.listdir(str(tmp_path)) == [".env"]
 
 
-def test_atomic_write_renames_a_marked_temporary_file_next_to_the_target(tmp_path, monkeypatch):
-    """The temporary file is hidden, in the target's directory (a rename within one file system) and carries the
-    leftover mark, so that a killed write leaves nothing ``remove_leftovers`` does not clear."""
+def recorded_renames(monkeypatch):
+    """The (source, target) of every os.rename that _deploy_files makes from now on; the renames still happen."""
     renames = []
     real_rename = os.rename
 
@@ -207,6 +206,13 @@ def test_atomic_write_renames_a_marked_temporary_file_next_to_the_target(tmp_pat
         renames.append((src, dst))
         real_rename(src, dst)
     monkeypatch.setattr(files.os, "rename", rename)
+    return renames
+
+
+def test_atomic_write_renames_a_marked_temporary_file_next_to_the_target(tmp_path, monkeypatch):
+    """The temporary file is hidden, in the target's directory (a rename within one file system) and carries the
+    leftover mark, so that a killed write leaves nothing ``remove_leftovers`` does not clear."""
+    renames = recorded_renames(monkeypatch)
     target = str(tmp_path / "compose.yml")
     atomic_write(target, b"services: {}\n")
     ((src, dst),) = renames
@@ -363,13 +369,7 @@ def test_save_snapshot_records_the_source_it_is_given(tmp_path):
 def test_a_snapshot_is_written_in_a_marked_directory_of_the_rollback_directory(tmp_path, monkeypatch):
     """Then renamed into ``snapshots/``: a killed run leaves the half-written directory where ``prepare`` clears
     it."""
-    renames = []
-    real_rename = os.rename
-
-    def rename(src, dst):
-        renames.append((src, dst))
-        real_rename(src, dst)
-    monkeypatch.setattr(files.os, "rename", rename)
+    renames = recorded_renames(monkeypatch)
     rollback = str(tmp_path / ".rollback")
     save_snapshot(rollback, config(1), "h1", COMPOSE)
     src, dst = renames[0]
