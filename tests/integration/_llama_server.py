@@ -18,6 +18,7 @@ import urllib.request
 SERVER = shutil.which("llama-server")
 HOST = "127.0.0.1"
 STOP_TIMEOUT = 30
+BIND_TRIES = 3
 
 
 def free_port():
@@ -44,36 +45,51 @@ def llama_server(args, timeout, log=None, with_stdout=False):
 
     Its stderr (and its stdout too with ``with_stdout``, else nothing of it) goes to the file ``log``
     (a temporary file when None) and ends up in ``LlamaServer.stderr``.
+
+    The port is free when picked, but a test running at the same time can take it before the server binds
+    it: a run that exits with llama-server's ``couldn't bind HTTP server socket`` is started again on another
+    port (BIND_TRIES in all), so that each test sees the run it asked for.
     """
-    port = free_port()
-    server = LlamaServer("http://%s:%d" % (HOST, port))
-    cmd = [SERVER] + [str(a) for a in args] + ["--host", HOST, "--port", str(port)]
-    with (open(log, "w+") if log else tempfile.TemporaryFile(mode="w+")) as out:
-        proc = subprocess.Popen(cmd, stdout=out if with_stdout else subprocess.DEVNULL,
-                                stderr=subprocess.STDOUT if with_stdout else out)
-        try:
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and proc.poll() is None:
-                try:
-                    with urllib.request.urlopen(server.url + "/health", timeout=2) as resp:
-                        if resp.status == 200:
-                            server.healthy = True
-                            break
-                except (urllib.error.URLError, OSError):
-                    pass
-                time.sleep(0.2)
-            server.exited = proc.poll()
-            yield server
-        finally:
-            if proc.poll() is None:
-                proc.terminate()
+    for attempt in range(1, BIND_TRIES + 1):
+        port = free_port()
+        server = LlamaServer("http://%s:%d" % (HOST, port))
+        cmd = [SERVER] + [str(a) for a in args] + ["--host", HOST, "--port", str(port)]
+        with (open(log, "w+") if log else tempfile.TemporaryFile(mode="w+")) as out:
+            proc = subprocess.Popen(cmd, stdout=out if with_stdout else subprocess.DEVNULL,
+                                    stderr=subprocess.STDOUT if with_stdout else out)
             try:
-                proc.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            out.seek(0)
-            server.stderr = out.read()
+                deadline = time.monotonic() + timeout
+                while time.monotonic() < deadline and proc.poll() is None:
+                    try:
+                        with urllib.request.urlopen(server.url + "/health", timeout=2) as resp:
+                            if resp.status == 200:
+                                server.healthy = True
+                                break
+                    except (urllib.error.URLError, OSError):
+                        pass
+                    time.sleep(0.2)
+                server.exited = proc.poll()
+                if server.exited is not None and attempt < BIND_TRIES and _port_taken(out, port):
+                    continue
+                yield server
+                return
+            finally:
+                if proc.poll() is None:
+                    proc.terminate()
+                try:
+                    proc.wait(STOP_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                out.seek(0)
+                server.stderr = out.read()
+
+
+def _port_taken(out, port):
+    """Whether the log in ``out`` says that the server could not bind ``port``."""
+    out.flush()
+    out.seek(0)
+    return "couldn't bind HTTP server socket, hostname: %s, port: %d" % (HOST, port) in out.read()
 
 
 def run_until_healthy(args, timeout):
