@@ -165,21 +165,22 @@ def wait_healthy(run, engine, name, url, timeout, interval=0.5, clock=time.monot
     restarts or disappears the wait stops at once, with the cause read from its last log lines.
     """
     start = clock()
-    first = container_state(run, engine, name)
-    restarts = first.get("restarts", 0)
+    state = container_state(run, engine, name)
+    restarts = state.get("restarts")  # None when the container is missing: then the wait stops at once
     last_status = None
-    state = first
     while True:
-        state = container_state(run, engine, name)
-        stopped = not state.get("exists") or not state.get("running") or state.get("restarts", 0) > restarts
-        if stopped:
+        if not state.get("exists") or not state.get("running") or state["restarts"] > restarts:
             tail = log_tail(run, engine, name, log_lines) if state.get("exists") else []
+            found = exit_cause(tail)
             if not state.get("exists"):
                 cause = "the container %s is gone (%s)" % (name, state.get("error") or "removed")
+            elif found:
+                cause = "llama-server exited: %s" % found
+            elif state["running"]:  # running again after a restart
+                cause = "the container %s restarted %d time(s) and wrote no log line" % (
+                    name, state["restarts"] - restarts)
             else:
-                found = exit_cause(tail)
-                cause = ("llama-server exited: %s" % found) if found else \
-                    "the container %s is %s (exit code %s)" % (name, state.get("status"), state.get("exit_code"))
+                cause = "the container %s is %s (exit code %s)" % (name, state.get("status"), state.get("exit_code"))
             return {"healthy": False, "seconds": round(clock() - start, 3), "status": last_status,
                     "container": state, "cause": cause, "log_tail": tail}
         last_status, _body = http_get(url, timeout=min(5.0, max(1.0, timeout)))
@@ -193,3 +194,4 @@ def wait_healthy(run, engine, name, url, timeout, interval=0.5, clock=time.monot
                     "cause": "ai-llm did not answer /health with 200 within %d s (last answer: %s)"
                              % (timeout, last_status if last_status != -1 else "no answer")}
         sleep(interval)
+        state = container_state(run, engine, name)

@@ -51,12 +51,12 @@ def container():
     """Start a container of the CPU image with a shell command; removed afterwards."""
     names = []
 
-    def start(script, label="h" * 64):
+    def start(script, label="h" * 64, options=()):
         name = "ai-llm-container-" + uuid.uuid4().hex[:8]
         names.append(name)
-        subprocess.run(["podman", "run", "-d", "--init", "--name", name, "--label", "%s=%s" % (HASH_LABEL, label),
-                        "--entrypoint", "/bin/sh", cpu_image(), "-c", script], check=True, capture_output=True,
-                       timeout=120)
+        subprocess.run(["podman", "run", "-d", "--init", "--name", name, "--label", "%s=%s" % (HASH_LABEL, label)]
+                       + list(options) + ["--entrypoint", "/bin/sh", cpu_image(), "-c", script], check=True,
+                       capture_output=True, timeout=120)
         return name
     yield start
     for name in names:
@@ -128,6 +128,32 @@ def test_the_wait_names_the_exit_code_when_the_container_says_nothing(container)
     assert isinstance(answer["seconds"], float) and -0.001 <= elapsed - answer["seconds"] < 0.5
     assert not answer["healthy"] and answer["log_tail"] == [] and answer["container"]["exit_code"] == 3
     assert answer["cause"] == "the container %s is %s (exit code 3)" % (name, answer["container"]["status"])
+
+
+@podman
+def test_the_wait_stops_when_the_container_restarts_though_it_runs_again(container):
+    """podman restarts a container of ``--restart=always`` at once: read after the restart, it runs again and only
+    its RestartCount tells; the wait stops there instead of waiting for the timeout. (The pause between the reads
+    lasts until podman shows the restart, so that no read falls in the instant the container is stopped.)"""
+    name = container("if [ -e /tmp/ran ]; then sleep 600; fi; touch /tmp/ran; sleep 3; exit 5",
+                     options=["--restart=always"])
+    pauses = []
+
+    def until_restarted(seconds):
+        pauses.append(seconds)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            state = container_state(run, "podman", name)
+            if state["restarts"] and state["running"]:
+                return
+            time.sleep(0.1)
+
+    answer = wait_healthy(run, "podman", name, "http://127.0.0.1:%d/health" % free_port(), timeout=20,
+                          sleep=until_restarted)
+    assert pauses == [0.5], answer
+    assert not answer["healthy"] and answer["status"] == -1 and answer["log_tail"] == []
+    assert answer["container"]["restarts"] == 1 and answer["container"]["running"]
+    assert answer["cause"] == "the container %s restarted 1 time(s) and wrote no log line" % name
 
 
 @podman
