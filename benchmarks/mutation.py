@@ -31,6 +31,8 @@ Usage:
                                                  their mutants, those named by the config's [fast] mutants
   --sample        of the files given (or all), only the mutants named by the config's [fast] mutants (about one
                   in five): an estimate of the score in a fifth of the time, to find where tests are blind
+  --mutants PATTERN  only the mutants whose names match PATTERN (fnmatch, repeatable): a sample of another size,
+                  e.g. --mutants '*__mutmut_1' --mutants '*__mutmut_*0' (about one in ten)
   --min-score P   exit 1 when a file scores below P % (default: the config's min_score with --fast, else none)
   --jobs N        mutants tested at a time (default 2); mutmut runs under nice -n 10
 """
@@ -404,6 +406,9 @@ def main():
     parser.add_argument("files", nargs="*", help="module util file names (default: all; globs allowed)")
     parser.add_argument("--fast", action="store_true", help="the CI subset")
     parser.add_argument("--sample", action="store_true", help="only the sampled mutants of the files")
+    parser.add_argument("--mutants", metavar="PATTERN", action="append", default=[],
+                        help="only the mutants whose mutmut names match PATTERN (fnmatch; repeatable), e.g. "
+                             "'*__mutmut_1' '*__mutmut_*0' for about one in ten")
     parser.add_argument("--min-score", type=float, default=None, help="fail below this score (per cent)")
     parser.add_argument("--jobs", type=int, default=2, help="mutants tested at a time")
     parser.add_argument("--nice", type=int, default=10, help="niceness of the mutmut run")
@@ -416,7 +421,8 @@ def main():
         min_score = args.min_score if args.min_score is not None else config.get("min_score")
     else:
         files = sorted(set(n for pattern in args.files or ["*"] for n in fnmatch.filter(names, pattern)))
-        why = ("given" if args.files else "every module util") + (", sampled mutants" if args.sample else "")
+        why = ("given" if args.files else "every module util") + (
+            ", the mutants %s" % " ".join(args.mutants) if args.mutants else ", sampled mutants" if args.sample else "")
         min_score = args.min_score
     unknown = sorted(set(files) - set(names))
     if unknown or not files:
@@ -426,7 +432,7 @@ def main():
     print("tests: %s" % ", ".join(Path(t).name for t in tests))
     start = time.monotonic()
     make_stage(files, tests)
-    patterns = config.get("fast", {}).get("mutants", []) if args.fast or args.sample else []
+    patterns = args.mutants or (config.get("fast", {}).get("mutants", []) if args.fast or args.sample else [])
     run_mutmut(args.jobs, args.nice, patterns)
     mutants = read_results(files, config, sampled=bool(patterns)) + run_hand_mutants(files, config, args.nice)
     seconds = time.monotonic() - start
