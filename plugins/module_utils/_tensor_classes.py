@@ -112,7 +112,8 @@ class ModelLayout:
         return f"ModelLayout({self.architecture!r}, blocks={self.block_count}, experts={len(self.expert_tensors)} tensors)"
 
 
-def _int_value(value, default=0):
+def _int_value(value, default):
+    """``value`` when the metadata holds an integer (a bool as 0/1), else ``default``."""
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int):

@@ -406,6 +406,22 @@ def test_block_pattern_is_anchored_when_a_longer_name_holds_the_same_text():
     assert block_expert_pattern(names, experts, [1]) == r"^blk\.1\.ffn_.*_exps\.weight"
 
 
+def test_block_pattern_of_experts_stored_one_tensor_each():
+    """The names of llama.cpp's unmerged experts (LLM_TENSOR_FFN_*_EXP, ``blk.%d.ffn_gate.%d``: one tensor per
+    expert, as early Mixtral files have them) match none of the ``_exps`` conventions: the block head goes before
+    the tail built from the names, still readable, not before the list of every name."""
+    names, experts = ["token_embd.weight", "output.weight"], []
+    for block in range(12):
+        names += ["blk.%d.attn_q.weight" % block, "blk.%d.ffn_gate_inp.weight" % block]
+        for part in ("gate", "down", "up"):
+            experts += ["blk.%d.ffn_%s.%d.weight" % (block, part, expert) for expert in range(4)]
+    names += experts
+    assert expert_pattern(names, experts) == r"\.ffn_(down|gate|up)\.[0-9]+\.weight$"
+    pattern = block_expert_pattern(names, experts, [1, 10])
+    assert pattern == r"blk\.(1|10)\.ffn_(down|gate|up)\.[0-9]+\.weight$"
+    assert [n for n in names if re.search(pattern, n)] == [n for n in experts if n.split(".")[1] in ("1", "10")]
+
+
 def _long_expert(length):
     name = "blk.0.ffn_up_exps." + "w" * (length - 18)
     assert len(name) == length
