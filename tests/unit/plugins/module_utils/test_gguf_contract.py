@@ -493,6 +493,65 @@ def test_a_skipped_string_array_that_ends_early_names_the_element(tmp_path, endi
                  % (count - 1, count))
 
 
+# --------------------------------------------------------------------------- the read size
+
+READ_SIZES = [1, 2, 3, 5, 8, 9, 13, 31, 64, 1000]
+
+
+def _straddling_file(path, endian, cut=None):
+    """Every value type, a skipped string array (empty strings among strings of 1 to 10 bytes), a skipped array of
+    arrays, kept arrays and two tensor infos: with a small read size, every kind of field straddles a read.
+    ``cut``: the file ends that many bytes into the last string of the skipped array (10 bytes long), after the
+    scalars. Returns (path, facts)."""
+    g = Gguf(endian)
+    count = _gguf.KEEP_LISTS + 5
+    texts = ["t" * (i % 11) for i in range(count - 1)] + ["t" * 10]
+    scalars = [("k%d" % t, t, g.pack(code, v)) for t, code, v in [
+        (U8, "B", 200), (I8, "b", -100), (U16, "H", 60000), (I16, "h", -30000), (U32, "I", 4000000000),
+        (I32, "i", -2000000000), (F32V, "f", 1.5), (BOOL, "?", True), (U64, "Q", 2 ** 64 - 2), (I64, "q", -2 ** 62),
+        (F64, "d", 2.25)]]
+    arrays = [("nums", ARRAY, g.arr(U32, 3, g.pack("3I", 7, 8, 9))),
+              ("names", ARRAY, g.arr(STRING, 2, g.s("up") + g.s(""))),
+              ("nested", ARRAY, g.arr(ARRAY, count, g.arr(U8, 1, b"\x05") * count)),
+              ("general.architecture", STRING, g.s("llama"))]
+    tok = ("tok", ARRAY, g.arr(STRING, count, b"".join(g.s(t) for t in texts)))
+    if cut is not None:
+        head = g.header(0, len(scalars) + 1) + b"".join(g.kv(*kv) for kv in scalars) + g.kv(*tok)
+        end = len(head) - len(texts[-1])
+        return write(path, head[:end + cut]), {"count": count, "at": end - 8}
+    kvs = scalars + arrays + [tok]
+    path, data_offset, offsets = model_file(path, kvs, [("a", (8, 2)), ("b", (32,))], endian=endian)
+    return path, {"count": count, "data_offset": data_offset, "offsets": offsets}
+
+
+@pytest.mark.parametrize("chunk", READ_SIZES)
+def test_the_header_reads_alike_whatever_the_read_size(tmp_path, endian, monkeypatch, chunk):
+    """The reader buffers its reads (CHUNK bytes): a value, a string length or a run of empty strings cut by the
+    end of a read is read whole from the next one, at any read size."""
+    path, facts = _straddling_file(tmp_path / "m.gguf", endian)
+    whole = read_gguf(path)
+    assert whole.metadata["k%d" % U64] == 2 ** 64 - 2 and whole.metadata["k%d" % F64] == 2.25
+    assert whole.metadata["tok"] == SkippedArray(STRING, facts["count"])
+    assert whole.metadata["nested"] == SkippedArray(ARRAY, facts["count"])
+    assert (whole.metadata["nums"], whole.metadata["names"]) == ([7, 8, 9], ["up", ""])
+    assert [(t.name, t.offset) for t in whole.tensors] == [("a", 0), ("b", facts["offsets"][1])]
+    assert whole.data_offset == facts["data_offset"]
+    monkeypatch.setattr(_gguf, "CHUNK", chunk)
+    assert read_gguf(path) == whole
+
+
+@pytest.mark.parametrize("chunk", READ_SIZES)
+def test_a_skipped_string_cut_by_the_end_of_the_file_is_named_at_any_read_size(tmp_path, monkeypatch, chunk):
+    """The last string of a skipped array lacks its last byte; with it the file would end exactly there."""
+    monkeypatch.setattr(_gguf, "CHUNK", chunk)
+    path, facts = _straddling_file(tmp_path / "cut.gguf", "little", cut=9)
+    count = facts["count"]
+    expect_error(path, facts["at"], "key 'tok': element %d of %d: string length 10 runs past the end of the file "
+                                    "(9 bytes left)" % (count - 1, count))
+    path, _facts = _straddling_file(tmp_path / "exact.gguf", "little", cut=10)
+    assert read_gguf(path).metadata["tok"] == SkippedArray(STRING, count)
+
+
 # --------------------------------------------------------------------------- alignment
 
 @pytest.mark.parametrize("alignment", [1, 2, 64, 2 ** 31])
