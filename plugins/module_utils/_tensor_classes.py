@@ -75,7 +75,7 @@ def classify_tensor(name):
         return "router"
     if _is_norm(base):
         return "norm"
-    if base.startswith("attn_") or base.startswith("cross_attn_"):
+    if base.startswith("attn_"):
         return "attention"
     if base.startswith(_RECURRENT_PREFIXES):
         return "recurrent"
