@@ -20,7 +20,8 @@ switch. Hypothesis runs derandomized and without deadlines, so that a score does
 The hand-written mutants of benchmarks/mutation.toml (``[[hand]]``: bugs of shapes mutmut does not make) are then
 applied one at a time to another copy and run against the file's unit tests; they count like mutmut's.
 
-Score of a file = killed / (mutants - equivalent); timeouts and crashes count as killed. The equivalent mutants
+Score of a file = killed / (mutants - equivalent); timeouts and crashes count as killed (a timeout: more CPU time
+than the config's timeout_multiplier and timeout_constant allow for the tests of the mutated function). The equivalent mutants
 (changes that cannot alter behaviour) are listed in benchmarks/mutation.toml with the reason.
 
 Usage:
@@ -178,7 +179,7 @@ def toml_list(items):
     return "[%s]" % ", ".join(json.dumps(i) for i in items)
 
 
-def make_stage(files, tests):
+def make_stage(files, tests, config):
     """A copy of the checkout at a real ansible_collections/ path, and mutmut's configuration for it."""
     shutil.rmtree(STAGE, ignore_errors=True)
     copy = STAGE / COLLECTION
@@ -200,6 +201,8 @@ def make_stage(files, tests):
         "pytest_add_cli_args_test_selection = %s" % toml_list(["%s/%s" % (COLLECTION, t) for t in tests]),
         'pytest_add_cli_args = ["-p", "no:cacheprovider"]',
         "use_git_change_detection = false",
+        "timeout_multiplier = %s" % float(config.get("timeout_multiplier", 15.0)),
+        "timeout_constant = %s" % float(config.get("timeout_constant", 1.0)),
         "",
     ]))
     # The tests put <root>/.collections on sys.path (tests/conftest.py): in mutmut's tree it must lead to the
@@ -431,7 +434,7 @@ def main():
     print("mutation: %s: %s" % (why, ", ".join(files)))
     print("tests: %s" % ", ".join(Path(t).name for t in tests))
     start = time.monotonic()
-    make_stage(files, tests)
+    make_stage(files, tests, config)
     patterns = args.mutants or (config.get("fast", {}).get("mutants", []) if args.fast or args.sample else [])
     run_mutmut(args.jobs, args.nice, patterns)
     mutants = read_results(files, config, sampled=bool(patterns)) + run_hand_mutants(files, config, args.nice)
