@@ -20,9 +20,9 @@ switch. Hypothesis runs derandomized and without deadlines, so that a score does
 The hand-written mutants of benchmarks/mutation.toml (``[[hand]]``: bugs of shapes mutmut does not make) are then
 applied one at a time to another copy and run against the file's unit tests; they count like mutmut's.
 
-Score of a file = killed / (mutants - equivalent); timeouts and crashes count as killed (a timeout: more CPU time
-than the config's timeout_multiplier and timeout_constant allow for the tests of the mutated function). The equivalent mutants
-(changes that cannot alter behaviour) are listed in benchmarks/mutation.toml with the reason.
+Score of a file = killed / (mutants - equivalent); timeouts and crashes count as killed (a timeout: more CPU
+time than the config's timeout_multiplier and timeout_constant allow for the tests of the mutated function). The
+equivalent mutants (changes that cannot alter behaviour) are listed in benchmarks/mutation.toml with the reason.
 
 Usage:
   python benchmarks/mutation.py                  every module util
