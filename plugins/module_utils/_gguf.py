@@ -520,7 +520,7 @@ def _tensor_size(rd, name, type_id, shape, info_offset):
 def _read_header(rd, shard):
     path = rd.path
     if rd.size < 24:
-        rd.fail(f"file of {rd.size} bytes is too short for a GGUF header (24 bytes)", 0)
+        rd.fail(f"file of {rd.size} bytes is too short for a GGUF header (24 bytes)")  # at byte 0
     magic = rd.take(4)
     if magic != GGUF_MAGIC:
         rd.fail(f"bad magic {bytes(magic)!r}: not a GGUF file", 0)

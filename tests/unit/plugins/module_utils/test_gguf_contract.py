@@ -693,6 +693,16 @@ def test_a_tensor_of_unknown_size_counts_no_bytes_for_the_checks(tmp_path):
     assert [(t.name, t.nbytes) for t in read_gguf(path).tensors] == [("u", None), ("a", 32)]
 
 
+def test_the_tensor_that_ends_last_is_the_one_an_overlap_is_checked_against(tmp_path):
+    """At one offset: a tensor of unknown size (0 bytes for the checks), one I8 element (1 byte, ggml type 24),
+    one F32 element (4 bytes): the F32 one overlaps the I8 one, which ends last among those before it."""
+    g = Gguf()
+    infos = [g.info("u", (8,), 99, 0), g.info("t", (1,), 24, 0), g.info("a", (1,), F32, 0)]
+    path = write(tmp_path / "m.gguf", (g.header(3, 0) + b"".join(infos)).ljust(160, b"\0"))
+    expect_error(path, 24 + len(infos[0]) + len(infos[1]),
+                 "tensor 'a' (data offset 0) overlaps tensor 't' (data offset 0, 1 bytes)")
+
+
 # --------------------------------------------------------------------------- what is not a regular file
 
 def test_what_cannot_be_opened_is_named(tmp_path, monkeypatch):
@@ -756,6 +766,22 @@ def test_pread_reads_at_an_offset_and_leaves_the_position(tmp_path):
     try:
         assert _gguf._pread(fd, 4, 10) == bytes([10, 11, 12, 13])
         assert os.lseek(fd, 0, os.SEEK_CUR) == 0
+    finally:
+        os.close(fd)
+
+
+def test_without_pread_the_reader_seeks_then_reads(tmp_path, monkeypatch):
+    """Where ``os.pread`` is missing (not POSIX), ``lseek`` + ``read`` give the same bytes and the same header."""
+    path, _offset, _offsets = model_file(tmp_path / "m.gguf", [("general.architecture", STRING, Gguf().s("llama"))],
+                                         [("a", (8,)), ("b", (16,))])
+    with_pread = read_gguf(path)
+    monkeypatch.delattr(os, "pread")
+    assert read_gguf(path) == with_pread
+    data = write(tmp_path / "f", bytes(range(32)))
+    fd = os.open(data, os.O_RDONLY)
+    try:
+        assert _gguf._pread(fd, 4, 10) == bytes([10, 11, 12, 13])
+        assert _gguf._pread(fd, 3, 0) == bytes([0, 1, 2])
     finally:
         os.close(fd)
 
