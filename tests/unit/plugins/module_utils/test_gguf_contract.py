@@ -710,9 +710,7 @@ def test_what_cannot_be_opened_is_named(tmp_path, monkeypatch):
     expect_error(missing, 0, "cannot open: %s" % os.strerror(errno.ENOENT))
     expect_error("bad\0name.gguf", 0, "cannot open: embedded null byte")
     expect_error(tmp_path, 0, "cannot open: not a regular file (a directory)")
-    fifo = tmp_path / "pipe.gguf"
-    os.mkfifo(fifo)
-    expect_error(fifo, 0, "cannot open: not a regular file (a FIFO)")
+    # a FIFO: test_a_fifo_without_a_writer_does_not_block (in a thread, as a wrong open would block)
     monkeypatch.chdir(tmp_path)  # a short relative name: a socket's path is limited to about 100 bytes
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.bind("s.gguf")
@@ -721,6 +719,34 @@ def test_what_cannot_be_opened_is_named(tmp_path, monkeypatch):
         assert _gguf._file_kind(os.stat("s.gguf").st_mode) == "a socket"
     if os.path.exists("/dev/null"):
         expect_error("/dev/null", 0, "cannot open: not a regular file (a character device)")
+
+
+def test_an_io_error_is_a_gguf_error_at_the_byte_reached(tmp_path, monkeypatch):
+    """A disk's I/O error (EIO, which no test machine's disk gives on demand: injected into fstat and pread) is
+    a GGUFError with the exception's type and text, at byte 0 before the reading starts, else where it was."""
+    path, _offset, _offsets = model_file(tmp_path / "m.gguf", [("general.architecture", STRING, Gguf().s("llama"))],
+                                         [("a", (8,))])
+    eio = OSError(errno.EIO, os.strerror(errno.EIO))
+    reason = "OSError: [Errno %d] %s" % (errno.EIO, os.strerror(errno.EIO))
+
+    def failing(*_args):
+        raise eio
+
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "fstat", failing)
+        expect_error(path, 0, reason)
+    reads = []
+
+    def second_read_fails(fd, n, offset):
+        reads.append(offset)
+        if len(reads) > 1:
+            raise eio
+        return os.pread(fd, n, offset)
+
+    monkeypatch.setattr(_gguf, "CHUNK", 16)
+    monkeypatch.setattr(_gguf, "_pread", second_read_fails)
+    expect_error(path, 16, reason)
+    assert reads == [0, 16]
 
 
 def test_file_kinds_by_mode():
@@ -736,7 +762,8 @@ def test_a_fifo_without_a_writer_does_not_block(tmp_path):
     fifo = str(tmp_path / "pipe.gguf")
     os.mkfifo(fifo)
     errors = []
-    thread = threading.Thread(target=lambda: errors.append(pytest.raises(GGUFError, read_gguf, fifo).value.reason))
+    thread = threading.Thread(target=lambda: errors.append(pytest.raises(GGUFError, read_gguf, fifo).value.reason),
+                              daemon=True)  # a reader that stays blocked must not hold the test process
     thread.start()
     thread.join(5)
     blocked = thread.is_alive()
