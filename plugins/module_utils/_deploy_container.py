@@ -20,7 +20,7 @@ import time
 import urllib.parse
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log, run_starts
 
 # The order the role looks for a compose tool in.
 COMPOSE_CANDIDATES = (("podman", "compose"), ("podman-compose",), ("docker", "compose"), ("docker-compose",))
@@ -28,6 +28,9 @@ COMPOSE_CANDIDATES = (("podman", "compose"), ("podman-compose",), ("docker", "co
 # middleware_validate_api_key); /props needs the key and is cheap.
 AUTH_PROBE_PATH = "/props"
 # (tools/server/server-http.cpp: "couldn't bind HTTP server socket, ..." / "couldn't start HTTP listener on ...")
+# How many times ``log_lines`` the wait reads of a restarted container's log to find the end of the run that ended
+# (llama-server prints about a hundred lines while it loads a model).
+RESTART_TAIL = 25
 _ERROR_RE = re.compile(r"(?i)error|failed|abort|unknown|exception|terminate|segmentation|illegal|couldn't")
 # "exiting due to ..." repeats the cause; print_info and the loader's key/value lines only describe the model
 # ("rope_finetuned = unknown", "tokenizer.ggml.unknown_token_id")
@@ -157,12 +160,24 @@ def exit_cause(lines):
     return lines[-1].strip() if lines else ""
 
 
+def ended_run(lines):
+    """The lines up to the end of the last run of llama-server that ended, for its exit cause: all of ``lines``
+    when their last run shows its load error or crash, else the lines before that run's start (a container that
+    its restart policy started again: its new run is still loading)."""
+    parsed = parse_log("\n".join(lines) + "\n")
+    if parsed.get("load_error") or parsed.get("crash"):
+        return lines
+    starts = run_starts(lines)
+    return lines[:starts[-1]] if starts and starts[-1] > 0 else lines
+
+
 def wait_healthy(run, engine, name, url, timeout, interval=0.5, clock=time.monotonic, sleep=time.sleep,
                  log_lines=40):
     """Wait up to ``timeout`` seconds for ``url`` (``/health``) to answer 200 while the container keeps running.
 
     Returns ``{"healthy", "seconds", "status", "container", "cause", "log_tail"}``: when the container exits,
-    restarts or disappears the wait stops at once, with the cause read from its last log lines.
+    restarts or disappears the wait stops at once, with the cause read from its last log lines (those of the run
+    that ended, when the container runs again after a restart).
     """
     start = clock()
     state = container_state(run, engine, name)
@@ -170,7 +185,11 @@ def wait_healthy(run, engine, name, url, timeout, interval=0.5, clock=time.monot
     last_status = None
     while True:
         if not state.get("exists") or not state.get("running") or state["restarts"] > restarts:
-            tail = log_tail(run, engine, name, log_lines) if state.get("exists") else []
+            tail = []
+            if state.get("running"):  # running again after a restart: the run that ended is further back
+                tail = ended_run(log_tail(run, engine, name, log_lines * RESTART_TAIL))[-log_lines:]
+            elif state.get("exists"):
+                tail = log_tail(run, engine, name, log_lines)
             found = exit_cause(tail)
             if not state.get("exists"):
                 cause = "the container %s is gone (%s)" % (name, state.get("error") or "removed")

@@ -702,6 +702,19 @@ def parse_log(source, exit_code=None):
     return parser.result(exit_code)
 
 
+def run_starts(lines):
+    """The indexes of the lines of ``lines`` that start a run of llama-server, as ``parse_log`` counts its runs
+    (the lines before the first index belong to a run whose start is not among them)."""
+    parser = LogParser()
+    starts = []
+    for index, line in enumerate(lines):
+        runs = parser.runs
+        parser.feed(line)
+        if parser.runs != runs:
+            starts.append(index)
+    return starts
+
+
 def parse_command_log(argv, exit_code=None, keep=5):
     """Run ``argv`` (``podman logs NAME``) and parse its stdout and stderr, merged in one stream, as it comes.
 

@@ -157,6 +157,33 @@ def test_the_wait_stops_when_the_container_restarts_though_it_runs_again(contain
 
 
 @podman
+def test_a_restarted_container_is_named_by_the_load_error_of_the_run_that_ended(container):
+    """The restart policy starts llama-server again after its load error; by the time the wait reads the log, the
+    new run has printed more lines than the tail it keeps: the cause and the lines are those of the run that ended.
+    (llama.cpp's lines: common's ``system_info: n_threads = ...``, the server's ``load_model: loading model '...'``
+    that start a run, and the model description of ``print_info``.)"""
+    starting = ["system_info: n_threads = 2 (n_threads_batch = 2) / 2 | CPU : SSE3 = 1 | AVX2 = 1 |",
+                "srv    load_model: loading model '/models/wrong-shape.gguf'"]
+    describing = ["print_info: n_embd           = %d" % n for n in range(60)]
+    script = ("if [ -e /tmp/ran ]; then printf '%%s\\n' %s >&2; sleep 600; fi; touch /tmp/ran; sleep 3; "
+              "printf '%%s\\n' %s >&2; exit 1") % (
+        " ".join(shlex.quote(line) for line in starting + describing),
+        " ".join(shlex.quote(line) for line in starting + LOAD_FAILURE))
+    name = container(script, options=["--restart=always"])
+
+    def until_the_new_run_printed(_seconds):  # the first read saw the first run (3 s before its error)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and log_tail(run, "podman", name, 1) != [describing[-1]]:
+            time.sleep(0.1)
+
+    answer = wait_healthy(run, "podman", name, "http://127.0.0.1:%d/health" % free_port(), timeout=20,
+                          sleep=until_the_new_run_printed)
+    assert answer["container"]["restarts"] == 1 and answer["container"]["running"], answer
+    assert answer["cause"] == "llama-server exited: " + LOAD_FAILURE[1]
+    assert answer["log_tail"] == starting + LOAD_FAILURE
+
+
+@podman
 @pytest.mark.skipif(SERVER is None, reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")
 def test_the_wait_ends_at_the_first_200_while_the_container_runs(container, tmp_path):
     """The wait asks the container's state, then /health: a running container and a real llama-server's 200."""

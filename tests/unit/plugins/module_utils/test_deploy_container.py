@@ -21,6 +21,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_contain
     COMPOSE_CANDIDATES,
     compose_config_check,
     container_state,
+    ended_run,
     engine_of,
     exit_cause,
     find_compose,
@@ -203,3 +204,21 @@ def test_exiting_due_to_repeats_the_cause_printed_before_it():
     assert exit_cause(lines) == lines[0]
     assert exit_cause(["main: exiting due to HTTP server error", "bye"]) == "bye"
     assert exit_cause([]) == ""
+
+
+def test_the_run_that_ended_is_the_last_unless_the_last_is_still_loading():
+    """A restarted container's log: the run that ended with its load error, then the new run, still loading
+    (llama.cpp's lines: common's system_info, the server's load_model, the loader's error)."""
+    first = ["system_info: n_threads = 2 (n_threads_batch = 2) / 2 | CPU : SSE3 = 1 |",
+             "srv    load_model: loading model '/models/m.gguf'",
+             "llama_model_load: error loading model: check_tensor_dims: tensor 'token_embd.weight' has wrong shape",
+             "main: exiting due to model loading error"]
+    second = first[:2] + ["print_info: n_embd           = 64"]
+    assert ended_run(first + second) == first
+    assert ended_run(["print_info: n_ctx_train = 4096"] + first + second) == ["print_info: n_ctx_train = 4096"] + first
+    assert ended_run(second + first) == second + first  # the last run shows its error: it is the one that ended
+    assert ended_run(second) == second  # only the new run: nothing before it to read
+    assert ended_run(["print_info: n_embd = 64"]) == ["print_info: n_embd = 64"]
+    crash = first[:2] + ["/app/ggml/src/ggml-cuda/ggml-cuda.cu:88: CUDA error"]
+    assert ended_run(first + crash) == first + crash
+    assert exit_cause(ended_run(first + second)) == first[2]
