@@ -66,10 +66,8 @@ def load_facts(gguf):
         raise PlanError("gguf must be a path or the result of gguf_info, got %r" % (gguf,))
     try:
         model = read_model(path)
-    except GGUFError as exc:
+    except GGUFError as exc:  # (the reader turns every OSError of the files into a GGUFError)
         raise PlanError(str(exc)) from None
-    except OSError as exc:
-        raise PlanError("%s: %s" % (path, exc)) from None
     return _facts(model.architecture, model.metadata, model.tensors, path, model.warnings)
 
 

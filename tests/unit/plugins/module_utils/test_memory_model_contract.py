@@ -89,6 +89,29 @@ def transformer(arch, blocks, **meta):
     return mm.model_facts(md, tensors, classify_model(arch, md, tensors))
 
 
+def test_an_up_projection_twice_as_wide_as_down_s_input_holds_the_gate_too():
+    """Phi-3 (llama.cpp src/llama-model.cpp, LLM_ARCH_PHI3): ``ffn_up`` of {n_embd, 2 * n_ff} and no ``ffn_gate``,
+    the gate and up halves split in the graph; ``ffn_down`` of {n_ff, n_embd}. Up as wide as down's input is a
+    plain up projection; up and gate tensors make a gated FFN."""
+    def ffn(up, down, gate=None):
+        tensors = [f32("token_embd.weight", 64, 512), f32("output.weight", 64, 512)]
+        for b in range(2):
+            p = "blk.%d." % b
+            tensors += [f32(p + "attn_q.weight", 64, 64), f32(p + "attn_k.weight", 64, 32),
+                        f32(p + "attn_v.weight", 64, 32), f32(p + "attn_output.weight", 64, 64),
+                        f32(p + "ffn_up.weight", 64, up), f32(p + "ffn_down.weight", down, 64)]
+            if gate:
+                tensors.append(f32(p + "ffn_gate.weight", 64, gate))
+        md = {"general.architecture": "phi3", "phi3.block_count": 2, "phi3.embedding_length": 64,
+              "phi3.attention.head_count": 4, "phi3.attention.head_count_kv": 2, "phi3.vocab_size": 512}
+        found = mm.model_facts(md, tensors, classify_model("phi3", md, tensors))
+        return found.ffn, found.ffn_fused, found.ffn_gated
+
+    assert ffn(256, 128) == ({0: 256, 1: 256}, frozenset({0, 1}), frozenset())
+    assert ffn(128, 128) == ({0: 128, 1: 128}, frozenset(), frozenset())
+    assert ffn(256, 128, gate=256) == ({0: 256, 1: 256}, frozenset(), frozenset({0, 1}))
+
+
 # --------------------------------------------------------------------------- set_swa_pattern
 
 @pytest.mark.parametrize("period, blocks, sliding", [

@@ -187,6 +187,25 @@ def test_a_gguf_info_result_is_not_read_again(tmp_path):
         load_facts(dict(info["model"], version=7))
 
 
+def test_a_gguf_info_result_without_its_summary_is_read_from_its_first_file(tmp_path):
+    """``{files: [...]}`` and ``{path: ...}`` (gguf_info's keys) name the file to read; a summary that lists no file
+    is named ``gguf.model`` in messages; a dict with neither is refused."""
+    path = gguf_models.write_tiny_nemotron_h_moe(str(tmp_path / "tiny.gguf"))
+    from_path = load_facts(path)
+    for given in ({"files": [path, str(tmp_path / "unread.gguf")]}, {"path": path}, {"files": [], "path": path}):
+        facts = load_facts(given)
+        assert facts.path == path
+        assert [(t.name, t.nbytes) for t in facts.tensors] == [(t.name, t.nbytes) for t in from_path.tensors]
+    info, _warnings = describe(read_model(path), "none")
+    assert load_facts(dict(info["model"], files=[])).path == "gguf.model"
+    with pytest.raises(PlanError) as error:
+        load_facts({"files": [], "size": 1})
+    assert str(error.value) == "gguf is a dict without files or model: pass a path or the registered result of gguf_info"
+    with pytest.raises(PlanError) as error:
+        load_facts({"path": str(tmp_path / "missing.gguf")})
+    assert str(error.value) == "%s: at byte 0: cannot open: %s" % (tmp_path / "missing.gguf", os.strerror(2))
+
+
 def test_dense_model_plain_words_and_the_largest_context(dense):
     fits = plan(dense, [gpu(2000, 0)], 4096, 2, margin_mib=256)
     reason = fits["reason"]
