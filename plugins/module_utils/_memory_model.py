@@ -450,10 +450,8 @@ def _ffn_widths(metadata, arch, layout, shape, block_shape):
         for names in layout.expert_tensors_by_block.values():
             for name in names:
                 dims = shape(name, 2)
-                if dims and "_down_" in name:
+                if dims and "_down_" in name:  # every MoE block has one (ffn_down_exps: {n_ff_exp, n_embd, n_expert})
                     n_ff_exp = dims[0]
-                elif dims and "_gate_up_" in name:
-                    n_ff_exp = dims[1] // 2
                 if n_ff_exp:
                     break
             if n_ff_exp:

@@ -89,6 +89,13 @@ def transformer(arch, blocks, **meta):
     return mm.model_facts(md, tensors, classify_model(arch, md, tensors))
 
 
+def test_the_expert_width_comes_from_the_down_experts_when_the_metadata_lacks_it():
+    """``expert_feed_forward_length`` (1856 in Nano), else ``ne[0]`` of ``ffn_down_exps`` ({n_ff_exp, n_embd,
+    n_expert} in llama.cpp's nemotron_h_moe tensors)."""
+    assert nano_facts().n_ff_exp == 1856
+    assert nano_facts(drop=("expert_feed_forward_length",)).n_ff_exp == 1856
+
+
 def test_an_up_projection_twice_as_wide_as_down_s_input_holds_the_gate_too():
     """Phi-3 (llama.cpp src/llama-model.cpp, LLM_ARCH_PHI3): ``ffn_up`` of {n_embd, 2 * n_ff} and no ``ffn_gate``,
     the gate and up halves split in the graph; ``ffn_down`` of {n_ff, n_embd}. Up as wide as down's input is a
