@@ -142,5 +142,7 @@ def test_recurrent_shapes_that_give_no_state(ssm, reason):
 def test_implausible_block_count_is_refused():
     tensors = [f32("token_embd.weight", 64, 32), f32("blk.1000000.attn_q.weight", 64, 64)]
     layout = classify_model("x", {}, tensors)
-    with pytest.raises(mm.MemoryModelError, match="implausible"):
+    with pytest.raises(mm.MemoryModelError) as error:
         mm.model_facts({"x.embedding_length": 64}, tensors, layout)
+    assert str(error.value) == ("1000001 blocks is implausible (llama.cpp loads at most %d): check x.block_count and "
+                                "the blk.N tensor names" % mm.LLAMA_MAX_LAYERS)

@@ -89,6 +89,30 @@ def transformer(arch, blocks, **meta):
     return mm.model_facts(md, tensors, classify_model(arch, md, tensors))
 
 
+def test_model_facts_keep_the_layout_the_path_the_warnings_and_count_the_vocabulary_tokens():
+    """The vocabulary is the tokenizer's token list (llama.cpp's n_vocab = its length), before ``vocab_size`` and
+    the embedding's shape; the tensor classes and the layout's and reader's warnings are kept; the path is "" when
+    none is given."""
+    tensors = [f32("token_embd.weight", 64, 512), f32("output.weight", 64, 512)]
+    for b in range(2):
+        p = "blk.%d." % b
+        tensors += [f32(p + "attn_q.weight", 64, 64), f32(p + "attn_k.weight", 64, 32), f32(p + "attn_v.weight", 64, 32),
+                    f32(p + "attn_output.weight", 64, 64), f32(p + "ffn_up.weight", 64, 128),
+                    f32(p + "ffn_down.weight", 128, 64)]
+    tensors.append(f32("blk.7.attn_q.weight", 64, 64))  # a block past block_count: the layout warns
+    md = {"general.architecture": "llama", "llama.block_count": 2, "llama.embedding_length": 64,
+          "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2,
+          "tokenizer.ggml.tokens": ["t%d" % i for i in range(77)]}
+    layout = classify_model("llama", md, tensors)
+    assert layout.warnings
+    found = mm.model_facts(md, tensors, layout, warnings=["from the reader"])
+    assert found.n_vocab == 77 and found.path == ""
+    assert found.tensor_class == layout.tensor_class and found.tensor_class["blk.0.attn_q.weight"] == "attention"
+    assert found.warnings[0] == "from the reader" and all(w in found.warnings for w in layout.warnings)
+    md.pop("tokenizer.ggml.tokens")
+    assert mm.model_facts(dict(md, **{"llama.vocab_size": 300}), tensors, layout).n_vocab == 300
+
+
 def test_the_expert_width_comes_from_the_down_experts_when_the_metadata_lacks_it():
     """``expert_feed_forward_length`` (1856 in Nano), else ``ne[0]`` of ``ffn_down_exps`` ({n_ff_exp, n_embd,
     n_expert} in llama.cpp's nemotron_h_moe tensors)."""
