@@ -70,6 +70,8 @@ def test_a_gpu_with_exactly_what_the_plan_needs_fits_without_offload(moe):
     assert result["fits"] is True and result["offload"] is False and result["cpu_expert_layers"] == []
     assert result["memory"]["gpus"][0]["free_after_mib"] == 0.0 and result["n_cpu_moe"] == 0
     assert result["pattern"] == "" and result["override_tensor"] == ""
+    assert result["pattern_check"] == {"ok": True, "matched": 0, "tensors": [], "missed": [], "non_expert": [],
+                                       "verdict": "no tensor moves"}
     short = op.plan(moe, [card((everything - 1) / MIB)], 4096, **SIZING)
     assert short["offload"] is True and short["cpu_expert_layers"] == [1] and short["n_cpu_moe"] == 2
 
