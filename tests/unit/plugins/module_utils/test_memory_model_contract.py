@@ -113,6 +113,28 @@ def test_model_facts_keep_the_layout_the_path_the_warnings_and_count_the_vocabul
     assert mm.model_facts(dict(md, **{"llama.vocab_size": 300}), tensors, layout).n_vocab == 300
 
 
+def test_shared_experts_with_a_gate_are_gated_per_block_and_attention_without_q_counts_the_heads():
+    """Qwen2-MoE's shared expert (llama.cpp: ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp of {n_embd, n_ff_shexp})
+    is gated; Nemotron-H's (up and down only) is not. A block without ``attn_q`` (fused ``attn_qkv``) has a Q of
+    n_head x key_length."""
+    tensors = [f32("token_embd.weight", 64, 512), f32("output.weight", 64, 512)]
+    for b in range(2):
+        p = "blk.%d." % b
+        tensors += [f32(p + "attn_qkv.weight", 64, 128), f32(p + "attn_output.weight", 64, 64),
+                    f32(p + "ffn_gate_inp.weight", 64, 4), f32(p + "ffn_up_exps.weight", 64, 32, 4),
+                    f32(p + "ffn_gate_exps.weight", 64, 32, 4), f32(p + "ffn_down_exps.weight", 32, 64, 4),
+                    f32(p + "ffn_up_shexp.weight", 64, 96), f32(p + "ffn_down_shexp.weight", 96, 64)]
+        if b == 1:
+            tensors.append(f32(p + "ffn_gate_shexp.weight", 64, 96))
+    a = "qwen2moe."
+    md = {"general.architecture": "qwen2moe", a + "block_count": 2, a + "embedding_length": 64,
+          a + "attention.head_count": 4, a + "attention.head_count_kv": 2, a + "attention.key_length": 16,
+          a + "attention.value_length": 16, a + "expert_count": 4, a + "expert_used_count": 2, a + "vocab_size": 512}
+    found = mm.model_facts(md, tensors, classify_model("qwen2moe", md, tensors))
+    assert found.shexp == {0: 96, 1: 96} and found.shexp_gated == frozenset({1})
+    assert found.q_width == {0: 64, 1: 64}
+
+
 def test_the_expert_width_comes_from_the_down_experts_when_the_metadata_lacks_it():
     """``expert_feed_forward_length`` (1856 in Nano), else ``ne[0]`` of ``ffn_down_exps`` ({n_ff_exp, n_embd,
     n_expert} in llama.cpp's nemotron_h_moe tensors)."""
