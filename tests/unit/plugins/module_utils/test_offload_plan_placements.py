@@ -114,9 +114,13 @@ def test_a_cpu_host_plans_host_memory_only(nano):
     assert plan(nano, {"gpus": [], "topology": "cpu"}, 32768, 2, mode="none")["pattern"] == ""
     with pytest.raises(PlanError) as info:
         plan(nano, [], 32768, 2, host={"memory_available_mib": 16000})
-    assert "The host cannot hold its part" in str(info.value)
-    missing = round(memory["total_mib"] - 16000)
-    assert "%d MiB are missing" % missing in str(info.value)
+    host = info.value.details["memory"]["host"]
+    assert str(info.value) == (
+        "The host cannot hold its part: %.0f MiB of weights, %.0f MiB of KV cache and recurrent state, %.0f MiB of "
+        "compute and output buffers and the 1024 MiB host margin need %.0f MiB, but 16000 MiB are available "
+        "(MemAvailable), so %d MiB are missing. Free host memory, or lower ctx_size or parallel." % (
+            host["model_mib"], host["kv_mib"] + host["recurrent_mib"], host["compute_mib"] + host["output_mib"],
+            host["total_mib"], round(memory["total_mib"] - 16000)))
 
 
 def test_the_host_must_hold_the_experts_it_gets(nano):
@@ -132,7 +136,13 @@ def test_the_host_must_hold_the_experts_it_gets(nano):
     message = str(info.value)
     missing = re.search(r"so (\d+) MiB are missing", message)
     assert missing and int(missing.group(1)) == round(info.value.details["memory"]["host"]["total_mib"] - 20000)
-    assert message.startswith("The host cannot hold its part: ") and "MemAvailable" in message
+    host = info.value.details["memory"]["host"]
+    assert host["kv_mib"] + host["recurrent_mib"] == 0  # the GPU keeps the caches: no such part in the message
+    assert message == (
+        "The host cannot hold its part: %.0f MiB of weights, %.0f MiB of compute and output buffers and the 1024 MiB "
+        "host margin need %.0f MiB, but 20000 MiB are available (MemAvailable), so %s MiB are missing. Free host "
+        "memory, or keep more of the model on the GPUs (mode auto, a larger GPU, a smaller ctx_size)." % (
+            host["model_mib"], host["compute_mib"] + host["output_mib"], host["total_mib"], missing.group(1)))
     assert info.value.details["fits"] is False
     # a cgroup limit below MemAvailable is what counts; the running server's memory comes back
     limited = {"memory_available_mib": 60000, "cgroup": {"limit_mib": 20000, "usage_mib": 1000}}
