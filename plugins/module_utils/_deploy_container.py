@@ -27,10 +27,10 @@ COMPOSE_CANDIDATES = (("podman", "compose"), ("podman-compose",), ("docker", "co
 # llama-server answers every path but these without the API key with 401 (tools/server/server-http.cpp,
 # middleware_validate_api_key); /props needs the key and is cheap.
 AUTH_PROBE_PATH = "/props"
-# (tools/server/server-http.cpp: "couldn't bind HTTP server socket, ..." / "couldn't start HTTP listener on ...")
 # How many times ``log_lines`` the wait reads of a restarted container's log to find the end of the run that ended
 # (llama-server prints about a hundred lines while it loads a model).
 RESTART_TAIL = 25
+# (tools/server/server-http.cpp: "couldn't bind HTTP server socket, ..." / "couldn't start HTTP listener on ...")
 _ERROR_RE = re.compile(r"(?i)error|failed|abort|unknown|exception|terminate|segmentation|illegal|couldn't")
 # "exiting due to ..." repeats the cause; print_info and the loader's key/value lines only describe the model
 # ("rope_finetuned = unknown", "tokenizer.ggml.unknown_token_id")

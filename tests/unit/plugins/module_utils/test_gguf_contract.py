@@ -49,6 +49,10 @@ PREFIX = {"little": "<", "big": ">"}
 U8, I8, U16, I16, U32, I32, F32V, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)
 F32, F16, Q8_0 = 0, 1, 8  # ggml type ids (ggml.h enum ggml_type)
 MIB = 1 << 20
+# A value of every scalar type: (value type, struct code, value), each at or near its type's limits.
+SCALARS = [(U8, "B", 200), (I8, "b", -100), (U16, "H", 60000), (I16, "h", -30000), (U32, "I", 4000000000),
+           (I32, "i", -2000000000), (F32V, "f", 1.5), (BOOL, "?", True), (U64, "Q", 2 ** 64 - 2), (I64, "q", -2 ** 62),
+           (F64, "d", 2.25)]
 
 
 # --------------------------------------------------------------------------- assembling files
@@ -211,9 +215,7 @@ def test_a_small_file_reads_back_field_by_field(tmp_path, endian):
 
 def test_every_scalar_type_in_both_byte_orders(tmp_path, endian):
     g = Gguf(endian)
-    values = [(U8, "B", 200), (I8, "b", -100), (U16, "H", 60000), (I16, "h", -30000), (U32, "I", 4000000000),
-              (I32, "i", -2000000000), (F32V, "f", 1.5), (BOOL, "?", True), (U64, "Q", 2 ** 64 - 2),
-              (I64, "q", -2 ** 62), (F64, "d", 2.25)]
+    values = SCALARS
     kvs = [g.kv("k%d" % t, t, g.pack(code, v)) for t, code, v in values]
     path = write(tmp_path / "s.gguf", g.header(0, len(kvs)) + b"".join(kvs))
     gf = read_gguf(path)
@@ -506,10 +508,7 @@ def _straddling_file(path, endian, cut=None):
     g = Gguf(endian)
     count = _gguf.KEEP_LISTS + 5
     texts = ["t" * (i % 11) for i in range(count - 1)] + ["t" * 10]
-    scalars = [("k%d" % t, t, g.pack(code, v)) for t, code, v in [
-        (U8, "B", 200), (I8, "b", -100), (U16, "H", 60000), (I16, "h", -30000), (U32, "I", 4000000000),
-        (I32, "i", -2000000000), (F32V, "f", 1.5), (BOOL, "?", True), (U64, "Q", 2 ** 64 - 2), (I64, "q", -2 ** 62),
-        (F64, "d", 2.25)]]
+    scalars = [("k%d" % t, t, g.pack(code, v)) for t, code, v in SCALARS]
     arrays = [("nums", ARRAY, g.arr(U32, 3, g.pack("3I", 7, 8, 9))),
               ("names", ARRAY, g.arr(STRING, 2, g.s("up") + g.s(""))),
               ("nested", ARRAY, g.arr(ARRAY, count, g.arr(U8, 1, b"\x05") * count)),
