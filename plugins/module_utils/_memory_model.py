@@ -140,8 +140,8 @@ def _sliding_window(metadata, arch, block_count, attention_blocks, warnings):
                                        "the %d blocks" % (arch, len(flags), block_count))
             blocks = frozenset(b for b, flag in enumerate(flags) if flag)
             how = "%s.attention.sliding_window_pattern" % arch
-        elif _int(pattern) is not None and _int(pattern) >= 0:
-            blocks = swa_pattern(_int(pattern), block_count, rule.dense_first)
+        elif _int(pattern) is not None and _int(pattern) >= 0:  # (no rule that reads the key is dense_first)
+            blocks = swa_pattern(_int(pattern), block_count)
             how = "set_swa_pattern(%d) from %s.attention.sliding_window_pattern" % (_int(pattern), arch)
     if blocks is None:
         warnings.append("%s uses a sliding window of %d but its sliding_window_pattern is missing: every attention "
@@ -503,13 +503,18 @@ def _recurrent_widths(metadata, arch, n_embd, first, shape, block_shape, warning
 
 # --------------------------------------------------------------------------- context, KV and recurrent state
 
-def row_bytes(type_name, n):
-    """Bytes of a row of ``n`` elements of the cache type ``type_name`` (ggml_row_size)."""
+def _cache_type(type_name):
+    """``(elements per block, bytes per block)`` of a KV cache type; an unknown name is an error."""
     try:
-        block, size = CACHE_TYPES[type_name]
+        return CACHE_TYPES[type_name]
     except KeyError:
         raise MemoryModelError("unknown cache type %r (llama-server knows %s)" % (
             type_name, ", ".join(sorted(CACHE_TYPES)))) from None
+
+
+def row_bytes(type_name, n):
+    """Bytes of a row of ``n`` elements of the cache type ``type_name`` (ggml_row_size)."""
+    block, size = _cache_type(type_name)
     if n % block:
         raise MemoryModelError("a KV row of %d elements is not a multiple of the %d-element blocks of %s: "
                                "llama.cpp cannot use that cache type for this model" % (n, block, type_name))
@@ -581,7 +586,7 @@ def _check_head_blocks(facts, cache_type_k, cache_type_v):
     ("K cache type q8_0 with block size 32 does not divide n_embd_head_k=16"); MLA caches no V."""
     head_k, head_v = _head_dims(facts)
     for side, type_name, head in (("K", cache_type_k, head_k), ("V", cache_type_v, 0 if facts.mla else head_v)):
-        block = CACHE_TYPES.get(type_name, (1, 0))[0]
+        block = _cache_type(type_name)[0]
         if head and head % block:
             raise MemoryModelError(
                 "%s cache type %s with block size %d does not divide the head size %d (n_embd_head_%s): a head is "
@@ -789,11 +794,11 @@ def _rotations(facts, cache_type_k, cache_type_v):
     the K head size; build_input_v_rot: 64), 0 when there is none."""
     head_k, head_v = _head_dims(facts)
     k_side = v_side = 0
-    if not facts.mla and CACHE_TYPES.get(cache_type_k, (1, 0))[0] > 1 and head_k and head_k % 64 == 0:
+    if not facts.mla and _cache_type(cache_type_k)[0] > 1 and head_k and head_k % 64 == 0:
         k_side = 64
         while head_k % (2 * k_side) == 0:
             k_side *= 2
-    if not facts.mla and CACHE_TYPES.get(cache_type_v, (1, 0))[0] > 1 and head_v and head_v % 64 == 0:
+    if not facts.mla and _cache_type(cache_type_v)[0] > 1 and head_v and head_v % 64 == 0:
         v_side = 64
     return k_side, v_side
 

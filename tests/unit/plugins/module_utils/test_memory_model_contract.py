@@ -135,6 +135,31 @@ def test_shared_experts_with_a_gate_are_gated_per_block_and_attention_without_q_
     assert found.q_width == {0: 64, 1: 64}
 
 
+def test_routed_experts_with_a_gate_projection_are_gated(nano):
+    """llama.cpp's build_moe_ffn multiplies a gate (ffn_gate_exps, or the gate half of ffn_gate_up_exps) with up
+    when the model has one (Qwen3-MoE, gpt-oss); Nemotron-H's experts have up and down only (relu squared)."""
+    assert nano.experts_gated is False
+    for gate in ("ffn_gate_exps", "ffn_gate_up_exps"):
+        tensors = [f32("token_embd.weight", 64, 512), f32("blk.0.ffn_gate_inp.weight", 64, 4),
+                   f32("blk.0.%s.weight" % gate, 64, 32, 4), f32("blk.0.ffn_down_exps.weight", 32, 64, 4)]
+        if gate == "ffn_gate_exps":
+            tensors.append(f32("blk.0.ffn_up_exps.weight", 64, 32, 4))
+        md = {"general.architecture": "qwen3moe", "qwen3moe.block_count": 1, "qwen3moe.embedding_length": 64,
+              "qwen3moe.expert_count": 4, "qwen3moe.expert_used_count": 2, "qwen3moe.vocab_size": 512}
+        assert mm.model_facts(md, tensors, classify_model("qwen3moe", md, tensors)).experts_gated is True
+
+
+def test_tensors_without_a_type_and_a_model_without_an_architecture_name():
+    """``model_facts`` takes any objects with a name, a shape and a size (``type_id`` is optional), and a model
+    whose header names no architecture keeps an empty name."""
+    Bare = namedtuple("Bare", "name shape nbytes")
+    tensors = [Bare("token_embd.weight", (64, 512), 4 * 64 * 512), Bare("blk.0.ffn_up.weight", (64, 128), 4 * 64 * 128)]
+    found = mm.model_facts({}, tensors, classify_model("", {}, tensors))
+    assert found.architecture == ""
+    assert [(t.name, t.type_id, t.shape) for t in found.tensors] == [
+        ("token_embd.weight", None, (64, 512)), ("blk.0.ffn_up.weight", None, (64, 128))]
+
+
 def test_the_expert_width_comes_from_the_down_experts_when_the_metadata_lacks_it():
     """``expert_feed_forward_length`` (1856 in Nano), else ``ne[0]`` of ``ffn_down_exps`` ({n_ff_exp, n_embd,
     n_expert} in llama.cpp's nemotron_h_moe tensors)."""
@@ -519,6 +544,10 @@ def test_normalize_split_errors(split, n, message):
 def test_layer_devices_first_device_whose_cumulative_share_exceeds_the_position(blocks, split, n, expected):
     """Block i (the output layer as i == n_layer) goes to the first device with i / (n_layer + 1) < splits[d]."""
     assert mm.layer_devices(blocks, split, n) == expected
+
+
+def test_layer_devices_default_to_one_device():
+    assert mm.layer_devices(3) == ([0, 0, 0], 0)
 
 
 def tensor_facts(name, nbytes, block, type_id, shape, expert=False):

@@ -228,6 +228,80 @@ def test_split_text_is_each_share_of_the_whole(shares, text):
     assert op._split_text(shares) == text  # pylint: disable=protected-access
 
 
+def test_a_placement_that_fits_wins_over_one_that_does_not_whatever_it_moves(moe):
+    """mode none moves nothing anywhere, so every placement keeps the same expert bytes on the host (none): the
+    8 MiB card alone is 0.04 MiB short, the two cards split fit, and the split is the plan."""
+    assert 8 * MIB < need(moe, []) < 8.1 * MIB
+    result = op.plan(moe, [card(8, 0, "GPU0"), card(7, 1, "GPU1")], 4096, mode="none", **SIZING)
+    assert result["fits"] is True and result["placement"] == "split" and result["cpu_expert_layers"] == []
+    assert result["reason"].startswith("Everything fits on GPU0 (8 MiB free) + GPU1 (7 MiB free), split 0.533,0.467:")
+
+
+# --------------------------------------------------------------------------- the words of the reason
+
+def test_the_reason_of_mode_all_names_the_blocks_the_card_and_the_saving(moe):
+    result = op.plan(moe, [card(need(moe, []) / MIB)], 4096, mode="all", **SIZING)
+    gpu = result["memory"]["gpus"][0]
+    assert result["reason"].startswith(
+        "All routed experts (3 MoE blocks) go to host memory: as mode all asks, on GPU0 (8 MiB free). With this "
+        "plan the GPU side needs %.0f MiB (%.0f MiB saved); every attention, router and shared-expert tensor stays "
+        "on the GPU, and " % (gpu["total_mib"], result["vram_saved_mib"]))
+
+
+def test_two_short_gpus_name_the_split_and_the_one_most_short(moe):
+    """The split is each card's share of the free memory (3 : 2); both cards are short, the missing MiB are
+    those of the card most short; the largest context that fits with every expert on the host is named."""
+    with pytest.raises(op.PlanError) as info:
+        op.plan(moe, [card(3, 0, "GPU0"), card(2, 1, "GPU1")], 4096, split="auto", **SIZING)
+    gpus = info.value.details["memory"]["gpus"]
+    worst = min(gpus, key=lambda g: g["free_after_mib"])
+    assert max(g["free_after_mib"] for g in gpus) < 0 and len(set(g["free_after_mib"] for g in gpus)) == 2
+    assert str(info.value) == (
+        "Does not fit on GPU0 (3 MiB free) + GPU1 (2 MiB free), split 0.6,0.4: with the experts of 3 block(s) on CPU "
+        "the plan needs %.0f MiB and %.0f MiB are missing on %s. Lower ctx_size (at most %d fits with all experts "
+        "on CPU), cache_type_k/cache_type_v (q8_0 halves the KV cache), margin_mib, ubatch, or use a larger GPU." % (
+            sum(g["total_mib"] for g in gpus), -worst["free_after_mib"], worst["name"],
+            info.value.details["headroom"]["all_experts_on_cpu"]["max_ctx_size"]))
+
+
+def test_a_short_gpu_with_op_offload_names_the_copy_it_reserves(moe):
+    """CUDA with op offload reserves the room of the largest host-resident block's experts (up and down,
+    64 x 64 x 8 F32 each: 0.25 MiB); --no-op-offload frees it."""
+    with pytest.raises(op.PlanError) as info:
+        op.plan(moe, [card(1)], 4096, backend="cuda", margin_mib=0, op_offload=True)
+    assert str(info.value).endswith(
+        "Lower ctx_size, cache_type_k/cache_type_v (q8_0 halves the KV cache), margin_mib, ubatch, op_offload "
+        "(false, with llama-server --no-op-offload, frees the %.0f MiB the GPU reserves to compute on host-resident "
+        "experts, at the cost of slower prompt processing), or use a larger GPU." % (2 * 64 * 64 * 8 * 4 / MIB))
+
+
+def test_the_reason_of_a_host_without_gpu_gives_the_memory_available(moe):
+    result = op.plan(moe, [], 4096, host={"memory_available_mib": 100000}, **SIZING)
+    host = result["memory"]["host"]
+    assert result["reason"].startswith(
+        "No GPU: llama-server computes on the CPU and keeps everything in host memory: the weights, the KV cache for "
+        "4096 tokens and the compute buffer need %.0f MiB with the 1024 MiB margin (100000 MiB available). The "
+        "whole context" % host["total_mib"])
+
+
+def test_the_reason_of_a_given_pattern_that_moves_no_expert_counts_what_it_moves(moe):
+    """``output\\.weight`` moves output.weight and every attn_output.weight (a search, as llama.cpp's
+    std::regex_search), no expert: the head counts those tensors and gives the check's verdict."""
+    result = op.plan(moe, [card(need(moe, []) / MIB)], 4096, pattern=r"output\.weight", **SIZING)
+    check = result["pattern_check"]
+    assert result["cpu_expert_layers"] == [] and check["matched"] == 0 and len(check["non_expert"]) == 5
+    assert result["reason"].startswith("The given pattern moves 5 tensor(s) to host memory (%s): as the given "
+                                       "pattern asks, on GPU0 (8 MiB free)." % check["verdict"])
+
+
+def test_the_largest_context_may_equal_the_slots(moe):
+    """Each slot needs at least one cell: at 256 slots the smallest context is 256, and it counts when it fits."""
+    result = op.plan(moe, [card(need(moe, [], ctx=256, parallel=256) / MIB)], 256, parallel=256, mode="none",
+                     **SIZING)
+    assert need(moe, [], ctx=512, parallel=256) > need(moe, [], ctx=256, parallel=256)
+    assert result["headroom"]["this_plan"]["max_ctx_size"] == 256
+
+
 def test_blocks_text():
     assert op._blocks_text([]) == "none" and op._blocks_text([1, 3]) == "1, 3"  # pylint: disable=protected-access
 

@@ -65,7 +65,9 @@ def test_experts_per_gpu_fill_a_card_the_split_leaves_room_on(nano):
     split = [float(s) for s in result["tensor_split"].split(",")]
     devices = mm.layer_devices(nano.block_count, split, 2)[0]
     assert all(devices[b] == 1 for b in override["blocks"])
-    assert "go to CUDA0 (GPU 0)" in result["reason"]
+    assert result["reason"].startswith(
+        "No routed expert goes to host memory; the experts of blocks %s go to CUDA0 (GPU 0) with -ot %s=CUDA0: "
+        "everything on the GPU would need " % (", ".join(str(b) for b in override["blocks"]), override["pattern"]))
     assert all(g["free_after_mib"] >= 0 for g in result["memory"]["gpus"])
 
 

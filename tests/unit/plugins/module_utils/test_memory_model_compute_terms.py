@@ -1,0 +1,166 @@
+"""The compute terms of one component at a time, each where it is the largest, in bytes counted by hand.
+
+The whole-graph figures (test_memory_model_cpu_compute.py: the real llama-server's CPU compute buffer) keep an
+estimate within 1 MiB of the server, so a term that is not the peak of those models, or that is smaller than that
+margin, could be wrong unnoticed. Here each term is made the peak by the choice of the dimensions, and the bytes
+expected are the tensors llama.cpp's graph keeps alive at that node (src/llama-graph.cpp build_moe_ffn,
+src/models/graph-context-mamba.cpp build_mamba2_layer), listed one by one, all F32 (4 bytes) but the argsort's
+I32 expert ids (also 4 bytes).
+"""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_model as mm
+
+F32 = 4
+
+
+def moe_facts(n_embd, n_expert, used, n_ff_exp, gated=False, bias=False):
+    """One MoE block (block 0) of ``n_expert`` experts, ``used`` of them per token."""
+    return mm.ModelFacts(architecture="test", block_count=1, n_embd=n_embd, n_vocab=100, context_length=None,
+                         kv_blocks={}, n_expert=n_expert, expert_used_count=used, n_ff_exp=n_ff_exp,
+                         experts_gated=gated, expert_probs_bias=bias,
+                         expert_tensors_by_block={0: ["blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"]})
+
+
+def weights(used, tokens):
+    """ffn_moe_weights (the probabilities of the selected experts, get_rows) and ffn_moe_weights_norm, then
+    ffn_moe_weights_sum and its clamp: 2 x [used, T] + 2 x [1, T]."""
+    return 2 * used * tokens * F32 + 2 * tokens * F32
+
+
+def test_the_routing_is_the_peak_of_many_experts_with_a_selection_bias():
+    """128 experts, 2 used, a tiny FFN, a selection bias (exp_probs_b): the router's logits [128, T] (the
+    probabilities are computed in place), ffn_moe_probs_biased [128, T] and the argsort [128, T] (I32), beside
+    the normed input and the weights."""
+    tokens, normed = 64, 1000
+    facts = moe_facts(n_embd=16, n_expert=128, used=2, n_ff_exp=8, bias=True)
+    logits = biased = argsort = 128 * tokens * F32
+    assert mm._moe_peak(facts, tokens, normed) == normed + weights(2, tokens) + logits + biased + argsort
+    unbiased = moe_facts(n_embd=16, n_expert=128, used=2, n_ff_exp=8)
+    assert mm._moe_peak(unbiased, tokens, normed) == normed + weights(2, tokens) + logits + argsort
+
+
+def test_gate_up_and_their_glu_of_gated_experts_are_the_peak():
+    """8 experts, 4 used, n_ff_exp 64, gated (ffn_gate_exps): beside the argsort [8, T], ffn_moe_gate and
+    ffn_moe_up [64, 4, T] and their product ffn_moe_swiglu [64, 4, T] (ggml_swiglu_split, not in place)."""
+    tokens, normed = 32, 2048
+    facts = moe_facts(n_embd=16, n_expert=8, used=4, n_ff_exp=64, gated=True)
+    argsort = 8 * tokens * F32
+    gate = up = glu = 64 * 4 * tokens * F32
+    assert mm._moe_peak(facts, tokens, normed) == normed + weights(4, tokens) + argsort + gate + up + glu
+
+
+def test_without_a_gate_the_activation_beside_down_s_output_is_the_peak():
+    """The same experts without gate: ffn_moe_up [64, 4, T] takes its activation in place, and stays as down's
+    input beside ffn_moe_down [n_embd, 4, T]."""
+    tokens, normed = 32, 2048
+    facts = moe_facts(n_embd=16, n_expert=8, used=4, n_ff_exp=64)
+    argsort = 8 * tokens * F32
+    activation, down = 64 * 4 * tokens * F32, 16 * 4 * tokens * F32
+    assert mm._moe_peak(facts, tokens, normed) == normed + weights(4, tokens) + argsort + activation + down
+
+
+def test_down_s_output_beside_the_sum_of_the_experts_is_the_peak_of_a_wide_model():
+    """n_embd 256, 4 experts of width 8, 2 used: ffn_moe_down [256, 2, T] (weighted in place) beside the first
+    add of the experts' views, ffn_moe_out [256, T]."""
+    tokens, normed = 16, 512
+    facts = moe_facts(n_embd=256, n_expert=4, used=2, n_ff_exp=8)
+    down, out = 256 * 2 * tokens * F32, 256 * tokens * F32
+    assert mm._moe_peak(facts, tokens, normed) == normed + weights(2, tokens) + down + out
+    assert mm._moe_peak(facts, tokens, normed, experts_here=False) == normed + weights(2, tokens) + down + out
+
+
+def test_experts_computed_elsewhere_leave_the_router_and_down_s_output():
+    """``experts_here=False`` (the products run on another device): this device routes and receives
+    ffn_moe_down [n_embd, used, T]. 64 experts, 8 used, n_embd 16: the argsort [64, T] beside down's output is
+    larger than the logits with the argsort, and larger than down's output beside the sum."""
+    tokens, normed = 32, 100
+    facts = moe_facts(n_embd=16, n_expert=64, used=8, n_ff_exp=512, gated=True)
+    argsort, down = 64 * tokens * F32, 16 * 8 * tokens * F32
+    assert mm._moe_peak(facts, tokens, normed, experts_here=False) == normed + weights(8, tokens) + argsort + down
+
+
+@pytest.mark.parametrize("gated, live", [(True, 3 * 64 * 4 * 32 * F32), (False, (64 + 16) * 4 * 32 * F32)])
+def test_a_device_computing_another_device_s_experts_holds_copies_of_its_inputs(gated, live):
+    """``routed_here=False``: the copies of the normed input [n_embd, T] and of the argsort [n_expert, T] that
+    the scheduler brings to the device of the experts, then gate, up and their GLU (gated), or the activation
+    beside down's output [n_embd, 4, T] (without gate). The weights stay with the router."""
+    tokens = 32
+    facts = moe_facts(n_embd=16, n_expert=8, used=4, n_ff_exp=64, gated=gated)
+    copies = 16 * tokens * F32 + 8 * tokens * F32
+    assert mm._moe_peak(facts, tokens, 0, routed_here=False) == copies + live
+
+
+def ssm_facts(d_inner, n_group, d_state, n_head, n_embd=32):
+    return mm.ModelFacts(architecture="test", block_count=1, n_embd=n_embd, n_vocab=100, context_length=None,
+                         kv_blocks={}, recurrent_blocks={0: (0, 0)},
+                         ssm={"d_conv": 4, "d_inner": d_inner, "d_state": d_state, "n_group": n_group,
+                              "n_head": n_head})
+
+
+def shape(tokens, seqs):
+    return mm.GraphShape(tokens, seqs, seqs, None)
+
+
+def test_mamba2_the_convolution_is_the_peak_of_wide_groups():
+    """d_inner 32, 4 groups of d_state 16 (xBC: 32 + 2 x 4 x 16 = 160 wide), 4 heads, 64 tokens of one sequence.
+    Beside the residual [32, T] and ssm_in's output (z [32, T], xBC [160, T], dt [4, T]): the conv states of the
+    sequence [3, 160], their concatenation with xBC [160, 3 + T] and ggml_ssm_conv's output [160, T]."""
+    tokens = 64
+    facts = ssm_facts(d_inner=32, n_group=4, d_state=16, n_head=4)
+    residual, in_proj = 32 * tokens * F32, (32 + 160 + 4) * tokens * F32
+    states, concat, conv = 3 * 160 * F32, 160 * (3 + tokens) * F32, 160 * tokens * F32
+    assert mm._ssm_peak(facts, shape(tokens, 1)) == residual + in_proj + states + concat + conv
+
+
+def test_mamba2_the_scan_is_the_peak_of_a_large_state():
+    """d_inner 64, 1 group of d_state 128 (xBC 320 wide), 4 heads, 8 tokens: beside ssm_in's output, the conv
+    output [320, T], dt [4, T], ggml_ssm_scan's output (y [64, T] and the final states [128, 64] of the sequence)
+    and x * D [64, T]."""
+    tokens = 8
+    facts = ssm_facts(d_inner=64, n_group=1, d_state=128, n_head=4)
+    residual, in_proj = 32 * tokens * F32, (64 + 320 + 4) * tokens * F32
+    conv, dt, scan, x_d = 320 * tokens * F32, 4 * tokens * F32, (64 * tokens + 128 * 64) * F32, 64 * tokens * F32
+    assert mm._ssm_peak(facts, shape(tokens, 1)) == residual + in_proj + conv + dt + scan + x_d
+
+
+def test_the_host_computes_its_experts_under_32_tokens_even_with_op_offload():
+    """CUDA's op offload takes the host-resident experts' products from 32 tokens on (ggml-cuda.cu
+    ggml_backend_cuda_device_offload_op, min_batch_size 32); a 16-token micro-batch leaves them to the host,
+    which then holds the copies of the normed input and of the argsort, gate, up and their GLU."""
+    facts = moe_facts(n_embd=16, n_expert=8, used=4, n_ff_exp=64, gated=True)
+    host = mm.host_compute_bytes(facts, 256, 1, ubatch=16, batch=16, cpu_expert_blocks=[0])
+    without = mm.host_compute_bytes(facts, 256, 1, ubatch=16, batch=16)
+    embedding_rows = 16 * 16 * F32  # the largest node of a host without expert products
+    experts = 16 * 16 * F32 + 8 * 16 * F32 + 3 * 64 * 4 * 16 * F32
+    assert host - without == experts - embedding_rows
+    assert mm.host_compute_bytes(facts, 256, 1, ubatch=16, batch=16, cpu_expert_blocks=[0], op_offload=False) == host
+    assert mm.host_compute_bytes(facts, 256, 1, ubatch=32, batch=32, cpu_expert_blocks=[0]) == \
+        mm.host_compute_bytes(facts, 256, 1, ubatch=32, batch=32)
+    assert mm.host_compute_bytes(facts, 256, 1, ubatch=16, batch=16, cpu_expert_blocks=[5]) == without
+
+
+def test_the_host_inputs_hold_the_rotation_matrices_of_a_quantized_cache():
+    """llama-kv-cache.cpp: a quantized K cache of head size 128 adds attn_rot_k [128, 128] (the largest power of
+    two from 64 that divides the head size), a quantized V cache attn_rot_v [64, 64]; F32, graph inputs, so on
+    the host."""
+    facts = mm.ModelFacts(architecture="test", block_count=1, n_embd=128, n_vocab=100, context_length=None,
+                          kv_blocks={0: (128, 128)}, n_head={0: 1}, kv_heads={0: 1})
+    plain = mm.host_compute_bytes(facts, 256)
+    assert mm.host_compute_bytes(facts, 256, cache_type_v="q8_0") - plain == 64 * 64 * F32
+    assert mm.host_compute_bytes(facts, 256, cache_type_k="q8_0") - plain == 128 * 128 * F32
+    assert mm.host_compute_bytes(facts, 256, cache_type_k="q4_0", cache_type_v="q4_0") - plain == \
+        (128 * 128 + 64 * 64) * F32
+
+
+@pytest.mark.parametrize("estimate", [mm.compute_buffer_bytes, mm.host_compute_bytes, mm.cpu_compute_bytes])
+@pytest.mark.parametrize("side", ["cache_type_k", "cache_type_v"])
+def test_an_unknown_cache_type_is_named_by_every_compute_estimate(estimate, side):
+    """The rotation matrices depend on the cache type; a name llama-server does not know is not taken for f16."""
+    facts = mm.ModelFacts(architecture="test", block_count=1, n_embd=128, n_vocab=100, context_length=None,
+                          kv_blocks={0: (128, 128)}, n_head={0: 1}, kv_heads={0: 1})
+    assert estimate(facts, 256) == estimate(facts, 256, cache_type_k="f16", cache_type_v="f16")
+    with pytest.raises(mm.MemoryModelError, match=r"^unknown cache type 'q9' \(llama-server knows bf16, f16, f32, "):
+        estimate(facts, 256, **{side: "q9"})
