@@ -115,7 +115,7 @@ def _sliding_window(metadata, arch, block_count, attention_blocks, warnings):
     if arch in NO_SWA_ARCHS or not attention_blocks:
         return None
     if rule is None:
-        if not window or window < 0:
+        if window is None or window <= 0:
             return None
         if pattern is None:
             warnings.append("%s.attention.sliding_window is %d but llama.cpp's layer pattern for %s is not known here: "

@@ -68,11 +68,11 @@ def test_mla_caches_only_the_compressed_k():
     facts = attention_model("deepseek2", attention__head_count_kv=1, attention__key_length=64,
                             attention__value_length=32, attention__key_length_mla=48,
                             attention__value_length_mla=32)
-    assert facts.kv_blocks == {0: (64, 0), 1: (64, 0)}
+    assert facts.kv_blocks == {0: (64, 0), 1: (64, 0)} and facts.mla is True
     assert sum(mm.kv_cache_bytes(facts, 2000, 1).values()) == 2 * 64 * 2 * 2048
     old = attention_model("deepseek2", attention__head_count_kv=4, attention__key_length=24,
                           attention__value_length=16)  # converted before MLA caching: K and V per head
-    assert old.kv_blocks[0] == (96, 64)
+    assert old.kv_blocks[0] == (96, 64) and old.mla is False
 
 
 @pytest.mark.parametrize("meta", [

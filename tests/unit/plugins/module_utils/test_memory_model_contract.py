@@ -149,6 +149,69 @@ def test_routed_experts_with_a_gate_projection_are_gated(nano):
         assert mm.model_facts(md, tensors, classify_model("qwen3moe", md, tensors)).experts_gated is True
 
 
+def test_the_facts_mark_the_routed_experts_and_count_the_used_ones_and_the_selection_bias(nano):
+    """Each tensor's facts say whether it is a routed expert (the layout's list); the experts used per token and
+    a selection bias (blk.N.exp_probs_b.bias, llama.cpp's exp_probs_b) come with them."""
+    assert nano.expert_used_count == 6 and nano.expert_probs_bias is False
+    experts = set(t.name for t in nano.tensors if t.expert)
+    assert experts == set(n for names in nano.expert_tensors_by_block.values() for n in names)
+    assert len(experts) == 2 * 23 and all(".ffn_up_exps." in n or ".ffn_down_exps." in n for n in experts)
+    tensors = [f32("token_embd.weight", 64, 512), f32("blk.0.ffn_gate_inp.weight", 64, 4),
+               f32("blk.0.exp_probs_b.bias", 4), f32("blk.0.ffn_up_exps.weight", 64, 32, 4),
+               f32("blk.0.ffn_down_exps.weight", 32, 64, 4)]
+    md = {"general.architecture": "deepseek2", "deepseek2.block_count": 1, "deepseek2.embedding_length": 64,
+          "deepseek2.expert_count": 4, "deepseek2.expert_used_count": 2, "deepseek2.vocab_size": 512}
+    biased = mm.model_facts(md, tensors, classify_model("deepseek2", md, tensors))
+    assert biased.expert_probs_bias is True and biased.expert_used_count == 2
+
+
+def qkv_model(md_extra=(), heads=4, attn=("attn_q", 64), attn_k=None, n_embd=64):
+    """One attention block: ``attn`` (a tensor and its width: attn_q, or attn_qkv), attn_k/attn_v of width
+    ``attn_k`` when given, attn_output; llama metadata (``heads`` query heads) with ``md_extra``."""
+    name, width = attn
+    tensors = [f32("token_embd.weight", n_embd, 512), f32("blk.0.%s.weight" % name, n_embd, width),
+               f32("blk.0.attn_output.weight", n_embd, n_embd)]
+    if attn_k:
+        tensors += [f32("blk.0.attn_k.weight", n_embd, attn_k), f32("blk.0.attn_v.weight", n_embd, attn_k)]
+    md = {"general.architecture": "llama", "llama.block_count": 1, "llama.embedding_length": n_embd,
+          "llama.attention.head_count": heads, "llama.vocab_size": 512}
+    md.update(md_extra)
+    md = dict((k, v) for k, v in md.items() if v is not None)
+    return mm.model_facts(md, tensors, classify_model("llama", md, tensors))
+
+
+def test_head_count_kv_defaults_to_head_count():
+    """llama.cpp: ``hparams.n_head_kv_arr = hparams.n_head_arr`` before the optional head_count_kv is read; with
+    key and value lengths the metadata is complete, so attn_k/attn_v's shapes are not needed."""
+    found = qkv_model({"llama.attention.key_length": 16, "llama.attention.value_length": 16}, attn_k=64)
+    assert found.kv_heads == {0: 4} and found.kv_blocks == {0: (64, 64)} and found.warnings == []
+
+
+def test_the_head_size_is_n_embd_over_the_heads_rounded_down():
+    """Without key_length llama.cpp's n_embd_head_k is n_embd / n_head in integers: 100 / 8 = 12 per head, 2 KV
+    heads: 24 wide (a fused attn_qkv, so no attn_k shape to read)."""
+    found = qkv_model({"llama.attention.head_count_kv": 2}, heads=8, attn=("attn_qkv", 148), n_embd=100)
+    assert found.kv_blocks == {0: (24, 24)} and found.q_width == {0: 96}
+
+
+def test_the_q_width_is_attn_q_s_shape_else_the_heads_times_the_k_head_size():
+    """attn_q's shape gives the Q projection (96 wide here, not 4 heads x 16); without attn_q and key_length the
+    head size is the K width per KV head, in integers (30 / 4 = 7)."""
+    md = {"llama.attention.head_count_kv": 2, "llama.attention.key_length": 16, "llama.attention.value_length": 16}
+    assert qkv_model(md, attn=("attn_q", 96)).q_width == {0: 96}
+    fallback = qkv_model({"llama.attention.head_count_kv": 4}, attn=("attn_qkv", 128), attn_k=30)
+    assert fallback.kv_blocks == {0: (30, 30)} and fallback.q_width == {0: 28}
+    assert fallback.warnings == ["KV widths of blocks 0 taken from the attn_k/attn_v tensor shapes (metadata "
+                                 "incomplete)"]
+
+
+def test_an_attention_block_without_any_kv_width_is_refused():
+    with pytest.raises(mm.MemoryModelError) as info:
+        qkv_model({"llama.attention.head_count_kv": 2}, heads=None, attn=("attn_qkv", 128))
+    assert str(info.value) == ("block 0 is an attention block but neither the metadata (llama.attention."
+                               "head_count_kv, key_length, value_length) nor attn_k/attn_v tensors give its KV width")
+
+
 def test_tensors_without_a_type_and_a_model_without_an_architecture_name():
     """``model_facts`` takes any objects with a name, a shape and a size (``type_id`` is optional), and a model
     whose header names no architecture keeps an empty name."""
@@ -254,6 +317,7 @@ def test_sliding_window_layout_of_each_rule(arch, blocks, meta, expected):
     ("phi3", 4, {"attention__sliding_window": 2047}),
     ("cohere2", 4, {"attention__sliding_window": 2048, "attention__sliding_window_pattern": [0, 0, 0, 0]}),
     ("mymodel", 4, {"attention__sliding_window": -64, "attention__sliding_window_pattern": [1, 1, 1, 0]}),
+    ("mymodel", 4, {"attention__sliding_window": 0}),  # an unknown architecture: no window, nothing to warn of
 ])
 def test_no_sliding_window(arch, blocks, meta):
     facts_ = transformer(arch, blocks, **meta)

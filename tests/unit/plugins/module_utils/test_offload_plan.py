@@ -166,6 +166,10 @@ def test_load_facts_errors(tmp_path):
         load_facts(str(tmp_path / "missing.gguf"))
     with pytest.raises(PlanError, match="without files"):
         load_facts({"changed": False})
+    for wrong in (42, ""):
+        with pytest.raises(PlanError) as info:
+            load_facts(wrong)
+        assert str(info.value) == "gguf must be a path or the result of gguf_info, got %r" % (wrong,)
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00")
     with pytest.raises(PlanError):

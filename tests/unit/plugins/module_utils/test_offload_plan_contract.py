@@ -241,11 +241,14 @@ def test_a_placement_that_fits_wins_over_one_that_does_not_whatever_it_moves(moe
 
 def test_the_reason_of_mode_all_names_the_blocks_the_card_and_the_saving(moe):
     result = op.plan(moe, [card(need(moe, []) / MIB)], 4096, mode="all", **SIZING)
-    gpu = result["memory"]["gpus"][0]
-    assert result["reason"].startswith(
+    gpu, here = result["memory"]["gpus"][0], result["headroom"]["this_plan"]
+    assert result["reason"] == (
         "All routed experts (3 MoE blocks) go to host memory: as mode all asks, on GPU0 (8 MiB free). With this "
         "plan the GPU side needs %.0f MiB (%.0f MiB saved); every attention, router and shared-expert tensor stays "
-        "on the GPU, and " % (gpu["total_mib"], result["vram_saved_mib"]))
+        "on the GPU, and %.0f MiB of weights are read from host memory, in the page cache of the model file (mmap). "
+        "The whole context searched (4096 tokens, the training context) fits with 1 slot(s), and at most %d slot(s) "
+        "at this context. Host memory was not checked (give host, the result of host_info)." % (
+            gpu["total_mib"], result["vram_saved_mib"], result["memory"]["host"]["model_mib"], here["max_parallel"]))
 
 
 def test_two_short_gpus_name_the_split_and_the_one_most_short(moe):
