@@ -199,7 +199,9 @@ def make_stage(files, tests, config):
         "only_mutate = %s" % toml_list(["%s/%s/%s" % (COLLECTION, MODULE_UTILS, f) for f in files]),
         "also_copy = %s" % toml_list(["conftest.py"] + ["%s/%s" % (COLLECTION, t) for t in top]),
         "pytest_add_cli_args_test_selection = %s" % toml_list(["%s/%s" % (COLLECTION, t) for t in tests]),
-        'pytest_add_cli_args = ["-p", "no:cacheprovider"]',
+        # (each run removes its tmp_path folders: a campaign runs the tests thousands of times, and some write
+        # GGUF files of a GiB)
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-o", "tmp_path_retention_policy=none"]',
         "use_git_change_detection = false",
         "timeout_multiplier = %s" % float(config.get("timeout_multiplier", 15.0)),
         "timeout_constant = %s" % float(config.get("timeout_constant", 1.0)),
@@ -217,7 +219,11 @@ def run_mutmut(jobs, niceness, patterns=()):
     goes to .cache/mutation/mutmut.log."""
     mutmut = Path(sys.executable).parent / "mutmut"
     log = STAGE / "mutmut.log"
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    # The tests' temporary files go under the stage, which the next campaign removes: a test run that mutmut
+    # stops (a timeout) cannot clean up after itself.
+    tmp = STAGE / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(tmp))
     with open(log, "wb") as out:
         command = ["nice", "-n", str(niceness), str(mutmut), "run", "--max-children", str(jobs)] + list(patterns)
         proc = subprocess.Popen(command, cwd=STAGE, stdout=out, stderr=subprocess.STDOUT, env=env)

@@ -383,7 +383,7 @@ class _Candidate:
             experts = set(self.sizer.facts.expert_names)
             return sum(t.nbytes for t in self.sizer.facts.tensors if t.name in experts and t.name in
                        set(self.sizer.fixed_cpu))
-        return sum(sizes.get(b, 0) for b in self.cpu_blocks)
+        return sum(sizes[b] for b in self.cpu_blocks)  # (only MoE blocks are ever placed on the CPU)
 
     def key(self):
         """Fitting first, then the fewest expert bytes in host memory, the fewest overrides, one GPU."""
@@ -615,8 +615,7 @@ def _contents(facts, answer, parallel):
 
 
 def _where(candidate):
-    if candidate.label == "cpu":
-        return "the host (no GPU)"
+    """The GPUs of a placement with their free memory, and the split of a split placement."""
     names = " + ".join("%s (%d MiB free)" % (d.name, d.memory_free_mib) for d in candidate.gpus)
     return names if candidate.label == "single" else "%s, split %s" % (names, _split_text(candidate.shares))
 
@@ -645,7 +644,6 @@ def _host_text(answer, mmap):
 
 
 def _reason(facts, answer, candidate, baseline, mode, host, options):
-    where = _where(candidate)
     parallel = options.parallel
     gpus = answer["memory"]["gpus"]
     host_report = answer["memory"]["host"]
@@ -674,7 +672,7 @@ def _reason(facts, answer, candidate, baseline, mode, host, options):
             what = "with %s the plan needs %.0f MiB" % (
                 "the experts of %d block(s) on CPU" % len(blocks) if blocks else "everything on the GPU", need)
         return ("Does not fit on %s: %s and %.0f MiB are missing on %s. Lower %s, or use a larger GPU." % (
-            where, what, -worst["free_after_mib"], worst["name"], ", ".join(lower)))
+            _where(candidate), what, -worst["free_after_mib"], worst["name"], ", ".join(lower)))
     if host is not None and host_report["free_after_mib"] < 0:
         kept = ["%.0f MiB of weights" % host_report["model_mib"]]
         state = host_report["kv_mib"] + host_report["recurrent_mib"]
@@ -697,6 +695,7 @@ def _reason(facts, answer, candidate, baseline, mode, host, options):
                                           host_report["margin_mib"])
         text += (" (%.0f MiB available)." % host.available_mib) if host else " (host memory not checked)."
         return text + _headroom_text(answer, parallel)
+    where = _where(candidate)
     host_note = "" if host is not None else " Host memory was not checked (give host, the result of host_info)."
     if not blocks and not answer["device_overrides"] and not answer["pattern"]:
         text = "Everything fits on %s: %s need %.0f MiB including the %d MiB margin" % (

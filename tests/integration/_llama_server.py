@@ -89,7 +89,12 @@ def _port_taken(out, port):
     """Whether the log in ``out`` says that the server could not bind ``port``."""
     out.flush()
     out.seek(0)
-    return "couldn't bind HTTP server socket, hostname: %s, port: %d" % (HOST, port) in out.read()
+    return port_taken(out.read(), port)
+
+
+def port_taken(log, port):
+    """Whether llama-server's ``log`` (text) says that it could not bind ``port``: taken since free_port()."""
+    return "couldn't bind HTTP server socket, hostname: %s, port: %d" % (HOST, port) in log
 
 
 def run_until_healthy(args, timeout):

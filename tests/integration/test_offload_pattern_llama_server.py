@@ -27,7 +27,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_patter
     pattern_problem,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
-from tests.integration._llama_server import SERVER, free_port
+from tests.integration._llama_server import BIND_TRIES, SERVER, free_port, port_taken
 from tools.gguf_models import write_tiny_qwen3moe
 
 pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")
@@ -35,8 +35,21 @@ OVERRIDE = re.compile(r"^tensor (\S+) \(.*\) buffer type overridden to CPU")
 
 
 def overridden_by_llama_server(model, pattern):
-    """The tensor names llama-server moves to the CPU for ``-ot PATTERN=CPU`` (read until its buffer lines)."""
-    cmd = [SERVER, "-m", str(model), "-c", "512", "-ngl", "99", "--host", "127.0.0.1", "--port", str(free_port()),
+    """The tensor names llama-server moves to the CPU for ``-ot PATTERN=CPU`` (read until its buffer lines); a
+    run that could not bind its port (taken since free_port()) is started again on another."""
+    for _attempt in range(BIND_TRIES - 1):
+        port = free_port()
+        moved, lines = _overridden(model, pattern, port)
+        if not port_taken("".join(lines), port):
+            break
+    else:
+        moved, lines = _overridden(model, pattern, free_port())
+    assert any("model buffer size" in line for line in lines), "".join(lines[-30:])
+    return moved
+
+
+def _overridden(model, pattern, port):
+    cmd = [SERVER, "-m", str(model), "-c", "512", "-ngl", "99", "--host", "127.0.0.1", "--port", str(port),
            "--no-webui", "-fit", "off", "-lv", "5", "--no-log-prefix", "--no-log-timestamps",
            "-ot", pattern + "=CPU"]
     moved, lines = set(), []
@@ -51,8 +64,7 @@ def overridden_by_llama_server(model, pattern):
                     break
         finally:
             proc.kill()
-    assert any("model buffer size" in line for line in lines), "".join(lines[-30:])
-    return moved
+    return moved, lines
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +124,17 @@ def _shape(kind, size):
 
 def run_with_pattern(model, pattern, timeout=120):
     """Start llama-server with ``-ot PATTERN=CPU`` until /health answers 200: (None, stderr) when it is ready,
-    (its exit code, stderr) when it ended, ("E2BIG", reason) when Linux refused to start it (too long an argument)."""
-    port = free_port()
+    (its exit code, stderr) when it ended, ("E2BIG", reason) when Linux refused to start it (too long an argument).
+    A run that could not bind its port (taken since free_port()) is started again on another."""
+    for _attempt in range(BIND_TRIES - 1):
+        port = free_port()
+        exited, err = _run_with_pattern(model, pattern, timeout, port)
+        if exited is None or exited == "E2BIG" or not port_taken(err, port):
+            return exited, err
+    return _run_with_pattern(model, pattern, timeout, free_port())
+
+
+def _run_with_pattern(model, pattern, timeout, port):
     cmd = [SERVER, "-m", str(model), "-c", "512", "-ngl", "99", "--host", "127.0.0.1", "--port", str(port),
            "--no-webui", "-fit", "off", "-ot", pattern + "=CPU"]
     try:
