@@ -1100,7 +1100,7 @@ def estimate(facts, ctx_size, parallel=1, cache_type_k="f16", cache_type_v="f16"
     gpus = []
     for device in range(n_devices):
         blocks = [b for b, d in enumerate(devices) if d == device]
-        cpu_expert_max = max([sum(sizes.get(n, 0) for n in facts.expert_tensors_by_block.get(b, ()) if n in cpu)
+        cpu_expert_max = max([sum(sizes[n] for n in facts.expert_tensors_by_block.get(b, ()) if n in cpu)
                               for b in blocks] + [0])
         foreign = sorted(b for b, names in facts.expert_tensors_by_block.items()
                          if devices[b] != device and any(moved.get(n) == device for n in names))

@@ -55,6 +55,8 @@ class Run:
     def __str__(self):
         return self.proc.stdout[-6000:] + self.proc.stderr[-3000:]
 
+    __repr__ = __str__  # (what pytest shows of an assertion's message object: the end of the run's output)
+
     @property
     def result(self):
         """llm_server_result, as the role shows it at the end (also after a refusal)."""

@@ -164,3 +164,33 @@ def test_an_unknown_cache_type_is_named_by_every_compute_estimate(estimate, side
     assert estimate(facts, 256) == estimate(facts, 256, cache_type_k="f16", cache_type_v="f16")
     with pytest.raises(mm.MemoryModelError, match=r"^unknown cache type 'q9' \(llama-server knows bf16, f16, f32, "):
         estimate(facts, 256, **{side: "q9"})
+
+
+def two_moe_blocks():
+    """Two blocks of routed experts only (8 of 64, 4 used, gated, n_embd 16): the experts are each block's peak."""
+    names = dict((b, ["blk.%d.ffn_%s_exps.weight" % (b, kind) for kind in ("gate", "up", "down")]) for b in (0, 1))
+    tensors = tuple(mm.TensorFacts(n, 16 * 64 * 8 * F32, b, 0, (16, 64, 8), True) for b in (0, 1) for n in names[b])
+    return mm.ModelFacts(architecture="test", block_count=2, n_embd=16, n_vocab=100, context_length=None,
+                         kv_blocks={}, n_expert=8, expert_used_count=4, n_ff_exp=64, experts_gated=True,
+                         tensors=tensors, expert_tensors_by_block=names)
+
+
+def test_under_32_tokens_only_the_blocks_of_host_experts_leave_their_products_to_the_host():
+    """At -ub 16 (under CUDA's op-offload minimum of 32) the GPU only routes block 0, whose experts are in host
+    memory; block 1's experts are on the GPU and it computes them: its peak stays the device's."""
+    facts = two_moe_blocks()
+    cpu = facts.expert_tensors_by_block[0]
+    gpu = mm.estimate(facts, 256, 1, ubatch=16, cpu_tensors=cpu)["gpus"][0]
+    assert gpu["compute"] == mm.compute_buffer_bytes(facts, 256, 1, 16, remote_expert_blocks=[0])
+    assert gpu["compute"] > mm.compute_buffer_bytes(facts, 256, 1, 16, remote_expert_blocks=[0, 1])
+
+
+def test_from_32_tokens_the_gpu_computes_the_host_experts_from_a_copy():
+    """At -ub 32 the GPU computes every block's experts, the host-resident ones from a copy of the largest block's
+    weights (3 x 16 x 64 x 8 F32)."""
+    facts = two_moe_blocks()
+    cpu = facts.expert_tensors_by_block[0] + facts.expert_tensors_by_block[1]
+    gpu = mm.estimate(facts, 256, 1, ubatch=32, cpu_tensors=cpu)["gpus"][0]
+    assert gpu["compute"] == mm.compute_buffer_bytes(facts, 256, 1, 32, cpu_expert_bytes_max=3 * 16 * 64 * 8 * F32)
+    assert gpu["compute"] > mm.compute_buffer_bytes(facts, 256, 1, 32, cpu_expert_bytes_max=3 * 16 * 64 * 8 * F32,
+                                                    remote_expert_blocks=[0, 1])

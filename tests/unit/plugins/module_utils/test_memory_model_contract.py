@@ -774,6 +774,30 @@ def test_estimate_adds_up_each_gpu_and_the_host(nano):
     assert result["devices_by_block"] == [0] * 52 and result["output_device"] == 0 and result["warnings"] == []
 
 
+def test_under_32_tokens_host_experts_are_computed_on_the_host_and_the_gpu_routes_them(nano):
+    """CUDA's op offload starts at 32 tokens (ggml-cuda.cu, min_batch_size): at -ub 16 (-b 2048) the GPU reserves
+    no copy of the host-resident experts and only routes their block, while the blocks whose experts stay on the
+    GPU compute them there; the host computes the host-resident ones."""
+    first = nano.expert_blocks[0]
+    cpu = nano.expert_tensors_by_block[first]
+    result = mm.estimate(nano, 4096, 1, ubatch=16, cpu_tensors=cpu)
+    assert result["gpus"][0]["compute"] == mm.compute_buffer_bytes(
+        nano, 4096, 1, 16, True, False, range(nano.block_count), True, remote_expert_blocks=[first])
+    assert result["host"]["compute"] == mm.host_compute_bytes(nano, 4096, 1, 16, cpu_expert_blocks=[first])
+    offloaded = mm.estimate(nano, 4096, 1, ubatch=32, cpu_tensors=cpu)
+    expert_bytes = sum(t.nbytes for t in nano.tensors if t.name in cpu)
+    assert offloaded["gpus"][0]["compute"] == mm.compute_buffer_bytes(
+        nano, 4096, 1, 32, True, False, range(nano.block_count), True, expert_bytes)
+
+
+def test_a_unified_cache_reaches_the_host_compute_estimate(nano):
+    """-kvu: one stream of 2 x 2048 cells instead of two of 2048: the host holds the graph inputs, whose masks
+    follow the streams."""
+    unified = mm.estimate(nano, 4096, 2, kv_unified=True)["host"]["compute"]
+    assert unified == mm.host_compute_bytes(nano, 4096, 2, kv_unified=True)
+    assert unified != mm.host_compute_bytes(nano, 4096, 2)
+
+
 def test_estimate_defaults_are_one_slot_f16_and_the_1024_mib_margins(nano):
     result = mm.estimate(nano, 4096)
     assert result["gpus"][0]["margin"] == 1024 * MIB and result["host"]["margin"] == 1024 * MIB
