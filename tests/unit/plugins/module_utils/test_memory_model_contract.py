@@ -790,6 +790,21 @@ def test_under_32_tokens_host_experts_are_computed_on_the_host_and_the_gpu_route
         nano, 4096, 1, 32, True, False, range(nano.block_count), True, expert_bytes)
 
 
+def test_a_cpu_host_holds_the_token_ids_and_embedding_rows_beside_what_one_gpu_would(nano):
+    """With every block on one device, the GPU's buffer is the graph inputs and the worst node (holes of a hybrid
+    model included); a host without GPU holds the same plus the token ids and the embedding rows it looks up
+    (512 tokens: 512 x 4 + 2688 x 512 x 4 bytes). cpu_compute_bytes is the figure checked against llama-server."""
+    assert mm.cpu_compute_bytes(nano, 4096) - mm.compute_buffer_bytes(nano, 4096) == 512 * 4 + 2688 * 512 * 4
+
+
+def test_the_host_compute_defaults_are_one_slot_and_a_sliding_window_cache(nano):
+    assert mm.host_compute_bytes(nano, 4096) == mm.host_compute_bytes(nano, 4096, 1)
+    assert mm.host_compute_bytes(nano, 4096, 2) != mm.host_compute_bytes(nano, 4096, 1)
+    swa = transformer("gemma3", 6, attention__sliding_window=512)
+    assert mm.host_compute_bytes(swa, 8192) == mm.host_compute_bytes(swa, 8192, swa_full=False)
+    assert mm.host_compute_bytes(swa, 8192) != mm.host_compute_bytes(swa, 8192, swa_full=True)
+
+
 def test_a_unified_cache_reaches_the_host_compute_estimate(nano):
     """-kvu: one stream of 2 x 2048 cells instead of two of 2048: the host holds the graph inputs, whose masks
     follow the streams."""

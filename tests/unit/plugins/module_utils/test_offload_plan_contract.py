@@ -305,6 +305,28 @@ def test_the_largest_context_may_equal_the_slots(moe):
     assert result["headroom"]["this_plan"]["max_ctx_size"] == 256
 
 
+def test_the_v_cache_type_reaches_the_plan(moe):
+    plain = op.plan(moe, [card(100)], 4096, **SIZING)["memory"]["gpus"][0]["kv_mib"]
+    assert op.plan(moe, [card(100)], 4096, cache_type_v="f32", **SIZING)["memory"]["gpus"][0]["kv_mib"] == \
+        plain * 1.5  # K stays f16 (2 bytes), V doubles to f32: 2 + 4 instead of 2 + 2 bytes an element
+
+
+def test_an_unusable_pattern_is_refused_with_its_check_and_the_warnings(moe):
+    with pytest.raises(op.PlanError) as info:
+        op.plan(moe, [card(100)], 4096, pattern="", **SIZING)
+    assert str(info.value) == "pattern '' cannot be used: %s" % info.value.details["pattern_check"]["verdict"]
+    assert set(info.value.details) == {"pattern_check", "warnings"}
+    assert info.value.details["pattern_check"]["ok"] is False and info.value.details["warnings"] == []
+
+
+def test_a_built_pattern_that_the_proof_rejects_is_an_error(moe, monkeypatch):
+    """The guard behind every generated pattern: one that moves more than the blocks' experts is never used."""
+    monkeypatch.setattr(op, "block_expert_pattern", lambda names, experts, blocks: r"blk\.1\.")
+    with pytest.raises(op.PlanError) as info:
+        op.plan(moe, [card(100)], 4096, mode="layers", cpu_expert_layers=[1], **SIZING)
+    assert str(info.value).startswith(r"the pattern blk\.1\. does not match exactly the experts of blocks 1: ")
+
+
 def test_blocks_text():
     assert op._blocks_text([]) == "none" and op._blocks_text([1, 3]) == "1, 3"  # pylint: disable=protected-access
 
