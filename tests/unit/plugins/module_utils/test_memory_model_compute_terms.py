@@ -194,3 +194,10 @@ def test_from_32_tokens_the_gpu_computes_the_host_experts_from_a_copy():
     assert gpu["compute"] == mm.compute_buffer_bytes(facts, 256, 1, 32, cpu_expert_bytes_max=3 * 16 * 64 * 8 * F32)
     assert gpu["compute"] > mm.compute_buffer_bytes(facts, 256, 1, 32, cpu_expert_bytes_max=3 * 16 * 64 * 8 * F32,
                                                     remote_expert_blocks=[0, 1])
+
+
+def test_without_a_q_width_q_is_the_heads_times_the_k_head_size():
+    """8 query heads over 2 KV heads of K width 64 (32 a head): Q is 8 x 32 wide, F32 for 3 tokens."""
+    facts = mm.ModelFacts(architecture="test", block_count=1, n_embd=64, n_vocab=100, context_length=None,
+                          kv_blocks={0: (64, 64)}, n_head={0: 8}, kv_heads={0: 2})
+    assert mm._attention_bytes(facts, 0, 3) == (8 * 32 * 3 * F32, 64 * 3 * F32, 64 * 3 * F32, 8 * 32 * 3 * F32)
