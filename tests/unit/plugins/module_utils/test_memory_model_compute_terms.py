@@ -201,3 +201,35 @@ def test_without_a_q_width_q_is_the_heads_times_the_k_head_size():
     facts = mm.ModelFacts(architecture="test", block_count=1, n_embd=64, n_vocab=100, context_length=None,
                           kv_blocks={0: (64, 64)}, n_head={0: 8}, kv_heads={0: 2})
     assert mm._attention_bytes(facts, 0, 3) == (8 * 32 * 3 * F32, 64 * 3 * F32, 64 * 3 * F32, 8 * 32 * 3 * F32)
+
+
+def test_mla_attention_works_in_the_latent_space_of_the_cached_head():
+    """MLA (deepseek2 with *_mla keys; flash attention): beside the normed input [64, T] and Q [192, T], Q absorbed
+    into the latent space of the one cached head, 4 heads x 32 (the product and its copy), and the latent K
+    [32, T] twice (its projection and its normed, rotated copy)."""
+    facts = mm.ModelFacts(architecture="test", block_count=1, n_embd=64, n_vocab=100, context_length=None,
+                          kv_blocks={0: (32, 0)}, n_head={0: 4}, kv_heads={0: 1}, q_width={0: 192}, mla=True)
+    tokens = 8
+    normed, q, q_latent, k = 64 * tokens * F32, 192 * tokens * F32, 4 * 32 * tokens * F32, 32 * tokens * F32
+    assert mm._attention_peak(facts, 0, shape(tokens, 1), True) == normed + q + 2 * q_latent + 2 * k
+
+
+def test_a_quantized_v_cache_adds_v_s_hadamard_product_beside_the_projections():
+    """Q, K and V beside the normed input [128, T], and with a quantized V cache of head size 64 V's product with
+    attn_rot_v [256, T] (4 KV heads of 64 values, 16 of keys)."""
+    facts = mm.ModelFacts(architecture="test", block_count=1, n_embd=128, n_vocab=100, context_length=None,
+                          kv_blocks={0: (64, 256)}, n_head={0: 4}, kv_heads={0: 4})
+    tokens = 8
+    normed, q, k, v = 128 * tokens * F32, 64 * tokens * F32, 64 * tokens * F32, 256 * tokens * F32
+    assert mm._attention_peak(facts, 0, shape(tokens, 1), True, (0, 64)) == normed + q + k + v + v
+    assert mm._attention_peak(facts, 0, shape(tokens, 1), True) == normed + q + k + v  # f16 V: no product
+
+
+def test_a_block_without_attention_is_another_kind_and_one_reading_another_s_cache_is_not():
+    """A device holding blocks of different kinds counts the holes of each (``hybrid``): Nemotron-NAS (deci)
+    skips attention in some blocks with a dense FFN in all, and Gemma 3n's last blocks read the cache of an
+    earlier block (kv_reused): they are attention blocks like it."""
+    facts = mm.ModelFacts(architecture="test", block_count=3, n_embd=64, n_vocab=100, context_length=None,
+                          kv_blocks={0: (64, 64)}, kv_reused=(2,), ffn={0: 256, 1: 256, 2: 256})
+    assert mm._block_kind(facts, 0) != mm._block_kind(facts, 1)
+    assert mm._block_kind(facts, 2) == mm._block_kind(facts, 0)
