@@ -311,6 +311,13 @@ def test_the_v_cache_type_reaches_the_plan(moe):
         plain * 1.5  # K stays f16 (2 bytes), V doubles to f32: 2 + 4 instead of 2 + 2 bytes an element
 
 
+def test_a_unified_cache_reaches_the_plan(moe):
+    """-kvu: one stream of 4096 cells instead of two of 2048; the plan sizes what the estimate gives for it."""
+    unified = op.plan(moe, [card(100)], 4096, parallel=2, kv_unified=True, **SIZING)["memory"]["gpus"][0]
+    assert unified["total_mib"] == mm.mib(need(moe, [], parallel=2, kv_unified=True))
+    assert unified["total_mib"] != mm.mib(need(moe, [], parallel=2))
+
+
 def test_an_unusable_pattern_is_refused_with_its_check_and_the_warnings(moe):
     with pytest.raises(op.PlanError) as info:
         op.plan(moe, [card(100)], 4096, pattern="", **SIZING)

@@ -276,6 +276,9 @@ def test_sliding_window_model_fits_where_the_old_planner_refused():
                                   "recurrent_blocks": []}
     assert "(15 of its 18 blocks keep a sliding window: 1024 cells per slot)" in result["reason"]
     assert "expert" not in result["reason"]
+    # --swa-full: every block keeps the whole context, 18 x 32768 cells x (256 + 256) x 2 bytes = 576 MiB
+    full = plan(facts, [gpu(4000, 0)], 32768, 1, swa_full=True)
+    assert full["memory"]["gpus"][0]["kv_mib"] == 576.0
 
 
 def test_warnings_reach_the_user_on_failure_too():
