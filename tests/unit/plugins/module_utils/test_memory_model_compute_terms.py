@@ -233,3 +233,17 @@ def test_a_block_without_attention_is_another_kind_and_one_reading_another_s_cac
                           kv_blocks={0: (64, 64)}, kv_reused=(2,), ffn={0: 256, 1: 256, 2: 256})
     assert mm._block_kind(facts, 0) != mm._block_kind(facts, 1)
     assert mm._block_kind(facts, 2) == mm._block_kind(facts, 0)
+
+
+def test_head_counts_default_to_one_and_a_block_reading_another_s_cache_projects_only_q():
+    """Facts given without head counts (one head, one KV head): Q is the K width; block 1 reads block 0's cache
+    (kv_reused): its K and V are not projected. Without flash attention the scores of the one head span the
+    cache's cells, after the projections."""
+    facts = mm.ModelFacts(architecture="test", block_count=2, n_embd=64, n_vocab=100, context_length=None,
+                          kv_blocks={0: (64, 32)}, kv_reused=(1,))
+    assert mm._attention_bytes(facts, 0, 2) == (64 * 2 * F32, 64 * 2 * F32, 32 * 2 * F32, 32 * 2 * F32)
+    assert mm._attention_bytes(facts, 1, 2) == (0, 0, 0, 0)
+    cells = mm.CacheCells(256, 256, 1, 0, 2)
+    peak = mm._attention_peak(facts, 0, mm.GraphShape(2, 1, 1, cells), False)
+    flash = mm._attention_peak(facts, 0, mm.GraphShape(2, 1, 1, cells), True)
+    assert peak == max(flash, 64 * 2 * F32 + 64 * 2 * F32 + 64 * 2 * F32 + 32 * 2 * F32 + 256 * 2 * F32)
