@@ -235,7 +235,7 @@ def test_a_block_without_attention_is_another_kind_and_one_reading_another_s_cac
     assert mm._block_kind(facts, 2) == mm._block_kind(facts, 0)
 
 
-def test_head_counts_default_to_one_and_a_block_reading_another_s_cache_projects_only_q():
+def test_head_counts_default_to_one_and_a_block_reading_another_s_cache_projects_no_k_or_v():
     """Facts given without head counts (one head, one KV head): Q is the K width; block 1 reads block 0's cache
     (kv_reused): its K and V are not projected. Without flash attention the scores of the one head span the
     cache's cells, after the projections."""
