@@ -153,6 +153,10 @@ def test_the_host_inputs_hold_the_rotation_matrices_of_a_quantized_cache():
     assert mm.host_compute_bytes(facts, 256, cache_type_k="q8_0") - plain == 128 * 128 * F32
     assert mm.host_compute_bytes(facts, 256, cache_type_k="q4_0", cache_type_v="q4_0") - plain == \
         (128 * 128 + 64 * 64) * F32
+    unnamed = mm.ModelFacts(architecture="test", block_count=1, n_embd=128, n_vocab=100, context_length=None,
+                            kv_blocks={0: (128, 128)})  # no KV head count: one KV head, of 128
+    assert mm.host_compute_bytes(unnamed, 256, cache_type_k="q8_0") - mm.host_compute_bytes(unnamed, 256) == \
+        128 * 128 * F32
 
 
 @pytest.mark.parametrize("estimate", [mm.compute_buffer_bytes, mm.host_compute_bytes, mm.cpu_compute_bytes])
