@@ -20,7 +20,7 @@ import time
 import urllib.parse
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log, run_starts
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log, parse_runs
 
 # The order the role looks for a compose tool in.
 COMPOSE_CANDIDATES = (("podman", "compose"), ("podman-compose",), ("docker", "compose"), ("docker-compose",))
@@ -164,10 +164,9 @@ def ended_run(lines):
     """The lines up to the end of the last run of llama-server that ended, for its exit cause: all of ``lines``
     when their last run shows its load error or crash, else the lines before that run's start (a container that
     its restart policy started again: its new run is still loading)."""
-    parsed = parse_log("\n".join(lines) + "\n")
-    if parsed.get("load_error") or parsed.get("crash"):
+    parsed, starts = parse_runs(lines)
+    if parsed["load_error"] or parsed["crash"]:
         return lines
-    starts = run_starts(lines)
     return lines[:starts[-1]] if starts and starts[-1] > 0 else lines
 
 

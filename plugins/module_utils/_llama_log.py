@@ -702,17 +702,19 @@ def parse_log(source, exit_code=None):
     return parser.result(exit_code)
 
 
-def run_starts(lines):
-    """The indexes of the lines of ``lines`` that start a run of llama-server, as ``parse_log`` counts its runs
-    (the lines before the first index belong to a run whose start is not among them)."""
+def parse_runs(lines, exit_code=None):
+    """``parse_log`` of ``lines`` (a list of log lines) in one pass, with the indexes of the lines that start a run
+    of llama-server as it counts its runs (the lines before the first index belong to a run whose start is not
+    among them): ``(result, starts)``."""
     parser = LogParser()
     starts = []
     for index, line in enumerate(lines):
         runs = parser.runs
-        parser.feed(line)
+        for chunk in iter_chunks(line + "\n"):
+            parser.feed_chunk(chunk)
         if parser.runs != runs:
             starts.append(index)
-    return starts
+    return parser.result(exit_code), starts
 
 
 def parse_command_log(argv, exit_code=None, keep=5):

@@ -37,7 +37,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log impo
     LogParser,
     iter_chunks,
     parse_log,
-    run_starts,
+    parse_runs,
 )
 
 BUILD = "0.00.155.704 I cmn  common_param: common_params_print_info: build 10435 (9e40df63b) with GNU 12.2.0 for " \
@@ -373,13 +373,21 @@ def test_a_line_longer_than_max_line_comes_in_pieces_each_ended_by_a_newline():
     assert "".join(iter_chunks(text)) == "b" * MAX_LINE + "\n" + "b" * 5 + "\n" + "c" * 3 + "\n"
 
 
+def run_starts(lines):
+    return parse_runs(lines)[1]
+
+
 def test_run_starts_are_the_lines_where_parse_log_counts_a_new_run():
     """A run starts at its first start line (build, verbosity, system_info, loading the model); the start lines
     that follow it before any other line belong to the same run; lines before the first start are a run whose
-    start was cut off."""
+    start was cut off. The result beside them is parse_log's."""
     lines = ["print_info: n_embd = 64", BUILD, VERBOSITY, LOADING, META, "llama_model_load: error loading model: boom",
              SYSTEM_INFO, LOADING, TENSORS, BUILD, "", VERBOSITY, META]
     assert run_starts(lines) == [1, 6, 9]
     assert parse_log("\n".join(lines))["runs"] == 3
+    assert parse_runs(lines, 1)[0] == parse_log("\n".join(lines), 1)
+    assert parse_runs(lines[:6])[0] == parse_log("\n".join(lines[:6]))
+    long = lines[:5] + ["llama_model_load: error loading model: " + "x" * MAX_LINE]  # parsed in pieces, as parse_log
+    assert parse_runs(long)[0] == parse_log("\n".join(long))
     assert run_starts([META, TENSORS]) == [] and run_starts([]) == []
     assert run_starts([LOADING, META]) == [0]
