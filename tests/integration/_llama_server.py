@@ -92,6 +92,17 @@ def _port_taken(out, port):
     return port_taken(out.read(), port)
 
 
+def on_a_free_port(start, taken):
+    """``start(port)`` on a port free_port() found, again on another (BIND_TRIES in all) while
+    ``taken(result, port)``: a test running at the same time can take the port before the server binds it."""
+    for _attempt in range(BIND_TRIES - 1):
+        port = free_port()
+        result = start(port)
+        if not taken(result, port):
+            return result
+    return start(free_port())
+
+
 def port_taken(log, port):
     """Whether llama-server's ``log`` (text) says that it could not bind ``port``: taken since free_port()."""
     return "couldn't bind HTTP server socket, hostname: %s, port: %d" % (HOST, port) in log

@@ -27,7 +27,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_patter
     pattern_problem,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
-from tests.integration._llama_server import BIND_TRIES, SERVER, free_port, port_taken
+from tests.integration._llama_server import SERVER, on_a_free_port, port_taken
 from tools.gguf_models import write_tiny_qwen3moe
 
 pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")
@@ -37,13 +37,8 @@ OVERRIDE = re.compile(r"^tensor (\S+) \(.*\) buffer type overridden to CPU")
 def overridden_by_llama_server(model, pattern):
     """The tensor names llama-server moves to the CPU for ``-ot PATTERN=CPU`` (read until its buffer lines); a
     run that could not bind its port (taken since free_port()) is started again on another."""
-    for _attempt in range(BIND_TRIES - 1):
-        port = free_port()
-        moved, lines = _overridden(model, pattern, port)
-        if not port_taken("".join(lines), port):
-            break
-    else:
-        moved, lines = _overridden(model, pattern, free_port())
+    moved, lines = on_a_free_port(lambda port: _overridden(model, pattern, port),
+                                  lambda result, port: port_taken("".join(result[1]), port))
     assert any("model buffer size" in line for line in lines), "".join(lines[-30:])
     return moved
 
@@ -126,12 +121,8 @@ def run_with_pattern(model, pattern, timeout=120):
     """Start llama-server with ``-ot PATTERN=CPU`` until /health answers 200: (None, stderr) when it is ready,
     (its exit code, stderr) when it ended, ("E2BIG", reason) when Linux refused to start it (too long an argument).
     A run that could not bind its port (taken since free_port()) is started again on another."""
-    for _attempt in range(BIND_TRIES - 1):
-        port = free_port()
-        exited, err = _run_with_pattern(model, pattern, timeout, port)
-        if exited is None or exited == "E2BIG" or not port_taken(err, port):
-            return exited, err
-    return _run_with_pattern(model, pattern, timeout, free_port())
+    return on_a_free_port(lambda port: _run_with_pattern(model, pattern, timeout, port),
+                          lambda result, port: port_taken(result[1], port))  # (E2BIG: the reason, no log)
 
 
 def _run_with_pattern(model, pattern, timeout, port):
