@@ -7,6 +7,7 @@ returns what the run showed.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -28,11 +29,12 @@ def free_port():
 
 
 class LlamaServer(object):
-    """One run: ``url``; ``exited`` (its exit code, None while it ran) and ``healthy`` once started;
-    ``stderr`` (the whole log) once stopped."""
+    """One run: ``url``; ``proc`` (its process); ``exited`` (its exit code, None while it ran) and ``healthy``
+    once started; ``stderr`` (the whole log) once stopped."""
 
     def __init__(self, url):
         self.url = url
+        self.proc = None
         self.exited = None
         self.healthy = False
         self.stderr = ""
@@ -57,6 +59,7 @@ def llama_server(args, timeout, log=None, with_stdout=False):
         with (open(log, "w+") if log else tempfile.TemporaryFile(mode="w+")) as out:
             proc = subprocess.Popen(cmd, stdout=out if with_stdout else subprocess.DEVNULL,
                                     stderr=subprocess.STDOUT if with_stdout else out)
+            server.proc = proc
             try:
                 deadline = time.monotonic() + timeout
                 while time.monotonic() < deadline and proc.poll() is None:
@@ -101,6 +104,28 @@ def on_a_free_port(start, taken):
         if not taken(result, port):
             return result
     return start(free_port())
+
+
+def listening(pid, port):
+    """Whether process ``pid`` listens on the IPv4 TCP ``port`` (Linux's /proc): a port that answers may be
+    another process's, taken since free_port()."""
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:  # the process is gone
+        return False
+    sockets = set()
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            if link.startswith("socket:["):
+                sockets.add(link[len("socket:["):-1])
+    with open("/proc/net/tcp") as table:
+        next(table)  # the header
+        for row in table:
+            fields = row.split()  # sl local_address rem_address st ... inode (the 10th)
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] in sockets:
+                return True  # 0A: LISTEN
+    return False
 
 
 def port_taken(log, port):

@@ -12,9 +12,7 @@ import contextlib
 import http.client
 import json
 import shutil
-import socket
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -28,7 +26,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log impo
     parse_log,
     verify_placement,
 )
-from tests.integration._llama_server import SERVER, free_port, run_until_healthy
+from tests.integration._llama_server import SERVER, listening, llama_server, on_a_free_port, run_until_healthy
 from tools.gguf_models import write_tiny_nemotron_h_moe
 
 pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")
@@ -200,16 +198,18 @@ def test_unknown_architecture_is_the_load_error(tmp_path, model):
 @contextlib.contextmanager
 def rpc_server():
     """``ggml-rpc-server`` on a free loopback port: yields (endpoint, process); always stopped."""
-    port = free_port()
-    proc = subprocess.Popen([RPC_SERVER, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
+
+    def start(port):
+        proc = subprocess.Popen([RPC_SERVER, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
+        while time.monotonic() < deadline and proc.poll() is None and not listening(proc.pid, port):
             time.sleep(0.2)
+        return port, proc
+
+    # a server that exited could not bind its port
+    port, proc = on_a_free_port(start, lambda started, _port: started[1].poll() is not None)
+    try:
         yield f"127.0.0.1:{port}", proc
     finally:
         if proc.poll() is None:
@@ -220,39 +220,21 @@ def rpc_server():
 @pytest.mark.skipif(RPC_SERVER is None, reason="ggml-rpc-server is not on PATH")
 def test_a_killed_rpc_server_aborts_llama_server_and_that_is_a_crash(model, names):
     """GGML_ABORT for real: the RPC device dies under a running llama-server, which aborts on the next request."""
-    port = free_port()
-    cmd = [SERVER, "-m", str(model), "-c", "512", "-ngl", "99", "--no-webui", "-fit", "off", "-ot", EXPERTS + "=CPU",
-           "--host", "127.0.0.1", "--port", str(port)]
-    url = f"http://127.0.0.1:{port}"
-    with rpc_server() as (endpoint, rpc), tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(cmd + ["--rpc", endpoint], stdout=subprocess.DEVNULL, stderr=log)
+    args = ["-m", model, "-c", "512", "-ngl", "99", "--no-webui", "-fit", "off", "-ot", EXPERTS + "=CPU"]
+    with rpc_server() as (endpoint, rpc), llama_server(args + ["--rpc", endpoint], 120) as server:
+        assert server.healthy, "llama-server did not become ready"
+        rpc.kill()
+        rpc.wait()
+        body = json.dumps({"prompt": "Hello", "n_predict": 8}).encode()
         try:
-            deadline = time.monotonic() + 120
-            healthy = False
-            while not healthy and time.monotonic() < deadline and proc.poll() is None:
-                try:
-                    with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-                        healthy = resp.status == 200
-                except (urllib.error.URLError, OSError):
-                    time.sleep(0.2)
-            assert healthy, "llama-server did not become ready"
-            rpc.kill()
-            rpc.wait()
-            body = json.dumps({"prompt": "Hello", "n_predict": 8}).encode()
-            try:
-                urllib.request.urlopen(urllib.request.Request(url + "/completion", body), timeout=60).read()
-            except (urllib.error.URLError, OSError, http.client.HTTPException):
-                pass  # the server died while answering
-            try:
-                exit_code = proc.wait(60)
-            except subprocess.TimeoutExpired:
-                exit_code = None
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            log.seek(0)
-            stderr = log.read().decode("utf-8", "replace")
+            urllib.request.urlopen(urllib.request.Request(server.url + "/completion", body), timeout=60).read()
+        except (urllib.error.URLError, OSError, http.client.HTTPException):
+            pass  # the server died while answering
+        try:
+            exit_code = server.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            exit_code = None
+    stderr = server.stderr
     assert exit_code is not None and exit_code < 0, "llama-server did not die"
     p = parse_log(stderr, exit_code=exit_code)
     assert "Remote RPC server crashed or returned malformed response" in p["crash"], stderr[-3000:]
