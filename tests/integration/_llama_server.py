@@ -2,7 +2,8 @@
 
 ``free_port()`` is a free loopback port; ``llama_server()`` starts the server on one, waits for ``/health`` 200
 (or its exit, or the timeout) and always stops it by its own pid; ``run_until_healthy()`` does both and
-returns what the run showed.
+returns what the run showed. ``on_a_free_port()`` starts any server again on another port when its port was
+taken; ``listening()`` tells whether a process listens on a port.
 """
 from __future__ import annotations
 

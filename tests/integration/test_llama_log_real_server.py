@@ -147,9 +147,9 @@ def test_broken_model_gives_the_load_error(tmp_path, model):
     assert not healthy and exited not in (None, 0)
     p = parse_log(err)
     assert "llama_model_loader: failed to load model from" in p["load_error"]  # the loader's own reason is kept
-    # llama.cpp's logger is asynchronous and never flushed at exit (common/log.cpp common_log_main, issue 22142):
-    # the last line, "exiting due to model loading error", is lost in some runs. The reason is read the same
-    # without it.
+    # llama.cpp's logger is asynchronous and never flushed at exit (common/log.cpp common_log_main,
+    # ggml-org/llama.cpp#22142): the last line, "exiting due to model loading error", is lost in some runs.
+    # The reason is read the same without it.
     last = "\n".join(line for line in err.splitlines() if "exiting due to model loading error" not in line)
     assert parse_log(last)["load_error"] == p["load_error"]
     v = verify_placement(p, ["blk.1.ffn_up_exps.weight"], expect_gpu_model_mib=0.0)
