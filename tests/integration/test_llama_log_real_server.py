@@ -150,8 +150,8 @@ def test_broken_model_gives_the_load_error(tmp_path, model):
     # llama.cpp's logger is asynchronous and never flushed at exit (common/log.cpp common_log_main,
     # ggml-org/llama.cpp#22142): the last line, "exiting due to model loading error", is lost in some runs.
     # The reason is read the same without it.
-    last = "\n".join(line for line in err.splitlines() if "exiting due to model loading error" not in line)
-    assert parse_log(last)["load_error"] == p["load_error"]
+    without_last = "\n".join(line for line in err.splitlines() if "exiting due to model loading error" not in line)
+    assert parse_log(without_last)["load_error"] == p["load_error"]
     v = verify_placement(p, ["blk.1.ffn_up_exps.weight"], expect_gpu_model_mib=0.0)
     assert not v["verified"] and p["load_error"] in v["msg"]
 
