@@ -1,7 +1,8 @@
 """The container reads of plugins/module_utils/_deploy_container.py that need no running container: which engine a
 compose command belongs to, the compose tool found, compose's own check of the files (the real podman-compose of
 the virtual environment), a missing container as podman reports it (real podman), the log tail and the line that
-says why llama-server stopped (llama.cpp's own words).
+says why llama-server stopped (llama.cpp's own words), and the rules of the wait for /health that hold whatever
+the engine and the server answer (given by the test: the bounds of one probe, a container that can no longer be read).
 
 The running-container paths (state of a real container, the wait for /health) are in
 tests/integration/test_role_container.py; /health and the API key probe on a real llama-server in
@@ -9,6 +10,7 @@ tests/integration/test_container_http.py.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,6 +19,7 @@ import tempfile
 
 import pytest
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _deploy_container
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import (
     COMPOSE_CANDIDATES,
     compose_config_check,
@@ -215,6 +218,7 @@ def test_the_run_that_ended_is_the_last_unless_the_last_is_still_loading():
              "main: exiting due to model loading error"]
     second = first[:2] + ["print_info: n_embd           = 64"]
     assert ended_run(first + second) == first
+    assert ended_run(first + first + second) == first + first  # restarted twice: the second run ended last
     assert ended_run(["print_info: n_ctx_train = 4096"] + first + second) == ["print_info: n_ctx_train = 4096"] + first
     assert ended_run(second + first) == second + first  # the last run shows its error: it is the one that ended
     assert ended_run(second) == second  # only the new run: nothing before it to read
@@ -222,3 +226,39 @@ def test_the_run_that_ended_is_the_last_unless_the_last_is_still_loading():
     crash = first[:2] + ["/app/ggml/src/ggml-cuda/ggml-cuda.cu:88: CUDA error"]
     assert ended_run(first + crash) == first + crash
     assert exit_cause(ended_run(first + second)) == first[2]
+
+
+RUNNING = (0, json.dumps([{"Id": "c1", "State": {"Status": "running", "Pid": 7}, "RestartCount": 0}]), "")
+
+
+def inspecting(*answers):
+    """A runner whose ``container inspect`` answers come in turn, the last one again and again; logs are empty."""
+    answers = list(answers)
+
+    def answer(argv):
+        if argv[1:3] == ["container", "inspect"]:
+            return answers.pop(0) if len(answers) > 1 else answers[0]
+        return 0, "", ""
+    return answer
+
+
+def test_a_container_that_can_no_longer_be_read_is_gone_in_the_engine_s_words(monkeypatch):
+    monkeypatch.setattr(_deploy_container, "http_get", lambda url, headers=None, timeout=5.0: (503, "loading"))
+    answer = wait_healthy(inspecting(RUNNING, (125, "", "Error: permission denied\nreading the container")),
+                          "podman", "ai-llm", "http://127.0.0.1:9/health", timeout=30, sleep=lambda _s: None)
+    assert answer["healthy"] is False and answer["status"] == 503
+    assert answer["cause"] == "the container ai-llm is gone (reading the container)"
+
+
+@pytest.mark.parametrize("timeout, probe", [(0.2, 1.0), (3, 3), (300, 5.0)])
+def test_one_health_probe_waits_one_to_five_seconds(monkeypatch, timeout, probe):
+    """A probe that hangs holds the wait at most 5 s, so that a container that stopped is seen within 5 s; a
+    short wait still gives its probe 1 s."""
+    probes = []
+
+    def http_get(url, headers=None, timeout=5.0):
+        probes.append(timeout)
+        return 200, "{\"status\":\"ok\"}"
+    monkeypatch.setattr(_deploy_container, "http_get", http_get)
+    answer = wait_healthy(inspecting(RUNNING), "podman", "ai-llm", "http://127.0.0.1:9/health", timeout=timeout)
+    assert answer["healthy"] is True and probes == [probe]
