@@ -221,19 +221,20 @@ def rpc_server():
 def test_a_killed_rpc_server_aborts_llama_server_and_that_is_a_crash(model, names):
     """GGML_ABORT for real: the RPC device dies under a running llama-server, which aborts on the next request."""
     args = ["-m", model, "-c", "512", "-ngl", "99", "--no-webui", "-fit", "off", "-ot", EXPERTS + "=CPU"]
-    with rpc_server() as (endpoint, rpc), llama_server(args + ["--rpc", endpoint], 120) as server:
-        assert server.healthy, "llama-server did not become ready"
-        rpc.kill()
-        rpc.wait()
-        body = json.dumps({"prompt": "Hello", "n_predict": 8}).encode()
-        try:
-            urllib.request.urlopen(urllib.request.Request(server.url + "/completion", body), timeout=60).read()
-        except (urllib.error.URLError, OSError, http.client.HTTPException):
-            pass  # the server died while answering
-        try:
-            exit_code = server.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            exit_code = None
+    with rpc_server() as (endpoint, rpc):
+        with llama_server(args + ["--rpc", endpoint], 120) as server:
+            assert server.healthy, "llama-server did not become ready"
+            rpc.kill()
+            rpc.wait()
+            body = json.dumps({"prompt": "Hello", "n_predict": 8}).encode()
+            try:
+                urllib.request.urlopen(urllib.request.Request(server.url + "/completion", body), timeout=60).read()
+            except (urllib.error.URLError, OSError, http.client.HTTPException):
+                pass  # the server died while answering
+            try:
+                exit_code = server.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                exit_code = None
     stderr = server.stderr
     assert exit_code is not None and exit_code < 0, "llama-server did not die"
     p = parse_log(stderr, exit_code=exit_code)
