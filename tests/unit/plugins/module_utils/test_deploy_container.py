@@ -232,7 +232,8 @@ RUNNING = (0, json.dumps([{"Id": "c1", "State": {"Status": "running", "Pid": 7},
 
 
 def inspecting(*answers):
-    """A runner whose ``container inspect`` answers come in turn, the last one again and again; logs are empty."""
+    """A runner whose ``container inspect`` answers come in turn, the last one again and again (``replying``
+    gives one answer to every command); logs are empty."""
     answers = list(answers)
 
     def answer(argv):
@@ -260,5 +261,5 @@ def test_one_health_probe_waits_one_to_five_seconds(monkeypatch, timeout, probe)
         probes.append(timeout)
         return 200, "{\"status\":\"ok\"}"
     monkeypatch.setattr(_deploy_container, "http_get", http_get)
-    answer = wait_healthy(inspecting(RUNNING), "podman", "ai-llm", "http://127.0.0.1:9/health", timeout=timeout)
+    answer = wait_healthy(replying(*RUNNING), "podman", "ai-llm", "http://127.0.0.1:9/health", timeout=timeout)
     assert answer["healthy"] is True and probes == [probe]
