@@ -1,7 +1,7 @@
 """Log volume of the real llama-server per 64-token completion, at each verbosity, side by side.
 
 For each level (the default, ``-lv 4`` and ``-lv 5``), starts the llama-server the integration tests use
-(tests/integration/_llama_server.py, on PATH after ``source scripts/env.sh``) with a tiny model written by
+(tests/helpers/llama_server.py, on PATH after ``source scripts/env.sh``) with a tiny model written by
 tools/gguf_models.py and ``-ot '<experts>=CPU'``, waits for ``/health``, asks one ``/completion`` of 64 tokens
 (``ignore_eos``) and prints the bytes and lines the server logged for the load and for that completion, and what
 ``llama_server_log`` can prove from the log at that level (per-tensor lines, per-device buffers).
@@ -25,7 +25,7 @@ for entry in (str(ROOT), str(ROOT / ".collections")):
         sys.path.insert(0, entry)
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log  # noqa: E402
-from tests.integration._llama_server import SERVER, llama_server  # noqa: E402
+from tests.helpers.llama_server import SERVER, llama_server  # noqa: E402
 from tools.gguf_models import write_tiny_nemotron_h_moe  # noqa: E402
 
 LEVELS = (("default", []), ("-lv 4", ["-lv", "4"]), ("-lv 5", ["-lv", "5"]))

@@ -1,4 +1,4 @@
-"""Rollout speed: playbooks/deploy.yml on 1, 2, 4 and 8 fake hosts (tests/integration/fleet), first run and
+"""Rollout speed: playbooks/deploy.yml on 1, 2, 4 and 8 fake hosts (tests/helpers/fleet.py), first run and
 no-change run, side by side.
 
     sudo python benchmarks/rollout.py                  # 1 2 4 8 hosts, the default serial, forks 8
@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / ".collections")]
 
-from tests.integration._llm_deploy import cpu_image  # noqa: E402  pylint: disable=wrong-import-position
-from tests.integration.fleet import PREFIX, Fleet, clean_leftovers  # noqa: E402  pylint: disable=wrong-import-position
+from tests.helpers.llm_deploy import cpu_image  # noqa: E402  pylint: disable=wrong-import-position
+from tests.helpers.fleet import PREFIX, Fleet, clean_leftovers  # noqa: E402  pylint: disable=wrong-import-position
 from tools.gguf_models import write_demo_model  # noqa: E402  pylint: disable=wrong-import-position
 
 BIN = Path(sys.executable).parent

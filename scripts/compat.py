@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.integration._collection_run import ansible_env, check_deploy, check_deploy_problems  # noqa: E402
+from tests.helpers.collection_run import ansible_env, check_deploy, check_deploy_problems  # noqa: E402
 from tools.gguf_models import write_demo_model  # noqa: E402
 
 CACHE = ROOT / ".cache" / "compat"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_placement import PlacementRefused, place
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_placement import PlacementRefused, place
 
 
 class ActionModule(ActionBase):

@@ -36,8 +36,8 @@ import time
 from ansible import context
 from ansible.plugins.callback import CallbackBase
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._rollout_page import page
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._rollout_report import (
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_page import page
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import (
     HostRun, ReportError, Rollout, build_report, markdown, one_line, table, to_json)
 
 

@@ -39,7 +39,7 @@ _value:
   elements: int
 """
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_placement import missing_gpus
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_placement import missing_gpus
 
 
 def llm_server_missing_gpus(gpu_info, chosen=None):

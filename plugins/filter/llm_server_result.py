@@ -35,7 +35,7 @@ _value:
   type: dict
 """
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_result import build
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import build
 
 
 def llm_server_result(parts):

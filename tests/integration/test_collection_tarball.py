@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration._collection_run import ansible_env, check_deploy, check_deploy_problems
+from tests.helpers.collection_run import ansible_env, check_deploy, check_deploy_problems
 from tools.gguf_models import write_demo_model
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_contain
     auth_check,
     http_get,
 )
-from tests.integration._llama_server import SERVER, free_port, llama_server
+from tests.helpers.llama_server import SERVER, free_port, llama_server
 from tools.gguf_models import write_tiny_nemotron_h_moe
 
 pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")

@@ -15,9 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._rollout_page import (
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_page import (
     BAR_HEIGHT, COLUMN, GAP, STATUS_COLORS, page)
-from tests.unit.plugins.module_utils.rollout_samples import sample_report
+from tests.helpers.rollout_samples import sample_report
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (requirements/debian.txt)")

@@ -1,4 +1,4 @@
-"""playbooks/deploy.yml on a fleet of four fake hosts over real ssh (tests/integration/fleet).
+"""playbooks/deploy.yml on a fleet of four fake hosts over real ssh (tests/helpers/fleet.py).
 
 One fleet for the module; the tests run in order and each starts from the state the previous one left:
 ssh to every host; the first rollout (a canary, then batches as serial cuts them); a run that changes nothing
@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from tools.gguf_models import write_demo_model
-from tests.integration._llm_deploy import cpu_image
-from tests.integration.fleet import PREFIX, Fleet, HealthPoller, clean_leftovers, leftovers
+from tests.helpers.llm_deploy import cpu_image
+from tests.helpers.fleet import PREFIX, Fleet, HealthPoller, clean_leftovers, leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

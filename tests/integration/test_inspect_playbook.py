@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration._llama_server import free_port
-from tests.integration._llm_deploy import cpu_image, local_deploy
+from tests.helpers.llama_server import free_port
+from tests.helpers.llm_deploy import cpu_image, local_deploy
 from tools.gguf_models import write_nemotron_nano_30b, write_tiny_nemotron_h_moe
 
 ROOT = Path(__file__).resolve().parents[2]

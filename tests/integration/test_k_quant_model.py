@@ -17,8 +17,8 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
-from tests.integration._llama_server import SERVER, llama_server
-from tests.integration._llm_deploy import local_deploy
+from tests.helpers.llama_server import SERVER, llama_server
+from tests.helpers.llm_deploy import local_deploy
 
 pytestmark = pytest.mark.skipif(SERVER is None,
                                 reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")

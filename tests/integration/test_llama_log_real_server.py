@@ -26,7 +26,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log impo
     parse_log,
     verify_placement,
 )
-from tests.integration._llama_server import SERVER, listening, llama_server, on_a_free_port, run_until_healthy
+from tests.helpers.llama_server import SERVER, listening, llama_server, on_a_free_port, run_until_healthy
 from tools.gguf_models import write_tiny_nemotron_h_moe
 
 pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")

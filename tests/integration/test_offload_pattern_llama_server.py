@@ -27,7 +27,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_patter
     pattern_problem,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
-from tests.integration._llama_server import SERVER, on_a_free_port, port_taken
+from tests.helpers.llama_server import SERVER, on_a_free_port, port_taken
 from tools.gguf_models import write_tiny_qwen3moe
 
 pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")

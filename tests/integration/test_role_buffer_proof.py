@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from tests.integration._llm_deploy import local_deploy, result
+from tests.helpers.llm_deploy import local_deploy, result
 
 
 def task_result(output, name):

@@ -23,8 +23,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_contain
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._host_memory import process_tree
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL
-from tests.integration._llama_server import SERVER, free_port, llama_server
-from tests.integration._llm_deploy import cpu_image
+from tests.helpers.llama_server import SERVER, free_port, llama_server
+from tests.helpers.llm_deploy import cpu_image
 from tools.gguf_models import write_tiny_nemotron_h_moe
 
 podman = pytest.mark.skipif(not shutil.which("podman"), reason="needs podman")

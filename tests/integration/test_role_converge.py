@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.integration._llm_deploy import local_deploy, recap, result
+from tests.helpers.llm_deploy import local_deploy, recap, result
 
 BLOCK_1 = r"blk\.1\.ffn_(up|down)_exps"
 BLOCK_4 = r"blk\.4\.ffn_(up|down)_exps"

@@ -17,7 +17,7 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL, parse_env
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
-from tests.integration._llm_deploy import cpu_image
+from tests.helpers.llm_deploy import cpu_image
 from tools.gguf_models import write_demo_model
 
 pytestmark = pytest.mark.skipif(not shutil.which("podman") or not shutil.which("podman-compose"),

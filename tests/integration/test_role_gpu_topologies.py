@@ -21,8 +21,8 @@ import dotenv
 import pytest
 import yaml
 
-from tests.integration._llama_server import free_port
-from tests.integration._llm_deploy import cpu_image
+from tests.helpers.llama_server import free_port
+from tests.helpers.llm_deploy import cpu_image
 from tools.gguf_models import write_demo_model, write_nemotron_nano_30b
 
 ROOT = Path(__file__).resolve().parents[2]

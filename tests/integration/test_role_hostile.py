@@ -17,7 +17,7 @@ import urllib.request
 import gguf
 import pytest
 
-from tests.integration._llm_deploy import local_deploy, recap, result
+from tests.helpers.llm_deploy import local_deploy, recap, result
 
 KEY = "sk-RT'0002${HOME}"  # a quote and ${HOME}: the keys .env used to drop or expand
 OTHER_KEY = "sk-rotated-0003"

@@ -11,7 +11,7 @@ import time
 import gguf
 import pytest
 
-from tests.integration._llm_deploy import local_deploy, result
+from tests.helpers.llm_deploy import local_deploy, result
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration._llm_deploy import local_deploy
+from tests.helpers.llm_deploy import local_deploy
 
 PATTERN_A = r"blk\.1\.ffn_(up|down)_exps"
 PATTERN_B = r"blk\.4\.ffn_(up|down)_exps"

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from tests.integration._llama_server import SERVER, llama_server as running_llama_server
+from tests.helpers.llama_server import SERVER, llama_server as running_llama_server
 from tools.gguf_models import write_tiny_nemotron_h_moe, write_tiny_qwen3moe
 
 pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")

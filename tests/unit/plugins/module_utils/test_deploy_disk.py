@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_converge import unchanged
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_converge import unchanged
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import (
     api_key_bytes,
     model_outside_dir,

@@ -17,7 +17,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan i
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import MAX_BLOCKS
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
 
-import gguf_layouts as H
+from tests.helpers import gguf_layouts as H
 
 SEEDS = (11, 12)
 GPU = [{"name": "test card", "memory_total_mib": 24564, "memory_free_mib": 20000}]

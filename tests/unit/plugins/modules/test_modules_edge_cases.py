@@ -15,9 +15,9 @@ import pytest
 
 from tools.gguf_models import write_tiny_qwen3moe
 
+from tests.helpers import gguf_layouts as H
+
 ROOT = Path(__file__).resolve().parents[4]
-sys.path.insert(0, str(ROOT / "tests" / "unit" / "plugins" / "module_utils"))
-import gguf_layouts as H  # noqa: E402  # pylint: disable=wrong-import-position
 
 GPU = {"name": "NVIDIA RTX A5500", "memory_total_mib": 24564, "memory_free_mib": 24148}
 

@@ -1,4 +1,4 @@
-"""The whole answer of each rule of plugins/module_utils/_deploy_converge.py, compared as a whole: what a run does
+"""The whole answer of each rule of plugins/plugin_utils/_deploy_converge.py, compared as a whole: what a run does
 (recreate, verify, wait) and the exact reason it gives, when a run has nothing to do, the GPU memory rows, the log
 buffers expected from the plan, the verification's verdict, the cause of a failed task and the parity line."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_converge import (
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_converge import (
     decide,
     describe_changes,
     failure_cause,

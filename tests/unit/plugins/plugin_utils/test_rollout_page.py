@@ -6,10 +6,10 @@ from html.parser import HTMLParser
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._rollout_page import BAR_HEIGHT, CSP, page
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _rollout_page as rp
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._rollout_report import ReportError, memory_views
-import rollout_samples as samples
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_page import BAR_HEIGHT, CSP, page
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils import _rollout_page as rp
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import ReportError, memory_views
+from tests.helpers import rollout_samples as samples
 
 
 class Elements(HTMLParser):

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._rollout_report import (
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import (
     STATUSES, HostRun, ReportError, Rollout, build_report, device_buffers, host_status, markdown, memory_views,
     table, to_json)
-import rollout_samples as samples
+from tests.helpers import rollout_samples as samples
 
 
 def rollout(hosts, batches, max_fail=0, **kw):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.integration._llama_server import free_port
+from tests.helpers.llama_server import free_port
 from tools.gguf_models import write_demo_model
 
 ROOT = Path(__file__).resolve().parents[2]

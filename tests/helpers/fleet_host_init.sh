@@ -1,6 +1,6 @@
 #!/bin/sh
-# PID 1 of one fake fleet host (started by tests/integration/fleet/__init__.py as
-#   nsenter --net=/run/netns/<host> unshare --mount --uts --pid --fork --kill-child --mount-proc sh host_init.sh ...).
+# PID 1 of one fake fleet host (started by tests/helpers/fleet.py as
+#   nsenter --net=/run/netns/<host> unshare --mount --uts --pid --fork --kill-child --mount-proc sh fleet_host_init.sh ...).
 # It already runs in the host's own network, mount, UTS and PID namespaces; here it gives the host its name and
 # its private state (everything podman and the role write), starts the host's sshd and becomes its init.
 #   $1 host name   $2 the host's directory (private state, sshd_config)   $3 the deploy directory (mount point)

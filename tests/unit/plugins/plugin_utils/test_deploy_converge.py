@@ -1,10 +1,10 @@
-"""What the llm_server role does with what it found (plugins/module_utils/_deploy_converge.py): recreate, verify
+"""What the llm_server role does with what it found (plugins/plugin_utils/_deploy_converge.py): recreate, verify
 or nothing, and why, for every state a run can find; the verification's verdict; the cause of a failed task."""
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_converge import (
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_converge import (
     decide,
     failure_cause,
     log_expectations,

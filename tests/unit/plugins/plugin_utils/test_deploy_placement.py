@@ -1,10 +1,10 @@
-"""Where the llm_server role puts the weights (plugins/module_utils/_deploy_placement.py), on real module results:
+"""Where the llm_server role puts the weights (plugins/plugin_utils/_deploy_placement.py), on real module results:
 gguf_info's report of models written with gguf-py and moe_offload_plan's plans for GPUs of the nvidia-smi fixtures."""
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_placement import (
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_placement import (
     PlacementRefused,
     missing_gpus,
     place,

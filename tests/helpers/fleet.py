@@ -10,7 +10,7 @@ Each host is:
   ``::12``...), far from the VM's own 192.0.2.0/24 and fd00::/64; nothing is routed anywhere else.
 - its own mount, UTS and PID namespaces (``unshare --mount --uts --pid --fork --kill-child --mount-proc``),
   started through ``nsenter --net=/run/netns/<netns>`` (``ip netns exec`` would remount /sys and hide the
-  cgroups podman needs). ``host_init.sh`` then mounts a private /run (podman's runroot and tmpdir, runc's state),
+  cgroups podman needs). ``fleet_host_init.sh`` then mounts a private /run (podman's runroot and tmpdir, runc's state),
   binds the host's own /etc/containers (storage.conf, containers.conf) and /var/lib/containers (podman's
   graphroot) and the deploy directory, starts ``sshd`` on port 22 with the host's own host key and the fleet's
   authorized key (both generated here, at test time), and becomes ``catatonit -P`` (podman's init: it reaps
@@ -51,7 +51,7 @@ UPLINK = PREFIX + "0"                   # the controller's veth in the root name
 NET = "fd7a:11f0:%s::" % CHECKOUT       # an IPv6 ULA /64: the fleet's only network
 CONTROLLER_ADDRESS = NET + "1"
 DEPLOY_DIR = "srv/ai-llm"               # under the fleet's base directory; the same path on every host
-HOST_INIT = Path(__file__).resolve().parent / "host_init.sh"
+HOST_INIT = Path(__file__).resolve().parent / "fleet_host_init.sh"
 STATE_FILE = Path(tempfile.gettempdir()) / (PREFIX + ".state.json")
 NETNS_DIR = Path("/run/netns")
 
@@ -73,7 +73,7 @@ def _host_env():
 
 
 def _is_launcher(pid):
-    """True when ``pid`` is one of our host launchers (unshare ... host_init.sh)."""
+    """True when ``pid`` is one of our host launchers (unshare ... fleet_host_init.sh)."""
     try:
         cmdline = Path("/proc/%d/cmdline" % pid).read_bytes().split(b"\0")
     except OSError:
@@ -463,7 +463,7 @@ class Fleet:
 class HealthPoller:
     """``with HealthPoller(hosts) as poller:`` polls every host's ``/health`` from inside its network namespace.
 
-    One small process per host (``poll_health.py``, started with ``nsenter --net``, stopped by its pid) polls
+    One small process per host (``fleet_poll_health.py``, started with ``nsenter --net``, stopped by its pid) polls
     every ``interval`` seconds, and a thread per host collects its answers: ``samples[host]`` is a list of
     ``(start epoch, HTTP status)``, ``serving()`` the number of hosts answering 200 after each poll of any host.
     Entering waits until every host has answered once.
@@ -483,7 +483,7 @@ class HealthPoller:
             self.samples[name].append((float(epoch), int(status)))
 
     def __enter__(self):
-        script = str(Path(__file__).resolve().parent / "poll_health.py")
+        script = str(Path(__file__).resolve().parent / "fleet_poll_health.py")
         for host in self.hosts:
             proc = subprocess.Popen(  # pylint: disable=consider-using-with
                 ["nsenter", "--net=" + str(NETNS_DIR / host.netns), "--", sys.executable, script, self.url,

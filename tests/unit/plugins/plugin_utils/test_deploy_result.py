@@ -1,4 +1,4 @@
-"""llm_server_result (plugins/module_utils/_deploy_result.py): one result per host with every documented key, its
+"""llm_server_result (plugins/plugin_utils/_deploy_result.py): one result per host with every documented key, its
 status and a one-line message, for a change, no change, a check run, a refusal, a failure and a rollback."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_result import (
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import (
     PLAN_GPU_KEYS, STATUSES, _ran, _seconds, build, buffers, delta_seconds, plan_summary, rollback_text,
     status_and_message)
 

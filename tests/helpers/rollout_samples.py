@@ -11,8 +11,8 @@ from __future__ import annotations
 import copy
 import hashlib
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _deploy_result as deploy_result
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._rollout_report import HostRun, Rollout, build_report
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils import _deploy_result as deploy_result
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import HostRun, Rollout, build_report
 
 PATTERN_2 = "blk\\.[13]\\.ffn_.*_exps\\.weight"
 PATTERN_22 = "blk\\.([1368]|1[0357]|2[02479]|3[1468]|4[03579])\\.ffn_.*_exps\\.weight"

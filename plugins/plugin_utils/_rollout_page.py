@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._rollout_report import (
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import (
     KIND_LABELS, batch_list, memory_views, summary_line)
 
 COLORS = {

@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._rollout_report import (
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import (
     KIND_LABELS, HostRun, ReportError, Rollout, batch_list, build_report, check_result, device_buffers, host_row,
     host_status, markdown, memory_views, one_line, stop_reason, summary_line, table, to_json)
 
