@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 ---
 name: gguf_summary_lines
 short_description: The text lines of a gguf_info result, as the inspect playbook prints them
-version_added: 0.2.0
+version_added: 0.1.0
 author:
   - ai_llm maintainers (@ai-llm)
 description:

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 ---
 name: llm_server_converge
 short_description: Decide whether ai-llm must be recreated, verified or waited for, and why
-version_added: 0.2.0
+version_added: 0.1.0
 author:
 - ai_llm maintainers (@ai-llm)
 description:

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 ---
 name: llm_server_failure
 short_description: The cause of a failed task in one line
-version_added: 0.2.0
+version_added: 0.1.0
 author:
 - ai_llm maintainers (@ai-llm)
 description:

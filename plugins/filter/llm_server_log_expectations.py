@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 ---
 name: llm_server_log_expectations
 short_description: The buffers llama-server's log must show for a planned deploy
-version_added: 0.2.0
+version_added: 0.1.0
 author:
 - ai_llm maintainers (@ai-llm)
 description:

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 ---
 name: llm_server_missing_gpus
 short_description: The chosen GPUs a host does not have
-version_added: 0.2.0
+version_added: 0.1.0
 author:
 - ai_llm maintainers (@ai-llm)
 description:

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 ---
 name: llm_server_result
 short_description: Assemble llm_server_result, the one result of the llm_server role
-version_added: 0.2.0
+version_added: 0.1.0
 author:
 - ai_llm maintainers (@ai-llm)
 description:

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 ---
 name: llm_server_unchanged
 short_description: Tell whether a deploy has nothing to do, before it takes the lock
-version_added: 0.2.0
+version_added: 0.1.0
 author:
 - ai_llm maintainers (@ai-llm)
 description:

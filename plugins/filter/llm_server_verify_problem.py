@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 ---
 name: llm_server_verify_problem
 short_description: Why a recreated ai-llm does not prove what was deployed
-version_added: 0.2.0
+version_added: 0.1.0
 author:
 - ai_llm maintainers (@ai-llm)
 description:

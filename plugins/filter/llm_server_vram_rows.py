@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 ---
 name: llm_server_vram_rows
 short_description: The GPU memory ai-llm took against the plan, per GPU
-version_added: 0.2.0
+version_added: 0.1.0
 author:
 - ai_llm maintainers (@ai-llm)
 description:

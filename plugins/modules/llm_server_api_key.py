@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: llm_server_api_key
 short_description: Keep llama-server's API key in a file that the ai-llm container reads
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Writes the key to O(path) (one line, mode 0600, in a directory of mode 0700), the file llama-server reads with
     C(--api-key-file) in the container. The key never appears in the environment of the container (so not in

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: llm_server_config
 short_description: Write the ai-llm configuration (its block of .env and the compose file), checked and hashed
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Renders the role's keys of C(.env) (a marked block; the other lines stay) and the compose file from the checked
     settings of the role M(ai_llm.moe_offload.llm_server) and the placement its plan chose.

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: llm_server_health
 short_description: Wait until ai-llm answers /health with 200 while watching its container, and prove the API key
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Asks C(<base_url>/health) about twice a second until it answers 200 or O(timeout) seconds pass.
   - Between the questions it reads the container O(container_name). When it exits, restarts (a crash loop) or

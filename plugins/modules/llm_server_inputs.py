@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: llm_server_inputs
 short_description: Check the llm_server role's variables on the controller, one message per variable
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Reads every C(llm_server_*) variable of the host (and the deprecated C(llm_moe_offload_*) names, with a
     deprecation warning) and checks each on the controller, before anything is read or written on the host.

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: llm_server_lock
 short_description: Take or give back the lock of an ai-llm project directory, so that two deploys queue
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - The lock is a file in the project directory that names its owner, the C(ansible-playbook) process on the
     controller (host, boot id, pid and the pid's start time), and a lease.

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: llm_server_placement
 short_description: Choose where ai-llm's weights go and refuse what cannot be deployed
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Takes the pattern of C(--override-tensor) from the inventory (C(llm_server_moe_offload_pattern), checked against
     every tensor of the model by M(ai_llm.moe_offload.gguf_info)), from the plan of

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: llm_server_service_info
 short_description: Report what the ai-llm service runs now and what its project directory holds
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Finds the compose tool (O(compose_command), or the first of C(podman compose), C(podman-compose),
     C(docker compose), C(docker-compose) that works) and the container engine it drives.

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: llm_server_snapshot
 short_description: Keep the verified ai-llm configuration, or put a kept one back
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - With O(state=saved), keeps C(.env) and the compose file of O(project_dir) as the C(last) snapshot in
     O(rollback_dir); the C(last) one before becomes C(previous). A snapshot is complete or absent, it is written
