@@ -5,9 +5,10 @@ Each host is:
 - a network namespace ``aillmXXXX-<name>`` whose ``eth0`` (a veth) sits in a bridge that lives in its own
   namespace ``aillmXXXX-br``; the controller reaches the bridge through one veth ``aillmXXXX0`` in the root
   namespace. ``XXXX`` is derived from the checkout's path, so that fleets of two checkouts on one machine never
-  share a name or an address. Addresses come from the IPv6 ULA ``fd7a:11f0:XXXX::/64`` (controller ``::1``,
-  hosts ``::11``,
-  ``::12``...), far from the VM's own 192.0.2.0/24 and fd00::/64; nothing is routed anywhere else.
+  share a name or an address (``fleet_id``, ``FleetNames.of(path)``). Addresses come from the IPv6 ULA
+  ``fd7a:11f0:XXXX::/64`` (controller ``::1``, hosts ``::11``, ``::12``...), far from the VM's own 192.0.2.0/24
+  and fd00::/64; nothing is routed anywhere else. Every file and argument names an address in its canonical
+  form (``fleet_address``), the one ssh looks up in ``known_hosts``.
 - its own mount, UTS and PID namespaces (``unshare --mount --uts --pid --fork --kill-child --mount-proc``),
   started through ``nsenter --net=/run/netns/<netns>`` (``ip netns exec`` would remount /sys and hide the
   cgroups podman needs). ``fleet_host_init.sh`` then mounts a private /run (podman's runroot and tmpdir, runc's state),
@@ -29,7 +30,9 @@ the namespaces. A state file in the temp directory names what a crashed run left
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import ipaddress
 import json
 import os
 import shutil
@@ -44,16 +47,65 @@ from pathlib import Path
 
 import yaml
 
-CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[3]).encode()).hexdigest()[:4]
-PREFIX = "aillm" + CHECKOUT             # one fleet per checkout: names and addresses never collide with another's
-BRIDGE_NS = PREFIX + "-br"
-UPLINK = PREFIX + "0"                   # the controller's veth in the root namespace (<= 15 characters)
-NET = "fd7a:11f0:%s::" % CHECKOUT       # an IPv6 ULA /64: the fleet's only network
-CONTROLLER_ADDRESS = NET + "1"
+ROOT = Path(__file__).resolve().parents[2]    # the checkout: its path names the fleet
 DEPLOY_DIR = "srv/ai-llm"               # under the fleet's base directory; the same path on every host
 HOST_INIT = Path(__file__).resolve().parent / "fleet_host_init.sh"
-STATE_FILE = Path(tempfile.gettempdir()) / (PREFIX + ".state.json")
 NETNS_DIR = Path("/run/netns")
+
+
+def fleet_id(checkout):
+    """Four hex digits of the SHA-256 of the checkout's path: one fleet per checkout, so that the names and the
+    addresses of two checkouts' fleets on one machine never collide."""
+    return hashlib.sha256(str(checkout).encode()).hexdigest()[:4]
+
+
+def fleet_prefix(checkout):
+    """``aillmXXXX``: the start of every namespace, veth and state file of the checkout's fleet."""
+    return "aillm" + fleet_id(checkout)
+
+
+def fleet_network(checkout):
+    """The fleet's only network, the IPv6 ULA ``fd7a:11f0:XXXX::/64`` of the checkout."""
+    return ipaddress.IPv6Network("fd7a:11f0:%s::/64" % fleet_id(checkout))
+
+
+def fleet_address(network, offset):
+    """Address ``offset`` of ``network`` in its canonical text (RFC 5952: leading zeros dropped), the form ssh
+    looks a numeric address up in ``known_hosts``: ``fd7a:11f0:525::11``, never ``fd7a:11f0:0525::11``."""
+    return network[offset].compressed
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetNames:
+    """The names and addresses of one checkout's fleet (``FleetNames.of(path)``)."""
+
+    prefix: str
+    network: ipaddress.IPv6Network
+
+    @classmethod
+    def of(cls, checkout):
+        return cls(fleet_prefix(checkout), fleet_network(checkout))
+
+    @property
+    def bridge_ns(self):
+        return self.prefix + "-br"
+
+    @property
+    def uplink(self):
+        """The controller's veth in the root namespace (<= 15 characters)."""
+        return self.prefix + "0"
+
+    @property
+    def controller_address(self):
+        return fleet_address(self.network, 1)
+
+    @property
+    def state_file(self):
+        return Path(tempfile.gettempdir()) / (self.prefix + ".state.json")
+
+
+NAMES = FleetNames.of(ROOT)
+PREFIX = NAMES.prefix
 
 
 def _run(argv, check=True, **kw):
@@ -72,13 +124,14 @@ def _host_env():
     return env
 
 
-def _is_launcher(pid):
-    """True when ``pid`` is one of our host launchers (unshare ... fleet_host_init.sh)."""
+def _is_launcher(pid, names=NAMES):
+    """True when ``pid`` is a host launcher of the fleet ``names`` (unshare ... fleet_host_init.sh ... PREFIX)."""
     try:
         cmdline = Path("/proc/%d/cmdline" % pid).read_bytes().split(b"\0")
     except OSError:
         return False
-    return bool(cmdline) and cmdline[0].endswith(b"unshare") and str(HOST_INIT).encode() in cmdline
+    return (bool(cmdline) and cmdline[0].endswith(b"unshare") and str(HOST_INIT).encode() in cmdline
+            and names.prefix.encode() in cmdline)
 
 
 def _netns_pids(netns):
@@ -114,27 +167,27 @@ def close_control_sockets(control_dir):
             sock.unlink(missing_ok=True)
 
 
-def _our_netns():
+def _our_netns(names=NAMES):
     if not NETNS_DIR.is_dir():
         return []
-    return sorted(p.name for p in NETNS_DIR.iterdir() if p.name.startswith(PREFIX + "-"))
+    return sorted(p.name for p in NETNS_DIR.iterdir() if p.name.startswith(names.prefix + "-"))
 
 
-def clean_leftovers():
+def clean_leftovers(names=NAMES):
     """Remove what an earlier run left behind (crashed, killed): ssh masters, hosts, veths, namespaces."""
     state = {}
-    if STATE_FILE.exists():
+    if names.state_file.exists():
         try:
-            state = json.loads(STATE_FILE.read_text())
+            state = json.loads(names.state_file.read_text())
         except ValueError:
             state = {}
     if state.get("control_dir"):
         close_control_sockets(state["control_dir"])
     # The launchers first (recorded, or found in our namespaces): SIGKILL ends each whole host.
-    launchers = [p for p in state.get("launchers", []) if _is_launcher(p)]
-    hosts_ns = [ns for ns in _our_netns() if ns != BRIDGE_NS]
+    launchers = [p for p in state.get("launchers", []) if _is_launcher(p, names)]
+    hosts_ns = [ns for ns in _our_netns(names) if ns != names.bridge_ns]
     for ns in hosts_ns:
-        launchers += [p for p in _netns_pids(ns) if _is_launcher(p) and p not in launchers]
+        launchers += [p for p in _netns_pids(ns) if _is_launcher(p, names) and p not in launchers]
     for pid in launchers:
         os.kill(pid, signal.SIGKILL)
     _wait_gone(launchers)
@@ -146,20 +199,21 @@ def clean_leftovers():
         except ProcessLookupError:
             pass
     _wait_gone(stray)
-    _delete_network(hosts_ns)
-    STATE_FILE.unlink(missing_ok=True)
+    _delete_network(hosts_ns, names)
+    names.state_file.unlink(missing_ok=True)
 
 
-def _delete_network(hosts_ns):
+def _delete_network(hosts_ns, names):
     """veths first (the uplink in the root namespace, the host ports in the bridge namespace), then namespaces."""
-    if Path("/sys/class/net", UPLINK).exists():
-        _ip("link", "del", UPLINK, check=False)
-    if BRIDGE_NS in _our_netns():
-        links = _ip("-n", BRIDGE_NS, "-o", "link", "show", "type", "veth", check=False).stdout
+    if Path("/sys/class/net", names.uplink).exists():
+        _ip("link", "del", names.uplink, check=False)
+    bridge = names.bridge_ns
+    if bridge in _our_netns(names):
+        links = _ip("-n", bridge, "-o", "link", "show", "type", "veth", check=False).stdout
         for line in links.splitlines():
             port = line.split(":")[1].strip().split("@")[0]
-            _ip("-n", BRIDGE_NS, "link", "del", port, check=False)
-    for ns in hosts_ns + ([BRIDGE_NS] if BRIDGE_NS in _our_netns() else []):
+            _ip("-n", bridge, "link", "del", port, check=False)
+    for ns in hosts_ns + ([bridge] if bridge in _our_netns(names) else []):
         _ip("netns", "del", ns, check=False)
 
 
@@ -169,8 +223,8 @@ class FleetHost:
     def __init__(self, fleet, index, name):
         self.fleet = fleet
         self.name = name
-        self.address = "%s%x" % (NET, 0x11 + index)
-        self.netns = "%s-%s" % (PREFIX, name)
+        self.address = fleet_address(fleet.names.network, 0x11 + index)
+        self.netns = "%s-%s" % (fleet.names.prefix, name)
         self.port = "v" + name[:13]           # its veth in the bridge namespace
         self.dir = fleet.base / "hosts" / name
         self.launcher = None
@@ -246,9 +300,10 @@ class FleetHost:
 class Fleet:
     """``Fleet(base, names).up()`` ... ``down()``; ``hosts`` by name, ``inventory(path, ...)`` for ansible."""
 
-    def __init__(self, base, names=("h1", "h2", "h3", "h4"), image="localhost/ai-llm:cpu-b10435"):
+    def __init__(self, base, names=("h1", "h2", "h3", "h4"), image="localhost/ai-llm:cpu-b10435", checkout=ROOT):
         self.base = Path(base).resolve()
-        self.image = image
+        self.image = image                    # None: no image store (a fleet for ssh alone)
+        self.names = FleetNames.of(checkout)
         self.hosts = {name: FleetHost(self, i, name) for i, name in enumerate(names)}
         self.control_dir = self.base / "cp"
         self.key = self.base / "id_ed25519"
@@ -258,14 +313,14 @@ class Fleet:
 
     # ------------------------------------------------------------------ set-up
     def up(self):
-        clean_leftovers()
+        clean_leftovers(self.names)
         self.base.mkdir(parents=True, exist_ok=True)
         self.control_dir.mkdir(mode=0o700, exist_ok=True)
         self.deploy_dir.mkdir(parents=True, exist_ok=True)
         (self.base / "bin").mkdir(exist_ok=True)
         compose = self.base / "bin" / "podman-compose"
         if not compose.is_symlink():
-            compose.symlink_to(Path(__file__).resolve().parents[3] / ".venv" / "bin" / "podman-compose")
+            compose.symlink_to(ROOT / ".venv" / "bin" / "podman-compose")
         self._write_state()
         try:
             self._fill_image_store()
@@ -282,12 +337,14 @@ class Fleet:
         return self
 
     def _write_state(self):
-        STATE_FILE.write_text(json.dumps({
+        self.names.state_file.write_text(json.dumps({
             "base": str(self.base), "control_dir": str(self.control_dir),
             "launchers": [h.launcher.pid for h in self.hosts.values() if h.launcher is not None]}))
 
     def _fill_image_store(self):
         """The shared read-only image store: the local image, copied once from the machine's own storage."""
+        if self.image is None:
+            return
         run = self.base / "imagestore-run"
         # In a throw-away mount namespace: the overlay driver bind-mounts its directory onto itself.
         _run(["unshare", "--mount", "--", "podman", "push", "-q", self.image,
@@ -336,7 +393,7 @@ class Fleet:
         for name in ("policy.json", "registries.conf"):
             if Path("/etc/containers", name).exists():
                 (etc / name).write_text(Path("/etc/containers", name).read_text())
-        repo_conf = Path(__file__).resolve().parents[3] / "scripts" / "containers.conf"
+        repo_conf = ROOT / "scripts" / "containers.conf"
         (etc / "containers.conf").write_text(repo_conf.read_text())
         (etc / "storage.conf").write_text("\n".join([
             "[storage]",
@@ -349,20 +406,23 @@ class Fleet:
         ]))
 
     def _network(self):
-        _ip("netns", "add", BRIDGE_NS)
-        _ip("-n", BRIDGE_NS, "link", "set", "lo", "up")
-        _ip("-n", BRIDGE_NS, "link", "add", "br0", "type", "bridge", "forward_delay", "0", "mcast_snooping", "0")
-        _ip("-n", BRIDGE_NS, "link", "set", "br0", "up")
-        _ip("link", "add", UPLINK, "type", "veth", "peer", "name", "uplink", "netns", BRIDGE_NS)
-        _ip("-n", BRIDGE_NS, "link", "set", "uplink", "master", "br0", "up")
-        _ip("addr", "add", CONTROLLER_ADDRESS + "/64", "dev", UPLINK, "nodad")
-        _ip("link", "set", UPLINK, "up")
+        bridge, uplink = self.names.bridge_ns, self.names.uplink
+        _ip("netns", "add", bridge)
+        _ip("-n", bridge, "link", "set", "lo", "up")
+        _ip("-n", bridge, "link", "add", "br0", "type", "bridge", "forward_delay", "0", "mcast_snooping", "0")
+        _ip("-n", bridge, "link", "set", "br0", "up")
+        _ip("link", "add", uplink, "type", "veth", "peer", "name", "uplink", "netns", bridge)
+        _ip("-n", bridge, "link", "set", "uplink", "master", "br0", "up")
+        _ip("addr", "add", "%s/%d" % (self.names.controller_address, self.names.network.prefixlen), "dev", uplink,
+            "nodad")
+        _ip("link", "set", uplink, "up")
         for host in self.hosts.values():
             _ip("netns", "add", host.netns)
-            _ip("-n", BRIDGE_NS, "link", "add", host.port, "type", "veth", "peer", "name", "eth0", "netns", host.netns)
-            _ip("-n", BRIDGE_NS, "link", "set", host.port, "master", "br0", "up")
+            _ip("-n", bridge, "link", "add", host.port, "type", "veth", "peer", "name", "eth0", "netns", host.netns)
+            _ip("-n", bridge, "link", "set", host.port, "master", "br0", "up")
             _ip("-n", host.netns, "link", "set", "lo", "up")
-            _ip("-n", host.netns, "addr", "add", host.address + "/64", "dev", "eth0", "nodad")
+            _ip("-n", host.netns, "addr", "add", "%s/%d" % (host.address, self.names.network.prefixlen), "dev", "eth0",
+                "nodad")
             _ip("-n", host.netns, "link", "set", "eth0", "up")
 
     def _start(self, host):
@@ -371,7 +431,7 @@ class Fleet:
             host.launcher = subprocess.Popen(  # pylint: disable=consider-using-with
                 ["nsenter", "--net=" + str(NETNS_DIR / host.netns), "--",
                  "unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child", "--mount-proc", "--",
-                 "sh", str(HOST_INIT), host.name, str(host.dir), str(self.deploy_dir)],
+                 "sh", str(HOST_INIT), host.name, str(host.dir), str(self.deploy_dir), self.names.prefix],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd="/")
 
     def _wait_ready(self, host, timeout=15.0):
@@ -453,8 +513,8 @@ class Fleet:
         for host in self.hosts.values():
             if (NETNS_DIR / host.netns).exists():
                 _wait_gone(_netns_pids(host.netns))
-        _delete_network([h.netns for h in self.hosts.values() if h.netns in _our_netns()])
-        STATE_FILE.unlink(missing_ok=True)
+        _delete_network([h.netns for h in self.hosts.values() if h.netns in _our_netns(self.names)], self.names)
+        self.names.state_file.unlink(missing_ok=True)
         # The container storage is big and useless now (no mount holds it any more); logs and reports stay.
         for path in [self.image_store, self.base / "imagestore-run"] + [h.dir / "containers" for h in self.hosts.values()]:
             shutil.rmtree(path, ignore_errors=True)
@@ -521,17 +581,17 @@ class HealthPoller:
         return counts
 
 
-def leftovers():
+def leftovers(names=NAMES):
     """What a fleet could leave behind: namespaces, the uplink, launchers, the state file (empty when clean)."""
-    found = ["netns " + ns for ns in _our_netns()]
-    if Path("/sys/class/net", UPLINK).exists():
-        found.append("link " + UPLINK)
+    found = ["netns " + ns for ns in _our_netns(names)]
+    if Path("/sys/class/net", names.uplink).exists():
+        found.append("link " + names.uplink)
     for pid_dir in Path("/proc").iterdir():
-        if pid_dir.name.isdigit() and _is_launcher(int(pid_dir.name)):
+        if pid_dir.name.isdigit() and _is_launcher(int(pid_dir.name), names):
             found.append("launcher pid %s" % pid_dir.name)
-    if STATE_FILE.exists():
-        found.append("state file %s" % STATE_FILE)
+    if names.state_file.exists():
+        found.append("state file %s" % names.state_file)
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        if PREFIX in line:
+        if names.prefix in line:
             found.append("mount " + line.split()[4])
     return found

@@ -4,6 +4,7 @@
 # It already runs in the host's own network, mount, UTS and PID namespaces; here it gives the host its name and
 # its private state (everything podman and the role write), starts the host's sshd and becomes its init.
 #   $1 host name   $2 the host's directory (private state, sshd_config)   $3 the deploy directory (mount point)
+#   $4 the fleet's prefix (unused here: it marks the launcher's command line as this fleet's)
 set -eu
 name="$1"
 hostdir="$2"
@@ -15,6 +16,8 @@ mount -t tmpfs -o mode=0755 "fleet-$name-run" /run
 mkdir -p /run/sshd /run/lock /run/containers /run/libpod
 # Podman's configuration (storage.conf: graphroot, runroot, the shared read-only image store) and its storage.
 mount --bind "$hostdir/etc-containers" /etc/containers
+# (The mount point is podman's own graphroot: absent on a machine where podman has stored nothing yet.)
+mkdir -p /var/lib/containers
 mount --bind "$hostdir/containers" /var/lib/containers
 # The deploy directory: the same path on every host, a different directory behind it.
 mount --bind "$hostdir/deploy" "$deploy_dir"
