@@ -17,15 +17,11 @@ Standard library only, Python >= 3.9.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import (
-    TMP_MARK,
-    read_bytes,
-    snapshot_hash,
-)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import read_bytes, sha256_hex
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import TMP_MARK, snapshot_hash
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (
     HASH_KEY,
     RenderError,
@@ -37,19 +33,6 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
     parse_env,
     render_compose,
 )
-
-
-def _file_bytes(path):
-    """The bytes of the file ``path``; ``None`` when there is none, or when a directory or an unreadable file is in
-    its place (not a file the role wrote: the proof fails and the writer, under the lock, says what is wrong)."""
-    try:
-        return read_bytes(path)
-    except OSError:
-        return None
-
-
-def _sha256(data):
-    return None if data is None else hashlib.sha256(data).hexdigest()
 
 
 def api_key_bytes(api_key):
@@ -69,16 +52,19 @@ def model_outside_dir(model_dir, model_path):
 
 
 def read_disk(project_dir, compose_file, rollback_dir, lock_path=None, model_dir=None, model_path=None):
-    """What the project directory holds (``llm_server_service_info``'s ``disk``), without changing it."""
-    env = _file_bytes(os.path.join(project_dir, ".env"))
+    """What the project directory holds (``llm_server_service_info``'s ``disk``), without changing it.
+
+    A file that is missing, or a directory or an unreadable file in its place, reads as ``None``: not a file the role
+    wrote, so the proof fails and the writer, under the lock, says what is wrong."""
+    env = read_bytes(os.path.join(project_dir, ".env"), missing=(OSError,))
     env_text = env.decode("utf-8", "replace") if env is not None else None
-    verification = _file_bytes(os.path.join(project_dir, "verification.json"))
+    verification = read_bytes(os.path.join(project_dir, "verification.json"), missing=(OSError,))
     try:
         verification = json.loads(verification.decode("utf-8")) if verification else None
     except (ValueError, UnicodeDecodeError):
         verification = {"unreadable": True}
     block = managed_block(env_text) if env_text is not None else ""
-    api_key = _file_bytes(os.path.join(project_dir, "secrets", "api-key"))
+    api_key = read_bytes(os.path.join(project_dir, "secrets", "api-key"), missing=(OSError,))
     try:
         names = os.listdir(project_dir)
     except OSError:
@@ -89,9 +75,9 @@ def read_disk(project_dir, compose_file, rollback_dir, lock_path=None, model_dir
         # the rest of .env is as llm_server_config leaves it (one block, no key of the role outside it, LF ends)
         "env_settled": bool(block) and env_text == merge_env(env_text, block)[0],
         "compose_exists": os.path.isfile(os.path.join(project_dir, compose_file)),
-        "compose_sha256": _sha256(_file_bytes(os.path.join(project_dir, compose_file))),
+        "compose_sha256": sha256_hex(read_bytes(os.path.join(project_dir, compose_file), missing=(OSError,))),
         "api_key_file": api_key is not None,
-        "api_key_sha256": _sha256(api_key),
+        "api_key_sha256": sha256_hex(api_key),
         "secrets_dir": os.path.isdir(os.path.join(project_dir, "secrets")),
         "leftovers": any(TMP_MARK in name for name in names),
         "verification": verification if isinstance(verification, dict) else None,
@@ -109,7 +95,7 @@ def written_config(disk, settings, placement, api_key, engine):
     """``llm_server_config``'s result when the files on disk (``read_disk``) are already those it would write for
     ``settings`` and ``placement`` (and the API key file holds ``api_key``); ``None`` otherwise."""
     key = api_key_bytes(api_key)
-    if (_sha256(key) if key else None) != disk.get("api_key_sha256"):
+    if (sha256_hex(key) if key else None) != disk.get("api_key_sha256"):
         return None
     if not (disk.get("env_settled") and disk.get("secrets_dir")) or disk.get("leftovers"):
         return None
@@ -123,7 +109,7 @@ def written_config(disk, settings, placement, api_key, engine):
     digest = config_hash(values, compose_text, key)
     if disk.get("env_block") != env_block(values, digest):
         return None
-    if disk.get("compose_sha256") != _sha256(compose_text.encode("utf-8")):
+    if disk.get("compose_sha256") != sha256_hex(compose_text.encode("utf-8")):
         return None
     return {"changed": False, "config_hash": digest, "changed_keys": [], "files_changed": [], "dropped_keys": [],
             "diff": []}

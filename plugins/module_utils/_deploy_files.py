@@ -20,12 +20,13 @@ write.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import read_bytes, sha256_hex
 
 TMP_MARK = ".llm_server-tmp-"
 MANIFEST = "manifest.json"
@@ -34,19 +35,6 @@ LINKS = ("last", "previous")
 
 class SnapshotError(Exception):
     """A snapshot is missing, incomplete or does not match its manifest."""
-
-
-def sha256_bytes(data):
-    return hashlib.sha256(data).hexdigest()
-
-
-def read_bytes(path):
-    """The bytes of ``path``, ``None`` when it does not exist."""
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
 
 
 def _fsync_dir(path):
@@ -114,7 +102,7 @@ def ensure_dir(path, mode):
 def _manifest(files, config_hash, source):
     return {
         "config_hash": config_hash,
-        "files": {name: sha256_bytes(data) for name, data in sorted(files.items())},
+        "files": {name: sha256_hex(data) for name, data in sorted(files.items())},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "source": source,
     }
@@ -142,7 +130,7 @@ def read_snapshot(rollback_dir, which):
         data = read_bytes(os.path.join(path, name))
         if data is None:
             raise SnapshotError("%s: %s is missing" % (link, name))
-        if sha256_bytes(data) != digest:
+        if sha256_hex(data) != digest:
             raise SnapshotError("%s: %s does not match the sha256 recorded with the snapshot (changed or cut since "
                                 "it was kept)" % (link, name))
         files[name] = data
@@ -175,34 +163,6 @@ def _link_target(rollback_dir, name):
     if os.path.islink(link):
         return os.readlink(link)
     return None
-
-
-def _migrate_legacy(rollback_dir, compose_name):
-    """Earlier versions kept ``.env`` and the compose file directly in the rollback directory and the one before
-    in ``previous/``: turn them into snapshots with a manifest (source ``legacy``)."""
-    legacy = []
-    prev_dir = os.path.join(rollback_dir, "previous")
-    if os.path.isdir(prev_dir) and not os.path.islink(prev_dir):
-        legacy.append(("previous", prev_dir))
-    if os.path.isfile(os.path.join(rollback_dir, ".env")) and not os.path.lexists(os.path.join(rollback_dir, "last")):
-        legacy.append(("last", rollback_dir))
-    for which, directory in legacy:
-        files = {}
-        for name in (".env", compose_name):
-            data = read_bytes(os.path.join(directory, name))
-            if data is not None:
-                files[name] = data
-        if len(files) == 2:
-            target = _write_snapshot_dir(rollback_dir, files, None, "legacy")
-        else:
-            target = None
-        if which == "previous":
-            shutil.rmtree(prev_dir)
-        else:
-            for name in files:
-                os.unlink(os.path.join(rollback_dir, name))
-        if target:
-            _replace_link(rollback_dir, which, target)
 
 
 def _write_snapshot_dir(rollback_dir, files, config_hash, source):
@@ -245,22 +205,19 @@ def _prune(rollback_dir):
     return removed
 
 
-def prepare(rollback_dir, compose_name):
-    """Create the rollback directory, clear leftovers of killed runs and convert the layout of earlier
-    versions. Returns the leftovers removed."""
+def prepare(rollback_dir):
+    """Create the rollback directory and clear leftovers of killed runs. Returns the leftovers removed."""
     ensure_dir(rollback_dir, 0o700)
-    removed = remove_leftovers(rollback_dir)
-    _migrate_legacy(rollback_dir, compose_name)
-    return removed + _prune(rollback_dir)
+    return remove_leftovers(rollback_dir) + _prune(rollback_dir)
 
 
-def save_snapshot(rollback_dir, files, config_hash, compose_name, source="verified"):
+def save_snapshot(rollback_dir, files, config_hash, source="verified"):
     """Keep ``files`` ({name: bytes}) as the ``last`` snapshot; the ``last`` one before becomes ``previous``.
 
     Returns ``(changed, details)``. Nothing changes when ``last`` already holds these files. A failure (a full
     disk) raises and leaves the snapshots as they were, without temporary files.
     """
-    prepare(rollback_dir, compose_name)
+    prepare(rollback_dir)
     try:
         current, manifest, _path = read_snapshot(rollback_dir, "last")
     except SnapshotError:

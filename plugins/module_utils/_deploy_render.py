@@ -46,8 +46,6 @@ ENV_KEYS = (
     ("LLM_LOG_VERBOSITY", "LOG_VERBOSITY"),
 )
 OWNED_KEYS = tuple(k for k, _v in ENV_KEYS) + (HASH_KEY,)
-# Written by earlier versions of the role, now gone: the API key lives in a file (SECRETS_MOUNT).
-LEGACY_KEYS = ("LLM_API_KEY",)
 SECRETS_MOUNT = "/run/secrets/ai-llm"
 API_KEY_FILE = SECRETS_MOUNT + "/api-key"
 _NEWLINE_RE = re.compile(r"\r\n|\n|\r")
@@ -124,7 +122,7 @@ def parse_env(text):
     found = {}
     for line in env_lines(text):
         match = _ENV_LINE_RE.match(line)
-        if match and match.group(1) in OWNED_KEYS + LEGACY_KEYS:
+        if match and match.group(1) in OWNED_KEYS:
             found[match.group(1)] = dotenv_unquote(match.group(2))
     return found
 
@@ -143,8 +141,7 @@ def managed_block(text):
 def merge_env(text, block):
     """``.env`` text with the role's block replaced by ``block``; other lines stay.
 
-    Lines outside the block that set one of the role's keys (or a key of earlier versions, such as
-    ``LLM_API_KEY``) are dropped: a later line would win over the block. Returns ``(new_text, dropped_keys)``.
+    Lines outside the block that set one of the role's keys are dropped: a later line would win over the block. Returns ``(new_text, dropped_keys)``.
     """
     out, dropped, inside, placed = [], [], False, False
     for line in env_lines(text):
@@ -160,7 +157,7 @@ def merge_env(text, block):
         if inside:
             continue
         match = _ENV_LINE_RE.match(line)
-        if match and match.group(1) in OWNED_KEYS + LEGACY_KEYS:
+        if match and match.group(1) in OWNED_KEYS:
             dropped.append(match.group(1))
             continue
         out.append(line)

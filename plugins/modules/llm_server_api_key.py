@@ -62,7 +62,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import atomic_write, ensure_dir, read_bytes
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import read_bytes
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import atomic_write, ensure_dir
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import api_key_problem
 
 

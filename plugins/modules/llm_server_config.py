@@ -22,8 +22,7 @@ description:
   - Before anything is replaced, both new files are checked together with the compose tool's C(config) command
     (not in check mode, like the O(ansible.builtin.template#module:validate) of a template). Each file is written to
     a temporary file next to it and renamed.
-  - Lines outside the block that set one of the role's keys are removed (they would win over the block), and so is
-    C(LLM_API_KEY) of earlier versions (the key lives in C(secrets/api-key) now).
+  - Lines outside the block that set one of the role's keys are removed (they would win over the block).
   - With O(state=pattern_cleared) it clears C(LLM_MOE_OFFLOAD_PATTERN) and C(LLM_TENSOR_OVERRIDES) of the
     current C(.env) and updates the hash (the on-demand rollback V(none)).
 author:
@@ -100,7 +99,7 @@ dropped_keys:
   returned: success
   type: list
   elements: str
-  sample: [LLM_API_KEY]
+  sample: [LLM_CTX_SIZE]
 """
 
 import os
@@ -110,10 +109,10 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import compose_config_check
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import model_outside_dir
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import read_bytes
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import (
     atomic_write,
     ensure_dir,
-    read_bytes,
     remove_leftovers,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (

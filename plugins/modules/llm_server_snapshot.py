@@ -20,7 +20,7 @@ description:
     tool's C(config) accepts it) before it replaces C(.env) and the compose file; a damaged snapshot is refused
     and nothing is written.
   - The API key is never part of a snapshot (it lives in C(secrets/api-key)), so a restored configuration runs with
-    the current key. C(LLM_API_KEY) lines of earlier versions are dropped.
+    the current key.
 author:
   - ai_llm maintainers (@ai-llm)
 options:
@@ -124,30 +124,22 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import read_bytes
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import compose_config_check
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import (
     SnapshotError,
     atomic_write,
     prepare,
-    read_bytes,
     read_snapshot,
     save_snapshot,
     snapshot_hash,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (
     HASH_KEY,
-    env_lines,
     managed_block,
     merge_env,
     parse_env,
 )
-
-
-def without_legacy_key(env_bytes):
-    """``.env`` without the ``LLM_API_KEY`` lines of earlier versions (its block untouched)."""
-    text = env_bytes.decode("utf-8", "replace")
-    kept = [line for line in env_lines(text) if not line.lstrip().startswith(("LLM_API_KEY=", "export LLM_API_KEY="))]
-    return ("\n".join(kept) + "\n").encode("utf-8") if kept else b""
 
 
 def choose(rollback_dir, which, avoid_hash):
@@ -184,17 +176,17 @@ def main():
             module.fail_json(msg="llm_server: keeping the snapshot failed: %s is missing"
                                  % (env_path if env is None else compose_path))
         digest = p["config_hash"] or parse_env(env.decode("utf-8", "replace")).get(HASH_KEY)
-        files = {".env": without_legacy_key(env), p["compose_file"]: compose}
+        files = {".env": env, p["compose_file"]: compose}
         if module.check_mode:
             module.exit_json(changed=snapshot_hash(p["rollback_dir"]) != digest, config_hash=digest)
         try:
-            changed, details = save_snapshot(p["rollback_dir"], files, digest, p["compose_file"], p["source"])
+            changed, details = save_snapshot(p["rollback_dir"], files, digest, p["source"])
         except OSError as exc:
             module.fail_json(msg="llm_server: keeping the snapshot in %s failed: %s" % (p["rollback_dir"], exc),
                              snapshot_failed=True)
         module.exit_json(changed=changed, config_hash=digest, **details)
     if not module.check_mode:
-        prepare(p["rollback_dir"], p["compose_file"])
+        prepare(p["rollback_dir"])
     which = choose(p["rollback_dir"], p["which"], p["avoid_hash"])
     try:
         files, manifest, path = read_snapshot(p["rollback_dir"], which)
@@ -202,7 +194,7 @@ def main():
         missing = not os.path.lexists(os.path.join(p["rollback_dir"], which))
         module.fail_json(msg="llm_server: the %s snapshot cannot be restored: %s" % (which, exc), which=which,
                          missing=missing)
-    env = without_legacy_key(files.get(".env", b""))
+    env = files.get(".env", b"")
     compose = files.get(p["compose_file"])
     if compose is None or ".env" not in files:
         module.fail_json(msg="llm_server: the %s snapshot %s lacks .env or %s" % (which, path, p["compose_file"]))

@@ -115,7 +115,6 @@ def test_without_a_key_there_must_be_no_key_file(tmp_path):
     ("", True),
     ("LLM_CTX_SIZE='4096'\n", False),      # a later line would win over the block: the writer drops it
     ("export LLM_PORT=1\n", False),
-    ("LLM_API_KEY='old'\n", False),        # a key of earlier versions, which the writer removes
     ("OTHER2='x'\n", True),
     ("# LLM_CTX_SIZE=1\n", True),          # a comment is kept as it is
 ])
@@ -240,8 +239,8 @@ def test_each_file_is_looked_for_where_the_role_writes_it(project):
 def test_the_last_and_previous_snapshots_are_read_from_the_rollback_dir(project):
     settings, digest = project
     files = {".env": b"A=1\n", settings["compose_file"]: b"services: {}\n"}
-    save_snapshot(settings["rollback_dir"], files, "1" * 64, settings["compose_file"])
-    save_snapshot(settings["rollback_dir"], dict(files, **{".env": b"A=2\n"}), digest, settings["compose_file"])
+    save_snapshot(settings["rollback_dir"], files, "1" * 64)
+    save_snapshot(settings["rollback_dir"], dict(files, **{".env": b"A=2\n"}), digest)
     disk = disk_of(settings)
     assert (disk["snapshot_hash"], disk["previous_snapshot_hash"]) == (digest, "1" * 64)
 

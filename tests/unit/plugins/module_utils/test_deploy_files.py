@@ -51,19 +51,19 @@ def test_atomic_write_replaces_and_leaves_nothing_when_it_fails(tmp_path, monkey
 
 def test_snapshots_rotate_last_to_previous(tmp_path):
     rollback = str(tmp_path / ".rollback")
-    assert save_snapshot(rollback, config(1), "h1", COMPOSE)[0] is True
-    assert save_snapshot(rollback, config(1), "h1", COMPOSE)[0] is False  # the same: nothing written
-    assert save_snapshot(rollback, config(2), "h2", COMPOSE)[0] is True
+    assert save_snapshot(rollback, config(1), "h1")[0] is True
+    assert save_snapshot(rollback, config(1), "h1")[0] is False  # the same: nothing written
+    assert save_snapshot(rollback, config(2), "h2")[0] is True
     assert (snapshot_hash(rollback, "last"), snapshot_hash(rollback, "previous")) == ("h2", "h1")
     assert read_snapshot(rollback, "previous")[0] == config(1)
     assert (tmp_path / ".rollback" / "previous" / ".env").read_bytes() == config(1)[".env"]
-    save_snapshot(rollback, config(3), "h3", COMPOSE)
+    save_snapshot(rollback, config(3), "h3")
     assert len(os.listdir(os.path.join(rollback, "snapshots"))) == 2  # h1 is gone: nothing points to it
 
 
 def test_a_changed_or_cut_snapshot_is_refused(tmp_path):
     rollback = str(tmp_path / ".rollback")
-    save_snapshot(rollback, config(1), "h1", COMPOSE)
+    save_snapshot(rollback, config(1), "h1")
     path = read_snapshot(rollback, "last")[2]
     with open(os.path.join(path, COMPOSE), "ab") as f:
         f.write(b"image: [edited by hand\n")
@@ -81,8 +81,8 @@ def test_a_run_killed_at_any_step_leaves_complete_snapshots(tmp_path, monkeypatc
     """The snapshot save stopped at each of its file operations in turn (as a SIGKILL would): the links always
     point to complete snapshots, and the next save clears what was left."""
     rollback = str(tmp_path / ".rollback")
-    save_snapshot(rollback, config(1), "h1", COMPOSE)
-    save_snapshot(rollback, config(2), "h2", COMPOSE)
+    save_snapshot(rollback, config(1), "h1")
+    save_snapshot(rollback, config(2), "h2")
     steps = {"n": 0}
     real_rename = os.rename
 
@@ -96,7 +96,7 @@ def test_a_run_killed_at_any_step_leaves_complete_snapshots(tmp_path, monkeypatc
         real_rename(src, dst)
     monkeypatch.setattr(files.os, "rename", rename)
     try:
-        save_snapshot(rollback, config(3), "h3", COMPOSE)
+        save_snapshot(rollback, config(3), "h3")
     except Killed:
         pass
     monkeypatch.setattr(files.os, "rename", real_rename)
@@ -106,16 +106,16 @@ def test_a_run_killed_at_any_step_leaves_complete_snapshots(tmp_path, monkeypatc
             snap, manifest, _path = read_snapshot(rollback, which)
             assert snap == config(int(manifest["config_hash"][1:]))
     assert snapshot_hash(rollback, "last") in ("h2", "h3")
-    prepare(rollback, COMPOSE)
+    prepare(rollback)
     assert leftovers(rollback) == []
-    save_snapshot(rollback, config(4), "h4", COMPOSE)
+    save_snapshot(rollback, config(4), "h4")
     assert snapshot_hash(rollback, "last") == "h4"
     assert len(os.listdir(os.path.join(rollback, "snapshots"))) == 2
 
 
 def test_a_full_disk_leaves_the_snapshots_as_they_were(tmp_path, monkeypatch):
     rollback = str(tmp_path / ".rollback")
-    save_snapshot(rollback, config(1), "h1", COMPOSE)
+    save_snapshot(rollback, config(1), "h1")
     real_open = open
 
     def full_open(path, mode="r", *args, **kwargs):
@@ -126,23 +126,10 @@ def test_a_full_disk_leaves_the_snapshots_as_they_were(tmp_path, monkeypatch):
         return handle
     monkeypatch.setattr("builtins.open", full_open)
     with pytest.raises(OSError, match="No space left"):
-        save_snapshot(rollback, config(2), "h2", COMPOSE)
+        save_snapshot(rollback, config(2), "h2")
     monkeypatch.undo()
     assert snapshot_hash(rollback, "last") == "h1" and read_snapshot(rollback, "last")[0] == config(1)
     assert leftovers(rollback) == []
-
-
-def test_the_layout_of_earlier_versions_becomes_snapshots(tmp_path):
-    rollback = tmp_path / ".rollback"
-    (rollback / "previous").mkdir(parents=True)
-    for directory, n in ((rollback, 2), (rollback / "previous", 1)):
-        for name, data in config(n).items():
-            (directory / name).write_bytes(data)
-    prepare(str(rollback), COMPOSE)
-    assert read_snapshot(str(rollback), "last")[0] == config(2)
-    assert read_snapshot(str(rollback), "previous")[0] == config(1)
-    assert not (rollback / ".env").exists() and (rollback / "previous").is_symlink()
-    assert json.loads((rollback / "last" / "manifest.json").read_text())["source"] == "legacy"
 
 
 def test_remove_leftovers(tmp_path):
@@ -175,14 +162,6 @@ def make_snapshot(rollback, which, data, manifest):
     (directory / "manifest.json").write_text(manifest if isinstance(manifest, str) else json.dumps(manifest))
     os.symlink(os.path.join("snapshots", which), str(rollback / which))
     return str(rollback / which), str(directory)
-
-
-def test_sha256_bytes_and_read_bytes(tmp_path):
-    assert files.sha256_bytes(b"") == EMPTY_SHA256
-    assert files.sha256_bytes(b"abc") == hashlib.sha256(b"abc").hexdigest()
-    (tmp_path / "f").write_bytes(b"\x00data")
-    assert files.read_bytes(str(tmp_path / "f")) == b"\x00data"
-    assert files.read_bytes(str(tmp_path / "missing")) is None
 
 
 def test_atomic_write_is_private_by_default(tmp_path):
@@ -302,7 +281,7 @@ def test_read_snapshot_of_an_unreadable_manifest(tmp_path, manifest):
 @pytest.mark.parametrize("name", ["a/b", "../outside", "", ".", ".."])
 def test_read_snapshot_refuses_a_manifest_naming_something_else_than_a_file_of_it(tmp_path, name):
     (tmp_path / "outside").write_bytes(b"x")
-    link, _directory = make_snapshot(tmp_path, "last", {"a": b"x"}, {"files": {name: files.sha256_bytes(b"x")}})
+    link, _directory = make_snapshot(tmp_path, "last", {"a": b"x"}, {"files": {name: hashlib.sha256(b"x").hexdigest()}})
     with pytest.raises(SnapshotError) as info:
         read_snapshot(str(tmp_path), "last")
     assert str(info.value) == "%s: the manifest names %r, not a file of the snapshot" % (link, name)
@@ -340,7 +319,7 @@ def test_snapshot_hash_of_a_manifest_that_is_not_utf8(tmp_path):
 def test_a_saved_snapshot_holds_the_files_and_a_readable_manifest(tmp_path):
     """``snapshots/<UTC time>-<8 hex>/``: each file 0600, and manifest.json sorted, indented, newline-terminated."""
     rollback = str(tmp_path / ".rollback")
-    save_snapshot(rollback, config(1), "h1", COMPOSE)
+    save_snapshot(rollback, config(1), "h1")
     target = os.readlink(os.path.join(rollback, "last"))
     assert os.path.dirname(target) == "snapshots"
     name = os.path.basename(target)
@@ -362,7 +341,7 @@ def test_a_saved_snapshot_holds_the_files_and_a_readable_manifest(tmp_path):
 
 def test_save_snapshot_records_the_source_it_is_given(tmp_path):
     rollback = str(tmp_path / ".rollback")
-    save_snapshot(rollback, config(1), "h1", COMPOSE, "rollback")
+    save_snapshot(rollback, config(1), "h1", "rollback")
     assert read_snapshot(rollback, "last")[1]["source"] == "rollback"
 
 
@@ -371,7 +350,7 @@ def test_a_snapshot_is_written_in_a_marked_directory_of_the_rollback_directory(t
     it."""
     renames = recorded_renames(monkeypatch)
     rollback = str(tmp_path / ".rollback")
-    save_snapshot(rollback, config(1), "h1", COMPOSE)
+    save_snapshot(rollback, config(1), "h1")
     src, dst = renames[0]
     assert os.path.dirname(src) == rollback and os.path.basename(src).startswith(files.TMP_MARK)
     assert dst == os.path.join(rollback, os.readlink(os.path.join(rollback, "last")))
@@ -379,32 +358,32 @@ def test_a_snapshot_is_written_in_a_marked_directory_of_the_rollback_directory(t
 
 def test_save_snapshot_reports_the_links(tmp_path):
     rollback = str(tmp_path / ".rollback")
-    changed, details = save_snapshot(rollback, config(1), "h1", COMPOSE)
+    changed, details = save_snapshot(rollback, config(1), "h1")
     first = os.readlink(os.path.join(rollback, "last"))
     assert (changed, details) == (True, {"last": first, "previous": None})
-    assert save_snapshot(rollback, config(1), "h1", COMPOSE) == (False, {"last": first, "previous": None})
-    changed, details = save_snapshot(rollback, config(2), "h2", COMPOSE)
+    assert save_snapshot(rollback, config(1), "h1") == (False, {"last": first, "previous": None})
+    changed, details = save_snapshot(rollback, config(2), "h2")
     second = os.readlink(os.path.join(rollback, "last"))
     assert second != first
     assert (changed, details) == (True, {"last": second, "previous": first})
-    assert save_snapshot(rollback, config(2), "h2", COMPOSE) == (False, {"last": second, "previous": first})
+    assert save_snapshot(rollback, config(2), "h2") == (False, {"last": second, "previous": first})
 
 
 def test_the_same_files_with_another_hash_are_a_new_snapshot(tmp_path):
     rollback = str(tmp_path / ".rollback")
-    save_snapshot(rollback, config(1), "h1", COMPOSE)
-    assert save_snapshot(rollback, config(1), "h1b", COMPOSE)[0] is True
+    save_snapshot(rollback, config(1), "h1")
+    assert save_snapshot(rollback, config(1), "h1b")[0] is True
     assert (snapshot_hash(rollback), snapshot_hash(rollback, "previous")) == ("h1b", "h1")
 
 
 def test_a_broken_last_snapshot_does_not_become_previous(tmp_path):
     rollback = str(tmp_path / ".rollback")
-    save_snapshot(rollback, config(1), "h1", COMPOSE)
-    save_snapshot(rollback, config(2), "h2", COMPOSE)
+    save_snapshot(rollback, config(1), "h1")
+    save_snapshot(rollback, config(2), "h2")
     previous = os.readlink(os.path.join(rollback, "previous"))
     with open(os.path.join(rollback, "last", ".env"), "ab") as f:
         f.write(b"EDITED=1\n")
-    changed, details = save_snapshot(rollback, config(3), "h3", COMPOSE)
+    changed, details = save_snapshot(rollback, config(3), "h3")
     assert (changed, details["previous"]) == (True, previous)
     assert (snapshot_hash(rollback), snapshot_hash(rollback, "previous")) == ("h3", "h1")
     assert sorted(os.listdir(os.path.join(rollback, "snapshots"))) == sorted(
@@ -415,9 +394,9 @@ def test_prepare_creates_a_private_rollback_directory(tmp_path):
     rollback = str(tmp_path / "project" / ".rollback")
     old = os.umask(0)
     try:
-        assert prepare(rollback, COMPOSE) == []
+        assert prepare(rollback) == []
         assert mode_of(rollback) == 0o700
-        save_snapshot(rollback, config(1), "h1", COMPOSE)
+        save_snapshot(rollback, config(1), "h1")
         assert mode_of(os.path.join(rollback, "snapshots")) == 0o700
     finally:
         os.umask(old)
@@ -425,32 +404,10 @@ def test_prepare_creates_a_private_rollback_directory(tmp_path):
 
 def test_prepare_returns_the_leftovers_and_the_snapshots_no_link_points_to(tmp_path):
     rollback = tmp_path / ".rollback"
-    save_snapshot(str(rollback), config(1), "h1", COMPOSE)
+    save_snapshot(str(rollback), config(1), "h1")
     half = rollback / (".last" + files.TMP_MARK + "0000")
     half.write_text("x")
     (rollback / "snapshots" / "20000101T000000-deadbeef").mkdir()
-    assert prepare(str(rollback), COMPOSE) == [str(half), "20000101T000000-deadbeef"]
+    assert prepare(str(rollback)) == [str(half), "20000101T000000-deadbeef"]
     assert os.listdir(str(rollback / "snapshots")) == [os.path.basename(os.readlink(str(rollback / "last")))]
     assert snapshot_hash(str(rollback)) == "h1"
-
-
-def test_a_stray_env_next_to_the_snapshots_is_not_taken_for_the_earlier_layout(tmp_path):
-    """With a ``last`` link the rollback directory has the new layout: ``last`` stays as it was."""
-    rollback = tmp_path / ".rollback"
-    save_snapshot(str(rollback), config(1), "h1", COMPOSE)
-    for name, data in config(2).items():
-        (rollback / name).write_bytes(data)
-    prepare(str(rollback), COMPOSE)
-    assert snapshot_hash(str(rollback)) == "h1" and read_snapshot(str(rollback), "last")[0] == config(1)
-    assert not os.path.lexists(str(rollback / "previous"))
-
-
-def test_an_incomplete_earlier_layout_is_removed_without_a_snapshot(tmp_path):
-    rollback = tmp_path / ".rollback"
-    (rollback / "previous").mkdir(parents=True)
-    (rollback / "previous" / COMPOSE).write_bytes(config(1)[COMPOSE])
-    (rollback / ".env").write_bytes(config(2)[".env"])
-    assert prepare(str(rollback), COMPOSE) == []
-    assert sorted(os.listdir(str(rollback))) == []
-    with pytest.raises(SnapshotError):
-        read_snapshot(str(rollback), "last")

@@ -111,14 +111,14 @@ def test_the_hash_follows_env_compose_and_key():
 
 
 def test_merge_keeps_other_lines_and_drops_the_role_keys_outside_its_block():
-    old = "\n".join(["OPERATOR=stays", BEGIN, "LLM_CTX_SIZE='1'", END, "LLM_CTX_SIZE=2", "LLM_API_KEY='sk-old'",
+    old = "\n".join(["OPERATOR=stays", BEGIN, "LLM_CTX_SIZE='1'", END, "LLM_CTX_SIZE=2",
                      "# a comment", ""])
     block = env_block(env_values(settings(), PLACEMENT), "h")
     new, dropped = merge_env(old, block)
     assert new.startswith("OPERATOR=stays\n" + BEGIN)
     assert new.endswith("# a comment\n")
-    assert sorted(dropped) == ["LLM_API_KEY", "LLM_CTX_SIZE"]
-    assert "sk-old" not in new and managed_block(new) == block
+    assert sorted(dropped) == ["LLM_CTX_SIZE"]
+    assert "LLM_CTX_SIZE=2" not in new and managed_block(new) == block
     assert merge_env(new, block) == (new, [])
     assert merge_env("", block) == (block, [])
 
@@ -436,14 +436,12 @@ def test_parse_env_reads_the_role_keys_only_and_the_last_line_wins():
         "LLM_PORT='1'",
         "  export LLM_PORT = '2'",
         "LLM_CTX_SIZE=4096",
-        "LLM_API_KEY='sk-old'",
         "# LLM_PARALLEL='3'",
         "LLM_CONFIG_HASH='it\\'s'",
         "LLM_PORTS='9'",
         "",
     ])
-    assert parse_env(text) == {"LLM_PORT": "2", "LLM_CTX_SIZE": "4096", "LLM_API_KEY": "sk-old",
-                               "LLM_CONFIG_HASH": "it's"}
+    assert parse_env(text) == {"LLM_PORT": "2", "LLM_CTX_SIZE": "4096", "LLM_CONFIG_HASH": "it's"}
     assert parse_env("") == {}
 
 
