@@ -1,6 +1,10 @@
-"""Mutation score of plugins/module_utils: how many of mutmut's mutants the unit tests kill, per file.
+"""Mutation score of plugins/module_utils and plugins/plugin_utils: how many of mutmut's mutants the unit tests
+kill, per file.
 
-mutmut (pinned in requirements/dev.txt) makes small changes to the code of every function of a module util (a
+A file is named by its name alone (``_gguf.py``, ``_rollout_report.py``): the names are unique across the two
+folders (host code in module_utils, controller code in plugin_utils), and "util" below means a file of either.
+
+mutmut (pinned in requirements/dev.txt) makes small changes to the code of every function of a util (a
 ``<`` for a ``<=``, a number plus one, ``and`` for ``or``, a string changed, an argument dropped, ...), one at a
 time, and runs the unit tests that call that function (fastest first, stopping at the first failure). A mutant
 that no test fails on "survives": a bug of that shape would go unnoticed.
@@ -12,7 +16,7 @@ the checkout (tracked and untracked-but-not-ignored files) is copied to a real
 ``.collections`` link points at the mutated tree. mutmut first checks that a forced failure of every mutated
 function fails the tests, so a mutant that no test could see is reported as "no tests", never as killed.
 
-Which tests: for each file, the unit test files that import it or a module util that (transitively) imports it,
+Which tests: for each file, the unit test files that import it or a util that (transitively) imports it,
 plus those named in benchmarks/mutation.toml; tests that run a module through ``ansible`` in a subprocess (the
 ``ansible_module`` fixture) are left out: they are slow and run the module from a build that mutmut does not
 switch. Hypothesis runs derandomized and without deadlines, so that a score does not depend on the draw.
@@ -25,8 +29,8 @@ time than the config's timeout_multiplier and timeout_constant allow for the tes
 equivalent mutants (changes that cannot alter behaviour) are listed in benchmarks/mutation.toml with the reason.
 
 Usage:
-  python benchmarks/mutation.py                  every module util
-  python benchmarks/mutation.py _gguf.py ...     these files
+  python benchmarks/mutation.py                  every util of both folders
+  python benchmarks/mutation.py _gguf.py ...     these files (of either folder)
   python benchmarks/mutation.py --fast           the CI subset: files changed since the last release tag, or
                                                  the sample of benchmarks/mutation.toml without a tag; of
                                                  their mutants, those named by the config's [fast] mutants
@@ -56,10 +60,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "benchmarks" / "mutation.toml"
-MODULE_UTILS = "plugins/module_utils"
+FOLDERS = ("plugins/module_utils", "plugins/plugin_utils")  # host code, controller code
 STAGE = ROOT / ".cache" / "mutation"
 COLLECTION = "ansible_collections/ai_llm/moe_offload"
-PACKAGE = COLLECTION.replace("/", ".") + ".plugins.module_utils."
 
 # mutmut's exit codes (mutmut/stats.py status_by_exit_code), grouped for the score.
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
@@ -104,25 +107,49 @@ def load_config():
         return tomllib.load(handle)
 
 
-def module_util_files():
-    return sorted(p.name for p in (ROOT / MODULE_UTILS).glob("_*.py"))
+def util_folders():
+    """``{file name: folder}`` of the utils of both folders; a name in both is an error (names the file alone)."""
+    found = {}
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).glob("_*.py")):
+            if path.name in found:
+                raise SystemExit("%s is in both %s and %s: a file is named by its name alone" % (
+                    path.name, found[path.name], folder))
+            found[path.name] = folder
+    return found
+
+
+def util_files():
+    return sorted(util_folders())
+
+
+def util_path(name):
+    """The file ``name`` relative to the repository root, in whichever folder holds it."""
+    return "%s/%s" % (util_folders()[name], name)
+
+
+def package(name):
+    """The dotted module path mutmut names the mutants of ``name`` by, with the trailing dot."""
+    return ("%s/%s" % (COLLECTION, util_path(name)[:-3])).replace("/", ".") + "."
 
 
 def _imported_utils(text, names):
-    """The module utils a Python source imports (``module_utils._x`` or ``from . import _x`` / ``from ._x``)."""
+    """The utils a Python source imports (``module_utils._x``, ``plugin_utils._x``, ``from . import _x`` or
+    ``from ._x``)."""
     found = set()
     for name in names:
         stem = name[:-3]
-        if re.search(r"module_utils(\.|\s+import\s+(\(\s*)?(\w+\s*,\s*)*)%s\b" % re.escape(stem), text) or \
+        if re.search(r"(?:module|plugin)_utils(\.|\s+import\s+(\(\s*)?(\w+\s*,\s*)*)%s\b" % re.escape(stem),
+                     text) or \
                 re.search(r"from \.%s import|from \. import .*\b%s\b" % (re.escape(stem), re.escape(stem)), text):
             found.add(name)
     return found
 
 
 def dependents(files):
-    """``files`` and every module util that imports one of them, directly or through another."""
-    names = module_util_files()
-    imports = dict((n, _imported_utils((ROOT / MODULE_UTILS / n).read_text(), names) - {n}) for n in names)
+    """``files`` and every util that imports one of them, directly or through another."""
+    names = util_files()
+    imports = dict((n, _imported_utils((ROOT / util_path(n)).read_text(), names) - {n}) for n in names)
     closure = set(files)
     grew = True
     while grew:
@@ -136,7 +163,7 @@ def dependents(files):
 
 def unit_test_files(files, config):
     """The unit test files of ``files``: those importing them (or their dependents), plus the configured extras."""
-    names = module_util_files()
+    names = util_files()
     wanted = dependents(files)
     tests = set()
     for path in sorted((ROOT / "tests" / "unit").rglob("*.py")):
@@ -162,13 +189,14 @@ def fast_subset(config):
     limit = int(fast.get("max_files", 3))
     tag = last_release_tag()
     if tag:
-        proc = subprocess.run(["git", "diff", "--numstat", tag, "--", MODULE_UTILS], cwd=ROOT, capture_output=True,
-                              text=True, check=True)
+        proc = subprocess.run(["git", "diff", "--numstat", tag, "--"] + list(FOLDERS), cwd=ROOT,
+                              capture_output=True, text=True, check=True)
         changed = []
+        names = util_files()
         for line in proc.stdout.splitlines():
             added, removed, path = line.split("\t")
             name = Path(path).name
-            if name in module_util_files():
+            if name in names:
                 changed.append((-(int(added) + int(removed)) if added != "-" else 0, name))
         picked = [name for _n, name in sorted(changed)[:limit]]
         return picked, "changed since %s (%d files, the %d most changed)" % (tag, len(changed), len(picked))
@@ -195,8 +223,8 @@ def make_stage(files, tests, config):
     top = sorted(set(rel.split("/")[0] for rel in listed if rel and not rel.startswith(".collections/")))
     (STAGE / "pyproject.toml").write_text("\n".join([
         "[tool.mutmut]",
-        "source_paths = %s" % toml_list([COLLECTION + "/" + MODULE_UTILS]),
-        "only_mutate = %s" % toml_list(["%s/%s/%s" % (COLLECTION, MODULE_UTILS, f) for f in files]),
+        "source_paths = %s" % toml_list(["%s/%s" % (COLLECTION, folder) for folder in FOLDERS]),
+        "only_mutate = %s" % toml_list(["%s/%s" % (COLLECTION, util_path(f)) for f in files]),
         "also_copy = %s" % toml_list(["conftest.py"] + ["%s/%s" % (COLLECTION, t) for t in top]),
         "pytest_add_cli_args_test_selection = %s" % toml_list(["%s/%s" % (COLLECTION, t) for t in tests]),
         # (each run removes its tmp_path folders: a campaign runs the tests thousands of times, and some write
@@ -275,7 +303,7 @@ def run_hand_mutants(files, config, niceness):
     (copy / "conftest.py").write_text(STAGE_CONFTEST)
     results = []
     for entry in entries:
-        target = copy / MODULE_UTILS / entry["file"]
+        target = copy / util_path(entry["file"])
         source = target.read_text()
         original, mutated = entry["original"], entry["mutant"]
         line = source[:source.find(original)].count("\n") + 1
@@ -327,10 +355,10 @@ def read_results(files, config, sampled=False):
     equivalents = config.get("equivalent", [])
     mutants = []
     for name in files:
-        source = (ROOT / MODULE_UTILS / name).read_text()
+        source = (ROOT / util_path(name)).read_text()
         source_lines = source.splitlines()
         originals = _functions(ast.parse(source))
-        mutated_path = STAGE / "mutants" / COLLECTION / MODULE_UTILS / name
+        mutated_path = STAGE / "mutants" / COLLECTION / util_path(name)
         meta_path = Path(str(mutated_path) + ".meta")
         if not meta_path.exists():
             continue
@@ -340,7 +368,7 @@ def read_results(files, config, sampled=False):
         defs = dict((n.name, n) for n in ast.walk(ast.parse(mutated_source))
                     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
         for key, code in exit_codes.items():
-            local = key[len(PACKAGE) + len(name) - 2:]  # x_func__mutmut_3 / xǁClassǁmethod__mutmut_3
+            local = key[len(package(name)):]  # x_func__mutmut_3 / xǁClassǁmethod__mutmut_3
             mangled, _sep, _number = local.partition("__mutmut_")
             orig_copy, mutant = defs[mangled + "__mutmut_orig"], defs[local]
             # (the copies differ in their names: the def lines are compared without them)
@@ -394,10 +422,10 @@ def report(files, mutants, min_score, config, seconds, sampled=False):
     survivors = sorted((m for m in mutants if not m.killed and not m.equivalent), key=lambda m: (m.file, m.line))
     if survivors:
         print()
-        print("survivors (%s/<file>:<line> <function>: - original  + mutant):" % MODULE_UTILS)
+        print("survivors (<folder>/<file>:<line> <function>: - original  + mutant):")
         for m in survivors:
             print("  %s:%d %s [%s]\n      - %s\n      + %s" % (
-                m.file, m.line, m.function, m.status, m.original, m.mutated))
+                util_path(m.file), m.line, m.function, m.status, m.original, m.mutated))
     for m in stale_hand:
         print("note: the hand mutant %s: %s (%s) is not counted" % (m.file, m.name, m.status))
     stale = [e for e in config.get("equivalent", []) if e["file"] in files and not e.get("_used") and not sampled]
@@ -412,7 +440,8 @@ def report(files, mutants, min_score, config, seconds, sampled=False):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
-    parser.add_argument("files", nargs="*", help="module util file names (default: all; globs allowed)")
+    parser.add_argument("files", nargs="*", help="file names of module_utils or plugin_utils (default: all; globs "
+                                                 "allowed)")
     parser.add_argument("--fast", action="store_true", help="the CI subset")
     parser.add_argument("--sample", action="store_true", help="only the sampled mutants of the files")
     parser.add_argument("--mutants", metavar="PATTERN", action="append", default=[],
@@ -424,18 +453,18 @@ def main():
     parser.add_argument("--json", metavar="PATH", help="also write every mutant as JSON to PATH")
     args = parser.parse_args()
     config = load_config()
-    names = module_util_files()
+    names = util_files()
     if args.fast:
         files, why = fast_subset(config)
         min_score = args.min_score if args.min_score is not None else config.get("min_score")
     else:
         files = sorted(set(n for pattern in args.files or ["*"] for n in fnmatch.filter(names, pattern)))
-        why = ("given" if args.files else "every module util") + (
+        why = ("given" if args.files else "every util") + (
             ", the mutants %s" % " ".join(args.mutants) if args.mutants else ", sampled mutants" if args.sample else "")
         min_score = args.min_score
     unknown = sorted(set(files) - set(names))
     if unknown or not files:
-        raise SystemExit("no such module util in %s: %s" % (MODULE_UTILS, ", ".join(unknown or args.files)))
+        raise SystemExit("no such file in %s: %s" % (" or ".join(FOLDERS), ", ".join(unknown or args.files)))
     tests = unit_test_files(files, config)
     print("mutation: %s: %s" % (why, ", ".join(files)))
     print("tests: %s" % ", ".join(Path(t).name for t in tests))
