@@ -55,7 +55,7 @@ _value:
   type: dict
 """
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_converge import decide
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import decide
 
 
 def llm_server_converge(service, config, key_changed=False, verify_always=False, container_name="ai-llm"):

@@ -39,7 +39,7 @@ _value:
   type: str
 """
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_converge import failure_cause
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text import failure_cause
 
 
 def llm_server_failure(failed, failed_task=None):

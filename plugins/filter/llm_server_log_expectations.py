@@ -63,7 +63,7 @@ _value:
            "expect_tensors": ["blk.1.ffn_down_exps.weight"]}
 """
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_converge import log_expectations
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof import log_expectations
 
 
 def llm_server_log_expectations(plan, topology, settings, expected_tensors=None):

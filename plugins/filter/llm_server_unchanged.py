@@ -56,7 +56,7 @@ _value:
   type: dict
 """
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_converge import unchanged
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import unchanged
 
 
 def llm_server_unchanged(service, settings, placement, api_key=""):

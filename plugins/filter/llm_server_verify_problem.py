@@ -57,7 +57,7 @@ _value:
   type: str
 """
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_converge import verification_problem
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof import verification_problem
 
 
 def llm_server_verify_problem(log, pattern="", vram=None, parity=None, tolerance_mib=0, seed=None):

@@ -52,7 +52,7 @@ _value:
   elements: dict
 """
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_converge import vram_rows
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof import vram_rows
 
 
 def llm_server_vram_rows(devices, baseline, after, plan_memory, tolerance_mib=1024):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_converge import parity_text
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text import parity_text
 
 STATUSES = ("changed", "unchanged", "failed", "rolled_back", "checked")
 PLAN_GPU_KEYS = ("index", "name", "model_mib", "kv_mib", "recurrent_mib", "compute_mib", "margin_mib", "total_mib",

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_converge import unchanged
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import unchanged
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import written_config
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
 from tools.gguf_models import write_demo_model

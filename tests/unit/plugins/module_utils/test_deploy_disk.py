@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_converge import unchanged
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import unchanged
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import (
     api_key_bytes,
     model_outside_dir,
@@ -254,7 +254,7 @@ def test_the_model_is_checked_only_with_both_paths(project):
 
 
 def test_a_run_has_nothing_to_do_only_when_everything_holds(project):
-    """_deploy_converge.unchanged: the files proved, the container runs and answers this configuration, verified,
+    """_deploy_decision.unchanged: the files proved, the container runs and answers this configuration, verified,
     its snapshot kept, no lock file. Each of these missing sends the run the way of a change, with the reason."""
     settings, digest = project
     service = {"engine": "podman", "disk": disk_of(settings), "health": 200, "auth": {"checked": True, "enforced": True},

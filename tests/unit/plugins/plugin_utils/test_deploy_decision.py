@@ -1,22 +1,13 @@
-"""The whole answer of each rule of plugins/plugin_utils/_deploy_converge.py, compared as a whole: what a run does
-(recreate, verify, wait) and the exact reason it gives, when a run has nothing to do, the GPU memory rows, the log
-buffers expected from the plan, the verification's verdict, the cause of a failed task and the parity line."""
+"""What the llm_server role does with what it found (plugins/plugin_utils/_deploy_decision.py): recreate, verify,
+wait or nothing, and the exact reason it gives, for every state a run can find; the changes described; when a run
+has nothing to do at all."""
 from __future__ import annotations
 
 import hashlib
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_converge import (
-    decide,
-    describe_changes,
-    failure_cause,
-    log_expectations,
-    parity_text,
-    unchanged,
-    verification_problem,
-    vram_rows,
-)
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import decide, describe_changes, unchanged
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (
     config_hash,
     env_block,
@@ -26,6 +17,71 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
 
 H = "a" * 64
+
+
+def service(status="running", label=H, health=200, verified=H, verified_status="changed", auth=None):
+    container = {"exists": status != "missing", "status": status, "running": status == "running",
+                 "config_hash": label, "exit_code": 1 if status == "exited" else 0}
+    return {"container": container, "health": health if status == "running" else None,
+            "auth": auth or {"checked": False, "enforced": False},
+            "disk": {"verification": {"config_hash": verified, "status": verified_status} if verified else None}}
+
+
+def config(changed_keys=(), files=()):
+    return {"config_hash": H, "changed_keys": list(changed_keys), "files_changed": list(files)}
+
+
+def test_nothing_to_do_when_the_verified_configuration_runs_and_serves():
+    assert decide(service(), config()) == {"recreate": False, "verify": False, "wait": False, "reason": ""}
+    assert decide(service(), config(), verify_always=True)["verify"] is True
+
+
+def test_changed_files_recreate_with_the_keys_that_changed():
+    d = decide(service(), config([{"key": "LLM_CTX_SIZE", "old": "512", "new": "1024"}], ["/p/.env"]))
+    assert d["recreate"] and d["verify"]
+    assert 'LLM_CTX_SIZE "512" -> "1024"' in d["reason"]
+    assert "the API key" in decide(service(), config(files=["/p/.env"]), key_changed=True)["reason"]
+
+
+@pytest.mark.parametrize("status, words", [
+    ("missing", "does not exist: it is created"),
+    ("exited", "is exited (exit code 1): it is recreated"),
+    ("stopped", "is stopped"),
+    ("paused", "is paused"),
+    ("restarting", "is restarting"),
+    ("created", "is created"),
+])
+def test_a_container_gone_stopped_or_paused_is_brought_back_as_a_change(status, words):
+    d = decide(service(status), config(), container_name="ai-llm-x")
+    assert d["recreate"] and words in d["reason"]
+
+
+def test_a_container_of_another_configuration_is_recreated():
+    """A run killed after .env was written and before the recreate: the label tells."""
+    d = decide(service(label="b" * 64), config())
+    assert d["recreate"] and "ai-llm runs configuration bbbbbbbbbbbb but aaaaaaaaaaaa is on disk" in d["reason"]
+    assert "without the role's label" in decide(service(label=None), config())["reason"]
+
+
+def test_a_configuration_never_verified_is_verified_without_a_recreate():
+    """A run killed during the health wait: the container runs the files on disk, nobody proved them."""
+    d = decide(service(verified="c" * 64), config())
+    assert d == {"recreate": False, "verify": True, "wait": False, "reason": d["reason"]}
+    assert "never verified" in d["reason"]
+    assert decide(service(verified=None), config())["verify"] is True
+    assert decide(service(verified_status="failed"), config())["verify"] is True
+    assert decide(service(health=503, verified="c" * 64), config())["wait"] is True
+
+
+def test_a_verified_configuration_that_stopped_answering_is_recreated():
+    assert decide(service(health=-1), config())["recreate"] is True
+
+
+def test_an_api_key_not_in_force_is_recreated():
+    d = decide(service(auth={"checked": True, "enforced": False, "without_key": 200, "with_key": 200}), config())
+    assert d["recreate"] and "not in force" in d["reason"]
+
+
 RECREATE = {"recreate": True, "verify": True, "wait": True}
 NOTHING = {"recreate": False, "verify": False, "wait": False, "reason": ""}
 COMPOSE = "/srv/ai-llm/docker-compose.prod.yml"
@@ -288,226 +344,3 @@ def test_with_rollbacks_the_last_snapshot_must_be_this_configuration():
                                                        "reason": "the last snapshot is not this configuration"}
     assert unchanged(service, dict(SETTINGS, rollback=False), PLACEMENT) == {
         "unchanged": True, "config": proved(digest), "converge": NOTHING}
-
-
-# vram_rows
-
-
-def test_each_gpu_row_compares_what_ai_llm_took_with_the_plan_without_its_margin():
-    plan = {"gpus": [{"index": 0, "total_mib": 3024.4, "margin_mib": 1024}, {"index": 1, "total_mib": 1000}]}
-    rows = vram_rows(["0", 1, 2], [{"index": 0, "memory_used_mib": 500}, {"index": 1, "memory_used_mib": None}],
-                     [{"index": 0, "memory_used_mib": 2500}, {"index": 1, "memory_used_mib": 1000},
-                      {"index": 2, "memory_used_mib": 300}], plan, 100)
-    assert rows == [{"index": 0, "planned_mib": 2000, "used_mib": 2000, "ok": True},
-                    {"index": 1, "planned_mib": 1000, "used_mib": 1000, "ok": True},
-                    {"index": 2, "planned_mib": None, "used_mib": 300, "ok": True}]
-
-
-@pytest.mark.parametrize("used, ok", [(2100, True), (2101, False), (1900, True), (1899, False), (2000, True)])
-def test_a_gpu_row_is_ok_within_the_tolerance_included(used, ok):
-    plan = {"gpus": [{"index": 0, "total_mib": 2500, "margin_mib": 500}]}
-    assert vram_rows([0], [], [{"index": 0, "memory_used_mib": used}], plan, "100") == [
-        {"index": 0, "planned_mib": 2000, "used_mib": used, "ok": ok}]
-
-
-def test_without_a_plan_or_a_reading_the_rows_say_what_is_known_and_the_plan_is_rounded():
-    assert vram_rows([0], None, None, None, 0) == [{"index": 0, "planned_mib": None, "used_mib": 0, "ok": True}]
-    assert vram_rows(None, [], [], {}, 0) == []
-    assert vram_rows([0], [], [{"index": 0, "memory_used_mib": 2001}], {"gpus": [{"index": 0, "total_mib": 2000.6}]},
-                     0.5) == [{"index": 0, "planned_mib": 2001, "used_mib": 2001, "ok": True}]
-    assert vram_rows([1], [{"index": 1, "memory_used_mib": 700}], [], {"gpus": [{"index": 1, "total_mib": None}]},
-                     0) == [{"index": 1, "planned_mib": 0, "used_mib": -700, "ok": False}]
-
-
-# log_expectations
-
-TWO_GPUS = {
-    "devices": [{"device": "CUDA0", "index": 1}, {"device": "CUDA1", "index": 0}],
-    "memory": {"gpus": [{"index": 1, "model_mib": 1369.234, "kv_mib": 192.0, "recurrent_mib": 0,
-                         "compute_mib": 1170.4},
-                        {"index": 0, "model_mib": 800.5, "kv_mib": None, "recurrent_mib": 47.62, "compute_mib": 300.0}],
-               "host": {"model_mib": 21772.0, "kv_mib": 0, "recurrent_mib": 0, "compute_mib": 40.0}},
-}
-ON_GPUS = {"expect_model_buffers": {"CUDA0": 1369.23, "CUDA1": 800.5}, "expect_kv_buffers": {"CUDA0": 192.0},
-           "expect_rs_buffers": {"CUDA1": 47.62}, "expect_compute_buffers": {"CUDA0": 1170.4, "CUDA1": 300.0}}
-NONE_EXPECTED = {"expect_model_buffers": {}, "expect_kv_buffers": {}, "expect_rs_buffers": {},
-                 "expect_compute_buffers": {}}
-
-
-def test_every_layer_is_offloaded_by_default():
-    """The role's default -ngl offloads every layer: the plan's buffers are expected without n_gpu_layers set."""
-    assert log_expectations(TWO_GPUS, "multi", {"extra_args": []}) == dict(ON_GPUS, expect_tensors=[])
-
-
-@pytest.mark.parametrize("layers, expected", [("98", False), ("99", True), (" 99 ", True), ("100", True),
-                                              (98, False), ("all", True), ("-1", False), ("", False)])
-def test_buffers_are_expected_from_99_layers_or_all(layers, expected):
-    expect = log_expectations(TWO_GPUS, "multi", {"n_gpu_layers": layers}, ("t",))
-    assert expect == dict(ON_GPUS if expected else NONE_EXPECTED, expect_tensors=["t"])
-
-
-def test_a_host_without_gpu_is_proved_by_its_cpu_kv_recurrent_and_compute_buffers():
-    """The weights are the mapped file: no model buffer line is expected on the CPU, whatever the plan says."""
-    plan = {"devices": [], "memory": {"gpus": [], "host": {"model_mib": 30.0, "kv_mib": 27.0, "recurrent_mib": 0.5,
-                                                           "compute_mib": 22.77}}}
-    assert log_expectations(plan, "cpu", {}) == {
-        "expect_model_buffers": {}, "expect_kv_buffers": {"CPU": 27.0}, "expect_rs_buffers": {"CPU": 0.5},
-        "expect_compute_buffers": {"CPU": 22.77}, "expect_tensors": None}
-
-
-def test_the_cpu_topology_reads_the_host_figures_even_when_the_plan_lists_devices():
-    assert log_expectations(TWO_GPUS, "cpu", {}) == dict(NONE_EXPECTED, expect_compute_buffers={"CPU": 40.0},
-                                                         expect_tensors=None)
-
-
-def test_a_plan_without_devices_reads_the_host_figures():
-    plan = dict(TWO_GPUS, devices=[])
-    assert log_expectations(plan, "single", {}, ["t"]) == dict(
-        NONE_EXPECTED, expect_compute_buffers={"CPU": 40.0}, expect_tensors=["t"])
-
-
-@pytest.mark.parametrize("verbosity, tensors", [("", None), (None, None), ("4", None), (4, None), ("5", ["t"]),
-                                                (5, ["t"])])
-def test_on_a_host_without_gpu_tensors_are_expected_from_verbosity_5(verbosity, tensors):
-    expect = log_expectations(None, "cpu", {"log_verbosity": verbosity}, ["t"])
-    assert expect == dict(NONE_EXPECTED, expect_tensors=tensors)
-    assert log_expectations(None, "single", {"log_verbosity": verbosity}, ["t"]) == dict(
-        NONE_EXPECTED, expect_tensors=["t"])
-
-
-def test_no_buffers_without_a_memory_plan():
-    assert log_expectations({"devices": TWO_GPUS["devices"], "memory": []}, "multi", {}) == dict(
-        NONE_EXPECTED, expect_tensors=[])
-
-
-# verification_problem
-
-OK_LOG = {"verified": True, "per_tensor_lines_visible": True, "overridden": [{"tensor": "t"}]}
-
-
-def test_a_load_error_is_the_first_problem():
-    log = dict(OK_LOG, load_error="tensor 'x' has wrong shape", failed=True, msg="other")
-    assert verification_problem(log, "p") == "the model failed to load: tensor 'x' has wrong shape"
-
-
-def test_no_overridden_tensor_is_a_problem_only_for_a_pattern_with_per_tensor_lines_shown():
-    nothing = dict(OK_LOG, overridden=[])
-    assert verification_problem(nothing, "") == ""
-    assert verification_problem(nothing, None) == ""
-    assert verification_problem(dict(nothing, per_tensor_lines_visible=False), "blk") == ""
-    assert verification_problem(nothing, "blk") == (
-        "the pattern matched no tensors: llama-server's log shows no tensor overridden to CPU for \"blk\"")
-
-
-def test_a_log_that_did_not_verify_gives_its_message():
-    assert verification_problem(dict(OK_LOG, failed=True, msg="no CUDA0 buffer"), "p") == "no CUDA0 buffer"
-    assert verification_problem(dict(OK_LOG, failed=True), "p") == "llama_server_log did not verify the placement"
-    assert verification_problem({"verified": False}, "p") == "llama_server_log did not verify the placement"
-    assert verification_problem(None, "") == "llama_server_log did not verify the placement"
-
-
-def test_each_gpu_far_from_the_plan_is_named_with_the_tolerance():
-    rows = [{"index": 0, "planned_mib": 2000, "used_mib": 2000, "ok": True},
-            {"index": 1, "planned_mib": 1000, "used_mib": 4000, "ok": False},
-            {"index": 2, "planned_mib": 500, "used_mib": 10, "ok": False}]
-    text = ("GPU memory taken by ai-llm is far from the plan (tolerance %s MiB): GPU 1: 4000 MiB used, 1000 MiB "
-            "planned; GPU 2: 10 MiB used, 500 MiB planned")
-    assert verification_problem(OK_LOG, "p", rows) == text % 0
-    assert verification_problem(OK_LOG, "p", rows, tolerance_mib=512) == text % 512
-    assert verification_problem(OK_LOG, "p", rows[:1]) == ""
-    assert verification_problem(OK_LOG, "p", [dict(rows[0], ok=None)]) == (
-        "GPU memory taken by ai-llm is far from the plan (tolerance 0 MiB): GPU 0: 2000 MiB used, 2000 MiB planned")
-
-
-def test_the_gpu_memory_is_judged_before_the_parity():
-    rows = [{"index": 1, "planned_mib": 1000, "used_mib": 4000, "ok": False}]
-    parity = {"before": {"tokens": [1]}, "after": {"tokens": [2]}}
-    assert verification_problem(OK_LOG, "p", rows, parity).startswith("GPU memory taken by ai-llm")
-
-
-def test_different_answers_before_and_after_are_a_parity_failure():
-    parity = {"before": {"tokens": [1, 2], "content": "ab"}, "after": {"tokens": [1, 3], "content": "ac"}}
-    assert verification_problem(OK_LOG, "p", [], parity, seed=42) == (
-        "output parity failed: the same prompt (greedy, seed 42) gave [1, 2] before and [1, 3] after")
-    assert verification_problem(OK_LOG, "p", parity=parity) == (
-        "output parity failed: the same prompt (greedy, seed None) gave [1, 2] before and [1, 3] after")
-
-
-def test_the_same_answer_or_no_baseline_is_no_parity_problem():
-    same = {"tokens": [1, 2], "content": "ab"}
-    assert verification_problem(OK_LOG, "p", parity={"before": same, "after": dict(same)}) == ""
-    assert verification_problem(OK_LOG, "p", parity={"before": None, "after": same}) == ""
-    assert verification_problem(OK_LOG, "p", parity={"before": same, "after": None}) == ""
-    assert verification_problem(OK_LOG, "p", parity={}) == ""
-
-
-# failure_cause
-
-
-def test_a_failed_command_is_told_by_its_last_three_printed_lines():
-    result = {"msg": "non-zero return code", "rc": 2, "cmd": "podman pull x", "stdout": "a\n\n  b  \nc\nd\n"}
-    assert failure_cause(result) == "podman pull x failed (rc=2): b | c | d"
-
-
-def test_stderr_comes_before_module_stderr_and_stdout():
-    result = {"msg": "non-zero return code 125", "rc": 125, "cmd": ["podman", "run"], "stderr": "Error: e",
-              "module_stderr": "m", "stdout": "o"}
-    assert failure_cause(result) == "podman run failed (rc=125): Error: e"
-    assert failure_cause(dict(result, stderr="")) == "podman run failed (rc=125): m"
-    assert failure_cause(dict(result, stderr="", module_stderr=None)) == "podman run failed (rc=125): o"
-
-
-def test_a_module_failure_is_named_by_the_task_or_as_a_command():
-    result = {"msg": "MODULE FAILURE", "rc": 1, "module_stderr": "Traceback\nKeyError: 'x'\n"}
-    assert failure_cause(result, {"name": "Read the host"}) == "Read the host failed (rc=1): Traceback | KeyError: 'x'"
-    assert failure_cause(result) == "a command failed (rc=1): Traceback | KeyError: 'x'"
-    assert failure_cause(dict(result, cmd="podman ps"), {"name": "Read"}) == (
-        "podman ps failed (rc=1): Traceback | KeyError: 'x'")
-
-
-def test_a_command_is_shown_up_to_120_characters():
-    exact = ["p" * 59, "q" * 60]
-    assert failure_cause({"rc": 1, "cmd": exact, "stderr": "boom"}) == "%s failed (rc=1): boom" % " ".join(exact)
-    longer = "r" * 121
-    assert failure_cause({"rc": 1, "cmd": longer, "stderr": "boom"}) == "%s... failed (rc=1): boom" % ("r" * 117)
-
-
-def test_a_message_is_the_cause_without_the_roles_prefix():
-    assert failure_cause({"msg": "  llm_server: refused x  ", "stderr": "ignored"}) == "refused x"
-    assert failure_cause({"msg": "Could not find image", "stderr": "e", "rc": 1}) == "Could not find image"
-    assert failure_cause({"msg": "say llm_server: x"}) == "say llm_server: x"
-
-
-def test_a_cause_given_by_the_module_comes_first():
-    assert failure_cause({"msg": "llm_server: x", "cause": "llama-server exited: boom"}) == "llama-server exited: boom"
-    assert failure_cause({"msg": "non-zero return code", "stderr": "e", "cause": 7}) == "7"
-
-
-def test_without_message_or_output_the_task_is_named():
-    assert failure_cause({"msg": "non-zero return code", "rc": 1, "stderr": " \n"}) == "non-zero return code"
-    assert failure_cause({}, {"name": "Write"}) == "the task Write failed"
-    assert failure_cause(None) == "the task ? failed"
-    assert failure_cause({"msg": "  "}, {}) == "the task ? failed"
-
-
-# parity_text
-
-
-def test_the_parity_line_is_off_unless_asked_for():
-    after = {"after": {"tokens": [1], "content": "x"}}
-    assert parity_text({}, after) == "off"
-    assert parity_text({"parity_check": False}, after) == "off"
-
-
-def test_the_parity_line_counts_the_tokens_and_shows_the_text():
-    parity = {"before": {"tokens": [1, 2, 3]}, "after": {"tokens": [1, 2, 3], "content": "Hi \"you\""}}
-    assert parity_text({"parity_check": True}, parity) == 'identical: 3 tokens "Hi \\"you\\""'
-    assert parity_text({"parity_check": True}, {"after": {"tokens": None, "content": None, "x": 1}}) == (
-        'identical: 0 tokens ""')
-
-
-def test_without_an_answer_after_the_parity_line_says_why():
-    assert parity_text({"parity_check": True}, None) == "no baseline (nothing served before this deploy)"
-    assert parity_text({"parity_check": True}, {"before": {"tokens": [1]}}) == (
-        "no baseline (nothing served before this deploy)")
-    assert parity_text({"parity_check": True}, {}, "the server did not answer") == "the server did not answer"

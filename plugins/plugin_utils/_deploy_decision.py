@@ -1,0 +1,110 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the llm_server role does with what it found: recreate ai-llm, verify it, or nothing, and why; and
+whether a run has nothing to do at all (``unchanged``, read before the lock).
+
+Standard library only. Runs on the controller (the actions ``llm_server_prepare`` and ``llm_server_config``) on
+the results of ``llm_server_service_info`` and ``llm_server_config``.
+
+Converge, don't react: every run compares the configuration hash on disk with the one the container was created
+from (its label) and with the last verification, so that a run killed at any moment (or a lost recreate)
+cannot leave a container that runs something else, or a configuration that was never verified.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import shorten
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import written_config
+
+# Statuses of verification.json that mean "this configuration was proved to serve".
+VERIFIED_STATUSES = ("changed", "unchanged", "rolled_back")
+
+
+def _short(value, width=60):
+    """``value`` as JSON, cut to ``width`` characters with the closing quote kept."""
+    return shorten(json.dumps(value if value is not None else ""), width, '..."')
+
+
+def describe_changes(changed_keys, key_changed=False, files=()):
+    """``LLM_CTX_SIZE "512" -> "1024"``, the API key, or the compose file, for a message."""
+    parts = ["%s %s -> %s" % (c["key"], _short(c.get("old")), _short(c.get("new"))) for c in changed_keys or []]
+    if key_changed:
+        parts.append("the API key")
+    if not parts and any(not f.endswith(".env") for f in files or ()):
+        parts.append("the compose file")
+    return ", ".join(parts) or "the configuration files"
+
+
+def decide(service, config, key_changed=False, verify_always=False, container_name="ai-llm"):
+    """``{"recreate", "verify", "wait", "reason"}`` for what the run found.
+
+    ``service`` is the result of ``llm_server_service_info`` (read before the configuration was written),
+    ``config`` the result of ``llm_server_config``.
+    """
+    desired = config.get("config_hash")
+    container = service.get("container") or {}
+    verification = (service.get("disk") or {}).get("verification") or {}
+    verified = verification.get("config_hash") == desired and verification.get("status") in VERIFIED_STATUSES
+    files = config.get("files_changed") or []
+    content_changed = any(c.get("key") for c in config.get("changed_keys") or []) or any(
+        not f.endswith("/secrets") for f in files)
+    if content_changed or key_changed:
+        reason = "the configuration changed (%s): ai-llm is recreated" % describe_changes(
+            config.get("changed_keys"), key_changed, files)
+        return {"recreate": True, "verify": True, "wait": True, "reason": reason}
+    if not container.get("exists"):
+        reason = "the ai-llm container %s does not exist: it is created from the configuration on disk" % container_name
+        return {"recreate": True, "verify": True, "wait": True, "reason": reason}
+    if not container.get("running"):
+        reason = "ai-llm (%s) is %s%s: it is recreated with the configuration on disk" % (
+            container_name, container.get("status"),
+            " (exit code %s)" % container.get("exit_code") if container.get("status") == "exited" else "")
+        return {"recreate": True, "verify": True, "wait": True, "reason": reason}
+    if container.get("config_hash") != desired:
+        was = container.get("config_hash")
+        reason = ("ai-llm runs configuration %s but %s is on disk (an earlier run stopped before it recreated "
+                  "ai-llm): it is recreated" % ((was or "")[:12] or "without the role's label", (desired or "")[:12]))
+        return {"recreate": True, "verify": True, "wait": True, "reason": reason}
+    auth = service.get("auth") or {}
+    if auth.get("checked") and not auth.get("enforced"):
+        reason = ("the API key is not in force (/props answered %s without it and %s with it): ai-llm is recreated"
+                  % (auth.get("without_key"), auth.get("with_key")))
+        return {"recreate": True, "verify": True, "wait": True, "reason": reason}
+    if service.get("health") != 200 and verified:
+        reason = "ai-llm runs the verified configuration but /health answers %s: it is recreated" % service.get("health")
+        return {"recreate": True, "verify": True, "wait": True, "reason": reason}
+    if not verified:
+        reason = ("the configuration %s that ai-llm runs was never verified (an earlier run stopped before its "
+                  "verification): it is verified now" % (desired or "")[:12])
+        return {"recreate": False, "verify": True, "wait": service.get("health") != 200, "reason": reason}
+    if verify_always:
+        return {"recreate": False, "verify": True, "wait": False, "reason": ""}
+    return {"recreate": False, "verify": False, "wait": False, "reason": ""}
+
+
+def unchanged(service, settings, placement, api_key=""):
+    """Whether a run has nothing to do, from the host read without the lock (``llm_server_service_info``):
+    ``{"unchanged": True, "config", "converge"}`` (``config`` as ``llm_server_config`` returns it when it writes
+    nothing) or ``{"unchanged": False, "reason"}``.
+
+    Nothing to do: no lock file (no other deploy under way, none killed), the files on disk are those this run would
+    write (``_deploy_disk.written_config``), ``decide`` neither recreates, verifies nor waits, and with rollbacks
+    the last snapshot is this configuration. Anything else goes the way of a change: the lock, a second read under
+    it, the writes and the checks.
+    """
+    disk = (service or {}).get("disk") or {}
+    if disk.get("lock_file", True):
+        return {"unchanged": False, "reason": "the project directory's lock file exists"}
+    config = written_config(disk, settings, placement, api_key, (service or {}).get("engine"))
+    if config is None:
+        return {"unchanged": False, "reason": "the files on disk are not those of this configuration"}
+    converge = decide(service, config, False, bool(settings.get("verify_always")),
+                      settings.get("container_name") or "ai-llm")
+    if converge["recreate"] or converge["verify"] or converge["wait"]:
+        return {"unchanged": False, "reason": converge["reason"] or "a verification is asked for"}
+    if settings.get("rollback") and disk.get("snapshot_hash") != config["config_hash"]:
+        return {"unchanged": False, "reason": "the last snapshot is not this configuration"}
+    return {"unchanged": True, "config": config, "converge": converge}
