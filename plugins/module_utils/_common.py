@@ -25,8 +25,9 @@ def read_bytes(path, missing=(FileNotFoundError,)):
         return None
 
 
-def as_int(value, default=None, bool_as_int=False):
-    """``value`` as an ``int`` when it is one (a float without a fraction too), else ``default``.
+def as_int(value, default=None, bool_as_int=False, whole_floats=True):
+    """``value`` as an ``int`` when it is one (a float without a fraction too, unless not ``whole_floats``), else
+    ``default``.
 
     A ``bool`` is an ``int`` in Python but rarely meant as one: ``default`` unless ``bool_as_int`` (GGUF metadata
     written as a bool where llama.cpp reads an integer counts as 0 or 1, as llama.cpp's loader reads it)."""
@@ -34,7 +35,7 @@ def as_int(value, default=None, bool_as_int=False):
         return int(value) if bool_as_int else default
     if isinstance(value, int):
         return value
-    if isinstance(value, float) and value.is_integer():
+    if whole_floats and isinstance(value, float) and value.is_integer():
         return int(value)
     return default
 

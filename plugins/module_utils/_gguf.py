@@ -55,6 +55,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import (
     tensor_nbytes,
     type_name,
 )
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_keys import General, Split
 
 __all__ = [
     "GGUFError", "TensorInfo", "SkippedArray", "GGUFFile", "read_gguf",
@@ -560,13 +561,13 @@ def _read_header(rd, shard):
         key_offsets[key] = at
 
     alignment = DEFAULT_ALIGNMENT
-    if "general.alignment" in metadata:
-        alignment = metadata["general.alignment"]
-        if value_types["general.alignment"] != GGUF_TYPE_UINT32:
-            rd.fail(f"general.alignment must be a uint32, not {VALUE_TYPE_NAMES[value_types['general.alignment']]}",
-                    key_offsets["general.alignment"])
+    if General.ALIGNMENT in metadata:
+        alignment = metadata[General.ALIGNMENT]
+        if value_types[General.ALIGNMENT] != GGUF_TYPE_UINT32:
+            rd.fail(f"{General.ALIGNMENT} must be a uint32, not {VALUE_TYPE_NAMES[value_types[General.ALIGNMENT]]}",
+                    key_offsets[General.ALIGNMENT])
         if alignment == 0 or alignment & (alignment - 1):
-            rd.fail(f"general.alignment {alignment} is not a power of two", key_offsets["general.alignment"])
+            rd.fail(f"{General.ALIGNMENT} {alignment} is not a power of two", key_offsets[General.ALIGNMENT])
 
     tensors = []
     names = set()
@@ -692,15 +693,16 @@ def read_model(path):
     count = len(files)
     named_split = bool(_SPLIT_RE.match(os.path.basename(files[0])))
     for number, gguf in enumerate(shards):
-        if named_split and (count > 1 or "split.count" in gguf.metadata):
+        if named_split and (count > 1 or Split.LLM_KV_SPLIT_COUNT in gguf.metadata):
             what = f"shard {number + 1} of {count}"
-            _split_key(gguf, "split.count", count, what)
-            _split_key(gguf, "split.no", number, what + " (split.no is 0-based)")
+            _split_key(gguf, Split.LLM_KV_SPLIT_COUNT, count, what)
+            _split_key(gguf, Split.LLM_KV_SPLIT_NO, number, what + f" ({Split.LLM_KV_SPLIT_NO} is 0-based)")
         elif not named_split:
-            claimed = gguf.metadata.get("split.count")
+            claimed = gguf.metadata.get(Split.LLM_KV_SPLIT_COUNT)
             if claimed not in (None, 0, 1):
-                raise GGUFError(gguf.path, gguf.key_offsets["split.count"],
-                                f"split.count is {claimed!r} but the file name has no -NNNNN-of-MMMMM part, "
+                raise GGUFError(gguf.path, gguf.key_offsets[Split.LLM_KV_SPLIT_COUNT],
+                                f"{Split.LLM_KV_SPLIT_COUNT} is {claimed!r} but the file name has no "
+                                "-NNNNN-of-MMMMM part, "
                                 "so the other shards cannot be found")
     tensors = []
     names = {}
@@ -712,13 +714,14 @@ def read_model(path):
                 raise GGUFError(gguf.path, t.info_offset, f"tensor {t.name!r} is also in {names[t.name]}")
             names[t.name] = gguf.path
             tensors.append(t)
-    total = first.metadata.get("split.tensors.count")
+    total = first.metadata.get(Split.LLM_KV_SPLIT_TENSORS_COUNT)
     if total is not None and count > 1 and total != len(tensors):
-        raise GGUFError(first.path, first.key_offsets["split.tensors.count"],
-                        f"split.tensors.count is {total!r} but the {count} shards hold {len(tensors)} tensors")
-    architecture = first.metadata.get("general.architecture")
+        raise GGUFError(first.path, first.key_offsets[Split.LLM_KV_SPLIT_TENSORS_COUNT],
+                        f"{Split.LLM_KV_SPLIT_TENSORS_COUNT} is {total!r} but the {count} shards hold {len(tensors)} "
+                        "tensors")
+    architecture = first.metadata.get(General.ARCHITECTURE)
     if not isinstance(architecture, str):
-        warnings.append(f"{first.path}: no string general.architecture")
+        warnings.append(f"{first.path}: no string {General.ARCHITECTURE}")
         architecture = None
     return GGUFModel(files, shards, first.metadata, tensors, architecture,
                      sum(g.file_size for g in shards), warnings)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_keys import General, Tokenizer, arch_prefix
+
 SUMMARY_VERSION = 1
 _NUMBER = (int, float)
 
@@ -59,10 +61,10 @@ def summarize(model):
     """The summary of a ``_gguf.GGUFModel``: a dict of JSON types only."""
     arch = model.architecture or ""
     metadata = dict((key, _plain(value)) for key, value in model.metadata.items()
-                    if key == "general.architecture" or (arch and key.startswith(arch + ".")))
-    tokens = model.metadata.get("tokenizer.ggml.tokens")
+                    if key == General.ARCHITECTURE or (arch and key.startswith(arch_prefix(arch))))
+    tokens = model.metadata.get(Tokenizer.LIST)
     if tokens is not None:
-        metadata["tokenizer.ggml.tokens"] = {"count": len(tokens)}
+        metadata[Tokenizer.LIST] = {"count": len(tokens)}
     return {
         "version": SUMMARY_VERSION,
         "architecture": arch,

@@ -17,7 +17,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import as_int
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import BLOCK_RE, MAX_BLOCKS, block_index
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_keys import LLM, Attention, arch_key
 
 TENSOR_CLASSES = (
     "routed_experts",
@@ -112,13 +114,9 @@ class ModelLayout:
         return f"ModelLayout({self.architecture!r}, blocks={self.block_count}, experts={len(self.expert_tensors)} tensors)"
 
 
-def _int_value(value, default):
-    """``value`` when the metadata holds an integer (a bool as 0/1), else ``default``."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    return default
+def _meta_int(metadata, template, arch, default):
+    """The integer metadata key ``template`` of ``arch`` (a bool as 0/1, a float not an integer), else ``default``."""
+    return as_int(metadata.get(arch_key(template, arch)), default, bool_as_int=True, whole_floats=False)
 
 
 def _per_layer(metadata, key, block_count):
@@ -161,15 +159,9 @@ def _kinds_from_metadata(head_count_kv, ffn_length, classes_in_block, expert_cou
     return kinds
 
 
-def classify_model(architecture, metadata, tensors):
-    """Classify every tensor and every block of a model.
-
-    ``tensors``: objects with ``.name``, ``.shape`` and ``.nbytes`` (``None`` = size unknown).
-    Returns a ``ModelLayout``.
-    """
-    metadata = metadata or {}
-    arch = architecture or ""
-    warnings = []
+def _classify_tensors(tensors, warnings):
+    """Each tensor's class, the bytes of each class, the classes of each block and the expert count of the first
+    stacked routed-expert tensor (its third dimension; 0 when none)."""
     tensor_class = {}
     bytes_by_class = dict((c, 0) for c in TENSOR_CLASSES)
     classes_by_block = {}
@@ -191,42 +183,74 @@ def classify_model(architecture, metadata, tensors):
     if unknown_size:
         listed = ", ".join(unknown_size[:5]) + (", ..." if len(unknown_size) > 5 else "")
         warnings.append(f"{len(unknown_size)} tensor(s) of unknown size counted as 0 bytes: {listed}")
+    return tensor_class, bytes_by_class, classes_by_block, stacked_experts
 
-    block_count = _int_value(metadata.get(arch + ".block_count"), -1)
-    tensor_blocks = max(classes_by_block) + 1 if classes_by_block else 0
+
+def _block_count(metadata, arch, tensor_blocks, warnings):
+    """``<arch>.block_count``, or the blocks the tensor names count (``tensor_blocks``) where it is missing,
+    implausible or smaller."""
+    block_count = _meta_int(metadata, LLM.BLOCK_COUNT, arch, -1)
     if block_count > MAX_BLOCKS:
-        warnings.append("%s.block_count %d is implausible (more than %d): ignored, blocks counted from the "
-                        "tensor names" % (arch, block_count, MAX_BLOCKS))
+        warnings.append("%s %d is implausible (more than %d): ignored, blocks counted from the "
+                        "tensor names" % (arch_key(LLM.BLOCK_COUNT, arch), block_count, MAX_BLOCKS))
         block_count = -1
     if tensor_blocks > MAX_BLOCKS:
         warnings.append("a tensor name gives block number %d (more than %d blocks): only the blocks that hold "
                         "tensors are listed" % (tensor_blocks - 1, MAX_BLOCKS))
     if block_count < 0:
-        block_count = tensor_blocks
-    elif tensor_blocks > block_count:
+        return tensor_blocks
+    if tensor_blocks > block_count:
         # Extra blocks such as multi-token-prediction layers (nextn) come after the counted ones.
-        warnings.append("tensors name blocks up to %d but %s.block_count is %d" % (
-            tensor_blocks - 1, arch, block_count))
-        block_count = tensor_blocks
+        warnings.append("tensors name blocks up to %d but %s is %d" % (
+            tensor_blocks - 1, arch_key(LLM.BLOCK_COUNT, arch), block_count))
+        return tensor_blocks
+    return block_count
 
-    expert_count = _int_value(metadata.get(arch + ".expert_count"), 0)
+
+def _expert_counts(metadata, arch, tensor_class, stacked_experts):
+    """``expert_count`` (else the stacked tensors' count), ``expert_used_count`` and ``expert_shared_count``
+    (else 1 when the model has shared-expert tensors)."""
+    expert_count = _meta_int(metadata, LLM.EXPERT_COUNT, arch, 0)
     if not expert_count and stacked_experts:
         expert_count = stacked_experts
-    expert_used_count = _int_value(metadata.get(arch + ".expert_used_count"), 0)
-    expert_shared_count = _int_value(metadata.get(arch + ".expert_shared_count"), -1)
+    expert_used_count = _meta_int(metadata, LLM.EXPERT_USED_COUNT, arch, 0)
+    expert_shared_count = _meta_int(metadata, LLM.EXPERT_SHARED_COUNT, arch, -1)
     if expert_shared_count < 0:
         has_shared = any(c == "shared_experts" for c in tensor_class.values())
         expert_shared_count = 1 if has_shared else 0
+    return expert_count, expert_used_count, expert_shared_count
 
-    head_count_kv = ffn_length = None
-    if arch in METADATA_KIND_ARCHS:
-        n = _int_value(metadata.get(arch + ".block_count"), tensor_blocks)
-        head_count_kv = _per_layer(metadata, arch + ".attention.head_count_kv", n)
-        ffn_length = _per_layer(metadata, arch + ".feed_forward_length", n)
-        if head_count_kv is None or ffn_length is None:
-            warnings.append("%s without per-layer head_count_kv / feed_forward_length arrays: "
-                            "block kinds taken from tensor names" % arch)
-            head_count_kv = ffn_length = None
+
+def _per_layer_arrays(metadata, arch, tensor_blocks, warnings):
+    """The per-layer ``head_count_kv`` and ``feed_forward_length`` arrays of an architecture of
+    ``METADATA_KIND_ARCHS``; ``(None, None)`` for any other, or when either is not one int per block."""
+    if arch not in METADATA_KIND_ARCHS:
+        return None, None
+    n = _meta_int(metadata, LLM.BLOCK_COUNT, arch, tensor_blocks)
+    head_count_kv = _per_layer(metadata, arch_key(Attention.HEAD_COUNT_KV, arch), n)
+    ffn_length = _per_layer(metadata, arch_key(LLM.FEED_FORWARD_LENGTH, arch), n)
+    if head_count_kv is None or ffn_length is None:
+        warnings.append("%s without per-layer head_count_kv / feed_forward_length arrays: "
+                        "block kinds taken from tensor names" % arch)
+        return None, None
+    return head_count_kv, ffn_length
+
+
+def classify_model(architecture, metadata, tensors):
+    """Classify every tensor and every block of a model.
+
+    ``tensors``: objects with ``.name``, ``.shape`` and ``.nbytes`` (``None`` = size unknown).
+    Returns a ``ModelLayout``.
+    """
+    metadata = metadata or {}
+    arch = architecture or ""
+    warnings = []
+    tensor_class, bytes_by_class, classes_by_block, stacked_experts = _classify_tensors(tensors, warnings)
+    tensor_blocks = max(classes_by_block) + 1 if classes_by_block else 0
+    block_count = _block_count(metadata, arch, tensor_blocks, warnings)
+    expert_count, expert_used_count, expert_shared_count = _expert_counts(metadata, arch, tensor_class,
+                                                                          stacked_experts)
+    head_count_kv, ffn_length = _per_layer_arrays(metadata, arch, tensor_blocks, warnings)
 
     block_kinds = {}
     for block in (range(block_count) if block_count <= MAX_BLOCKS else sorted(classes_by_block)):
