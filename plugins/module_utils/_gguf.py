@@ -518,8 +518,8 @@ def _tensor_size(rd, name, type_id, shape, info_offset):
         return rd.fail(f"tensor {name!r}: {exc}", info_offset)
 
 
-def _read_header(rd, shard):
-    path = rd.path
+def _read_preamble(rd):
+    """The magic, the version (which also gives the byte order), the tensor count and the key/value count."""
     if rd.size < 24:
         rd.fail(f"file of {rd.size} bytes is too short for a GGUF header (24 bytes)")  # at byte 0
     magic = rd.take(4)
@@ -542,7 +542,11 @@ def _read_header(rd, shard):
         rd.fail(f"{kv_count} key/value pairs claimed, but only {rd.left()} bytes left in the file", at + 8)
     if tensor_count * 24 > rd.left():  # shortest info: name length, n_dims, type, offset
         rd.fail(f"{tensor_count} tensors claimed, but only {rd.left()} bytes left in the file", at)
+    return version, byte_order, tensor_count, kv_count
 
+
+def _read_metadata(rd, kv_count):
+    """The key/value pairs: key -> value, key -> value type id, key -> byte of its pair."""
     metadata = {}
     value_types = {}
     key_offsets = {}
@@ -559,45 +563,53 @@ def _read_header(rd, shard):
         metadata[key] = rd.value(vtype, 0, f"key {key!r}")
         value_types[key] = vtype
         key_offsets[key] = at
+    return metadata, value_types, key_offsets
 
-    alignment = DEFAULT_ALIGNMENT
-    if General.ALIGNMENT in metadata:
-        alignment = metadata[General.ALIGNMENT]
-        if value_types[General.ALIGNMENT] != GGUF_TYPE_UINT32:
-            rd.fail(f"{General.ALIGNMENT} must be a uint32, not {VALUE_TYPE_NAMES[value_types[General.ALIGNMENT]]}",
-                    key_offsets[General.ALIGNMENT])
-        if alignment == 0 or alignment & (alignment - 1):
-            rd.fail(f"{General.ALIGNMENT} {alignment} is not a power of two", key_offsets[General.ALIGNMENT])
 
-    tensors = []
-    names = set()
-    for index in range(tensor_count):
-        at = rd.tell()
-        name = rd.name_string(f"tensor info {index}: name")
-        if len(name.encode("utf-8")) >= GGML_MAX_NAME:  # (gguf_init_from_file_impl: "tensor name ... is too long")
-            rd.fail(f"tensor info {index}: the name {name[:80]!r} is {len(name.encode('utf-8'))} bytes long, "
-                    f"llama.cpp loads names of fewer than {GGML_MAX_NAME}", at)
-        if name in names:
-            rd.fail(f"duplicate tensor name {name!r}", at)
-        names.add(name)
-        n_dims = rd.u32()
-        if n_dims > GGML_MAX_DIMS:
-            rd.fail(f"tensor {name!r}: n_dims {n_dims} is more than {GGML_MAX_DIMS}", rd.tell() - 4)
-        dims_at = rd.tell()
-        shape = struct.unpack_from(f"{rd.prefix}{n_dims}q", rd.take(8 * n_dims))
-        elements = 1
-        for n in shape:
-            if n < 0:
-                rd.fail(f"tensor {name!r}: negative dimension {n} in shape {shape!r}", dims_at)
-            elements *= n
-        if elements > INT64_MAX:
-            rd.fail(f"tensor {name!r}: shape {shape!r} has more than 2**63-1 elements", dims_at)
-        type_id = rd.u32()
-        offset = rd.u64()
-        nbytes = _tensor_size(rd, name, type_id, shape, at)
-        tensors.append(TensorInfo(name, shape, type_id, offset, nbytes, path, shard, at))
+def _alignment(rd, metadata, value_types, key_offsets):
+    """``general.alignment`` (a uint32 power of two), else ``DEFAULT_ALIGNMENT``."""
+    if General.ALIGNMENT not in metadata:
+        return DEFAULT_ALIGNMENT
+    alignment = metadata[General.ALIGNMENT]
+    if value_types[General.ALIGNMENT] != GGUF_TYPE_UINT32:
+        rd.fail(f"{General.ALIGNMENT} must be a uint32, not {VALUE_TYPE_NAMES[value_types[General.ALIGNMENT]]}",
+                key_offsets[General.ALIGNMENT])
+    if alignment == 0 or alignment & (alignment - 1):
+        rd.fail(f"{General.ALIGNMENT} {alignment} is not a power of two", key_offsets[General.ALIGNMENT])
+    return alignment
 
-    data_offset = _pad(rd.tell(), alignment)
+
+def _read_tensor_info(rd, index, names, shard):
+    """One tensor info: a unique name shorter than GGML_MAX_NAME, at most GGML_MAX_DIMS dimensions, the type and
+    the offset."""
+    name_at = rd.tell()
+    name = rd.name_string(f"tensor info {index}: name")
+    if len(name.encode("utf-8")) >= GGML_MAX_NAME:  # (gguf_init_from_file_impl: "tensor name ... is too long")
+        rd.fail(f"tensor info {index}: the name {name[:80]!r} is {len(name.encode('utf-8'))} bytes long, "
+                f"llama.cpp loads names of fewer than {GGML_MAX_NAME}", name_at)
+    if name in names:
+        rd.fail(f"duplicate tensor name {name!r}", name_at)
+    names.add(name)
+    n_dims = rd.u32()
+    if n_dims > GGML_MAX_DIMS:
+        rd.fail(f"tensor {name!r}: n_dims {n_dims} is more than {GGML_MAX_DIMS}", rd.tell() - 4)
+    dims_at = rd.tell()
+    shape = struct.unpack_from(f"{rd.prefix}{n_dims}q", rd.take(8 * n_dims))
+    elements = 1
+    for n in shape:
+        if n < 0:
+            rd.fail(f"tensor {name!r}: negative dimension {n} in shape {shape!r}", dims_at)
+        elements *= n
+    if elements > INT64_MAX:
+        rd.fail(f"tensor {name!r}: shape {shape!r} has more than 2**63-1 elements", dims_at)
+    type_id = rd.u32()
+    offset = rd.u64()
+    nbytes = _tensor_size(rd, name, type_id, shape, name_at)
+    return TensorInfo(name, shape, type_id, offset, nbytes, rd.path, shard, name_at)
+
+
+def _check_tensor_data(rd, tensors, alignment, data_offset):
+    """Each tensor's data is aligned, lies inside the file and overlaps no other (gaps are allowed)."""
     for t in tensors:
         if t.offset % alignment:
             rd.fail(f"tensor {t.name!r}: offset {t.offset} is not a multiple of the alignment {alignment}",
@@ -613,7 +625,17 @@ def _read_header(rd, shard):
                     f"(data offset {previous.offset}, {previous.nbytes or 0} bytes)", t.info_offset)
         if previous is None or t.offset + (t.nbytes or 0) > previous.offset + (previous.nbytes or 0):
             previous = t
-    return GGUFFile(path, version, byte_order, metadata, value_types, key_offsets, tensors, alignment,
+
+
+def _read_header(rd, shard):
+    version, byte_order, tensor_count, kv_count = _read_preamble(rd)
+    metadata, value_types, key_offsets = _read_metadata(rd, kv_count)
+    alignment = _alignment(rd, metadata, value_types, key_offsets)
+    names = set()
+    tensors = [_read_tensor_info(rd, index, names, shard) for index in range(tensor_count)]
+    data_offset = _pad(rd.tell(), alignment)
+    _check_tensor_data(rd, tensors, alignment, data_offset)
+    return GGUFFile(rd.path, version, byte_order, metadata, value_types, key_offsets, tensors, alignment,
                     data_offset, rd.size, rd.warnings, shard)
 
 
