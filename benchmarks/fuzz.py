@@ -69,16 +69,16 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values 
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import block_index  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model  # noqa: E402
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import (  # noqa: E402
-    parse_log,
-    verify_placement,
-)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (  # noqa: E402
     PatternError,
     block_expert_pattern,
     expert_pattern,
     matcher,
     pattern_problem,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proof import (  # noqa: E402
+    verify_placement,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model  # noqa: E402
 

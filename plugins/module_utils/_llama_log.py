@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) ai_llm.moe_offload contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Parse a llama-server log and verify where the tensors were placed.
+"""Parse a llama-server log: the build, the runs and loads, the overridden tensors, the buffers, errors and crashes.
 
 Standard library only (runs on target hosts, Python >= 3.9).
 
@@ -10,7 +10,8 @@ The parser reads the log of every llama.cpp era (``llm_load_tensors:``/``load_te
 with or without size, ik_llama.cpp's ``Tensor ... overriden`` line, the ``0.00.011.842 D `` prefix, the ``srv  ``
 component tag). The printf formats are those of llama.cpp's src/llama-model-loader.cpp (``create_tensor``: the
 override line), src/llama-model.cpp (``load_tensors``: model buffers, offloaded layers), src/llama-kv-cache.cpp,
-src/llama-memory-recurrent.cpp and src/llama-context.cpp (KV, RS and compute buffers).
+src/llama-memory-recurrent.cpp and src/llama-context.cpp (KV, RS and compute buffers). ``_placement_proof``
+decides from the result whether a placement is proven.
 
 It streams: the log is read ``CHUNK`` characters at a time (a line longer than ``MAX_LINE`` characters is read in
 pieces), bytes that are not UTF-8 are replaced, what it keeps is bounded (``MAX_OVERRIDES`` override lines per
@@ -45,17 +46,15 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import matcher
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import shorten
 
 __all__ = [
+    "LogParser",
     "parse_log",
-    "is_device_buffer",
-    "gpu_model_mib",
-    "verify_placement",
-    "expected_from_pattern",
-    "expected_from_overrides",
-    "signal_of_exit_code",
+    "parse_runs",
     "parse_command_log",
+    "iter_chunks",
+    "signal_of_exit_code",
 ]
 
 MAX_LINE = 1 << 20      # characters of one line parsed at a time (a longer line is read in pieces)
@@ -63,6 +62,7 @@ CHUNK = 1 << 20         # characters read at a time
 MAX_OVERRIDES = 65536   # override lines kept per load (more tensors than any model llama.cpp loads)
 MAX_BUFFER_NAMES = 64   # distinct buffer names kept per table
 MAX_MESSAGE = 512       # characters kept of an error message
+_MESSAGE_WIDTH = MAX_MESSAGE + len("...")  # a longer message: its first MAX_MESSAGE characters and "..."
 _MAX_WRAPPERS = 8       # nested prefixes removed from one line (a timestamp inside a compose prefix...)
 
 # ANSI colour sequences (--log-colors on, or colourised chat-template diagnostics).
@@ -203,10 +203,6 @@ def signal_of_exit_code(exit_code):
     return None
 
 
-def _cap(text):
-    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + "..."
-
-
 def _strip(line):
     """Return (level letter or None, the message without timestamp/level/component/wrapper prefixes).
 
@@ -341,7 +337,8 @@ class LogParser:
         if run.terminate_pending:
             run.terminate_pending = False
             if msg.startswith("what():"):
-                run.crash_cause = _cap(f"an uncaught C++ exception ended llama-server: {msg[7:].strip()}")
+                run.crash_cause = shorten(f"an uncaught C++ exception ended llama-server: {msg[7:].strip()}",
+                                          _MESSAGE_WIDTH)
                 return
         if msg.startswith(_LOAD_START_AT):
             if run.load.has_content or run.loads == 0:
@@ -508,7 +505,7 @@ class LogParser:
             if quote >= 0:
                 # the 2024 server: JSON ('"msg":"unable to load model",...') or text ('... | tid="140" ...')
                 text = text[:quote].split(" | ", 1)[0]
-            self.run.load_errors[_LOAD_ERROR_RANK[phrase]] = _cap(text.strip())
+            self.run.load_errors[_LOAD_ERROR_RANK[phrase]] = shorten(text.strip(), _MESSAGE_WIDTH)
             return True
         return False
 
@@ -520,7 +517,8 @@ class LogParser:
             if m:
                 failures = self.run.alloc_failures
                 if len(failures) < 8:
-                    failures.append(_cap(msg[m.start("msg"):].strip() if whole else m.group("msg")))
+                    text = msg[m.start("msg"):].strip() if whole else m.group("msg")
+                    failures.append(shorten(text, _MESSAGE_WIDTH))
                 return True
         return False
 
@@ -543,10 +541,11 @@ class LogParser:
         elif ("0x" in msg and _BACKTRACE.match(msg)) or msg.startswith("[Inferior 1 (process"):
             run.backtrace = True
             if run.crash is None:
-                run.crash, run.crash_cause = _cap(msg), "llama-server printed a backtrace: it aborted"
+                run.crash = shorten(msg, _MESSAGE_WIDTH)
+                run.crash_cause = "llama-server printed a backtrace: it aborted"
             return
         if message is not None and run.crash is None:
-            run.crash = _cap(msg)
+            run.crash = shorten(msg, _MESSAGE_WIDTH)
             run.crash_cause = _crash_cause(message)
 
     # -- the result
@@ -568,7 +567,7 @@ class LogParser:
             name, meaning = SIGNALS[signal]
             if crash is None:
                 last = _strip(self.last_line)[1] if self.last_line else ""
-                after = f" after the line: {_cap(last)}" if last else ""
+                after = f" after the line: {shorten(last, _MESSAGE_WIDTH)}" if last else ""
                 crash, cause = f"exit code {exit_code} ({name}){after}", meaning
             elif name not in (cause or ""):
                 cause = f"{cause} ({name}, exit code {exit_code})"
@@ -730,303 +729,9 @@ def parse_command_log(argv, exit_code=None, keep=5):
     try:
         for chunk in iter_chunks(proc.stdout):
             parser.feed_chunk(chunk)
-            tail.extend([_cap(line) for line in chunk[-keep * MAX_MESSAGE:].splitlines() if line.strip()][-keep:])
+            lines = chunk[-keep * MAX_MESSAGE:].splitlines()
+            tail.extend([shorten(line, _MESSAGE_WIDTH) for line in lines if line.strip()][-keep:])
     finally:
         proc.stdout.close()
         rc = proc.wait()
     return parser.result(exit_code), rc, list(tail)
-
-
-# Host-side buffer types: everything else (CUDA0, Vulkan0, ROCm0, Metal, SYCL0, CUDA_Split, RPC[...]) is a device.
-_HOST_BUFFER = re.compile(r"(?:CPU.*|.*_Host|AMX|BLAS|KLEIDIAI.*)", re.IGNORECASE)
-
-
-def is_device_buffer(name):
-    """True for a GPU/accelerator buffer name (``CUDA0``, ``Vulkan0``, ``ROCm1``, ``Metal``...)."""
-    return not _HOST_BUFFER.fullmatch(name)
-
-
-def gpu_model_mib(parsed):
-    """Sum of the device (non-CPU, non-host) model buffers of a parsed log, or None without model buffer lines."""
-    bufs = parsed.get("model_buffers") or {}
-    if not bufs:
-        return None
-    return round(sum(v for k, v in bufs.items() if is_device_buffer(k)), 2)
-
-
-def expected_from_pattern(pattern, all_names):
-    """The names among ``all_names`` that llama.cpp's ``std::regex_search(name, std::regex(pattern))`` finds.
-
-    Raises ``PatternError`` when Python cannot read the pattern as ECMAScript does.
-    """
-    found = matcher(pattern)
-    return [n for n in all_names if found(n)]
-
-
-def expected_from_overrides(overrides, all_names):
-    """Buffer -> names: where a list of ``-ot`` items (``"PATTERN=BUFFER"``, in the order llama-server gets them)
-    sends each tensor. As in src/llama-model-loader.cpp ``create_tensor``, the first item whose pattern matches a
-    tensor decides its buffer; a tensor that no pattern matches is not overridden.
-
-    Raises ``ValueError`` for an item without ``=`` and ``PatternError`` for a pattern Python cannot read alike.
-    """
-    items = []
-    for item in overrides:
-        pattern, sep, buffer = item.partition("=")
-        if not sep or not pattern or not buffer:
-            raise ValueError(f"override {item!r} is not PATTERN=BUFFER")
-        items.append((matcher(pattern), buffer))
-    result = {}
-    for name in all_names:
-        for found, buffer in items:
-            if found(name):
-                result.setdefault(buffer, []).append(name)
-                break
-    return result
-
-
-def _device(buffer):
-    """A device buffer name without the endpoint an RPC device adds: ``RPC0[127.0.0.1:50052]`` -> ``RPC0``."""
-    at = buffer.find("[")
-    return buffer[:at] if at > 0 and buffer.endswith("]") else buffer
-
-
-def _host_key(buffer):
-    """``host`` for any host buffer, else the device (``CUDA1``, ``RPC0``) a tensor or buffer belongs to."""
-    return "host" if not is_device_buffer(buffer) else _device(buffer)
-
-
-def _logged_value(logged, name):
-    """The logged figure of ``name``: its own line, or the one line of that device with an endpoint."""
-    if name in logged:
-        return logged[name]
-    same = [v for k, v in logged.items() if _device(k) == _device(name)]
-    return same[0] if len(same) == 1 else None
-
-
-def _compare_buffers(what, logged, expected, tolerance, at_most=False):
-    """Checks of logged buffers (name -> MiB) against expected ones: a list of check dicts."""
-    checks = []
-    for name in sorted(expected):
-        want = float(expected[name])
-        got = _logged_value(logged, name)
-        if got is None:
-            ok, note = False, "not in the log"
-        elif at_most:
-            ok, note = got <= want + tolerance + 1e-9, f"at most {want:.2f}"
-        else:
-            ok, note = abs(got - want) <= tolerance + 1e-9, f"{want:.2f} +/- {tolerance:g}"
-        checks.append({"check": f"{what} {name}", "expected": round(want, 2), "logged": got, "ok": ok,
-                       "note": note})
-    return checks
-
-
-def _check_text(check):
-    if check["logged"] is None:
-        return f"{check['check']}: not in the log, expected {check['expected']:.2f} MiB"
-    return f"{check['check']}: {check['logged']:.2f} MiB, expected {check['note']} MiB"
-
-
-def verify_placement(parsed, expected=None, expect_gpu_model_mib=None, tolerance_mib=1.0, tolerance_pct=1.0, *,
-                     expect_overrides=None, expect_model_buffers=None, expect_kv_buffers=None,
-                     expect_rs_buffers=None, expect_compute_buffers=None, expect_offloaded_layers=None,
-                     buffer_tolerance_mib=0.01, require_ready=False):
-    """Decide whether the parsed log proves the expected placement.
-
-    Placement, by the first evidence the log and the expectations allow:
-
-    * ``per_tensor``: with the per-tensor lines visible, the log must list exactly the expected overrides:
-      ``expected`` (names that must go to a host buffer: ``CPU``, ``CPU_REPACK``, ``CUDA_Host``, ``AMX``...) and
-      ``expect_overrides`` (buffer -> names; ``CPU`` stands for any host buffer, another key such as ``CUDA1``
-      for that device). Overrides to a device no expectation names are listed but neither missing nor unexpected;
-    * ``device_buffers``: otherwise (the default verbosity hides those lines) every device's model buffer against
-      ``expect_model_buffers`` (device -> MiB) within ``buffer_tolerance_mib``, and no other device buffer;
-    * ``buffers``: otherwise the sum of the device model buffers against ``expect_gpu_model_mib`` within
-      ``max(tolerance_mib, expect_gpu_model_mib * tolerance_pct / 100)``.
-
-    Every other expectation given is checked too: ``expect_model_buffers`` also with per-tensor evidence,
-    ``expect_kv_buffers`` and ``expect_rs_buffers`` (equal within ``buffer_tolerance_mib``),
-    ``expect_compute_buffers`` (at most: the plan's compute figure is an upper bound) and
-    ``expect_offloaded_layers`` (the N of ``offloaded N/M layers``). Never verified after a load error, a crash,
-    an exit before the server was ready, without the ready line when ``require_ready``, or without evidence.
-
-    Returns ``verified`` (bool), ``evidence`` (``per_tensor``, ``device_buffers``, ``buffers`` or ``none``),
-    ``missing``, ``unexpected`` (sorted names; empty lists without per-tensor evidence), ``checks`` (one dict per
-    buffer or layer check: ``check``, ``expected``, ``logged``, ``ok``, ``note``), ``gpu_model_mib``,
-    ``gpu_model_tolerance_mib`` and ``msg``.
-    """
-    res = {
-        "verified": False,
-        "evidence": "none",
-        "missing": [],
-        "unexpected": [],
-        "checks": [],
-        "gpu_model_mib": gpu_model_mib(parsed),
-        "gpu_model_tolerance_mib": None,
-        "msg": "",
-    }
-    if parsed.get("load_error"):
-        res["msg"] = f"the model failed to load: {parsed['load_error']}"
-        return res
-    if parsed.get("crash"):
-        cause = parsed.get("crash_cause")
-        res["msg"] = f"llama-server died: {parsed['crash']}" + (f" ({cause})" if cause else "")
-        return res
-    if parsed.get("exit_code") is not None and not parsed.get("server_ready"):
-        res["msg"] = f"llama-server exited with code {parsed['exit_code']} before the log shows it ready"
-        return res
-    wanted = {}
-    if expected is not None:
-        wanted["host"] = set(expected)
-    for buffer, names in (expect_overrides or {}).items():
-        wanted.setdefault(_host_key(buffer), set()).update(names)
-    has_tensor_expectation = expected is not None or expect_overrides is not None
-    others = {"expect_model_buffers": expect_model_buffers, "expect_kv_buffers": expect_kv_buffers,
-              "expect_rs_buffers": expect_rs_buffers, "expect_compute_buffers": expect_compute_buffers,
-              "expect_offloaded_layers": expect_offloaded_layers}
-    if not has_tensor_expectation and expect_gpu_model_mib is None and all(v is None for v in others.values()):
-        res["msg"] = (f"no expectation given, nothing verified: {len(parsed.get('overridden') or [])} tensors "
-                      f"overridden, GPU model buffer {res['gpu_model_mib']} MiB")
-        return res
-    if require_ready and not parsed.get("server_ready"):
-        res["msg"] = ("the log does not show the server ready (no 'model loaded', 'listening on http' or "
-                      "'all slots are idle' line): not verified")
-        return res
-
-    tol = float(buffer_tolerance_mib)
-    checks = []
-    if expect_model_buffers is not None:
-        logged = dict(parsed.get("model_buffers") or {})
-        checks += _compare_buffers("model buffer", logged, expect_model_buffers, tol)
-        planned = {_device(name) for name in expect_model_buffers}
-        for name in sorted(logged):
-            if is_device_buffer(name) and name not in expect_model_buffers and _device(name) not in planned:
-                checks.append({"check": f"model buffer {name}", "expected": None, "logged": logged[name],
-                               "ok": False, "note": "no buffer (the plan puts nothing on this device):"})
-    if expect_kv_buffers is not None:
-        checks += _compare_buffers("KV buffer", parsed.get("kv_buffers") or {}, expect_kv_buffers, tol)
-    if expect_rs_buffers is not None:
-        checks += _compare_buffers("RS buffer", parsed.get("rs_buffers") or {}, expect_rs_buffers, tol)
-    if expect_compute_buffers is not None:
-        checks += _compare_buffers("compute buffer", parsed.get("compute_buffers") or {}, expect_compute_buffers,
-                                   tol, at_most=True)
-    if expect_offloaded_layers is not None:
-        logged = (parsed.get("offloaded_layers") or {}).get("offloaded")
-        checks.append({"check": "offloaded layers", "expected": int(expect_offloaded_layers), "logged": logged,
-                       "ok": logged == int(expect_offloaded_layers), "note": str(int(expect_offloaded_layers))})
-    res["checks"] = checks
-    failed_checks = [c for c in checks if not c["ok"]]
-    check_msgs = []
-    for c in failed_checks:
-        if c["expected"] is None:
-            check_msgs.append(f"{c['check']}: {c['logged']:.2f} MiB in the log, but the plan puts nothing there")
-        elif c["check"] == "offloaded layers":
-            check_msgs.append(f"offloaded layers: {c['logged']}, expected {c['expected']}")
-        else:
-            check_msgs.append(_check_text(c))
-
-    placement_ok, placement_msg = _placement(parsed, res, wanted, has_tensor_expectation, expect_model_buffers,
-                                             expect_gpu_model_mib, tolerance_mib, tolerance_pct, failed_checks)
-    res["verified"] = placement_ok and not failed_checks
-    parts = [placement_msg] if placement_msg else []
-    parts += check_msgs
-    if res["verified"] and checks:
-        parts.append(f"{len(checks)} buffer and layer checks match")
-    res["msg"] = "; ".join(parts)
-    return res
-
-
-HOST_BUFFER_CHECKS = ("KV buffer ", "RS buffer ", "compute buffer ")
-
-
-def _placement(parsed, res, wanted, has_tensor_expectation, expect_model_buffers, expect_gpu_model_mib,
-               tolerance_mib, tolerance_pct, failed_checks):
-    """The placement proof (see ``verify_placement``): (ok, message); fills ``evidence``, ``missing``..."""
-    if has_tensor_expectation and parsed.get("per_tensor_lines_visible"):
-        return _per_tensor(parsed, res, wanted)
-    hidden = ""
-    if has_tensor_expectation:
-        hidden = "the log's verbosity hides the per-tensor override lines (use -lv 5 or -v); "
-    if expect_model_buffers is not None:
-        if not parsed.get("model_buffers"):
-            return False, hidden + "and the log has no model buffer lines either (verbosity too low?): not verified"
-        res["evidence"] = "device_buffers"
-        bad = [c for c in failed_checks if c["check"].startswith("model buffer")]
-        if bad:
-            return False, hidden + "the per-device model buffers do not match the plan"
-        return True, hidden + (f"the model buffers of {len(expect_model_buffers)} device(s) match the plan "
-                               "(per-device buffer evidence)")
-    if expect_gpu_model_mib is None:
-        if has_tensor_expectation:
-            return False, hidden + "no expected GPU model buffer given to fall back on: not verified"
-        host_checks = [c for c in res.get("checks") or [] if c["check"].startswith(HOST_BUFFER_CHECKS)
-                       and not is_device_buffer(c["check"].split()[-1])]
-        if host_checks and len(host_checks) == len(res["checks"]):
-            # no tensor and no model-buffer expectation, host buffers only (a host without GPU below -lv 5)
-            res["evidence"] = "host_buffers"
-            matched = sum(1 for c in host_checks if c["ok"])
-            which = "the" if matched == len(host_checks) else f"{matched} of the"
-            return True, (f"no tensor or model buffer expected; {which} {len(res['checks'])} buffer(s) given match "
-                          "the plan (host buffer evidence)")
-        return True, ""
-    gpu = res["gpu_model_mib"]
-    if gpu is None:
-        return False, hidden + "and the log has no model buffer lines either (verbosity too low?): not verified"
-    tol = max(float(tolerance_mib), abs(float(expect_gpu_model_mib)) * float(tolerance_pct) / 100.0)
-    res["gpu_model_tolerance_mib"] = round(tol, 2)
-    res["evidence"] = "buffers"
-    ok = abs(gpu - float(expect_gpu_model_mib)) <= tol
-    return ok, (f"{hidden}GPU model buffer {gpu:.2f} MiB, expected {float(expect_gpu_model_mib):.2f} MiB "
-                f"+/- {tol:.2f} MiB: {'match' if ok else 'MISMATCH'}")
-
-
-def _per_tensor(parsed, res, wanted):
-    overridden = parsed.get("overridden") or []
-    res["evidence"] = "per_tensor"
-    if parsed.get("overridden_dropped"):
-        return False, (f"the log holds more than {MAX_OVERRIDES} override lines ({parsed['overridden_dropped']} not "
-                       "kept): not verified")
-    # where the log says each tensor went: "host" for any host buffer, else the device buffer's name
-    went = {}
-    for o in overridden:
-        went.setdefault(o["tensor"], o["buffer"])
-    on_host = {t for t, b in went.items() if not is_device_buffer(b)}
-    expected_anywhere = set().union(*wanted.values()) if wanted else set()
-    missing, unexpected = set(), set()
-    for key, names in wanted.items():
-        for name in names:
-            buffer = went.get(name)
-            if buffer is None or _host_key(buffer) != key:
-                missing.add(name)
-    unexpected |= on_host - wanted.get("host", set())
-    for t, b in went.items():
-        key = _host_key(b)
-        if key != "host" and key in wanted and t not in wanted[key]:
-            unexpected.add(t)
-    res["missing"] = sorted(missing)
-    res["unexpected"] = sorted(unexpected)
-    if not missing and not unexpected:
-        pinned = {t: b for t, b in went.items() if is_device_buffer(b)}
-        parts = []
-        if "host" in wanted:
-            parts.append(f"exactly the {len(wanted['host'])} expected tensors overridden to host memory")
-        for key in sorted(k for k in wanted if k != "host"):
-            parts.append(f"exactly the {len(wanted[key])} expected tensors overridden to {key}")
-        msg = "the log shows " + " and ".join(parts) if parts else "the log shows the expected overrides"
-        others = sorted({b for t, b in pinned.items() if t not in expected_anywhere})
-        if others:
-            msg += f" (and {sum(1 for t in pinned if t not in expected_anywhere)} tensors pinned to devices: " \
-                   f"{', '.join(others)})"
-        return True, msg
-    parts = []
-    if not overridden:
-        parts.append("the log shows no overridden tensor (the pattern matched nothing?)")
-    elif "host" in wanted and not on_host:
-        parts.append("the log shows no tensor overridden to host memory, only to devices")
-    if missing:
-        named = [f"{n} (to {went[n]})" if n in went else n for n in res["missing"]]
-        where = "host memory" if set(wanted) == {"host"} else "their expected buffers"
-        parts.append(f"{len(missing)} expected tensors not overridden to {where}: {', '.join(named)}")
-    if unexpected:
-        parts.append(f"{len(unexpected)} unexpected tensors overridden: {', '.join(res['unexpected'])}")
-    return False, "; ".join(parts)

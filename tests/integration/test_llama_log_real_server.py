@@ -21,9 +21,11 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import (
+    parse_log,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proof import (
     expected_from_pattern,
     gpu_model_mib,
-    parse_log,
     verify_placement,
 )
 from tests.helpers.llama_server import SERVER, listening, llama_server, on_a_free_port, run_until_healthy

@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import (
+    parse_log,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proof import (
     expected_from_pattern,
     gpu_model_mib,
     is_device_buffer,
-    parse_log,
     verify_placement,
 )
 

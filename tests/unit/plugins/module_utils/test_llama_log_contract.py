@@ -29,6 +29,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log impo
     MAX_MESSAGE,
     parse_command_log,
     parse_log,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proof import (
     verify_placement,
 )
 

@@ -29,6 +29,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _llama_l
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import (
     parse_log,
     signal_of_exit_code,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proof import (
     verify_placement,
 )
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import (
-    expected_from_overrides,
     parse_log,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proof import (
+    expected_from_overrides,
     verify_placement,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import PatternError

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import (
-    gpu_model_mib,
     parse_log,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proof import (
+    gpu_model_mib,
     verify_placement,
 )
 
