@@ -1,0 +1,95 @@
+"""The small jobs of _common: hashing, reading a file, integers, MiB and cutting text, at their boundaries."""
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import (
+    MIB,
+    as_int,
+    mib,
+    read_bytes,
+    sha256_hex,
+    shorten,
+)
+
+
+def test_sha256_hex_is_the_hex_digest_and_none_for_no_file():
+    assert sha256_hex(b"") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    assert sha256_hex(b"abc") == hashlib.sha256(b"abc").hexdigest()
+    assert sha256_hex(None) is None
+
+
+def test_read_bytes_reads_the_file_and_gives_none_for_a_missing_one(tmp_path):
+    (tmp_path / "f").write_bytes(b"\x00ab\n")
+    assert read_bytes(str(tmp_path / "f")) == b"\x00ab\n"
+    assert read_bytes(tmp_path / "missing") is None
+
+
+def test_read_bytes_takes_a_directory_for_none_only_when_missing_says_so(tmp_path):
+    with pytest.raises(IsADirectoryError):
+        read_bytes(tmp_path)
+    assert read_bytes(tmp_path, missing=(OSError,)) is None
+    assert read_bytes(tmp_path / "missing", missing=(OSError,)) is None
+
+
+@pytest.mark.parametrize("value,expected", [
+    (0, 0), (-3, -3), (2 ** 70, 2 ** 70),
+    (4.0, 4), (-0.0, 0), (4.5, None), (float("nan"), None), (float("inf"), None),
+    (True, None), (False, None), (None, None), ("4", None), ([4], None),
+])
+def test_as_int_takes_ints_and_whole_floats_only(value, expected):
+    assert as_int(value) == expected
+    assert type(as_int(value)) is (int if expected is not None else type(None))
+
+
+def test_as_int_default_stands_for_what_is_not_an_integer():
+    assert as_int(None, -1) == -1
+    assert as_int(True, 7) == 7
+    assert as_int(2.5, 0) == 0
+    assert as_int(3, 0) == 3
+
+
+def test_as_int_bool_as_int_counts_a_bool_as_0_or_1():
+    assert as_int(True, -1, bool_as_int=True) == 1
+    assert as_int(False, -1, bool_as_int=True) == 0
+    assert type(as_int(True, bool_as_int=True)) is int
+
+
+def test_as_int_whole_floats_false_refuses_every_float():
+    assert as_int(4.0, -1, whole_floats=False) == -1
+    assert as_int(4.5, -1, whole_floats=False) == -1
+    assert as_int(4, -1, whole_floats=False) == 4
+    assert as_int(True, -1, bool_as_int=True, whole_floats=False) == 1
+
+
+def test_mib_rounds_to_hundredths_of_a_mib():
+    assert MIB == 1048576
+    assert mib(0) == 0.0
+    assert mib(MIB) == 1.0
+    assert mib(MIB + 5242) == 1.0        # 1.004999...
+    assert mib(MIB + 5243) == 1.01       # 1.005000...
+    assert mib(3 * MIB // 2) == 1.5
+    assert mib(-MIB) == -1.0
+
+
+@pytest.mark.parametrize("text,limit,marker,expected", [
+    ("abcdef", 6, "...", "abcdef"),       # limit equal to the length: unchanged
+    ("abcdefg", 6, "...", "abc..."),      # one over: start and marker, limit in all
+    ("abcdefg", 3, "...", "..."),         # limit equal to the marker
+    ("abcdefg", 2, "...", "..."),         # marker longer than the limit: the marker alone
+    ("abcdefg", 0, "", ""),
+    ("abcdefg", 4, " [cut]", " [cut]"),
+    ("abcdefg", 5, "~", "abcd~"),
+    (None, 5, "...", ""),
+    (12345678, 5, "..", "123.."),
+])
+def test_shorten_keeps_text_within_the_limit_with_its_marker(text, limit, marker, expected):
+    assert shorten(text, limit, marker) == expected
+
+
+def test_shorten_marker_defaults_to_three_dots():
+    assert shorten("x" * 41, 40) == "x" * 37 + "..."
+    assert len(shorten("x" * 41, 40)) == 40
+    assert shorten("x" * 40, 40) == "x" * 40
