@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import os
 
-KIB_PER_MIB = 1024
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import mib
+
+KIB = 1024
 UNLIMITED = 1 << 60  # cgroup v1 writes 9223372036854771712 for "no limit"; v2 writes "max"
 _MEMINFO_KEYS = {"MemTotal": "memory_total_mib", "MemAvailable": "memory_available_mib",
                  "SwapTotal": "swap_total_mib", "SwapFree": "swap_free_mib"}
@@ -48,7 +50,7 @@ def _kib_lines(text, keys):
         if name in keys:
             fields = rest.split()
             if fields and fields[0].isdigit():
-                values[keys[name]] = round(int(fields[0]) / float(KIB_PER_MIB), 2)
+                values[keys[name]] = mib(int(fields[0]) * KIB)
     return values
 
 
@@ -98,8 +100,8 @@ def cgroup_memory(root="/", pid="self"):
             continue
         if limit is None:
             continue
-        return {"version": version, "path": path, "limit_mib": round(limit / 1048576.0, 2),
-                "usage_mib": round(usage / 1048576.0, 2) if usage is not None else None}
+        return {"version": version, "path": path, "limit_mib": mib(limit),
+                "usage_mib": mib(usage) if usage is not None else None}
     return None
 
 

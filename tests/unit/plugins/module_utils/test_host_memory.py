@@ -1,5 +1,11 @@
 """Host memory from /proc and /sys/fs/cgroup: this machine's own files, a real process tree, and copies of the
-files as other kernels write them (cgroup v1 and v2, a kernel without MemAvailable)."""
+files as other kernels write them (cgroup v1 and v2, a kernel without MemAvailable).
+
+gather() on a copy of /proc and /sys/fs/cgroup as a cgroup v2 host writes them: every figure comes from the
+copy given as ``root`` (never from this machine's own files), and the memory a process tree gives back when it
+stops is its anonymous plus its shared resident memory (the kernel's RssAnon and RssShmem of
+/proc/<pid>/status; RssFile is page cache of mapped files, such as the model).
+"""
 from __future__ import annotations
 
 import os
@@ -38,14 +44,6 @@ def test_meminfo_of_a_copy(tmp_path):
     write(tmp_path, "proc/meminfo", MEMINFO)
     assert hm.meminfo(str(tmp_path)) == {"memory_total_mib": 64214.16, "memory_available_mib": 60211.21,
                                          "swap_total_mib": 8192.0, "swap_free_mib": 8192.0}
-
-
-def test_meminfo_without_mem_available_is_a_clear_error(tmp_path):
-    write(tmp_path, "proc/meminfo", "MemTotal:       65755304 kB\nMemFree:         1012344 kB\n")
-    with pytest.raises(hm.HostMemoryError, match="no MemTotal/MemAvailable"):
-        hm.meminfo(str(tmp_path))
-    with pytest.raises(hm.HostMemoryError, match="cannot read"):
-        hm.meminfo(str(tmp_path / "nothing"))
 
 
 def test_cgroup_v2_limit(tmp_path):
@@ -126,3 +124,139 @@ def test_gather_takes_a_tree_already_walked():
     finally:
         child.kill()
         child.wait()
+
+
+# Above any pid this machine gives out (/proc/sys/kernel/pid_max is at most 4194304): a tree of the real /proc
+# would be the pid alone.
+PARENT, CHILD = 4194301, 4194302
+
+
+def status(anon_kib, file_kib, shmem_kib):
+    return ("Name:\tllama-server\nVmRSS:\t%d kB\nRssAnon:\t%d kB\nRssFile:\t%d kB\nRssShmem:\t%d kB\n"
+            % (anon_kib + file_kib + shmem_kib, anon_kib, file_kib, shmem_kib))
+
+
+def host(root):
+    write(root, "proc/meminfo", "MemTotal:       65755304 kB\nMemAvailable:   61656276 kB\n"
+                                "SwapTotal:       0 kB\nSwapFree:        0 kB\n")
+    write(root, "proc/self/cgroup", "0::/system.slice/ai-llm.scope\n")
+    write(root, "sys/fs/cgroup/system.slice/ai-llm.scope/memory.max", "34359738368\n")
+    write(root, "sys/fs/cgroup/system.slice/ai-llm.scope/memory.current", "1073741824\n")
+    write(root, "proc/%d/task/%d/children" % (PARENT, PARENT), "%d\n" % CHILD)
+    write(root, "proc/%d/task/%d/children" % (CHILD, CHILD), "")
+    write(root, "proc/%d/status" % PARENT, status(2048, 1024, 512))
+    write(root, "proc/%d/status" % CHILD, status(4096, 8192, 1536))
+
+
+def test_gather_reads_everything_from_the_root_it_is_given(tmp_path):
+    host(tmp_path)
+    result = hm.gather(str(tmp_path), pid=str(PARENT))
+    assert result["memory_total_mib"] == 64214.16
+    assert result["cgroup"] == {"version": 2, "path": "/system.slice/ai-llm.scope", "limit_mib": 32768.0,
+                                "usage_mib": 1024.0}
+    assert result["process_tree"] == {"pid": PARENT, "pids": [PARENT, CHILD], "rss_anon_mib": 6.0,
+                                      "rss_file_mib": 9.0, "rss_shmem_mib": 2.0}
+    # anonymous + shared: 6 + 2 MiB; the 9 MiB of file pages stay in the page cache
+    assert result["memory_held_by_pid_mib"] == 8.0
+
+
+def test_gather_without_pid_has_no_tree(tmp_path):
+    host(tmp_path)
+    result = hm.gather(str(tmp_path))
+    assert "process_tree" not in result and "memory_held_by_pid_mib" not in result
+    assert result["cgroup"]["limit_mib"] == 32768.0
+
+
+def test_meminfo_errors_name_the_file(tmp_path):
+    missing = tmp_path / "nothing"
+    try:
+        hm.meminfo(str(missing))
+    except hm.HostMemoryError as exc:
+        assert str(exc) == "cannot read %s/proc/meminfo: No such file or directory" % missing
+    else:
+        raise AssertionError("no error for a missing /proc/meminfo")
+    write(tmp_path, "proc/meminfo", "MemTotal:       65755304 kB\n")
+    try:
+        hm.meminfo(str(tmp_path))
+    except hm.HostMemoryError as exc:
+        assert str(exc) == ("%s/proc/meminfo has no MemTotal/MemAvailable line (a kernel older than 3.14?)"
+                            % tmp_path)
+    else:
+        raise AssertionError("no error without MemAvailable")
+
+
+def test_a_line_without_a_number_is_no_value(tmp_path):
+    """A key line whose value is empty or not a number gives no value (the key is then missing), not a crash."""
+    write(tmp_path, "proc/meminfo", "MemTotal:       65755304 kB\nMemAvailable:\nSwapTotal:  n/a kB\n")
+    try:
+        hm.meminfo(str(tmp_path))
+    except hm.HostMemoryError as exc:
+        assert "no MemTotal/MemAvailable line" in str(exc)
+    else:
+        raise AssertionError("no error for an empty MemAvailable")
+    write(tmp_path, "proc/meminfo", "MemTotal:       65755304 kB\nMemAvailable:  1024 kB\nSwapTotal:  n/a kB\n")
+    assert hm.meminfo(str(tmp_path)) == {"memory_total_mib": 64214.16, "memory_available_mib": 1.0}
+
+
+def limits(root, cgroup_lines, files):
+    write(root, "proc/self/cgroup", "".join(line + "\n" for line in cgroup_lines))
+    for path, text in files.items():
+        write(root, "sys/fs/cgroup/" + path, text + "\n")
+    return hm.cgroup_memory(str(root))
+
+
+def test_cgroup_figures_in_mib_to_two_decimals(tmp_path):
+    found = limits(tmp_path, ["0::/ai.slice"], {"ai.slice/memory.max": str((1536 << 20) + 12345),
+                                                "ai.slice/memory.current": str((10240 << 20) + 12345)})
+    assert found == {"version": 2, "path": "/ai.slice", "limit_mib": 1536.01, "usage_mib": 10240.01}
+    found = limits(tmp_path, ["0::/ai.slice"], {"ai.slice/memory.max": str(1 << 30), "ai.slice/memory.current": ""})
+    assert found == {"version": 2, "path": "/ai.slice", "limit_mib": 1024.0, "usage_mib": None}
+
+
+@pytest.mark.parametrize("value, limit_mib", [
+    ("max", None), ("", None), ("not a number", None), (str(1 << 60), None), (str((1 << 60) - (1 << 20)),
+                                                                              (1 << 40) - 1)])
+def test_what_is_no_limit(tmp_path, value, limit_mib):
+    """v2 writes ``max``, v1 a page-aligned 2**63 - 4096 for no limit; from 2**60 bytes (1 EiB) up, or a value
+    that is not a byte count, is no limit either."""
+    found = limits(tmp_path, ["0::/ai.slice"], {"ai.slice/memory.max": value, "ai.slice/memory.current": "0"})
+    assert (found and found["limit_mib"]) == limit_mib
+
+
+def test_the_cgroup_lines_as_the_kernel_writes_them(tmp_path):
+    """man 7 cgroups, /proc/<pid>/cgroup: ``hierarchy-ID:controller-list:cgroup-path``, one line per hierarchy; a
+    path may hold colons; a v1 hierarchy may bind several controllers (``cpu,memory``); ``0::path`` is the v2
+    one. The first line whose limit can be read counts."""
+    assert limits(tmp_path, ["0::/ai.slice/a:b.scope"], {"ai.slice/a:b.scope/memory.max": "1048576",
+                                                         "ai.slice/a:b.scope/memory.current": "0"})["path"] \
+        == "/ai.slice/a:b.scope"
+    assert limits(tmp_path / "v1", ["5:cpu,memory:/docker/x"], {
+        "memory/docker/x/memory.limit_in_bytes": "2097152", "memory/docker/x/memory.usage_in_bytes": "0"}) == {
+        "version": 1, "path": "/docker/x", "limit_mib": 2.0, "usage_mib": 0.0}
+    # hybrid hosts: a v1 memory line whose files are missing, or without a limit, then the v2 line with one
+    for v1_files in ({}, {"memory/docker/x/memory.limit_in_bytes": "9223372036854771712",
+                          "memory/docker/x/memory.usage_in_bytes": "0"}):
+        root = tmp_path / ("hybrid%d" % len(v1_files))
+        found = limits(root, ["not a cgroup line", "4:memory:/docker/x", "0::/X11.slice"],
+                       dict(v1_files, **{"X11.slice/memory.max": "3145728", "X11.slice/memory.current": "0"}))
+        assert found == {"version": 2, "path": "/X11.slice", "limit_mib": 3.0, "usage_mib": 0.0}
+
+
+def test_the_tree_walks_every_thread_and_child_once(tmp_path):
+    """/proc/<pid>/task/<tid>/children lists the children each thread started: the tree takes those of every
+    thread (in thread id order), each process once; a thread or process that is gone ends only its own branch."""
+    parent, thread, gone, child_a, child_b, grandchild = 4194301, 999999, 4194290, 4194302, 4194303, 4194304
+    write(tmp_path, "proc/%d/task/%d/children" % (parent, parent), "%d %d\n" % (child_b, child_a))
+    write(tmp_path, "proc/%d/task/%d/children" % (parent, thread), "%d %d\n" % (gone, child_b))
+    (tmp_path / ("proc/%d/task/1234567" % parent)).mkdir()  # a thread that ended: no children file
+    write(tmp_path, "proc/%d/task/%d/children" % (child_a, child_a), "")
+    write(tmp_path, "proc/%d/task/%d/children" % (child_b, child_b), "%d\n" % grandchild)
+    write(tmp_path, "proc/%d/task/%d/children" % (grandchild, grandchild), "")
+    # thread 999999 first: the gone process, then child_b (listed by both threads) and its child, then child_a
+    assert hm.process_tree(parent, str(tmp_path)) == [parent, gone, child_b, grandchild, child_a]
+    for pid, kib in ((parent, 1234), (child_b, 2345), (grandchild, 100)):
+        write(tmp_path, "proc/%d/status" % pid, status(kib, kib // 2, 7))
+    memory = hm.process_memory([gone, parent, child_b, grandchild], str(tmp_path))
+    # each figure of /proc/<pid>/status in MiB to two decimals, then summed
+    assert memory == {"rss_anon_mib": round(1.21 + 2.29 + 0.1, 2), "rss_file_mib": round(0.6 + 1.14 + 0.05, 2),
+                      "rss_shmem_mib": round(0.01 + 0.01 + 0.01, 2)}
