@@ -1,9 +1,16 @@
-"""Tensor classes and block kinds (plugins/module_utils/_tensor_classes.py)."""
+"""Tensor classes and block kinds (plugins/module_utils/_tensor_classes.py).
+
+The whole contract of plugins/module_utils/_tensor_classes.py: the class of every llama.cpp tensor name
+(src/llama-arch.cpp ``LLM_TENSOR_NAMES``, gguf-py ``TENSOR_NAMES``), the kinds of every block, the counts read
+from the metadata or inferred, and the warnings, each with its exact text.
+"""
 from __future__ import annotations
 
+import re
 from collections import namedtuple
 
 import pytest
+from gguf.constants import TENSOR_NAMES
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import block_index
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import (
@@ -11,10 +18,10 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes
     TENSOR_CLASSES,
     classify_model,
     classify_tensor,
+    ModelLayout,
 )
 
 T = namedtuple("T", "name shape nbytes")
-
 # Nemotron-3-Nano-30B-A3B: M Mamba-2, E MoE, * attention (reference, section 3).
 NEMOTRON_NANO_LAYOUT = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
 _NEMOTRON_BLOCK_TENSORS = {
@@ -108,44 +115,6 @@ def test_dense_nemotron_h_ffn_blocks_are_dense():
     assert layout.expert_tensors == [] and layout.expert_count == 0
 
 
-@pytest.mark.parametrize("name, cls", [
-    ("blk.3.ffn_gate_exps.weight", "routed_experts"),
-    ("blk.3.ffn_up_exps.bias", "routed_experts"),
-    ("blk.3.ffn_gate_up_exps.weight", "routed_experts"),
-    ("blk.3.ffn_down_chexps.weight", "routed_experts"),
-    ("blk.3.ffn_gate.7.weight", "routed_experts"),
-    ("blk.3.ffn_gate_shexp.weight", "shared_experts"),
-    ("blk.3.ffn_gate_inp_shexp.weight", "shared_experts"),
-    ("blk.3.ffn_gate_inp.weight", "router"),
-    ("blk.3.ffn_gate_inp.bias", "router"),
-    ("blk.3.exp_probs_b.bias", "router"),
-    ("blk.3.ffn_norm_exps.weight", "norm"),
-    ("blk.3.attn_norm.weight", "norm"),
-    ("blk.3.attn_q_norm.weight", "norm"),
-    ("blk.3.post_attention_norm.weight", "norm"),
-    ("blk.3.attn_kv_a_mqa.weight", "attention"),
-    ("blk.3.attn_sinks.weight", "attention"),
-    ("blk.3.attn_output.bias", "attention"),
-    ("blk.3.ssm_conv1d.bias", "recurrent"),
-    ("blk.3.ssm_d", "recurrent"),
-    ("blk.3.time_mix_key.weight", "recurrent"),
-    ("blk.3.shortconv.in_proj.weight", "recurrent"),
-    ("blk.3.ffn_up.weight", "dense_ffn"),
-    ("blk.3.channel_mix_key.weight", "dense_ffn"),
-    ("blk.3.nextn.eh_proj.weight", "other"),
-    ("blk.3.nextn.enorm.weight", "norm"),
-    ("blk.3.layer_output_scale.weight", "other"),
-    ("token_embd.weight", "token_embd"),
-    ("token_embd_norm.weight", "norm"),
-    ("output.weight", "output"),
-    ("output_norm.weight", "norm"),
-    ("rope_freqs.weight", "other"),
-    ("blk.x.ffn_up_exps.weight", "other"),
-])
-def test_classify_tensor(name, cls):
-    assert classify_tensor(name) == cls
-
-
 def test_block_index_reads_the_whole_number():
     assert block_index("blk.10.ffn_up_exps.weight") == 10
     assert block_index("blk.1.attn_q.weight") == 1
@@ -207,13 +176,390 @@ def test_unknown_sizes_count_zero_with_a_warning():
     assert any("unknown size" in w and "blk.0.ffn_up_exps.weight" in w for w in layout.warnings)
 
 
-def test_blocks_without_tensors_still_listed_and_kinds_are_known():
-    layout = _layout("llama", ["blk.0.attn_q.weight"], {"llama.block_count": 3})
-    assert layout.block_kinds == {0: ["attention"], 1: [], 2: []}
-    assert all(k in BLOCK_KINDS for kinds in layout.block_kinds.values() for k in kinds)
+# common/common.h LLM_FFN_EXPS_REGEX: what llama-server's --cpu-moe moves to host memory.
+LLAMA_CPP_EXPERTS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
+# src/llama-arch.cpp LLM_TENSOR_FFN_{GATE,DOWN,UP}_EXP: the old one-tensor-per-expert layout "blk.%d.ffn_gate.%d".
+PER_EXPERT = ["blk.3.ffn_gate.0.weight", "blk.3.ffn_down.7.weight", "blk.3.ffn_up.15.weight"]
 
 
-def test_extra_blocks_beyond_block_count_are_counted_with_a_warning():
-    layout = _layout("glm4moe", ["blk.0.ffn_up_exps.weight", "blk.2.nextn.eh_proj.weight"], {"glm4moe.block_count": 2})
-    assert layout.block_count == 3
-    assert layout.warnings
+def _real_block_names():
+    return sorted({n.format(bid=3) for n in TENSOR_NAMES.values() if n.startswith("blk.{bid}.")})
+
+
+def test_every_real_block_tensor_is_a_routed_expert_exactly_when_llama_cpp_moves_it_with_cpu_moe():
+    names = [n + ".weight" for n in _real_block_names()] + PER_EXPERT
+    routed = sorted(n for n in names if classify_tensor(n) == "routed_experts")
+    assert routed == sorted([n for n in names if LLAMA_CPP_EXPERTS.search(n)] + PER_EXPERT)
+    assert {classify_tensor(n) for n in names} <= set(TENSOR_CLASSES)
+
+
+@pytest.mark.parametrize("name, cls", [
+    # stacked routed experts: weights, biases, or no suffix at all
+    ("blk.3.ffn_gate_exps.weight", "routed_experts"),
+    ("blk.3.ffn_up_exps.weight", "routed_experts"),
+    ("blk.3.ffn_down_exps.bias", "routed_experts"),
+    ("blk.3.ffn_up_exps.bias", "routed_experts"),
+    ("blk.3.ffn_gate_up_exps.weight", "routed_experts"),
+    ("blk.3.ffn_gate_chexps.weight", "routed_experts"),
+    ("blk.3.ffn_up_chexps.weight", "routed_experts"),
+    ("blk.3.ffn_down_chexps.weight", "routed_experts"),
+    ("blk.3.ffn_up_exps", "routed_experts"),
+    ("blk.12.ffn_down_exps.weight", "routed_experts"),
+    ("blk.3.ffn_gate.0.weight", "routed_experts"),
+    ("blk.3.ffn_gate.7.weight", "routed_experts"),
+    ("blk.3.ffn_up.15.weight", "routed_experts"),
+    # shared experts, including the shared expert's gate
+    ("blk.3.ffn_gate_shexp.weight", "shared_experts"),
+    ("blk.3.ffn_up_shexp.weight", "shared_experts"),
+    ("blk.3.ffn_down_shexp.weight", "shared_experts"),
+    ("blk.3.ffn_gate_inp_shexp.weight", "shared_experts"),
+    # the router and its selection bias
+    ("blk.3.ffn_gate_inp.weight", "router"),
+    ("blk.3.ffn_gate_inp.bias", "router"),
+    ("blk.3.exp_probs_b.bias", "router"),
+    # norms: any '_'-separated word ending in "norm", before attention, recurrent and dense-FFN prefixes
+    ("blk.3.ffn_norm_exps.weight", "norm"),
+    ("blk.3.attn_norm.weight", "norm"),
+    ("blk.3.attn_norm_2.weight", "norm"),
+    ("blk.3.attn_k_norm.weight", "norm"),
+    ("blk.3.attn_q_norm.weight", "norm"),
+    ("blk.3.post_attention_norm.weight", "norm"),
+    ("blk.3.attn_kv_a_norm.weight", "norm"),
+    ("blk.3.ssm_norm.weight", "norm"),
+    ("blk.3.ssm_b_norm.weight", "norm"),
+    ("blk.3.ffn_norm.weight", "norm"),
+    ("blk.3.ffn_sub_norm.weight", "norm"),
+    ("blk.3.post_ffw_norm_1.weight", "norm"),
+    ("blk.3.layer_output_norm.weight", "norm"),
+    ("blk.3.altup_router_norm.weight", "norm"),
+    # multi-token-prediction sub-layers keep their names after "nextn."
+    ("blk.3.nextn.enorm.weight", "norm"),
+    ("blk.3.nextn.hnorm.weight", "norm"),
+    ("blk.3.nextn.shared_head_norm.weight", "norm"),
+    ("blk.3.nextn.eh_proj.weight", "other"),
+    ("blk.3.nextn.embed_tokens.weight", "other"),
+    ("blk.3.nextn.shared_head_head.weight", "other"),
+    # attention
+    ("blk.3.attn_q.weight", "attention"),
+    ("blk.3.attn_qkv.weight", "attention"),
+    ("blk.3.attn_output.weight", "attention"),
+    ("blk.3.attn_output.bias", "attention"),
+    ("blk.3.attn_kv_a_mqa.weight", "attention"),
+    ("blk.3.attn_k_b.weight", "attention"),
+    ("blk.3.attn_sinks.weight", "attention"),
+    ("blk.3.attn_gate.weight", "attention"),
+    # recurrent: Mamba, RWKV time mix, LFM2 short convolution
+    ("blk.3.ssm_in.weight", "recurrent"),
+    ("blk.3.ssm_a", "recurrent"),
+    ("blk.3.ssm_d", "recurrent"),
+    ("blk.3.ssm_conv1d.bias", "recurrent"),
+    ("blk.3.time_mix_key.weight", "recurrent"),
+    ("blk.3.time_mix_ln.weight", "recurrent"),
+    ("blk.3.shortconv.conv.weight", "recurrent"),
+    ("blk.3.shortconv.in_proj.weight", "recurrent"),
+    # dense feed-forward: ffn_* that is no expert, router or norm, and the RWKV channel mix
+    ("blk.3.ffn_up.weight", "dense_ffn"),
+    ("blk.3.ffn_gate.weight", "dense_ffn"),
+    ("blk.3.ffn_down.bias", "dense_ffn"),
+    ("blk.3.ffn_latent_up.weight", "dense_ffn"),
+    ("blk.3.channel_mix_key.weight", "dense_ffn"),
+    ("blk.3.channel_mix_receptance.weight", "dense_ffn"),
+    # anything else in a block
+    ("blk.3.layer_output_scale.weight", "other"),
+    ("blk.3.altup_router.weight", "other"),
+    ("blk.3.inp_gate.weight", "other"),
+    ("blk.3.laurel_l.weight", "other"),
+    ("blk.3.indexer.k_norm.weight", "other"),
+    ("blk.3.vis_gate.weight", "other"),
+])
+def test_classify_block_tensor(name, cls):
+    assert classify_tensor(name) == cls
+
+
+@pytest.mark.parametrize("name, cls", [
+    ("token_embd.weight", "token_embd"),
+    ("per_layer_token_embd.weight", "token_embd"),
+    ("token_types.weight", "token_embd"),
+    ("position_embd.weight", "token_embd"),
+    ("output.weight", "output"),
+    ("output.bias", "output"),
+    ("output_norm.weight", "norm"),
+    ("output_norm.bias", "norm"),
+    ("token_embd_norm.weight", "norm"),
+    ("per_layer_proj_norm.weight", "norm"),
+    ("output_hc_norm.weight", "norm"),
+    ("output_hc_fn.weight", "other"),
+    ("rope_freqs.weight", "other"),
+    ("altup_proj.weight", "other"),
+    ("cls.output.weight", "other"),
+    ("v.blk.3.ffn_up.weight", "other"),
+    ("dec.blk.3.attn_q.weight", "other"),
+    ("blk.x.ffn_up_exps.weight", "other"),
+])
+def test_classify_global_tensor(name, cls):
+    """Names outside ``blk.N.`` (the vision tower, an encoder's blocks) are classed by their first part."""
+    assert classify_tensor(name) == cls
+
+
+# ---- classify_model ----
+def test_a_model_is_classified_as_a_whole():
+    tensors = [
+        T("token_embd.weight", (8, 32), 10),
+        T("output_norm.weight", (8,), 1),
+        T("output.weight", (8, 32), 20),
+        T("rope_freqs.weight", (4,), 2),
+        T("blk.1.ssm_in.weight", (8, 8), 6),
+        T("blk.1.ffn_up.weight", (8, 8), 7),
+        T("blk.0.ffn_up_exps.weight", (8, 16, 4), 100),
+        T("blk.0.attn_q.weight", (8, 8), 3),
+        T("blk.0.ffn_gate_inp.weight", (8, 4), 4),
+        T("blk.0.ffn_down_exps.weight", (16, 8, 4), 50),
+        T("blk.0.ffn_up_shexp.weight", (8, 16), 5),
+    ]
+    layout = classify_model("mymoe", {}, tensors)
+    assert layout == ModelLayout(
+        architecture="mymoe", block_count=2,
+        block_kinds={0: ["attention", "moe"], 1: ["dense_ffn", "recurrent"]},
+        layer_kinds={"attention": [0], "recurrent": [1], "moe": [0], "dense_ffn": [1]},
+        tensor_class={
+            "token_embd.weight": "token_embd", "output_norm.weight": "norm", "output.weight": "output",
+            "rope_freqs.weight": "other", "blk.1.ssm_in.weight": "recurrent", "blk.1.ffn_up.weight": "dense_ffn",
+            "blk.0.ffn_up_exps.weight": "routed_experts", "blk.0.attn_q.weight": "attention",
+            "blk.0.ffn_gate_inp.weight": "router", "blk.0.ffn_down_exps.weight": "routed_experts",
+            "blk.0.ffn_up_shexp.weight": "shared_experts"},
+        bytes_by_class={"routed_experts": 150, "shared_experts": 5, "router": 4, "attention": 3, "recurrent": 6,
+                        "dense_ffn": 7, "token_embd": 10, "output": 20, "norm": 1, "other": 2},
+        total_bytes=208,
+        expert_tensors=["blk.0.ffn_down_exps.weight", "blk.0.ffn_up_exps.weight"],
+        expert_tensors_by_block={0: ["blk.0.ffn_down_exps.weight", "blk.0.ffn_up_exps.weight"]},
+        expert_count=4, expert_used_count=0, expert_shared_count=1, warnings=[])
+    assert list(layout.bytes_by_class) == list(TENSOR_CLASSES)
+    assert list(layout.layer_kinds) == list(BLOCK_KINDS)
+    assert repr(layout) == "ModelLayout('mymoe', blocks=2, experts=2 tensors)"
+
+
+def test_no_architecture_and_no_metadata():
+    layout = classify_model(None, None, [T("token_embd.weight", (8, 32), 10)])
+    assert (layout.architecture, layout.block_count, layout.block_kinds, layout.warnings) == ("", 0, {}, [])
+    assert layout.layer_kinds == {"attention": [], "recurrent": [], "moe": [], "dense_ffn": []}
+    assert layout.expert_tensors == [] and layout.expert_tensors_by_block == {}
+    assert (layout.expert_count, layout.expert_used_count, layout.expert_shared_count) == (0, 0, 0)
+    assert layout.total_bytes == 10
+
+
+def test_expert_tensors_are_listed_sorted_by_block():
+    names = ["blk.10.ffn_up_exps.weight", "blk.2.ffn_up_exps.weight", "blk.2.ffn_down_exps.weight",
+             "blk.10.ffn_down_exps.weight", "blk.2.attn_q.weight"]
+    layout = classify_model("qwen3moe", {}, [T(n, (8, 8, 4), 1) for n in names])
+    assert layout.expert_tensors == ["blk.10.ffn_down_exps.weight", "blk.10.ffn_up_exps.weight",
+                                     "blk.2.ffn_down_exps.weight", "blk.2.ffn_up_exps.weight"]
+    assert layout.expert_tensors_by_block == {2: ["blk.2.ffn_down_exps.weight", "blk.2.ffn_up_exps.weight"],
+                                              10: ["blk.10.ffn_down_exps.weight", "blk.10.ffn_up_exps.weight"]}
+    assert layout.block_kinds[3] == [] and layout.block_count == 11
+
+
+@pytest.mark.parametrize("unknown, listed", [
+    (5, "blk.0.attn_q.weight, blk.1.attn_q.weight, blk.2.attn_q.weight, blk.3.attn_q.weight, blk.4.attn_q.weight"),
+    (6, "blk.0.attn_q.weight, blk.1.attn_q.weight, blk.2.attn_q.weight, blk.3.attn_q.weight, blk.4.attn_q.weight, "
+        "..."),
+])
+def test_tensors_of_unknown_size_count_zero_and_five_are_named(unknown, listed):
+    tensors = [T("blk.%d.attn_q.weight" % i, (8, 8), None) for i in range(unknown)]
+    layout = classify_model("llama", {"llama.block_count": unknown}, tensors + [T("output.weight", (8, 8), 64)])
+    assert layout.warnings == ["%d tensor(s) of unknown size counted as 0 bytes: %s" % (unknown, listed)]
+    assert layout.bytes_by_class["attention"] == 0 and layout.total_bytes == 64
+
+
+# ---- the expert counts ----
+def test_expert_count_from_the_metadata():
+    tensors = [T("blk.0.ffn_up_exps.weight", (8, 16, 32), 1)]
+    metadata = {"qwen3moe.expert_count": 128, "qwen3moe.expert_used_count": 8, "qwen3moe.expert_shared_count": 2}
+    layout = classify_model("qwen3moe", metadata, tensors)
+    assert (layout.expert_count, layout.expert_used_count, layout.expert_shared_count) == (128, 8, 2)
+
+
+def test_expert_count_from_the_first_stacked_expert_tensor_when_the_metadata_has_none():
+    """ne[2] of a stacked expert tensor is the number of experts; a 3-D tensor of another class (deepseek2's
+    attn_k_b) and a per-expert 2-D tensor do not count."""
+    tensors = [T("blk.0.attn_k_b.weight", (128, 512, 16), 1), T("blk.0.ffn_gate.0.weight", (8, 16), 1),
+               T("blk.1.ffn_up_exps.weight", (8, 16, 32), 1), T("blk.2.ffn_up_exps.weight", (8, 16, 64), 1)]
+    assert classify_model("deepseek2", {}, tensors).expert_count == 32
+    assert classify_model("deepseek2", {"deepseek2.expert_count": 0}, tensors).expert_count == 32
+    assert classify_model("deepseek2", {"deepseek2.expert_count": "8"}, tensors).expert_count == 32
+    assert classify_model("deepseek2", {"deepseek2.expert_count": 8}, tensors).expert_count == 8
+    assert classify_model("deepseek2", {}, tensors[:2]).expert_count == 0
+    assert classify_model("deepseek2", {}, [T("blk.0.ffn_up_exps.weight", None, 1)]).expert_count == 0
+
+
+def test_integer_metadata_reads_booleans_as_numbers_and_ignores_other_types():
+    tensors = [T("blk.0.ffn_up_exps.weight", (8, 16, 4), 1)]
+    layout = classify_model("qwen3moe", {"qwen3moe.expert_used_count": True, "qwen3moe.expert_count": 2.0}, tensors)
+    assert (layout.expert_count, layout.expert_used_count) == (4, 1)
+    assert classify_model("qwen3moe", {"qwen3moe.expert_used_count": "2"}, tensors).expert_used_count == 0
+
+
+def test_shared_expert_count_is_inferred_only_when_the_metadata_has_none():
+    with_shared = [T("blk.0.ffn_up_exps.weight", (8, 16, 4), 1), T("blk.0.ffn_up_shexp.weight", (8, 16), 1)]
+    without = with_shared[:1]
+    assert classify_model("qwen2moe", {}, with_shared).expert_shared_count == 1
+    assert classify_model("qwen2moe", {}, without).expert_shared_count == 0
+    assert classify_model("qwen2moe", {"qwen2moe.expert_shared_count": 0}, with_shared).expert_shared_count == 0
+    assert classify_model("qwen2moe", {"qwen2moe.expert_shared_count": 2}, without).expert_shared_count == 2
+    assert classify_model("qwen2moe", {"qwen2moe.expert_shared_count": "1"}, without).expert_shared_count == 0
+
+
+# ---- the block count ----
+def test_block_count_from_the_tensor_names_without_metadata():
+    layout = classify_model("llama", {}, [T("blk.%d.attn_q.weight" % i, (8, 8), 1) for i in (0, 2)])
+    assert layout.block_count == 3 and layout.warnings == []
+    assert layout.block_kinds == {0: ["attention"], 1: [], 2: ["attention"]}
+
+
+def test_block_count_from_the_metadata_lists_blocks_without_tensors():
+    layout = classify_model("llama", {"llama.block_count": 4}, [T("blk.1.attn_q.weight", (8, 8), 1)])
+    assert layout.block_count == 4 and layout.warnings == []
+    assert layout.block_kinds == {0: [], 1: ["attention"], 2: [], 3: []}
+    layout = classify_model("llama", {"llama.block_count": 0}, [T("output.weight", (8, 8), 1)])
+    assert (layout.block_count, layout.block_kinds, layout.warnings) == (0, {}, [])
+
+
+@pytest.mark.parametrize("block_count, last_block, warnings", [
+    (3, 2, []),
+    (2, 2, ["tensors name blocks up to 2 but glm4moe.block_count is 2"]),
+    (0, 0, ["tensors name blocks up to 0 but glm4moe.block_count is 0"]),
+])
+def test_blocks_beyond_the_block_count_are_counted_with_a_warning(block_count, last_block, warnings):
+    """Multi-token-prediction blocks (nextn) come after the counted ones."""
+    tensors = [T("blk.%d.nextn.eh_proj.weight" % last_block, (8, 8), 1)]
+    layout = classify_model("glm4moe", {"glm4moe.block_count": block_count}, tensors)
+    assert layout.warnings == warnings
+    assert layout.block_count == max(block_count, last_block + 1)
+
+
+def test_a_block_count_up_to_65536_is_taken_and_more_is_ignored():
+    tensors = [T("blk.0.attn_q.weight", (8, 8), 1)]
+    layout = classify_model("llama", {"llama.block_count": 65536}, tensors)
+    assert layout.block_count == 65536 and layout.warnings == [] and len(layout.block_kinds) == 65536
+    layout = classify_model("llama", {"llama.block_count": 65537}, tensors)
+    assert layout.block_count == 1 and layout.block_kinds == {0: ["attention"]}
+    assert layout.warnings == ["llama.block_count 65537 is implausible (more than 65536): ignored, blocks counted "
+                               "from the tensor names"]
+
+
+def test_a_block_number_over_65535_lists_only_the_blocks_that_hold_tensors():
+    layout = classify_model("llama", {}, [T("blk.65535.attn_q.weight", (8, 8), 1)])
+    assert layout.block_count == 65536 and layout.warnings == [] and len(layout.block_kinds) == 65536
+    tensors = [T("blk.1.attn_q.weight", (8, 8), 1), T("blk.65536.ffn_up.weight", (8, 8), 1)]
+    layout = classify_model("llama", {}, tensors)
+    assert layout.block_count == 65537
+    assert layout.block_kinds == {1: ["attention"], 65536: ["dense_ffn"]}
+    assert layout.layer_kinds == {"attention": [1], "recurrent": [], "moe": [], "dense_ffn": [65536]}
+    assert layout.warnings == ["a tensor name gives block number 65536 (more than 65536 blocks): only the blocks "
+                               "that hold tensors are listed"]
+
+
+# ---- block kinds from the tensors ----
+@pytest.mark.parametrize("suffixes, kinds", [
+    (["attn_q.weight"], ["attention"]),
+    (["ssm_in.weight"], ["recurrent"]),
+    (["ffn_up_exps.weight"], ["moe"]),
+    (["ffn_gate_inp.weight"], ["moe"]),
+    (["ffn_up.weight"], ["dense_ffn"]),
+    (["attn_norm.weight", "ffn_up_shexp.weight", "layer_output_scale.weight"], []),
+    (["attn_q.weight", "ssm_in.weight", "ffn_gate_inp.weight", "ffn_up.weight"],
+     ["attention", "dense_ffn", "moe", "recurrent"]),
+])
+def test_block_kinds_from_the_tensor_classes(suffixes, kinds):
+    """A router without stacked experts still makes a MoE block; norms, shared experts and other tensors make no
+    kind."""
+    layout = classify_model("llama", {}, [T("blk.0." + s, (8, 8), 1) for s in suffixes])
+    assert layout.block_kinds == {0: kinds}
+
+
+# ---- block kinds of nemotron_h / nemotron_h_moe from the per-layer metadata ----
+def _nemotron(arch, layers, metadata=None, expert_count=8):
+    """layers: (head_count_kv, feed_forward_length, tensor suffixes) per block."""
+    tensors = [T("blk.%d.%s" % (i, s), (8, 8), 1) for i, (_kv, _ff, suffixes) in enumerate(layers) for s in suffixes]
+    meta = {arch + ".block_count": len(layers),
+            arch + ".attention.head_count_kv": [kv for kv, _ff, _s in layers],
+            arch + ".feed_forward_length": [ff for _kv, ff, _s in layers],
+            arch + ".expert_count": expert_count}
+    meta.update(metadata or {})
+    return classify_model(arch, meta, tensors)
+
+
+def test_nemotron_kinds_follow_llama_cpps_per_layer_rule():
+    """src/models/nemotron-h.cpp load_arch_hparams: a layer is recurrent iff n_head_kv(i) == 0 and n_ff(i) == 0;
+    a layer with KV heads is attention; one with an FFN length is MoE when it holds experts or a router, dense
+    when it holds a dense FFN, and otherwise MoE iff the model has experts (load_arch_tensors: n_expert != 0)."""
+    layers = [
+        (0, 0, ["ssm_in.weight", "ffn_up.weight"]),
+        (0, 1, ["ffn_up_exps.weight"]),
+        (1, 0, ["ssm_in.weight"]),
+        (0, 64, ["ffn_up.weight"]),
+        (0, 64, ["ffn_gate_inp.weight", "ffn_up.weight"]),
+        (0, 64, []),
+        (0, 64, ["attn_norm.weight"]),
+    ]
+    layout = _nemotron("nemotron_h_moe", layers)
+    assert layout.block_kinds == {0: ["recurrent"], 1: ["moe"], 2: ["attention"], 3: ["dense_ffn"], 4: ["moe"],
+                                  5: ["moe"], 6: ["moe"]}
+    assert layout.warnings == []
+    layout = _nemotron("nemotron_h", layers, expert_count=0)
+    assert layout.block_kinds[5] == ["dense_ffn"] and layout.block_kinds[1] == ["moe"]
+    assert _nemotron("nemotron_h_moe", layers, expert_count=1).block_kinds[5] == ["moe"]
+
+
+def test_a_nemotron_block_with_kv_heads_and_an_ffn_is_an_ffn_block_only():
+    """src/models/nemotron-h.cpp load_arch_tensors builds attention only where n_ff(i) == 0, and llama-model.cpp
+    keeps a KV cache only for layers that are neither recurrent nor FFN: KV heads beside an FFN length do not make
+    the block an attention block."""
+    layers = [(2, 64, ["ffn_up_exps.weight"]), (2, 64, ["ffn_up.weight"]), (2, 0, ["attn_q.weight"])]
+    assert _nemotron("nemotron_h_moe", layers).block_kinds == {0: ["moe"], 1: ["dense_ffn"], 2: ["attention"]}
+
+
+def test_nemotron_blocks_after_the_arrays_take_their_kinds_from_the_tensors():
+    layout = _nemotron("nemotron_h_moe", [(0, 0, []), (2, 0, [])])
+    assert layout.block_kinds == {0: ["recurrent"], 1: ["attention"]}
+    tensors = [T("blk.2.ffn_up_exps.weight", (8, 16, 8), 1), T("blk.2.nextn.eh_proj.weight", (8, 8), 1)]
+    meta = {"nemotron_h_moe.block_count": 2, "nemotron_h_moe.attention.head_count_kv": [0, 2],
+            "nemotron_h_moe.feed_forward_length": [0, 0]}
+    layout = classify_model("nemotron_h_moe", meta, tensors)
+    assert layout.block_kinds == {0: ["recurrent"], 1: ["attention"], 2: ["moe"]}
+    assert layout.warnings == ["tensors name blocks up to 2 but nemotron_h_moe.block_count is 2"]
+
+
+def test_nemotron_arrays_sized_by_the_tensors_without_a_block_count():
+    tensors = [T("blk.0.ssm_in.weight", (8, 8), 1), T("blk.1.attn_q.weight", (8, 8), 1)]
+    meta = {"nemotron_h.attention.head_count_kv": (0, 0), "nemotron_h.feed_forward_length": (0, 0)}
+    layout = classify_model("nemotron_h", meta, tensors)
+    assert layout.block_kinds == {0: ["recurrent"], 1: ["recurrent"]} and layout.warnings == []
+
+
+@pytest.mark.parametrize("head_count_kv, feed_forward_length", [
+    (2, [0, 0, 0]),
+    ([0, 2], [0, 0, 0]),
+    ([0, 2, 0], [0, 0]),
+    ([0, 2, 0, 0], [0, 0, 0, 0]),
+    ([0, 2, "0"], [0, 0, 0]),
+    ([0, 2, 0], None),
+])
+def test_nemotron_without_usable_per_layer_arrays_falls_back_to_the_tensor_names(head_count_kv, feed_forward_length):
+    """An array is used only when it has one int per block."""
+    tensors = [T("blk.0.ssm_in.weight", (8, 8), 1), T("blk.1.ffn_up_exps.weight", (8, 16, 8), 1),
+               T("blk.2.attn_q.weight", (8, 8), 1)]
+    meta = {"nemotron_h_moe.block_count": 3, "nemotron_h_moe.attention.head_count_kv": head_count_kv}
+    if feed_forward_length is not None:
+        meta["nemotron_h_moe.feed_forward_length"] = feed_forward_length
+    layout = classify_model("nemotron_h_moe", meta, tensors)
+    assert layout.block_kinds == {0: ["recurrent"], 1: ["moe"], 2: ["attention"]}
+    assert layout.warnings == ["nemotron_h_moe without per-layer head_count_kv / feed_forward_length arrays: block "
+                               "kinds taken from tensor names"]
+
+
+def test_per_layer_arrays_of_other_architectures_are_not_read():
+    tensors = [T("blk.0.ssm_in.weight", (8, 8), 1), T("blk.1.attn_q.weight", (8, 8), 1)]
+    meta = {"jamba.block_count": 2, "jamba.attention.head_count_kv": [0, 0], "jamba.feed_forward_length": [0, 0]}
+    layout = classify_model("jamba", meta, tensors)
+    assert layout.block_kinds == {0: ["recurrent"], 1: ["attention"]} and layout.warnings == []
+    assert classify_model("qwen3moe", {}, tensors).warnings == []
