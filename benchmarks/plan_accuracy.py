@@ -36,10 +36,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / ".collections"))
 sys.path.insert(0, str(ROOT))
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_model as mm  # noqa: E402
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import MIB, mib  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log  # noqa: E402
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._memory_estimate import (  # noqa: E402
+    is_input_tensor, weight_bytes)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import (  # noqa: E402
     PlanError, load_facts, plan)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options  # noqa: E402
 from tools import gguf_models  # noqa: E402
 
 _OUTPUT_BUF = re.compile(r"^[\w.]+: +(\S+) +output buffer size *= *([0-9.]+) MiB", re.M)
@@ -254,12 +257,13 @@ def per_gpu_memory(facts, ctx, parallel, ubatch, endpoints, roomy=0):
     ``roomy``: it has room for every expert, the other only for its own layers."""
     names = ["RPC0[%s]" % e for e in endpoints]
     rooms = [{"name": "rpc", "memory_free_mib": UNLIMITED, "index": i} for i in range(2)]
-    everything_on_host = plan(facts, rooms, ctx, parallel, ubatch=ubatch, mode="all", split=[1, 1], backend="rpc",
-                              margin_mib=0, op_offload=False, device_names=names)
+    everything_on_host = plan(facts, rooms, None, Options(ctx, parallel, ubatch=ubatch, mode="all", split=[1, 1],
+                                                          backend="rpc", margin_mib=0, op_offload=False,
+                                                          device_names=names))
     parts = ("model_mib", "kv_mib", "recurrent_mib", "compute_mib")
     need = [sum(gpu[k] for k in parts) for gpu in everything_on_host["memory"]["gpus"]]
     blocks = facts.expert_bytes_by_block().values()
-    experts, smallest = sum(blocks) / float(mm.MIB), min(blocks) / float(mm.MIB)
+    experts, smallest = sum(blocks) / float(MIB), min(blocks) / float(MIB)
     # the roomy device: every expert, and 64 MiB for the larger compute buffer of a device that holds them
     free = [need[d] + (experts + 64 if d == roomy else smallest / 2) for d in range(2)]
     return [{"name": "rpc", "memory_free_mib": f, "index": i} for i, f in enumerate(free)], names
@@ -275,13 +279,13 @@ def planned(facts, case, endpoints):
         gpus, names = per_gpu_memory(facts, case.ctx, case.parallel, case.ubatch, endpoints,
                                      roomy=1 if case.offload == "per-gpu-2" else 0)
         args.update(experts_per_gpu=True, device_names=names)
-        return plan(facts, gpus, case.ctx, case.parallel, **args)
+        return plan(facts, gpus, None, Options(case.ctx, case.parallel, **args))
     if case.offload == "none" or facts.dense or not gpus:
-        return plan(facts, gpus, case.ctx, case.parallel, mode="none", **args)
+        return plan(facts, gpus, None, Options(case.ctx, case.parallel, mode="none", **args))
     if case.offload == "all":
-        return plan(facts, gpus, case.ctx, case.parallel, mode="all", **args)
-    return plan(facts, gpus, case.ctx, case.parallel, mode="layers", cpu_expert_layers=facts.expert_blocks[-1:],
-                **args)
+        return plan(facts, gpus, None, Options(case.ctx, case.parallel, mode="all", **args))
+    return plan(facts, gpus, None, Options(case.ctx, case.parallel, mode="layers",
+                                           cpu_expert_layers=facts.expert_blocks[-1:], **args))
 
 
 def server_flags(case):
@@ -429,10 +433,10 @@ def nano_table(workdir):
     print("\nPart 2: Nemotron-3-Nano-30B-A3B Q4_K_M (6-shard header), f16 KV, ubatch 512, margin 1024 MiB")
     shards = gguf_models.write_nemotron_nano_30b(Path(workdir) / "nano", shards=6)
     facts = load_facts(shards[0])
-    gpu_all = mm.weight_bytes(facts, sum(facts.expert_tensors_by_block.values(), []))[0][0]
+    gpu_all = weight_bytes(facts, sum(facts.expert_tensors_by_block.values(), []))[0][0]
     print("GPU weights with all experts on CPU: %.2f MiB (CUDA alignment; %.2f MiB unpadded non-expert bytes minus "
-          "token_embd)" % (mm.mib(gpu_all), mm.mib(sum(t.nbytes for t in facts.tensors
-                                                       if not t.expert and not mm.is_input_tensor(t.name)))))
+          "token_embd)" % (mib(gpu_all), mib(sum(t.nbytes for t in facts.tensors
+                                                 if not t.expert and not is_input_tensor(t.name)))))
     print("%-18s %7s %3s | %-14s %9s %8s %8s %8s %8s %9s %9s | %s" % (
         "card (free MiB)", "ctx", "np", "plan", "cpu blks", "model", "KV", "RS", "compute", "VRAM need", "free after",
         "verdict"))
@@ -441,7 +445,7 @@ def nano_table(workdir):
             for parallel in (1, 2, 4):
                 gpus = [{"name": card, "memory_total_mib": total, "memory_free_mib": free}]
                 try:
-                    result = plan(facts, gpus, ctx_size=ctx, parallel=parallel)
+                    result = plan(facts, gpus, None, Options(ctx, parallel))
                 except PlanError as exc:
                     if "memory" not in exc.details:
                         raise
@@ -465,7 +469,7 @@ def nano_table(workdir):
             row = []
             for per_gpu in (False, True):
                 try:
-                    result = plan(facts, gpus, ctx_size=ctx, parallel=parallel, experts_per_gpu=per_gpu)
+                    result = plan(facts, gpus, None, Options(ctx, parallel, experts_per_gpu=per_gpu))
                 except PlanError as exc:
                     row.append("does not fit: %s" % str(exc)[:20])
                     continue

@@ -8,7 +8,7 @@ Standard library only: this runs on target hosts (Python >= 3.9).
 ``summarize(model)`` is what ``gguf_info`` returns as ``model``: the architecture, the files, the metadata the
 memory model reads (``general.architecture``, every ``<arch>.*`` key, the vocabulary size) and one row
 ``[name, type_id, shape, bytes]`` per tensor. ``read_summary(summary)`` turns it back into metadata and tensor
-records for ``_tensor_classes.classify_model`` and ``_memory_model.model_facts``, without opening a file.
+records for ``_tensor_classes.classify_model`` and ``_model_facts.model_facts``, without opening a file.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class SummaryError(ValueError):
 
 @dataclass(frozen=True)
 class SummaryTensor:
-    """One tensor of a summary (the fields ``_tensor_classes`` and ``_memory_model`` read)."""
+    """One tensor of a summary (the fields ``_tensor_classes`` and ``_model_facts`` read)."""
 
     name: str
     type_id: int | None

@@ -5,7 +5,7 @@
 
 Standard library only: this runs on target hosts (Python >= 3.9). ``load_facts(gguf)`` reads a model (a path, or
 the ``model`` summary of a ``gguf_info`` result without opening the file); ``plan(facts, gpus, ...)`` sizes every
-candidate placement with the memory model (``_memory_model``) and returns what ``moe_offload_plan`` reports.
+candidate placement with the memory model (``_memory_estimate``) and returns what ``moe_offload_plan`` reports.
 
 Placements: one GPU, the layers split over several GPUs (``--tensor-split`` in proportion to free memory), and that
 split with the experts of chosen blocks put on a chosen GPU (``-ot 'blk\\.(...)\\.ffn_.*_exps\\.weight=CUDA1'``),
@@ -19,9 +19,13 @@ import math
 import re
 from dataclasses import dataclass
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_model as mm
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import MIB, mib
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._compute_buffers import OP_OFFLOAD_MIN_BATCH
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import CACHE_TYPES, OFFLOAD_MODES
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._kv_cache import N_CTX_PAD, pad, validate_context
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._memory_estimate import estimate
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_facts import MemoryModelError, model_facts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_summary import SummaryError, read_summary
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._nvidia_smi import GPU_EXTRA_KEYS, GPU_KEYS
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (
@@ -74,8 +78,8 @@ def load_facts(gguf):
 def _facts(architecture, metadata, tensors, path, warnings):
     layout = classify_model(architecture, metadata, tensors)
     try:
-        return mm.model_facts(metadata, tensors, layout, path=path, warnings=list(warnings))
-    except mm.MemoryModelError as exc:
+        return model_facts(metadata, tensors, layout, path=path, warnings=list(warnings))
+    except MemoryModelError as exc:
         raise PlanError("%s: %s" % (path, exc)) from None
 
 
@@ -179,41 +183,16 @@ def normalize_host(host):
     return Host(round(available, 2), total, held, limited_by)
 
 
-@dataclass(frozen=True)
-class Options:
-    """The server's configuration: what changes the memory llama-server allocates."""
-
-    ctx_size: int
-    parallel: int = 1
-    cache_type_k: str = "f16"
-    cache_type_v: str = "f16"
-    ubatch: int = 512
-    flash_attn: str = "auto"
-    kv_unified: bool = False
-    swa_full: bool = False
-    mmap: bool = True
-    op_offload: bool = True
-    margin_mib: int = mm.DEFAULT_MARGIN_MIB
-    host_margin_mib: int = mm.DEFAULT_HOST_MARGIN_MIB
-    backend: str = "cuda"
-
-    def estimate_args(self, ctx_size=None, parallel=None):
-        return dict(ctx_size=ctx_size or self.ctx_size, parallel=parallel or self.parallel,
-                    cache_type_k=self.cache_type_k, cache_type_v=self.cache_type_v, ubatch=self.ubatch,
-                    flash_attn=self.flash_attn, kv_unified=self.kv_unified, mmap=self.mmap,
-                    op_offload=self.op_offload, margin_mib=self.margin_mib, backend=self.backend,
-                    swa_full=self.swa_full, host_margin_mib=self.host_margin_mib)
-
-
-def _check_options(facts, options, mode, cpu_expert_layers, pattern):
+def _check_options(facts, options):
+    """The warnings of ``options`` for ``facts``; ``PlanError`` for options that cannot be planned."""
     warnings = []
     for name in ("cache_type_k", "cache_type_v"):
         if getattr(options, name) not in CACHE_TYPES:
             raise PlanError("unknown %s %r: llama-server knows %s" % (
                 name, getattr(options, name), ", ".join(sorted(CACHE_TYPES))))
     try:
-        mm.validate_context(options.ctx_size, options.parallel, options.ubatch)
-    except mm.MemoryModelError as exc:
+        validate_context(options.ctx_size, options.parallel, options.ubatch)
+    except MemoryModelError as exc:
         raise PlanError(str(exc)) from None
     if facts.context_length and options.ctx_size > facts.context_length:
         warnings.append("ctx_size %d is beyond the model's training context of %d tokens" % (
@@ -222,6 +201,11 @@ def _check_options(facts, options, mode, cpu_expert_layers, pattern):
         value = getattr(options, name)
         if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise PlanError("%s must be >= 0, got %r" % (name, value))
+    return warnings + _check_choice(facts, options.mode, options.cpu_expert_layers, options.pattern)
+
+
+def _check_choice(facts, mode, cpu_expert_layers, pattern):
+    """``PlanError`` for a mode, cpu_expert_layers and pattern that do not go together or do not fit the model."""
     if mode not in OFFLOAD_MODES:
         raise PlanError("unknown mode %r (one of %s)" % (mode, ", ".join(OFFLOAD_MODES)))
     if pattern is not None and (mode != "auto" or cpu_expert_layers is not None):
@@ -243,7 +227,7 @@ def _check_options(facts, options, mode, cpu_expert_layers, pattern):
         raise PlanError("cpu_expert_layers only goes with mode layers")
     if mode in ("all", "layers") and facts.dense:
         raise PlanError("the model has no routed experts: there is nothing to move (use mode none or auto)")
-    return warnings
+    return []
 
 
 def _blocks_text(blocks):
@@ -271,15 +255,15 @@ class _Sizer:
         else:
             cpu = [n for b in cpu_blocks for n in by_block.get(b, ())]
         device_tensors = dict((n, d) for b, d in (moved or {}).items() for n in by_block.get(b, ()))
-        result = mm.estimate(self.facts, cpu_tensors=cpu, split=self.split, n_devices=len(self.gpus),
-                             device_tensors=device_tensors, **self.options.estimate_args(ctx_size, parallel))
+        result = estimate(self.facts, self.options.at(ctx_size, parallel), cpu_tensors=cpu, split=self.split,
+                          n_devices=len(self.gpus), device_tensors=device_tensors)
         for gpu, entry in zip(self.gpus, result["gpus"]):
-            entry["free_after"] = int(gpu.memory_free_mib * mm.MIB) - entry["total"]
-            entry["free_after_mib"] = mm.mib(entry["free_after"])
+            entry["free_after"] = int(gpu.memory_free_mib * MIB) - entry["total"]
+            entry["free_after_mib"] = mib(entry["free_after"])
         host = result["host"]
         host["available_mib"] = self.host.available_mib if self.host else None
-        host["free_after"] = int(self.host.available_mib * mm.MIB) - host["total"] if self.host else None
-        host["free_after_mib"] = mm.mib(host["free_after"]) if self.host else None
+        host["free_after"] = int(self.host.available_mib * MIB) - host["total"] if self.host else None
+        host["free_after_mib"] = mib(host["free_after"]) if self.host else None
         return result
 
     @staticmethod
@@ -348,16 +332,16 @@ class _Sizer:
     def largest(self, cpu_blocks, moved, ctx_size, parallel):
         """Largest ctx_size (at ``parallel``) and largest parallel (at ``ctx_size``) that fit, 0 when none."""
         limit = max(self.facts.context_length or 0, ctx_size)
-        low, high = 0, limit // mm.N_CTX_PAD
+        low, high = 0, limit // N_CTX_PAD
         while low < high:  # largest multiple of 256 that fits
             mid = (low + high + 1) // 2
-            if mid * mm.N_CTX_PAD >= parallel and self.fits(self.estimate(cpu_blocks, moved, mid * mm.N_CTX_PAD,
+            if mid * N_CTX_PAD >= parallel and self.fits(self.estimate(cpu_blocks, moved, mid * N_CTX_PAD,
                                                                           parallel)):
                 low = mid
             else:
                 high = mid - 1
-        max_ctx = low * mm.N_CTX_PAD
-        low, high = 0, min(MAX_PARALLEL, mm.pad(ctx_size, mm.N_CTX_PAD))
+        max_ctx = low * N_CTX_PAD
+        low, high = 0, min(MAX_PARALLEL, pad(ctx_size, N_CTX_PAD))
         while low < high:
             mid = (low + high + 1) // 2
             if self.fits(self.estimate(cpu_blocks, moved, ctx_size, mid)):
@@ -426,60 +410,78 @@ def _placements(gpus, gpu_index, split):
 
 # --------------------------------------------------------------------------- the plan
 
-def plan(facts, gpus, ctx_size, parallel=1, cache_type_k="f16", cache_type_v="f16", margin_mib=mm.DEFAULT_MARGIN_MIB,
-         mode="auto", cpu_expert_layers=None, gpu_index=None, split=None, ubatch=512, flash_attn="auto",
-         kv_unified=False, mmap=True, op_offload=True, backend="cuda", *, pattern=None, host=None,
-         host_margin_mib=mm.DEFAULT_HOST_MARGIN_MIB, swa_full=False, gpu_indices=None, experts_per_gpu=True,
-         device_names=None):
+def plan(facts, gpus, host, options):
     """Decide where the experts go. Returns the dict ``moe_offload_plan`` reports (see its RETURN).
 
     ``gpus``: ``gpu_info``'s result or a list (empty: a CPU host); ``host``: ``host_info``'s result or
-    ``{memory_available_mib}`` (``None``: host memory is not checked); ``pattern``: a user's pattern, checked and
-    sized instead of the mode's choice; ``device_names``: llama.cpp's name of each GPU in plan order (default
-    ``CUDA0``, ``CUDA1``...). Raises ``PlanError`` for bad input and when even the lightest plan does not fit
-    (``details`` has the numbers of that plan and the warnings).
+    ``{memory_available_mib}`` (``None``: host memory is not checked); ``options``: the ``_plan_options.Options``
+    of the server and the planner (``options.pattern``: a user's pattern, checked and sized instead of the mode's
+    choice; ``options.device_names``: llama.cpp's name of each GPU in plan order, default ``CUDA0``, ``CUDA1``...).
+    Raises ``PlanError`` for bad input and when even the lightest plan does not fit (``details`` has the numbers of
+    that plan and the warnings).
     """
-    devices = normalize_gpus(gpus, gpu_indices)
+    devices = normalize_gpus(gpus, options.gpu_indices)
     host_memory = normalize_host(host)
-    options = Options(ctx_size, parallel, cache_type_k, cache_type_v, ubatch, flash_attn, kv_unified, swa_full, mmap,
-                      op_offload, margin_mib, host_margin_mib, backend)
     warnings = list(facts.warnings)
-    warnings += _check_options(facts, options, mode, cpu_expert_layers, pattern)
-    user_check, fixed_cpu = None, None
-    if pattern is not None:
-        user_check = check_pattern(pattern, facts.tensor_names, facts.expert_names, facts.tensor_class)
-        if pattern_problem(pattern) if pattern else "the pattern is empty":
-            raise PlanError("pattern %r cannot be used: %s" % (pattern, user_check["verdict"]),
-                            {"pattern_check": _public_check(user_check), "warnings": warnings})
-        regex = re.compile(pattern)
-        fixed_cpu = [n for n in facts.tensor_names if regex.search(n)]
+    warnings += _check_options(facts, options)
+    user_check, fixed_cpu = _user_pattern(facts, options.pattern, warnings)
     try:
-        tried = []
-        for label, used, shares in _placements(devices, gpu_index, split):
-            sizer = _Sizer(facts, used, shares, options, host_memory, fixed_cpu)
-            blocks = _blocks_of(facts, fixed_cpu) if fixed_cpu is not None else sizer.choose_blocks(
-                mode, cpu_expert_layers)
-            tried.append(_Candidate(label, used, shares, sizer, blocks, {}, sizer.estimate(blocks)))
-            if label == "split" and mode == "auto" and fixed_cpu is None and experts_per_gpu and blocks:
-                filled = sizer.fill_gpus()
-                if filled is not None:
-                    cpu_blocks, moved = filled
-                    tried.append(_Candidate(label, used, shares, sizer, cpu_blocks, moved,
-                                            sizer.estimate(cpu_blocks, moved)))
-        best = min(tried, key=lambda c: c.key())
-        sizer, blocks, moved, result = best.sizer, best.cpu_blocks, best.moved, best.result
+        best = _best_candidate(facts, devices, host_memory, options, fixed_cpu)
+        sizer, blocks, moved = best.sizer, best.cpu_blocks, best.moved
         baseline = sizer.estimate([])
-        headroom = {"this_plan": sizer.largest(blocks, moved, ctx_size, parallel),
-                    "all_experts_on_cpu": sizer.largest(facts.expert_blocks, {}, ctx_size, parallel)}
-    except mm.MemoryModelError as exc:
+        headroom = {"this_plan": sizer.largest(blocks, moved, options.ctx_size, options.parallel),
+                    "all_experts_on_cpu": sizer.largest(facts.expert_blocks, {}, options.ctx_size, options.parallel)}
+    except MemoryModelError as exc:
         raise PlanError(str(exc), {"warnings": warnings}) from None
-    names = _device_names(best.gpus, backend, device_names)
+    answer = _answer(facts, best, baseline, headroom, options, user_check)
+    answer["warnings"] = warnings + [w for w in best.result["warnings"] if "training context" not in w]
+    answer["reason"] = _reason(facts, answer, best, baseline, host_memory, options)
+    if not answer["fits"]:
+        raise PlanError(answer["reason"], answer)
+    return answer
+
+
+def _user_pattern(facts, pattern, warnings):
+    """``(check, tensors)`` of a user's pattern: its verdict and the tensors it moves; ``(None, None)`` without."""
+    if pattern is None:
+        return None, None
+    check = check_pattern(pattern, facts.tensor_names, facts.expert_names, facts.tensor_class)
+    if pattern_problem(pattern) if pattern else "the pattern is empty":
+        raise PlanError("pattern %r cannot be used: %s" % (pattern, check["verdict"]),
+                        {"pattern_check": _public_check(check), "warnings": warnings})
+    regex = re.compile(pattern)
+    return check, [n for n in facts.tensor_names if regex.search(n)]
+
+
+def _best_candidate(facts, devices, host_memory, options, fixed_cpu):
+    """Every placement sized with the mode's blocks (and, split over GPUs in mode auto, with experts put on other
+    GPUs): the ``_Candidate`` that fits with the fewest expert bytes in host memory."""
+    tried = []
+    for label, used, shares in _placements(devices, options.gpu_index, options.split):
+        sizer = _Sizer(facts, used, shares, options, host_memory, fixed_cpu)
+        blocks = _blocks_of(facts, fixed_cpu) if fixed_cpu is not None else sizer.choose_blocks(
+            options.mode, options.cpu_expert_layers)
+        tried.append(_Candidate(label, used, shares, sizer, blocks, {}, sizer.estimate(blocks)))
+        if label == "split" and options.mode == "auto" and fixed_cpu is None and options.experts_per_gpu and blocks:
+            filled = sizer.fill_gpus()
+            if filled is not None:
+                cpu_blocks, moved = filled
+                tried.append(_Candidate(label, used, shares, sizer, cpu_blocks, moved,
+                                        sizer.estimate(cpu_blocks, moved)))
+    return min(tried, key=lambda c: c.key())
+
+
+def _answer(facts, best, baseline, headroom, options, user_check):
+    """The plan's result without its warnings and reason."""
+    sizer, blocks, moved, result = best.sizer, best.cpu_blocks, best.moved, best.result
+    fixed_cpu = sizer.fixed_cpu
+    names = _device_names(best.gpus, options.backend, options.device_names)
     if fixed_cpu is not None:
-        cpu_pattern, proof = pattern, _public_check(user_check)
+        cpu_pattern, proof = options.pattern, _public_check(user_check)
     else:
         cpu_pattern, proof = _proved_pattern(facts, blocks)
     overrides = _device_overrides(facts, moved, best.gpus, names)
-    answer = {
+    return {
         "offload": bool(blocks) or bool(fixed_cpu), "pattern": cpu_pattern,
         "override_tensor": cpu_pattern + "=CPU" if cpu_pattern else "",
         "cpu_expert_layers": blocks, "n_cpu_moe": _n_cpu_moe(facts, blocks) if fixed_cpu is None else None,
@@ -487,18 +489,13 @@ def plan(facts, gpus, ctx_size, parallel=1, cache_type_k="f16", cache_type_v="f1
         "tensor_overrides": ",".join("%s=%s" % (o["pattern"], o["device"]) for o in overrides),
         "devices": [{"device": n, "index": g.index, "uuid": g.uuid, "name": g.name} for g, n in zip(best.gpus, names)],
         "memory": _memory_report(best.gpus, result), "fits": sizer.fits(result),
-        "vram_saved_mib": mm.mib(sum(e["total"] for e in baseline["gpus"]) - sum(e["total"] for e in result["gpus"])),
+        "vram_saved_mib": mib(sum(e["total"] for e in baseline["gpus"]) - sum(e["total"] for e in result["gpus"])),
         "headroom": headroom, "placement": best.label,
         "tensor_split": _split_text(best.shares) if best.label == "split" else "",
         "visible_devices": ",".join(str(d.uuid or d.index) for d in best.gpus),
         "gpu_indices": [d.index for d in best.gpus], "pattern_check": proof,
         "kv_cache": _kv_report(facts, result["cells"]), "n_ctx": result["n_ctx"],
-        "warnings": warnings + [w for w in result["warnings"] if "training context" not in w],
     }
-    answer["reason"] = _reason(facts, answer, best, baseline, mode, host_memory, options)
-    if not answer["fits"]:
-        raise PlanError(answer["reason"], answer)
-    return answer
 
 
 def _blocks_of(facts, names):
@@ -643,66 +640,90 @@ def _host_text(answer, mmap):
     return "%.0f MiB of weights are read from host memory, %s" % (host["model_mib"], how)
 
 
-def _reason(facts, answer, candidate, baseline, mode, host, options):
-    parallel = options.parallel
-    gpus = answer["memory"]["gpus"]
-    host_report = answer["memory"]["host"]
-    need = sum(e["total_mib"] for e in gpus)
-    blocks = answer["cpu_expert_layers"]
-    gpu_short = [e for e in gpus if e["free_after_mib"] < 0]
-    if gpu_short:
-        worst = min(gpu_short, key=lambda e: e["free_after_mib"])
-        lower = []
-        everything = answer["headroom"]["all_experts_on_cpu"]["max_ctx_size"]
-        lower.append("ctx_size (at most %d fits%s)" % (everything, "" if facts.dense else " with all experts on CPU")
-                     if everything else "ctx_size")
-        if facts.recurrent_blocks or facts.sliding_window or len(blocks) < len(facts.expert_blocks):
-            lower.append("parallel")
-        lower += ["cache_type_k/cache_type_v (q8_0 halves the KV cache)", "margin_mib", "ubatch"]
-        sizes = facts.expert_bytes_by_block()
-        copy = max([sizes.get(b, 0) for b in blocks] + [0])
-        if copy and options.op_offload and options.ubatch >= mm.OP_OFFLOAD_MIN_BATCH:
-            lower.append("op_offload (false, with llama-server --no-op-offload, frees the %.0f MiB the GPU reserves "
-                         "to compute on host-resident experts, at the cost of slower prompt processing)"
-                         % (copy / float(mm.MIB)))
-        if mode not in ("auto", "all") and len(blocks) < len(facts.expert_blocks):
-            lower.insert(0, "mode (auto or all moves more experts)")
-        what = "%s need %.0f MiB" % (_contents(facts, answer, parallel), need)
-        if not facts.dense:
-            what = "with %s the plan needs %.0f MiB" % (
-                "the experts of %d block(s) on CPU" % len(blocks) if blocks else "everything on the GPU", need)
-        return ("Does not fit on %s: %s and %.0f MiB are missing on %s. Lower %s, or use a larger GPU." % (
-            _where(candidate), what, -worst["free_after_mib"], worst["name"], ", ".join(lower)))
-    if host is not None and host_report["free_after_mib"] < 0:
-        kept = ["%.0f MiB of weights" % host_report["model_mib"]]
-        state = host_report["kv_mib"] + host_report["recurrent_mib"]
-        if state:
-            kept.append("%.0f MiB of KV cache and recurrent state" % state)
-        kept.append("%.0f MiB of compute and output buffers" % (host_report["compute_mib"] + host_report["output_mib"]))
-        kept.append("the %.0f MiB host margin" % host_report["margin_mib"])
-        if candidate.label == "cpu":
-            advice = "Free host memory, or lower ctx_size or parallel."
-        else:
-            advice = "Free host memory, or keep more of the model on the GPUs (%sa larger GPU, a smaller ctx_size)." % (
-                "mode auto, " if mode != "auto" else "")
-        numbers = (", ".join(kept[:-1]), kept[-1], host_report["total_mib"], host.available_mib, host.limited_by,
-                   -host_report["free_after_mib"], advice)
-        return "The host cannot hold its part: %s and %s need %.0f MiB, but %.0f MiB are available (%s), so %.0f " \
-            "MiB are missing. %s" % numbers
+def _reason(facts, answer, candidate, baseline, host, options):
+    """The decision in plain words: why it does not fit and what to lower, or what goes where and why."""
+    if any(e["free_after_mib"] < 0 for e in answer["memory"]["gpus"]):
+        return _gpu_short_text(facts, answer, candidate, options)
+    if host is not None and answer["memory"]["host"]["free_after_mib"] < 0:
+        return _host_short_text(answer, candidate, host, options.mode)
     if candidate.label == "cpu":
-        text = "No GPU: llama-server computes on the CPU and keeps everything in host memory: %s need %.0f MiB " \
-            "with the %.0f MiB margin" % (_contents(facts, answer, parallel), host_report["total_mib"],
-                                          host_report["margin_mib"])
-        text += (" (%.0f MiB available)." % host.available_mib) if host else " (host memory not checked)."
-        return text + _headroom_text(answer, parallel)
-    where = _where(candidate)
+        return _cpu_text(facts, answer, host, options.parallel)
     host_note = "" if host is not None else " Host memory was not checked (give host, the result of host_info)."
-    if not blocks and not answer["device_overrides"] and not answer["pattern"]:
+    if not answer["cpu_expert_layers"] and not answer["device_overrides"] and not answer["pattern"]:
+        gpus = answer["memory"]["gpus"]
         text = "Everything fits on %s: %s need %.0f MiB including the %d MiB margin" % (
-            where, _contents(facts, answer, parallel), need, gpus[0]["margin_mib"])
+            _where(candidate), _contents(facts, answer, options.parallel), sum(e["total_mib"] for e in gpus),
+            gpus[0]["margin_mib"])
         if not facts.dense:
             text += ", so no expert moves to host memory and the GPU keeps full speed"
-        return text + "." + _headroom_text(answer, parallel) + host_note
+        return text + "." + _headroom_text(answer, options.parallel) + host_note
+    return _offload_text(facts, answer, candidate, baseline, options) + host_note
+
+
+def _gpu_short_text(facts, answer, candidate, options):
+    """Why the plan does not fit on its GPUs, and what to lower."""
+    gpus = answer["memory"]["gpus"]
+    need = sum(e["total_mib"] for e in gpus)
+    blocks = answer["cpu_expert_layers"]
+    worst = min((e for e in gpus if e["free_after_mib"] < 0), key=lambda e: e["free_after_mib"])
+    lower = []
+    everything = answer["headroom"]["all_experts_on_cpu"]["max_ctx_size"]
+    lower.append("ctx_size (at most %d fits%s)" % (everything, "" if facts.dense else " with all experts on CPU")
+                 if everything else "ctx_size")
+    if facts.recurrent_blocks or facts.sliding_window or len(blocks) < len(facts.expert_blocks):
+        lower.append("parallel")
+    lower += ["cache_type_k/cache_type_v (q8_0 halves the KV cache)", "margin_mib", "ubatch"]
+    sizes = facts.expert_bytes_by_block()
+    copy = max([sizes.get(b, 0) for b in blocks] + [0])
+    if copy and options.op_offload and options.ubatch >= OP_OFFLOAD_MIN_BATCH:
+        lower.append("op_offload (false, with llama-server --no-op-offload, frees the %.0f MiB the GPU reserves "
+                     "to compute on host-resident experts, at the cost of slower prompt processing)"
+                     % (copy / float(MIB)))
+    if options.mode not in ("auto", "all") and len(blocks) < len(facts.expert_blocks):
+        lower.insert(0, "mode (auto or all moves more experts)")
+    what = "%s need %.0f MiB" % (_contents(facts, answer, options.parallel), need)
+    if not facts.dense:
+        what = "with %s the plan needs %.0f MiB" % (
+            "the experts of %d block(s) on CPU" % len(blocks) if blocks else "everything on the GPU", need)
+    return ("Does not fit on %s: %s and %.0f MiB are missing on %s. Lower %s, or use a larger GPU." % (
+        _where(candidate), what, -worst["free_after_mib"], worst["name"], ", ".join(lower)))
+
+
+def _host_short_text(answer, candidate, host, mode):
+    """Why the host cannot hold its part of the plan."""
+    host_report = answer["memory"]["host"]
+    kept = ["%.0f MiB of weights" % host_report["model_mib"]]
+    state = host_report["kv_mib"] + host_report["recurrent_mib"]
+    if state:
+        kept.append("%.0f MiB of KV cache and recurrent state" % state)
+    kept.append("%.0f MiB of compute and output buffers" % (host_report["compute_mib"] + host_report["output_mib"]))
+    kept.append("the %.0f MiB host margin" % host_report["margin_mib"])
+    if candidate.label == "cpu":
+        advice = "Free host memory, or lower ctx_size or parallel."
+    else:
+        advice = "Free host memory, or keep more of the model on the GPUs (%sa larger GPU, a smaller ctx_size)." % (
+            "mode auto, " if mode != "auto" else "")
+    numbers = (", ".join(kept[:-1]), kept[-1], host_report["total_mib"], host.available_mib, host.limited_by,
+               -host_report["free_after_mib"], advice)
+    return "The host cannot hold its part: %s and %s need %.0f MiB, but %.0f MiB are available (%s), so %.0f " \
+        "MiB are missing. %s" % numbers
+
+
+def _cpu_text(facts, answer, host, parallel):
+    """A plan without GPU: what the host holds."""
+    host_report = answer["memory"]["host"]
+    text = "No GPU: llama-server computes on the CPU and keeps everything in host memory: %s need %.0f MiB " \
+        "with the %.0f MiB margin" % (_contents(facts, answer, parallel), host_report["total_mib"],
+                                      host_report["margin_mib"])
+    text += (" (%.0f MiB available)." % host.available_mib) if host else " (host memory not checked)."
+    return text + _headroom_text(answer, parallel)
+
+
+def _offload_text(facts, answer, candidate, baseline, options):
+    """What moves where (to host memory, to another GPU) and why."""
+    blocks = answer["cpu_expert_layers"]
+    need = sum(e["total_mib"] for e in answer["memory"]["gpus"])
+    where = _where(candidate)
     total_blocks = len(facts.expert_blocks)
     if answer["pattern"] and not blocks and answer["offload"]:
         head = "The given pattern moves %d tensor(s) to host memory (%s)" % (
@@ -719,16 +740,16 @@ def _reason(facts, answer, candidate, baseline, mode, host, options):
         head += "; " + "; ".join("the experts of blocks %s go to %s (GPU %d) with -ot %s=%s" % (
             _blocks_text(o["blocks"]), o["device"], o["gpu_index"], o["pattern"], o["device"])
             for o in answer["device_overrides"])
-    base_need = sum(e["total"] for e in baseline["gpus"]) / float(mm.MIB)
+    base_need = sum(e["total"] for e in baseline["gpus"]) / float(MIB)
     if candidate.sizer.fixed_cpu is not None:
         why = "as the given pattern asks, on %s" % where
-    elif mode == "auto":
+    elif options.mode == "auto":
         why = "everything on the GPU would need %.0f MiB, more than %s offers" % (base_need, where)
     else:
-        why = "as mode %s asks, on %s" % (mode, where)
+        why = "as mode %s asks, on %s" % (options.mode, where)
     kinds = ", recurrent" if facts.recurrent_blocks else ""
     text = "%s: %s. With this plan the GPU side needs %.0f MiB (%.0f MiB saved); every attention%s, router and " \
         "shared-expert tensor stays on the GPU" % (head, why, need, answer["vram_saved_mib"], kinds)
     if blocks or answer["pattern"]:
         text += ", and " + _host_text(answer, options.mmap)
-    return text + "." + _headroom_text(answer, parallel) + host_note
+    return text + "." + _headroom_text(answer, options.parallel)

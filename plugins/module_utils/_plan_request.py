@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import CACHE_TYPES, OFFLOAD_MODES
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import PlanError, load_facts, plan
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import (
+    DEFAULT_HOST_MARGIN_MIB, DEFAULT_MARGIN_MIB, Options)
 
 ARGUMENT_SPEC = dict(
     gguf=dict(type="raw", required=True),
@@ -21,8 +23,8 @@ ARGUMENT_SPEC = dict(
     parallel=dict(type="int", default=1),
     cache_type_k=dict(type="str", default="f16", choices=sorted(CACHE_TYPES)),
     cache_type_v=dict(type="str", default="f16", choices=sorted(CACHE_TYPES)),
-    margin_mib=dict(type="int", default=1024),
-    host_margin_mib=dict(type="int", default=1024),
+    margin_mib=dict(type="int", default=DEFAULT_MARGIN_MIB),
+    host_margin_mib=dict(type="int", default=DEFAULT_HOST_MARGIN_MIB),
     mode=dict(type="str", default="auto", choices=list(OFFLOAD_MODES)),
     cpu_expert_layers=dict(type="raw"),
     pattern=dict(type="str"),
@@ -51,7 +53,7 @@ def run(params):
     """``(result, warnings)`` of the planner for validated ``params`` (the module's options); ``result`` has
     ``failed`` and ``msg`` when the input cannot be planned or the plan does not fit."""
     params = dict(params)
-    gguf, gpus = params.pop("gguf"), params.pop("gpus")
+    gguf, gpus, host = params.pop("gguf"), params.pop("gpus"), params.pop("host", None)
     layers = params.get("cpu_expert_layers")
     if isinstance(layers, str) and layers.strip().isdigit():
         params["cpu_expert_layers"] = int(layers)
@@ -62,7 +64,7 @@ def run(params):
             return {"failed": True, "msg": "cpu_expert_layers must be a count or a list of block indices, got %r"
                                            % (layers,)}, []
     try:
-        result = plan(load_facts(gguf), gpus, **params)
+        result = plan(load_facts(gguf), gpus, host, Options(**params))
     except PlanError as exc:
         failed = dict((k, v) for k, v in exc.details.items() if k in FAILURE_KEYS)
         failed.update(failed=True, msg=str(exc))

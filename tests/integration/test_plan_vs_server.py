@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_model as mm
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _kv_cache as kvc
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import load_facts, plan
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from tools import gguf_models as G
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -91,9 +92,7 @@ def test_plan_equals_llama_server_buffers(models, name, ctx, parallel, flags, ca
     blocks = facts.expert_blocks if blocks == "all" else blocks
     cache_k, cache_v, flash_attn, unified = cache
     gpu = {"name": "rpc", "memory_total_mib": 100000, "memory_free_mib": 100000}
-    planned = plan(facts, [gpu], ctx_size=ctx, parallel=parallel, cache_type_k=cache_k, cache_type_v=cache_v,
-                   flash_attn=flash_attn, kv_unified=unified, mode="layers" if blocks else "none",
-                   cpu_expert_layers=list(blocks) if blocks else None, backend="rpc", op_offload=False)
+    planned = plan(facts, [gpu], None, Options(ctx, parallel, cache_type_k=cache_k, cache_type_v=cache_v, flash_attn=flash_attn, kv_unified=unified, mode="layers" if blocks else "none", cpu_expert_layers=list(blocks) if blocks else None, backend="rpc", op_offload=False))
     assert planned["cpu_expert_layers"] == sorted(blocks)
     with PA.RpcDevices(1) as rpc:
         text = PA.run_server(path, ctx, parallel, rpc.endpoints, override=planned["override_tensor"],
@@ -105,7 +104,7 @@ def test_plan_equals_llama_server_buffers(models, name, ctx, parallel, flags, ca
     assert abs(predicted["kv_mib"] - got["kv"][0]) <= 0.01, (predicted["kv_mib"], got["kv"][0])
     assert abs(predicted["recurrent_mib"] - got["recurrent"][0]) <= 0.01
     assert abs(planned["memory"]["host"]["output_mib"] - got["output"]) <= 0.01
-    assert mm.context_cells(ctx, parallel, unified)[0] == planned["n_ctx"]
+    assert kvc.context_cells(ctx, parallel, unified)[0] == planned["n_ctx"]
     assert predicted["compute_mib"] >= got["compute"][0]  # never under
     # the plan's own pattern moved exactly the experts of those blocks to the host
     moved = set(line.split()[1] for line in text.splitlines() if "buffer type overridden to CPU" in line)
@@ -117,7 +116,7 @@ def test_plan_equals_llama_server_buffers(models, name, ctx, parallel, flags, ca
 def test_sliding_window_cache_options(models, flags, kw):
     facts = load_facts(models["gemma3 SWA"])
     gpu = {"name": "rpc", "memory_total_mib": 100000, "memory_free_mib": 100000}
-    planned = plan(facts, [gpu], 8192, 2, backend="rpc", op_offload=False, **kw)
+    planned = plan(facts, [gpu], None, Options(8192, 2, backend="rpc", op_offload=False, **kw))
     with PA.RpcDevices(1) as rpc:
         text = PA.run_server(models["gemma3 SWA"], 8192, 2, rpc.endpoints, ubatch=kw.get("ubatch", 512), extra=flags)
     got = PA.measured(text, rpc.endpoints)
@@ -138,8 +137,7 @@ def real_gemma(tmp_path_factory):
                                                (32768, 4, 156.0)])
 def test_real_gemma3_270m(real_gemma, ctx, parallel, kv):
     facts = load_facts(str(real_gemma))
-    planned = plan(facts, [{"name": "rpc", "memory_free_mib": 100000}], ctx, parallel, backend="rpc",
-                   op_offload=False)
+    planned = plan(facts, [{"name": "rpc", "memory_free_mib": 100000}], None, Options(ctx, parallel, backend="rpc", op_offload=False))
     with PA.RpcDevices(1) as rpc:
         text = PA.run_server(real_gemma, ctx, parallel, rpc.endpoints)
     got = PA.measured(text, rpc.endpoints)
@@ -157,8 +155,7 @@ def test_experts_placed_on_the_other_device(models):
     facts = load_facts(path)
     with PA.RpcDevices(2) as rpc:
         gpus, names = PA.per_gpu_memory(facts, 4096, 1, 512, rpc.endpoints)
-        planned = plan(facts, gpus, 4096, 1, split=[1, 1], backend="rpc", margin_mib=0, op_offload=False,
-                       device_names=names)
+        planned = plan(facts, gpus, None, Options(4096, 1, split=[1, 1], backend="rpc", margin_mib=0, op_offload=False, device_names=names))
         (item,) = planned["device_overrides"]
         assert item["device"] == names[0] and planned["cpu_expert_layers"] == []
         assert planned["tensor_overrides"] == "%s=%s" % (item["pattern"], names[0])

@@ -5,7 +5,12 @@ from collections import namedtuple
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_model as mm
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _common as common
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _compute_buffers as cbuf
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _kv_cache as kvc
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_estimate as mest
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_facts as mfacts
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import tensor_nbytes
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
@@ -59,7 +64,7 @@ def synthetic_nemotron(pattern=NANO, n_embd=2688, drop=(), expert_type=Q8_0):
 
 def facts_of(md, ts):
     layout = classify_model(md.get("general.architecture"), md, ts)
-    return mm.model_facts(md, ts, layout)
+    return mfacts.model_facts(md, ts, layout)
 
 
 @pytest.fixture(scope="module")
@@ -71,61 +76,61 @@ def nano():
     ("f32", 256, 1024), ("f16", 256, 512), ("bf16", 256, 512), ("q8_0", 256, 272), ("q4_0", 256, 144),
     ("q4_1", 256, 160), ("iq4_nl", 256, 144), ("q5_0", 256, 176), ("q5_1", 256, 192)])
 def test_row_bytes_of_every_cache_type(name, n, expected):
-    assert mm.row_bytes(name, n) == expected
+    assert kvc.row_bytes(name, n) == expected
 
 
 def test_row_bytes_refuses_unknown_types_and_partial_blocks():
-    with pytest.raises(mm.MemoryModelError, match="unknown cache type 'q6_k'"):
-        mm.row_bytes("q6_k", 256)
-    with pytest.raises(mm.MemoryModelError, match="not a multiple of the 32-element blocks"):
-        mm.row_bytes("q8_0", 80)
+    with pytest.raises(mfacts.MemoryModelError, match="unknown cache type 'q6_k'"):
+        kvc.row_bytes("q6_k", 256)
+    with pytest.raises(mfacts.MemoryModelError, match="not a multiple of the 32-element blocks"):
+        kvc.row_bytes("q8_0", 80)
 
 
 def test_nano_kv_is_6144_bytes_per_token_on_six_layers(nano):
     assert sorted(nano.kv_blocks) == [5, 12, 19, 26, 33, 42]
-    kv = mm.kv_cache_bytes(nano, 32768, parallel=2)
+    kv = kvc.kv_cache_bytes(nano, Options(32768, 2))
     assert sum(kv.values()) == 6144 * 32768
-    assert mm.mib(sum(kv.values())) == 192.00
-    assert mm.mib(sum(mm.kv_cache_bytes(nano, 131072).values())) == 768.00
-    q8 = mm.kv_cache_bytes(nano, 32768, cache_type_k="q8_0", cache_type_v="q8_0")
+    assert common.mib(sum(kv.values())) == 192.00
+    assert common.mib(sum(kvc.kv_cache_bytes(nano, Options(131072)).values())) == 768.00
+    q8 = kvc.kv_cache_bytes(nano, Options(32768, cache_type_k="q8_0", cache_type_v="q8_0"))
     assert sum(q8.values()) == 6 * 2 * 272 * 32768
 
 
 def test_nano_recurrent_state_per_sequence(nano):
     assert len(nano.recurrent_blocks) == 23
-    one = mm.recurrent_state_bytes(nano, 1)
+    one = kvc.recurrent_state_bytes(nano, 1)
     assert set(one.values()) == {2170880}  # ((4-1)*(4096+2*8*128) + 128*4096) * 4
-    assert mm.mib(sum(one.values())) == 47.62
-    two = sum(mm.recurrent_state_bytes(nano, 2).values())
-    assert two == 2 * 23 * 2170880 and mm.mib(two) == 95.23  # 95.234375 MiB (2 x 47.617)
-    assert sum(mm.recurrent_state_bytes(nano, 0).values()) == 23 * 2170880  # cells = max(1, parallel)
+    assert common.mib(sum(one.values())) == 47.62
+    two = sum(kvc.recurrent_state_bytes(nano, 2).values())
+    assert two == 2 * 23 * 2170880 and common.mib(two) == 95.23  # 95.234375 MiB (2 x 47.617)
+    assert sum(kvc.recurrent_state_bytes(nano, 0).values()) == 23 * 2170880  # cells = max(1, parallel)
 
 
 @pytest.mark.parametrize("ctx, parallel, unified, cells, streams", [
     (32768, 2, False, 16384, 2), (1000, 1, False, 1024, 1), (1000, 2, False, 512, 2), (3000, 3, False, 1024, 3),
     (3000, 3, True, 3072, 1)])
 def test_context_padding_and_streams(ctx, parallel, unified, cells, streams):
-    assert mm.context_cells(ctx, parallel, unified)[1:] == (cells, streams)
+    assert kvc.context_cells(ctx, parallel, unified)[1:] == (cells, streams)
 
 
 def test_weights_token_embd_on_host_output_on_gpu(nano):
     experts = [n for names in nano.expert_tensors_by_block.values() for n in names]
     assert len(experts) == 46
-    gpu, host, detail = mm.weight_bytes(nano, experts, backend="cpu")
+    gpu, host, detail = mest.weight_bytes(nano, experts, backend="cpu")
     sizes = dict((t.name, t.nbytes) for t in nano.tensors)
     non_expert = sum(v for k, v in sizes.items() if k not in experts)
     assert gpu == [non_expert - sizes["token_embd.weight"]]
     assert host == sum(sizes[n] for n in experts) + sizes["token_embd.weight"]
     assert detail["output_device"] == 0
-    none_gpu, none_host = mm.weight_bytes(nano, (), backend="cpu")[:2]
+    none_gpu, none_host = mest.weight_bytes(nano, (), backend="cpu")[:2]
     assert none_host == sizes["token_embd.weight"] and none_gpu[0] == sum(sizes.values()) - none_host
 
 
 def test_cuda_alignment_and_row_padding_add_little():
     md, ts = synthetic_nemotron()
     facts = facts_of(md, ts)
-    cpu_gpu = mm.weight_bytes(facts, backend="cpu")[0][0]
-    cuda_gpu = mm.weight_bytes(facts, backend="cuda")[0][0]
+    cpu_gpu = mest.weight_bytes(facts, backend="cpu")[0][0]
+    cuda_gpu = mest.weight_bytes(facts, backend="cuda")[0][0]
     # 2688 is not a multiple of 512: each q8_0 matrix gets (512 - 2688 % 512) elements of padding once
     assert 0 < cuda_gpu - cpu_gpu < 400 * (128 + 384 * 34 // 32)
 
@@ -134,7 +139,7 @@ def test_tied_embeddings_put_a_copy_on_the_gpu():
     md, ts = synthetic_nemotron("ME*")
     tied = [t for t in ts if t.name != "output.weight"]
     facts = facts_of(md, tied)
-    gpu, host = mm.weight_bytes(facts, backend="cpu")[:2]
+    gpu, host = mest.weight_bytes(facts, backend="cpu")[:2]
     embd = [t.nbytes for t in ts if t.name == "token_embd.weight"][0]
     assert host == embd
     assert gpu[0] == sum(t.nbytes for t in tied)  # everything, token_embd counted once more on the GPU
@@ -147,18 +152,18 @@ def test_tied_embeddings_put_a_copy_on_the_gpu():
     (52, None, [0] * 52, 0),
 ])
 def test_layer_split_like_llama_cpp(blocks, split, devices, output):
-    assert mm.layer_devices(blocks, split, len(split) if split else 1) == (devices, output)
+    assert mest.layer_devices(blocks, split, len(split) if split else 1) == (devices, output)
 
 
 def test_bad_split():
-    with pytest.raises(mm.MemoryModelError, match="share"):
-        mm.layer_devices(4, [1, 1, 1], 2)
-    with pytest.raises(mm.MemoryModelError, match="no GPU"):
-        mm.layer_devices(4, None, 0)
+    with pytest.raises(mfacts.MemoryModelError, match="share"):
+        mest.layer_devices(4, [1, 1, 1], 2)
+    with pytest.raises(mfacts.MemoryModelError, match="no GPU"):
+        mest.layer_devices(4, None, 0)
 
 
 def test_split_puts_kv_and_state_on_the_layer_device(nano):
-    result = mm.estimate(nano, 32768, 2, split=[1, 1], n_devices=2, backend="cpu")
+    result = mest.estimate(nano, Options(32768, 2, backend="cpu"), split=[1, 1], n_devices=2)
     devices = result["devices_by_block"]
     kv_total = sum(g["kv"] for g in result["gpus"])
     assert kv_total == 6144 * 32768
@@ -182,37 +187,37 @@ def test_metadata_fallback_to_tensor_shapes_with_warnings():
 def test_missing_everything_is_a_clear_error():
     md, ts = synthetic_nemotron("M*", drop=("nemotron_h_moe.ssm.conv_kernel",))
     ts = [t for t in ts if "ssm_conv1d" not in t.name]
-    with pytest.raises(mm.MemoryModelError, match="ssm_conv1d"):
+    with pytest.raises(mfacts.MemoryModelError, match="ssm_conv1d"):
         facts_of(md, ts)
 
 
 def test_quantized_v_cache_needs_flash_attention(nano):
-    with pytest.raises(mm.MemoryModelError, match="flash attention"):
-        mm.estimate(nano, 4096, cache_type_v="q8_0", flash_attn="off")
-    assert mm.estimate(nano, 4096, cache_type_v="q8_0", flash_attn="on")["flash_attn"] is True
+    with pytest.raises(mfacts.MemoryModelError, match="flash attention"):
+        mest.estimate(nano, Options(4096, cache_type_v="q8_0", flash_attn="off"))
+    assert mest.estimate(nano, Options(4096, cache_type_v="q8_0", flash_attn="on"))["flash_attn"] is True
 
 
 @pytest.mark.parametrize("ctx, parallel", [(0, 1), (4096, 0), (-1, 1), (256, 512)])
 def test_bad_context(nano, ctx, parallel):
-    with pytest.raises(mm.MemoryModelError):
-        mm.estimate(nano, ctx, parallel)
+    with pytest.raises(mfacts.MemoryModelError):
+        mest.estimate(nano, Options(ctx, parallel))
 
 
 def test_compute_grows_with_context_and_with_op_offload_copy(nano):
-    small = mm.compute_buffer_bytes(nano, 4096)
-    large = mm.compute_buffer_bytes(nano, 262144)
+    small = cbuf.compute_buffer_bytes(nano, Options(4096))
+    large = cbuf.compute_buffer_bytes(nano, Options(262144))
     # the KQ mask: cells x tokens x f16
     assert large - small == (262144 - 4096) * 512 * 2
     copy = nano.expert_bytes_by_block()[1]
-    with_copy = mm.compute_buffer_bytes(nano, 4096, cpu_expert_bytes_max=copy)
+    with_copy = cbuf.compute_buffer_bytes(nano, Options(4096), cpu_expert_bytes_max=copy)
     assert with_copy - small == copy
-    assert mm.compute_buffer_bytes(nano, 4096, cpu_expert_bytes_max=copy, op_offload=False) == small
-    assert mm.compute_buffer_bytes(nano, 4096, ubatch=16, cpu_expert_bytes_max=copy) < small
+    assert cbuf.compute_buffer_bytes(nano, Options(4096, op_offload=False), cpu_expert_bytes_max=copy) == small
+    assert cbuf.compute_buffer_bytes(nano, Options(4096, ubatch=16), cpu_expert_bytes_max=copy) < small
 
 
 def test_training_context_warning(nano):
-    assert mm.estimate(nano, 2 * 1048576)["warnings"]
-    assert mm.estimate(nano, 4096)["warnings"] == []
+    assert mest.estimate(nano, Options(2 * 1048576))["warnings"]
+    assert mest.estimate(nano, Options(4096))["warnings"] == []
 
 
 @pytest.fixture(scope="module")
@@ -223,10 +228,10 @@ def nano_file(tmp_path_factory):
 def test_real_nano_header(nano_file):
     model = read_model(nano_file[0])
     layout = classify_model(model.architecture, model.metadata, model.tensors)
-    facts = mm.model_facts(model.metadata, model.tensors, layout)
+    facts = mfacts.model_facts(model.metadata, model.tensors, layout)
     assert facts.warnings == []
     assert facts.n_vocab == 131072  # from the skipped token array's count
-    result = mm.estimate(facts, 32768, 2, cpu_tensors=layout.expert_tensors, backend="cpu")
+    result = mest.estimate(facts, Options(32768, 2, backend="cpu"), cpu_tensors=layout.expert_tensors)
     gpu = result["gpus"][0]
     assert gpu["kv_mib"] == 192.00
     assert gpu["recurrent_mib"] == 95.23
@@ -235,4 +240,4 @@ def test_real_nano_header(nano_file):
     embd = [t.nbytes for t in model.tensors if t.name == "token_embd.weight"][0]
     assert gpu["model"] == non_expert - embd
     assert 1360 < gpu["model_mib"] < 1380  # llama-server b10435 on an RPC device: 1369.17 MiB (plan_accuracy.py)
-    assert 21700 < mm.mib(result["host"]["model"] - embd) < 21850  # routed experts: about 21,772 MiB
+    assert 21700 < common.mib(result["host"]["model"] - embd) < 21850  # routed experts: about 21,772 MiB

@@ -8,7 +8,12 @@ from collections import namedtuple
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_model as mm
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _common as common
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _compute_buffers as cbuf
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _kv_cache as kvc
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_estimate as mest
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_facts as mfacts
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 
 T = namedtuple("T", "name shape nbytes type_id")
@@ -55,7 +60,7 @@ def nano_facts(drop=(), **extra):
                    f32(p + "ffn_down_exps.weight", 1856, 2688, 128), f32(p + "ffn_up_shexp.weight", 2688, 3712),
                    f32(p + "ffn_down_shexp.weight", 3712, 2688)]
     ts += [f32("output_norm.weight", 2688), f32("output.weight", 2688, 131072)]
-    return mm.model_facts(md, ts, classify_model("nemotron_h_moe", md, ts))
+    return mfacts.model_facts(md, ts, classify_model("nemotron_h_moe", md, ts))
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +72,11 @@ def facts(**kw):
     """A ``ModelFacts`` given as plain numbers (what ``model_facts`` hands the formulas)."""
     base = dict(architecture="test", block_count=2, n_embd=64, n_vocab=1000, context_length=None, kv_blocks={})
     base.update(kw)
-    return mm.ModelFacts(**base)
+    return mfacts.ModelFacts(**base)
 
 
 def window(size, blocks, kind="standard"):
-    return mm.SlidingWindow(kind, size, frozenset(blocks), "test")
+    return mfacts.SlidingWindow(kind, size, frozenset(blocks), "test")
 
 
 def transformer(arch, blocks, **meta):
@@ -86,7 +91,7 @@ def transformer(arch, blocks, **meta):
           arch + ".attention.head_count": 4, arch + ".attention.head_count_kv": 2,
           arch + ".attention.key_length": 16, arch + ".attention.value_length": 16, arch + ".vocab_size": 512}
     md.update(dict((arch + "." + k.replace("__", "."), v) for k, v in meta.items()))
-    return mm.model_facts(md, tensors, classify_model(arch, md, tensors))
+    return mfacts.model_facts(md, tensors, classify_model(arch, md, tensors))
 
 
 def test_model_facts_keep_the_layout_the_path_the_warnings_and_count_the_vocabulary_tokens():
@@ -105,12 +110,12 @@ def test_model_facts_keep_the_layout_the_path_the_warnings_and_count_the_vocabul
           "tokenizer.ggml.tokens": ["t%d" % i for i in range(77)]}
     layout = classify_model("llama", md, tensors)
     assert layout.warnings
-    found = mm.model_facts(md, tensors, layout, warnings=["from the reader"])
+    found = mfacts.model_facts(md, tensors, layout, warnings=["from the reader"])
     assert found.n_vocab == 77 and found.path == ""
     assert found.tensor_class == layout.tensor_class and found.tensor_class["blk.0.attn_q.weight"] == "attention"
     assert found.warnings[0] == "from the reader" and all(w in found.warnings for w in layout.warnings)
     md.pop("tokenizer.ggml.tokens")
-    assert mm.model_facts(dict(md, **{"llama.vocab_size": 300}), tensors, layout).n_vocab == 300
+    assert mfacts.model_facts(dict(md, **{"llama.vocab_size": 300}), tensors, layout).n_vocab == 300
 
 
 def test_shared_experts_with_a_gate_are_gated_per_block_and_attention_without_q_counts_the_heads():
@@ -130,7 +135,7 @@ def test_shared_experts_with_a_gate_are_gated_per_block_and_attention_without_q_
     md = {"general.architecture": "qwen2moe", a + "block_count": 2, a + "embedding_length": 64,
           a + "attention.head_count": 4, a + "attention.head_count_kv": 2, a + "attention.key_length": 16,
           a + "attention.value_length": 16, a + "expert_count": 4, a + "expert_used_count": 2, a + "vocab_size": 512}
-    found = mm.model_facts(md, tensors, classify_model("qwen2moe", md, tensors))
+    found = mfacts.model_facts(md, tensors, classify_model("qwen2moe", md, tensors))
     assert found.shexp == {0: 96, 1: 96} and found.shexp_gated == frozenset({1})
     assert found.q_width == {0: 64, 1: 64}
 
@@ -146,7 +151,7 @@ def test_routed_experts_with_a_gate_projection_are_gated(nano):
             tensors.append(f32("blk.0.ffn_up_exps.weight", 64, 32, 4))
         md = {"general.architecture": "qwen3moe", "qwen3moe.block_count": 1, "qwen3moe.embedding_length": 64,
               "qwen3moe.expert_count": 4, "qwen3moe.expert_used_count": 2, "qwen3moe.vocab_size": 512}
-        assert mm.model_facts(md, tensors, classify_model("qwen3moe", md, tensors)).experts_gated is True
+        assert mfacts.model_facts(md, tensors, classify_model("qwen3moe", md, tensors)).experts_gated is True
 
 
 def test_the_facts_mark_the_routed_experts_and_count_the_used_ones_and_the_selection_bias(nano):
@@ -161,7 +166,7 @@ def test_the_facts_mark_the_routed_experts_and_count_the_used_ones_and_the_selec
                f32("blk.0.ffn_down_exps.weight", 32, 64, 4)]
     md = {"general.architecture": "deepseek2", "deepseek2.block_count": 1, "deepseek2.embedding_length": 64,
           "deepseek2.expert_count": 4, "deepseek2.expert_used_count": 2, "deepseek2.vocab_size": 512}
-    biased = mm.model_facts(md, tensors, classify_model("deepseek2", md, tensors))
+    biased = mfacts.model_facts(md, tensors, classify_model("deepseek2", md, tensors))
     assert biased.expert_probs_bias is True and biased.expert_used_count == 2
 
 
@@ -177,7 +182,7 @@ def qkv_model(md_extra=(), heads=4, attn=("attn_q", 64), attn_k=None, n_embd=64)
           "llama.attention.head_count": heads, "llama.vocab_size": 512}
     md.update(md_extra)
     md = dict((k, v) for k, v in md.items() if v is not None)
-    return mm.model_facts(md, tensors, classify_model("llama", md, tensors))
+    return mfacts.model_facts(md, tensors, classify_model("llama", md, tensors))
 
 
 def test_head_count_kv_defaults_to_head_count():
@@ -206,7 +211,7 @@ def test_the_q_width_is_attn_q_s_shape_else_the_heads_times_the_k_head_size():
 
 
 def test_an_attention_block_without_any_kv_width_is_refused():
-    with pytest.raises(mm.MemoryModelError) as info:
+    with pytest.raises(mfacts.MemoryModelError) as info:
         qkv_model({"llama.attention.head_count_kv": 2}, heads=None, attn=("attn_qkv", 128))
     assert str(info.value) == ("block 0 is an attention block but neither the metadata (llama.attention."
                                "head_count_kv, key_length, value_length) nor attn_k/attn_v tensors give its KV width")
@@ -217,7 +222,7 @@ def test_tensors_without_a_type_and_a_model_without_an_architecture_name():
     whose header names no architecture keeps an empty name."""
     Bare = namedtuple("Bare", "name shape nbytes")
     tensors = [Bare("token_embd.weight", (64, 512), 4 * 64 * 512), Bare("blk.0.ffn_up.weight", (64, 128), 4 * 64 * 128)]
-    found = mm.model_facts({}, tensors, classify_model("", {}, tensors))
+    found = mfacts.model_facts({}, tensors, classify_model("", {}, tensors))
     assert found.architecture == ""
     assert [(t.name, t.type_id, t.shape) for t in found.tensors] == [
         ("token_embd.weight", None, (64, 512)), ("blk.0.ffn_up.weight", None, (64, 128))]
@@ -245,7 +250,7 @@ def test_an_up_projection_twice_as_wide_as_down_s_input_holds_the_gate_too():
                 tensors.append(f32(p + "ffn_gate.weight", 64, gate))
         md = {"general.architecture": "phi3", "phi3.block_count": 2, "phi3.embedding_length": 64,
               "phi3.attention.head_count": 4, "phi3.attention.head_count_kv": 2, "phi3.vocab_size": 512}
-        found = mm.model_facts(md, tensors, classify_model("phi3", md, tensors))
+        found = mfacts.model_facts(md, tensors, classify_model("phi3", md, tensors))
         return found.ffn, found.ffn_fused, found.ffn_gated
 
     assert ffn(256, 128) == ({0: 256, 1: 256}, frozenset({0, 1}), frozenset())
@@ -266,8 +271,8 @@ def test_an_up_projection_twice_as_wide_as_down_s_input_holds_the_gate_too():
 def test_swa_pattern_without_dense_first_is_llama_cpp_set_swa_pattern(period, blocks, sliding):
     """src/llama-hparams.cpp llama_hparams::set_swa_pattern(n_pattern, dense_first=false):
     is_swa = n_pattern == 0 || il % n_pattern < n_pattern - 1; dense_first is off unless asked for."""
-    assert mm.swa_pattern(period, blocks) == frozenset(sliding)
-    assert mm.swa_pattern(period, blocks, False) == frozenset(sliding)
+    assert mfacts.swa_pattern(period, blocks) == frozenset(sliding)
+    assert mfacts.swa_pattern(period, blocks, False) == frozenset(sliding)
 
 
 @pytest.mark.parametrize("period, blocks, sliding", [
@@ -278,7 +283,7 @@ def test_swa_pattern_without_dense_first_is_llama_cpp_set_swa_pattern(period, bl
 ])
 def test_swa_pattern_dense_first(period, blocks, sliding):
     """set_swa_pattern(n_pattern, dense_first=true): is_swa = n_pattern == 0 || il % n_pattern != 0."""
-    assert mm.swa_pattern(period, blocks, dense_first=True) == frozenset(sliding)
+    assert mfacts.swa_pattern(period, blocks, dense_first=True) == frozenset(sliding)
 
 
 # --------------------------------------------------------------------------- sliding-window layouts
@@ -306,7 +311,7 @@ def test_sliding_window_layout_of_each_rule(arch, blocks, meta, expected):
     """src/models/<arch>.cpp: the window (n_swa) and load_swa_pattern(ml, period, dense_first) of each architecture;
     a per-layer pattern key gives the sliding layers, an integer key the period."""
     got = transformer(arch, blocks, **meta).sliding_window
-    assert got == mm.SlidingWindow(expected[0], expected[1], frozenset(expected[2]), expected[3])
+    assert got == mfacts.SlidingWindow(expected[0], expected[1], frozenset(expected[2]), expected[3])
 
 
 @pytest.mark.parametrize("arch, blocks, meta", [
@@ -341,11 +346,11 @@ def test_a_rule_without_period_and_without_pattern_is_sized_full_with_a_warning(
 
 
 def test_a_pattern_that_is_not_one_flag_per_block_is_refused():
-    with pytest.raises(mm.MemoryModelError) as info:
+    with pytest.raises(mfacts.MemoryModelError) as info:
         transformer("gemma4", 4, attention__sliding_window=64, attention__sliding_window_pattern=[1, 0, "x", 1])
     assert str(info.value) == ("gemma4.attention.sliding_window_pattern has 4 entries, not one flag for each of the 4 "
                                "blocks")
-    with pytest.raises(mm.MemoryModelError, match="has 5 entries, not one flag for each of the 4 blocks"):
+    with pytest.raises(mfacts.MemoryModelError, match="has 5 entries, not one flag for each of the 4 blocks"):
         transformer("gemma4", 4, attention__sliding_window=64, attention__sliding_window_pattern=[1, 0, 1, 1, 0])
 
 
@@ -371,9 +376,9 @@ def test_nano_recurrent_state_widths(nano):
 def test_nano_recurrent_state_is_2170880_bytes_per_block_and_sequence(nano):
     """llama-memory-recurrent.cpp: r_l and s_l are F32 [n_embd_r, mem_size] and [n_embd_s, mem_size] with
     mem_size = max(1, n_seq_max) (llama-model.cpp create_memory); 47.62 MiB per sequence over the 23 blocks."""
-    assert mm.recurrent_state_bytes(nano) == dict((b, 2170880) for b in NANO_MAMBA)
-    assert mm.recurrent_state_bytes(nano, 3) == dict((b, 3 * 2170880) for b in NANO_MAMBA)
-    assert mm.recurrent_state_bytes(nano, 0) == dict((b, 2170880) for b in NANO_MAMBA)
+    assert kvc.recurrent_state_bytes(nano) == dict((b, 2170880) for b in NANO_MAMBA)
+    assert kvc.recurrent_state_bytes(nano, 3) == dict((b, 3 * 2170880) for b in NANO_MAMBA)
+    assert kvc.recurrent_state_bytes(nano, 0) == dict((b, 2170880) for b in NANO_MAMBA)
 
 
 def test_the_ssm_widths_come_from_the_tensor_shapes_when_the_metadata_lacks_them():
@@ -396,7 +401,7 @@ def rwkv(**meta):
     tensors = [f32("token_embd.weight", 64, 32), f32("blk.0.time_mix_key.weight", 64, 64)]
     md = {"rwkv7.embedding_length": 64, "rwkv7.wkv.head_size": 16}
     md.update(dict(("rwkv7." + k, v) for k, v in meta.items()))
-    return mm.model_facts(md, tensors, classify_model("rwkv7", md, tensors)).recurrent_blocks
+    return mfacts.model_facts(md, tensors, classify_model("rwkv7", md, tensors)).recurrent_blocks
 
 
 @pytest.mark.parametrize("meta, widths", [
@@ -417,24 +422,24 @@ def test_rwkv_state_is_token_shift_count_times_n_embd_and_n_embd_times_head_size
     ("q8_0", 32, 34), ("q8_0", 256, 272), ("q4_0", 32, 18), ("q4_0", 256, 144), ("q8_0", 0, 0), ("f16", 1, 2)])
 def test_row_bytes_are_ggml_row_size(name, n, expected):
     """ggml.c type_traits: f16 1 element in 2 bytes, q8_0 32 in 34 (block_q8_0), q4_0 32 in 18 (block_q4_0)."""
-    assert mm.row_bytes(name, n) == expected
+    assert kvc.row_bytes(name, n) == expected
 
 
 def test_row_bytes_refuse_a_partial_block_and_an_unknown_type():
-    with pytest.raises(mm.MemoryModelError) as info:
-        mm.row_bytes("q4_0", 33)
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        kvc.row_bytes("q4_0", 33)
     assert str(info.value) == ("a KV row of 33 elements is not a multiple of the 32-element blocks of q4_0: llama.cpp "
                                "cannot use that cache type for this model")
-    with pytest.raises(mm.MemoryModelError) as info:
-        mm.row_bytes("q6_k", 256)
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        kvc.row_bytes("q6_k", 256)
     assert str(info.value) == ("unknown cache type 'q6_k' (llama-server knows bf16, f16, f32, iq4_nl, q4_0, q4_1, "
                                "q5_0, q5_1, q8_0)")
 
 
 def test_pad_and_mib():
-    assert [mm.pad(v, 256) for v in (0, 1, 255, 256, 257, 512)] == [0, 256, 256, 256, 512, 512]
-    assert mm.mib(MIB) == 1.0 and mm.mib(6144 * 32768) == 192.0 and mm.mib(23 * 2170880) == 47.62
-    assert mm.mib(MIB + 5243) == 1.01 and mm.mib(MIB + 5242) == 1.0
+    assert [kvc.pad(v, 256) for v in (0, 1, 255, 256, 257, 512)] == [0, 256, 256, 256, 512, 512]
+    assert common.mib(MIB) == 1.0 and common.mib(6144 * 32768) == 192.0 and common.mib(23 * 2170880) == 47.62
+    assert common.mib(MIB + 5243) == 1.01 and common.mib(MIB + 5242) == 1.0
 
 
 # --------------------------------------------------------------------------- context, slots and cells
@@ -452,7 +457,7 @@ def test_pad_and_mib():
 def test_context_cells_pad_the_context_and_every_slot_to_256(ctx, parallel, unified, expected):
     """llama-context.cpp llama_context::llama_context: n_ctx = GGML_PAD(n_ctx, 256); without kv_unified
     n_ctx_seq = GGML_PAD(n_ctx / n_seq_max, 256) and n_ctx = n_ctx_seq * n_seq_max."""
-    assert mm.context_cells(ctx, parallel, unified) == expected
+    assert kvc.context_cells(ctx, parallel, unified) == expected
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -460,13 +465,13 @@ def test_context_cells_pad_the_context_and_every_slot_to_256(ctx, parallel, unif
     ((4096, 0), 1), ((512, 512, 512), 512)])
 def test_micro_batch_is_min_of_ubatch_batch_and_context(args, expected):
     """llama-context.cpp: n_batch = min(n_ctx, n_batch) (default 2048), n_ubatch = min(n_batch, n_ubatch) (512)."""
-    assert mm.micro_batch(*args) == expected
+    assert kvc.micro_batch(*args) == expected
 
 
 def test_cache_cells_without_a_sliding_window_have_no_swa_cells():
-    assert mm.cache_cells(facts(), 4096) == mm.CacheCells(4096, 4096, 1, 0, 512)
-    assert mm.cache_cells(facts(), 1000, 3, ubatch=128) == mm.CacheCells(1536, 512, 3, 0, 128)
-    assert mm.cache_cells(facts(), 300, 2, True) == mm.CacheCells(512, 512, 1, 0, 300)
+    assert kvc.cache_cells(facts(), Options(4096)) == kvc.CacheCells(4096, 4096, 1, 0, 512)
+    assert kvc.cache_cells(facts(), Options(1000, 3, ubatch=128)) == kvc.CacheCells(1536, 512, 3, 0, 128)
+    assert kvc.cache_cells(facts(), Options(300, 2, kv_unified=True)) == kvc.CacheCells(512, 512, 1, 0, 300)
 
 
 @pytest.mark.parametrize("size, ctx, parallel, kw, swa_cells", [
@@ -486,9 +491,9 @@ def test_cache_cells_without_a_sliding_window_have_no_swa_cells():
 def test_swa_cells(size, ctx, parallel, kw, swa_cells):
     """llama-kv-cache-iswa.cpp llama_kv_cache_iswa: size_swa = GGML_PAD(min(size_base, n_swa * (unified ?
     n_seq_max : 1) + n_ubatch), 256); size_base with swa_full."""
-    cells = mm.cache_cells(facts(sliding_window=window(size, {0})), ctx, parallel, **kw)
+    cells = kvc.cache_cells(facts(sliding_window=window(size, {0})), Options(ctx, parallel, **kw))
     assert cells.swa_cells == swa_cells
-    assert (cells.n_ctx, cells.cells, cells.streams) == mm.context_cells(ctx, parallel, kw.get("kv_unified", False))
+    assert (cells.n_ctx, cells.cells, cells.streams) == kvc.context_cells(ctx, parallel, kw.get("kv_unified", False))
 
 
 # --------------------------------------------------------------------------- KV cache bytes
@@ -499,80 +504,80 @@ def test_swa_cells(size, ctx, parallel, kw, swa_cells):
 def test_nano_kv_bytes_per_cell_and_cache_type(nano, type_k, type_v, per_cell):
     """llama-kv-cache.cpp llama_kv_cache: per attention block K [n_embd_k_gqa = 256, kv_size, n_stream] of type_k
     and V [256, kv_size, n_stream] of type_v; f16 gives 6 x 1024 = 6144 bytes a token."""
-    kv = mm.kv_cache_bytes(nano, 4096, 1, type_k, type_v)
+    kv = kvc.kv_cache_bytes(nano, Options(4096, 1, cache_type_k=type_k, cache_type_v=type_v))
     assert kv == dict((b, per_cell * 4096) for b in NANO_ATTENTION)
 
 
 def test_nano_kv_defaults_are_one_slot_f16_and_measured_192_mib_at_32k(nano):
     """llama-server b10435 logged 192.00 MiB of KV for Nano at -c 32768 -np 2: 2 streams of 16384 cells, the same
     bytes as 1 stream of 32768."""
-    assert mm.kv_cache_bytes(nano, 4096) == mm.kv_cache_bytes(nano, 4096, 1, "f16", "f16", False)
-    assert mm.kv_cache_bytes(nano, 4096) == dict((b, 1024 * 4096) for b in NANO_ATTENTION)
-    two = mm.kv_cache_bytes(nano, 32768, 2)
-    assert two == dict((b, 1024 * 32768) for b in NANO_ATTENTION) and mm.mib(sum(two.values())) == 192.0
+    assert kvc.kv_cache_bytes(nano, Options(4096)) == kvc.kv_cache_bytes(nano, Options(4096, 1, cache_type_k="f16", cache_type_v="f16", kv_unified=False))
+    assert kvc.kv_cache_bytes(nano, Options(4096)) == dict((b, 1024 * 4096) for b in NANO_ATTENTION)
+    two = kvc.kv_cache_bytes(nano, Options(32768, 2))
+    assert two == dict((b, 1024 * 32768) for b in NANO_ATTENTION) and common.mib(sum(two.values())) == 192.0
 
 
 def test_kv_bytes_count_every_padded_slot(nano):
     """-c 1025 -np 4: 4 streams of 512 cells (2048 cells), not 1025 nor 1280."""
-    assert mm.kv_cache_bytes(nano, 1025, 4) == dict((b, 1024 * 2048) for b in NANO_ATTENTION)
-    assert mm.kv_cache_bytes(nano, 1025, 4, kv_unified=True) == dict((b, 1024 * 1280) for b in NANO_ATTENTION)
+    assert kvc.kv_cache_bytes(nano, Options(1025, 4)) == dict((b, 1024 * 2048) for b in NANO_ATTENTION)
+    assert kvc.kv_cache_bytes(nano, Options(1025, 4, kv_unified=True)) == dict((b, 1024 * 1280) for b in NANO_ATTENTION)
 
 
 def test_kv_bytes_of_sliding_blocks_use_the_swa_cells():
     f = facts(kv_blocks={0: (64, 64), 1: (64, 64)}, kv_heads={0: 1, 1: 1}, sliding_window=window(512, {0}))
     per_cell = 2 * 64 * 2
-    assert mm.kv_cache_bytes(f, 8192, 2) == {0: per_cell * 1024 * 2, 1: per_cell * 4096 * 2}
-    assert mm.kv_cache_bytes(f, 8192, 2, kv_unified=True) == {0: per_cell * 1536, 1: per_cell * 8192}
-    assert mm.kv_cache_bytes(f, 8192, 2, swa_full=True) == {0: per_cell * 8192, 1: per_cell * 8192}
-    assert mm.kv_cache_bytes(f, 8192, 1, ubatch=256) == {0: per_cell * 768, 1: per_cell * 8192}
-    assert mm.kv_cache_bytes(f, 8192, 1, ubatch=1024, batch=256) == {0: per_cell * 768, 1: per_cell * 8192}
+    assert kvc.kv_cache_bytes(f, Options(8192, 2)) == {0: per_cell * 1024 * 2, 1: per_cell * 4096 * 2}
+    assert kvc.kv_cache_bytes(f, Options(8192, 2, kv_unified=True)) == {0: per_cell * 1536, 1: per_cell * 8192}
+    assert kvc.kv_cache_bytes(f, Options(8192, 2, swa_full=True)) == {0: per_cell * 8192, 1: per_cell * 8192}
+    assert kvc.kv_cache_bytes(f, Options(8192, 1, ubatch=256)) == {0: per_cell * 768, 1: per_cell * 8192}
+    assert kvc.kv_cache_bytes(f, Options(8192, 1, ubatch=1024, batch=256)) == {0: per_cell * 768, 1: per_cell * 8192}
 
 
 def test_without_flash_attention_every_v_row_is_the_widest():
     """llama-kv-cache.cpp: n_embd_v_gqa = !v_trans ? n_embd_v_gqa(il) : n_embd_v_gqa_max() (v_trans without flash
     attention); flash attention is the default."""
     f = facts(kv_blocks={0: (64, 32), 1: (64, 128)}, kv_heads={0: 1, 1: 1})
-    assert mm.kv_cache_bytes(f, 256) == {0: (64 + 32) * 2 * 256, 1: (64 + 128) * 2 * 256}
-    assert mm.kv_cache_bytes(f, 256, flash_attn=False) == {0: (64 + 128) * 2 * 256, 1: (64 + 128) * 2 * 256}
+    assert kvc.kv_cache_bytes(f, Options(256)) == {0: (64 + 32) * 2 * 256, 1: (64 + 128) * 2 * 256}
+    assert kvc.kv_cache_bytes(f, Options(256, flash_attn=False)) == {0: (64 + 128) * 2 * 256, 1: (64 + 128) * 2 * 256}
 
 
 def test_mla_has_no_v_cache_even_without_flash_attention():
     """llama_kv_cache: has_v = !is_mla; only the compressed K (kv_lora_rank + rope dims) is cached."""
     f = facts(kv_blocks={0: (576, 0), 1: (576, 0)}, kv_heads={0: 1, 1: 1}, mla=True)
-    assert mm.kv_cache_bytes(f, 512) == {0: 576 * 2 * 512, 1: 576 * 2 * 512}
-    assert mm.kv_cache_bytes(f, 512, flash_attn=False) == {0: 576 * 2 * 512, 1: 576 * 2 * 512}
-    assert mm.kv_cache_bytes(f, 512, cache_type_k="q8_0") == {0: 576 // 32 * 34 * 512, 1: 576 // 32 * 34 * 512}
+    assert kvc.kv_cache_bytes(f, Options(512)) == {0: 576 * 2 * 512, 1: 576 * 2 * 512}
+    assert kvc.kv_cache_bytes(f, Options(512, flash_attn=False)) == {0: 576 * 2 * 512, 1: 576 * 2 * 512}
+    assert kvc.kv_cache_bytes(f, Options(512, cache_type_k="q8_0")) == {0: 576 // 32 * 34 * 512, 1: 576 // 32 * 34 * 512}
 
 
 def test_a_model_without_cache_has_no_kv_bytes():
-    assert mm.kv_cache_bytes(facts(), 4096, 4) == {}
+    assert kvc.kv_cache_bytes(facts(), Options(4096, 4)) == {}
 
 
 def test_the_head_size_must_be_whole_blocks_of_the_cache_type():
     """llama-context.cpp llama_init_from_model refuses a K (V) cache type whose block does not divide
     n_embd_head_k (n_embd_head_v); the head size is the first attention block's width over its KV heads."""
     f = facts(kv_blocks={0: (32, 64)}, kv_heads={0: 2})  # head_k 16, head_v 32
-    with pytest.raises(mm.MemoryModelError) as info:
-        mm.kv_cache_bytes(f, 512, cache_type_k="q8_0")
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        kvc.kv_cache_bytes(f, Options(512, cache_type_k="q8_0"))
     assert str(info.value) == (
         "K cache type q8_0 with block size 32 does not divide the head size 16 (n_embd_head_k): a head is not a "
         "multiple of its blocks, and llama.cpp refuses to create the context; use another cache_type_k")
-    assert mm.kv_cache_bytes(f, 512, cache_type_v="q8_0") == {0: (64 + 68) * 512}
+    assert kvc.kv_cache_bytes(f, Options(512, cache_type_v="q8_0")) == {0: (64 + 68) * 512}
     g = facts(kv_blocks={0: (64, 48)}, kv_heads={0: 2})  # head_k 32, head_v 24
-    with pytest.raises(mm.MemoryModelError) as info:
-        mm.kv_cache_bytes(g, 512, cache_type_v="q4_0")
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        kvc.kv_cache_bytes(g, Options(512, cache_type_v="q4_0"))
     assert str(info.value) == (
         "V cache type q4_0 with block size 32 does not divide the head size 24 (n_embd_head_v): a head is not a "
         "multiple of its blocks, and llama.cpp refuses to create the context; use another cache_type_v")
-    assert mm.kv_cache_bytes(g, 512, cache_type_k="q4_0") == {0: (36 + 96) * 512}
+    assert kvc.kv_cache_bytes(g, Options(512, cache_type_k="q4_0")) == {0: (36 + 96) * 512}
 
 
 # --------------------------------------------------------------------------- output buffer
 
 def test_output_buffer_is_one_row_of_logits_per_slot():
-    assert mm.output_buffer_bytes(facts(n_vocab=131072)) == 131072 * 4
-    assert mm.output_buffer_bytes(facts(n_vocab=131072), 3) == 3 * 131072 * 4
-    assert mm.output_buffer_bytes(facts(n_vocab=131072), 0) == 131072 * 4
+    assert kvc.output_buffer_bytes(facts(n_vocab=131072)) == 131072 * 4
+    assert kvc.output_buffer_bytes(facts(n_vocab=131072), 3) == 3 * 131072 * 4
+    assert kvc.output_buffer_bytes(facts(n_vocab=131072), 0) == 131072 * 4
 
 
 # --------------------------------------------------------------------------- where the layers go
@@ -582,7 +587,7 @@ def test_output_buffer_is_one_row_of_logits_per_slot():
     ([1], 1, [1.0])])
 def test_normalize_split_is_cumulative(split, n, cumulative):
     """llama.cpp: splits[i] = sum(split[:i + 1]) / sum(split); an even split without --tensor-split."""
-    assert mm.normalize_split(split, n) == cumulative
+    assert mest.normalize_split(split, n) == cumulative
 
 
 @pytest.mark.parametrize("split, n, message", [
@@ -592,8 +597,8 @@ def test_normalize_split_is_cumulative(split, n, cumulative):
     ([0, 0], 2, "the tensor split [0, 0] does not give a share >= 0 to each of the 2 GPUs"),
 ])
 def test_normalize_split_errors(split, n, message):
-    with pytest.raises(mm.MemoryModelError) as info:
-        mm.normalize_split(split, n)
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        mest.normalize_split(split, n)
     assert str(info.value) == message
 
 
@@ -607,15 +612,15 @@ def test_normalize_split_errors(split, n, message):
 ])
 def test_layer_devices_first_device_whose_cumulative_share_exceeds_the_position(blocks, split, n, expected):
     """Block i (the output layer as i == n_layer) goes to the first device with i / (n_layer + 1) < splits[d]."""
-    assert mm.layer_devices(blocks, split, n) == expected
+    assert mest.layer_devices(blocks, split, n) == expected
 
 
 def test_layer_devices_default_to_one_device():
-    assert mm.layer_devices(3) == ([0, 0, 0], 0)
+    assert mest.layer_devices(3) == ([0, 0, 0], 0)
 
 
 def tensor_facts(name, nbytes, block, type_id, shape, expert=False):
-    return mm.TensorFacts(name, nbytes, block, type_id, shape, expert)
+    return mfacts.TensorFacts(name, nbytes, block, type_id, shape, expert)
 
 
 def weights_model():
@@ -638,34 +643,34 @@ def test_weights_on_cuda_pad_quantized_rows_once_and_align_to_128():
     experts = 4352  # ne0 1024: no padding; 4352 = 34 * 128
     q_small = 2176  # 512 x 4 q8_0: a multiple of 512 elements, 2176 = 17 * 128
     output = 2856000 + 408  # 2856408, aligned to 2856448
-    gpu, host, detail = mm.weight_bytes(f)
+    gpu, host, detail = mest.weight_bytes(f)
     assert gpu == [11904 + norm + experts + q_small + 2856448]
     assert q == 11832 and output == 2856408
     assert host == 2856000 and detail == {"devices_by_block": [0, 0], "output_device": 0, "host_expert_bytes": 0}
-    cpu_gpu, cpu_host = mm.weight_bytes(f, backend="cpu")[:2]
+    cpu_gpu, cpu_host = mest.weight_bytes(f, backend="cpu")[:2]
     assert cpu_gpu == [11424 + norm + experts + q_small + 2856000] and cpu_host == 2856000  # 32-byte aligned already
 
 
 def test_weights_of_cpu_tensors_go_to_the_host_and_moved_tensors_to_their_device():
     f = weights_model()
-    gpu, host, detail = mm.weight_bytes(f, ["blk.0.ffn_up_exps.weight"], [1, 1], 2, "cpu")
+    gpu, host, detail = mest.weight_bytes(f, ["blk.0.ffn_up_exps.weight"], [1, 1], 2, "cpu")
     assert detail == {"devices_by_block": [0, 0], "output_device": 1, "host_expert_bytes": 4352}
     assert gpu == [11424 + 10752 + 2176, 2856000] and host == 2856000 + 4352
-    moved = mm.weight_bytes(f, (), [1, 1], 2, "cpu", {"blk.0.ffn_up_exps.weight": 1})[0]
+    moved = mest.weight_bytes(f, (), [1, 1], 2, "cpu", {"blk.0.ffn_up_exps.weight": 1})[0]
     assert moved == [11424 + 10752 + 2176, 4352 + 2856000]
 
 
 def test_a_cpu_host_keeps_every_weight():
     f = weights_model()
     total = sum(t.nbytes for t in f.tensors)
-    assert mm.weight_bytes(f, n_devices=0) == ([], total, {"devices_by_block": [], "output_device": None,
+    assert mest.weight_bytes(f, n_devices=0) == ([], total, {"devices_by_block": [], "output_device": None,
                                                            "host_expert_bytes": 4352})
 
 
 def test_tied_embeddings_copy_token_embd_to_the_output_device():
     f = weights_model()
     tied = facts(tensors=f.tensors[:-1], expert_tensors_by_block=f.expert_tensors_by_block)
-    assert mm.weight_bytes(tied, backend="cpu")[0] == [11424 + 10752 + 4352 + 2176 + 2856000]
+    assert mest.weight_bytes(tied, backend="cpu")[0] == [11424 + 10752 + 4352 + 2176 + 2856000]
 
 
 # --------------------------------------------------------------------------- the input and the whole estimate
@@ -675,16 +680,16 @@ def test_tied_embeddings_copy_token_embd_to_the_output_device():
 def test_validate_context_wants_whole_numbers_from_1(name, value):
     args = {"ctx_size": 4096, "parallel": 1, "ubatch": 512}
     args[name] = value
-    with pytest.raises(mm.MemoryModelError) as info:
-        mm.validate_context(args["ctx_size"], args["parallel"], args["ubatch"])
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        kvc.validate_context(args["ctx_size"], args["parallel"], args["ubatch"])
     assert str(info.value) == "%s must be a whole number >= 1, got %r" % (name, value)
 
 
 def test_validate_context_needs_a_padded_context_cell_per_slot():
-    assert mm.validate_context(1, 1, 1) is None
-    assert mm.validate_context(256, 256) is None and mm.validate_context(257, 512) is None
-    with pytest.raises(mm.MemoryModelError) as info:
-        mm.validate_context(256, 257)
+    assert kvc.validate_context(1, 1, 1) is None
+    assert kvc.validate_context(256, 256) is None and kvc.validate_context(257, 512) is None
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        kvc.validate_context(256, 257)
     assert str(info.value) == "ctx_size 256 cannot hold 257 parallel slots"
 
 
@@ -702,13 +707,13 @@ def test_cpu_compute_buffer_holds_the_graph_inputs_the_embedding_rows_and_the_wo
     f = attention_only()
     inputs = 512 * 4 + 64 * 512 * 4 + 512 * 4 + 512 * 512 * 2 + 512 * 8 * 2 + 1 * 4
     output = 2 * 64 * 512 * 4 + 1000000 * 1 * 4
-    assert mm.cpu_compute_bytes(f, 512) == inputs + 64 * 512 * 4 + output
+    assert cbuf.cpu_compute_bytes(f, Options(512)) == inputs + 64 * 512 * 4 + output
     no_fa_inputs = 512 * 4 + 64 * 512 * 4 + 512 * 4 + 512 * 512 * 4 + 512 * 8 * (1 + 64) + 4
     scores = 512 * 512 * 4 * 4  # cells x tokens x heads, F32
     projections = 64 * 512 * 4 + 2 * 256 * 512 * 4  # normed input beside Q and its rotation
     attention = 64 * 512 * 4 + projections + scores
-    assert mm.cpu_compute_bytes(f, 512, flash_attn=False) == no_fa_inputs + 64 * 512 * 4 + attention
-    assert mm.cpu_compute_bytes(f, 512, 1, 512, 2048, flash_attn=True) == mm.cpu_compute_bytes(f, 512)
+    assert cbuf.cpu_compute_bytes(f, Options(512, flash_attn=False)) == no_fa_inputs + 64 * 512 * 4 + attention
+    assert cbuf.cpu_compute_bytes(f, Options(512, 1, ubatch=512, batch=2048, flash_attn=True)) == cbuf.cpu_compute_bytes(f, Options(512))
 
 
 def test_cpu_compute_buffer_is_the_host_inputs_plus_the_worst_node_of_the_model(nano):
@@ -716,20 +721,20 @@ def test_cpu_compute_buffer_is_the_host_inputs_plus_the_worst_node_of_the_model(
     (inputs and embedding rows) plus the worst node of every block and of the output layer."""
     tokens = 512
     output = 2 * 2688 * tokens * 4 + 131072 * 4
-    host = mm.host_compute_bytes(nano, 4096, 2)
-    shape = mm.graph_shape(nano, 4096, 2)
-    worst = max([mm.block_peak(nano, b, shape, True, (0, 0), True, True) for b in range(52)] + [output])
-    assert mm.cpu_compute_bytes(nano, 4096, 2) == host + worst
-    assert mm.cpu_compute_bytes(nano, 4096, 2) > mm.cpu_compute_bytes(nano, 4096, 1)
-    assert mm.cpu_compute_bytes(nano, 4096, 2, kv_unified=True) > mm.cpu_compute_bytes(nano, 4096, 2)
+    host = cbuf.host_compute_bytes(nano, Options(4096, 2))
+    shape = cbuf.graph_shape(nano, Options(4096, 2))
+    worst = max([cbuf.block_peak(nano, b, shape, True, (0, 0), True, True) for b in range(52)] + [output])
+    assert cbuf.cpu_compute_bytes(nano, Options(4096, 2)) == host + worst
+    assert cbuf.cpu_compute_bytes(nano, Options(4096, 2)) > cbuf.cpu_compute_bytes(nano, Options(4096, 1))
+    assert cbuf.cpu_compute_bytes(nano, Options(4096, 2, kv_unified=True)) > cbuf.cpu_compute_bytes(nano, Options(4096, 2))
 
 
 def test_graph_shape_rounds_the_micro_batch_up_to_the_slots():
     """llama_context::graph_reserve: n_tokens a multiple of n_seqs; one output row per slot (n_outputs_max)."""
-    shape = mm.graph_shape(facts(), 1536, 3, ubatch=100, batch=300)
+    shape = cbuf.graph_shape(facts(), Options(1536, 3, ubatch=100, batch=300))
     assert (shape.tokens, shape.seqs, shape.outputs) == (102, 3, 3)
-    assert shape.cells == mm.cache_cells(facts(), 1536, 3, ubatch=100, batch=300)
-    small = mm.graph_shape(facts(), 256, 1, ubatch=4)
+    assert shape.cells == kvc.cache_cells(facts(), Options(1536, 3, ubatch=100, batch=300))
+    small = cbuf.graph_shape(facts(), Options(256, 1, ubatch=4))
     assert (small.tokens, small.seqs, small.outputs) == (4, 1, 1)
 
 
@@ -737,30 +742,30 @@ def test_pipeline_copies_multiply_the_device_inputs():
     """ggml-backend.cpp GGML_SCHED_MAX_COPIES: a pipeline-parallel graph keeps 4 copies of each split's inputs."""
     f = attention_only(n_vocab=100)
     inputs = 64 * 512 * 4 + 512 * 4 + 512 * 512 * 2 + 512 * 8 * 2 + 4
-    assert mm.compute_buffer_bytes(f, 512, copies=4) - mm.compute_buffer_bytes(f, 512) == 3 * inputs
+    assert cbuf.compute_buffer_bytes(f, Options(512), copies=4) - cbuf.compute_buffer_bytes(f, Options(512)) == 3 * inputs
 
 
 @pytest.mark.parametrize("flash_attn, on", [(True, True), ("on", True), ("auto", True), ("true", True),
                                             ("enabled", True), (False, False), ("off", False), ("false", False)])
 def test_estimate_reads_flash_attention(flash_attn, on):
     f = attention_only(n_vocab=100)
-    result = mm.estimate(f, 512, flash_attn=flash_attn, backend="cpu")
+    result = mest.estimate(f, Options(512, flash_attn=flash_attn, backend="cpu"))
     assert result["flash_attn"] is on
-    assert result["gpus"][0]["kv"] == sum(mm.kv_cache_bytes(f, 512, flash_attn=on).values())
+    assert result["gpus"][0]["kv"] == sum(kvc.kv_cache_bytes(f, Options(512, flash_attn=on)).values())
 
 
 def test_a_quantized_v_cache_needs_flash_attention():
     f = facts(kv_blocks={0: (64, 64)}, kv_heads={0: 2})
-    with pytest.raises(mm.MemoryModelError) as info:
-        mm.estimate(f, 512, cache_type_v="q8_0", flash_attn="off")
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        mest.estimate(f, Options(512, cache_type_v="q8_0", flash_attn="off"))
     assert str(info.value) == ("a quantized V cache (cache_type_v=q8_0) needs flash attention: set flash_attn to on "
                                "or auto, or use cache_type_v f16")
     for plain in ("f32", "f16", "bf16"):
-        assert mm.estimate(f, 512, cache_type_v=plain, flash_attn="off")["flash_attn"] is False
+        assert mest.estimate(f, Options(512, cache_type_v=plain, flash_attn="off"))["flash_attn"] is False
 
 
 def test_estimate_adds_up_each_gpu_and_the_host(nano):
-    result = mm.estimate(nano, 32768, 2, backend="cpu", margin_mib=512, host_margin_mib=256)
+    result = mest.estimate(nano, Options(32768, 2, backend="cpu", margin_mib=512, host_margin_mib=256))
     (gpu,) = result["gpus"]
     assert gpu["kv"] == 6144 * 32768 and gpu["recurrent"] == 2 * 23 * 2170880 and gpu["margin"] == 512 * MIB
     assert gpu["total"] == gpu["model"] + gpu["kv"] + gpu["recurrent"] + gpu["compute"] + gpu["margin"]
@@ -770,7 +775,7 @@ def test_estimate_adds_up_each_gpu_and_the_host(nano):
     assert host["margin"] == 256 * MIB
     assert host["total"] == host["model"] + host["output"] + host["compute"] + host["margin"]
     assert host["output_mib"] == 1.0 and host["mmap"] is True and host["pinned"] is False
-    assert result["n_ctx"] == 32768 and result["cells"] == mm.CacheCells(32768, 16384, 2, 0, 512)
+    assert result["n_ctx"] == 32768 and result["cells"] == kvc.CacheCells(32768, 16384, 2, 0, 512)
     assert result["devices_by_block"] == [0] * 52 and result["output_device"] == 0 and result["warnings"] == []
 
 
@@ -780,66 +785,64 @@ def test_under_32_tokens_host_experts_are_computed_on_the_host_and_the_gpu_route
     GPU compute them there; the host computes the host-resident ones."""
     first = nano.expert_blocks[0]
     cpu = nano.expert_tensors_by_block[first]
-    result = mm.estimate(nano, 4096, 1, ubatch=16, cpu_tensors=cpu)
-    assert result["gpus"][0]["compute"] == mm.compute_buffer_bytes(
-        nano, 4096, 1, 16, True, False, range(nano.block_count), True, remote_expert_blocks=[first])
-    assert result["host"]["compute"] == mm.host_compute_bytes(nano, 4096, 1, 16, cpu_expert_blocks=[first])
-    offloaded = mm.estimate(nano, 4096, 1, ubatch=32, cpu_tensors=cpu)
+    result = mest.estimate(nano, Options(4096, 1, ubatch=16), cpu_tensors=cpu)
+    assert result["gpus"][0]["compute"] == cbuf.compute_buffer_bytes(nano, Options(4096, 1, ubatch=16, flash_attn=True, kv_unified=False), blocks=range(nano.block_count), has_output=True, remote_expert_blocks=[first])
+    assert result["host"]["compute"] == cbuf.host_compute_bytes(nano, Options(4096, 1, ubatch=16), cpu_expert_blocks=[first])
+    offloaded = mest.estimate(nano, Options(4096, 1, ubatch=32), cpu_tensors=cpu)
     expert_bytes = sum(t.nbytes for t in nano.tensors if t.name in cpu)
-    assert offloaded["gpus"][0]["compute"] == mm.compute_buffer_bytes(
-        nano, 4096, 1, 32, True, False, range(nano.block_count), True, expert_bytes)
+    assert offloaded["gpus"][0]["compute"] == cbuf.compute_buffer_bytes(nano, Options(4096, 1, ubatch=32, flash_attn=True, kv_unified=False), blocks=range(nano.block_count), has_output=True, cpu_expert_bytes_max=expert_bytes)
 
 
 def test_a_cpu_host_holds_the_token_ids_and_embedding_rows_beside_what_one_gpu_would(nano):
     """With every block on one device, the GPU's buffer is the graph inputs and the worst node (holes of a hybrid
     model included); a host without GPU holds the same plus the token ids and the embedding rows it looks up
     (512 tokens: 512 x 4 + 2688 x 512 x 4 bytes). cpu_compute_bytes is the figure checked against llama-server."""
-    assert mm.cpu_compute_bytes(nano, 4096) - mm.compute_buffer_bytes(nano, 4096) == 512 * 4 + 2688 * 512 * 4
+    assert cbuf.cpu_compute_bytes(nano, Options(4096)) - cbuf.compute_buffer_bytes(nano, Options(4096)) == 512 * 4 + 2688 * 512 * 4
 
 
 def test_the_host_compute_defaults_are_one_slot_and_a_sliding_window_cache(nano):
-    assert mm.host_compute_bytes(nano, 4096) == mm.host_compute_bytes(nano, 4096, 1)
-    assert mm.host_compute_bytes(nano, 4096, 2) != mm.host_compute_bytes(nano, 4096, 1)
+    assert cbuf.host_compute_bytes(nano, Options(4096)) == cbuf.host_compute_bytes(nano, Options(4096, 1))
+    assert cbuf.host_compute_bytes(nano, Options(4096, 2)) != cbuf.host_compute_bytes(nano, Options(4096, 1))
     swa = transformer("gemma3", 6, attention__sliding_window=512)
-    assert mm.host_compute_bytes(swa, 8192) == mm.host_compute_bytes(swa, 8192, swa_full=False)
-    assert mm.host_compute_bytes(swa, 8192) != mm.host_compute_bytes(swa, 8192, swa_full=True)
+    assert cbuf.host_compute_bytes(swa, Options(8192)) == cbuf.host_compute_bytes(swa, Options(8192, swa_full=False))
+    assert cbuf.host_compute_bytes(swa, Options(8192)) != cbuf.host_compute_bytes(swa, Options(8192, swa_full=True))
 
 
 def test_a_unified_cache_reaches_the_host_compute_estimate(nano):
     """-kvu: one stream of 2 x 2048 cells instead of two of 2048: the host holds the graph inputs, whose masks
     follow the streams."""
-    unified = mm.estimate(nano, 4096, 2, kv_unified=True)["host"]["compute"]
-    assert unified == mm.host_compute_bytes(nano, 4096, 2, kv_unified=True)
-    assert unified != mm.host_compute_bytes(nano, 4096, 2)
+    unified = mest.estimate(nano, Options(4096, 2, kv_unified=True))["host"]["compute"]
+    assert unified == cbuf.host_compute_bytes(nano, Options(4096, 2, kv_unified=True))
+    assert unified != cbuf.host_compute_bytes(nano, Options(4096, 2))
 
 
 def test_estimate_defaults_are_one_slot_f16_and_the_1024_mib_margins(nano):
-    result = mm.estimate(nano, 4096)
+    result = mest.estimate(nano, Options(4096))
     assert result["gpus"][0]["margin"] == 1024 * MIB and result["host"]["margin"] == 1024 * MIB
     assert result["gpus"][0]["kv"] == 6144 * 4096 and result["gpus"][0]["recurrent"] == 23 * 2170880
     assert result["host"]["output"] == 131072 * 4 and result["flash_attn"] is True
 
 
 def test_a_cpu_host_holds_the_caches(nano):
-    result = mm.estimate(nano, 4096, 2, n_devices=0)
+    result = mest.estimate(nano, Options(4096, 2), n_devices=0)
     assert result["gpus"] == [] and result["output_device"] is None
     host = result["host"]
     assert host["kv"] == 6144 * 4096 and host["recurrent"] == 2 * 23 * 2170880
-    assert host["compute"] == mm.cpu_compute_bytes(nano, 4096, 2)
+    assert host["compute"] == cbuf.cpu_compute_bytes(nano, Options(4096, 2))
     assert host["pinned"] is False
 
 
 @pytest.mark.parametrize("mmap, n_devices, backend, pinned", [
     (False, 1, "cuda", True), (True, 1, "cuda", False), (False, 1, "rpc", False), (False, 0, "cuda", False)])
 def test_host_weights_are_pinned_only_without_mmap_beside_a_cuda_gpu(nano, mmap, n_devices, backend, pinned):
-    host = mm.estimate(nano, 4096, mmap=mmap, n_devices=n_devices, backend=backend)["host"]
+    host = mest.estimate(nano, Options(4096, mmap=mmap, backend=backend), n_devices=n_devices)["host"]
     assert host["pinned"] is pinned and host["mmap"] is mmap
 
 
 def test_the_training_context_warning_starts_past_it():
     f = facts(context_length=4096)
-    assert mm.estimate(f, 4096, backend="cpu")["warnings"] == []
-    assert mm.estimate(f, 4097, backend="cpu")["warnings"] == [
+    assert mest.estimate(f, Options(4096, backend="cpu"))["warnings"] == []
+    assert mest.estimate(f, Options(4097, backend="cpu"))["warnings"] == [
         "ctx_size 4097 is beyond the model's training context (4096): quality may drop"]
 
 
@@ -854,7 +857,7 @@ def test_the_memory_kind_follows_the_blocks():
     mamba = [f32("token_embd.weight", 64, 32), f32("blk.0.ssm_in.weight", 64, 256)]
     md = {"mamba.embedding_length": 64, "mamba.ssm.conv_kernel": 4, "mamba.ssm.inner_size": 128,
           "mamba.ssm.state_size": 16}
-    only = mm.model_facts(md, mamba, classify_model("mamba", md, mamba))
+    only = mfacts.model_facts(md, mamba, classify_model("mamba", md, mamba))
     assert only.memory == "recurrent" and only.recurrent_blocks == {0: (3 * 128, 16 * 128)}
 
 
@@ -869,7 +872,7 @@ def test_shared_kv_layers_own_no_cache():
 def test_missing_embedding_and_vocabulary_are_read_from_token_embd():
     tensors = [f32("token_embd.weight", 64, 500), f32("blk.0.attn_k.weight", 64, 32),
                f32("blk.0.attn_v.weight", 64, 32), f32("blk.0.attn_q.weight", 64, 64)]
-    got = mm.model_facts({}, tensors, classify_model("x", {}, tensors))
+    got = mfacts.model_facts({}, tensors, classify_model("x", {}, tensors))
     assert (got.n_embd, got.n_vocab) == (64, 500)
     assert got.warnings[:2] == ["x.embedding_length missing: 64 taken from the embedding tensor",
                                 "vocabulary size missing: 500 taken from the embedding tensor"]
@@ -880,7 +883,7 @@ def test_unknown_tensor_sizes_are_counted_as_zero_with_a_warning():
     tensors = [f32("token_embd.weight", 64, 500)] + [T("blk.0.ffn_up.%d.weight" % e, (64, 8), None, 99)
                                                      for e in range(4)]
     md = {"x.embedding_length": 64, "x.vocab_size": 500}
-    got = mm.model_facts(md, tensors, classify_model("x", md, tensors))
+    got = mfacts.model_facts(md, tensors, classify_model("x", md, tensors))
     assert [t.nbytes for t in got.tensors] == [64 * 500 * 4, 0, 0, 0, 0]
     assert ("4 tensor(s) of unknown type counted as 0 bytes (blk.0.ffn_up.0.weight, blk.0.ffn_up.1.weight, "
             "blk.0.ffn_up.2.weight): the weights are underestimated") in got.warnings
@@ -888,12 +891,12 @@ def test_unknown_tensor_sizes_are_counted_as_zero_with_a_warning():
 
 def test_facts_without_embedding_width_or_vocabulary_are_refused():
     tensors = [f32("blk.0.attn_q.weight", 64, 64)]
-    with pytest.raises(mm.MemoryModelError) as info:
-        mm.model_facts({}, tensors, classify_model("x", {}, tensors))
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        mfacts.model_facts({}, tensors, classify_model("x", {}, tensors))
     assert str(info.value) == "x.embedding_length is missing and there is no token_embd/output tensor to read it from"
     one_dim = [f32("token_embd.weight", 64)]
-    with pytest.raises(mm.MemoryModelError) as info:
-        mm.model_facts({"x.embedding_length": 64}, one_dim, classify_model("x", {}, one_dim))
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        mfacts.model_facts({"x.embedding_length": 64}, one_dim, classify_model("x", {}, one_dim))
     assert str(info.value) == ("the vocabulary size is unknown: no tokenizer.ggml.tokens, no x.vocab_size and no "
                                "token_embd/output tensor")
 
@@ -907,10 +910,10 @@ def test_the_last_block_s_experts_see_only_the_output_rows_where_the_graph_keeps
     for arch, last_rows in (("qwen3moe", "outputs"), ("nemotron_h_moe", "tokens")):
         md = {"general.architecture": arch, arch + ".block_count": 3, arch + ".embedding_length": 64,
               arch + ".expert_count": 4, arch + ".expert_used_count": 2}
-        facts = mm.model_facts(md, tensors, classify_model(arch, md, tensors))
-        shape = mm.graph_shape(facts, 4096, 1, False, 512, 2048, False)
+        facts = mfacts.model_facts(md, tensors, classify_model(arch, md, tensors))
+        shape = cbuf.graph_shape(facts, Options(4096, 1, kv_unified=False, ubatch=512, batch=2048, swa_full=False))
         assert (shape.tokens, shape.outputs) == (512, 1)
-        assert [mm._expert_tokens(facts, shape, b) for b in range(3)] == [512, 512, getattr(shape, last_rows)]
+        assert [cbuf._expert_tokens(facts, shape, b) for b in range(3)] == [512, 512, getattr(shape, last_rows)]
 
 
 def mamba2_from_shapes(conv_channels, d_inner=64, n_group=2):
@@ -920,7 +923,7 @@ def mamba2_from_shapes(conv_channels, d_inner=64, n_group=2):
                f32("blk.0.ssm_conv1d.weight", 4, conv_channels),
                f32("blk.0.ssm_norm.weight", d_inner // n_group, n_group), f32("blk.0.ssm_out.weight", d_inner, 32)]
     md = {"mamba2.block_count": 1, "mamba2.embedding_length": 32}
-    return mm.model_facts(md, tensors, classify_model("mamba2", md, tensors))
+    return mfacts.model_facts(md, tensors, classify_model("mamba2", md, tensors))
 
 
 @pytest.mark.parametrize("d_state", [1, 16])
@@ -933,7 +936,7 @@ def test_a_state_size_of_one_from_the_shapes_is_a_state(d_state):
 
 
 def test_shapes_that_leave_no_room_for_a_state_are_refused_with_the_shapes():
-    with pytest.raises(mm.MemoryModelError) as raised:
+    with pytest.raises(mfacts.MemoryModelError) as raised:
         mamba2_from_shapes(64)
     assert str(raised.value) == ("the recurrent blocks lack mamba2.ssm.* metadata and the ssm tensor shapes do not "
                                  "give a state size (conv channels 64, inner size 64)")
@@ -954,9 +957,9 @@ def test_the_logits_are_counted_only_on_the_output_device():
                f32("blk.0.attn_v.weight", 64, 32), f32("blk.0.ffn_up.weight", 64, 128)]
     md = {"llama.block_count": 1, "llama.embedding_length": 64, "llama.attention.head_count": 4,
           "llama.attention.head_count_kv": 2, "llama.feed_forward_length": 128}
-    facts = mm.model_facts(md, tensors, classify_model("llama", md, tensors))
-    shape = mm.graph_shape(facts, 4096, 64, False, 512, 2048, False)
+    facts = mfacts.model_facts(md, tensors, classify_model("llama", md, tensors))
+    shape = cbuf.graph_shape(facts, Options(4096, 64, kv_unified=False, ubatch=512, batch=2048, swa_full=False))
     logits = vocab * shape.outputs * 4
-    with_output = mm.compute_buffer_bytes(facts, 4096, 64, 512, has_output=True)
-    without = mm.compute_buffer_bytes(facts, 4096, 64, 512, has_output=False)
+    with_output = cbuf.compute_buffer_bytes(facts, Options(4096, 64, ubatch=512), has_output=True)
+    without = cbuf.compute_buffer_bytes(facts, Options(4096, 64, ubatch=512), has_output=False)
     assert shape.outputs == 64 and with_output >= logits > without

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_model as mm
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _compute_buffers as cbuf
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_estimate as mest
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_facts as mfacts
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 from tools.gguf_models import write_tiny_nemotron_h_moe
@@ -28,7 +31,7 @@ def facts(tmp_path_factory):
     found = {}
     for label, shape in MODELS.items():
         model = read_model(write_tiny_nemotron_h_moe(str(folder / (label + ".gguf")), **shape))
-        found[label] = mm.model_facts(model.metadata, model.tensors,
+        found[label] = mfacts.model_facts(model.metadata, model.tensors,
                                       classify_model(model.architecture, model.metadata, model.tensors))
     return found
 
@@ -58,7 +61,7 @@ MEASURED = [
 @pytest.mark.parametrize("model, ctx, parallel, ubatch, batch, flash_attn, logged", MEASURED)
 def test_the_cpu_compute_estimate_is_never_under_the_server_and_within_1_mib(
         facts, model, ctx, parallel, ubatch, batch, flash_attn, logged):
-    estimate = mm.cpu_compute_bytes(facts[model], ctx, parallel, ubatch, batch, flash_attn=flash_attn) / MIB
+    estimate = cbuf.cpu_compute_bytes(facts[model], Options(ctx, parallel, ubatch=ubatch, batch=batch, flash_attn=flash_attn)) / MIB
     assert logged - 0.005 <= estimate <= logged + 1.0, (estimate, logged)
 
 
@@ -66,14 +69,14 @@ def test_the_cpu_compute_estimate_is_never_under_the_server_and_within_1_mib(
 def test_the_defaults_are_llama_server_s_one_slot_ubatch_512_batch_2048_flash_attention_on(facts, model):
     """Called with the context only, the estimate is that of ``-np 1 -ub 512 -b 2048 -fa on`` and covers what the
     server logged for it; with flash attention off the KQ matrix is materialized and the buffer grows."""
-    explicit = mm.cpu_compute_bytes(facts[model], 4096, 1, 512, 2048, flash_attn=True)
-    assert mm.cpu_compute_bytes(facts[model], 4096) == explicit
+    explicit = cbuf.cpu_compute_bytes(facts[model], Options(4096, 1, ubatch=512, batch=2048, flash_attn=True))
+    assert cbuf.cpu_compute_bytes(facts[model], Options(4096)) == explicit
     logged = {"A": 5.27, "B": 6.35}[model]
     assert logged - 0.005 <= explicit / MIB <= logged + 1.0
-    assert mm.cpu_compute_bytes(facts[model], 4096, flash_attn=False) / MIB > 40.0  # 40.63 / 41.26 logged
+    assert cbuf.cpu_compute_bytes(facts[model], Options(4096, flash_attn=False)) / MIB > 40.0  # 40.63 / 41.26 logged
 
 
 def test_the_host_estimate_carries_the_cpu_compute_buffer(facts):
     """``estimate`` on a host without GPU (no device) puts this buffer in ``host.compute``."""
-    result = mm.estimate(facts["A"], 4096, 1, flash_attn=True, n_devices=0)
-    assert result["host"]["compute"] == mm.cpu_compute_bytes(facts["A"], 4096, 1, 512, flash_attn=True)
+    result = mest.estimate(facts["A"], Options(4096, 1, flash_attn=True), n_devices=0)
+    assert result["host"]["compute"] == cbuf.cpu_compute_bytes(facts["A"], Options(4096, 1, ubatch=512, flash_attn=True))

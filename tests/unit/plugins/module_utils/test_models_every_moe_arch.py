@@ -14,6 +14,7 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_gguf, read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import PlanError, load_facts, plan
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import MAX_BLOCKS
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
 
@@ -153,7 +154,7 @@ def test_implausible_block_numbers_do_not_hang(tmp_path):
         assert result["block_count"] == 4000000001 and result["layer_kinds"]["moe"][-1] == 4000000000
         assert any("only the blocks that hold tensors" in w for w in warnings)
         with pytest.raises(PlanError, match="implausible"):
-            plan(load_facts(files[0]), GPU, ctx_size=4096)
+            plan(load_facts(files[0]), GPU, None, Options(4096))
     finally:
         signal.alarm(0)
     assert 4000000000 > MAX_BLOCKS
@@ -225,7 +226,7 @@ def test_mutated_multi_shard_files_fail_cleanly(tmp_path, sources, seed):
                 continue
             describe(model, "all", r"\.ffn_.*_exps\.")
             try:
-                plan(load_facts(path), GPU, ctx_size=4096, parallel=2)
+                plan(load_facts(path), GPU, None, Options(4096, 2))
                 outcomes["ok"] += 1
             except PlanError as exc:
                 assert str(exc)

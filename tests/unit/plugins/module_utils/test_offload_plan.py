@@ -6,7 +6,10 @@ import re
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_model as mm
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _common as common
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _kv_cache as kvc
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_estimate as mest
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import PlanError, load_facts, plan
 from tools import gguf_models
 
@@ -27,8 +30,8 @@ def card(free, name="GPU", total=None):
 
 def need_mib(facts, blocks, **kw):
     cpu = [n for b in blocks for n in facts.expert_tensors_by_block[b]]
-    result = mm.estimate(facts, cpu_tensors=cpu, **kw)
-    return max(g["total"] for g in result["gpus"]) / float(mm.MIB)
+    result = mest.estimate(facts, Options(**kw), cpu_tensors=cpu)
+    return max(g["total"] for g in result["gpus"]) / float(common.MIB)
 
 
 def moved(result, names):
@@ -38,10 +41,10 @@ def moved(result, names):
 @pytest.mark.parametrize("free, ctx, parallel", [(24148, 32768, 2), (15746, 65536, 1), (11804, 32768, 4),
                                                  (7796, 32768, 1), (7796, 131072, 2)])
 def test_nano_plans_fit_and_move_exactly_their_blocks(nano, free, ctx, parallel):
-    result = plan(nano, [card(free)], ctx, parallel)
+    result = plan(nano, [card(free)], None, Options(ctx, parallel))
     assert result["fits"] and result["offload"]
     gpu = result["memory"]["gpus"][0]
-    assert gpu["free_after_mib"] >= 0 and gpu["kv_mib"] == round(6144 * mm.pad(ctx, 256) / 2.0 ** 20, 2)
+    assert gpu["free_after_mib"] >= 0 and gpu["kv_mib"] == round(6144 * kvc.pad(ctx, 256) / 2.0 ** 20, 2)
     wanted = set(n for b in result["cpu_expert_layers"] for n in nano.expert_tensors_by_block[b])
     assert moved(result, nano.tensor_names) == wanted  # the proof, redone here
     assert result["override_tensor"] == result["pattern"] + "=CPU"
@@ -55,7 +58,7 @@ def test_nano_plans_fit_and_move_exactly_their_blocks(nano, free, ctx, parallel)
 
 
 def test_nano_on_a_large_card_needs_no_offload(nano):
-    result = plan(nano, [card(81007, "NVIDIA H100 80GB HBM3", 81559)], 32768, 2)
+    result = plan(nano, [card(81007, "NVIDIA H100 80GB HBM3", 81559)], None, Options(32768, 2))
     assert result["offload"] is False and result["pattern"] == "" and result["override_tensor"] == ""
     assert result["cpu_expert_layers"] == [] and result["vram_saved_mib"] == 0
     assert "no expert moves" in result["reason"]
@@ -63,7 +66,7 @@ def test_nano_on_a_large_card_needs_no_offload(nano):
 
 
 def test_nano_all_experts_gpu_weights(nano):
-    result = plan(nano, [card(24148)], 32768, 2, mode="all")
+    result = plan(nano, [card(24148)], None, Options(32768, 2, mode="all"))
     assert len(result["cpu_expert_layers"]) == 23
     assert result["pattern"] == r"\.ffn_.*_exps\.weight" or moved(result, nano.tensor_names) == set(
         n for names in nano.expert_tensors_by_block.values() for n in names)
@@ -72,7 +75,7 @@ def test_nano_all_experts_gpu_weights(nano):
 
 def test_does_not_fit_says_how_much_is_missing(nano):
     with pytest.raises(PlanError) as info:
-        plan(nano, [card(4096)], 262144, 4)
+        plan(nano, [card(4096)], None, Options(262144, 4))
     message = str(info.value)
     missing = re.search(r"(\d+) MiB are missing", message)
     assert missing and int(missing.group(1)) > 0
@@ -83,7 +86,7 @@ def test_does_not_fit_says_how_much_is_missing(nano):
 
 
 def test_headroom(nano):
-    result = plan(nano, [card(24148)], 32768, 2)
+    result = plan(nano, [card(24148)], None, Options(32768, 2))
     here = result["headroom"]["this_plan"]
     assert here["max_ctx_size"] >= 32768 and here["max_parallel"] >= 2
     assert need_mib(nano, result["cpu_expert_layers"], ctx_size=here["max_ctx_size"] + 256, parallel=2) > 24148
@@ -94,15 +97,15 @@ def test_headroom(nano):
 def test_layers_mode(demo):
     blocks = demo.expert_blocks
     assert blocks == [1, 4]
-    by_count = plan(demo, [card(4096)], 512, mode="layers", cpu_expert_layers=1, margin_mib=0)
+    by_count = plan(demo, [card(4096)], None, Options(512, mode="layers", cpu_expert_layers=1, margin_mib=0))
     assert by_count["cpu_expert_layers"] == [1] and by_count["n_cpu_moe"] == 2
-    by_list = plan(demo, [card(4096)], 512, mode="layers", cpu_expert_layers=[4], margin_mib=0)
+    by_list = plan(demo, [card(4096)], None, Options(512, mode="layers", cpu_expert_layers=[4], margin_mib=0))
     assert by_list["cpu_expert_layers"] == [4] and by_list["n_cpu_moe"] is None
     assert moved(by_list, demo.tensor_names) == set(demo.expert_tensors_by_block[4])
     with pytest.raises(PlanError, match="hold no routed experts"):
-        plan(demo, [card(4096)], 512, mode="layers", cpu_expert_layers=[0])
+        plan(demo, [card(4096)], None, Options(512, mode="layers", cpu_expert_layers=[0]))
     with pytest.raises(PlanError, match="needs cpu_expert_layers"):
-        plan(demo, [card(4096)], 512, mode="layers")
+        plan(demo, [card(4096)], None, Options(512, mode="layers"))
 
 
 def test_auto_on_the_demo_model_moves_one_block_when_one_is_enough(demo):
@@ -113,28 +116,28 @@ def test_auto_on_the_demo_model_moves_one_block_when_one_is_enough(demo):
     free = int(math.ceil(one))
     if free >= none:
         pytest.skip("the demo model's blocks are too small to tell at MiB granularity")
-    result = plan(demo, [card(free)], 512, margin_mib=0, op_offload=False)
+    result = plan(demo, [card(free)], None, Options(512, margin_mib=0, op_offload=False))
     assert result["cpu_expert_layers"] == [1] and result["fits"]
-    assert plan(demo, [card(int(math.ceil(none)))], 512, margin_mib=0, op_offload=False)["offload"] is False
+    assert plan(demo, [card(int(math.ceil(none)))], None, Options(512, margin_mib=0, op_offload=False))["offload"] is False
 
 
 def test_dual_gpu_split_or_single(nano):
     dual = [dict(card(24148, "NVIDIA RTX A5500", 24564), index=0, uuid="GPU-a"),
             dict(card(15746, "NVIDIA RTX A4000", 16376), index=1, uuid="GPU-b")]
-    result = plan(nano, dual, 32768, 2)
+    result = plan(nano, dual, None, Options(32768, 2))
     assert result["placement"] == "split" and result["offload"] is False  # 40 GB together hold everything
     assert result["tensor_split"] == "0.605,0.395" and result["visible_devices"] == "GPU-a,GPU-b"
     assert len(result["memory"]["gpus"]) == 2 and all(g["free_after_mib"] >= 0 for g in result["memory"]["gpus"])
-    single = plan(nano, dual, 32768, 2, gpu_index=0)
+    single = plan(nano, dual, None, Options(32768, 2, gpu_index=0))
     assert single["placement"] == "single" and single["visible_devices"] == "GPU-a" and single["offload"]
-    forced = plan(nano, dual, 32768, 2, split=[1, 1])
+    forced = plan(nano, dual, None, Options(32768, 2, split=[1, 1]))
     assert forced["tensor_split"] == "0.5,0.5"
     big = [dict(card(81007), index=0), dict(card(81007), index=1)]
-    assert plan(nano, big, 32768, 2)["placement"] == "single"  # one GPU is enough: no split
+    assert plan(nano, big, None, Options(32768, 2))["placement"] == "single"  # one GPU is enough: no split
     with pytest.raises(PlanError, match="not both"):
-        plan(nano, dual, 32768, gpu_index=0, split="auto")
+        plan(nano, dual, None, Options(32768, gpu_index=0, split="auto"))
     with pytest.raises(PlanError, match="gpu_index 7"):
-        plan(nano, dual, 32768, gpu_index=7)
+        plan(nano, dual, None, Options(32768, gpu_index=7))
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -152,12 +155,13 @@ def test_bad_input_is_a_clear_plan_error(nano, kwargs, words):
     args.update(kwargs)
     if "split" in kwargs:
         args["gpus"] = [card(1000), card(1000)]
+    gpus = args.pop("gpus")
     with pytest.raises(PlanError, match=words):
-        plan(nano, **args)
+        plan(nano, gpus, None, Options(**args))
 
 
 def test_beyond_training_context_warns(demo):
-    result = plan(demo, [card(81007)], 8192)
+    result = plan(demo, [card(81007)], None, Options(8192))
     assert any("training context" in w for w in result["warnings"])
 
 

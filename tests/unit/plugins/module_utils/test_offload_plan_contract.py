@@ -7,8 +7,11 @@ from collections import namedtuple
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_model as mm
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _common as common
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_estimate as mest
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_facts as mfacts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _offload_plan as op
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 
 T = namedtuple("T", "name shape nbytes type_id")
@@ -41,7 +44,7 @@ def moe_model(kinds="DEEE", context_length=4096):
           arch + ".attention.head_count": 4, arch + ".attention.head_count_kv": 2, arch + ".attention.key_length": 16,
           arch + ".attention.value_length": 16, arch + ".vocab_size": 512, arch + ".context_length": context_length,
           arch + ".expert_count": 8, arch + ".expert_used_count": 2, arch + ".expert_feed_forward_length": 64}
-    return mm.model_facts(md, tensors, classify_model(arch, md, tensors))
+    return mfacts.model_facts(md, tensors, classify_model(arch, md, tensors))
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +57,7 @@ def need(facts, blocks, ctx=4096, parallel=1, **kw):
     args = dict(SIZING)
     args.update(kw)
     cpu = [n for b in blocks for n in facts.expert_tensors_by_block[b]]
-    return mm.estimate(facts, ctx, parallel, cpu_tensors=cpu, **args)["gpus"][0]["total"]
+    return mest.estimate(facts, Options(ctx, parallel, **args), cpu_tensors=cpu)["gpus"][0]["total"]
 
 
 def card(free_mib, index=0, name="GPU0"):
@@ -66,13 +69,13 @@ def card(free_mib, index=0, name="GPU0"):
 def test_a_gpu_with_exactly_what_the_plan_needs_fits_without_offload(moe):
     """free_after = free - need: 0 fits (nothing is short), one byte less does not."""
     everything = need(moe, [])
-    result = op.plan(moe, [card(everything / MIB)], 4096, **SIZING)
+    result = op.plan(moe, [card(everything / MIB)], None, Options(4096, **SIZING))
     assert result["fits"] is True and result["offload"] is False and result["cpu_expert_layers"] == []
     assert result["memory"]["gpus"][0]["free_after_mib"] == 0.0 and result["n_cpu_moe"] == 0
     assert result["pattern"] == "" and result["override_tensor"] == ""
     assert result["pattern_check"] == {"ok": True, "matched": 0, "tensors": [], "missed": [], "non_expert": [],
                                        "verdict": "no tensor moves"}
-    short = op.plan(moe, [card((everything - 1) / MIB)], 4096, **SIZING)
+    short = op.plan(moe, [card((everything - 1) / MIB)], None, Options(4096, **SIZING))
     assert short["offload"] is True and short["cpu_expert_layers"] == [1] and short["n_cpu_moe"] == 2
 
 
@@ -80,18 +83,18 @@ def test_auto_moves_just_enough_lowest_blocks(moe):
     """auto: the fewest MoE blocks, lowest index first (what --n-cpu-moe N moves), that make the GPU fit."""
     one, two = need(moe, [1]), need(moe, [1, 2])
     assert need(moe, []) > one > two > need(moe, [1, 2, 3])
-    assert op.plan(moe, [card(one / MIB)], 4096, **SIZING)["cpu_expert_layers"] == [1]
-    exact = op.plan(moe, [card(two / MIB)], 4096, **SIZING)
+    assert op.plan(moe, [card(one / MIB)], None, Options(4096, **SIZING))["cpu_expert_layers"] == [1]
+    exact = op.plan(moe, [card(two / MIB)], None, Options(4096, **SIZING))
     assert exact["cpu_expert_layers"] == [1, 2] and exact["n_cpu_moe"] == 3
     assert exact["memory"]["gpus"][0]["free_after_mib"] == 0.0
-    assert op.plan(moe, [card((two - 1) / MIB)], 4096, **SIZING)["cpu_expert_layers"] == [1, 2, 3]
+    assert op.plan(moe, [card((two - 1) / MIB)], None, Options(4096, **SIZING))["cpu_expert_layers"] == [1, 2, 3]
 
 
 def test_auto_refuses_when_even_every_expert_on_the_host_does_not_fit(moe):
     lightest = need(moe, [1, 2, 3])
-    assert op.plan(moe, [card(lightest / MIB)], 4096, **SIZING)["cpu_expert_layers"] == [1, 2, 3]
+    assert op.plan(moe, [card(lightest / MIB)], None, Options(4096, **SIZING))["cpu_expert_layers"] == [1, 2, 3]
     with pytest.raises(op.PlanError) as info:
-        op.plan(moe, [card((lightest - MIB) / MIB)], 4096, **SIZING)
+        op.plan(moe, [card((lightest - MIB) / MIB)], None, Options(4096, **SIZING))
     assert info.value.details["fits"] is False and info.value.details["cpu_expert_layers"] == [1, 2, 3]
     assert info.value.details["memory"]["gpus"][0]["free_after_mib"] == -1.0
     assert "and 1 MiB are missing on GPU0." in str(info.value)
@@ -107,7 +110,7 @@ def test_fits_is_free_after_at_least_zero_on_every_gpu_and_the_host():
 
 
 def sizer(facts, free_mib, available_mib=None):
-    options = op.Options(4096, margin_mib=0, op_offload=False, backend="rpc")
+    options = Options(4096, margin_mib=0, op_offload=False, backend="rpc")
     host = None if available_mib is None else op.Host(available_mib, None, 0, "MemAvailable")
     gpus = [op.Gpu("GPU0", 0, None, None, free_mib)]
     return op._Sizer(facts, gpus, None, options, host)  # pylint: disable=protected-access
@@ -137,9 +140,9 @@ def test_the_gpu_free_after_is_free_memory_minus_the_total(moe):
 
 def test_mode_none_keeps_every_expert_on_the_gpu_even_when_it_does_not_fit(moe):
     everything = need(moe, [])
-    assert op.plan(moe, [card(everything / MIB)], 4096, mode="none", **SIZING)["cpu_expert_layers"] == []
+    assert op.plan(moe, [card(everything / MIB)], None, Options(4096, mode="none", **SIZING))["cpu_expert_layers"] == []
     with pytest.raises(op.PlanError) as info:
-        op.plan(moe, [card((everything - MIB) / MIB)], 4096, mode="none", **SIZING)
+        op.plan(moe, [card((everything - MIB) / MIB)], None, Options(4096, mode="none", **SIZING))
     assert info.value.details["cpu_expert_layers"] == [] and info.value.details["fits"] is False
     details = info.value.details
     free = details["memory"]["gpus"][0]["free_mib"]
@@ -153,7 +156,7 @@ def test_mode_none_keeps_every_expert_on_the_gpu_even_when_it_does_not_fit(moe):
 
 
 def test_mode_all_moves_every_moe_block(moe):
-    result = op.plan(moe, [card(100000)], 4096, mode="all", **SIZING)
+    result = op.plan(moe, [card(100000)], None, Options(4096, mode="all", **SIZING))
     assert result["cpu_expert_layers"] == [1, 2, 3] and result["n_cpu_moe"] == 4 and result["offload"] is True
 
 
@@ -162,13 +165,13 @@ def test_mode_all_moves_every_moe_block(moe):
     (3, [1, 2, 3], 4)])
 def test_mode_layers_sorts_and_deduplicates_a_list_or_takes_the_first_blocks_of_a_count(
         moe, layers, blocks, n_cpu_moe):
-    result = op.plan(moe, [card(100000)], 4096, mode="layers", cpu_expert_layers=layers, **SIZING)
+    result = op.plan(moe, [card(100000)], None, Options(4096, mode="layers", cpu_expert_layers=layers, **SIZING))
     assert result["cpu_expert_layers"] == blocks and result["n_cpu_moe"] == n_cpu_moe
     assert result["offload"] is bool(blocks)
 
 
 def test_a_cpu_host_in_auto_mode_keeps_every_expert_in_host_memory(moe):
-    result = op.plan(moe, [], 4096, **SIZING)
+    result = op.plan(moe, [], None, Options(4096, **SIZING))
     assert result["placement"] == "cpu" and result["cpu_expert_layers"] == [1, 2, 3] and result["n_cpu_moe"] == 4
 
 
@@ -183,7 +186,7 @@ def test_n_cpu_moe_is_given_only_when_it_moves_exactly_the_blocks(moe, blocks, n
 
 def test_headroom_is_the_largest_multiple_of_256_and_slot_count_that_fit(moe):
     free = need(moe, [], ctx=3072) + 1000
-    result = op.plan(moe, [card(free / MIB)], 1024, **SIZING)
+    result = op.plan(moe, [card(free / MIB)], None, Options(1024, **SIZING))
     here = result["headroom"]["this_plan"]
     assert here["ctx_size_capped_at"] == 4096 and here["max_ctx_size"] == 3072
     assert need(moe, [], ctx=3328) > free
@@ -192,26 +195,26 @@ def test_headroom_is_the_largest_multiple_of_256_and_slot_count_that_fit(moe):
 
 
 def test_headroom_reaches_the_training_context_or_the_asked_one(moe):
-    result = op.plan(moe, [card(100000)], 8192, **SIZING)
+    result = op.plan(moe, [card(100000)], None, Options(8192, **SIZING))
     assert result["headroom"]["this_plan"] == {"max_ctx_size": 8192, "max_parallel": 256, "ctx_size_capped_at": 8192}
     assert result["warnings"] == ["ctx_size 8192 is beyond the model's training context of 4096 tokens"]
-    at = op.plan(moe, [card(100000)], 4096, **SIZING)
+    at = op.plan(moe, [card(100000)], None, Options(4096, **SIZING))
     assert at["warnings"] == [] and at["headroom"]["this_plan"]["ctx_size_capped_at"] == 4096
 
 
 # --------------------------------------------------------------------------- what the plan reports
 
 def test_the_kv_report_of_a_plain_cache(moe):
-    result = op.plan(moe, [card(100000)], 1000, 3, **SIZING)
+    result = op.plan(moe, [card(100000)], None, Options(1000, 3, **SIZING))
     assert result["kv_cache"] == {"layout": "kv", "cells": 512, "streams": 3, "full_blocks": [0, 1, 2, 3],
                                   "swa_blocks": [], "swa_cells": 0, "window": 0, "window_kind": "",
                                   "reused_blocks": [], "recurrent_blocks": []}
     assert result["n_ctx"] == 1536
-    assert result["memory"]["gpus"][0]["kv_mib"] == mm.mib(4 * 2 * 32 * 2 * 1536)
+    assert result["memory"]["gpus"][0]["kv_mib"] == common.mib(4 * 2 * 32 * 2 * 1536)
 
 
 def test_the_memory_report_names_every_figure(moe):
-    result = op.plan(moe, [card(100000)], 4096, host={"memory_available_mib": 50000}, **SIZING)
+    result = op.plan(moe, [card(100000)], {"memory_available_mib": 50000}, Options(4096, **SIZING))
     (gpu,) = result["memory"]["gpus"]
     assert sorted(gpu) == ["compute_mib", "free_after_mib", "free_mib", "held_by_pid_mib", "index", "kv_mib",
                            "margin_mib", "model_mib", "name", "recurrent_mib", "total_mib"]
@@ -232,7 +235,7 @@ def test_a_placement_that_fits_wins_over_one_that_does_not_whatever_it_moves(moe
     """mode none moves nothing anywhere, so every placement keeps the same expert bytes on the host (none): the
     8 MiB card alone is 0.04 MiB short, the two cards split fit, and the split is the plan."""
     assert 8 * MIB < need(moe, []) < 8.1 * MIB
-    result = op.plan(moe, [card(8, 0, "GPU0"), card(7, 1, "GPU1")], 4096, mode="none", **SIZING)
+    result = op.plan(moe, [card(8, 0, "GPU0"), card(7, 1, "GPU1")], None, Options(4096, mode="none", **SIZING))
     assert result["fits"] is True and result["placement"] == "split" and result["cpu_expert_layers"] == []
     assert result["reason"].startswith("Everything fits on GPU0 (8 MiB free) + GPU1 (7 MiB free), split 0.533,0.467:")
 
@@ -240,7 +243,7 @@ def test_a_placement_that_fits_wins_over_one_that_does_not_whatever_it_moves(moe
 # --------------------------------------------------------------------------- the words of the reason
 
 def test_the_reason_of_mode_all_names_the_blocks_the_card_and_the_saving(moe):
-    result = op.plan(moe, [card(need(moe, []) / MIB)], 4096, mode="all", **SIZING)
+    result = op.plan(moe, [card(need(moe, []) / MIB)], None, Options(4096, mode="all", **SIZING))
     gpu, here = result["memory"]["gpus"][0], result["headroom"]["this_plan"]
     assert result["reason"] == (
         "All routed experts (3 MoE blocks) go to host memory: as mode all asks, on GPU0 (8 MiB free). With this "
@@ -255,7 +258,7 @@ def test_two_short_gpus_name_the_split_and_the_one_most_short(moe):
     """The split is each card's share of the free memory (3 : 2); both cards are short, the missing MiB are
     those of the card most short; the largest context that fits with every expert on the host is named."""
     with pytest.raises(op.PlanError) as info:
-        op.plan(moe, [card(3, 0, "GPU0"), card(2, 1, "GPU1")], 4096, split="auto", **SIZING)
+        op.plan(moe, [card(3, 0, "GPU0"), card(2, 1, "GPU1")], None, Options(4096, split="auto", **SIZING))
     gpus = info.value.details["memory"]["gpus"]
     worst = min(gpus, key=lambda g: g["free_after_mib"])
     assert max(g["free_after_mib"] for g in gpus) < 0 and len(set(g["free_after_mib"] for g in gpus)) == 2
@@ -271,7 +274,7 @@ def test_a_short_gpu_with_op_offload_names_the_copy_it_reserves(moe):
     """CUDA with op offload reserves the room of the largest host-resident block's experts (up and down,
     64 x 64 x 8 F32 each: 0.25 MiB); --no-op-offload frees it."""
     with pytest.raises(op.PlanError) as info:
-        op.plan(moe, [card(1)], 4096, backend="cuda", margin_mib=0, op_offload=True)
+        op.plan(moe, [card(1)], None, Options(4096, backend="cuda", margin_mib=0, op_offload=True))
     assert str(info.value).endswith(
         "Lower ctx_size, cache_type_k/cache_type_v (q8_0 halves the KV cache), margin_mib, ubatch, op_offload "
         "(false, with llama-server --no-op-offload, frees the %.0f MiB the GPU reserves to compute on host-resident "
@@ -279,7 +282,7 @@ def test_a_short_gpu_with_op_offload_names_the_copy_it_reserves(moe):
 
 
 def test_the_reason_of_a_host_without_gpu_gives_the_memory_available(moe):
-    result = op.plan(moe, [], 4096, host={"memory_available_mib": 100000}, **SIZING)
+    result = op.plan(moe, [], {"memory_available_mib": 100000}, Options(4096, **SIZING))
     host = result["memory"]["host"]
     assert result["reason"].startswith(
         "No GPU: llama-server computes on the CPU and keeps everything in host memory: the weights, the KV cache for "
@@ -290,7 +293,7 @@ def test_the_reason_of_a_host_without_gpu_gives_the_memory_available(moe):
 def test_the_reason_of_a_given_pattern_that_moves_no_expert_counts_what_it_moves(moe):
     """``output\\.weight`` moves output.weight and every attn_output.weight (a search, as llama.cpp's
     std::regex_search), no expert: the head counts those tensors and gives the check's verdict."""
-    result = op.plan(moe, [card(need(moe, []) / MIB)], 4096, pattern=r"output\.weight", **SIZING)
+    result = op.plan(moe, [card(need(moe, []) / MIB)], None, Options(4096, pattern=r"output\.weight", **SIZING))
     check = result["pattern_check"]
     assert result["cpu_expert_layers"] == [] and check["matched"] == 0 and len(check["non_expert"]) == 5
     assert result["reason"].startswith("The given pattern moves 5 tensor(s) to host memory (%s): as the given "
@@ -299,28 +302,27 @@ def test_the_reason_of_a_given_pattern_that_moves_no_expert_counts_what_it_moves
 
 def test_the_largest_context_may_equal_the_slots(moe):
     """Each slot needs at least one cell: at 256 slots the smallest context is 256, and it counts when it fits."""
-    result = op.plan(moe, [card(need(moe, [], ctx=256, parallel=256) / MIB)], 256, parallel=256, mode="none",
-                     **SIZING)
+    result = op.plan(moe, [card(need(moe, [], ctx=256, parallel=256) / MIB)], None, Options(256, 256, mode="none", **SIZING))
     assert need(moe, [], ctx=512, parallel=256) > need(moe, [], ctx=256, parallel=256)
     assert result["headroom"]["this_plan"]["max_ctx_size"] == 256
 
 
 def test_the_v_cache_type_reaches_the_plan(moe):
-    plain = op.plan(moe, [card(100)], 4096, **SIZING)["memory"]["gpus"][0]["kv_mib"]
-    assert op.plan(moe, [card(100)], 4096, cache_type_v="f32", **SIZING)["memory"]["gpus"][0]["kv_mib"] == \
+    plain = op.plan(moe, [card(100)], None, Options(4096, **SIZING))["memory"]["gpus"][0]["kv_mib"]
+    assert op.plan(moe, [card(100)], None, Options(4096, cache_type_v="f32", **SIZING))["memory"]["gpus"][0]["kv_mib"] == \
         plain * 1.5  # K stays f16 (2 bytes), V doubles to f32: 2 + 4 instead of 2 + 2 bytes an element
 
 
 def test_a_unified_cache_reaches_the_plan(moe):
     """-kvu: one stream of 4096 cells instead of two of 2048; the plan sizes what the estimate gives for it."""
-    unified = op.plan(moe, [card(100)], 4096, parallel=2, kv_unified=True, **SIZING)["memory"]["gpus"][0]
-    assert unified["total_mib"] == mm.mib(need(moe, [], parallel=2, kv_unified=True))
-    assert unified["total_mib"] != mm.mib(need(moe, [], parallel=2))
+    unified = op.plan(moe, [card(100)], None, Options(4096, 2, kv_unified=True, **SIZING))["memory"]["gpus"][0]
+    assert unified["total_mib"] == common.mib(need(moe, [], parallel=2, kv_unified=True))
+    assert unified["total_mib"] != common.mib(need(moe, [], parallel=2))
 
 
 def test_an_unusable_pattern_is_refused_with_its_check_and_the_warnings(moe):
     with pytest.raises(op.PlanError) as info:
-        op.plan(moe, [card(100)], 4096, pattern="", **SIZING)
+        op.plan(moe, [card(100)], None, Options(4096, pattern="", **SIZING))
     assert str(info.value) == "pattern '' cannot be used: %s" % info.value.details["pattern_check"]["verdict"]
     assert set(info.value.details) == {"pattern_check", "warnings"}
     assert info.value.details["pattern_check"]["ok"] is False and info.value.details["warnings"] == []
@@ -330,7 +332,7 @@ def test_a_built_pattern_that_the_proof_rejects_is_an_error(moe, monkeypatch):
     """The guard behind every generated pattern: one that moves more than the blocks' experts is never used."""
     monkeypatch.setattr(op, "block_expert_pattern", lambda names, experts, blocks: r"blk\.1\.")
     with pytest.raises(op.PlanError) as info:
-        op.plan(moe, [card(100)], 4096, mode="layers", cpu_expert_layers=[1], **SIZING)
+        op.plan(moe, [card(100)], None, Options(4096, mode="layers", cpu_expert_layers=[1], **SIZING))
     assert str(info.value).startswith(r"the pattern blk\.1\. does not match exactly the experts of blocks 1: ")
 
 
@@ -489,7 +491,7 @@ def test_placement_errors(gpus, index, split, message):
 ])
 def test_bad_options_are_refused_with_what_to_change(moe, kwargs, message):
     with pytest.raises(op.PlanError) as info:
-        op.plan(moe, [card(100000)], 4096, **kwargs)
+        op.plan(moe, [card(100000)], None, Options(4096, **kwargs))
     assert str(info.value) == message
 
 
@@ -497,9 +499,9 @@ def test_a_dense_model_has_no_experts_to_move():
     dense = moe_model("DD")
     for mode, layers in (("all", None), ("layers", 0)):
         with pytest.raises(op.PlanError) as info:
-            op.plan(dense, [card(100000)], 4096, mode=mode, cpu_expert_layers=layers)
+            op.plan(dense, [card(100000)], None, Options(4096, mode=mode, cpu_expert_layers=layers))
         assert str(info.value) == "the model has no routed experts: there is nothing to move (use mode none or auto)"
-    assert op.plan(dense, [card(100000)], 4096, **SIZING)["cpu_expert_layers"] == []
+    assert op.plan(dense, [card(100000)], None, Options(4096, **SIZING))["cpu_expert_layers"] == []
 
 
 @pytest.mark.parametrize("kv, recurrent, text", [

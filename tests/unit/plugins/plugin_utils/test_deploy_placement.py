@@ -10,9 +10,11 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_placeme
     place,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from tests.helpers.role_vars import role_values
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import PlanError, load_facts, plan
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from tools.gguf_models import write_demo_model, write_nemotron_nano_30b
 
 A5500_BUSY = {"topology": "single", "gpus": [{"index": 0, "name": "NVIDIA RTX A5500", "memory_total_mib": 24564,
@@ -34,8 +36,8 @@ def nano(tmp_path_factory):
 
 
 def settings(model, **values):
-    return check_settings(dict({"llm_server_model_path": model, "llm_server_compose_project": "x",
-                                "llm_server_ctx_size": 512}, **values)).as_dict()
+    return check_settings(role_values({"llm_server_model_path": model, "llm_server_compose_project": "x",
+                                       "llm_server_ctx_size": 512}, **values)).as_dict()
 
 
 def report(model, pattern=None):
@@ -45,7 +47,7 @@ def report(model, pattern=None):
 def gpu_plan(model, gpus, **kwargs):
     """moe_offload_plan's answer (its result, or on failure the details it reports) for the model's gguf_info."""
     try:
-        return plan(load_facts(report(model)), gpus, **kwargs)
+        return plan(load_facts(report(model)), gpus, None, Options(**kwargs))
     except PlanError as exc:
         return dict(exc.details, failed=True, fits=exc.details.get("fits", False), msg=str(exc))
 
