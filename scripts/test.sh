@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Every test of the project, on a fresh machine: set-up, lint, ansible-test sanity, the supported ansible-core
 # releases and Pythons (compat), pytest (unit + integration: real GGUF files, real llama-server, real podman,
-# the collection tarball), molecule scenarios.
+# the role's scenarios on a local host and on a fleet of fake hosts, the collection tarball), the mutation score
+# of the changed utils.
 # Usage: bash scripts/test.sh [stage ...]
-#   stages: lint sanity compat pytest mutation-fast molecule (default: all of these)
-#   mutation: the mutation score of every module util (benchmarks/mutation.py; long, so on demand only)
+#   stages: lint sanity compat pytest mutation-fast (default: all of these)
+#   mutation: the mutation score of every util (benchmarks/mutation.py; long, so on demand only)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
 bash scripts/setup.sh
 
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(lint sanity compat pytest mutation-fast molecule)
+[ ${#stages[@]} -gt 0 ] || stages=(lint sanity compat pytest mutation-fast)
 declare -A took
 declare -A result
 status=0
@@ -35,24 +36,16 @@ for stage in "${stages[@]}"; do
         tests/unit tests/integration \
         || status=1 ;;
     mutation-fast)
-      # the module utils changed since the last release tag (a fixed sample without one): >= min_score % killed
+      # the utils changed since the last release tag (a fixed sample without one): >= min_score % killed
       python benchmarks/mutation.py --fast || status=1 ;;
     mutation)
       python benchmarks/mutation.py || status=1 ;;
-    molecule)
-      if compgen -G "extensions/molecule/*/molecule.yml" >/dev/null; then
-        # from the collection root: molecule sees galaxy.yml, takes the scenarios from extensions/molecule/
-        # and builds + installs the collection (galaxy.yml build_ignore) before each scenario
-        molecule test --all 2>&1 | tee "$results/molecule.log" || status=1
-      else
-        echo "no molecule scenarios yet"
-      fi ;;
     *) echo "unknown stage: $stage" >&2; exit 2 ;;
   esac
   took[$stage]=$(( $(date +%s) - start ))
 done
 for stage in "${stages[@]}"; do echo "stage $stage: ${took[$stage]}s"; done
-# One closing line over pytest's test cases, the compat checks and molecule's scenarios (their SCENARIO RECAP lines).
+# One closing line over pytest's test cases and the compat checks.
 python - "$results" "${stages[@]}" <<'PY'
 import re, sys, xml.etree.ElementTree as ET
 from pathlib import Path
@@ -66,10 +59,6 @@ if "pytest" in stages and (results / "pytest.xml").exists():
 if "compat" in stages and (results / "compat.log").exists():
     m = re.search(r"^compat: (\d+) passed, (\d+) failed$", (results / "compat.log").read_text(), re.MULTILINE)
     passed, failed = (passed + int(m.group(1)), failed + int(m.group(2))) if m else (passed, failed + 1)
-if "molecule" in stages and (results / "molecule.log").exists():
-    plain = re.sub(r"\x1b\[[0-9;]*m", "", (results / "molecule.log").read_text(errors="replace"))
-    for m in re.finditer(r"actions=\d+\s+successful=\d+.*?failed=(\d+)", plain):
-        failed, passed = (failed + 1, passed) if int(m.group(1)) else (failed, passed + 1)
 print("tests: %d passed, %d failed, %d skipped" % (passed, failed, skipped))
 PY
 exit $status

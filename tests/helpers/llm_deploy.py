@@ -1,6 +1,6 @@
 """A real local deploy of the llm_server role for integration tests: podman + podman-compose, the CPU image of
 images/ai-llm/build.sh, the demo model, its own project directory, compose project, container name and free
-loopback port (host network, as the molecule scenarios run it)."""
+loopback port (host network); and the two broken copies of the demo model that the failure scenarios deploy."""
 from __future__ import annotations
 
 import contextlib
@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import urllib.error
@@ -15,12 +16,33 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+import gguf
 import yaml
 
 from tests.helpers.llama_server import free_port
 from tools.gguf_models import write_demo_model
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_cut_model(model, path):
+    """``model`` with its tensor data cut in half: a valid header whose tensors lie beyond the end of the file (the
+    header reader refuses it, so the role refuses it before anything changes). Returns ``path``."""
+    data = Path(model).read_bytes()
+    Path(path).write_bytes(data[: len(data) // 2])
+    return Path(path)
+
+
+def write_wrong_shape(model, path):
+    """The demo model with every byte in place but ``embedding_length`` 128 where its tensors have another width:
+    the header reads fine and llama-server refuses to load it (``check_tensor_dims``). Returns ``path``."""
+    shutil.copyfile(model, path)
+    reader = gguf.GGUFReader(str(path), "r+")
+    field = reader.fields["nemotron_h_moe.embedding_length"]
+    field.parts[field.data[0]][0] = 128
+    reader.data.flush()
+    del reader
+    return Path(path)
 
 
 def cpu_image():

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tools.gguf_models import write_demo_model
-from tests.helpers.llm_deploy import cpu_image
+from tests.helpers.llm_deploy import cpu_image, write_cut_model, write_wrong_shape
 from tests.helpers.fleet import PREFIX, Fleet, FleetNames, HealthPoller, clean_leftovers, fleet_id, leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,18 +58,10 @@ def fleet(tmp_path_factory, request):
     models = fl.base / "models"
     models.mkdir()
     write_demo_model(str(models / "demo.gguf"))
-    data = (models / "demo.gguf").read_bytes()
-    # cut.gguf: a valid header, the tensor data cut in half (the role refuses it in the preflight)
-    (models / "cut.gguf").write_bytes(data[: len(data) // 2])
-    # wrong-shape.gguf: every byte in place, embedding_length 128 where the tensors have 64: the header reads
-    # fine, llama-server refuses to load it (the role recreates, sees it exit, rolls back)
-    shutil.copyfile(models / "demo.gguf", models / "wrong-shape.gguf")
-    import gguf  # pylint: disable=import-outside-toplevel
-    reader = gguf.GGUFReader(str(models / "wrong-shape.gguf"), "r+")
-    field = reader.fields["nemotron_h_moe.embedding_length"]
-    field.parts[field.data[0]][0] = 128
-    reader.data.flush()
-    del reader
+    # cut.gguf: the role refuses it in the preflight; wrong-shape.gguf: the header reads fine, llama-server
+    # refuses to load it (the role recreates, sees it exit, rolls back)
+    write_cut_model(models / "demo.gguf", models / "cut.gguf")
+    write_wrong_shape(models / "demo.gguf", models / "wrong-shape.gguf")
     fl.models = models
     fl.group_vars = {
         "llm_server_project_dir": str(fl.deploy_dir),
