@@ -45,6 +45,12 @@ def mib(nbytes):
     return round(nbytes / float(MIB), 2)
 
 
+def mib_text(value, decimals=1, unit=""):
+    """MiB as a report writes them: thousands separated, ``decimals`` places, then ``unit``; ``"-"`` for ``None``
+    (not known)."""
+    return "-" if value is None else "{:,.{}f}{}".format(value, decimals, unit)
+
+
 def shorten(text, limit, marker="..."):
     """``text`` when it has at most ``limit`` characters, else its start and ``marker``, ``limit`` in all."""
     text = "" if text is None else str(text)

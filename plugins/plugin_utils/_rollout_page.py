@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from html import escape
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import (
-    KIND_LABELS, batch_list, memory_views, summary_line)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import mib_text
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_memory import KIND_LABELS, memory_views
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import batch_list, summary_line
 
 COLORS = {
     "model": "#4e79a7", "kv": "#f28e2b", "recurrent": "#76b7b2", "compute": "#e15759", "margin": "#bab0ac",
@@ -67,7 +68,8 @@ def _e(text):
 
 
 def _mib(value):
-    return "-" if value is None else "{:,.0f} MiB".format(value)
+    """The page's MiB: whole, with the unit (the tables of rollout.md keep one decimal)."""
+    return mib_text(value, decimals=0, unit=" MiB")
 
 
 def _status(status):

@@ -6,7 +6,8 @@
 Standard library only. The callback plugin ``ai_llm.moe_offload.rollout_report`` records, per host, a
 ``HostRun`` (its serial batch, the last ``llm_server_result`` it published, the failure or unreachable message
 that ended its run); ``build_report`` turns those into the dict written as ``rollout.json``; ``markdown`` and
-``table`` render it as text, ``_rollout_page.page`` as the HTML page.
+``table`` render it as text (with each host's memory from ``_rollout_memory``), ``_rollout_page.page`` as the
+HTML page.
 
 A host's status:
 
@@ -24,16 +25,13 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import mib_text, shorten
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_memory import (
+    KIND_LABELS, ReportError, memory_views)
+
 STATUSES = ("changed", "unchanged", "checked", "rolled_back", "failed", "unreachable", "not_reached")
 ROLE_STATUSES = ("changed", "unchanged", "failed", "rolled_back", "checked")
 OK_STATUSES = ("changed", "unchanged", "checked")
-# llama.cpp's GPU backend buffer names: <backend><device number> (CUDA0, Vulkan1, ROCm0...); everything else
-# (CPU, CPU_Mapped, CPU_REPACK, AMX, CUDA_Host) lives in host memory.
-GPU_BUFFER = re.compile(r"^(CUDA|ROCm|Vulkan|SYCL|MUSA|CANN|Metal|OpenCL|RPC\[.*\])(\d+)$")
-
-
-class ReportError(ValueError):
-    """Input the report cannot use: ``str()`` names the host and the field."""
 
 
 @dataclass
@@ -68,8 +66,7 @@ class Rollout:
 
 def one_line(text, limit=600):
     """``text`` on one line (whitespace runs folded), cut to ``limit`` characters."""
-    line = re.sub(r"\s+", " ", str(text or "")).strip()
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    return shorten(re.sub(r"\s+", " ", str(text or "")).strip(), limit)
 
 
 def check_result(host, result):
@@ -234,10 +231,6 @@ def _cell(value):
     return "-" if value in (None, "", []) else str(value)
 
 
-def _short(text, limit):
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 # The start of the role's failure messages, which the table's own columns already say (the host, that it failed).
 ROLE_PREFIX = re.compile(r"^(llm_server: )?(the deploy on \S+ failed: )?")
 
@@ -246,13 +239,13 @@ def table(report, width=132):
     """The short table the play's output ends with: one line per host, then the outcome; a message is cut to fit
     after the role's own prefix is dropped (rollout.md and rollout.json keep it whole)."""
     heads = ("HOST", "BATCH", "STATUS", "PATTERN", "MESSAGE")
-    rows = [(row["host"], _cell(row["batch"]), row["status"], _short(_cell(row["pattern"]), 32),
+    rows = [(row["host"], _cell(row["batch"]), row["status"], shorten(_cell(row["pattern"]), 32),
              ROLE_PREFIX.sub("", row["message"])) for row in report["hosts"]]
     widths = [max([len(heads[i])] + [len(r[i]) for r in rows]) for i in range(4)]
     lines = []
     for cells in [heads] + rows:
         head = "  ".join(cells[i].ljust(widths[i]) for i in range(4))
-        lines.append((head + "  " + _short(cells[4], max(width - len(head) - 2, 20))).rstrip())
+        lines.append((head + "  " + shorten(cells[4], max(width - len(head) - 2, 20))).rstrip())
     lines.append(summary_line(report))
     if report["reason"]:
         lines.append("stopped: " + report["reason"])
@@ -288,153 +281,16 @@ def markdown(report):
                 "| memory | planned MiB | measured MiB |", "|---|---|---|"]
         for gpu in views["gpus"]:
             out.append("| **GPU %s%s** (free before: %s) | %s | %s |" % (
-                gpu["index"], " " + _md(gpu["name"]) if gpu["name"] else "", _mib(gpu["available"]),
-                _mib(gpu["planned_total"]),
-                _mib(gpu["measured_total"])))
+                gpu["index"], " " + _md(gpu["name"]) if gpu["name"] else "", mib_text(gpu["available"]),
+                mib_text(gpu["planned_total"]),
+                mib_text(gpu["measured_total"])))
             planned, measured = dict(gpu["planned"]), dict(gpu["measured"] or [])
             for kind in ("model", "kv", "recurrent", "compute", "margin", "other", "free"):
                 if kind in planned or kind in measured:
-                    out.append("| %s | %s | %s |" % (KIND_LABELS[kind], _mib(planned.get(kind)),
-                                                     _mib(measured.get(kind))))
+                    out.append("| %s | %s | %s |" % (KIND_LABELS[kind], mib_text(planned.get(kind)),
+                                                     mib_text(measured.get(kind))))
         if views["host"]:
             ram = views["host"]
             out.append("| **host RAM** (available: %s) | experts %s | CPU model buffers %s |" % (
-                _mib(ram["available"]), _mib(ram["planned"]), _mib(ram["measured"])))
+                mib_text(ram["available"]), mib_text(ram["planned"]), mib_text(ram["measured"])))
     return "\n".join(out) + "\n"
-
-
-def _mib(value):
-    return "-" if value is None else "{:,.1f}".format(value)
-
-
-# ---------------------------------------------------------------------------------------------- memory views
-PLANNED_KINDS = (("model", "model_mib"), ("kv", "kv_mib"), ("recurrent", "recurrent_mib"),
-                 ("compute", "compute_mib"), ("margin", "margin_mib"))
-KIND_LABELS = {"model": "weights", "kv": "KV cache", "recurrent": "recurrent state", "compute": "compute",
-               "margin": "margin", "other": "other (CUDA context...)", "free": "free", "overflow": "missing",
-               "experts": "routed experts"}
-
-
-def _number(value, where):
-    """``value`` as a float (``None`` stays ``None``), or ``ReportError`` naming ``where``."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ReportError("%s is %r, not a number of MiB" % (where, value))
-    try:
-        return float(value)
-    except ValueError:
-        raise ReportError("%s is %r, not a number of MiB" % (where, value)) from None
-
-
-def _mapping(value, where):
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ReportError("%s is %s, not a dict" % (where, type(value).__name__))
-    return value
-
-
-def device_buffers(buffers, where="buffers"):
-    """llama-server's buffers as ``{device: {model, kv, rs, compute}}`` (MiB).
-
-    Takes them kind first (``{"model": {"CUDA0": 1369.4}, "kv": {...}}``, the shape of ``llama_server_log``'s
-    ``*_buffers``), device first (``{"CUDA0": {"model": 1369.4, "kv": 768.0}}``) or as a list of
-    ``{"device": ..., "model": ...}``.
-    """
-    if buffers is None:
-        return {}
-    if isinstance(buffers, list):
-        items = {}
-        for i, item in enumerate(buffers):
-            item = _mapping(item, "%s[%d]" % (where, i))
-            name = str(item.get("device") or item.get("buffer") or i)
-            items[name] = {k: v for k, v in item.items() if k not in ("device", "buffer")}
-        buffers = items
-    buffers = _mapping(buffers, where)
-    kinds = {"model": "model", "kv": "kv", "rs": "rs", "recurrent": "rs", "compute": "compute"}
-    out = {}
-    if buffers and all(key in kinds for key in buffers):
-        for kind, per_device in buffers.items():
-            for device, mib in _mapping(per_device, "%s.%s" % (where, kind)).items():
-                out.setdefault(str(device), {})[kinds[kind]] = _number(mib, "%s.%s.%s" % (where, kind, device))
-        return out
-    for device, per_kind in buffers.items():
-        for kind, mib in _mapping(per_kind, "%s.%s" % (where, device)).items():
-            if kind in kinds:
-                out.setdefault(str(device), {})[kinds[kind]] = _number(mib, "%s.%s.%s" % (where, device, kind))
-    return out
-
-
-def memory_views(result, host="host"):
-    """What the page draws for one host: per GPU the planned and measured stacks, and the host RAM.
-
-    ``{"gpus": [{index, name, available, planned: [(kind, MiB)...], planned_total, overflow,
-    measured: [(kind, MiB)...] or None, measured_total, used, vram_ok}], "host": {available, planned, measured}
-    or None}``. Planned comes from ``plan.gpus`` (weights, KV, recurrent, compute, margin, then the free rest
-    of ``free_mib``); measured from llama-server's own buffers for that device (``CUDA<i>`` for the i-th GPU
-    of the plan) and, when the role measured it, the GPU memory the container took (``vram[].used_mib``: what
-    exceeds the buffers is ``other``).
-    """
-    result = _mapping(result, "%s: llm_server_result" % host)
-    where = "%s: llm_server_result" % host
-    plan = _mapping(result.get("plan"), where + ".plan")
-    gpus = plan.get("gpus") or []
-    if not isinstance(gpus, list):
-        raise ReportError("%s.plan.gpus is %s, not a list" % (where, type(gpus).__name__))
-    buffers = device_buffers(result.get("buffers"), where + ".buffers")
-    by_number = {}
-    host_side = 0.0
-    host_seen = False
-    for device, kinds in buffers.items():
-        match = GPU_BUFFER.match(device)
-        if match:
-            by_number.setdefault(int(match.group(2)), {}).update(kinds)
-        elif kinds.get("model") is not None:
-            host_side += kinds["model"]
-            host_seen = True
-    vram = result.get("vram") or []
-    if not isinstance(vram, list):
-        vram = []       # the role writes a sentence instead of rows where it measured nothing
-    views = []
-    for i, gpu in enumerate(gpus):
-        gwhere = "%s.plan.gpus[%d]" % (where, i)
-        gpu = _mapping(gpu, gwhere)
-        planned = [(kind, _number(gpu.get(key), "%s.%s" % (gwhere, key)) or 0.0) for kind, key in PLANNED_KINDS]
-        total = _number(gpu.get("total_mib"), gwhere + ".total_mib")
-        total = sum(pair[1] for pair in planned) if total is None else total
-        available = _number(gpu.get("free_mib"), gwhere + ".free_mib")
-        free_after = None if available is None else available - total
-        planned.append(("free", max(free_after or 0.0, 0.0)))
-        row = next((r for r in vram if isinstance(r, dict) and r.get("index") == gpu.get("index")), None) \
-            if gpu.get("index") is not None else None  # (without an index, the row in the same place)
-        if row is None and i < len(vram) and isinstance(vram[i], dict):
-            row = vram[i]
-        used = _number((row or {}).get("used_mib"), "%s.vram[%d].used_mib" % (where, i))
-        logged = by_number.get(i)
-        measured = None
-        measured_total = used
-        if logged or used is not None:
-            measured = [(kind, (logged or {}).get(key)) for kind, key in
-                        (("model", "model"), ("kv", "kv"), ("recurrent", "rs"), ("compute", "compute"))]
-            measured = [(kind, mib or 0.0) for kind, mib in measured]
-            in_buffers = sum(pair[1] for pair in measured)
-            if used is not None and used > in_buffers:
-                measured.append(("other", used - in_buffers))
-            measured_total = used if used is not None else in_buffers
-            if available is not None:
-                measured.append(("free", max(available - measured_total, 0.0)))
-        views.append({
-            "index": gpu.get("index", i), "name": gpu.get("name"), "available": available,
-            "planned": planned, "planned_total": total,
-            "overflow": max(-free_after, 0.0) if free_after is not None else 0.0,
-            "measured": measured, "measured_total": measured_total, "used": used,
-            "vram_ok": (row or {}).get("ok"),
-        })
-    ram = _mapping(plan.get("host"), where + ".plan.host")
-    experts = _number(ram.get("experts_mib"), where + ".plan.host.experts_mib")
-    available = _number(ram.get("available_mib"), where + ".plan.host.available_mib")
-    host_view = None
-    if experts is not None or available is not None or host_seen:
-        host_view = {"available": available, "planned": experts, "measured": host_side if host_seen else None}
-    return {"gpus": views, "host": host_view}

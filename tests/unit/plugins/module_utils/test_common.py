@@ -9,6 +9,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import 
     MIB,
     as_int,
     mib,
+    mib_text,
     read_bytes,
     sha256_hex,
     shorten,
@@ -93,3 +94,21 @@ def test_shorten_marker_defaults_to_three_dots():
     assert shorten("x" * 41, 40) == "x" * 37 + "..."
     assert len(shorten("x" * 41, 40)) == 40
     assert shorten("x" * 40, 40) == "x" * 40
+
+
+@pytest.mark.parametrize("value,decimals,unit,expected", [
+    (None, 1, "", "-"),                   # not known
+    (0, 1, "", "0.0"),
+    (1234567.89, 1, "", "1,234,567.9"),   # rollout.md: thousands separated, one decimal
+    (2375.25, 1, "", "2,375.2"),
+    (0.4, 0, " MiB", "0 MiB"),            # rollout.html: whole MiB with the unit
+    (1234.6, 0, " MiB", "1,235 MiB"),
+    (24148.0, 0, " MiB", "24,148 MiB"),
+    (None, 0, " MiB", "-"),
+])
+def test_mib_text_separates_thousands_with_the_decimals_and_unit_asked(value, decimals, unit, expected):
+    assert mib_text(value, decimals, unit) == expected
+
+
+def test_mib_text_defaults_to_one_decimal_without_unit():
+    assert mib_text(24148) == "24,148.0"

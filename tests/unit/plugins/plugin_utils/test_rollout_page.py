@@ -8,7 +8,7 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_page import BAR_HEIGHT, CSP, page
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils import _rollout_page as rp
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import ReportError, memory_views
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_memory import ReportError, memory_views
 from tests.helpers import rollout_samples as samples
 
 

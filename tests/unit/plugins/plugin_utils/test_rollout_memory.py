@@ -1,0 +1,268 @@
+"""The memory of each host in the rollout report (plugins/plugin_utils/_rollout_memory.py): llama-server's buffers
+in each shape they come in, and per GPU the planned and measured stacks and the host RAM, with errors that name the
+host and the field."""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_memory import (
+    KIND_LABELS, ReportError, device_buffers, memory_views)
+from tests.helpers import rollout_samples as samples
+
+
+def error_of(call, *args):
+    """The message of the ``ReportError`` that ``call(*args)`` raises."""
+    with pytest.raises(ReportError) as caught:
+        call(*args)
+    return str(caught.value)
+
+
+def test_every_memory_kind_has_its_label():
+    assert KIND_LABELS == {
+        "model": "weights", "kv": "KV cache", "recurrent": "recurrent state", "compute": "compute",
+        "margin": "margin", "other": "other (CUDA context...)", "free": "free", "overflow": "missing",
+        "experts": "routed experts"}
+
+
+def test_device_buffers_of_nothing_is_empty():
+    assert device_buffers(None) == {}
+    assert device_buffers({}) == {}
+    assert device_buffers([]) == {}
+
+
+def test_device_buffers_kind_first_reads_recurrent_as_rs_and_devices_as_text():
+    assert device_buffers({"recurrent": {"CUDA0": 2}, "model": {0: "10.5", "CPU": None}}) == {
+        "CUDA0": {"rs": 2.0}, "0": {"model": 10.5}, "CPU": {"model": None}}
+
+
+def test_device_buffers_device_first_keeps_only_the_known_kinds():
+    assert device_buffers({"CUDA0": {"model": 1, "weights": 9, "recurrent": 3}, "CPU": {"other": 1}}) == {
+        "CUDA0": {"model": 1.0, "rs": 3.0}}
+    # a mix of kinds and devices is read device first
+    assert device_buffers({"model": {"CUDA0": 1.0}, "CUDA1": {"kv": 2.0}}) == {"CUDA1": {"kv": 2.0}}
+
+
+def test_device_buffers_list_items_are_named_by_device_then_buffer_then_position():
+    assert device_buffers([{"device": "CUDA0", "model": 1}, {"buffer": "CPU", "model": "2.5"},
+                           {"device": "", "buffer": "", "kv": 3}]) == {
+        "CUDA0": {"model": 1.0}, "CPU": {"model": 2.5}, "2": {"kv": 3.0}}
+
+
+def test_device_buffers_errors_name_where_the_bad_value_is():
+    assert error_of(device_buffers, "x") == "buffers is str, not a dict"
+    assert error_of(device_buffers, "x", "h: llm_server_result.buffers") == (
+        "h: llm_server_result.buffers is str, not a dict")
+    assert error_of(device_buffers, [{"model": 1}, 7]) == "buffers[1] is int, not a dict"
+    assert error_of(device_buffers, {"model": [1]}) == "buffers.model is list, not a dict"
+    assert error_of(device_buffers, {"kv": {"CUDA0": True}}) == "buffers.kv.CUDA0 is True, not a number of MiB"
+    assert error_of(device_buffers, {"CUDA0": 5}) == "buffers.CUDA0 is int, not a dict"
+    assert error_of(device_buffers, {"CUDA0": {"kv": "x"}}) == "buffers.CUDA0.kv is 'x', not a number of MiB"
+    assert error_of(device_buffers, [{"device": "CUDA1", "rs": [2]}]) == (
+        "buffers.CUDA1.rs is [2], not a number of MiB")
+
+
+def gpu_view(index=0, name=None, available=None, planned=(), planned_total=0.0, overflow=0.0, measured=None,
+             measured_total=None, used=None, vram_ok=None):
+    return {"index": index, "name": name, "available": available, "planned": list(planned),
+            "planned_total": planned_total, "overflow": overflow, "measured": measured,
+            "measured_total": measured_total, "used": used, "vram_ok": vram_ok}
+
+
+def planned(model=0.0, kv=0.0, recurrent=0.0, compute=0.0, margin=0.0, free=0.0):
+    return [("model", model), ("kv", kv), ("recurrent", recurrent), ("compute", compute), ("margin", margin),
+            ("free", free)]
+
+
+def test_memory_views_of_no_result_or_no_plan_is_empty():
+    assert memory_views(None) == {"gpus": [], "host": None}
+    assert memory_views({}) == {"gpus": [], "host": None}
+    assert memory_views({"plan": {"gpus": None, "host": None}, "vram": "not measured"}) == {"gpus": [], "host": None}
+
+
+def test_memory_views_total_mib_of_the_plan_wins_over_the_sum_of_its_parts():
+    views = memory_views({"plan": {"gpus": [{"index": 0, "name": "G", "model_mib": 100, "kv_mib": "50",
+                                             "free_mib": 1000, "total_mib": 400}]}})
+    assert views == {"gpus": [gpu_view(0, "G", 1000.0, planned(100.0, 50.0, free=600.0), 400.0)], "host": None}
+    views = memory_views({"plan": {"gpus": [{"index": 0, "model_mib": 100, "kv_mib": 50, "recurrent_mib": 25,
+                                             "compute_mib": 75, "margin_mib": 250, "free_mib": 1000}]}})
+    assert views["gpus"] == [gpu_view(0, None, 1000.0, planned(100.0, 50.0, 25.0, 75.0, 250.0, 500.0), 500.0)]
+
+
+def test_memory_views_overflow_is_what_the_plan_needs_beyond_the_free_memory():
+    def view(free):
+        return memory_views({"plan": {"gpus": [{"index": 0, "model_mib": 400, "free_mib": free}]}})["gpus"][0]
+    assert (view(401)["overflow"], dict(view(401)["planned"])["free"]) == (0.0, 1.0)
+    assert (view(400)["overflow"], dict(view(400)["planned"])["free"]) == (0.0, 0.0)
+    assert (view(300)["overflow"], dict(view(300)["planned"])["free"]) == (100.0, 0.0)
+    unknown = view(None)
+    assert (unknown["available"], unknown["overflow"], dict(unknown["planned"])["free"]) == (None, 0.0, 0.0)
+
+
+def test_memory_views_measured_from_the_buffers_and_the_vram_the_container_took():
+    res = {"plan": {"gpus": [{"index": 0, "model_mib": 100, "free_mib": 1000}]},
+           "buffers": {"CUDA0": {"model": 90, "kv": 10, "rs": 5, "compute": 20}},
+           "vram": [{"index": 0, "used_mib": 300, "ok": False}]}
+    (gpu,) = memory_views(res)["gpus"]
+    assert gpu == gpu_view(0, None, 1000.0, planned(100.0, free=900.0), 100.0, measured=[
+        ("model", 90.0), ("kv", 10.0), ("recurrent", 5.0), ("compute", 20.0), ("other", 175.0), ("free", 700.0)],
+        measured_total=300.0, used=300.0, vram_ok=False)
+
+
+def test_memory_views_other_is_only_what_the_vram_used_exceeds_the_buffers():
+    def measured(used):
+        res = {"plan": {"gpus": [{"index": 0, "free_mib": 1000}]}, "buffers": {"model": {"CUDA0": 100}},
+               "vram": [{"index": 0, "used_mib": used}]}
+        gpu = memory_views(res)["gpus"][0]
+        return gpu["measured"], gpu["measured_total"]
+    zeros = [("kv", 0.0), ("recurrent", 0.0), ("compute", 0.0)]
+    assert measured(101) == ([("model", 100.0)] + zeros + [("other", 1.0), ("free", 899.0)], 101.0)
+    assert measured(100) == ([("model", 100.0)] + zeros + [("free", 900.0)], 100.0)
+    assert measured(80) == ([("model", 100.0)] + zeros + [("free", 920.0)], 80.0)
+
+
+def test_memory_views_measured_free_is_never_negative():
+    res = {"plan": {"gpus": [{"index": 0, "free_mib": 1000}]}, "vram": [{"index": 0, "used_mib": 1500}]}
+    assert memory_views(res)["gpus"][0]["measured"] == [
+        ("model", 0.0), ("kv", 0.0), ("recurrent", 0.0), ("compute", 0.0), ("other", 1500.0), ("free", 0.0)]
+    res["vram"][0]["used_mib"] = 1000
+    assert dict(memory_views(res)["gpus"][0]["measured"])["free"] == 0.0
+
+
+def test_memory_views_measured_without_vram_or_free_memory():
+    res = {"plan": {"gpus": [{"index": 0}]}, "buffers": {"CUDA0": {"model": 10, "compute": 2}}}
+    gpu = memory_views(res)["gpus"][0]
+    assert gpu == gpu_view(0, None, None, planned(), 0.0, measured=[
+        ("model", 10.0), ("kv", 0.0), ("recurrent", 0.0), ("compute", 2.0)], measured_total=12.0)
+    res = {"plan": {"gpus": [{"index": 0}]}, "vram": [{"index": 0, "used_mib": 7}]}
+    assert memory_views(res)["gpus"][0]["measured"] == [
+        ("model", 0.0), ("kv", 0.0), ("recurrent", 0.0), ("compute", 0.0), ("other", 7.0)]
+
+
+def test_memory_views_the_ith_gpu_of_the_plan_gets_the_buffers_of_device_i():
+    res = {"plan": {"gpus": [{"index": 0}, {"index": 1}, {"index": 2}, {"index": 3}]},
+           "buffers": {"CUDA1": {"model": 1}, "Vulkan0": {"model": 2}, "ROCm2": {"kv": 3},
+                       "RPC[10.0.0.1:50052]3": {"compute": 4}, "CUDA_Host": {"compute": 5}}}
+    assert [dict(g["measured"]) for g in memory_views(res)["gpus"]] == [
+        {"model": 2.0, "kv": 0.0, "recurrent": 0.0, "compute": 0.0},
+        {"model": 1.0, "kv": 0.0, "recurrent": 0.0, "compute": 0.0},
+        {"model": 0.0, "kv": 3.0, "recurrent": 0.0, "compute": 0.0},
+        {"model": 0.0, "kv": 0.0, "recurrent": 0.0, "compute": 4.0}]
+
+
+def test_memory_views_vram_rows_are_matched_by_index_then_by_position():
+    res = {"plan": {"gpus": [{"index": 1}, {"index": 0}]},
+           "vram": [{"index": 0, "used_mib": 100, "ok": True}, {"index": 1, "used_mib": 200, "ok": False}]}
+    gpus = memory_views(res)["gpus"]
+    assert [(g["index"], g["used"], g["vram_ok"]) for g in gpus] == [(1, 200.0, False), (0, 100.0, True)]
+    res = {"plan": {"gpus": [{"index": 5}, {"index": 6}, {"index": 7}]},
+           "vram": [{"index": 0, "used_mib": 40}, "not a row"]}
+    assert [memory_views(res)["gpus"][i]["used"] for i in range(3)] == [40.0, None, None]
+
+
+def test_memory_views_a_gpu_without_index_takes_its_position():
+    res = {"plan": {"gpus": [{"name": "A"}, {"name": "B"}]},
+           "vram": [{"index": 0, "used_mib": 1}, {"index": 7, "used_mib": 2}]}
+    assert [(g["index"], g["name"], g["used"]) for g in memory_views(res)["gpus"]] == [(0, "A", 1.0), (1, "B", 2.0)]
+
+
+def test_memory_views_host_ram_from_the_plan_and_the_host_side_model_buffers():
+    only_experts = memory_views({"plan": {"host": {"experts_mib": 10}}})
+    assert only_experts == {"gpus": [], "host": {"available": None, "planned": 10.0, "measured": None}}
+    only_available = memory_views({"plan": {"host": {"available_mib": "2048"}}})
+    assert only_available["host"] == {"available": 2048.0, "planned": None, "measured": None}
+    buffers_only = memory_views({"buffers": {"model": {"CPU": 100, "CPU_REPACK": 50.5, "CUDA0": 9},
+                                             "compute": {"CUDA_Host": 3}}})
+    assert buffers_only == {"gpus": [], "host": {"available": None, "planned": None, "measured": 150.5}}
+    assert memory_views({"buffers": {"compute": {"CUDA_Host": 3}, "model": {"CUDA0": 9}}})["host"] is None
+    assert memory_views({"buffers": {"CPU": {"model": 0}}})["host"] == {
+        "available": None, "planned": None, "measured": 0.0}
+
+
+def test_memory_views_errors_name_the_host_and_the_field():
+    def error(res, *host):
+        return error_of(memory_views, res, *host)
+    assert error([]) == "host: llm_server_result is list, not a dict"
+    assert error([], "h") == "h: llm_server_result is list, not a dict"
+    assert error({"plan": "x"}, "h") == "h: llm_server_result.plan is str, not a dict"
+    assert error({"plan": {"gpus": {"a": 1}}}, "h") == "h: llm_server_result.plan.gpus is dict, not a list"
+    assert error({"plan": {"gpus": ["x"]}}, "h") == "h: llm_server_result.plan.gpus[0] is str, not a dict"
+    assert error({"plan": {"gpus": [{"total_mib": "x"}]}}, "h") == (
+        "h: llm_server_result.plan.gpus[0].total_mib is 'x', not a number of MiB")
+    assert error({"plan": {"gpus": [{}, {"free_mib": [1]}]}}, "h") == (
+        "h: llm_server_result.plan.gpus[1].free_mib is [1], not a number of MiB")
+    assert error({"plan": {"gpus": [{"margin_mib": True}]}}, "h") == (
+        "h: llm_server_result.plan.gpus[0].margin_mib is True, not a number of MiB")
+    assert error({"plan": {"gpus": [{}]}, "vram": [{"used_mib": "x"}]}, "h") == (
+        "h: llm_server_result.vram[0].used_mib is 'x', not a number of MiB")
+    assert error({"buffers": 3}, "h") == "h: llm_server_result.buffers is int, not a dict"
+    assert error({"buffers": {"CUDA0": {"kv": "x"}}}, "h") == (
+        "h: llm_server_result.buffers.CUDA0.kv is 'x', not a number of MiB")
+    assert error({"plan": {"host": []}}, "h") == "h: llm_server_result.plan.host is list, not a dict"
+    assert error({"plan": {"host": {"experts_mib": "many"}}}, "h") == (
+        "h: llm_server_result.plan.host.experts_mib is 'many', not a number of MiB")
+    assert error({"plan": {"host": {"available_mib": False}}}, "h") == (
+        "h: llm_server_result.plan.host.available_mib is False, not a number of MiB")
+
+
+def test_gpus_without_an_index_take_the_vram_row_in_the_same_place():
+    result = {"status": "changed", "plan": {"gpus": [{"total_mib": 1.0}, {"total_mib": 2.0}]},
+              "vram": [{"used_mib": 10}, {"used_mib": 20}]}
+    assert [g["measured_total"] for g in memory_views(result)["gpus"]] == [10.0, 20.0]
+
+
+def test_buffers_in_every_shape_give_the_same_devices():
+    kind_first = {"model": {"CUDA0": 10.0, "CPU_Mapped": 5.0}, "kv": {"CUDA0": 2.0}, "rs": {"CUDA0": 1.0},
+                  "compute": {"CUDA0": 3.0, "CUDA_Host": 0.5}}
+    device_first = {"CUDA0": {"model": 10.0, "kv": 2.0, "rs": 1.0, "compute": 3.0}, "CPU_Mapped": {"model": 5.0},
+                    "CUDA_Host": {"compute": 0.5}}
+    as_list = [{"device": "CUDA0", "model": 10.0, "kv": 2.0, "recurrent": 1.0, "compute": 3.0},
+               {"device": "CPU_Mapped", "model": 5.0}, {"device": "CUDA_Host", "compute": 0.5}]
+    expected = {"CUDA0": {"model": 10.0, "kv": 2.0, "rs": 1.0, "compute": 3.0}, "CPU_Mapped": {"model": 5.0},
+                "CUDA_Host": {"compute": 0.5}}
+    assert device_buffers(kind_first) == device_buffers(device_first) == device_buffers(as_list) == expected
+
+
+def test_memory_views_planned_and_measured_per_gpu():
+    views = memory_views(samples.changed_single())
+    (gpu,) = views["gpus"]
+    planned = dict(gpu["planned"])
+    assert list(planned) == ["model", "kv", "recurrent", "compute", "margin", "free"]
+    assert planned["model"] == 21009.47 and planned["margin"] == 1024.0
+    # free: the card's free memory before the deploy less everything planned
+    assert planned["free"] == pytest.approx(24148 - (21009.47 + 192.0 + 47.62 + 1178.5 + 1024.0))
+    measured = dict(gpu["measured"])
+    assert measured["model"] == 21003.12 and measured["kv"] == 192.0 and measured["recurrent"] == 47.62
+    # what the container took beyond llama-server's buffers (CUDA context, cuBLAS workspace)
+    assert measured["other"] == pytest.approx(22843.0 - (21003.12 + 192.0 + 47.62 + 1178.5))
+    assert measured["free"] == pytest.approx(24148 - 22843.0)
+    assert gpu["measured_total"] == 22843.0 and gpu["overflow"] == 0.0 and gpu["vram_ok"] is True
+    # host RAM: the experts planned; measured: the host-side model buffers llama-server logged
+    assert views["host"] == {"available": 61440.0, "planned": 2362.5, "measured": 2375.2}
+
+
+def test_memory_views_split_and_overflow_and_cpu_hosts():
+    dual = memory_views(samples.unchanged_dual())
+    assert [g["index"] for g in dual["gpus"]] == [0, 1]
+    assert [dict(g["measured"])["model"] for g in dual["gpus"]] == [10870.0, 12260.0]   # CUDA0, CUDA1
+    refused = memory_views(samples.refused_busy())["gpus"][0]
+    assert refused["overflow"] == pytest.approx(refused["planned_total"] - 2048)
+    assert dict(refused["planned"])["free"] == 0.0 and refused["measured"] is None
+    cpu = memory_views(samples.checked_cpu())
+    assert cpu["gpus"] == [] and cpu["host"] == {"available": 20480.0, "planned": 4.0, "measured": None}
+    # a role that measured no VRAM writes a sentence there: the buffers alone are the measurement
+    result = samples.changed_single()
+    result["vram"] = "not measured (cpu topology)"
+    gpu = memory_views(result)["gpus"][0]
+    assert gpu["measured_total"] == pytest.approx(21003.12 + 192.0 + 47.62 + 1178.5)
+    assert "other" not in dict(gpu["measured"])
+
+
+def test_a_sample_result_the_views_cannot_read_names_the_host_and_the_field():
+    bad = samples.changed_single()
+    bad["plan"]["gpus"][0]["kv_mib"] = "lots"
+    with pytest.raises(ReportError, match=r"^h9: llm_server_result.plan.gpus\[0\].kv_mib is 'lots', not a number"):
+        memory_views(bad, "h9")
+    bad = samples.changed_single()
+    bad["buffers"] = {"model": {"CUDA0": [1]}}
+    with pytest.raises(ReportError, match=r"^h9: llm_server_result.buffers.model.CUDA0 is \[1\], not a number"):
+        memory_views(bad, "h9")
