@@ -1,0 +1,391 @@
+"""The context and the caches (``_kv_cache``): ggml row sizes per cache type, the padding of every slot's context,
+the cells of the full and the sliding-window cache (SWA/iSWA, chunked attention, ``--swa-full``, unified), KV bytes
+per block (variable V widths without flash attention, MLA, shared KV layers, hybrids, models without any cache), the
+recurrent state and the logits buffer, and the limits on the input.
+
+Each figure comes from llama.cpp's source (cited beside it), from the GGUF metadata of Nemotron-3-Nano-30B-A3B (as
+tools/gguf_models.py write_nemotron_nano_30b writes it) or, for Gemma 3 270M, from llama-server b10434 on an RPC
+device: 27/72/111/156 MiB of KV at ctx/slots 4096/1, 4096/4, 32768/1, 32768/4.
+"""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _common as common
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _kv_cache as kvc
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_facts as mfacts
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
+from tests.helpers.memory_models import (
+    MIB, NANO_ATTENTION, NANO_MAMBA, attention_model, decoder, f16, facts, facts_of, gemma3_270m, kv_mib,
+    mamba_model, nano_facts, synthetic_nemotron, window)
+
+
+@pytest.fixture(scope="module")
+def nano_q8():
+    return facts_of(*synthetic_nemotron())
+
+
+@pytest.fixture(scope="module")
+def nano():
+    return nano_facts()
+
+
+@pytest.mark.parametrize("name, n, expected", [
+    ("f32", 256, 1024), ("f16", 256, 512), ("bf16", 256, 512), ("q8_0", 256, 272), ("q4_0", 256, 144),
+    ("q4_1", 256, 160), ("iq4_nl", 256, 144), ("q5_0", 256, 176), ("q5_1", 256, 192)])
+def test_row_bytes_of_every_cache_type(name, n, expected):
+    assert kvc.row_bytes(name, n) == expected
+
+
+def test_row_bytes_refuses_unknown_types_and_partial_blocks():
+    with pytest.raises(mfacts.MemoryModelError, match="unknown cache type 'q6_k'"):
+        kvc.row_bytes("q6_k", 256)
+    with pytest.raises(mfacts.MemoryModelError, match="not a multiple of the 32-element blocks"):
+        kvc.row_bytes("q8_0", 80)
+
+
+def test_nano_kv_is_6144_bytes_per_token_on_six_layers(nano_q8):
+    assert sorted(nano_q8.kv_blocks) == [5, 12, 19, 26, 33, 42]
+    kv = kvc.kv_cache_bytes(nano_q8, Options(32768, 2))
+    assert sum(kv.values()) == 6144 * 32768
+    assert common.mib(sum(kv.values())) == 192.00
+    assert common.mib(sum(kvc.kv_cache_bytes(nano_q8, Options(131072)).values())) == 768.00
+    q8 = kvc.kv_cache_bytes(nano_q8, Options(32768, cache_type_k="q8_0", cache_type_v="q8_0"))
+    assert sum(q8.values()) == 6 * 2 * 272 * 32768
+
+
+def test_nano_recurrent_state_per_sequence(nano_q8):
+    assert len(nano_q8.recurrent_blocks) == 23
+    one = kvc.recurrent_state_bytes(nano_q8, 1)
+    assert set(one.values()) == {2170880}  # ((4-1)*(4096+2*8*128) + 128*4096) * 4
+    assert common.mib(sum(one.values())) == 47.62
+    two = sum(kvc.recurrent_state_bytes(nano_q8, 2).values())
+    assert two == 2 * 23 * 2170880 and common.mib(two) == 95.23  # 95.234375 MiB (2 x 47.617)
+    assert sum(kvc.recurrent_state_bytes(nano_q8, 0).values()) == 23 * 2170880  # cells = max(1, parallel)
+
+
+@pytest.mark.parametrize("ctx, parallel, unified, cells, streams", [
+    (32768, 2, False, 16384, 2), (1000, 1, False, 1024, 1), (1000, 2, False, 512, 2), (3000, 3, False, 1024, 3),
+    (3000, 3, True, 3072, 1)])
+def test_context_padding_and_streams(ctx, parallel, unified, cells, streams):
+    assert kvc.context_cells(ctx, parallel, unified)[1:] == (cells, streams)
+
+
+@pytest.mark.parametrize("ctx, parallel, unified, n_ctx, cells, streams", [
+    (513, 2, False, 1024, 512, 2),    # llama.cpp: n_ctx 768 -> n_ctx_seq pad(384) = 512 -> n_ctx 1024
+    (1000, 3, False, 1536, 512, 3),   # measured on llama-server b10434: 1.88 MiB, not 1.25
+    (4100, 2, False, 4608, 2304, 2),
+    (1300, 3, False, 1536, 512, 3),
+    (1, 1, False, 256, 256, 1),
+    (4095, 5, True, 4096, 4096, 1),
+    (32768, 2, False, 32768, 16384, 2),
+])
+def test_every_slot_is_padded_to_256(ctx, parallel, unified, n_ctx, cells, streams):
+    assert kvc.context_cells(ctx, parallel, unified) == (n_ctx, cells, streams)
+
+
+def test_mla_caches_only_the_compressed_k():
+    """deepseek2 with *_mla keys: V is a view of K (llama-server logs V (f16): 0.00 MiB)."""
+    facts = attention_model("deepseek2", attention__head_count_kv=1, attention__key_length=64,
+                            attention__value_length=32, attention__key_length_mla=48,
+                            attention__value_length_mla=32)
+    assert facts.kv_blocks == {0: (64, 0), 1: (64, 0)} and facts.mla is True
+    assert sum(kvc.kv_cache_bytes(facts, Options(2000, 1)).values()) == 2 * 64 * 2 * 2048
+    old = attention_model("deepseek2", attention__head_count_kv=4, attention__key_length=24,
+                          attention__value_length=16)  # converted before MLA caching: K and V per head
+    assert old.kv_blocks[0] == (96, 64) and old.mla is False
+
+
+@pytest.mark.parametrize("meta", [
+    dict(attention__key_length=-16, attention__value_length=-8),
+    dict(attention__key_length=0, attention__value_length=0),
+    dict(attention__head_count_kv=-2),
+    dict(attention__head_count_kv=[-2, 2]),
+    dict(embedding_length=-64),
+])
+def test_negative_or_zero_metadata_is_never_used(meta):
+    facts = attention_model(**meta)
+    assert facts.kv_blocks == {0: (32, 16), 1: (32, 16)}  # from the attn_k / attn_v shapes
+    assert facts.n_embd == 64
+    assert all(v > 0 for v in kvc.kv_cache_bytes(facts, Options(4096, 2)).values())
+
+
+def test_lfm2_short_convolutions_and_rwkv():
+    lfm2 = mamba_model("lfm2moe", {"shortconv.l_cache": 3}, [("shortconv.in_proj.weight", (64, 192))])
+    assert lfm2.recurrent_blocks == {0: (64 * 2, 0)}
+    rwkv = mamba_model("rwkv7", {"wkv.head_size": 16, "token_shift_count": 2}, [("time_mix_key.weight", (64, 64))])
+    assert rwkv.recurrent_blocks == {0: (2 * 64, 64 * 16)}
+    assert sum(kvc.recurrent_state_bytes(rwkv, 3).values()) == (128 + 1024) * 4 * 3
+
+
+def test_nano_recurrent_state_is_2170880_bytes_per_block_and_sequence(nano):
+    """llama-memory-recurrent.cpp: r_l and s_l are F32 [n_embd_r, mem_size] and [n_embd_s, mem_size] with
+    mem_size = max(1, n_seq_max) (llama-model.cpp create_memory); 47.62 MiB per sequence over the 23 blocks."""
+    assert kvc.recurrent_state_bytes(nano) == dict((b, 2170880) for b in NANO_MAMBA)
+    assert kvc.recurrent_state_bytes(nano, 3) == dict((b, 3 * 2170880) for b in NANO_MAMBA)
+    assert kvc.recurrent_state_bytes(nano, 0) == dict((b, 2170880) for b in NANO_MAMBA)
+
+
+@pytest.mark.parametrize("name, n, expected", [
+    ("f16", 256, 512), ("f32", 256, 1024), ("bf16", 256, 512),
+    ("q8_0", 32, 34), ("q8_0", 256, 272), ("q4_0", 32, 18), ("q4_0", 256, 144), ("q8_0", 0, 0), ("f16", 1, 2)])
+def test_row_bytes_are_ggml_row_size(name, n, expected):
+    """ggml.c type_traits: f16 1 element in 2 bytes, q8_0 32 in 34 (block_q8_0), q4_0 32 in 18 (block_q4_0)."""
+    assert kvc.row_bytes(name, n) == expected
+
+
+def test_row_bytes_refuse_a_partial_block_and_an_unknown_type():
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        kvc.row_bytes("q4_0", 33)
+    assert str(info.value) == ("a KV row of 33 elements is not a multiple of the 32-element blocks of q4_0: llama.cpp "
+                               "cannot use that cache type for this model")
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        kvc.row_bytes("q6_k", 256)
+    assert str(info.value) == ("unknown cache type 'q6_k' (llama-server knows bf16, f16, f32, iq4_nl, q4_0, q4_1, "
+                               "q5_0, q5_1, q8_0)")
+
+
+def test_pad_and_mib():
+    assert [kvc.pad(v, 256) for v in (0, 1, 255, 256, 257, 512)] == [0, 256, 256, 256, 512, 512]
+    assert common.mib(MIB) == 1.0 and common.mib(6144 * 32768) == 192.0 and common.mib(23 * 2170880) == 47.62
+    assert common.mib(MIB + 5243) == 1.01 and common.mib(MIB + 5242) == 1.0
+
+
+@pytest.mark.parametrize("ctx, parallel, unified, expected", [
+    (256, 1, False, (256, 256, 1)),
+    (257, 1, False, (512, 512, 1)),  # n_ctx = GGML_PAD(n_ctx, 256)
+    (1024, 4, False, (1024, 256, 4)),
+    (1025, 4, False, (2048, 512, 4)),  # 1280 / 4 = 320 cells a slot, padded to 512: 4 x 512
+    (512, 3, False, (768, 256, 3)),  # 512 / 3 = 170, padded to 256
+    (4096, 0, False, (4096, 4096, 1)),
+    (1025, 4, True, (1280, 1280, 1)),  # a unified cache: one stream of n_ctx
+    (257, 8, True, (512, 512, 1)),
+])
+def test_context_cells_pad_the_context_and_every_slot_to_256(ctx, parallel, unified, expected):
+    """llama-context.cpp llama_context::llama_context: n_ctx = GGML_PAD(n_ctx, 256); without kv_unified
+    n_ctx_seq = GGML_PAD(n_ctx / n_seq_max, 256) and n_ctx = n_ctx_seq * n_seq_max."""
+    assert kvc.context_cells(ctx, parallel, unified) == expected
+
+
+@pytest.mark.parametrize("args, expected", [
+    ((4096,), 512), ((100,), 100), ((4096, 4096), 2048), ((4096, 1024, 600), 600), ((300, 512, 256), 256),
+    ((4096, 0), 1), ((512, 512, 512), 512)])
+def test_micro_batch_is_min_of_ubatch_batch_and_context(args, expected):
+    """llama-context.cpp: n_batch = min(n_ctx, n_batch) (default 2048), n_ubatch = min(n_batch, n_ubatch) (512)."""
+    assert kvc.micro_batch(*args) == expected
+
+
+def test_cache_cells_without_a_sliding_window_have_no_swa_cells():
+    assert kvc.cache_cells(facts(), Options(4096)) == kvc.CacheCells(4096, 4096, 1, 0, 512)
+    assert kvc.cache_cells(facts(), Options(1000, 3, ubatch=128)) == kvc.CacheCells(1536, 512, 3, 0, 128)
+    assert kvc.cache_cells(facts(), Options(300, 2, kv_unified=True)) == kvc.CacheCells(512, 512, 1, 0, 300)
+
+
+@pytest.mark.parametrize("size, ctx, parallel, kw, swa_cells", [
+    (512, 4096, 1, {}, 1024),  # pad(min(4096, 512 + 512), 256)
+    (500, 4096, 1, {}, 1024),  # 1012 -> 1024
+    (513, 4096, 1, {}, 1280),  # 1025 -> 1280
+    (512, 4096, 1, {"ubatch": 256}, 768),
+    (512, 4096, 1, {"ubatch": 1024, "batch": 256}, 768),  # n_ubatch <= n_batch
+    (512, 4096, 3, {}, 1024),  # per stream: min(1536, 1024)
+    (512, 4096, 3, {"kv_unified": True}, 2048),  # n_swa * n_seq_max + n_ubatch with a unified cache
+    (512, 4096, 0, {"kv_unified": True}, 1024),
+    (4096, 4096, 1, {}, 4096),  # never more than the full cache
+    (512, 300, 1, {}, 512),  # n_ubatch = 300: min(512, 812)
+    (512, 4096, 3, {"swa_full": True}, 1536),  # --swa-full: as many as the full cache
+    (512, 4096, 2, {"swa_full": True, "kv_unified": True}, 4096),
+])
+def test_swa_cells(size, ctx, parallel, kw, swa_cells):
+    """llama-kv-cache-iswa.cpp llama_kv_cache_iswa: size_swa = GGML_PAD(min(size_base, n_swa * (unified ?
+    n_seq_max : 1) + n_ubatch), 256); size_base with swa_full."""
+    cells = kvc.cache_cells(facts(sliding_window=window(size, {0})), Options(ctx, parallel, **kw))
+    assert cells.swa_cells == swa_cells
+    assert (cells.n_ctx, cells.cells, cells.streams) == kvc.context_cells(ctx, parallel, kw.get("kv_unified", False))
+
+
+@pytest.mark.parametrize("type_k, type_v, per_cell", [
+    ("f16", "f16", 512 + 512), ("q8_0", "q8_0", 272 + 272), ("q4_0", "q4_0", 144 + 144), ("f32", "f32", 2048),
+    ("q8_0", "f16", 272 + 512), ("f16", "q4_0", 512 + 144), ("bf16", "q8_0", 512 + 272)])
+def test_nano_kv_bytes_per_cell_and_cache_type(nano, type_k, type_v, per_cell):
+    """llama-kv-cache.cpp llama_kv_cache: per attention block K [n_embd_k_gqa = 256, kv_size, n_stream] of type_k
+    and V [256, kv_size, n_stream] of type_v; f16 gives 6 x 1024 = 6144 bytes a token."""
+    kv = kvc.kv_cache_bytes(nano, Options(4096, 1, cache_type_k=type_k, cache_type_v=type_v))
+    assert kv == dict((b, per_cell * 4096) for b in NANO_ATTENTION)
+
+
+def test_nano_kv_defaults_are_one_slot_f16_and_measured_192_mib_at_32k(nano):
+    """llama-server b10435 logged 192.00 MiB of KV for Nano at -c 32768 -np 2: 2 streams of 16384 cells, the same
+    bytes as 1 stream of 32768."""
+    assert kvc.kv_cache_bytes(nano, Options(4096)) == kvc.kv_cache_bytes(nano, Options(4096, 1, cache_type_k="f16", cache_type_v="f16", kv_unified=False))
+    assert kvc.kv_cache_bytes(nano, Options(4096)) == dict((b, 1024 * 4096) for b in NANO_ATTENTION)
+    two = kvc.kv_cache_bytes(nano, Options(32768, 2))
+    assert two == dict((b, 1024 * 32768) for b in NANO_ATTENTION) and common.mib(sum(two.values())) == 192.0
+
+
+def test_kv_bytes_count_every_padded_slot(nano):
+    """-c 1025 -np 4: 4 streams of 512 cells (2048 cells), not 1025 nor 1280."""
+    assert kvc.kv_cache_bytes(nano, Options(1025, 4)) == dict((b, 1024 * 2048) for b in NANO_ATTENTION)
+    assert kvc.kv_cache_bytes(nano, Options(1025, 4, kv_unified=True)) == dict((b, 1024 * 1280) for b in NANO_ATTENTION)
+
+
+def test_kv_bytes_of_sliding_blocks_use_the_swa_cells():
+    f = facts(kv_blocks={0: (64, 64), 1: (64, 64)}, kv_heads={0: 1, 1: 1}, sliding_window=window(512, {0}))
+    per_cell = 2 * 64 * 2
+    assert kvc.kv_cache_bytes(f, Options(8192, 2)) == {0: per_cell * 1024 * 2, 1: per_cell * 4096 * 2}
+    assert kvc.kv_cache_bytes(f, Options(8192, 2, kv_unified=True)) == {0: per_cell * 1536, 1: per_cell * 8192}
+    assert kvc.kv_cache_bytes(f, Options(8192, 2, swa_full=True)) == {0: per_cell * 8192, 1: per_cell * 8192}
+    assert kvc.kv_cache_bytes(f, Options(8192, 1, ubatch=256)) == {0: per_cell * 768, 1: per_cell * 8192}
+    assert kvc.kv_cache_bytes(f, Options(8192, 1, ubatch=1024, batch=256)) == {0: per_cell * 768, 1: per_cell * 8192}
+
+
+def test_without_flash_attention_every_v_row_is_the_widest():
+    """llama-kv-cache.cpp: n_embd_v_gqa = !v_trans ? n_embd_v_gqa(il) : n_embd_v_gqa_max() (v_trans without flash
+    attention); flash attention is the default."""
+    f = facts(kv_blocks={0: (64, 32), 1: (64, 128)}, kv_heads={0: 1, 1: 1})
+    assert kvc.kv_cache_bytes(f, Options(256)) == {0: (64 + 32) * 2 * 256, 1: (64 + 128) * 2 * 256}
+    assert kvc.kv_cache_bytes(f, Options(256, flash_attn=False)) == {0: (64 + 128) * 2 * 256, 1: (64 + 128) * 2 * 256}
+
+
+def test_mla_has_no_v_cache_even_without_flash_attention():
+    """llama_kv_cache: has_v = !is_mla; only the compressed K (kv_lora_rank + rope dims) is cached."""
+    f = facts(kv_blocks={0: (576, 0), 1: (576, 0)}, kv_heads={0: 1, 1: 1}, mla=True)
+    assert kvc.kv_cache_bytes(f, Options(512)) == {0: 576 * 2 * 512, 1: 576 * 2 * 512}
+    assert kvc.kv_cache_bytes(f, Options(512, flash_attn=False)) == {0: 576 * 2 * 512, 1: 576 * 2 * 512}
+    assert kvc.kv_cache_bytes(f, Options(512, cache_type_k="q8_0")) == {0: 576 // 32 * 34 * 512, 1: 576 // 32 * 34 * 512}
+
+
+def test_a_model_without_cache_has_no_kv_bytes():
+    assert kvc.kv_cache_bytes(facts(), Options(4096, 4)) == {}
+
+
+def test_the_head_size_must_be_whole_blocks_of_the_cache_type():
+    """llama-context.cpp llama_init_from_model refuses a K (V) cache type whose block does not divide
+    n_embd_head_k (n_embd_head_v); the head size is the first attention block's width over its KV heads."""
+    f = facts(kv_blocks={0: (32, 64)}, kv_heads={0: 2})  # head_k 16, head_v 32
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        kvc.kv_cache_bytes(f, Options(512, cache_type_k="q8_0"))
+    assert str(info.value) == (
+        "K cache type q8_0 with block size 32 does not divide the head size 16 (n_embd_head_k): a head is not a "
+        "multiple of its blocks, and llama.cpp refuses to create the context; use another cache_type_k")
+    assert kvc.kv_cache_bytes(f, Options(512, cache_type_v="q8_0")) == {0: (64 + 68) * 512}
+    g = facts(kv_blocks={0: (64, 48)}, kv_heads={0: 2})  # head_k 32, head_v 24
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        kvc.kv_cache_bytes(g, Options(512, cache_type_v="q4_0"))
+    assert str(info.value) == (
+        "V cache type q4_0 with block size 32 does not divide the head size 24 (n_embd_head_v): a head is not a "
+        "multiple of its blocks, and llama.cpp refuses to create the context; use another cache_type_v")
+    assert kvc.kv_cache_bytes(g, Options(512, cache_type_k="q4_0")) == {0: (36 + 96) * 512}
+
+
+def test_output_buffer_is_one_row_of_logits_per_slot():
+    assert kvc.output_buffer_bytes(facts(n_vocab=131072)) == 131072 * 4
+    assert kvc.output_buffer_bytes(facts(n_vocab=131072), 3) == 3 * 131072 * 4
+    assert kvc.output_buffer_bytes(facts(n_vocab=131072), 0) == 131072 * 4
+
+
+@pytest.mark.parametrize("name, value", [("ctx_size", 0), ("ctx_size", True), ("ctx_size", 1.5), ("parallel", 0),
+                                         ("parallel", -1), ("ubatch", 0), ("ubatch", None)])
+def test_validate_context_wants_whole_numbers_from_1(name, value):
+    args = {"ctx_size": 4096, "parallel": 1, "ubatch": 512}
+    args[name] = value
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        kvc.validate_context(args["ctx_size"], args["parallel"], args["ubatch"])
+    assert str(info.value) == "%s must be a whole number >= 1, got %r" % (name, value)
+
+
+def test_validate_context_needs_a_padded_context_cell_per_slot():
+    assert kvc.validate_context(1, 1, 1) is None
+    assert kvc.validate_context(256, 256) is None and kvc.validate_context(257, 512) is None
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        kvc.validate_context(256, 257)
+    assert str(info.value) == "ctx_size 256 cannot hold 257 parallel slots"
+
+
+def test_gemma3_swa_cells_follow_window_ubatch_slots_and_swa_full():
+    facts = gemma3_270m()
+    per_cell = 256 * 2 * 2  # K + V, one KV head of 256, f16
+    # llama_kv_cache_iswa: size_swa = pad(min(size_base, n_swa * (unified ? n_seq_max : 1) + n_ubatch), 256)
+    assert kvc.cache_cells(facts, Options(4096, 4, kv_unified=True)).swa_cells == 2560
+    assert kv_mib(facts, 4096, 4, kv_unified=True) == common.mib((3 * 4096 + 15 * 2560) * per_cell)
+    assert kvc.cache_cells(facts, Options(4096, 1, ubatch=1024)).swa_cells == 1536
+    assert kvc.cache_cells(facts, Options(8192, 1, ubatch=4096, batch=2048)).swa_cells == 2560  # n_ubatch <= n_batch
+    assert kvc.cache_cells(facts, Options(512, 1)).swa_cells == 512  # never more than the full cache
+    assert kvc.cache_cells(facts, Options(1000, 3)).swa_cells == 512  # per stream: min(512, 1024)
+    # --swa-full: the sliding blocks get a full cache too, what the planner used to size for every model
+    assert kv_mib(facts, 32768, 1, swa_full=True) == 576.0
+    assert kv_mib(facts, 32768, 4, swa_full=True) == 576.0
+
+
+def test_gpt_oss_moe_with_a_window_of_128():
+    """gpt-oss: set_swa_pattern(2), even blocks slide; 128 + 512 tokens padded to 768 cells."""
+    facts = decoder("gpt-oss", 4, 64, 8, 2, 16, experts=4, attention__sliding_window=128)
+    assert facts.memory == "iswa" and sorted(facts.swa_blocks) == [0, 2]
+    kv = kvc.kv_cache_bytes(facts, Options(8192, 2))
+    per_cell = 2 * 16 * 2 * 2
+    assert kv[0] == kv[2] == 768 * 2 * per_cell and kv[1] == kv[3] == 4096 * 2 * per_cell
+    assert not facts.dense and facts.expert_blocks == [0, 1, 2, 3]
+
+
+def test_llama4_chunked_attention():
+    """llama4: chunked attention of 8192 tokens on 3 of 4 blocks, whatever the window key says (but 0 = none)."""
+    facts = decoder("llama4", 8, 64, 8, 2, 16, experts=4)
+    assert facts.sliding_window.kind == "chunked" and facts.sliding_window.window == 8192
+    assert sorted(set(range(8)) - facts.swa_blocks) == [3, 7]
+    assert kvc.cache_cells(facts, Options(32768, 1)).swa_cells == 8704
+    assert kvc.cache_cells(facts, Options(4096, 1)).swa_cells == 4096
+    off = decoder("llama4", 8, 64, 8, 2, 16, experts=4, attention__sliding_window=0)
+    assert off.sliding_window is None and off.memory == "kv"
+    period = decoder("llama4", 8, 64, 8, 2, 16, experts=4, attention__sliding_window_pattern=2)
+    assert sorted(set(range(8)) - period.swa_blocks) == [1, 3, 5, 7]
+
+
+def test_swa_head_dims_and_v_rows_without_flash_attention():
+    """gemma4-style key_length_swa; without flash attention every V row is n_embd_v_gqa_max() wide
+    (llama-kv-cache.cpp [TAG_V_CACHE_VARIABLE])."""
+    facts = decoder("gemma4", 2, 64, 4, 2, 32, attention__sliding_window=128, attention__key_length_swa=16,
+                    attention__value_length_swa=16, attention__sliding_window_pattern=[True, False])
+    assert facts.kv_blocks == {0: (32, 32), 1: (64, 64)}
+    fa = kvc.kv_cache_bytes(facts, Options(1024, 1, flash_attn=True))
+    no_fa = kvc.kv_cache_bytes(facts, Options(1024, 1, flash_attn=False))
+    assert fa[1] == no_fa[1] == (64 + 64) * 2 * 1024
+    assert fa[0] == (32 + 32) * 2 * 768 and no_fa[0] == (32 + 64) * 2 * 768  # pad(128 + 512, 256) cells
+
+
+def test_hybrid_with_a_sliding_window():
+    """A hybrid (recurrent + attention) with SWA uses llama_memory_hybrid_iswa: the same two caches."""
+    tensors = [f16("token_embd.weight", 64, 512)]
+    for b in range(4):
+        p = "blk.%d." % b
+        if b % 2:
+            tensors += [f16(p + "attn_q.weight", 64, 64), f16(p + "attn_k.weight", 64, 32),
+                        f16(p + "attn_v.weight", 64, 32)]
+        else:
+            tensors += [f16(p + "shortconv.in_proj.weight", 64, 192)]
+    md = {"myhybrid.block_count": 4, "myhybrid.embedding_length": 64, "myhybrid.attention.head_count": 4,
+          "myhybrid.attention.head_count_kv": 2, "myhybrid.attention.key_length": 16,
+          "myhybrid.attention.value_length": 16, "myhybrid.shortconv.l_cache": 3,
+          "myhybrid.attention.sliding_window": 128, "myhybrid.attention.sliding_window_pattern": [0, 1, 0, 0],
+          "myhybrid.vocab_size": 512}
+    facts = mfacts.model_facts(md, tensors, classify_model("myhybrid", md, tensors))
+    assert facts.memory == "hybrid_iswa" and facts.swa_blocks == {1} and sorted(facts.kv_blocks) == [1, 3]
+    assert facts.recurrent_blocks == {0: (128, 0), 2: (128, 0)}
+    kv = kvc.kv_cache_bytes(facts, Options(8192, 1))
+    assert kv[1] == 64 * 2 * 768 and kv[3] == 64 * 2 * 8192
+
+
+def test_embedding_models_have_no_cache():
+    facts = decoder("gemma-embedding", 6, 64, 4, 2, 16, attention__sliding_window=512)
+    assert facts.memory == "none" and facts.kv_blocks == {} and kvc.kv_cache_bytes(facts, Options(4096)) == {}
+
+
+def test_a_cache_type_whose_block_does_not_divide_the_head_is_refused():
+    """llama-context.cpp llama_init_from_model: "K cache type q8_0 with block size 32 does not divide
+    n_embd_head_k=16" (llama-server b10435 on the tiny nemotron_h_moe of tools/gguf_models.py)."""
+    facts = decoder("llama", 2, 64, 4, 2, 16)
+    with pytest.raises(mfacts.MemoryModelError, match=r"K cache type q8_0 with block size 32 does not divide the head "
+                       r"size 16 \(n_embd_head_k\)"):
+        kvc.kv_cache_bytes(facts, Options(4096, cache_type_k="q8_0", cache_type_v="q8_0"))
+    facts = decoder("llama", 2, 128, 4, 2, 32)  # q8_0: 32 elements in 34 bytes (ggml-common.h block_q8_0)
+    assert sum(kvc.kv_cache_bytes(facts, Options(4096, cache_type_k="q8_0", cache_type_v="q8_0")).values()) == \
+        2 * 2 * (2 * 32 // 32 * 34) * 4096

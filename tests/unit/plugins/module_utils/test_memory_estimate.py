@@ -1,0 +1,274 @@
+"""The memory per GPU and host (``_memory_estimate``): where the weights go (``-ngl all``, ``--tensor-split``,
+``-ot``, CUDA alignment and row padding, tied embeddings, a CPU host) and the sum ``estimate`` gives for one
+placement, on synthetic and real Nano headers."""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _common as common
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _kv_cache as kvc
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_estimate as mest
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_facts as mfacts
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
+from tools import gguf_models
+from tests.helpers.memory_models import (
+    MIB, attention_model, attention_only, facts, facts_of, nano_facts, synthetic_nemotron, weights_model)
+
+
+@pytest.fixture(scope="module")
+def nano_q8():
+    return facts_of(*synthetic_nemotron())
+
+
+@pytest.fixture(scope="module")
+def nano_file(tmp_path_factory):
+    return gguf_models.write_nemotron_nano_30b(tmp_path_factory.mktemp("nano"), shards=6)
+
+
+@pytest.fixture(scope="module")
+def nano():
+    return nano_facts()
+
+
+def test_weights_token_embd_on_host_output_on_gpu(nano_q8):
+    experts = [n for names in nano_q8.expert_tensors_by_block.values() for n in names]
+    assert len(experts) == 46
+    gpu, host, detail = mest.weight_bytes(nano_q8, experts, backend="cpu")
+    sizes = dict((t.name, t.nbytes) for t in nano_q8.tensors)
+    non_expert = sum(v for k, v in sizes.items() if k not in experts)
+    assert gpu == [non_expert - sizes["token_embd.weight"]]
+    assert host == sum(sizes[n] for n in experts) + sizes["token_embd.weight"]
+    assert detail["output_device"] == 0
+    none_gpu, none_host = mest.weight_bytes(nano_q8, (), backend="cpu")[:2]
+    assert none_host == sizes["token_embd.weight"] and none_gpu[0] == sum(sizes.values()) - none_host
+
+
+def test_cuda_alignment_and_row_padding_add_little():
+    md, ts = synthetic_nemotron()
+    facts = facts_of(md, ts)
+    cpu_gpu = mest.weight_bytes(facts, backend="cpu")[0][0]
+    cuda_gpu = mest.weight_bytes(facts, backend="cuda")[0][0]
+    # 2688 is not a multiple of 512: each q8_0 matrix gets (512 - 2688 % 512) elements of padding once
+    assert 0 < cuda_gpu - cpu_gpu < 400 * (128 + 384 * 34 // 32)
+
+
+def test_tied_embeddings_put_a_copy_on_the_gpu():
+    md, ts = synthetic_nemotron("ME*")
+    tied = [t for t in ts if t.name != "output.weight"]
+    facts = facts_of(md, tied)
+    gpu, host = mest.weight_bytes(facts, backend="cpu")[:2]
+    embd = [t.nbytes for t in ts if t.name == "token_embd.weight"][0]
+    assert host == embd
+    assert gpu[0] == sum(t.nbytes for t in tied)  # everything, token_embd counted once more on the GPU
+
+
+@pytest.mark.parametrize("blocks, split, devices, output", [
+    (4, [1, 1], [0, 0, 0, 1], 1),
+    (5, [1, 1], [0, 0, 0, 1, 1], 1),
+    (4, [3, 1], [0, 0, 0, 0], 1),
+    (52, None, [0] * 52, 0),
+])
+def test_layer_split_like_llama_cpp(blocks, split, devices, output):
+    assert mest.layer_devices(blocks, split, len(split) if split else 1) == (devices, output)
+
+
+def test_bad_split():
+    with pytest.raises(mfacts.MemoryModelError, match="share"):
+        mest.layer_devices(4, [1, 1, 1], 2)
+    with pytest.raises(mfacts.MemoryModelError, match="no GPU"):
+        mest.layer_devices(4, None, 0)
+
+
+def test_split_puts_kv_and_state_on_the_layer_device(nano_q8):
+    result = mest.estimate(nano_q8, Options(32768, 2, backend="cpu"), split=[1, 1], n_devices=2)
+    devices = result["devices_by_block"]
+    kv_total = sum(g["kv"] for g in result["gpus"])
+    assert kv_total == 6144 * 32768
+    assert result["gpus"][0]["kv"] == 2 * 512 * 32768 * sum(1 for b in (5, 12, 19, 26, 33, 42) if devices[b] == 0)
+    assert sum(g["recurrent"] for g in result["gpus"]) == 2 * 23 * 2170880
+
+
+def test_quantized_v_cache_needs_flash_attention(nano_q8):
+    with pytest.raises(mfacts.MemoryModelError, match="flash attention"):
+        mest.estimate(nano_q8, Options(4096, cache_type_v="q8_0", flash_attn="off"))
+    assert mest.estimate(nano_q8, Options(4096, cache_type_v="q8_0", flash_attn="on"))["flash_attn"] is True
+
+
+@pytest.mark.parametrize("ctx, parallel", [(0, 1), (4096, 0), (-1, 1), (256, 512)])
+def test_bad_context(nano_q8, ctx, parallel):
+    with pytest.raises(mfacts.MemoryModelError):
+        mest.estimate(nano_q8, Options(ctx, parallel))
+
+
+def test_training_context_warning(nano_q8):
+    assert mest.estimate(nano_q8, Options(2 * 1048576))["warnings"]
+    assert mest.estimate(nano_q8, Options(4096))["warnings"] == []
+
+
+def test_real_nano_header(nano_file):
+    model = read_model(nano_file[0])
+    layout = classify_model(model.architecture, model.metadata, model.tensors)
+    facts = mfacts.model_facts(model.metadata, model.tensors, layout)
+    assert facts.warnings == []
+    assert facts.n_vocab == 131072  # from the skipped token array's count
+    result = mest.estimate(facts, Options(32768, 2, backend="cpu"), cpu_tensors=layout.expert_tensors)
+    gpu = result["gpus"][0]
+    assert gpu["kv_mib"] == 192.00
+    assert gpu["recurrent_mib"] == 95.23
+    assert gpu["kv"] == 6144 * 32768 and gpu["recurrent"] == 2 * 23 * 2170880
+    non_expert = sum(t.nbytes for t in model.tensors if t.name not in set(layout.expert_tensors))
+    embd = [t.nbytes for t in model.tensors if t.name == "token_embd.weight"][0]
+    assert gpu["model"] == non_expert - embd
+    assert 1360 < gpu["model_mib"] < 1380  # llama-server b10435 on an RPC device: 1369.17 MiB (plan_accuracy.py)
+    assert 21700 < common.mib(result["host"]["model"] - embd) < 21850  # routed experts: about 21,772 MiB
+
+
+def test_kv_bytes_use_the_padded_slots():
+    facts = attention_model()
+    assert facts.kv_blocks == {0: (32, 16), 1: (32, 16)}  # key_length != value_length
+    kv = kvc.kv_cache_bytes(facts, Options(1000, 3))
+    assert sum(kv.values()) == 2 * (32 + 16) * 2 * 1536
+    assert mest.estimate(facts, Options(513, 2, backend="rpc"))["n_ctx"] == 1024
+
+
+def test_quantized_cache_rows():
+    facts = attention_model(attention__key_length=64, attention__value_length=64)
+    kv = kvc.kv_cache_bytes(facts, Options(4096, 1, cache_type_k="q8_0", cache_type_v="q4_0"))
+    assert sum(kv.values()) == 2 * (128 // 32 * 34 + 128 // 32 * 18) * 4096
+    with pytest.raises(mfacts.MemoryModelError, match="not a multiple"):
+        kvc.kv_cache_bytes(attention_model(), Options(4096, 1, cache_type_k="q8_0", cache_type_v="q8_0"))  # 16-wide V rows
+    with pytest.raises(mfacts.MemoryModelError, match="needs flash attention"):
+        mest.estimate(facts, Options(4096, 1, cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="off"))
+
+
+@pytest.mark.parametrize("split, n, cumulative", [
+    ([3, 1], 2, [0.75, 1.0]), (None, 4, [0.25, 0.5, 0.75, 1.0]), ([0, 2], 2, [0.0, 1.0]), ([2, 0], 2, [1.0, 1.0]),
+    ([1], 1, [1.0])])
+def test_normalize_split_is_cumulative(split, n, cumulative):
+    """llama.cpp: splits[i] = sum(split[:i + 1]) / sum(split); an even split without --tensor-split."""
+    assert mest.normalize_split(split, n) == cumulative
+
+
+@pytest.mark.parametrize("split, n, message", [
+    ([1, 1], 0, "there is no GPU to place layers on"),
+    ([1, 1, 1], 2, "the tensor split [1, 1, 1] does not give a share >= 0 to each of the 2 GPUs"),
+    ([1, -1], 2, "the tensor split [1, -1] does not give a share >= 0 to each of the 2 GPUs"),
+    ([0, 0], 2, "the tensor split [0, 0] does not give a share >= 0 to each of the 2 GPUs"),
+])
+def test_normalize_split_errors(split, n, message):
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        mest.normalize_split(split, n)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("blocks, split, n, expected", [
+    (3, [1, 1], 2, ([0, 0, 1], 1)),  # block 2 at 2/4 = 0.5 is not below the first bound 0.5
+    (2, [1, 1], 2, ([0, 0], 1)),  # the output layer at 2/3
+    (4, [0, 1], 2, ([1, 1, 1, 1], 1)),
+    (4, [1, 0], 2, ([0, 0, 0, 0], 0)),
+    (3, None, 1, ([0, 0, 0], 0)),
+    (5, [1, 1, 2], 3, ([0, 0, 1, 2, 2], 2)),  # bounds 0.25, 0.5, 1.0 for positions 0, 1/6 ... 5/6
+])
+def test_layer_devices_first_device_whose_cumulative_share_exceeds_the_position(blocks, split, n, expected):
+    """Block i (the output layer as i == n_layer) goes to the first device with i / (n_layer + 1) < splits[d]."""
+    assert mest.layer_devices(blocks, split, n) == expected
+
+
+def test_layer_devices_default_to_one_device():
+    assert mest.layer_devices(3) == ([0, 0, 0], 0)
+
+
+def test_weights_on_cuda_pad_quantized_rows_once_and_align_to_128():
+    """ggml-cuda.cu get_alloc_size: a quantized tensor whose ne0 is not a multiple of MATRIX_ROW_PADDING (512) gets
+    ggml_row_size(type, 512 - ne0 % 512) more bytes; the CUDA buffer type aligns every tensor to 128."""
+    f = weights_model()
+    q = 11424 + 384 // 32 * 34  # 2688 % 512 = 128: 384 elements of padding -> 11832, aligned to 11904
+    norm = 2688 * 4  # F32: no row padding, 10752 is a multiple of 128
+    experts = 4352  # ne0 1024: no padding; 4352 = 34 * 128
+    q_small = 2176  # 512 x 4 q8_0: a multiple of 512 elements, 2176 = 17 * 128
+    output = 2856000 + 408  # 2856408, aligned to 2856448
+    gpu, host, detail = mest.weight_bytes(f)
+    assert gpu == [11904 + norm + experts + q_small + 2856448]
+    assert q == 11832 and output == 2856408
+    assert host == 2856000 and detail == {"devices_by_block": [0, 0], "output_device": 0, "host_expert_bytes": 0}
+    cpu_gpu, cpu_host = mest.weight_bytes(f, backend="cpu")[:2]
+    assert cpu_gpu == [11424 + norm + experts + q_small + 2856000] and cpu_host == 2856000  # 32-byte aligned already
+
+
+def test_weights_of_cpu_tensors_go_to_the_host_and_moved_tensors_to_their_device():
+    f = weights_model()
+    gpu, host, detail = mest.weight_bytes(f, ["blk.0.ffn_up_exps.weight"], [1, 1], 2, "cpu")
+    assert detail == {"devices_by_block": [0, 0], "output_device": 1, "host_expert_bytes": 4352}
+    assert gpu == [11424 + 10752 + 2176, 2856000] and host == 2856000 + 4352
+    moved = mest.weight_bytes(f, (), [1, 1], 2, "cpu", {"blk.0.ffn_up_exps.weight": 1})[0]
+    assert moved == [11424 + 10752 + 2176, 4352 + 2856000]
+
+
+def test_a_cpu_host_keeps_every_weight():
+    f = weights_model()
+    total = sum(t.nbytes for t in f.tensors)
+    assert mest.weight_bytes(f, n_devices=0) == ([], total, {"devices_by_block": [], "output_device": None,
+                                                             "host_expert_bytes": 4352})
+
+
+def test_tied_embeddings_copy_token_embd_to_the_output_device():
+    f = weights_model()
+    tied = facts(tensors=f.tensors[:-1], expert_tensors_by_block=f.expert_tensors_by_block)
+    assert mest.weight_bytes(tied, backend="cpu")[0] == [11424 + 10752 + 4352 + 2176 + 2856000]
+
+
+@pytest.mark.parametrize("flash_attn, on", [(True, True), ("on", True), ("auto", True), ("true", True),
+                                            ("enabled", True), (False, False), ("off", False), ("false", False)])
+def test_estimate_reads_flash_attention(flash_attn, on):
+    f = attention_only(n_vocab=100)
+    result = mest.estimate(f, Options(512, flash_attn=flash_attn, backend="cpu"))
+    assert result["flash_attn"] is on
+    assert result["gpus"][0]["kv"] == sum(kvc.kv_cache_bytes(f, Options(512, flash_attn=on)).values())
+
+
+def test_a_quantized_v_cache_needs_flash_attention():
+    f = facts(kv_blocks={0: (64, 64)}, kv_heads={0: 2})
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        mest.estimate(f, Options(512, cache_type_v="q8_0", flash_attn="off"))
+    assert str(info.value) == ("a quantized V cache (cache_type_v=q8_0) needs flash attention: set flash_attn to on "
+                               "or auto, or use cache_type_v f16")
+    for plain in ("f32", "f16", "bf16"):
+        assert mest.estimate(f, Options(512, cache_type_v=plain, flash_attn="off"))["flash_attn"] is False
+
+
+def test_estimate_adds_up_each_gpu_and_the_host(nano):
+    result = mest.estimate(nano, Options(32768, 2, backend="cpu", margin_mib=512, host_margin_mib=256))
+    (gpu,) = result["gpus"]
+    assert gpu["kv"] == 6144 * 32768 and gpu["recurrent"] == 2 * 23 * 2170880 and gpu["margin"] == 512 * MIB
+    assert gpu["total"] == gpu["model"] + gpu["kv"] + gpu["recurrent"] + gpu["compute"] + gpu["margin"]
+    assert gpu["kv_mib"] == 192.0 and gpu["recurrent_mib"] == 95.23 and gpu["margin_mib"] == 512.0
+    host = result["host"]
+    assert host["kv"] == 0 and host["recurrent"] == 0 and host["output"] == 2 * 131072 * 4
+    assert host["margin"] == 256 * MIB
+    assert host["total"] == host["model"] + host["output"] + host["compute"] + host["margin"]
+    assert host["output_mib"] == 1.0 and host["mmap"] is True and host["pinned"] is False
+    assert result["n_ctx"] == 32768 and result["cells"] == kvc.CacheCells(32768, 16384, 2, 0, 512)
+    assert result["devices_by_block"] == [0] * 52 and result["output_device"] == 0 and result["warnings"] == []
+
+
+def test_estimate_defaults_are_one_slot_f16_and_the_1024_mib_margins(nano):
+    result = mest.estimate(nano, Options(4096))
+    assert result["gpus"][0]["margin"] == 1024 * MIB and result["host"]["margin"] == 1024 * MIB
+    assert result["gpus"][0]["kv"] == 6144 * 4096 and result["gpus"][0]["recurrent"] == 23 * 2170880
+    assert result["host"]["output"] == 131072 * 4 and result["flash_attn"] is True
+
+
+@pytest.mark.parametrize("mmap, n_devices, backend, pinned", [
+    (False, 1, "cuda", True), (True, 1, "cuda", False), (False, 1, "rpc", False), (False, 0, "cuda", False)])
+def test_host_weights_are_pinned_only_without_mmap_beside_a_cuda_gpu(nano, mmap, n_devices, backend, pinned):
+    host = mest.estimate(nano, Options(4096, mmap=mmap, backend=backend), n_devices=n_devices)["host"]
+    assert host["pinned"] is pinned and host["mmap"] is mmap
+
+
+def test_the_training_context_warning_starts_past_it():
+    f = facts(context_length=4096)
+    assert mest.estimate(f, Options(4096, backend="cpu"))["warnings"] == []
+    assert mest.estimate(f, Options(4097, backend="cpu"))["warnings"] == [
+        "ctx_size 4097 is beyond the model's training context (4096): quality may drop"]
