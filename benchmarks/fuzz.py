@@ -63,7 +63,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
     merge_env,
     parse_env,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import (  # noqa: E402
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_encoding import (  # noqa: E402
     compose_literal,
     dotenv_problem,
 )

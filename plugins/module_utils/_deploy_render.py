@@ -4,7 +4,7 @@
 """The files the llm_server role writes: its block of ``.env``, the compose file, and the configuration hash
 that the container carries as a label.
 
-Standard library only (runs on target hosts). Every value goes through ``_deploy_values``' encoders.
+Standard library only (runs on target hosts). Every value goes through ``_deploy_encoding``.
 
 The compose file never holds a deployment value itself: it maps the ``.env`` keys into the container
 (``MOE_OFFLOAD_PATTERN: "${LLM_MOE_OFFLOAD_PATTERN:-}"``), and the image's start command builds
@@ -18,7 +18,7 @@ import hashlib
 import json
 import re
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import (
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_encoding import (
     compose_literal,
     compose_reference,
     dotenv_problem,

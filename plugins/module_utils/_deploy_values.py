@@ -1,26 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Every value the llm_server role writes (``.env``, the compose file, llama-server's argv), checked and
-encoded in one place, with one message per variable.
+"""The llm_server role's variables checked, one message per variable: ``check_settings`` is the one check of them
+(the role's action plugins call it on the controller, before anything is read or written on the host), and
+``check_placement`` applies the same rules to what the plan or the model gives. The encodings and what each cannot
+carry are in ``_deploy_encoding``.
 
-Standard library only: the action plugin ``llm_server_inputs`` runs this on the controller and the module
-``llm_server_config`` runs it again on the target before it renders anything.
-
-The encodings:
-
-* ``.env`` values are single-quoted so that both dotenv parsers the role supports read them back byte for
-  byte: python-dotenv (what podman-compose 1.6.0 reads ``.env`` with: ``dotenv/parser.py``
-  ``parse_value``, ``_single_quote_escapes``, and ``dotenv/variables.py`` ``_posix_variable``, which it
-  expands inside any quotes) and compose-go (docker compose v2: ``dotenv/parser.go``
-  ``extractVarValue``, which keeps single-quoted text literally apart from ``\\'``). A quote inside a
-  value is written ``\\'`` (both read it as ``'``). What the two cannot read alike is refused: ``${``
-  (python-dotenv expands it), a double backslash (python-dotenv reads one, compose-go two), a backslash
-  before a quote or at the end, and control characters.
-* compose file values are JSON strings (a JSON string is a YAML double-quoted scalar) with ``$`` written
-  ``$$``, compose's escape for a literal dollar; only the role's own ``${LLM_...:-}`` references stay
-  unescaped.
-* numbers are integers within the range the consumer accepts; paths are compared as paths.
+Standard library only, Python >= 3.9.
 """
 
 from __future__ import annotations
@@ -31,13 +17,15 @@ import posixpath
 import re
 from dataclasses import asdict, dataclass, field
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import MAX_BLOCKS, OFFLOAD_MODES
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (
-    MAX_PATTERN_BYTES,
-    pattern_problem,
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import shorten
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_encoding import (
+    api_key_problem,
+    control_chars,
+    device_overrides_problem,
+    dotenv_problem,
+    offload_pattern_problem,
 )
-
-# llama-server crashes on longer --override-tensor patterns (std::regex recursion); see docs/deploy.md.
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import MAX_BLOCKS, OFFLOAD_MODES
 
 MODES = OFFLOAD_MODES
 RESTART_POLICIES = ("no", "always", "on-failure", "unless-stopped")
@@ -61,8 +49,6 @@ _IMAGE_RE = re.compile(
 _LOG_SIZE_RE = re.compile(r"^[1-9][0-9]{0,6}[kmgKMG]?$")
 # llama-server's -ngl: a count, or auto / all (common/arg.cpp "--gpu-layers").
 _NGL_WORDS = ("auto", "all")
-# A device override of llama-server's -ot: PATTERN=BUFFER_TYPE, the buffer type a device name.
-_DEVICE_OVERRIDE_RE = re.compile(r"^(?P<pattern>[^=,]+)=(?P<buft>[A-Za-z][A-Za-z0-9_]*)$")
 
 
 class InputError(Exception):
@@ -75,67 +61,19 @@ class InputError(Exception):
     def lines(self):
         return ["%s: %s" % p for p in self.problems]
 
-
-# --- encoders -------------------------------------------------------------------------------------------
-
-
-def control_chars(text):
-    """The control characters (C0, DEL, C1) in ``text``, as escapes, sorted."""
-    return sorted({repr(c)[1:-1] for c in text if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0})
-
-
-def dotenv_problem(value):
-    """Why ``value`` cannot be written into ``.env`` so that both dotenv parsers read it back unchanged."""
-    bad = control_chars(value)
-    if bad:
-        return "it holds control characters (%s), which a .env line cannot carry" % ", ".join(bad)
-    if "${" in value:
-        return "it holds '${', which podman-compose's .env parser (python-dotenv) expands even inside quotes"
-    if "\\\\" in value:
-        return "it holds a double backslash, which python-dotenv reads as one backslash and docker compose as two"
-    if "\\'" in value:
-        return "it holds a backslash before a single quote, which the .env parsers read as an escaped quote"
-    if value.endswith("\\"):
-        return "it ends with a backslash, which would escape the closing quote in .env"
-    return None
-
-
-def dotenv_quote(value):
-    """``value`` as a single-quoted ``.env`` value (call ``dotenv_problem`` first)."""
-    return "'" + value.replace("'", "\\'") + "'"
-
-
-def dotenv_unquote(text):
-    """The value of a ``.env`` line's right-hand side as both parsers read the role's own encoding."""
-    text = text.strip()
-    if len(text) >= 2 and text[0] == "'" and text[-1] == "'":
-        return text[1:-1].replace("\\'", "'")
-    return text
-
-
-# Characters a YAML double-quoted scalar may not hold raw: outside YAML's printable set, or line breaks (NEL, LS,
-# PS) that a YAML parser folds, or the byte order mark. JSON leaves them raw; they are written as \uXXXX, which
-# JSON and YAML read alike (all are in the Basic Multilingual Plane).
-_YAML_RAW_UNSAFE_RE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
-
-
-def compose_literal(value):
-    """A literal string for the compose file: ``$`` escaped as ``$$``, emitted as a JSON string that YAML parsers
-    read back unchanged (line and paragraph separators, DEL, C1 controls and the BOM as ``\\uXXXX``)."""
-    text = json.dumps(str(value).replace("$", "$$"), ensure_ascii=False)
-    return _YAML_RAW_UNSAFE_RE.sub(lambda m: "\\u%04x" % ord(m.group(0)), text)
-
-
-def compose_reference(key, default=""):
-    """``${KEY:-default}`` as a compose value: the role's own reference to a ``.env`` key, not escaped."""
-    return json.dumps("${%s:-%s}" % (key, default))
+    def refusal(self, host):
+        """The failure message of a host whose values cannot be deployed."""
+        lines = self.lines()
+        return "llm_server: %s cannot be deployed on %s: %s. Nothing was changed." % (
+            "this value" if len(lines) == 1 else "these values", host, "; ".join(lines))
 
 
 # --- checks of one value ----------------------------------------------------------------------------------
 
 
 class _Checker:
-    """Collects one message per variable."""
+    """Collects one message per variable. Every variable has a value (the role's defaults give each one): a missing
+    one is a programming error (``KeyError``), not a default."""
 
     def __init__(self, values):
         self.values = values
@@ -146,11 +84,13 @@ class _Checker:
             self.problems.append((name, message))
         return None
 
-    def raw(self, name, default=None):
-        return self.values.get(name, default)
+    def raw(self, name):
+        if name not in self.values:
+            raise KeyError("%s has no value: the role's defaults (defaults/main.yml) give every variable one" % name)
+        return self.values[name]
 
-    def integer(self, name, low, high, default=None):
-        value = self.raw(name, default)
+    def integer(self, name, low, high):
+        value = self.raw(name)
         text = "%r" % (value,) if not isinstance(value, str) else json.dumps(value)
         if isinstance(value, bool) or value is None:
             return self.fail(name, "%s is not an integer from %d to %d" % (text, low, high))
@@ -161,19 +101,17 @@ class _Checker:
         if isinstance(value, str):
             stripped = value.strip()
             if not re.fullmatch(r"[+-]?[0-9]{1,19}", stripped):
-                shown = text if len(text) <= 40 else text[:37] + "..."
-                return self.fail(name, "%s is not an integer from %d to %d" % (shown, low, high))
+                return self.fail(name, "%s is not an integer from %d to %d" % (shorten(text, 40), low, high))
             value = int(stripped)
         if not isinstance(value, int):
             return self.fail(name, "%s is not an integer from %d to %d" % (text, low, high))
         if not low <= value <= high:
-            shown = str(value) if len(str(value)) <= 40 else str(value)[:37] + "..."
-            return self.fail(name, "%s is out of range: an integer from %d to %d" % (shown, low, high))
+            return self.fail(name, "%s is out of range: an integer from %d to %d" % (shorten(value, 40), low, high))
         return value
 
-    def gpu_layers(self, name, default):
+    def gpu_layers(self, name):
         """llama-server's -ngl: a count, or auto / all (common/arg.cpp ``--gpu-layers``)."""
-        value = self.raw(name, default)
+        value = self.raw(name)
         if isinstance(value, str) and value.strip() in _NGL_WORDS:
             return value.strip()
         digits = str(value).strip() if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
@@ -181,8 +119,8 @@ class _Checker:
             return self.fail(name, "%r is not a layer count (0 to 100000), auto or all" % (value,))
         return str(int(str(value).strip()))
 
-    def boolean(self, name, default=False):
-        value = self.raw(name, default)
+    def boolean(self, name):
+        value = self.raw(name)
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.strip().lower() in ("yes", "true", "on", "1", "no", "false", "off", "0"):
@@ -191,8 +129,9 @@ class _Checker:
             return bool(value)
         return self.fail(name, "%r is not a boolean" % (value,))
 
-    def string(self, name, default="", allow_control=False, max_len=4096):
-        value = self.raw(name, default)
+    def string(self, name, allow_control=False, max_len=4096):
+        """A string; ``None`` (YAML's empty value) is ``""``."""
+        value = self.raw(name)
         if value is None:
             value = ""
         if not isinstance(value, str):
@@ -204,25 +143,25 @@ class _Checker:
             return self.fail(name, "%s holds control characters (%s)" % (json.dumps(value), ", ".join(bad)))
         return value
 
-    def choice(self, name, choices, default=None):
-        value = self.string(name, default)
+    def choice(self, name, choices):
+        value = self.string(name)
         if value is None:
             return None
         if value not in choices:
             return self.fail(name, "%s is not one of %s" % (json.dumps(value), ", ".join(json.dumps(c) for c in choices)))
         return value
 
-    def matching(self, name, regex, what, default=""):
-        value = self.string(name, default)
+    def matching(self, name, regex, what):
+        value = self.string(name)
         if value is None:
             return None
         if not regex.match(value):
             return self.fail(name, "%s is not %s" % (json.dumps(value), what))
         return value
 
-    def path(self, name, default=None, mounted=False):
+    def path(self, name, mounted=False):
         """An absolute path, normalised; no '..' segment; with ``mounted`` no ':' or ',' (bind mounts)."""
-        value = self.string(name, default)
+        value = self.string(name)
         if value is None:
             return None
         if not value.startswith("/"):
@@ -233,8 +172,8 @@ class _Checker:
             return self.fail(name, "%s holds ':' or ',', which a compose bind mount cannot carry" % json.dumps(value))
         return posixpath.normpath(value)
 
-    def string_list(self, name, default=(), max_items=256):
-        value = self.raw(name, list(default))
+    def string_list(self, name, max_items=256):
+        value = self.raw(name)
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
             return self.fail(name, "%r is not a list of strings" % (value,))
         out = []
@@ -250,8 +189,8 @@ class _Checker:
             return self.fail(name, "%d items is more than the %d allowed" % (len(out), max_items))
         return out
 
-    def int_list(self, name, low, high, default=()):
-        value = self.raw(name, list(default))
+    def int_list(self, name, low, high):
+        value = self.raw(name)
         if isinstance(value, str) and re.fullmatch(r"\s*[0-9]+(\s*,\s*[0-9]+)*\s*", value):
             value = value.split(",")
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
@@ -266,55 +205,6 @@ class _Checker:
             if number not in out:
                 out.append(number)
         return out
-
-
-# --- the pattern and the API key ----------------------------------------------------------------------------
-
-
-def offload_pattern_problem(pattern):
-    """Why an ``--override-tensor`` pattern (without ``=CPU``) cannot be deployed, or ``None``."""
-    size = len(pattern.encode("utf-8", "surrogatepass"))
-    if size > MAX_PATTERN_BYTES:
-        return ("it is %d bytes long; llama-server crashes on patterns this long, the most the role deploys "
-                "is %d: move whole blocks with a shorter pattern (for example llm_server_moe_offload_mode=layers)"
-                % (size, MAX_PATTERN_BYTES))
-    problem = dotenv_problem(pattern)
-    if problem:
-        return problem
-    return pattern_problem(pattern)
-
-
-def device_overrides_problem(overrides):
-    """Why a list of ``PATTERN=DEVICE`` items cannot be one ``-ot`` element before the CPU pattern, or ``None``."""
-    for item in overrides:
-        match = _DEVICE_OVERRIDE_RE.match(item)
-        if not match:
-            return "%s is not PATTERN=DEVICE (one '=', no ',')" % json.dumps(item)
-        problem = offload_pattern_problem(match.group("pattern"))
-        if problem:
-            return "%s: %s" % (json.dumps(item), problem)
-    size = len(",".join(overrides).encode("utf-8", "surrogatepass"))
-    if size > MAX_PATTERN_BYTES:
-        return "together %d bytes, more than the %d llama-server takes" % (size, MAX_PATTERN_BYTES)
-    return None
-
-
-def api_key_problem(key):
-    """Why the API key cannot reach llama-server byte for byte, or ``None``. Never quotes the key.
-
-    llama-server reads ``--api-key-file`` line by line and keeps every non-empty line as a key
-    (common/arg.cpp, ``--api-key-file``); it compares the text after ``Bearer `` of the Authorization header
-    (tools/server/server-http.cpp, ``middleware_validate_api_key``), and HTTP header values lose leading and
-    trailing blanks. So a key is printable ASCII without a leading or trailing space.
-    """
-    if len(key) > 4096:
-        return "it is %d characters long; the most is 4096" % len(key)
-    if any(not 0x20 <= ord(c) <= 0x7E for c in key):
-        return ("it holds a character outside printable ASCII (a control character, newline or non-ASCII letter), "
-                "which an Authorization header or llama-server's key file cannot carry unchanged")
-    if key != key.strip(" "):
-        return "it starts or ends with a space, which HTTP drops from the Authorization header"
-    return None
 
 
 # --- the settings ---------------------------------------------------------------------------------------------
@@ -395,87 +285,139 @@ def container_model_path(model_path, model_dir, model_mount):
     return posixpath.join(model_mount, relative)
 
 
-def check_settings(values, api_key=None, entry="main"):
-    """``Settings`` from the role's variables (``llm_server_*`` names), or ``InputError`` with every problem.
+PREFIX = "llm_server_"
+_PROJECT_NAME = ("a compose project name (lower-case letters, digits, '_' and '-', starting with a letter or digit; "
+                 "the default is the basename of llm_server_project_dir)")
+_MODEL_REQUIRED = "it is required: the GGUF on the host (the first shard of a split model)"
 
-    ``api_key`` is the key itself (checked, never kept or quoted); ``None`` means "not given". The ``rollback``
-    entry point does not need the model: its variables are only checked when set.
-    """
-    c = _Checker(values)
-    g = "llm_server_"
-    s = {}
-    s["project_dir"] = c.path(g + "project_dir", "/srv/ai-llm", mounted=True)
-    s["compose_file"] = c.matching(g + "compose_file", _FILE_NAME_RE, "a file name ending in .yml or .yaml",
-                                   "docker-compose.prod.yml")
-    if not values.get(g + "compose_project"):
-        c.values = dict(c.values, **{g + "compose_project": posixpath.basename(s["project_dir"] or "")})
-    s["compose_project"] = c.matching(g + "compose_project", _PROJECT_NAME_RE, "a compose project name "
-                                      "(lower-case letters, digits, '_' and '-', starting with a letter or digit; "
-                                      "the default is the basename of llm_server_project_dir)")
-    command = c.string_list(g + "compose_command", [])
+
+def _integer(low, high):
+    return lambda c, name: c.integer(name, low, high)
+
+
+def _matching(regex, what):
+    return lambda c, name: c.matching(name, regex, what)
+
+
+def _choice(choices):
+    return lambda c, name: c.choice(name, choices)
+
+
+def _boolean(c, name):
+    return c.boolean(name)
+
+
+def _log_verbosity(c, name):
+    """llama-server's ``-lv``; empty leaves llama-server's own default."""
+    return None if c.raw(name) in (None, "") else c.integer(name, 0, 9)
+
+
+# The values checked one by one, in the order their problems are listed: variable (without the prefix) and its
+# check. The argument spec (meta/argument_specs.yml) gives the types and defaults; these add the formats and
+# ranges. The rules between variables follow in check_settings.
+_VALUES = (
+    ("project_dir", lambda c, name: c.path(name, mounted=True)),
+    ("compose_file", _matching(_FILE_NAME_RE, "a file name ending in .yml or .yaml")),
+    ("service_name", _matching(_SERVICE_NAME_RE, "a compose service name (letters, digits, '.', '_' and '-')")),
+    ("container_name", _matching(_CONTAINER_NAME_RE, "a container name (letters, digits, '_', '.' and '-', "
+                                                     "starting with a letter or digit)")),
+    ("image", _matching(_IMAGE_RE, "an image reference ([registry/]name[:tag][@digest])")),
+    ("restart_policy", _choice(RESTART_POLICIES)),
+    ("network_mode", _choice(NETWORK_MODES)),
+    ("port", _integer(1, 65535)),
+    ("container_port", _integer(1, 65535)),
+    ("log_max_size", _matching(_LOG_SIZE_RE, "a size such as 50m (digits and k, m or g)")),
+    ("log_max_file", _integer(1, 100)),
+    ("log_verbosity", _log_verbosity),
+    ("extra_args", lambda c, name: c.string_list(name)),
+    ("allow_unauthenticated", _boolean),
+    ("ctx_size", _integer(1, INT32_MAX)),
+    ("parallel", _integer(1, LLAMA_MAX_SEQ)),
+    ("n_gpu_layers", lambda c, name: c.gpu_layers(name)),
+    ("gpu_devices", lambda c, name: c.int_list(name, 0, 1023)),
+    ("moe_offload_mode", _choice(MODES)),
+    ("moe_offload_layers", lambda c, name: c.int_list(name, 0, MAX_BLOCKS - 1)),
+    ("moe_offload_force", _boolean),
+    ("health_timeout", _integer(1, 86400)),
+    ("verify_always", _boolean),
+    ("vram_check", _boolean),
+    ("vram_tolerance_mib", _integer(0, 1048576)),
+    ("parity_check", _boolean),
+    ("parity_prompt", lambda c, name: c.string(name, allow_control=True, max_len=65536)),
+    ("parity_n_predict", _integer(1, 4096)),
+    ("parity_seed", _integer(0, 2 ** 32 - 1)),
+    ("rollback", _boolean),
+    ("rollback_to", _choice(ROLLBACK_TO)),
+    ("lock_timeout", _integer(0, 86400)),
+    ("lock_lease", _integer(60, 7 * 86400)),
+)
+
+
+def _or_derived(c, name, derived):
+    """An empty ``name`` stands for ``derived`` (the default the role's defaults template from another variable)."""
+    if c.raw(name) in (None, ""):
+        c.values = dict(c.values, **{name: derived})
+
+
+def _project(c, s):
+    """The compose project (empty: the basename of the project directory) and the compose command's program."""
+    _or_derived(c, PREFIX + "compose_project", posixpath.basename(s["project_dir"] or ""))
+    s["compose_project"] = c.matching(PREFIX + "compose_project", _PROJECT_NAME_RE, _PROJECT_NAME)
+    command = c.string_list(PREFIX + "compose_command")
     if command and (not command[0] or command[0].startswith("-")):
-        command = c.fail(g + "compose_command", "%r does not start with a program" % (command,))
+        command = c.fail(PREFIX + "compose_command", "%r does not start with a program" % (command,))
     s["compose_command"] = command
-    s["service_name"] = c.matching(g + "service_name", _SERVICE_NAME_RE, "a compose service name "
-                                   "(letters, digits, '.', '_' and '-')", "ai-llm")
-    s["container_name"] = c.matching(g + "container_name", _CONTAINER_NAME_RE, "a container name (letters, "
-                                     "digits, '_', '.' and '-', starting with a letter or digit)", "ai-llm")
-    s["image"] = c.matching(g + "image", _IMAGE_RE, "an image reference ([registry/]name[:tag][@digest])",
-                            "localhost/ai-llm:cuda")
-    s["restart_policy"] = c.choice(g + "restart_policy", RESTART_POLICIES, "unless-stopped")
-    s["network_mode"] = c.choice(g + "network_mode", NETWORK_MODES, "")
-    s["port"] = c.integer(g + "port", 1, 65535, 8080)
-    s["container_port"] = c.integer(g + "container_port", 1, 65535, 8080)
-    s["log_max_size"] = c.matching(g + "log_max_size", _LOG_SIZE_RE, "a size such as 50m (digits and k, m or g)",
-                                   "50m")
-    s["log_max_file"] = c.integer(g + "log_max_file", 1, 100, 3)
-    verbosity = c.raw(g + "log_verbosity")
-    s["log_verbosity"] = None if verbosity in (None, "") else c.integer(g + "log_verbosity", 0, 9)
-    s["extra_args"] = c.string_list(g + "extra_args", [])
 
-    key_set = bool(api_key)
+
+def _api_key(c, s, api_key):
+    """Whether a key is set; a key llama-server cannot read back byte for byte is refused (never shown)."""
+    name = PREFIX + "api_key"
+    s["api_key_set"] = bool(api_key)
     if api_key is not None and not isinstance(api_key, str):
-        c.fail(g + "api_key", "it is not a string")
-        key_set = False
+        c.fail(name, "it is not a string")
+        s["api_key_set"] = False
     elif api_key:
         problem = api_key_problem(api_key)
         if problem:
-            c.fail(g + "api_key", "the key cannot be deployed: " + problem + " (the key itself is not shown)")
-    s["api_key_set"] = key_set
-    s["allow_unauthenticated"] = c.boolean(g + "allow_unauthenticated", False)
+            c.fail(name, "the key cannot be deployed: " + problem + " (the key itself is not shown)")
 
-    address = c.string(g + "bind_address", "127.0.0.1")
+
+def _bind_address(c, s):
+    """An IP address; IPv6 only in the host's network, and one other hosts reach only with a key or a permission."""
+    name = PREFIX + "bind_address"
+    address = c.string(name)
     if address is not None:
         try:
             ip = ipaddress.ip_address(address)
         except ValueError:
-            address = c.fail(g + "bind_address", "%s is not an IPv4 or IPv6 address" % json.dumps(address))
+            address = c.fail(name, "%s is not an IPv4 or IPv6 address" % json.dumps(address))
         else:
             address = str(ip)
             if ip.version == 6 and s["network_mode"] == "":
-                address = c.fail(g + "bind_address", "%s is an IPv6 address: compose port publishing takes IPv4 "
-                                 "here; use llm_server_network_mode=host for IPv6" % address)
-            elif not ip.is_loopback and not key_set and not s["allow_unauthenticated"]:
-                address = c.fail(g + "bind_address", "%s is reachable from other hosts and no llm_server_api_key "
-                                 "is set: anyone on the network could use the server. Set llm_server_api_key, bind "
-                                 "to 127.0.0.1, or set llm_server_allow_unauthenticated=true" % address)
+                address = c.fail(name, "%s is an IPv6 address: compose port publishing takes IPv4 here; use "
+                                 "llm_server_network_mode=host for IPv6" % address)
+            elif not ip.is_loopback and not s["api_key_set"] and not s["allow_unauthenticated"]:
+                address = c.fail(name, "%s is reachable from other hosts and no llm_server_api_key is set: anyone "
+                                 "on the network could use the server. Set llm_server_api_key, bind to 127.0.0.1, or "
+                                 "set llm_server_allow_unauthenticated=true" % address)
     s["bind_address"] = address
 
-    if values.get(g + "model_path") in (None, "") and entry == "rollback":
-        values = {k: v for k, v in values.items() if not k.startswith(g + "model_")}
-        c.values = values
-        s["model_path"] = ""
-    elif values.get(g + "model_path") in (None, ""):
-        s["model_path"] = c.fail(g + "model_path", "it is required: the GGUF on the host (the first shard of a "
-                                 "split model)")
+
+def _model(c, s, entry):
+    """The model, its mounted directory (empty: the model's directory) and where the container sees it. The
+    ``rollback`` entry point without a model checks none of them."""
+    g = PREFIX
+    if c.raw(g + "model_path") in (None, "") and entry == "rollback":
+        s.update(model_path="", model_dir="", model_mount="", container_model_path=None)
+        return
+    if c.raw(g + "model_path") in (None, ""):
+        s["model_path"] = c.fail(g + "model_path", _MODEL_REQUIRED)
     else:
-        s["model_path"] = c.path(g + "model_path", "")
-    model_dir = values.get(g + "model_dir")
-    if model_dir in (None, "") and s["model_path"]:
-        values = dict(values, **{g + "model_dir": posixpath.dirname(s["model_path"])})
-        c.values = values
-    s["model_dir"] = c.path(g + "model_dir", None, mounted=True) if s["model_path"] else ""
-    s["model_mount"] = c.path(g + "model_mount", "/models", mounted=True)
+        s["model_path"] = c.path(g + "model_path")
+    if s["model_path"]:
+        _or_derived(c, g + "model_dir", posixpath.dirname(s["model_path"]))
+    s["model_dir"] = c.path(g + "model_dir", mounted=True) if s["model_path"] else ""
+    s["model_mount"] = c.path(g + "model_mount", mounted=True)
     if s["model_mount"] == "/":
         s["model_mount"] = c.fail(g + "model_mount", "'/' would hide the image's own files: mount elsewhere")
     inside = None
@@ -491,50 +433,63 @@ def check_settings(values, api_key=None, entry="main"):
                                 % (json.dumps(inside), problem))
     s["container_model_path"] = inside
 
-    s["ctx_size"] = c.integer(g + "ctx_size", 1, INT32_MAX, 8192)
-    s["parallel"] = c.integer(g + "parallel", 1, LLAMA_MAX_SEQ, 1)
-    s["n_gpu_layers"] = c.gpu_layers(g + "n_gpu_layers", 99)
-    s["gpu_devices"] = c.int_list(g + "gpu_devices", 0, 1023, [])
-    s["moe_offload_mode"] = c.choice(g + "moe_offload_mode", MODES, "auto")
-    s["moe_offload_layers"] = c.int_list(g + "moe_offload_layers", 0, MAX_BLOCKS - 1, [])
-    pattern = c.string(g + "moe_offload_pattern", "", allow_control=True, max_len=10 ** 7)
+
+def _offload(c, s):
+    """The user's pattern (the rules of any deployed pattern) and mode ``layers``, which needs layers or a pattern."""
+    name = PREFIX + "moe_offload_pattern"
+    pattern = c.string(name, allow_control=True, max_len=10 ** 7)
     if pattern:
         problem = offload_pattern_problem(pattern)
         if problem:
-            shown = json.dumps(pattern if len(pattern) <= 120 else pattern[:117] + "...")
-            pattern = c.fail(g + "moe_offload_pattern", "%s cannot be deployed: %s" % (shown, problem))
+            pattern = c.fail(name, "%s cannot be deployed: %s" % (json.dumps(shorten(pattern, 120)), problem))
     s["moe_offload_pattern"] = pattern
-    s["moe_offload_force"] = c.boolean(g + "moe_offload_force", False)
     if s["moe_offload_mode"] == "layers" and not s["moe_offload_layers"] and not pattern:
-        c.fail(g + "moe_offload_layers", "mode layers needs the block indices whose experts go to host RAM "
+        c.fail(PREFIX + "moe_offload_layers", "mode layers needs the block indices whose experts go to host RAM "
                "(or llm_server_moe_offload_pattern)")
 
-    s["health_timeout"] = c.integer(g + "health_timeout", 1, 86400, 300)
-    s["verify_always"] = c.boolean(g + "verify_always", False)
-    s["vram_check"] = c.boolean(g + "vram_check", True)
-    s["vram_tolerance_mib"] = c.integer(g + "vram_tolerance_mib", 0, 1048576, 1024)
-    s["parity_check"] = c.boolean(g + "parity_check", False)
-    s["parity_prompt"] = c.string(g + "parity_prompt", "The capital of France is", allow_control=True,
-                                  max_len=65536)
-    s["parity_n_predict"] = c.integer(g + "parity_n_predict", 1, 4096, 16)
-    s["parity_seed"] = c.integer(g + "parity_seed", 0, 2 ** 32 - 1, 42)
-    s["rollback"] = c.boolean(g + "rollback", True)
-    rollback_dir = values.get(g + "rollback_dir") or posixpath.join(s["project_dir"] or "/", ".rollback")
-    c.values = dict(c.values, **{g + "rollback_dir": rollback_dir})
-    s["rollback_dir"] = c.path(g + "rollback_dir")
+
+def _rollback_and_lock(c, s):
+    """The snapshots' directory (empty: ``.rollback`` in the project directory), not the project directory itself;
+    a lock lease long enough for a deploy."""
+    name = PREFIX + "rollback_dir"
+    _or_derived(c, name, posixpath.join(s["project_dir"] or "/", ".rollback"))
+    s["rollback_dir"] = c.path(name)
     if s["rollback_dir"] and s["project_dir"] and s["rollback_dir"] == s["project_dir"]:
-        s["rollback_dir"] = c.fail(g + "rollback_dir", "it must not be llm_server_project_dir itself")
-    s["rollback_to"] = c.choice(g + "rollback_to", ROLLBACK_TO, "previous")
-    s["lock_timeout"] = c.integer(g + "lock_timeout", 0, 86400, 1800)
-    s["lock_lease"] = c.integer(g + "lock_lease", 60, 7 * 86400, 3600)
-    if s["lock_lease"] and s["health_timeout"] and s["lock_lease"] < 2 * s["health_timeout"] + 300:
-        c.fail(g + "lock_lease", "%d s is shorter than a deploy may hold the lock (twice llm_server_health_timeout "
-               "plus 300 s: %d s)" % (s["lock_lease"], 2 * s["health_timeout"] + 300))
+        s["rollback_dir"] = c.fail(name, "it must not be llm_server_project_dir itself")
+    held = 2 * (s["health_timeout"] or 0) + 300
+    if s["lock_lease"] and s["health_timeout"] and s["lock_lease"] < held:
+        c.fail(PREFIX + "lock_lease", "%d s is shorter than a deploy may hold the lock (twice "
+               "llm_server_health_timeout plus 300 s: %d s)" % (s["lock_lease"], held))
+
+
+def check_settings(values, api_key=None, entry="main"):
+    """``Settings`` from the role's variables (``llm_server_*`` names), or ``InputError`` with every problem.
+
+    The one check of the role's variables, for every action that reads them. ``values`` holds every variable
+    (``VARIABLES``) after the argument spec and the role's defaults applied: types, choices and defaults come
+    from there; this adds formats, ranges and the rules between variables. ``api_key`` is the key itself
+    (checked, never kept or quoted); ``None`` means "not given". The ``rollback`` entry point does not need the
+    model: its variables are only checked when it is set.
+    """
+    c = _Checker(values)
+    s = {key: check(c, PREFIX + key) for key, check in _VALUES}
+    _project(c, s)
+    _api_key(c, s, api_key)
+    _bind_address(c, s)
+    _model(c, s, entry)
+    _offload(c, s)
+    _rollback_and_lock(c, s)
     if c.problems:
         raise InputError(c.problems)
     s["base_url"] = base_url(s["bind_address"], s["port"])
     s["paths"] = project_paths(s["project_dir"], s["compose_file"], s["rollback_dir"])
     return Settings(**s)
+
+
+# Every variable check_settings reads (the API key apart: it is passed on its own).
+VARIABLES = tuple(PREFIX + key for key, _check in _VALUES) + tuple(
+    PREFIX + key for key in ("compose_project", "compose_command", "bind_address", "model_path", "model_dir",
+                             "model_mount", "moe_offload_pattern", "rollback_dir"))
 
 
 def project_paths(project_dir, compose_file, rollback_dir):
@@ -559,7 +514,7 @@ def check_placement(pattern, source, device_overrides, ctx_size, ctx_limit):
     if pattern:
         problem = offload_pattern_problem(pattern)
         if problem:
-            shown = json.dumps(pattern if len(pattern) <= 120 else pattern[:117] + "...")
+            shown = json.dumps(shorten(pattern, 120))
             what = {"plan": "the pattern the plan built from the model's tensor names",
                     "model": "the pattern gguf_info built from the model's tensor names"}.get(
                 source, "the pattern")

@@ -11,8 +11,9 @@ module: llm_server_inputs
 short_description: Check the llm_server role's variables on the controller, one message per variable
 version_added: 0.1.0
 description:
-  - Reads every C(llm_server_*) variable of the host (and the deprecated C(llm_moe_offload_*) names, with a
-    deprecation warning) and checks each on the controller, before anything is read or written on the host.
+  - Reads every C(llm_server_*) variable of the host and checks each on the controller, before anything is read or
+    written on the host. Types, choices and defaults come from the role's argument spec and defaults; this adds the
+    formats, the ranges and the rules between variables.
   - Numbers must be integers in range (a port from 1 to 65535, a context from 1 on, at most 256 slots...), names and
     image references must be what compose and the container engine accept, paths absolute and compared as paths
     (the model inside the mounted model directory), strings free of control characters, and every value that goes

@@ -17,6 +17,7 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL, parse_env
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from tests.helpers.role_vars import role_values
 from tests.helpers.llm_deploy import cpu_image
 from tools.gguf_models import write_demo_model
 
@@ -49,7 +50,7 @@ def project(tmp_path):
         "llm_server_extra_args": EXTRA,
         "llm_server_restart_policy": "no",
     }
-    settings = check_settings(values, api_key=KEY).as_dict()
+    settings = check_settings(role_values(values), api_key=KEY).as_dict()
     yield settings
     subprocess.run(["podman", "rm", "--force", name], capture_output=True, check=False, timeout=120)
 

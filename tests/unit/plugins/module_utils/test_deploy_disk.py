@@ -27,6 +27,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
     render_compose,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from tests.helpers.role_vars import role_values
 
 KEY = "sk-disk-0001"
 PLACEMENT = {"pattern": r"blk\.(1|4)\.ffn_(up|down)_exps\.weight$", "tensor_overrides": [], "topology": "cpu"}
@@ -37,9 +38,9 @@ def project(tmp_path):
     models = tmp_path / "models"
     models.mkdir()
     (models / "demo.gguf").write_bytes(b"GGUF")
-    settings = check_settings({"llm_server_project_dir": str(tmp_path / "ai-llm"),
+    settings = check_settings(role_values({"llm_server_project_dir": str(tmp_path / "ai-llm"),
                                "llm_server_model_path": str(models / "demo.gguf"),
-                               "llm_server_image": "localhost/ai-llm:cpu", "llm_server_ctx_size": 512},
+                               "llm_server_image": "localhost/ai-llm:cpu", "llm_server_ctx_size": 512}),
                               api_key=KEY).as_dict()
     return settings, write(settings, KEY, "OTHER='kept'\n")
 
@@ -101,8 +102,8 @@ def test_another_configuration_key_or_engine_is_not_proved(project):
 def test_without_a_key_there_must_be_no_key_file(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "x.gguf").write_bytes(b"GGUF")
-    settings = check_settings({"llm_server_project_dir": str(tmp_path / "p"),
-                               "llm_server_model_path": str(tmp_path / "m" / "x.gguf")}).as_dict()
+    settings = check_settings(role_values({"llm_server_project_dir": str(tmp_path / "p"),
+                               "llm_server_model_path": str(tmp_path / "m" / "x.gguf")})).as_dict()
     digest = write(settings, "")
     assert disk_of(settings)["api_key_file"] is False
     assert proof(settings, key="")["config_hash"] == digest

@@ -27,6 +27,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
     render_compose,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from tests.helpers.role_vars import role_values
 
 HOSTILE = {
     "llm_server_model_path": "/srv/mo dels/x$y.gguf",
@@ -41,7 +42,7 @@ PLACEMENT = {"pattern": r"blk\.(3|4)\.ffn_.*_exps\.weight$", "tensor_overrides":
 
 
 def settings(**values):
-    return check_settings(dict(HOSTILE, **values)).as_dict()
+    return check_settings(role_values(HOSTILE, **values)).as_dict()
 
 
 def test_the_env_block_reads_back_through_python_dotenv():
@@ -156,7 +157,7 @@ ROLE_KEYS = ["LLM_MOE_OFFLOAD_PATTERN", "LLM_TENSOR_OVERRIDES", "LLM_CTX_SIZE", 
 
 
 def plain(**values):
-    return check_settings(dict(PLAIN, **values)).as_dict()
+    return check_settings(role_values(PLAIN, **values)).as_dict()
 
 
 def test_env_values_on_gpus_holds_every_key_in_order():
@@ -179,7 +180,7 @@ def test_env_values_on_gpus_holds_every_key_in_order():
 
 def test_env_values_without_a_placement_are_empty_strings():
     """No pattern, no overrides, no GPU, no split, no verbosity: the keys are written empty, never 'None'."""
-    values = env_values(plain(), {"topology": "cpu"})
+    values = env_values(plain(llm_server_log_verbosity=""), {"topology": "cpu"})
     assert values == {
         "LLM_MOE_OFFLOAD_PATTERN": "",
         "LLM_TENSOR_OVERRIDES": "",
@@ -195,7 +196,7 @@ def test_env_values_without_a_placement_are_empty_strings():
     }
     none_given = {"pattern": None, "tensor_overrides": None, "gpu_devices": None, "tensor_split": None,
                   "topology": "cpu"}
-    assert env_values(plain(), none_given) == values
+    assert env_values(plain(llm_server_log_verbosity=""), none_given) == values
 
 
 @pytest.mark.parametrize("placement, devices", [

@@ -1,174 +1,154 @@
-"""Every value the llm_server role writes, checked and encoded in one place (plugins/module_utils/_deploy_values.py).
-
-The .env encoding is read back with python-dotenv itself (what podman-compose 1.6.0 reads .env with) and with
-``compose_go_single_quoted``, a line-for-line port of compose-go's reading of a single-quoted value
-(github.com/compose-spec/compose-go, dotenv/parser.go, ``extractVarValue``; docker compose v2 cannot run here).
+"""The llm_server role's variables checked (plugins/module_utils/_deploy_values.py): exact values, exact messages
+(each names its variable and shows the value), both sides of every limit. The variables reach ``check_settings``
+with the role's defaults applied (``role_values``), as a run hands them over.
 """
 from __future__ import annotations
 
-import io
-import json
-
-import dotenv
 import pytest
-import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import (
+    INT32_MAX,
+    VARIABLES,
     InputError,
-    api_key_problem,
+    _Checker,
     base_url,
+    check_placement,
     check_settings,
-    compose_literal,
     container_model_path,
-    dotenv_problem,
-    dotenv_quote,
-    offload_pattern_problem,
+    project_paths,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import MAX_PATTERN_BYTES
+from tests.helpers.role_vars import role_values
 
-BASE = {
+BASE = role_values({
     "llm_server_model_path": "/srv/models/x.gguf",
     "llm_server_project_dir": "/srv/ai-llm",
     "llm_server_compose_project": "ai-llm",
-}
+})
+
+DOLLAR_BRACE = "it holds '${', which podman-compose's .env parser (python-dotenv) expands even inside quotes"
+CONTROL = "it holds control characters (%s), which a .env line cannot carry"
+PROJECT_NAME = ("a compose project name (lower-case letters, digits, '_' and '-', starting with a letter or digit; "
+                "the default is the basename of llm_server_project_dir)")
+CONTAINER_NAME = "a container name (letters, digits, '_', '.' and '-', starting with a letter or digit)"
+SERVICE_NAME = "a compose service name (letters, digits, '.', '_' and '-')"
+IMAGE = "an image reference ([registry/]name[:tag][@digest])"
+LOG_SIZE = "a size such as 50m (digits and k, m or g)"
+FILE_NAME = "a file name ending in .yml or .yaml"
+OPEN_BIND = ("%s is reachable from other hosts and no llm_server_api_key is set: anyone on the network could use the "
+             "server. Set llm_server_api_key, bind to 127.0.0.1, or set llm_server_allow_unauthenticated=true")
+REQUIRED = "it is required: the GGUF on the host (the first shard of a split model)"
+SPACE = "it starts or ends with a space, which HTTP drops from the Authorization header"
+MOUNT = "%s holds ':' or ',', which a compose bind mount cannot carry"
+HIDE = "'/' would hide the image's own files: mount elsewhere"
+INTS = "%s is not a list of integers from 0 to 1023"
 
 
-def problems(api_key=None, **values):
-    """The {variable: message} check_settings refuses BASE updated by ``values`` with."""
+def problems(api_key=None, entry="main", **values):
+    """The {variable: message} check_settings refuses BASE updated by ``values`` with ({} when accepted)."""
     try:
-        check_settings(dict(BASE, **values), api_key=api_key)
+        check_settings(dict(BASE, **values), api_key=api_key, entry=entry)
     except InputError as exc:
         return dict(exc.problems)
     return {}
 
 
-def python_dotenv(text):
-    """What podman-compose 1.6.0 reads: python-dotenv's dotenv_values (interpolation on, as it calls it)."""
-    return dict(dotenv.dotenv_values(stream=io.StringIO(text)))
+def settings(**values):
+    return check_settings(dict(BASE, **values))
 
 
-def compose_go_single_quoted(src):
-    """compose-go dotenv/parser.go extractVarValue for a value starting with a single quote: (value, rest)."""
-    quote = src[0]
-    previous_is_escape = False
-    chars = []
-    for i in range(1, len(src)):
-        char = src[i]
-        if char != quote:
-            if not previous_is_escape and char == "\\":
-                previous_is_escape = True
-                continue
-            if previous_is_escape:
-                previous_is_escape = False
-                chars.append("\\")
-            chars.append(char)
-            continue
-        if previous_is_escape:
-            previous_is_escape = False
-            chars.append(char)
-            continue
-        return "".join(chars), src[i + 1:]
-    raise ValueError("unterminated quoted value")
+# --- InputError and the checker ----------------------------------------------------------------------------------
 
 
-# --- .env ----------------------------------------------------------------------------------------------------
-
-ROUND_TRIP = [
-    "sk-RT'0002",                       # a quote: written \' and read back by both parsers
-    r"blk\.(3|4)\.ffn_.*_exps\.weight$",  # backslashes and a $ anchor
-    "a$b$HOME and $(date) `id`",          # $ without braces, command substitution, backticks: literal
-    "50%#not a comment ' \" ",
-    "",
-    "ünïcødé",
-]
-
-
-@pytest.mark.parametrize("value", ROUND_TRIP)
-def test_env_values_read_back_byte_for_byte_by_both_parsers(value):
-    assert dotenv_problem(value) is None
-    line = "LLM_X=%s\n" % dotenv_quote(value)
-    assert python_dotenv(line) == {"LLM_X": value}
-    assert compose_go_single_quoted(dotenv_quote(value)) == (value, "")
+def test_input_error_joins_variable_and_message_pairs():
+    exc = InputError([("llm_server_port", "0 is out of range"), ("llm_server_image", "bad")])
+    assert exc.problems == [("llm_server_port", "0 is out of range"), ("llm_server_image", "bad")]
+    assert str(exc) == "llm_server_port: 0 is out of range; llm_server_image: bad"
+    assert exc.lines() == ["llm_server_port: 0 is out of range", "llm_server_image: bad"]
+    assert exc.refusal("h1") == ("llm_server: these values cannot be deployed on h1: llm_server_port: 0 is out of "
+                                 "range; llm_server_image: bad. Nothing was changed.")
+    assert InputError([("a", "x")]).refusal("h2") == "llm_server: this value cannot be deployed on h2: a: x. " \
+                                                     "Nothing was changed."
 
 
-@pytest.mark.parametrize("value, reason", [
-    ("sk-${HOME}", "'${'"),                    # python-dotenv expands it even inside single quotes
-    ("a\\\\b", "double backslash"),             # python-dotenv reads one backslash, compose-go two
-    ("a\\'b", "backslash before a single quote"),
-    ("ends\\", "ends with a backslash"),
-    ("two\nlines", "control characters"),     # a newline would add keys to .env
-    ("tab\there", "control characters"),
-    ("nul\x00", "control characters"),
+def test_input_error_takes_any_iterable_of_pairs():
+    exc = InputError(iter([("a", "x")]))
+    assert (exc.problems, str(exc), exc.lines()) == ([("a", "x")], "a: x", ["a: x"])
+    assert InputError([]).lines() == []
+
+
+def test_only_the_first_message_of_a_variable_is_kept():
+    checker = _Checker({})
+    assert checker.fail("a", "first") is None
+    checker.fail("b", "other")
+    checker.fail("a", "second")
+    assert checker.problems == [("a", "first"), ("b", "other")]
+
+
+@pytest.mark.parametrize("name", VARIABLES)
+def test_a_missing_variable_is_a_programming_error_not_a_default(name):
+    """The role's defaults give every variable a value: check_settings has no defaults of its own."""
+    values = {k: v for k, v in BASE.items() if k != name}
+    with pytest.raises(KeyError, match=name + " has no value"):
+        check_settings(values)
+
+
+# --- settings: the pattern and the API key -------------------------------------------------------------------
+
+
+def test_offload_pattern_problem_limits_the_utf8_bytes_of_the_users_pattern():
+    long = "|".join(r"blk\.%d\.ffn_up_exps" % i for i in range(2000))
+    assert len(long) > MAX_PATTERN_BYTES
+    assert "bytes long" in problems(llm_server_moe_offload_pattern=long)["llm_server_moe_offload_pattern"]
+
+
+@pytest.mark.parametrize("key", ["k" * 4096, "sk- ~!", "sk-RT'0002", "sk-${HOME}", 'a"b\\c $x `y` #z',
+                                 "with inner space"])
+def test_keys_with_quotes_dollars_and_backslashes_are_kept(key):
+    assert problems(api_key=key) == {}
+
+
+@pytest.mark.parametrize("pattern, words", [
+    (r"blk\.1\.ffn_up_exps=CPU", "'='"), (r"blk\.{1,3}", "','"), ("blk\\.1\n", "control characters"),
+    ("blk${X}", "'${'"), ("(?P<n>exps)", "ECMAScript"),
 ])
-def test_values_the_parsers_read_differently_are_refused(value, reason):
-    assert reason in dotenv_problem(value)
+def test_patterns_that_do_not_survive_env_compose_and_llama_cpp_are_refused(pattern, words):
+    assert words in problems(llm_server_moe_offload_pattern=pattern)["llm_server_moe_offload_pattern"]
 
 
-def test_the_refused_values_really_differ_between_the_parsers():
-    """The reasons hold: what dotenv_problem refuses does not survive one of the two parsers."""
-    assert python_dotenv("K=%s\n" % dotenv_quote("sk-${HOME}"))["K"] != "sk-${HOME}"
-    doubled = "a\\\\b"
-    assert python_dotenv("K=%s\n" % dotenv_quote(doubled))["K"] != compose_go_single_quoted(dotenv_quote(doubled))[0]
+@pytest.mark.parametrize("key", ["sk-\nX", "sk-é", " sk-1", "sk-1 ", "sk-\x00", "k" * 4097])
+def test_keys_llama_server_cannot_read_back_are_refused_without_showing_them(key):
+    message = problems(api_key=key)["llm_server_api_key"]
+    assert "the key itself is not shown" in message
+    assert key.strip() not in message
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60))
-def test_any_value_is_refused_or_read_back_unchanged(value):
-    if dotenv_problem(value) is not None:
-        return
-    assert python_dotenv("K=%s\n" % dotenv_quote(value)) == {"K": value}
-    assert compose_go_single_quoted(dotenv_quote(value)) == (value, "")
+def test_the_api_key_is_checked_but_never_shown():
+    assert settings().api_key_set is False
+    assert check_settings(dict(BASE), api_key="sk-1").api_key_set is True
+    assert check_settings(dict(BASE), api_key="").api_key_set is False
+    assert problems(api_key="sk-1 ") == {
+        "llm_server_api_key": "the key cannot be deployed: " + SPACE + " (the key itself is not shown)"}
+    assert problems(api_key=5) == {"llm_server_api_key": "it is not a string"}
+    assert problems(api_key=5, llm_server_bind_address="0.0.0.0") == {
+        "llm_server_api_key": "it is not a string", "llm_server_bind_address": OPEN_BIND % "0.0.0.0"}
 
 
-# --- compose ---------------------------------------------------------------------------------------------------
-
-
-def test_compose_literals_are_json_with_dollars_doubled():
-    assert compose_literal('x\nprivileged: true') == '"x\\nprivileged: true"'
-    assert compose_literal("a$b${X}") == '"a$$b$${X}"'
-    assert json.loads(compose_literal('50m"\ncap_add: [ALL]')) == '50m"\ncap_add: [ALL]'
-
-
-@pytest.mark.parametrize("value", ["a\u2028 b", "a\u2029  #b", "x\x85 y", "\x7fdel", "c1\x9b", "\ufeffbom", "\ufffe"])
-def test_compose_literals_read_back_through_yaml_with_line_separators_and_non_printables(value):
-    """YAML folds NEL, LS and PS as line breaks inside a double-quoted scalar (the space after one was lost) and
-    refuses characters outside its printable set (YAML 1.2, 5.1 Character Set): they are written as \\uXXXX."""
-    text = compose_literal(value)
-    assert yaml.safe_load("x: " + text) == {"x": value}
-    assert json.loads(text) == value
-    assert text.isascii() or not set(text) & set("\x85\u2028\u2029\ufeff\x7f")
-
-
-# --- numbers, names, paths -------------------------------------------------------------------------------------
+# --- settings: one message per variable ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("values, name, words", [
     ({"llm_server_port": 99999}, "llm_server_port", "from 1 to 65535"),
-    ({"llm_server_port": 0}, "llm_server_port", "from 1 to 65535"),
-    ({"llm_server_port": "8080\nX=1"}, "llm_server_port", "not an integer"),
-    ({"llm_server_port": True}, "llm_server_port", "not an integer"),
-    ({"llm_server_ctx_size": -5}, "llm_server_ctx_size", "out of range"),
     ({"llm_server_ctx_size": "9" * 5000}, "llm_server_ctx_size", "not an integer"),
     ({"llm_server_ctx_size": 512.5}, "llm_server_ctx_size", "not an integer"),
-    ({"llm_server_parallel": 257}, "llm_server_parallel", "from 1 to 256"),
     ({"llm_server_n_gpu_layers": "99\nLLM_X=1"}, "llm_server_n_gpu_layers", "auto or all"),
     ({"llm_server_image": "localhost/x:1\n    privileged: true"}, "llm_server_image", "control characters"),
-    ({"llm_server_image": "Local Host/x"}, "llm_server_image", "image reference"),
     ({"llm_server_log_max_size": '50m"\n    cap_add: [ALL]'}, "llm_server_log_max_size", "control characters"),
     ({"llm_server_log_max_size": '50m"'}, "llm_server_log_max_size", "a size such as 50m"),
-    ({"llm_server_container_name": "ai llm"}, "llm_server_container_name", "container name"),
-    ({"llm_server_compose_project": "AI-LLM"}, "llm_server_compose_project", "compose project name"),
     ({"llm_server_restart_policy": "no\nX"}, "llm_server_restart_policy", "control characters"),
-    ({"llm_server_network_mode": "bridge"}, "llm_server_network_mode", "is not one of"),
     ({"llm_server_bind_address": "127.0.0.1\nLLM_X=1"}, "llm_server_bind_address", "control characters"),
-    ({"llm_server_bind_address": "localhost"}, "llm_server_bind_address", "not an IPv4 or IPv6 address"),
     ({"llm_server_extra_args": ["--alias", "a\nb"]}, "llm_server_extra_args", "control characters"),
-    ({"llm_server_project_dir": "srv/ai-llm"}, "llm_server_project_dir", "not an absolute path"),
-    ({"llm_server_project_dir": "/srv/a:b"}, "llm_server_project_dir", "bind mount"),
     ({"llm_server_model_dir": "/srv/models/../etc"}, "llm_server_model_dir", "'..'"),
-    ({"llm_server_moe_offload_mode": "most"}, "llm_server_moe_offload_mode", "is not one of"),
     ({"llm_server_moe_offload_layers": [1, -2]}, "llm_server_moe_offload_layers", "out of range"),
     ({"llm_server_lock_lease": 30}, "llm_server_lock_lease", "from 60"),
     ({"llm_server_lock_lease": 600}, "llm_server_lock_lease", "twice llm_server_health_timeout"),
@@ -179,77 +159,436 @@ def test_each_bad_value_gets_one_message_naming_its_variable(values, name, words
     assert words in found[name]
 
 
-def test_several_bad_values_give_one_message_each():
+def test_several_bad_values_give_one_message_each_in_order():
     found = problems(llm_server_port=99999, llm_server_ctx_size=-5, llm_server_image="a b")
     assert sorted(found) == ["llm_server_ctx_size", "llm_server_image", "llm_server_port"]
+    with pytest.raises(InputError) as caught:
+        check_settings(dict(BASE, llm_server_port=0, llm_server_image="a b", llm_server_ctx_size="x"))
+    assert caught.value.lines() == [
+        "llm_server_image: \"a b\" is not " + IMAGE,
+        "llm_server_port: 0 is out of range: an integer from 1 to 65535",
+        "llm_server_ctx_size: \"x\" is not an integer from 1 to 2147483647",
+    ]
 
 
-def test_numbers_from_extra_vars_are_taken_as_integers():
-    s = check_settings(dict(BASE, llm_server_port="18080", llm_server_ctx_size="512", llm_server_n_gpu_layers="all"))
-    assert (s.port, s.ctx_size, s.n_gpu_layers) == (18080, 512, "all")
+# --- settings: paths -------------------------------------------------------------------------------------------
+
+
+def test_project_paths_are_the_files_under_the_project_dir():
+    assert project_paths("/p", "c.yaml", "/r") == {
+        "env": "/p/.env", "compose": "/p/c.yaml", "verification": "/p/verification.json", "secrets": "/p/secrets",
+        "api_key": "/p/secrets/api-key", "lock": "/p/.llm_server.lock", "rollback": "/r"}
+
+
+def test_paths_follow_the_project_dir_compose_file_and_rollback_dir():
+    s = settings(llm_server_project_dir="/opt/llm/", llm_server_compose_project="llm",
+                 llm_server_compose_file="compose.yaml", llm_server_rollback_dir="/var/backups/llm/")
+    assert (s.project_dir, s.compose_file, s.rollback_dir) == ("/opt/llm", "compose.yaml", "/var/backups/llm")
+    assert s.paths == project_paths("/opt/llm", "compose.yaml", "/var/backups/llm")
+
+
+def test_an_empty_compose_project_is_the_project_dirs_basename():
+    values = role_values(llm_server_model_path="/srv/models/x.gguf", llm_server_project_dir="/opt/my-llm_1/")
+    assert check_settings(values).compose_project == "my-llm_1"
+    assert check_settings(dict(values, llm_server_compose_project="")).compose_project == "my-llm_1"
+    with pytest.raises(InputError) as caught:
+        check_settings(dict(values, llm_server_project_dir="/opt/My-LLM", llm_server_compose_project=""))
+    assert caught.value.problems == [("llm_server_compose_project", '"My-LLM" is not ' + PROJECT_NAME)]
+    with pytest.raises(InputError) as caught:  # a bad project dir leaves no name to take
+        check_settings(dict(values, llm_server_project_dir="rel", llm_server_compose_project=""))
+    assert caught.value.problems == [
+        ("llm_server_project_dir", '"rel" is not an absolute path'),
+        ("llm_server_compose_project", '"" is not ' + PROJECT_NAME),
+    ]
+
+
+def test_paths_are_normalised_and_dotted_names_are_not_parent_segments():
+    s = settings(llm_server_project_dir="/srv//ai-llm/./", llm_server_model_path="/srv/models/..x/a..b.gguf",
+                 llm_server_model_dir="/srv/models/..x")
+    assert (s.project_dir, s.model_path, s.container_model_path) == (
+        "/srv/ai-llm", "/srv/models/..x/a..b.gguf", "/models/a..b.gguf")
+
+
+def test_only_mounted_paths_refuse_colons_and_commas():
+    s = settings(llm_server_model_path="/srv/models/a:b,c.gguf", llm_server_model_dir="/srv/models",
+                 llm_server_rollback_dir="/srv/back:up,1")
+    assert (s.model_path, s.container_model_path, s.rollback_dir) == (
+        "/srv/models/a:b,c.gguf", "/models/a:b,c.gguf", "/srv/back:up,1")
+    assert problems(llm_server_model_dir="/srv/models:ro") == {"llm_server_model_dir": MOUNT % '"/srv/models:ro"'}
+    assert problems(llm_server_model_mount="/m,x") == {"llm_server_model_mount": MOUNT % '"/m,x"'}
 
 
 def test_paths_are_compared_as_paths():
     assert container_model_path("/srv/models/x.gguf", "/srv/mod", "/models") is None
     assert container_model_path("/srv/models/x.gguf", "/srv/models", "/models") == "/models/x.gguf"
     assert container_model_path("/srv/models/sub/x.gguf", "/srv", "/m") == "/m/models/sub/x.gguf"
-    found = problems(llm_server_model_dir="/srv/mod")
-    assert "not inside llm_server_model_dir /srv/mod (compared as paths)" in found["llm_server_model_path"]
-    s = check_settings(dict(BASE, llm_server_model_dir="/srv/models/"))
+    assert container_model_path("/srv/models", "/srv/models", "/models") is None
+    assert container_model_path("x.gguf", "/srv", "/models") is None
+    assert container_model_path("/a/b/c.gguf", "/", "/m") == "/m/a/b/c.gguf"
+    s = settings(llm_server_model_dir="/srv/models/")
     assert (s.model_dir, s.container_model_path) == ("/srv/models", "/models/x.gguf")
 
 
-def test_the_model_is_required_except_for_the_rollback():
-    assert "it is required" in problems(llm_server_model_path="")["llm_server_model_path"]
-    assert check_settings(dict(BASE, llm_server_model_path=""), entry="rollback").model_path == ""
+def test_an_empty_model_dir_is_the_model_paths_directory_and_the_mount_is_configurable():
+    s = settings(llm_server_model_path="/data/gguf/sub/m-00001-of-00002.gguf", llm_server_model_dir="/data",
+                 llm_server_model_mount="/mnt/m/")
+    assert (s.model_dir, s.model_mount, s.container_model_path) == (
+        "/data", "/mnt/m", "/mnt/m/gguf/sub/m-00001-of-00002.gguf")
+    s = settings(llm_server_model_path="/data/gguf/m.gguf", llm_server_model_dir="")
+    assert (s.model_dir, s.container_model_path) == ("/data/gguf", "/models/m.gguf")
 
 
-# --- the API key and the address ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("values, found", [
+    ({"llm_server_model_path": ""}, {"llm_server_model_path": REQUIRED}),
+    ({"llm_server_model_path": None}, {"llm_server_model_path": REQUIRED}),
+    ({"llm_server_model_path": "x.gguf"}, {"llm_server_model_path": '"x.gguf" is not an absolute path'}),
+    ({"llm_server_model_dir": "/srv/mod"},
+     {"llm_server_model_path": "/srv/models/x.gguf is not inside llm_server_model_dir /srv/mod (compared as paths), "
+                               "which is what the container gets mounted at /models"}),
+    ({"llm_server_model_dir": "/srv/models/x.gguf"},
+     {"llm_server_model_path": "/srv/models/x.gguf is not inside llm_server_model_dir /srv/models/x.gguf (compared "
+                               "as paths), which is what the container gets mounted at /models"}),
+    ({"llm_server_model_mount": "/"}, {"llm_server_model_mount": HIDE}),
+    ({"llm_server_model_mount": "models"}, {"llm_server_model_mount": '"models" is not an absolute path'}),
+    ({"llm_server_model_path": "/srv/models/${X}.gguf"},
+     {"llm_server_model_path": 'the path in the container "/models/${X}.gguf" cannot go into .env: ' + DOLLAR_BRACE}),
+])
+def test_model_path_problems(values, found):
+    assert problems(**values) == found
 
 
-def test_a_non_loopback_address_needs_a_key_or_a_permission():
-    assert "no llm_server_api_key is set" in problems(llm_server_bind_address="0.0.0.0")["llm_server_bind_address"]
-    assert problems(api_key="sk-1", llm_server_bind_address="0.0.0.0") == {}
-    assert problems(llm_server_bind_address="0.0.0.0", llm_server_allow_unauthenticated=True) == {}
-    assert problems(llm_server_bind_address="::1", llm_server_network_mode="host") == {}
-    assert "IPv6" in problems(llm_server_bind_address="::1")["llm_server_bind_address"]
+def test_the_rollback_entry_ignores_the_model_variables_when_no_model_is_given():
+    s = check_settings(dict(BASE, llm_server_model_path="", llm_server_model_dir="rel",
+                            llm_server_model_mount="/"), entry="rollback")
+    assert (s.model_path, s.model_dir, s.model_mount, s.container_model_path) == ("", "", "", None)
+    assert problems(entry="rollback", llm_server_model_path="x.gguf") == {
+        "llm_server_model_path": '"x.gguf" is not an absolute path'}
+    assert problems(llm_server_model_path="", llm_server_model_mount="/") == {
+        "llm_server_model_path": REQUIRED,
+        "llm_server_model_mount": HIDE}
 
 
-@pytest.mark.parametrize("key", ["sk-\nX", "sk-é", " sk-1", "sk-1 ", "sk-\x00", "k" * 4097])
-def test_keys_llama_server_cannot_read_back_are_refused_without_showing_them(key):
-    message = problems(api_key=key)["llm_server_api_key"]
-    assert "the key itself is not shown" in message
-    assert key.strip() not in message
+def test_an_empty_rollback_dir_is_under_the_project_dir_and_it_must_differ_from_it():
+    assert settings(llm_server_project_dir="/opt/p", llm_server_rollback_dir="").rollback_dir == "/opt/p/.rollback"
+    assert problems(llm_server_rollback_dir="/srv/ai-llm/") == {
+        "llm_server_rollback_dir": "it must not be llm_server_project_dir itself"}
+    assert problems(llm_server_rollback_dir="backups") == {
+        "llm_server_rollback_dir": '"backups" is not an absolute path'}
+    assert problems(llm_server_project_dir="rel") == {"llm_server_project_dir": '"rel" is not an absolute path'}
 
 
-@pytest.mark.parametrize("key", ["sk-RT'0002", "sk-${HOME}", 'a"b\\c $x `y` #z', "with inner space"])
-def test_keys_with_quotes_dollars_and_backslashes_are_kept(key):
-    assert api_key_problem(key) is None
-    assert problems(api_key=key) == {}
+# --- settings: the address ---------------------------------------------------------------------------------------
 
 
-def test_base_url():
+def test_base_url_brackets_ipv6_and_maps_wildcards_to_loopback():
     assert base_url("0.0.0.0", 8080) == "http://127.0.0.1:8080"
     assert base_url("::", 80) == "http://[::1]:80"
     assert base_url("10.1.2.3", 8080) == "http://10.1.2.3:8080"
+    assert base_url("::1", 8080) == "http://[::1]:8080"
+    assert base_url("fd00::5", 1) == "http://[fd00::5]:1"
+    assert base_url("127.0.0.1", 65535) == "http://127.0.0.1:65535"
+    s = settings(llm_server_bind_address="::", llm_server_network_mode="host", llm_server_port="9000",
+                 llm_server_allow_unauthenticated=True)
+    assert (s.bind_address, s.base_url) == ("::", "http://[::1]:9000")
 
 
-# --- patterns ----------------------------------------------------------------------------------------------------
-
-
-def test_patterns_longer_than_llama_server_takes_are_refused_with_a_message():
-    long = "|".join(r"blk\.%d\.ffn_up_exps" % i for i in range(2000))
-    assert len(long) > MAX_PATTERN_BYTES
-    assert "llama-server crashes on patterns this long" in offload_pattern_problem(long)
-    assert "bytes long" in problems(llm_server_moe_offload_pattern=long)["llm_server_moe_offload_pattern"]
-
-
-@pytest.mark.parametrize("pattern, words", [
-    (r"blk\.1\.ffn_up_exps=CPU", "'='"),
-    (r"blk\.{1,3}", "','"),
-    ("blk\\.1\n", "control characters"),
-    ("blk${X}", "'${'"),
-    ("(?P<n>exps)", "ECMAScript"),
+@pytest.mark.parametrize("values, api_key, found", [
+    ({"llm_server_bind_address": "0.0.0.0"}, None, {"llm_server_bind_address": OPEN_BIND % "0.0.0.0"}),
+    ({"llm_server_bind_address": "0.0.0.0"}, "", {"llm_server_bind_address": OPEN_BIND % "0.0.0.0"}),
+    ({"llm_server_bind_address": "10.0.0.5", "llm_server_allow_unauthenticated": "no"}, None,
+     {"llm_server_bind_address": OPEN_BIND % "10.0.0.5"}),
+    ({"llm_server_bind_address": "fd00::5", "llm_server_network_mode": "host"}, None,
+     {"llm_server_bind_address": OPEN_BIND % "fd00::5"}),
+    *[({"llm_server_bind_address": address}, None,
+       {"llm_server_bind_address": "::1 is an IPv6 address: compose port publishing takes IPv4 here; use "
+                                   "llm_server_network_mode=host for IPv6"}) for address in ("::0001", "::1")],
+    ({"llm_server_bind_address": "localhost"}, None,
+     {"llm_server_bind_address": '"localhost" is not an IPv4 or IPv6 address'}),
+    ({"llm_server_bind_address": None}, None, {"llm_server_bind_address": '"" is not an IPv4 or IPv6 address'}),
+    ({"llm_server_bind_address": 127}, None, {"llm_server_bind_address": "127 is not a string"}),
 ])
-def test_patterns_that_do_not_survive_env_compose_and_llama_cpp_are_refused(pattern, words):
-    assert words in problems(llm_server_moe_offload_pattern=pattern)["llm_server_moe_offload_pattern"]
+def test_address_problems(values, api_key, found):
+    assert problems(api_key=api_key, **values) == found
+
+
+@pytest.mark.parametrize("values, api_key, address", [
+    ({"llm_server_bind_address": "127.0.0.2"}, None, "127.0.0.2"),
+    ({"llm_server_bind_address": "0.0.0.0"}, "sk-1", "0.0.0.0"),
+    ({"llm_server_bind_address": "0.0.0.0", "llm_server_allow_unauthenticated": True}, None, "0.0.0.0"),
+    ({"llm_server_bind_address": "10.0.0.5"}, "sk-1", "10.0.0.5"),
+    ({"llm_server_bind_address": "10.0.0.5", "llm_server_allow_unauthenticated": "yes"}, None, "10.0.0.5"),
+    ({"llm_server_bind_address": "::1", "llm_server_network_mode": "host"}, None, "::1"),
+    ({"llm_server_bind_address": "::0001", "llm_server_network_mode": "host"}, None, "::1"),
+    ({"llm_server_bind_address": "FD00::5", "llm_server_network_mode": "host"}, "sk-1", "fd00::5"),
+])
+def test_addresses_that_are_loopback_keyed_or_allowed_are_kept_normalised(values, api_key, address):
+    assert check_settings(dict(BASE, **values), api_key=api_key).bind_address == address
+
+
+# --- settings: each value on its own -------------------------------------------------------------------------------
+
+
+def _not(variable, what, *values):
+    """Rows of values ``variable`` refuses as '"<value>" is not <what>'."""
+    return [(variable, value, '"%s" is not %s' % (value, what)) for value in values]
+
+
+REFUSED = [
+    # variable, value, the message
+    ("project_dir", "srv/ai-llm", '"srv/ai-llm" is not an absolute path'),
+    ("project_dir", "", '"" is not an absolute path'),
+    ("project_dir", "/srv/../ai-llm", '"/srv/../ai-llm" holds a \'..\' segment: give the path itself'),
+    ("project_dir", "/srv/a:b", MOUNT % '"/srv/a:b"'), ("project_dir", "/srv/a,b", MOUNT % '"/srv/a,b"'),
+    ("project_dir", 5, "5 is not a string"),
+    ("rollback_to", 1, "1 is not a string"),
+    *_not("restart_policy", 'one of "no", "always", "on-failure", "unless-stopped"', "never", "No"),
+    *_not("network_mode", 'one of "", "host"', "bridge"),
+    *_not("moe_offload_mode", 'one of "auto", "all", "none", "layers"', "most"),
+    *_not("rollback_to", 'one of "previous", "none"', "all"),
+    *_not("compose_file", "a file name ending in .yml or .yaml", "compose.json", ".compose.yml", "sub/compose.yml"),
+    *_not("compose_project", PROJECT_NAME, "AI-LLM", "-llm", "a" * 254),
+    *_not("service_name", SERVICE_NAME, "ai llm", "a" * 254),
+    *_not("container_name", CONTAINER_NAME, "-ai", "ai llm", "a" * 254),
+    *_not("image", IMAGE, "Local Host/x", "localhost/AI", "localhost/ai:-tag"),
+    *_not("log_max_size", LOG_SIZE, "0m", "10000000", "50t", ""),
+    *_not("log_verbosity", "an integer from 0 to 9", "high"),
+    ("extra_args", "--verbose", "'--verbose' is not a list of strings"),
+    ("extra_args", None, "None is not a list of strings"),
+    ("extra_args", {"a": 1}, "{'a': 1} is not a list of strings"),
+    ("extra_args", ["a", None], "['a', None] is not a list of strings"),
+    ("extra_args", ["a", ["b"]], "['a', ['b']] is not a list of strings"),
+    ("extra_args", ["a", {"b": 1}], "['a', {'b': 1}] is not a list of strings"),
+    ("extra_args", ["a", ("b",)], "['a', ('b',)] is not a list of strings"),
+    ("extra_args", ["ok", "a\tb\n"], 'the item "a\\tb\\n" holds control characters (\\n, \\t)'),
+    ("extra_args", ["x"] * 257, "257 items is more than the 256 allowed"),
+    ("gpu_devices", "1;2", "'1;2' is not a list of integers"), ("gpu_devices", "-1", "'-1' is not a list of integers"),
+    ("gpu_devices", "1,", "'1,' is not a list of integers"), ("gpu_devices", "", "'' is not a list of integers"),
+    ("gpu_devices", 5, "5 is not a list of integers"), ("gpu_devices", None, "None is not a list of integers"),
+    ("gpu_devices", [1, True], INTS % "[1, True]"), ("gpu_devices", ["x"], INTS % "['x']"),
+    ("gpu_devices", [1.0], INTS % "[1.0]"), ("gpu_devices", ["-1"], INTS % "['-1']"),
+    ("gpu_devices", [-1], "-1 is out of range: integers from 0 to 1023"),
+    ("gpu_devices", [1, 1024], "1024 is out of range: integers from 0 to 1023"),
+    ("gpu_devices", "1024", "1024 is out of range: integers from 0 to 1023"),
+    *[("n_gpu_layers", value, "%r is not a layer count (0 to 100000), auto or all" % (value,))
+      for value in ["1234567", 1234567, 100001, "999999", -1, "-1", True, 2.0, None, "AUTO", "", [1]]],
+]
+
+
+@pytest.mark.parametrize("variable, value, message", REFUSED)
+def test_each_value_that_cannot_be_deployed_is_refused_by_name_with_the_value(variable, value, message):
+    name = "llm_server_" + variable
+    assert problems(**{name: value}) == {name: message}
+
+
+def _kept(variable, *values):
+    """Rows of values ``variable`` keeps as they are."""
+    return [(variable, value, value) for value in values]
+
+
+ACCEPTED = [
+    # variable, value, the setting
+    *_kept("compose_file", "compose.yaml", "a.b-c_d.yml"), *_kept("compose_project", "llm_2-b", "a" * 253),
+    *_kept("service_name", ".ai_llm-2", "A" * 253), *_kept("container_name", "Ai.llm_2-b", "a" * 253),
+    *_kept("image", "ghcr.io/ggml-org/llama.cpp:server-cuda", "registry.local:5000/team/llm__x@sha256:" + "0a" * 32,
+           "llama"),
+    *_kept("log_max_size", "1", "9999999k", "50M", "2G"),
+    *_kept("restart_policy", "no", "always", "on-failure", "unless-stopped"), *_kept("network_mode", "", "host"),
+    *_kept("moe_offload_mode", "auto", "all", "none"), *_kept("rollback_to", "previous", "none"),
+    ("network_mode", None, ""), ("ctx_size", "512", 512), ("n_gpu_layers", "all", "all"),
+    ("port", "18080", 18080), ("port", "+42", 42), ("port", " 7\n", 7), ("port", 512.0, 512), ("port", "0009", 9),
+    ("log_verbosity", None, None), ("log_verbosity", "", None), ("log_verbosity", 0, 0), ("log_verbosity", "3", 3),
+    ("log_verbosity", 9, 9),
+    ("n_gpu_layers", "auto", "auto"), ("n_gpu_layers", " all ", "all"), ("n_gpu_layers", 0, "0"),
+    ("n_gpu_layers", "007", "7"), ("n_gpu_layers", " 12 ", "12"), ("n_gpu_layers", 100000, "100000"),
+    ("gpu_devices", [], []), ("gpu_devices", [0, 1023], [0, 1023]), ("gpu_devices", (3, 1), [3, 1]),
+    ("gpu_devices", "1,2", [1, 2]), ("gpu_devices", " 3 , 1,3 ", [3, 1]), ("gpu_devices", "0", [0]),
+    ("gpu_devices", [" 2 ", "5"], [2, 5]), ("gpu_devices", [2, 2, 2], [2]),
+]
+
+
+@pytest.mark.parametrize("variable, value, setting", ACCEPTED)
+def test_each_value_that_can_be_deployed_is_kept_normalised(variable, value, setting):
+    assert getattr(settings(**{"llm_server_" + variable: value}), variable) == setting
+
+
+# --- settings: integers ------------------------------------------------------------------------------------------
+
+INTEGERS = [
+    # variable, lowest, highest, values the other limits need
+    ("port", 1, 65535, {}), ("container_port", 1, 65535, {}), ("log_max_file", 1, 100, {}),
+    ("log_verbosity", 0, 9, {}), ("ctx_size", 1, INT32_MAX, {}), ("parallel", 1, 256, {}),
+    ("health_timeout", 1, 86400, {"llm_server_lock_lease": 604800}), ("vram_tolerance_mib", 0, 1048576, {}),
+    ("parity_n_predict", 1, 4096, {}), ("parity_seed", 0, 2 ** 32 - 1, {}), ("lock_timeout", 0, 86400, {}),
+    ("lock_lease", 900, 604800, {}),
+]
+
+
+@pytest.mark.parametrize("variable, low, high, extra", INTEGERS)
+def test_integers_are_accepted_at_both_limits(variable, low, high, extra):
+    name = "llm_server_" + variable
+    assert getattr(settings(**dict(extra, **{name: low})), variable) == low
+    assert getattr(settings(**dict(extra, **{name: high})), variable) == high
+    assert getattr(settings(**dict(extra, **{name: " %d " % high})), variable) == high
+
+
+@pytest.mark.parametrize("variable, low, high, extra", [row for row in INTEGERS if row[0] != "lock_lease"])
+def test_integers_one_past_either_limit_are_refused_by_name(variable, low, high, extra):
+    name = "llm_server_" + variable
+    for value in (low - 1, high + 1):
+        assert problems(**dict(extra, **{name: value})) == {
+            name: "%d is out of range: an integer from %d to %d" % (value, low, high)}
+
+
+def test_the_lock_lease_range_and_its_rule_against_the_health_timeout():
+    held = ("%d s is shorter than a deploy may hold the lock (twice llm_server_health_timeout plus 300 s: %d s)")
+    assert problems(llm_server_health_timeout=0) == {
+        "llm_server_health_timeout": "0 is out of range: an integer from 1 to 86400"}
+    assert problems(llm_server_lock_lease=59) == {
+        "llm_server_lock_lease": "59 is out of range: an integer from 60 to 604800"}
+    assert problems(llm_server_lock_lease=604801) == {
+        "llm_server_lock_lease": "604801 is out of range: an integer from 60 to 604800"}
+    assert problems(llm_server_lock_lease=60, llm_server_health_timeout=1) == {
+        "llm_server_lock_lease": held % (60, 302)}
+    assert settings(llm_server_lock_lease=302, llm_server_health_timeout=1).lock_lease == 302
+    assert problems(llm_server_lock_lease=899) == {"llm_server_lock_lease": held % (899, 900)}
+
+
+@pytest.mark.parametrize("value, shown", [
+    (True, "True"), (False, "False"), (None, "None"), (512.5, "512.5"), ([1], "[1]"), ({"a": 1}, "{'a': 1}"),
+    ("abc", '"abc"'), ("1.0", '"1.0"'), ("", '""'), ("8080\nX=1", '"8080\\nX=1"'), ("9" * 20, '"' + "9" * 20 + '"'),
+    ("x" * 38, '"' + "x" * 38 + '"'), ("x" * 39, '"' + "x" * 36 + "..."), ("9" * 5000, '"' + "9" * 36 + "..."),
+])
+def test_what_is_not_an_integer_is_shown_in_the_message(value, shown):
+    assert problems(llm_server_port=value) == {"llm_server_port": "%s is not an integer from 1 to 65535" % shown}
+
+
+@pytest.mark.parametrize("value, shown", [
+    (-5, "-5"), ("-5", "-5"), ("9" * 19, "9" * 19), (10 ** 39, "1" + "0" * 39), (10 ** 40, "1" + "0" * 36 + "..."),
+])
+def test_out_of_range_integers_are_shown_up_to_40_characters(value, shown):
+    assert problems(llm_server_ctx_size=value) == {
+        "llm_server_ctx_size": "%s is out of range: an integer from 1 to 2147483647" % shown}
+
+
+# --- settings: booleans, strings ----------------------------------------------------------------------------------
+
+BOOLEANS = [("allow_unauthenticated", False), ("moe_offload_force", False), ("verify_always", False),
+            ("vram_check", True), ("parity_check", False), ("rollback", True)]
+
+
+@pytest.mark.parametrize("variable, default", BOOLEANS)
+def test_booleans_take_ansibles_words_and_0_1(variable, default):
+    name = "llm_server_" + variable
+    assert getattr(settings(), variable) is default
+    for word in ("yes", "true", "on", "1", " Yes ", "TRUE", "On", True, 1):
+        assert getattr(settings(**{name: word}), variable) is True, word
+    for word in ("no", "false", "off", "0", " NO", "False", "OFF ", False, 0):
+        assert getattr(settings(**{name: word}), variable) is False, word
+
+
+@pytest.mark.parametrize("variable", [variable for variable, _default in BOOLEANS])
+@pytest.mark.parametrize("value", [2, -1, "maybe", "", "y", None, 1.0, [True]])
+def test_other_booleans_are_refused_with_the_value(variable, value):
+    name = "llm_server_" + variable
+    assert problems(**{name: value}) == {name: "%r is not a boolean" % (value,)}
+
+
+def test_strings_are_limited_in_length_and_control_characters_refused_unless_allowed():
+    assert settings(llm_server_parity_prompt="p" * 65536).parity_prompt == "p" * 65536
+    assert problems(llm_server_parity_prompt="p" * 65537) == {
+        "llm_server_parity_prompt": "65537 characters is longer than the 65536 allowed"}
+    assert problems(llm_server_bind_address="1" * 4097) == {
+        "llm_server_bind_address": "4097 characters is longer than the 4096 allowed"}
+    assert problems(llm_server_bind_address="1" * 4096) == {
+        "llm_server_bind_address": '"%s" is not an IPv4 or IPv6 address' % ("1" * 4096)}
+    assert settings(llm_server_parity_prompt="Q:\n\tA").parity_prompt == "Q:\n\tA"
+    assert settings(llm_server_parity_prompt=None).parity_prompt == ""
+    assert problems(llm_server_bind_address="127.0.0.1\n\tX") == {
+        "llm_server_bind_address": '"127.0.0.1\\n\\tX" holds control characters (\\n, \\t)'}
+    assert problems(llm_server_parity_prompt=5) == {"llm_server_parity_prompt": "5 is not a string"}
+
+
+# --- settings: lists -------------------------------------------------------------------------------------------
+
+
+def test_the_compose_command_is_a_list_starting_with_a_program():
+    assert settings(llm_server_compose_command=["podman-compose", "--verbose"]).compose_command == [
+        "podman-compose", "--verbose"]
+    assert settings(llm_server_compose_command=("docker", "compose")).compose_command == ["docker", "compose"]
+    for command in (["-f", "x"], ["", "compose"]):
+        assert problems(llm_server_compose_command=command) == {
+            "llm_server_compose_command": "%r does not start with a program" % (command,)}
+    assert problems(llm_server_compose_command="podman-compose") == {
+        "llm_server_compose_command": "'podman-compose' is not a list of strings"}
+
+
+def test_string_lists_turn_scalars_into_strings():
+    assert settings(llm_server_extra_args=["--temp", 0.5, "-n", 4, "--flag", True, False]).extra_args == [
+        "--temp", "0.5", "-n", "4", "--flag", "true", "false"]
+    assert settings(llm_server_extra_args=["x"] * 256).extra_args == ["x"] * 256
+
+
+def test_offload_layers_are_block_indices_and_mode_layers_needs_layers_or_a_pattern():
+    s = settings(llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers="0,65535")
+    assert (s.moe_offload_mode, s.moe_offload_layers) == ("layers", [0, 65535])
+    assert problems(llm_server_moe_offload_layers=[65536]) == {
+        "llm_server_moe_offload_layers": "65536 is out of range: integers from 0 to 65535"}
+    assert problems(llm_server_moe_offload_mode="layers") == {
+        "llm_server_moe_offload_layers": "mode layers needs the block indices whose experts go to host RAM "
+                                         "(or llm_server_moe_offload_pattern)"}
+    assert settings(llm_server_moe_offload_mode="layers",
+                    llm_server_moe_offload_pattern=r"blk\.3\.ffn_.*_exps").moe_offload_pattern == r"blk\.3\.ffn_.*_exps"
+    assert settings(llm_server_moe_offload_layers=[4]).moe_offload_mode == "auto"
+
+
+def test_the_users_pattern_is_shown_up_to_120_characters_and_limited_to_ten_million():
+    assert settings(llm_server_moe_offload_pattern=None).moe_offload_pattern == ""
+    exact = "x" * 118 + "${"
+    assert problems(llm_server_moe_offload_pattern=exact) == {
+        "llm_server_moe_offload_pattern": '"%s" cannot be deployed: %s' % (exact, DOLLAR_BRACE)}
+    assert problems(llm_server_moe_offload_pattern="x" * 119 + "${") == {
+        "llm_server_moe_offload_pattern": '"%s..." cannot be deployed: %s' % ("x" * 117, DOLLAR_BRACE)}
+    assert problems(llm_server_moe_offload_pattern="blk\n") == {
+        "llm_server_moe_offload_pattern": '"blk\\n" cannot be deployed: ' + CONTROL % "\\n"}
+    assert problems(llm_server_moe_offload_pattern="a" * (10 ** 7 + 1)) == {
+        "llm_server_moe_offload_pattern": "10000001 characters is longer than the 10000000 allowed"}
+
+
+# --- the placement -------------------------------------------------------------------------------------------------
+
+
+def test_a_placement_without_problems_gives_none():
+    assert check_placement("", "plan", [], 0, 0) == []
+    assert check_placement(None, "plan", None, None, None) == []
+    assert check_placement(r"blk\.1\.ffn_up_exps", "plan", [r"blk\.0\.ffn=CUDA0"], 8192, 8192) == []
+    assert check_placement("", "plan", [], 1000000, 0) == []
+    assert check_placement("", "plan", [], 0, 4096) == []
+
+
+@pytest.mark.parametrize("source, what", [
+    ("plan", "the pattern the plan built from the model's tensor names"),
+    ("model", "the pattern gguf_info built from the model's tensor names"),
+    ("user", "the pattern"),
+    (None, "the pattern"),
+])
+def test_a_placement_pattern_problem_says_where_the_pattern_came_from(source, what):
+    assert check_placement("blk${X}", source, [], 0, 0) == [
+        ("llm_server_moe_offload_pattern", '%s "blk${X}" cannot be deployed: %s' % (what, DOLLAR_BRACE))]
+
+
+def test_a_placement_pattern_is_shown_up_to_120_characters():
+    exact = "y" * 118 + "${"
+    assert check_placement(exact, "user", [], 0, 0) == [
+        ("llm_server_moe_offload_pattern", 'the pattern "%s" cannot be deployed: %s' % (exact, DOLLAR_BRACE))]
+    assert check_placement("y" * 119 + "${", "user", [], 0, 0) == [
+        ("llm_server_moe_offload_pattern", 'the pattern "%s..." cannot be deployed: %s' % ("y" * 117, DOLLAR_BRACE))]
+
+
+def test_every_placement_problem_is_listed():
+    assert check_placement("a${", "plan", ["exps"], 8193, 8192) == [
+        ("llm_server_moe_offload_pattern",
+         "the pattern the plan built from the model's tensor names \"a${\" cannot be deployed: " + DOLLAR_BRACE),
+        ("llm_server_moe_offload_pattern",
+         "the plan's device overrides cannot be deployed: \"exps\" is not PATTERN=DEVICE (one '=', no ',')"),
+        ("llm_server_ctx_size", "8193 is more than the model's training context 8192"),
+    ]

@@ -15,6 +15,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
     render_compose,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from tests.helpers.role_vars import role_values
 
 H = "a" * 64
 
@@ -260,9 +261,10 @@ def test_an_unverified_configuration_without_a_hash_is_named_empty():
 # unchanged
 
 PLACEMENT = {"pattern": r"blk\.(1|4)\.ffn_(up|down)_exps\.weight$", "tensor_overrides": [], "topology": "cpu"}
-SETTINGS = check_settings({"llm_server_project_dir": "/srv/ai-llm", "llm_server_model_path": "/srv/models/demo.gguf",
-                           "llm_server_image": "localhost/ai-llm:cpu", "llm_server_ctx_size": 512,
-                           "llm_server_container_name": "llm-2"}).as_dict()
+SETTINGS = check_settings(role_values({"llm_server_project_dir": "/srv/ai-llm",
+                                       "llm_server_model_path": "/srv/models/demo.gguf",
+                                       "llm_server_image": "localhost/ai-llm:cpu", "llm_server_ctx_size": 512,
+                                       "llm_server_container_name": "llm-2"})).as_dict()
 
 
 def on_host(settings=None, key=b"", **disk):

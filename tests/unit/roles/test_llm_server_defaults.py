@@ -1,0 +1,114 @@
+"""The llm_server role's variables are declared once: meta/argument_specs.yml holds each one's type, choices and
+default, every entry point shares those options, defaults/main.yml gives the same defaults (a templated default
+compared as written), and check_settings reads exactly these variables and applies no default of its own."""
+from __future__ import annotations
+
+import pytest
+import yaml
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import (
+    MODES,
+    NETWORK_MODES,
+    RESTART_POLICIES,
+    ROLLBACK_TO,
+    VARIABLES,
+    check_settings,
+)
+from tests.helpers.role_vars import ROLE, ROLE_DEFAULTS, role_values
+
+SPEC_TEXT = (ROLE / "meta" / "argument_specs.yml").read_text(encoding="utf-8")
+ENTRY_POINTS = yaml.safe_load(SPEC_TEXT)["argument_specs"]
+OPTIONS = ENTRY_POINTS["main"]["options"]
+
+
+def differences(options, defaults):
+    """Where an argument spec's options and a defaults file disagree, one line each."""
+    lines = ["%s is in the argument spec, not in the defaults" % n for n in sorted(set(options) - set(defaults))]
+    lines += ["%s is in the defaults, not in the argument spec" % n for n in sorted(set(defaults) - set(options))]
+    lines += ["%s: the argument spec's default is %r, the defaults' %r" % (n, options[n].get("default"), defaults[n])
+              for n in sorted(set(options) & set(defaults)) if options[n].get("default", ...) != defaults[n]]
+    return lines
+
+
+def test_the_defaults_file_has_every_variable_of_the_argument_spec_with_its_default():
+    assert differences(OPTIONS, ROLE_DEFAULTS) == []
+    assert OPTIONS["llm_server_compose_project"]["default"] == "{{ llm_server_project_dir | basename }}"
+
+
+def test_a_variable_missing_on_one_side_or_a_default_that_differs_is_named():
+    options = {"llm_server_a": {"type": "int", "default": 1}, "llm_server_b": {"type": "str"},
+               "llm_server_c": {"type": "str", "default": "{{ x | basename }}"}}
+    defaults = {"llm_server_a": 2, "llm_server_c": "{{ x|basename }}", "llm_server_d": []}
+    assert differences(options, defaults) == [
+        "llm_server_b is in the argument spec, not in the defaults",
+        "llm_server_d is in the defaults, not in the argument spec",
+        "llm_server_a: the argument spec's default is 1, the defaults' 2",
+        "llm_server_c: the argument spec's default is '{{ x | basename }}', the defaults' '{{ x|basename }}'",
+    ]
+
+
+def test_every_entry_point_shares_the_one_declaration():
+    assert sorted(ENTRY_POINTS) == ["main", "preflight", "rollback"]
+    assert SPEC_TEXT.count("options: &llm_server_options") == 1
+    assert SPEC_TEXT.count("options: *llm_server_options") == 2
+    assert all(entry["options"] == OPTIONS for entry in ENTRY_POINTS.values())
+
+
+def test_every_option_has_a_type_a_description_and_a_default():
+    for name, option in OPTIONS.items():
+        assert option.get("type") in ("str", "int", "bool", "path", "list"), name
+        assert option.get("description"), name
+        assert "default" in option and not option.get("required"), name
+        assert option["type"] != "list" or option.get("elements") in ("str", "int"), name
+
+
+@pytest.mark.parametrize("name, choices", [
+    ("llm_server_restart_policy", RESTART_POLICIES), ("llm_server_network_mode", NETWORK_MODES),
+    ("llm_server_moe_offload_mode", MODES), ("llm_server_rollback_to", ROLLBACK_TO),
+])
+def test_the_argument_specs_choices_are_those_check_settings_takes(name, choices):
+    assert OPTIONS[name]["choices"] == list(choices)
+
+
+def test_check_settings_reads_every_declared_variable_and_no_other():
+    assert sorted(VARIABLES) == sorted(set(VARIABLES))
+    assert sorted(set(VARIABLES) | {"llm_server_api_key"}) == sorted(OPTIONS)
+
+
+@pytest.mark.parametrize("entry", ["main", "preflight", "rollback"])
+def test_the_defaults_pass_each_entry_points_argument_spec(entry):
+    spec = {name: {k: v for k, v in option.items() if k in ("type", "elements", "choices", "default")}
+            for name, option in ENTRY_POINTS[entry]["options"].items()}
+    result = ArgumentSpecValidator(spec).validate(role_values(llm_server_model_path="/srv/models/x.gguf"))
+    assert result.error_messages == []
+
+
+def test_the_role_defaults_as_check_settings_gives_them():
+    settings = check_settings(role_values(llm_server_model_path="/srv/models/x.gguf")).as_dict()
+    assert settings == {
+        "project_dir": "/srv/ai-llm", "compose_file": "docker-compose.prod.yml", "compose_project": "ai-llm",
+        "compose_command": [], "service_name": "ai-llm", "container_name": "ai-llm", "image": "localhost/ai-llm:cuda",
+        "restart_policy": "unless-stopped", "network_mode": "", "bind_address": "127.0.0.1", "port": 8080,
+        "container_port": 8080, "log_max_size": "50m", "log_max_file": 3, "log_verbosity": 4, "extra_args": [],
+        "api_key_set": False, "allow_unauthenticated": False, "model_path": "/srv/models/x.gguf",
+        "model_dir": "/srv/models", "model_mount": "/models", "container_model_path": "/models/x.gguf",
+        "ctx_size": 8192, "parallel": 1, "n_gpu_layers": "99", "gpu_devices": [], "moe_offload_mode": "auto",
+        "moe_offload_layers": [], "moe_offload_pattern": "", "moe_offload_force": False, "health_timeout": 300,
+        "verify_always": False, "vram_check": True, "vram_tolerance_mib": 1024, "parity_check": False,
+        "parity_prompt": "The capital of France is", "parity_n_predict": 16, "parity_seed": 42, "rollback": True,
+        "rollback_dir": "/srv/ai-llm/.rollback", "rollback_to": "previous", "lock_timeout": 1800, "lock_lease": 3600,
+        "base_url": "http://127.0.0.1:8080",
+        "paths": {
+            "env": "/srv/ai-llm/.env", "compose": "/srv/ai-llm/docker-compose.prod.yml",
+            "verification": "/srv/ai-llm/verification.json", "secrets": "/srv/ai-llm/secrets",
+            "api_key": "/srv/ai-llm/secrets/api-key", "lock": "/srv/ai-llm/.llm_server.lock",
+            "rollback": "/srv/ai-llm/.rollback",
+        },
+    }
+
+
+def test_the_templated_defaults_follow_the_project_dir_and_the_model():
+    s = check_settings(role_values(llm_server_model_path="/data/gguf/m.gguf", llm_server_project_dir="/opt/llm-2"))
+    assert (s.project_dir, s.compose_project, s.rollback_dir, s.model_dir) == (
+        "/opt/llm-2", "llm-2", "/opt/llm-2/.rollback", "/data/gguf")
