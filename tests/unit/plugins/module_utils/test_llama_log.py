@@ -1,300 +1,774 @@
-"""Unit tests of the llama-server log parser on the older log formats (tests/data/llama_logs) and on
-single lines of every era. The real logs of the installed build are captured by
-tests/integration/test_llama_log_real_server.py."""
+"""The llama-server log parser (``_llama_log``): the lines of every era, runs and loads, load errors, allocation
+failures and crashes, the DEBUG level, streaming in chunks and bounded memory, public logs and
+``parse_command_log`` on a real command. The real logs of the installed build are captured by
+tests/integration/test_llama_log_real_server.py.
+
+Logs are parsed twice where ``parse`` is used: ``LogParser.feed`` on each line, and ``parse_log`` (which reads whole
+chunks and parses only the lines that hold a keyword); both must give the same result. The lines are written with
+the formats of llama.cpp's source (tests/helpers/llama_logs.py names those of its lines and constants):
+
+* ggml/src/ggml-vulkan/ggml-vulkan-buffers.cpp: ``"ggml_vulkan: Device memory allocation of size N failed."`` and
+  ``Requested buffer size exceeds device buffer size limit``; ggml/src/ggml-alloc.c ``"%s: failed to allocate %s
+  buffer of size %zu"``; src/llama-context.cpp ``"%s: failed to initialize the context: %s"`` and ``sched_reserve``
+  (a second reserve logs the buffer sizes it now holds: the last line counts);
+* the crash forms of tests/helpers/llama_logs.py ``CRASHES``.
+
+``b10435_rpc_server_killed_lv4.log`` is the real stderr of llama-server b10435 (``-lv 4``, the tiny nemotron_h_moe
+model on an RPC device) whose ``ggml-rpc-server`` was killed before a completion (exit code 134; build and library
+paths replaced by /build and /opt); ``b10434_sigill_amx_default_verbosity.log`` the real stderr of the PyPI
+llama-server b10434 on a CPU without AVX-VNNI, which died by SIGILL (exit code 132). ``public/`` holds excerpts of
+real logs of other builds and backends pasted in public issues (sources in SOURCES.md).
+"""
 from __future__ import annotations
 
-from pathlib import Path
+import io
+import os
+import sys
+import tracemalloc
 
 import pytest
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _llama_log
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import (
-    parse_log,
+    MAX_LINE, MAX_MESSAGE, SIGNALS, LogParser, iter_chunks, parse_command_log, parse_log, parse_runs,
+    signal_of_exit_code,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proof import (
-    expected_from_pattern,
-    gpu_model_mib,
-    is_device_buffer,
-    verify_placement,
+from tests.helpers.llama_logs import (
+    BUILD, CRASHES, DATA, GOOD_LOAD, LAYER, LOADING, LV4, META, NAME_WITH_D, NEMOTRON_EXPERTS, PAD_TOKEN, PUBLIC_LOGS,
+    QUEUE_DEBUG, QWEN3_EXPERTS, READY, RPC_LINE, RPC_WORDS, SIGNAL_EXITS, SYSTEM_INFO, TENSORS, UP1, VERBOSITY, kv_buf,
+    model_buf, override, read, tensors,
 )
 
-DATA = Path(__file__).resolve().parents[3] / "data" / "llama_logs"
-NEMOTRON = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
-NEMOTRON_EXPERTS = sorted("blk.%d.ffn_%s_exps.weight" % (b, k)
-                          for b, c in enumerate(NEMOTRON) if c == "E" for k in ("up", "down"))
-QWEN3_EXPERTS = sorted("blk.%d.ffn_%s_exps.weight" % (b, k) for b in range(48) for k in ("gate", "up", "down"))
+OOM = "(allocating 144817.04 MiB on device 0: cudaMalloc failed: out of memory)"
+RPC_ABORT = "/app/ggml/src/ggml-rpc/ggml-rpc.cpp:%d: Remote RPC server crashed or returned malformed response"
+BUF_CUDA0 = model_buf("CUDA0", 1369.43)
 
 
-def read(name):
-    return (DATA / name).read_text()
+def by_line(text, exit_code=None):
+    parser = LogParser()
+    for raw in text.split("\n"):
+        parser.feed(raw)
+    return parser.result(exit_code)
 
 
-def names(parsed):
-    return sorted(o["tensor"] for o in parsed["overridden"])
+def parse(lines, exit_code=None, end="\n"):
+    """parse_log of the lines, checked to equal the line-by-line parse."""
+    text = "\n".join(lines) + end
+    result = parse_log(text, exit_code)
+    assert result == by_line(text, exit_code)
+    return result
 
 
-# ---------------------------------------------------------------- the older-format logs
+def pick(result, *keys):
+    return {k: result[k] for k in keys}
 
 
-def test_b7500_nemotron_cuda_lv4():
-    p = parse_log(read("b7500_nemotron_cuda_lv4_overridden_cuda_host.log"))
-    assert p["build"] == "b7500-1a2b3c4" and p["build_number"] == 7500
-    assert names(p) == NEMOTRON_EXPERTS
-    first = p["overridden"][0]
-    assert first == {"tensor": "blk.1.ffn_up_exps.weight", "mib": 418, "type": "q5_0", "buffer": "CUDA_Host"}
+# ---------------------------------------------------------------- the older builds' logs
+
+def test_b7500_nemotron_cuda_lv4_and_default_verbosity():
+    p = parse_log(LV4.read_text())
+    assert p["build"] == "b7500-1a2b3c4" and p["build_number"] == 7500 and tensors(p) == NEMOTRON_EXPERTS
+    assert p["overridden"][0] == {"tensor": "blk.1.ffn_up_exps.weight", "mib": 418, "type": "q5_0",
+                                  "buffer": "CUDA_Host"}
     assert {o["type"] for o in p["overridden"]} == {"q5_0", "q8_0"}
     assert p["offloaded_layers"] == {"offloaded": 53, "total": 53}
     assert p["model_buffers"] == {"CUDA0": 1369.43, "CUDA_Host": 21772.21, "CPU_Mapped": 231.0}
-    assert p["kv_buffers"] == {"CUDA0": 768.0}
-    assert p["rs_buffers"] == {"CUDA0": 47.62}
+    assert (p["kv_buffers"], p["rs_buffers"]) == ({"CUDA0": 768.0}, {"CUDA0": 47.62})
     assert p["compute_buffers"] == {"CUDA0": 1078.13, "CUDA_Host": 268.02}
     assert p["mmap_override_warning"] is False  # the WARN exists only since PR #20978
-    assert p["per_tensor_lines_visible"] is True
-    assert p["load_error"] is None
-    assert gpu_model_mib(p) == 1369.43
-    v = verify_placement(p, NEMOTRON_EXPERTS)
-    assert v["verified"] and v["evidence"] == "per_tensor" and not v["missing"] and not v["unexpected"]
-
-
-def test_b7500_default_verbosity_needs_buffer_evidence():
+    assert p["per_tensor_lines_visible"] is True and p["load_error"] is None
     p = parse_log(read("b7500_nemotron_cuda_default_verbosity.log"))
     assert p["overridden"] == [] and p["per_tensor_lines_visible"] is False
     assert p["model_buffers"]["CUDA0"] == 1369.43
-    # the tensor list alone cannot be proven: never verified, and the reason is given
-    v = verify_placement(p, NEMOTRON_EXPERTS)
-    assert not v["verified"] and v["evidence"] == "none"
-    assert "verbosity hides the per-tensor" in v["msg"]
-    # the planner's prediction decides instead
-    v = verify_placement(p, NEMOTRON_EXPERTS, expect_gpu_model_mib=1369.0, tolerance_mib=1.0, tolerance_pct=0)
-    assert v["verified"] and v["evidence"] == "buffers"
-    assert v["missing"] == [] and v["unexpected"] == []
-    # all experts on the GPU would be ~23140 MiB: a far prediction fails, with both numbers
-    v = verify_placement(p, NEMOTRON_EXPERTS, expect_gpu_model_mib=23140.0)
-    assert not v["verified"] and v["evidence"] == "buffers"
-    assert "1369.43" in v["msg"] and "23140.00" in v["msg"]
 
 
-def test_b5200_overriden_without_size():
+def test_b5200_overriden_without_size_and_ik_llama_tensor_line():
     p = parse_log(read("b5200_load_tensors_overriden_nosize_qwen3moe.log"))
-    assert p["build"] == "b5200-9a8b7c6"
-    assert names(p) == QWEN3_EXPERTS
+    assert p["build"] == "b5200-9a8b7c6" and tensors(p) == QWEN3_EXPERTS
     assert all(o["mib"] is None and o["type"] is None and o["buffer"] == "CPU" for o in p["overridden"])
     assert p["kv_buffers"] == {"CUDA0": 3072.0}  # the "init:" KV prefix
     assert p["compute_buffers"] == {"CUDA0": 2144.0, "CUDA_Host": 68.01}
     assert p["model_buffers"] == {"CUDA0": 1166.26, "CPU_Mapped": 17221.87}
     assert p["offloaded_layers"] == {"offloaded": 49, "total": 49}
-    assert verify_placement(p, QWEN3_EXPERTS)["verified"]
-
-
-def test_ik_llama_tensor_line_and_2024_names():
     p = parse_log(read("ik_llama_llm_load_tensors_Tensor_overriden_qwen3moe.log"))
-    assert p["build"] == "b3701-5e6f7a8"
-    assert names(p) == QWEN3_EXPERTS
+    assert p["build"] == "b3701-5e6f7a8" and tensors(p) == QWEN3_EXPERTS
     # "llm_load_tensors: CUDA0 buffer size" (no "model"), llama_kv_cache_init:, llama_new_context_with_model:
     assert p["model_buffers"] == {"CPU": 15936.0, "CUDA_Host": 243.1, "CUDA0": 1045.73}
     assert p["kv_buffers"] == {"CUDA0": 3072.0}
     assert p["compute_buffers"] == {"CUDA0": 2144.0, "CUDA_Host": 68.01}
-    assert gpu_model_mib(p) == 1045.73  # CUDA_Host is host memory
-    v = verify_placement(p, QWEN3_EXPERTS[:-1])
-    assert not v["verified"] and v["unexpected"] == [QWEN3_EXPERTS[-1]]
-    assert QWEN3_EXPERTS[-1] in v["msg"]
-
-
-# ---------------------------------------------------------------- single lines of every era
-
-@pytest.mark.parametrize("line,expected", [
-    ("tensor blk.1.ffn_up_exps.weight (418 MiB q5_0) buffer type overridden to CPU",
-     {"tensor": "blk.1.ffn_up_exps.weight", "mib": 418, "type": "q5_0", "buffer": "CPU"}),
-    ("0.00.011.842 D tensor blk.1.ffn_down_exps.weight (0 MiB f32) buffer type overridden to CPU_REPACK",
-     {"tensor": "blk.1.ffn_down_exps.weight", "mib": 0, "type": "f32", "buffer": "CPU_REPACK"}),
-    ("tensor blk.3.ffn_gate_exps.weight buffer type overriden to AMX",
-     {"tensor": "blk.3.ffn_gate_exps.weight", "mib": None, "type": None, "buffer": "AMX"}),
-    ("Tensor blk.7.ffn_up_exps.weight buffer type overriden to CUDA_Host",
-     {"tensor": "blk.7.ffn_up_exps.weight", "mib": None, "type": None, "buffer": "CUDA_Host"}),
-    ("\x1b[32m0.01.002.000 D tensor blk.0.ffn_up_exps.weight (12 MiB mxfp4) buffer type overridden to CPU\x1b[0m",
-     {"tensor": "blk.0.ffn_up_exps.weight", "mib": 12, "type": "mxfp4", "buffer": "CPU"}),
-])
-def test_override_line_forms(line, expected):
-    p = parse_log(line + "\n")
-    assert p["overridden"] == [expected]
-    assert p["per_tensor_lines_visible"] is True
-
-
-@pytest.mark.parametrize("prefix", ["llama_kv_cache_init", "init", "llama_kv_cache_unified", "llama_kv_cache"])
-def test_kv_prefixes(prefix):
-    p = parse_log("%s: %10s KV buffer size = %8.2f MiB\n" % (prefix, "CUDA1", 96.0))
-    assert p["kv_buffers"] == {"CUDA1": 96.0}
-
-
-@pytest.mark.parametrize("prefix", ["llama_new_context_with_model", "llama_init_from_model", "llama_context",
-                                    "sched_reserve"])
-def test_compute_prefixes(prefix):
-    p = parse_log("%s: %10s compute buffer size = %8.2f MiB\n" % (prefix, "Vulkan0", 300.5))
-    assert p["compute_buffers"] == {"Vulkan0": 300.5}
-
-
-@pytest.mark.parametrize("line", [
-    "llm_load_tensors:      CUDA0 buffer size =  1000.00 MiB",
-    "llm_load_tensors:      CUDA0 model buffer size =  1000.00 MiB",
-    "load_tensors:        CUDA0 model buffer size =  1000.00 MiB",
-    "0.00.012.476 I load_tensors:        CUDA0 model buffer size =  1000.00 MiB",
-])
-def test_model_buffer_prefixes(line):
-    assert parse_log(line)["model_buffers"] == {"CUDA0": 1000.0}
-
-
-def test_mmap_warning_both_wordings():
-    for advice in ("consider using --no-mmap for better performance", "consider using --load-mode none"):
-        line = "0.00.011.839 W llama_model_loader: tensor overrides to CPU are used with mmap enabled - " + advice
-        assert parse_log(line)["mmap_override_warning"] is True
-    assert parse_log("load_tensors: offloaded 6/6 layers to GPU")["mmap_override_warning"] is False
-
-
-def test_cpu_mapped_is_summed_per_shard_and_device_buffers():
-    text = "\n".join([
-        "load_tensors: offloaded 53/53 layers to GPU",
-        "load_tensors:        CUDA0 model buffer size =   700.00 MiB",
-        "load_tensors:        CUDA1 model buffer size =   669.43 MiB",
-        "load_tensors:   CPU_Mapped model buffer size =  3900.00 MiB",
-        "load_tensors:   CPU_Mapped model buffer size =  4000.50 MiB",
-    ])
-    p = parse_log(text)
-    assert p["model_buffers"]["CPU_Mapped"] == 7900.5
-    assert gpu_model_mib(p) == 1369.43
-    assert [is_device_buffer(b) for b in ("CUDA0", "Vulkan0", "ROCm1", "Metal", "RPC[10.0.0.2:50052]")] == [True] * 5
-    assert [is_device_buffer(b) for b in ("CPU", "CPU_Mapped", "CPU_REPACK", "CUDA_Host", "AMX")] == [False] * 5
-
-
-def test_llm_load_tensors_prefix_with_old_override_line():
-    text = "\n".join([
-        "build: 4500 (aaaa111) with cc (GCC) 11.4.0 for x86_64-linux-gnu",
-        "llm_load_tensors: layer   0 assigned to device CUDA0",
-        "tensor blk.0.ffn_up_exps.weight buffer type overriden to CPU",
-        "llm_load_tensors: offloaded 2/2 layers to GPU",
-        "llm_load_tensors:        CPU buffer size =   100.00 MiB",
-        "llm_load_tensors:      CUDA0 buffer size =    50.00 MiB",
-    ])
-    p = parse_log(text)
-    assert p["build"] == "b4500-aaaa111"
-    assert names(p) == ["blk.0.ffn_up_exps.weight"]
-    assert p["model_buffers"] == {"CPU": 100.0, "CUDA0": 50.0}
 
 
 @pytest.mark.parametrize("service", ["ai-llm-1  | ", "ai-llm | ", "[ai-llm] | "])
 def test_compose_logs_service_prefix(service):
-    text = "\n".join(service + line for line in read("b7500_nemotron_cuda_lv4_overridden_cuda_host.log").splitlines())
-    p = parse_log(text)
+    p = parse_log("\n".join(service + x for x in LV4.read_text().splitlines()))
     assert len(p["overridden"]) == 46 and p["model_buffers"]["CUDA0"] == 1369.43 and p["build"] == "b7500-1a2b3c4"
+
+
+def test_a_second_reserve_replaces_the_compute_buffers():
+    lines = read("b10435_rpc_server_killed_lv4.log").splitlines()
+    start = next(i for i, x in enumerate(lines) if "sched_reserve: reserving" in x)
+    end = next(i for i, x in enumerate(lines) if "sched_reserve: reserve took" in x)
+    again = [x.replace("1.66 MiB", "3.25 MiB").replace("1.15 MiB", "0.50 MiB") for x in lines[start:end + 1]]
+    assert parse(lines[:end + 1])["compute_buffers"] == {"RPC0[127.0.0.1:18850]": 1.66, "CPU": 1.15}
+    assert parse(lines[:end + 1] + again)["compute_buffers"] == {"RPC0[127.0.0.1:18850]": 3.25, "CPU": 0.5}
+
+
+# ---------------------------------------------------------------- one line of every era
+
+def _override(tensor, mib, kind, buffer):
+    return {"overridden": [{"tensor": tensor, "mib": mib, "type": kind, "buffer": buffer}],
+            "per_tensor_lines_visible": True}
+
+
+def _build(build, number):
+    return {"build": build, "build_number": number, "runs": 1, "loads": 0}
+
+
+MMAP = "0.00.011.839 W llama_model_loader: tensor overrides to CPU are used with mmap enabled - consider using "
+FIT = ("0.00.050.000 E common_fit_params: encountered an error while trying to fit params to free device memory: "
+       "failed to load model")
+VK_LIMIT = "ggml_vulkan: Requested buffer size exceeds device buffer size limit: ErrorOutOfDeviceMemory"
+VK_CONTEXT = ["ggml_gallocr_reserve_n: failed to allocate Vulkan0 buffer of size 2166360064",
+              "llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers"]
+CONTEXT_ERROR = "failed to initialize the context: failed to allocate compute pp buffers"
+
+
+@pytest.mark.parametrize("lines, fields", [
+    ("tensor blk.1.ffn_up_exps.weight (418 MiB q5_0) buffer type overridden to CPU",
+     _override("blk.1.ffn_up_exps.weight", 418, "q5_0", "CPU")),
+    ("0.00.011.842 D tensor blk.1.ffn_down_exps.weight (0 MiB f32) buffer type overridden to CPU_REPACK",
+     _override("blk.1.ffn_down_exps.weight", 0, "f32", "CPU_REPACK")),
+    ("tensor blk.3.ffn_gate_exps.weight buffer type overriden to AMX",
+     _override("blk.3.ffn_gate_exps.weight", None, None, "AMX")),
+    ("Tensor blk.7.ffn_up_exps.weight buffer type overriden to CUDA_Host",
+     _override("blk.7.ffn_up_exps.weight", None, None, "CUDA_Host")),
+    ("\x1b[32m0.01.002.000 D tensor blk.0.ffn_up_exps.weight (12 MiB mxfp4) buffer type overridden to CPU\x1b[0m",
+     _override("blk.0.ffn_up_exps.weight", 12, "mxfp4", "CPU")),
+    *[("%s: %10s KV buffer size = %8.2f MiB" % (prefix, "CUDA1", 96.0), {"kv_buffers": {"CUDA1": 96.0}})
+      for prefix in ("llama_kv_cache_init", "init", "llama_kv_cache_unified", "llama_kv_cache")],
+    *[("%s: %10s compute buffer size = %8.2f MiB" % (prefix, "Vulkan0", 300.5), {"compute_buffers": {"Vulkan0": 300.5}})
+      for prefix in ("llama_new_context_with_model", "llama_init_from_model", "llama_context", "sched_reserve")],
+    *[(x, {"model_buffers": {"CUDA0": 1000.0}}) for x in (
+        "llm_load_tensors:      CUDA0 buffer size =  1000.00 MiB",
+        "llm_load_tensors:      CUDA0 model buffer size =  1000.00 MiB",
+        "load_tensors:        CUDA0 model buffer size =  1000.00 MiB",
+        "0.00.012.476 I load_tensors:        CUDA0 model buffer size =  1000.00 MiB")],
+    (MMAP + "--no-mmap for better performance", {"mmap_override_warning": True}),
+    (MMAP + "--load-mode none", {"mmap_override_warning": True}),
+    ("load_tensors: offloaded 6/6 layers to GPU", {"mmap_override_warning": False}),
+    ("common_params_print_info: build 1 (7e4c0a9) with GNU 11.4.0 for Linux x86_64", _build("b1-7e4c0a9", 1)),
+    (BUILD, _build("b10435-9e40df63b", 10435)),
+    ("build: 5200 (9a8b7c6) with cc (GCC) 11.4.0 for x86_64-linux-gnu", _build("b5200-9a8b7c6", 5200)),
+    ("main: build = 4500 (abc1234)", _build("b4500-abc1234", 4500)),
+    ("version: 4500 (abc1234)", _build("b4500-abc1234", 4500)),
+    (["version: 5200 (9a8b7c6)", "built with cc for x86_64"], _build("b5200-9a8b7c6", 5200)),
+    ("version: 0.2.0-dev (build 10586, commit b21e4de74)", _build("b10586-b21e4de74", 10586)),
+    ("version: 0.1.0-dev (build 1, commit 7e4c0a9)", _build("b1-7e4c0a9", 1)),
+    ("build_info: b4500-abc1234", _build("b4500-abc1234", 4500)),
+    ('INFO [                    main] build info | tid="139812345678912" timestamp=1747000000 build=3701 '
+     'commit="5e6f7a8"', _build("b3701-5e6f7a8", 3701)),
     # the memory breakdown table is not a service prefix
-    assert parse_log("common_memory_breakdown_print: | memory breakdown [MiB] |")["runs"] == 1
+    ("common_memory_breakdown_print: | memory breakdown [MiB] |", {"runs": 1}),
+    ("0.00.753.000 I srv  llama_server: model loaded", {"server_ready": True}),
+    ("0.00.753.008 I srv  llama_server: listening on http://127.0.0.1:18791", {"server_ready": True}),  # b10435
+    ("main: server is listening on http://0.0.0.0:8080 - starting the main loop", {"server_ready": True}),
+    ("srv  update_slots: all slots are idle", {"server_ready": True}),
+    ("main: HTTP server is listening, hostname: 0.0.0.0, port: 8080, http threads: 31", {"server_ready": False}),
+    ("0.00.019.329 I srv    load_model: loading model 'tiny.gguf'", {"server_ready": False}),
+    (META, {"loads": 1}), (TENSORS, {"loads": 1}), ([META, TENSORS], {"loads": 1}),
+    ("llm_load_tensors: loading model tensors, this can take a while... (mmap = true)", {"loads": 1}),
+    ("0.00.011.100 D create_tensor: loading tensor blk.0.attn_q.weight", {"per_tensor_lines_visible": True}),
+    # the load errors: the most specific message, cut where the message ends
+    ("0.00.005.832 E srv  llama_server: exiting due to model loading error",
+     {"load_error": "exiting due to model loading error"}),
+    ("0.00.100.000 E srv    load_model: failed to load model, 'm.gguf'", {"load_error": "failed to load model, 'm.gguf'"}),
+    ('{"function":"load_model","level":"ERR","line":681,"model":"m.gguf","msg":"unable to load model",'
+     '"tid":"140046","timestamp":1716000000}',
+     {"load_error": "unable to load model", "failure": "the model failed to load: unable to load model"}),
+    ('ERR [              load_model] unable to load model | tid="140" timestamp=1718 model="m.gguf"',
+     {"load_error": "unable to load model"}),
+    # -fit's own trial load can fail: the server then loads with the parameters it was given
+    ([VERBOSITY, FIT], {"load_error": None, "failure": None}),
+    # read from the middle of the log (podman logs --tail 3): the Vulkan limit is the first allocation failure
+    ([VK_LIMIT] + VK_CONTEXT, {"load_error": f"{CONTEXT_ERROR} (Requested buffer size exceeds device buffer size "
+                                             "limit: ErrorOutOfDeviceMemory)"}),
+    (["ggml_vulkan: Device memory allocation of size 2166360064 failed.", VK_LIMIT] + VK_CONTEXT,
+     {"load_error": f"{CONTEXT_ERROR} (Device memory allocation of size 2166360064 failed.)"}),
+    # llama.cpp retries a compute buffer without pipeline parallelism: the failed allocation alone ends nothing
+    ([VK_LIMIT, READY], {"load_error": None, "crash": None, "failure": None, "server_ready": True}),
+    # gdb's "No such file or directory" line and a frame without an address prove nothing
+    ([READY, "503\t./nptl/pthread_cond_wait.c: No such file or directory.",
+      "#4  ___pthread_cond_wait (cond=0x5598c09348d0, mutex=0x5598c09348a8) at ./nptl/pthread_cond_wait.c:618"],
+     {"crash": None, "backtrace": False, "failure": None}),
+])
+def test_one_line_of_every_era(lines, fields):
+    p = parse([lines] if isinstance(lines, str) else lines)
+    assert pick(p, *fields) == fields
 
 
-def test_version_output_is_a_build():
-    assert parse_log("version: 0.1.0-dev (build 1, commit 7e4c0a9)\n")["build"] == "b1-7e4c0a9"
-    assert parse_log("version: 5200 (9a8b7c6)\nbuilt with cc for x86_64\n")["build"] == "b5200-9a8b7c6"
+@pytest.mark.parametrize("line", [
+    "load_tensors: CPU model buffer size = 1.2.3 MiB",
+    "load_tensors:        CUDA0 model buffer size = 1e400 MiB",
+    "llama_kv_cache:        CUDA0 KV buffer size = .. MiB",
+    "sched_reserve:      CUDA0 compute buffer size = 99999999999999999999999999999.5 MiB",
+    "load_tensors: offloaded 99999999999999999999999/3 layers to GPU",
+    "build: " + "9" * 5000 + " (abc1234) with cc",
+    "version: " + "1" * 5000 + " (abc)",
+    "tensor blk.0.x (" + "7" * 5000 + " MiB f32) buffer type overridden to CPU",
+    "Tensor blk.0.x (size = 1.2.3 MiB) buffer type overriden to CPU",
+    "allocating " + "9" * 5000 + " MiB on device 0: cudaMalloc failed: out of memory",
+])
+def test_malformed_numbers_never_raise(line):
+    p = parse_log(line + "\n")
+    assert all(isinstance(v, float) and v < 1e16 for v in p["model_buffers"].values())
+    assert p["offloaded_layers"] is None and p["build_number"] is None
+    assert all(o["mib"] is None or o["mib"] < 10 ** 13 for o in p["overridden"])
 
 
-# ---------------------------------------------------------------- loads, runs, errors
+# ---------------------------------------------------------------- loads and runs
 
-def _load(pattern_tensors, gpu_mib, marker=True, debug=True):
-    lines = []
-    if marker:
-        lines.append("llama_model_loader: loaded meta data with 40 key-value pairs and 21 tensors from m.gguf")
-        lines.append("load_tensors: loading model tensors, this can take a while... (mmap = true)")
-    if debug:
-        lines.append("load_tensors: layer   0 assigned to device CUDA0, is_swa = 0")
-    lines += ["tensor %s (1 MiB f16) buffer type overridden to CPU" % t for t in pattern_tensors]
-    lines += ["load_tensors: offloaded 3/3 layers to GPU",
-              "load_tensors:        CUDA0 model buffer size = %8.2f MiB" % gpu_mib,
-              "llama_kv_cache:      CUDA0 KV buffer size =     1.00 MiB",
-              "sched_reserve:      CUDA0 compute buffer size =     2.00 MiB"]
-    return lines
+def test_cpu_mapped_is_summed_per_shard_and_the_llm_load_tensors_prefix_with_the_old_override_line():
+    p = parse(["load_tensors: offloaded 53/53 layers to GPU", model_buf("CUDA0", 700.0),
+               model_buf("CPU_Mapped", 3900.0), model_buf("CPU_Mapped", 4000.5)])
+    assert p["model_buffers"] == {"CUDA0": 700.0, "CPU_Mapped": 7900.5}
+    p = parse(["build: 4500 (aaaa111) with cc (GCC) 11.4.0 for x86_64-linux-gnu",
+               "llm_load_tensors: layer   0 assigned to device CUDA0",
+               "tensor blk.0.ffn_up_exps.weight buffer type overriden to CPU",
+               "llm_load_tensors: offloaded 2/2 layers to GPU", "llm_load_tensors:        CPU buffer size =   100.00 MiB",
+               "llm_load_tensors:      CUDA0 buffer size =    50.00 MiB"])
+    assert p["build"] == "b4500-aaaa111" and tensors(p) == ["blk.0.ffn_up_exps.weight"]
+    assert p["model_buffers"] == {"CPU": 100.0, "CUDA0": 50.0}
+
+
+def _load(names, gpu_mib, marker=True):
+    lines = [META, TENSORS] if marker else []
+    lines += [LAYER] + ["tensor %s (1 MiB f16) buffer type overridden to CPU" % t for t in names]
+    return lines + ["load_tensors: offloaded 3/3 layers to GPU", model_buf("CUDA0", gpu_mib), kv_buf("CUDA0", 1.0),
+                    "sched_reserve:      CUDA0 compute buffer size =     2.00 MiB"]
 
 
 @pytest.mark.parametrize("marker", [True, False])
 def test_fit_dry_run_then_real_load_takes_the_last(marker):
-    text = "\n".join(_load(["blk.0.a"], 0.0, marker) + ["common_fit_params: successfully fit params"]
-                     + _load(["blk.0.b", "blk.1.b"], 55.0, marker))
-    p = parse_log(text)
-    assert p["loads"] == 2
-    assert names(p) == ["blk.0.b", "blk.1.b"]
-    assert p["model_buffers"] == {"CUDA0": 55.0}  # not 55 + the dry run's 0
-    assert p["kv_buffers"] == {"CUDA0": 1.0}
+    """-fit on: the whole load block is printed twice; only the second load counts, also when the INFO lines that
+    start a load are hidden (a line of an earlier phase than the last one starts a load)."""
+    p = parse(_load(["blk.0.a"], 0.0, marker) + ["common_fit_params: successfully fit params"]
+              + _load(["blk.0.b", "blk.1.b"], 55.0, marker))
+    assert p["loads"] == 2 and tensors(p) == ["blk.0.b", "blk.1.b"]
+    assert p["model_buffers"] == {"CUDA0": 55.0} and p["kv_buffers"] == {"CUDA0": 1.0}  # not 55 + the dry run's 0
+    p = parse([META, TENSORS, model_buf("CUDA0", 100), kv_buf("CUDA0", 8), META, TENSORS, model_buf("CUDA0", 200)])
+    assert pick(p, "loads", "model_buffers", "kv_buffers") == {
+        "loads": 2, "model_buffers": {"CUDA0": 200.0}, "kv_buffers": {}}
 
 
-def test_restarted_container_takes_the_last_run():
+@pytest.mark.parametrize("marker", [LAYER, "llm_load_tensors: layer   0 assigned to device CUDA0"])
+def test_the_layer_assignment_line_is_the_tensors_phase_of_a_load(marker):
+    """The DEBUG layer line of load_tensors opens a load, shows the per-tensor lines, and after a model buffer it
+    opens the next load of a -fit run whose INFO lines are hidden."""
+    assert pick(parse([marker]), "loads", "per_tensor_lines_visible") == {"loads": 1, "per_tensor_lines_visible": True}
+    p = parse([marker, model_buf("CUDA0", 100), marker, model_buf("CUDA0", 200)])
+    assert pick(p, "loads", "model_buffers") == {"loads": 2, "model_buffers": {"CUDA0": 200.0}}
+
+
+def test_restarted_container_takes_the_last_run_even_with_its_build_line_hidden():
     run1 = ["build: 7500 (1a2b3c4) with cc for x86_64"] + _load(["blk.0.a"], 10.0)
     run2 = ["build: 7600 (5d6e7f8) with cc for x86_64"] + _load(["blk.9.z"], 20.0)
-    p = parse_log("\n".join(run1 + ["srv  operator(): cleaning up before exit..."] + run2))
+    p = parse(run1 + ["srv  operator(): cleaning up before exit..."] + run2)
     assert p["runs"] == 2 and p["build"] == "b7600-5d6e7f8"
-    assert names(p) == ["blk.9.z"] and p["model_buffers"] == {"CUDA0": 20.0}
+    assert tensors(p) == ["blk.9.z"] and p["model_buffers"] == {"CUDA0": 20.0}
+    hidden = ["0.00.004.435 I cmn  common_param: common_params_print_info: verbosity = 3 (adjust with the `-lv N` "
+              "CLI arg)", "0.00.006.076 I srv    load_model: loading model 'm.gguf'",
+              MMAP + "--no-mmap for better performance"]
+    p = parse(run1 + hidden)
+    assert p["runs"] == 2 and p["build"] is None  # not the previous run's
+    assert p["overridden"] == [] and p["model_buffers"] == {} and p["mmap_override_warning"] is True
+    assert p["per_tensor_lines_visible"] is False
 
 
 def test_failed_run_then_good_run_has_no_error_and_good_then_failed_has_it():
     bad = ["build: 7500 (1a2b3c4) with cc for x86_64",
            "llama_model_load: error loading model: tensor 'blk.0.x' data is not within the file bounds",
-           "llama_model_load_from_file_impl: failed to load model",
-           "srv    load_model: failed to load model, '/models/m.gguf'",
+           "llama_model_load_from_file_impl: failed to load model", "srv    load_model: failed to load model, '/m.gguf'",
            "srv  llama_server: exiting due to model loading error"]
     good = ["build: 7500 (1a2b3c4) with cc for x86_64"] + _load(["blk.0.a"], 10.0)
-    p = parse_log("\n".join(bad + good))
-    assert p["load_error"] is None and names(p) == ["blk.0.a"]
-    p = parse_log("\n".join(good + bad))
+    p = parse(bad + good)
+    assert p["load_error"] is None and tensors(p) == ["blk.0.a"]
+    p = parse(good + bad)
     assert p["load_error"] == "tensor 'blk.0.x' data is not within the file bounds"
     assert p["overridden"] == [] and p["model_buffers"] == {}
-    v = verify_placement(p, ["blk.0.a"], expect_gpu_model_mib=10.0)
-    assert not v["verified"] and "failed to load" in v["msg"] and "file bounds" in v["msg"]
 
 
-def test_only_the_exit_line_is_still_a_load_error():
-    p = parse_log("0.00.005.832 E srv  llama_server: exiting due to model loading error\n")
-    assert p["load_error"] == "exiting due to model loading error"
+@pytest.mark.parametrize("start", [VERBOSITY, LOADING, SYSTEM_INFO])
+def test_a_run_start_line_after_a_run_starts_the_next_run(start):
+    """The verbosity line, the server's loading-model line and the system_info line each start a run, and only the
+    last run counts (its buffers, not the sum of both runs; the first run's ready line does not make it ready)."""
+    p = parse([start, model_buf("CUDA0", 100), READY, start, model_buf("CUDA0", 200)])
+    assert pick(p, "runs", "loads", "model_buffers", "server_ready", "build") == {
+        "runs": 2, "loads": 1, "model_buffers": {"CUDA0": 200.0}, "server_ready": False, "build": None}
 
 
-def test_restart_with_hidden_build_line_does_not_keep_the_old_build():
-    run1 = ["build: 7500 (1a2b3c4) with cc for x86_64"] + _load(["blk.0.a"], 10.0)
-    run2 = ["0.00.004.435 I cmn  common_param: common_params_print_info: verbosity = 3 (adjust with the `-lv N` CLI arg)",
-            "0.00.006.076 I srv    load_model: loading model 'm.gguf'",
-            "0.00.006.700 W llama_model_loader: tensor overrides to CPU are used with mmap enabled - consider using "
-            "--no-mmap for better performance"]
-    p = parse_log("\n".join(run1 + run2))
-    assert p["runs"] == 2 and p["build"] is None
-    assert p["overridden"] == [] and p["model_buffers"] == {} and p["mmap_override_warning"] is True
-    assert p["per_tensor_lines_visible"] is False
+@pytest.mark.parametrize("first", [[model_buf("CUDA0", 100)], ["llama_model_load: error loading model: unable"],
+                                   ["Segmentation fault (core dumped)"], [META]])
+def test_a_run_with_a_buffer_a_load_error_a_crash_or_a_load_is_over_at_the_next_start(first):
+    p = parse([VERBOSITY] + first + [VERBOSITY])
+    assert pick(p, "runs", "loads", "model_buffers", "load_error", "crash", "failure") == {
+        "runs": 2, "loads": 0, "model_buffers": {}, "load_error": None, "crash": None, "failure": None}
 
 
-# ---------------------------------------------------------------- verification never passes without evidence
-
-def test_no_evidence_never_verifies():
-    for text in ("", "srv  llama_server: model loaded\n", "\n".join(_load([], 5.0, debug=False))):
-        p = parse_log(text)
-        assert p["per_tensor_lines_visible"] is False
-        for kw in ({"expected": ["blk.0.a"]}, {"expected": []}, {}):
-            v = verify_placement(p, **kw)
-            assert v["verified"] is False and v["evidence"] == "none", (text, kw)
-
-
-def test_buffer_evidence_needs_model_buffer_lines():
-    v = verify_placement(parse_log("srv  llama_server: model loaded\n"), ["x"], expect_gpu_model_mib=0.0)
-    assert not v["verified"] and v["evidence"] == "none" and "no model buffer lines" in v["msg"]
-
-
-def test_pattern_that_matches_nothing_is_reported():
-    p = parse_log("\n".join(_load([], 5.0)))
-    assert p["per_tensor_lines_visible"] is True  # the DEBUG "layer assigned" lines are there
-    v = verify_placement(p, ["blk.0.ffn_up_exps.weight"])
-    assert not v["verified"] and v["missing"] == ["blk.0.ffn_up_exps.weight"]
-    assert "no overridden tensor" in v["msg"]
+def test_the_lines_that_open_one_start_make_one_run_and_a_later_build_line_starts_a_run():
+    p = parse([BUILD, VERBOSITY, SYSTEM_INFO, LOADING, model_buf("CUDA0", 1369.43)])
+    assert pick(p, "runs", "loads", "build", "build_number", "model_buffers") == {
+        "runs": 1, "loads": 1, "build": "b10435-9e40df63b", "build_number": 10435,
+        "model_buffers": {"CUDA0": 1369.43}}
+    p = parse(["build: 5200 (9a8b7c6) with cc (GCC) 11.4.0 for x86_64-linux-gnu", model_buf("CUDA0", 100),
+               BUILD, model_buf("CUDA0", 200)])
+    assert pick(p, "runs", "build", "build_number", "model_buffers") == {
+        "runs": 2, "build": "b10435-9e40df63b", "build_number": 10435, "model_buffers": {"CUDA0": 200.0}}
+    # -v sets the verbosity to INT_MAX
+    verbose = VERBOSITY.replace("verbosity = 4", "verbosity = 2147483647")
+    p = parse([verbose, TENSORS, model_buf("CUDA0", 1.0), verbose, TENSORS, model_buf("CUDA0", 2.0)])
+    assert p["runs"] == 2 and p["model_buffers"] == {"CUDA0": 2.0}
 
 
-def test_tolerance_is_the_larger_of_mib_and_percent():
-    p = parse_log("load_tensors:        CUDA0 model buffer size =  1010.00 MiB\n")
-    assert not verify_placement(p, None, 1000.0, tolerance_mib=1.0, tolerance_pct=0.5)["verified"]
-    v = verify_placement(p, None, 1000.0, tolerance_mib=1.0, tolerance_pct=1.0)
-    assert v["verified"] and v["gpu_model_tolerance_mib"] == 10.0
-    assert verify_placement(p, None, 1009.5, tolerance_mib=1.0, tolerance_pct=0)["verified"]
+@pytest.mark.parametrize("text, runs", [("", 0), ("  \n\t\n\n", 0), ("0.00.001.000 I main: hello\n", 1)])
+def test_runs_counts_a_log_with_text_as_one_run_and_a_blank_log_as_none(text, runs):
+    assert parse_log(text)["runs"] == by_line(text)["runs"] == runs
 
 
-def test_expected_from_pattern_is_re_search():
-    all_names = ["blk.1.ffn_up_exps.weight", "blk.10.ffn_up_exps.weight", "blk.1.ffn_up_shexp.weight"]
-    assert expected_from_pattern(r"blk\.1\.ffn_.*_exps", all_names) == ["blk.1.ffn_up_exps.weight"]
-    assert expected_from_pattern(r"exps", all_names) == all_names[:2]
+def test_run_starts_are_the_lines_where_parse_log_counts_a_new_run():
+    """A run starts at its first start line; the start lines that follow it before any other line belong to the same
+    run; lines before the first start are a run whose start was cut off. The result beside them is parse_log's."""
+    lines = ["print_info: n_embd = 64", BUILD, VERBOSITY, LOADING, META, "llama_model_load: error loading model: boom",
+             SYSTEM_INFO, LOADING, TENSORS, BUILD, "", VERBOSITY, META]
+    assert parse_runs(lines)[1] == [1, 6, 9] and parse_log("\n".join(lines))["runs"] == 3
+    assert parse_runs(lines, 1)[0] == parse_log("\n".join(lines), 1)
+    assert parse_runs(lines[:6])[0] == parse_log("\n".join(lines[:6]))
+    long = lines[:5] + ["llama_model_load: error loading model: " + "x" * MAX_LINE]  # parsed in pieces, as parse_log
+    assert parse_runs(long)[0] == parse_log("\n".join(long))
+    assert parse_runs([META, TENSORS])[1] == [] and parse_runs([])[1] == [] and parse_runs([LOADING, META])[1] == [0]
+
+
+# ---------------------------------------------------------------- load errors and crashes
+
+def test_the_unknown_architecture_is_the_load_error_not_the_unknown_token_line():
+    """src/llama-model-loader.cpp prints every key, then src/llama.cpp llama_model_load: "error loading model: %s"."""
+    p = parse(["0.00.011.000 I llama_model_loader: - kv   0:                       general.architecture str      = foo",
+               "0.00.011.100 I llama_model_loader: - kv  19:            tokenizer.ggml.unknown_token_id u32      = 0",
+               "0.00.011.300 E llama_model_load: error loading model: error loading model architecture: unknown model "
+               "architecture: 'foo'", "0.00.011.310 E llama_model_load_from_file_impl: failed to load model",
+               "0.00.011.400 E srv    load_model: failed to load model, 'm.gguf'",
+               "0.00.011.500 E srv  llama_server: exiting due to model loading error"], exit_code=1)
+    assert p["load_error"] == "error loading model architecture: unknown model architecture: 'foo'"
+    assert p["crash"] is None and p["failure"] == "the model failed to load: " + p["load_error"]
+
+
+@pytest.mark.parametrize("lines, crash, cause, backtrace", CRASHES)
+@pytest.mark.parametrize("head", [GOOD_LOAD, GOOD_LOAD[:4]], ids=["after the load", "during the load"])
+def test_every_crash_form_is_a_crash_with_its_own_cause(lines, crash, cause, backtrace, head):
+    p = parse(head + lines)
+    assert pick(p, "crash", "crash_cause", "backtrace", "failure") == {
+        "crash": crash, "crash_cause": cause, "backtrace": backtrace,
+        "failure": f"llama-server died: {crash} ({cause})"}
+
+
+def test_the_first_fatal_line_is_the_crash_and_what_follows_does_not_replace_it():
+    assert parse(GOOD_LOAD + ["E CUDA error: out of memory", "/src/ggml-cuda.cu:88: CUDA error"])["crash"] == \
+        "CUDA error: out of memory"
+    p = parse([RPC_ABORT % 644, "#13 0x000055988d4cd1b1 in _start ()", "[Inferior 1 (process 8927) detached]"])
+    assert pick(p, "crash", "crash_cause", "backtrace") == {
+        "crash": RPC_ABORT % 644, "crash_cause": RPC_WORDS, "backtrace": True}
+
+
+def test_every_abort_line_of_a_chunk_is_read_not_only_the_first():
+    """Two runs that each end in a GGML_ABORT (a line that holds no keyword, only ``file:line: ``): the crash reported
+    is the last run's; an abort line alone, without a newline, is read too."""
+    p = parse([BUILD, model_buf("RPC0[127.0.0.1:50052]", 1.5), RPC_ABORT % 644,
+               BUILD, model_buf("RPC0[127.0.0.1:50052]", 1.5), RPC_ABORT % 519])
+    assert pick(p, "runs", "crash", "crash_cause") == {"runs": 2, "crash": RPC_ABORT % 519, "crash_cause": RPC_WORDS}
+    p = parse([RPC_ABORT % 644], end="")
+    assert pick(p, "crash", "crash_cause") == {"crash": RPC_ABORT % 644, "crash_cause": RPC_WORDS}
+
+
+@pytest.mark.parametrize("code, name, words", SIGNAL_EXITS)
+def test_a_signal_exit_code_is_a_crash_even_after_a_good_log(code, name, words):
+    p = parse(GOOD_LOAD, exit_code=code)
+    assert p["crash"] == f"exit code {code} ({name}) after the line: {GOOD_LOAD[-1].split(' srv  ')[1]}"
+    assert words in p["crash_cause"] and p["exit_code"] == code
+
+
+def test_a_signal_exit_code_is_added_to_the_cause_of_the_crash_line():
+    p = parse([BUF_CUDA0, READY, "Segmentation fault (core dumped)"], exit_code=139)
+    assert p["crash_cause"] == SIGNALS[11][1] + " (SIGSEGV, exit code 139)"
+    assert parse([BUF_CUDA0, READY, RPC_LINE], exit_code=134)["crash_cause"] == RPC_WORDS + " (SIGABRT, exit code 134)"
+
+
+@pytest.mark.parametrize("tail", ["", "\n", "\n   \n\t\n"])
+def test_the_exit_code_names_the_last_line_that_is_not_blank(tail):
+    text = "\n".join([model_buf("CUDA0", 100), READY]) + tail
+    p = parse_log(text, 139)
+    assert p == by_line(text, 139)
+    assert p["crash"] == "exit code 139 (SIGSEGV) after the line: llama_server: model loaded"
+
+
+@pytest.mark.parametrize("code", [0, 1, 2, 127, 128, 160, 255, None])
+def test_normal_exit_codes_are_no_signal(code):
+    assert signal_of_exit_code(code) is None
+
+
+@pytest.mark.parametrize("code, signal", [(129, 1), (134, 6), (137, 9), (139, 11), (159, 31), (-9, 9), (-1, 1)])
+def test_a_shell_s_128_plus_n_and_python_s_minus_n_name_signal_n(code, signal):
+    """A shell (and podman) reports a process killed by signal N as 128 + N; Python's subprocess as -N."""
+    assert signal_of_exit_code(code) == signal
+
+
+def test_the_real_sigill_of_the_pypi_build_and_the_real_abort_of_a_killed_rpc_server():
+    sigill = read("b10434_sigill_amx_default_verbosity.log")
+    p = parse_log(sigill)
+    assert p["crash"] is None and p["server_ready"] is False  # the log alone does not say it died...
+    p = parse_log(sigill, exit_code=132)  # ...the exit code does
+    assert p["crash"] == "exit code 132 (SIGILL) after the line: AMX is not ready to be used!"
+    assert "instruction this CPU does not have" in p["crash_cause"]
+    assert p["failure"] == f"llama-server died: {p['crash']} ({p['crash_cause']})"
+    rpc = read("b10435_rpc_server_killed_lv4.log")
+    p = parse_log(rpc, exit_code=134)
+    assert p["crash"] == ("/build/llama.cpp/ggml/src/ggml-rpc/ggml-rpc.cpp:644: Remote RPC server crashed or returned "
+                          "malformed response")
+    assert p["crash_cause"] == RPC_WORDS + " (SIGABRT, exit code 134)" and p["backtrace"] is True
+    assert p["server_ready"] is True  # it served before the RPC server died
+    assert p["model_buffers"] == {"CPU_Mapped": 0.59, "RPC0[127.0.0.1:18850]": 0.37}
+    assert parse_log(rpc[:rpc.index("/build/llama.cpp/ggml/src/ggml-rpc")])["crash"] is None
+
+
+def test_an_exit_before_the_server_was_ready_is_a_failure():
+    p = parse(GOOD_LOAD[:5], exit_code=1)
+    assert p["crash"] is None and p["server_ready"] is False
+    assert p["failure"] == "llama-server exited with code 1 before it was ready"
+
+
+# ---------------------------------------------------------------- the DEBUG level of lines without a keyword
+
+@pytest.mark.parametrize("lines, visible", [
+    ([QUEUE_DEBUG], True),                                  # the first line of the log
+    ([QUEUE_DEBUG, BUF_CUDA0], True),
+    ([BUF_CUDA0, QUEUE_DEBUG], True),                       # right after a parsed line
+    ([BUF_CUDA0, QUEUE_DEBUG[13:]], True),                  # --no-log-timestamps: the line starts with the letter
+    ([QUEUE_DEBUG[13:], BUF_CUDA0], True),
+    ([BUF_CUDA0, PAD_TOKEN, QUEUE_DEBUG], True),            # "PAD token" holds "D " in a word
+    ([BUF_CUDA0, NAME_WITH_D, QUEUE_DEBUG], True),          # a model name holds " D "
+    ([BUF_CUDA0, NAME_WITH_D, PAD_TOKEN, READY, PAD_TOKEN, NAME_WITH_D, QUEUE_DEBUG], True),
+    ([BUF_CUDA0, "ai-llm-1  | " + QUEUE_DEBUG], True),      # docker compose logs
+    ([BUF_CUDA0, "[47161] " + QUEUE_DEBUG[13:]], True),     # a router child's line
+    ([PAD_TOKEN], False),
+    ([NAME_WITH_D], False),
+    ([BUF_CUDA0, NAME_WITH_D, PAD_TOKEN, READY], False),
+    ([PAD_TOKEN, NAME_WITH_D, PAD_TOKEN], False),
+    # lines that merely contain "D " (in a message, inside a word) neither hide a DEBUG line nor stand for one
+    (["srv  log_server_r: request: GET /slots 127.0.0.1 D 200", "D que  process_new_: processing task, id = 0",
+      "srv  log_server_r: request: GET /health 127.0.0.1 D 200"], True),
+    (["srv  params_from_: xD 1", "D que  process_new_: processing task, id = 0",
+      "srv  log_server_r: request: GET /health 127.0.0.1 D 200"], True),
+    (["srv  log_server_r: request: GET /slots 127.0.0.1 D 200", "srv  log_server_r: request: GET /health 127.0.0.1 D 200"],
+     False),
+    (["srv  params_from_: xD 1", "srv  log_server_r: request: GET /health 127.0.0.1 D 200"], False),
+    # common/log.cpp with colours writes the level as <yellow>"D " after the blue timestamp
+    (["\x1b[34m0.00.120.100\x1b[0m \x1b[33mD que  process_new_: processing task, id = 0"], True),
+    (["\x1b[34m0.00.120.100\x1b[0m \x1b[32mI que  process_new_: processing task, id = 0"], False),
+])
+def test_a_debug_line_without_a_keyword_shows_the_debug_level(lines, visible):
+    p = parse(lines)
+    assert p["per_tensor_lines_visible"] is visible
+    assert p["overridden"] == [] and p["model_buffers"] == ({"CUDA0": 1369.43} if BUF_CUDA0 in lines else {})
+
+
+def test_the_debug_level_of_a_later_keyword_line_is_seen_after_a_line_that_holds_a_d():
+    p = parse([BUF_CUDA0, NAME_WITH_D, override(UP1, "CPU")])
+    assert p["per_tensor_lines_visible"] is True and tensors(p) == [UP1]
+
+
+# ---------------------------------------------------------------- sources, chunks, bounds
+
+def test_invalid_utf8_and_lone_surrogates_are_replaced_from_bytes_files_and_iterables(tmp_path):
+    raw = ("\n".join(GOOD_LOAD[:3]) + "\n").encode() + b"junk \xff\xfe\xc3 line\n" + \
+        ("\n".join(GOOD_LOAD[3:]) + "\n").encode()
+    path = tmp_path / "bad.log"
+    path.write_bytes(raw)
+    expected = parse_log("\n".join(GOOD_LOAD))
+    for source in (raw, io.BytesIO(raw), raw.splitlines(keepends=True)):
+        assert parse_log(source) == expected
+    with open(path, "rb") as f:
+        assert parse_log(f) == expected
+    # a tensor name with a bad byte is kept, replaced: the result is always valid text, also from text that holds
+    # undecodable bytes as surrogates (Python's surrogateescape)
+    line = b"tensor blk.1.ffn_\xff_exps.weight (0 MiB f32) buffer type overridden to CPU\n"
+    for source in (line, line.decode("utf-8", "surrogateescape"), [line.decode("utf-8", "surrogateescape")]):
+        assert parse_log(source)["overridden"][0]["tensor"] == "blk.1.ffn_\ufffd_exps.weight"
+    # a high surrogate cannot be an undecodable byte: it is replaced all the same
+    p = parse_log("CUDA error: unspecified launch failure \ud800\n")
+    assert p["crash"].startswith("CUDA error: unspecified launch failure ")
+    assert "\ud800" not in p["crash"] and "\ufffd" in p["crash"]
+    p["crash"].encode("utf-8")
+
+
+def test_an_iterable_of_lines_a_chunk_without_a_last_newline_and_a_long_line_read_alike():
+    lines = ["0.00.100.000 I build: 10435 (9e40df63b)", "E CUDA error: out of memory"]
+    assert parse_log(iter(lines)) == parse_log("\n".join(lines) + "\n")
+    assert parse_log(iter(lines))["crash"] == "CUDA error: out of memory"
+    chunked, by_lines = LogParser(), LogParser()
+    chunked.feed_chunk(model_buf("CUDA0", 100) + "\nKilled")
+    by_lines.feed(model_buf("CUDA0", 100))
+    by_lines.feed("Killed")
+    assert chunked.result() == by_lines.result()
+    assert pick(chunked.result(), "crash", "crash_cause", "model_buffers") == {
+        "crash": "Killed", "crash_cause": SIGNALS[9][1], "model_buffers": {"CUDA0": 100.0}}
+    # a line longer than MAX_LINE comes in pieces, each ended by a newline
+    assert "".join(iter_chunks("a" * (2 * MAX_LINE + 10))) == "a" * MAX_LINE + "\n" + "a" * MAX_LINE + "\n" + "a" * 10 + "\n"
+    text = "b" * (MAX_LINE + 5) + "\n" + "c" * 3
+    assert "".join(iter_chunks(text)) == "b" * MAX_LINE + "\n" + "b" * 5 + "\n" + "c" * 3 + "\n"
+
+
+@pytest.mark.parametrize("line", [
+    "a" * 2_000_000, ". " * 1_000_000, "a | " * 500_000, "[1] " * 500_000, "2025-08-20T11:41:20Z " * 100_000,
+    "error loading model: " + " " * 2_000_000 + "x", "CUDA error: " + " " * 2_000_000 + "x", "GGML_ASSERT(" * 200_000,
+    "build info " * 200_000, "tensor " * 300_000 + " buffer type overridden to CPU", "x.cpp:1: " * 200_000,
+    "\x1b[" + "1;" * 1_000_000, "0x" + "(+0x1)[0x1]" * 200_000,
+])
+def test_pathological_long_lines_parse_in_linear_time_and_bounded_memory(line):
+    """Each of these lines took seconds to minutes per MB when the stripping and the regular expressions were
+    quadratic; a line longer than MAX_LINE is read in pieces, so memory stays bounded."""
+    tracemalloc.start()
+    try:
+        p = parse_log(io.BytesIO(line.encode() + b"\n"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert p["runs"] == 1 and peak < 32 << 20
+
+
+def test_a_big_log_streams_in_bounded_memory(tmp_path):
+    """40 MB of log (restarts, loads, debug noise) read from a file: memory does not follow its size."""
+    chunk = "\n".join(["build: 7500 (1a2b3c4) with cc"] + GOOD_LOAD
+                      + ["0.00.200.000 D slot update_slots: id  0 | task 1 | n_past = %d" % i for i in range(400)])
+    path = tmp_path / "big.log"
+    with open(path, "w") as f:
+        while f.tell() < 40 << 20:
+            f.write(chunk + "\n")
+    tracemalloc.start()
+    try:
+        with open(path, "rb") as f:
+            p = parse_log(f)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert p["runs"] > 1000 and p["server_ready"] and peak < 32 << 20
+    assert tensors(p) == [UP1] and p["per_tensor_lines_visible"] and p["failure"] is None
+
+
+def test_what_is_kept_is_bounded(monkeypatch):
+    monkeypatch.setattr(_llama_log, "MAX_OVERRIDES", 10)
+    lines = ["tensor blk.%d.ffn_up_exps.weight (1 MiB f32) buffer type overridden to CPU" % i for i in range(25)]
+    p = parse_log("\n".join(lines + ["load_tensors:   DEV%d model buffer size = 1.00 MiB" % i for i in range(200)]))
+    assert len(p["overridden"]) == 10 and p["overridden_dropped"] == 15
+    assert len(p["model_buffers"]) == _llama_log.MAX_BUFFER_NAMES
+    p = parse_log("llama_model_load: error loading model: " + "x" * 100_000)
+    assert len(p["load_error"]) == _llama_log.MAX_MESSAGE + 3
+
+
+@pytest.mark.parametrize("name", sorted(str(p.relative_to(DATA)) for p in DATA.rglob("*.log")))
+@pytest.mark.parametrize("chunk", [_llama_log.CHUNK, 97])
+def test_reading_in_chunks_and_skipping_lines_without_a_keyword_changes_nothing(monkeypatch, name, chunk):
+    """Every line fed one by one gives the same result as the chunked reader, which parses only the lines that
+    hold a keyword, whatever the chunk boundaries."""
+    text = read(name)
+    parser = LogParser()
+    for line in text.splitlines():
+        parser.feed(line)
+    monkeypatch.setattr(_llama_log, "CHUNK", chunk)
+    for exit_code in (None, 139):
+        assert parse_log(text, exit_code) == parser.result(exit_code), name
+
+
+# ---------------------------------------------------------------- public logs
+
+def ov(parsed):
+    return [(o["tensor"], o["mib"], o["type"], o["buffer"]) for o in parsed["overridden"]]
+
+
+def test_every_public_log_has_a_source():
+    sources = (DATA / "public" / "SOURCES.md").read_text(encoding="utf-8")
+    assert PUBLIC_LOGS and all("`%s`" % name in sources for name in PUBLIC_LOGS)
+
+
+IK_CUDA1 = ["blk.57.ffn_norm.weight", "blk.57.ffn_gate_inp.weight", "blk.57.exp_probs_b.bias",
+            "blk.57.ffn_gate_shexp.weight", "blk.57.ffn_down_shexp.weight", "blk.57.ffn_up_shexp.weight"]
+IK_CPU = ["blk.57.ffn_gate_exps.weight", "blk.57.ffn_down_exps.weight", "blk.57.ffn_up_exps.weight"]
+
+
+def test_per_tensor_lines_of_other_builds():
+    p = parse_log(read("public/ik_llama_sized_overriden_cuda_host.log"))
+    assert ov(p) == [("blk.20.ffn_gate_exps.weight", 272, None, "CUDA_Host"),
+                     ("blk.20.ffn_down_exps.weight", 176, None, "CUDA_Host"),
+                     ("blk.21.ffn_up_exps.weight", 272, None, "CUDA_Host"),
+                     ("blk.21.ffn_gate_exps.weight", 272, None, "CUDA_Host"),
+                     ("blk.21.ffn_down_exps.weight", 176, None, "CUDA_Host"),
+                     ("blk.22.ffn_down_exps.weight", 210, None, "CUDA_Host")]
+    assert p["per_tensor_lines_visible"] is True
+    p = parse_log(read("public/ik_llama_sized_overridden_adding_override.log"))
+    assert ov(p) == [("blk.%d.ffn_%s_exps.weight" % (b, k), 1020, None, "CUDA_Host")
+                     for b, k in ((2, "up"), (2, "gate"), (2, "down"), (3, "up"))]
+    assert p["model_buffers"] == {}  # "ggml ctx size" is no buffer
+    # override lines glued on one line all count
+    assert ov(parse_log(read("public/ik_llama_glued_override_lines.log"))) == [
+        ("blk.33.ffn_gate_exps.weight", 1026, None, "CPU"), ("blk.33.ffn_down_exps.weight", 1096, None, "CPU"),
+        ("blk.34.ffn_up_exps.weight", 1026, None, "CPU"), ("blk.34.ffn_gate_exps.weight", 1026, None, "CPU"),
+        ("blk.34.ffn_down_exps.weight", 1096, None, "CPU")]
+    # overrides to another GPU keep their buffer
+    p = parse_log(read("public/ik_llama_ot_cuda1_and_cpu.log"))
+    assert sorted(o for o in ov(p) if o[3] == "CUDA1") == sorted((t, None, None, "CUDA1") for t in IK_CUDA1)
+    assert [o for o in ov(p) if o[3] == "CPU"] == [(t, None, None, "CPU") for t in IK_CPU]
+    p = parse_log(read("public/b4xxx_overriden_rpc_and_cpu.log"))
+    assert [o[0] for o in ov(p) if o[3] == "RPC[127.0.0.1:50053]"] == [
+        "blk.59.ffn_gate_exps.weight", "blk.59.ffn_down_exps.weight", "blk.59.ffn_up_exps.weight"]
+    assert len(p["overridden"]) == 9 and all(o[1] is None and o[2] is None for o in ov(p))
+
+
+@pytest.mark.parametrize("name, fields", [
+    # "cannot be used with preferred buffer type" is no override
+    ("ollama_b6xxx_cuda0_cuda2_interleaved.log", {
+        "overridden": [], "offloaded_layers": {"offloaded": 81, "total": 81}, "load_error": None, "crash": None,
+        "model_buffers": {"CUDA0": 24277.75, "CUDA2": 46151.91, "CPU_Mapped": 1064.62}}),
+    ("ollama_journald_2024_cuda0_cuda1.log", {"offloaded_layers": {"offloaded": 39, "total": 41},
+                                              "model_buffers": {"CPU": 70752.49, "CUDA0": 45460.59, "CUDA1": 22730.3}}),
+    # two CPU buffer lines are summed, the KV cache on the host kept apart
+    ("ik_llama_two_cpu_buffers_kv_on_host.log", {
+        "model_buffers": {"CPU": 19789.55, "CUDA0": 5028.23}, "kv_buffers": {"CUDA_Host": 37.03, "CUDA0": 37.03},
+        "offloaded_layers": {"offloaded": 20, "total": 41}}),
+    ("b9xxx_sycl_prefixed.log", {"model_buffers": {"SYCL1": 12867.08, "SYCL_Host": 20183.74}}),
+    ("ollama_2024_sycl_json.log", {  # with JSON server lines; not the "output buffer"
+        "offloaded_layers": {"offloaded": 33, "total": 33}, "model_buffers": {"SYCL0": 5115.49, "CPU": 344.44},
+        "kv_buffers": {"SYCL0": 256.0}, "compute_buffers": {"SYCL0": 258.5, "SYCL_Host": 12.01}}),
+    ("vulkan_b50xx_kv_compute.log", {"kv_buffers": {"Vulkan0": 19200.0}, "load_error": None,
+                                     "compute_buffers": {"Vulkan0": 1174.0, "Vulkan_Host": 18.01}}),
+    ("metal_mtp_mtl0_mapped.log", {"offloaded_layers": {"offloaded": 66, "total": 66},
+                                   "model_buffers": {"CPU_Mapped": 644.14, "MTL0_Mapped": 14803.73}}),
+    # the router child's port prefix; the DEBUG create_tensor lines are there
+    ("router_b10xxx_port_prefix_recurrent.log", {"rs_buffers": {"Meta()": 149.62}, "per_tensor_lines_visible": True,
+                                                 "overridden": []}),
+    ("b8xxx_cuda_oom_model_load.log", {"load_error": "unable to allocate CUDA0 buffer " + OOM, "model_buffers": {},
+                                       "overridden": []}),
+    ("b59xx_context_oom_exit.log", {"load_error": CONTEXT_ERROR}),
+    ("vulkan_b50xx_oom_ctk.log", {"load_error": CONTEXT_ERROR + " (Device memory allocation of size 2166360064 failed.)",
+                                  "kv_buffers": {"Vulkan0": 13800.0}}),
+    ("ollama_2024_rocm_context_oom.log", {"load_error": (
+        "failed to create context with model '/root/.ollama/models/blobs/sha256-e9e56e8bb5f0fcd4860675e6837a8f6a94e659f5fa"
+        "7dce6a1076279336320f2b' (allocating 826.00 MiB on device 0: cudaMalloc failed: out of memory)")}),
+    ("lmstudio_b10xxx_tab_indented_context_error.log", {"load_error": (
+        "failed to initialize the context: dflash requires ctx_other to be set (this warning is normal during memory "
+        "fitting)")}),
+    # an allocation that is retried or refused while serving is no load error
+    ("b7xxx_kv_two_gpus_compute_retry.log", {"load_error": None, "crash": None,
+                                             "kv_buffers": {"CUDA0": 12327.0, "CUDA1": 11153.0}}),
+    ("compose_b45xx_runtime_cuda1_oom.log", {"load_error": None, "crash": None}),
+    ("b10586_crash_after_load.log", {"build": "b10586-b21e4de74", "load_error": None,
+                                     "crash": "CUDA error: an illegal memory access was encountered"}),
+])
+def test_buffers_and_errors_of_other_backends_and_wrappers(name, fields):
+    assert pick(parse_log(read("public/" + name)), *fields) == fields
+
+
+def test_a_buffer_line_glued_to_the_progress_dots_and_a_crash_after_a_good_load_or_before_a_restart():
+    """The loader's progress dots are printed without a newline: a line after them still counts."""
+    q = parse_log(read("public/metal_mtp_mtl0_mapped.log").replace(
+        "....srv    load_model: initializing slots, n_slots = 1", "....llama_kv_cache:       MTL0 KV buffer size =  4096.00 MiB"))
+    assert q["kv_buffers"] == {"MTL0": 4096.0}
+    good = read("public/ik_llama_sized_overriden_cuda_host.log")
+    p = parse_log(good + "53.26.801.941 E CUDA error: an illegal memory access was encountered\n")
+    assert len(p["overridden"]) == 6 and p["crash"]
+    p = parse_log(read("public/b10586_crash_after_load.log") + "version: 0.2.0-dev (build 10586, commit b21e4de74)\n"
+                  + good)
+    assert p["runs"] == 2 and p["crash"] is None and len(p["overridden"]) == 6
+
+
+def _crlf(text):
+    return text.replace("\n", "\r\n")
+
+
+def _ansi(text):
+    return "".join("\x1b[32m%s\x1b[0m\n" % x for x in text.splitlines())
+
+
+def _docker_ts(text):
+    return "".join("2025-08-20T11:41:20.014123456Z %s\n" % x for x in text.splitlines())
+
+
+def _compose(text):
+    return "".join("ai-llm  | %s\n" % x for x in text.splitlines())
+
+
+@pytest.mark.parametrize("name", PUBLIC_LOGS)
+@pytest.mark.parametrize("wrap", [_crlf, _ansi, _docker_ts, _compose, lambda t: _compose(_docker_ts(_crlf(t)))])
+def test_wrapped_logs_parse_the_same(name, wrap):
+    assert parse_log(wrap(read("public/" + name))) == parse_log(read("public/" + name))
+
+
+# ---------------------------------------------------------------- parse_command_log runs a real command
+
+EMIT = "import sys; sys.stderr.write(sys.argv[2]); sys.stderr.flush(); sys.exit(int(sys.argv[1]))"
+GOOD = GOOD_LOAD[1:5] + ["0.00.120.300 I llama_kv_cache:        CUDA0 KV buffer size =     0.06 MiB"] + GOOD_LOAD[5:]
+
+
+def emit(text, rc=0):
+    return [sys.executable, "-c", EMIT, str(rc), text]
+
+
+@pytest.mark.parametrize("keep, expected", [(1, GOOD[-1:]), (2, GOOD[-2:]), (5, GOOD[-5:]), (7, GOOD), (10, GOOD)])
+def test_a_command_log_is_parsed_as_the_same_text_and_the_last_lines_are_kept(keep, expected):
+    text = "\n".join(GOOD) + "\n"
+    parsed, rc, tail = parse_command_log(emit(text), keep=keep)
+    assert parsed == parse_log(text) and tensors(parsed) == [UP1] and parsed["server_ready"] is True
+    assert (rc, tail) == (0, expected)
+
+
+def test_the_tail_skips_blank_lines_cuts_long_ones_and_keeps_lines_whole():
+    long_line = "E " + "x" * 700
+    text = "\n".join(GOOD[:-3] + ["", GOOD[-3], "   ", GOOD[-2], long_line]) + "\n"
+    assert parse_command_log(emit(text))[2] == GOOD[-5:-1] + [long_line[:MAX_MESSAGE] + "..."]
+    # a command that ends with empty lines still says why it failed
+    assert parse_command_log(emit("E CUDA error: out of memory\n" + "\n" * 6, rc=1))[2] == ["E CUDA error: out of memory"]
+    # five loader lines of about 110 characters each: the tail holds them whole
+    kv = ["0.00.011.%03d I llama_model_loader: - kv  %2d:                       general.architecture str"
+          "              = nemotron_h_moe" % (i, i) for i in range(8)]
+    assert parse_command_log(emit("\n".join(kv) + "\n"))[2] == kv[-5:]
+    assert parse_command_log(emit("", 1)) == (parse_log(""), 1, [])  # prints nothing
+    assert parse_log("")["runs"] == 0 and parse_log("")["failure"] is None
+
+
+def test_the_return_code_is_returned_and_the_exit_code_is_what_the_caller_gives():
+    text = "\n".join(GOOD + [RPC_LINE]) + "\n"
+    parsed, rc, tail = parse_command_log(emit(text, 3))
+    assert rc == 3 and parsed["exit_code"] is None and tail == GOOD[-4:] + [RPC_LINE]
+    assert (parsed["crash"], parsed["crash_cause"]) == (RPC_LINE, RPC_WORDS)
+    parsed, rc, _tail = parse_command_log(emit(text), exit_code=134)
+    assert rc == 0 and parsed["exit_code"] == 134 and parsed["crash_cause"] == RPC_WORDS + " (SIGABRT, exit code 134)"
+
+
+def test_stdout_and_stderr_are_one_stream_bytes_not_utf8_replaced_and_stdin_is_devnull():
+    script = "import sys\nprint(sys.argv[1], flush=True)\nsys.stderr.write(sys.argv[2] + '\\n'); sys.stderr.flush()\n"
+    parsed, rc, tail = parse_command_log([sys.executable, "-c", script, GOOD[3], GOOD[5]])
+    assert parsed["model_buffers"] == {"RPC0": 0.75} and parsed["server_ready"] is True
+    assert (rc, tail) == (0, [GOOD[3], GOOD[5]])
+    line = "0.00.120.000 D tensor blk.1.ffn_%s_exps.weight (0 MiB f32) buffer type overridden to CPU"
+    parsed, _rc, tail = parse_command_log([sys.executable, "-c", "import sys; sys.stdout.buffer.write(%r)"
+                                           % (line % "\xff").encode("latin-1")])
+    assert tensors(parsed) == ["blk.1.ffn_\ufffd_exps.weight"] and tail == [line % "\ufffd"]
+    # stdin is /dev/null whatever the caller's stdin is: a log command never reads or waits on it
+    script = "import os; print('stdin is /dev/null' if os.path.samestat(os.fstat(0), os.stat(os.devnull)) else 'open')"
+    read_end, write_end = os.pipe()
+    os.close(write_end)
+    saved = os.dup(0)
+    try:
+        os.dup2(read_end, 0)
+        tail = parse_command_log([sys.executable, "-c", script])[2]
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        os.close(read_end)
+    assert tail == ["stdin is /dev/null"]

@@ -9,14 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import llama_logs
+from tests.helpers.llama_logs import NEMOTRON_EXPERTS, PUBLIC
 from tools.gguf_models import write_tiny_nemotron_h_moe
 
-DATA = Path(__file__).resolve().parents[3] / "data" / "llama_logs"
-NEMOTRON = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
-NEMOTRON_EXPERTS = sorted("blk.%d.ffn_%s_exps.weight" % (b, k)
-                          for b, c in enumerate(NEMOTRON) if c == "E" for k in ("up", "down"))
-LV4 = str(DATA / "b7500_nemotron_cuda_lv4_overridden_cuda_host.log")
-DEFAULT = str(DATA / "b7500_nemotron_cuda_default_verbosity.log")
+LV4 = str(llama_logs.LV4)
+DEFAULT = str(llama_logs.DEFAULT)
 
 
 def test_per_tensor_evidence_verified(ansible_module):
@@ -211,3 +209,13 @@ def test_require_ready(ansible_module):
     assert ansible_module("llama_server_log", args)["verified"] is True  # an excerpt: not required by default
     r = ansible_module("llama_server_log", dict(args, require_ready=True))
     assert r["failed"] and "does not show the server ready" in r["msg"]
+
+
+def test_module_fails_on_a_crash_and_verifies_host_moves_only(ansible_module):
+    r = ansible_module("llama_server_log", {"path": str(PUBLIC / "b10586_crash_after_load.log")})
+    assert r["failed"] and r["crash"] == "CUDA error: an illegal memory access was encountered"
+    assert r["server_ready"] is False and r["verified"] is False
+    r = ansible_module("llama_server_log", {"path": str(PUBLIC / "ik_llama_ot_cuda1_and_cpu.log"), "expect_tensors": [
+        "blk.57.ffn_gate_exps.weight", "blk.57.ffn_down_exps.weight", "blk.57.ffn_up_exps.weight"]})
+    assert not r["failed"] and r["verified"] and r["evidence"] == "per_tensor"
+    assert {o["buffer"] for o in r["overridden"]} == {"CPU", "CUDA1"}

@@ -1,0 +1,598 @@
+"""The placement proof (``_placement_proof``) on logs parsed by ``_llama_log.parse_log``: every result
+``verify_placement`` returns, the per-tensor, per-device, GPU-sum and host-buffer evidence, the buffer and layer
+checks, and that no log of a failed load, a crash or without evidence verifies.
+
+The logs are the older builds' and the public ones of tests/data/llama_logs, and lines written with the formats of
+llama.cpp's source (tests/helpers/llama_logs.py names them): src/llama-model-loader.cpp ``create_tensor`` (the
+override line; the first ``-ot`` item whose pattern matches decides), src/llama-model.cpp ``load_tensors`` (model
+buffers, offloaded layers), src/llama-kv-cache.cpp, src/llama-memory-recurrent.cpp, src/llama-context.cpp.
+"""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _llama_log
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import PatternError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proof import (
+    Expectations, expected_from_overrides, expected_from_pattern, gpu_model_mib, is_device_buffer, prove,
+    verify_placement,
+)
+from tests.helpers.llama_logs import (
+    CRASHES, DEFAULT, DEVICES_LOG, DOWN1, GOOD_LOAD, LV4, NEMOTRON_EXPERTS, PUBLIC_LOGS, QWEN3_EXPERTS, READY,
+    RPC_LINE, RPC_WORDS, SIGNAL_EXITS, UP1, UP2, compute_buf, kv_buf, line, model_buf, offloaded, override, read,
+    rs_buf, text,
+)
+
+BUF_CUDA0 = model_buf("CUDA0", 1369.43)
+HIDDEN = "the log's verbosity hides the per-tensor override lines (use -lv 5 or -v); "
+NO_BUFFER_LINES = "and the log has no model buffer lines either (verbosity too low?): not verified"
+PLAN = {"CUDA0": 1369.43, "CUDA1": 812.5}
+OTHERS = dict(expect_kv_buffers={"CUDA0": 96.0, "CUDA1": 32.0}, expect_rs_buffers={"CUDA0": 47.62},
+              expect_compute_buffers={"CUDA0": 310.0, "CUDA_Host": 20.01}, expect_offloaded_layers=5)
+
+
+def log(*lines, exit_code=None):
+    return parse_log(text(*lines), exit_code)
+
+
+def verdict(**changes):
+    """The whole result of verify_placement: the fields a test does not name keep their default."""
+    res = {"verified": False, "evidence": "none", "missing": [], "unexpected": [], "checks": [],
+           "gpu_model_mib": None, "gpu_model_tolerance_mib": None, "msg": ""}
+    res.update(changes)
+    return res
+
+
+def check(name, expected, logged, ok, note):
+    return {"check": name, "expected": expected, "logged": logged, "ok": ok, "note": note}
+
+
+# ---------------------------------------------------------------- the older builds' logs
+
+def test_the_b7500_logs_per_tensor_and_by_the_gpu_model_buffer():
+    v = verify_placement(parse_log(LV4.read_text()), NEMOTRON_EXPERTS)
+    assert v["verified"] and v["evidence"] == "per_tensor" and not v["missing"] and not v["unexpected"]
+    p = parse_log(DEFAULT.read_text())
+    # the tensor list alone cannot be proven at the default verbosity: never verified, and the reason is given
+    v = verify_placement(p, NEMOTRON_EXPERTS)
+    assert not v["verified"] and v["evidence"] == "none" and "verbosity hides the per-tensor" in v["msg"]
+    v = verify_placement(p, NEMOTRON_EXPERTS, expect_gpu_model_mib=1369.0, tolerance_mib=1.0, tolerance_pct=0)
+    assert v["verified"] and v["evidence"] == "buffers" and v["missing"] == [] and v["unexpected"] == []
+    # all experts on the GPU would be ~23140 MiB: a far prediction fails, with both numbers
+    v = verify_placement(p, NEMOTRON_EXPERTS, expect_gpu_model_mib=23140.0)
+    assert not v["verified"] and v["evidence"] == "buffers" and "1369.43" in v["msg"] and "23140.00" in v["msg"]
+
+
+def test_the_b5200_and_ik_llama_qwen3_logs():
+    p = parse_log(read("b5200_load_tensors_overriden_nosize_qwen3moe.log"))
+    assert verify_placement(p, QWEN3_EXPERTS)["verified"]
+    p = parse_log(read("ik_llama_llm_load_tensors_Tensor_overriden_qwen3moe.log"))
+    assert gpu_model_mib(p) == 1045.73  # CUDA_Host is host memory
+    v = verify_placement(p, QWEN3_EXPERTS[:-1])
+    assert not v["verified"] and v["unexpected"] == [QWEN3_EXPERTS[-1]] and QWEN3_EXPERTS[-1] in v["msg"]
+
+
+def test_device_and_host_buffer_names():
+    p = log(model_buf("CUDA0", 700.0), model_buf("CUDA1", 669.43), model_buf("CPU_Mapped", 3900.0))
+    assert gpu_model_mib(p) == 1369.43 and gpu_model_mib({}) is None
+    assert [is_device_buffer(b) for b in ("CUDA0", "Vulkan0", "ROCm1", "Metal", "RPC[10.0.0.2:50052]")] == [True] * 5
+    assert [is_device_buffer(b) for b in ("CPU", "CPU_Mapped", "CPU_REPACK", "CUDA_Host", "AMX")] == [False] * 5
+
+
+@pytest.mark.parametrize("name, mib", [
+    ("ollama_b6xxx_cuda0_cuda2_interleaved.log", 70429.66), ("ollama_journald_2024_cuda0_cuda1.log", 68190.89),
+    ("b9xxx_sycl_prefixed.log", 12867.08), ("metal_mtp_mtl0_mapped.log", 14803.73),
+])
+def test_the_gpu_model_buffer_of_public_logs(name, mib):
+    assert gpu_model_mib(parse_log(read("public/" + name))) == mib
+
+
+# ---------------------------------------------------------------- nothing verified: failures first
+
+@pytest.mark.parametrize("lines, crash, cause, _backtrace", CRASHES)
+@pytest.mark.parametrize("head, gpu", [(GOOD_LOAD, 0.75), (GOOD_LOAD[:4], None)])
+def test_a_crash_never_verifies_and_says_why(lines, crash, cause, _backtrace, head, gpu):
+    v = verify_placement(parse_log(text(*head, *lines)), [UP1], expect_model_buffers={"RPC0": 0.75})
+    assert v == verdict(gpu_model_mib=gpu, msg=f"llama-server died: {crash} ({cause})")
+
+
+@pytest.mark.parametrize("code, name, _words", SIGNAL_EXITS)
+def test_a_signal_exit_code_never_verifies(code, name, _words):
+    v = verify_placement(log(*GOOD_LOAD, exit_code=code), [UP1])
+    assert not v["verified"] and name in v["msg"]
+
+
+def test_a_load_error_comes_before_a_crash_and_an_exit_code():
+    parsed = {"load_error": "unknown model architecture: 'foo'", "crash": "Killed", "crash_cause": "oom",
+              "exit_code": 1, "model_buffers": {"CUDA0": 1.5, "CPU_Mapped": 8.0}}
+    assert verify_placement(parsed, [UP1]) == verdict(
+        gpu_model_mib=1.5, msg="the model failed to load: unknown model architecture: 'foo'")
+    bad = ["build: 7500 (1a2b3c4) with cc for x86_64",
+           "llama_model_load: error loading model: tensor 'blk.0.x' data is not within the file bounds"]
+    v = verify_placement(log(*GOOD_LOAD, *bad), [UP1], expect_gpu_model_mib=10.0)
+    assert not v["verified"] and "failed to load" in v["msg"] and "file bounds" in v["msg"]
+    # a crash comes before an exit code, and its cause is optional
+    assert verify_placement({"crash": "Killed", "exit_code": 137}, [UP1]) == verdict(msg="llama-server died: Killed")
+    assert verify_placement({"crash": "Killed", "crash_cause": "the OOM killer"}, [UP1]) == verdict(
+        msg="llama-server died: Killed (the OOM killer)")
+
+
+def test_the_real_sigill_and_the_real_rpc_abort():
+    p = parse_log(read("b10434_sigill_amx_default_verbosity.log"), exit_code=132)
+    assert not verify_placement(p, [], expect_gpu_model_mib=0.0)["verified"]
+    rpc = read("b10435_rpc_server_killed_lv4.log")
+    # the load itself was right: the per-device proof (RPC0 without its endpoint) holds before the crash...
+    alive = parse_log(rpc[:rpc.index("/build/llama.cpp/ggml/src/ggml-rpc")])
+    assert verify_placement(alive, expect_model_buffers={"RPC0": 0.37}, expect_kv_buffers={"RPC0": 0.06},
+                            require_ready=True)["verified"]
+    # ...but not after it
+    v = verify_placement(parse_log(rpc, exit_code=134), expect_model_buffers={"RPC0": 0.37})
+    assert not v["verified"] and "Remote RPC server crashed" in v["msg"]
+
+
+@pytest.mark.parametrize("code", [0, 1, 2])
+def test_an_exit_before_the_ready_line_is_not_verified_whatever_the_code(code):
+    p = log(override(UP1, "CPU"), BUF_CUDA0, exit_code=code)
+    assert verify_placement(p, [UP1]) == verdict(
+        gpu_model_mib=1369.43, msg=f"llama-server exited with code {code} before the log shows it ready")
+
+
+def test_an_exit_before_ready_fails_and_without_the_exit_code_only_require_ready_refuses():
+    v = verify_placement(log(*GOOD_LOAD[:5], exit_code=1), [UP1], expect_model_buffers={"RPC0": 0.75})
+    assert not v["verified"] and "exited with code 1 before" in v["msg"]
+    p = log(*GOOD_LOAD[:5])
+    assert verify_placement(p, [UP1])["verified"]
+    v = verify_placement(p, [UP1], require_ready=True)
+    assert not v["verified"] and "does not show the server ready" in v["msg"]
+    assert verify_placement(log(*GOOD_LOAD), [UP1], require_ready=True)["verified"]
+    assert verify_placement(log(override(UP1, "CPU"), BUF_CUDA0, READY, exit_code=0), [UP1])["verified"] is True
+
+
+def test_require_ready_needs_a_ready_line():
+    assert verify_placement(log(override(UP1, "CPU"), BUF_CUDA0), [UP1], require_ready=True) == verdict(
+        gpu_model_mib=1369.43,
+        msg="the log does not show the server ready (no 'model loaded', 'listening on http' or 'all slots are idle' "
+            "line): not verified")
+    assert verify_placement(log(override(UP1, "CPU"), BUF_CUDA0, READY), [UP1], require_ready=True)["verified"]
+
+
+def test_without_any_expectation_nothing_is_verified_and_the_log_is_summed_up():
+    p = log(override(UP1, "CPU"), override(DOWN1, "CPU"), BUF_CUDA0, model_buf("CUDA1", 10.5), READY)
+    assert verify_placement(p) == verdict(
+        gpu_model_mib=1379.93,
+        msg="no expectation given, nothing verified: 2 tensors overridden, GPU model buffer 1379.93 MiB")
+    assert verify_placement({})["msg"].startswith("no expectation given, nothing verified: 0 tensors overridden, ")
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"expected": []}, {"expect_overrides": {}}, {"expect_gpu_model_mib": 0.0}, {"expect_model_buffers": {}},
+    {"expect_kv_buffers": {}}, {"expect_rs_buffers": {}}, {"expect_compute_buffers": {}},
+    {"expect_offloaded_layers": 0},
+])
+def test_an_empty_or_zero_expectation_is_still_an_expectation(kwargs):
+    assert not verify_placement(log(BUF_CUDA0, READY), **kwargs)["msg"].startswith("no expectation given")
+
+
+A_LOAD = ["llama_model_loader: loaded meta data with 40 key-value pairs and 21 tensors from m.gguf",
+          "load_tensors: loading model tensors, this can take a while... (mmap = true)",
+          "load_tensors: offloaded 3/3 layers to GPU", "load_tensors:        CUDA0 model buffer size =     5.00 MiB",
+          "llama_kv_cache:      CUDA0 KV buffer size =     1.00 MiB",
+          "sched_reserve:      CUDA0 compute buffer size =     2.00 MiB"]
+
+
+@pytest.mark.parametrize("lines", [[], ["srv  llama_server: model loaded"], A_LOAD])
+@pytest.mark.parametrize("kwargs", [{"expected": ["blk.0.a"]}, {"expected": []}, {}])
+def test_no_evidence_never_verifies(lines, kwargs):
+    p = parse_log("\n".join(lines))
+    assert p["per_tensor_lines_visible"] is False
+    v = verify_placement(p, **kwargs)
+    assert v["verified"] is False and v["evidence"] == "none"
+
+
+def test_prove_takes_the_expectations_as_one_value():
+    p = log(*DEVICES_LOG)
+    assert prove(p, Expectations(model_buffers=PLAN, offloaded_layers=5)) == verify_placement(
+        p, expect_model_buffers=PLAN, expect_offloaded_layers=5)
+
+
+# ---------------------------------------------------------------- buffer and layer checks
+
+def test_every_check_states_what_was_expected_and_logged():
+    v = verify_placement(log(*DEVICES_LOG), expect_model_buffers={"CUDA1": 812.5, "CUDA0": 1369.434},
+                         expect_kv_buffers={"CUDA0": 96}, expect_rs_buffers={"CUDA0": 47.62},
+                         expect_compute_buffers={"CUDA0": 310}, expect_offloaded_layers=5)
+    assert v == verdict(
+        verified=True, evidence="device_buffers", gpu_model_mib=2181.93,
+        checks=[check("model buffer CUDA0", 1369.43, 1369.43, True, "1369.43 +/- 0.01"),
+                check("model buffer CUDA1", 812.5, 812.5, True, "812.50 +/- 0.01"),
+                check("KV buffer CUDA0", 96.0, 96.0, True, "96.00 +/- 0.01"),
+                check("RS buffer CUDA0", 47.62, 47.62, True, "47.62 +/- 0.01"),
+                check("compute buffer CUDA0", 310.0, 300.5, True, "at most 310.00"),
+                check("offloaded layers", 5, 5, True, "5")],
+        msg="the model buffers of 2 device(s) match the plan (per-device buffer evidence); 6 buffer and layer "
+            "checks match")
+
+
+def test_the_per_device_model_buffers_prove_the_placement_at_the_default_verbosity():
+    v = verify_placement(log(*DEVICES_LOG), [UP1], expect_model_buffers=PLAN, require_ready=True, **OTHERS)
+    assert v["verified"] and v["evidence"] == "device_buffers", v["msg"]
+    assert v["msg"].startswith(HIDDEN + "the model buffers of 2 device(s) match the plan")
+    assert {c["check"] for c in v["checks"]} == {
+        "model buffer CUDA0", "model buffer CUDA1", "KV buffer CUDA0", "KV buffer CUDA1", "RS buffer CUDA0",
+        "compute buffer CUDA0", "compute buffer CUDA_Host", "offloaded layers"}
+    assert all(c["ok"] for c in v["checks"])
+
+
+@pytest.mark.parametrize("logged, ok", [(1369.43, True), (1369.44, True), (1369.42, True), (1369.45, False),
+                                        (1369.41, False), (1400.0, False)])
+def test_a_device_buffer_must_equal_the_plan_within_a_hundredth_of_a_mib(logged, ok):
+    lines = [model_buf("CUDA0", logged) if x == BUF_CUDA0 else x for x in DEVICES_LOG]
+    v = verify_placement(log(*lines), expect_model_buffers=PLAN)
+    assert (v["verified"], v["evidence"]) == (ok, "device_buffers")
+    if not ok:
+        assert v["msg"] == ("the per-device model buffers do not match the plan; model buffer CUDA0: "
+                            f"{logged:.2f} MiB, expected 1369.43 +/- 0.01 MiB")
+
+
+def test_a_buffer_missing_from_the_log_and_a_device_the_plan_does_not_use_fail():
+    v = verify_placement(log(*DEVICES_LOG), expect_model_buffers={"CUDA0": 1369.43, "CUDA2": 5.0})
+    assert v["checks"] == [check("model buffer CUDA0", 1369.43, 1369.43, True, "1369.43 +/- 0.01"),
+                           check("model buffer CUDA2", 5.0, None, False, "not in the log"),
+                           check("model buffer CUDA1", None, 812.5, False,
+                                 "no buffer (the plan puts nothing on this device):")]
+    assert (v["verified"], v["evidence"]) == (False, "device_buffers")
+    assert v["msg"] == ("the per-device model buffers do not match the plan; model buffer CUDA2: not in the log, "
+                        "expected 5.00 MiB; model buffer CUDA1: 812.50 MiB in the log, but the plan puts nothing there")
+    # a host buffer the plan does not name is no failure
+    v = verify_placement(log(*DEVICES_LOG), expect_model_buffers=PLAN)
+    assert [c["check"] for c in v["checks"]] == ["model buffer CUDA0", "model buffer CUDA1"] and v["verified"]
+
+
+@pytest.mark.parametrize("option, value, words", [
+    ("expect_kv_buffers", {"CUDA0": 95.0, "CUDA1": 32.0}, "KV buffer CUDA0: 96.00 MiB, expected 95.00 +/- 0.01"),
+    ("expect_rs_buffers", {"CUDA0": 40.0}, "RS buffer CUDA0: 47.62 MiB"),
+    ("expect_compute_buffers", {"CUDA0": 300.0}, "compute buffer CUDA0: 300.50 MiB, expected at most 300.00"),
+    ("expect_offloaded_layers", 4, "offloaded layers: 5, expected 4"),
+])
+def test_kv_recurrent_compute_and_layers_are_checked_beside_the_placement(option, value, words):
+    v = verify_placement(log(*DEVICES_LOG), [UP1], expect_model_buffers=PLAN, **{option: value})
+    assert not v["verified"] and v["evidence"] == "device_buffers" and words in v["msg"]
+    assert v["msg"].startswith(HIDDEN + "the model buffers of 2 device(s) match the plan (per-device buffer "
+                               "evidence); ")
+
+
+def test_the_tolerance_of_a_buffer_is_given_in_the_note():
+    v = verify_placement(log(*DEVICES_LOG), expect_kv_buffers={"CUDA0": 95.5, "CUDA1": 31.4},
+                         buffer_tolerance_mib=0.5)
+    assert v["checks"] == [check("KV buffer CUDA0", 95.5, 96.0, True, "95.50 +/- 0.5"),
+                           check("KV buffer CUDA1", 31.4, 32.0, False, "31.40 +/- 0.5")]
+    assert v["msg"] == "KV buffer CUDA1: 32.00 MiB, expected 31.40 +/- 0.5 MiB"
+
+
+@pytest.mark.parametrize("at_most, ok", [(300.5, True), (300.49, True), (300.48, False), (1000.0, True)])
+def test_a_compute_buffer_may_be_up_to_the_tolerance_above_the_plan(at_most, ok):
+    """The plan's compute figure is an upper bound."""
+    v = verify_placement(log(*DEVICES_LOG), expect_compute_buffers={"CUDA0": at_most})
+    assert v["checks"] == [check("compute buffer CUDA0", at_most, 300.5, ok, f"at most {at_most:.2f}")]
+    assert (v["verified"], v["evidence"]) == (ok, "none")
+    assert v["msg"] == ("1 buffer and layer checks match" if ok else
+                        f"compute buffer CUDA0: 300.50 MiB, expected at most {at_most:.2f} MiB")
+
+
+def test_the_offloaded_layers_check():
+    v = verify_placement(log(*DEVICES_LOG), expect_offloaded_layers=4)
+    assert v == verdict(gpu_model_mib=2181.93, checks=[check("offloaded layers", 4, 5, False, "4")],
+                        msg="offloaded layers: 5, expected 4")
+    v = verify_placement(log(BUF_CUDA0, READY), expect_offloaded_layers=5)
+    assert (v["verified"], v["checks"]) == (False, [check("offloaded layers", 5, None, False, "5")])
+    v = verify_placement(log(*DEVICES_LOG), expect_offloaded_layers=5)
+    assert v == verdict(verified=True, gpu_model_mib=2181.93, checks=[check("offloaded layers", 5, 5, True, "5")],
+                        msg="1 buffer and layer checks match")
+
+
+def test_an_rpc_device_is_named_without_its_endpoint_when_it_has_one_buffer():
+    """llama.cpp names an RPC device's buffers ``RPC0[host:port]``; the plan and -ot name the device ``RPC0``."""
+    logged = {"RPC0[10.0.0.1:50052]": 10.5, "RPC1[10.0.0.2:50052]": 20.25, "CPU": 1.0}
+    v = verify_placement({"kv_buffers": logged}, expect_kv_buffers={"RPC0": 10.5, "RPC1[10.0.0.2:50052]": 20.25})
+    assert v["checks"] == [check("KV buffer RPC0", 10.5, 10.5, True, "10.50 +/- 0.01"),
+                           check("KV buffer RPC1[10.0.0.2:50052]", 20.25, 20.25, True, "20.25 +/- 0.01")]
+    two = {"RPC0[10.0.0.1:50052]": 10.5, "RPC0[10.0.0.1:50053]": 10.5}
+    v = verify_placement({"kv_buffers": two}, expect_kv_buffers={"RPC0": 10.5})
+    assert v["checks"] == [check("KV buffer RPC0", 10.5, None, False, "not in the log")]
+    p = log("tensor blk.2.ffn_up_exps.weight (1 MiB f32) buffer type overridden to RPC1[10.0.0.2:50052]",
+            "tensor blk.1.ffn_up_exps.weight (1 MiB f32) buffer type overridden to CPU",
+            model_buf("RPC0[10.0.0.1:50052]", 10.5), model_buf("RPC1[10.0.0.2:50052]", 20.25))
+    v = verify_placement(p, expect_overrides={"RPC1": [UP2], "CPU": [UP1]},
+                         expect_model_buffers={"RPC0": 10.5, "RPC1[10.0.0.2:50052]": 20.25})
+    assert v["verified"] and "overridden to RPC1" in v["msg"], v["msg"]
+    v = verify_placement(p, expect_model_buffers={"RPC0": 10.5})
+    assert not v["verified"] and "model buffer RPC1[10.0.0.2:50052]: 20.25 MiB in the log" in v["msg"]
+
+
+# ---------------------------------------------------------------- without per-tensor lines: the buffers
+
+def test_no_model_buffer_line_proves_nothing():
+    p = log(kv_buf("CUDA0", 96.0), READY)
+    v = verify_placement(p, [UP1], expect_model_buffers={"CUDA0": 1369.43})
+    assert (v["verified"], v["evidence"]) == (False, "none")
+    assert v["msg"].startswith(HIDDEN + NO_BUFFER_LINES + "; model buffer CUDA0: not in the log, expected 1369.43 MiB")
+    assert verify_placement(p, [UP1], expect_gpu_model_mib=1369.43) == verdict(msg=HIDDEN + NO_BUFFER_LINES)
+    v = verify_placement(p, expect_gpu_model_mib=1369.43)
+    assert (v["verified"], v["evidence"]) == (False, "none") and v["msg"].endswith(NO_BUFFER_LINES)
+    v = verify_placement(log(READY), ["x"], expect_gpu_model_mib=0.0)
+    assert not v["verified"] and v["evidence"] == "none" and "no model buffer lines" in v["msg"]
+
+
+def test_an_empty_model_buffer_plan_needs_model_buffer_lines_too():
+    """A plan that puts no model buffer on any device is proved by the log's model buffer lines, not by their
+    absence (a log at too low a verbosity)."""
+    v = verify_placement(log(kv_buf("CPU", 0.25), READY), expect_model_buffers={})
+    assert (v["verified"], v["evidence"], v["checks"]) == (False, "none", [])
+    assert v["msg"].endswith(NO_BUFFER_LINES)
+    v = verify_placement(log(model_buf("CPU_Mapped", 8.44), READY), expect_model_buffers={})
+    assert (v["verified"], v["evidence"]) == (True, "device_buffers")
+    assert v["msg"] == "the model buffers of 0 device(s) match the plan (per-device buffer evidence)"
+
+
+@pytest.mark.parametrize("logged, ok", [(11.0, True), (9.0, True), (11.5, False), (8.99, False)])
+def test_the_gpu_model_buffer_is_within_one_mib_by_default(logged, ok):
+    """tolerance_mib=1.0 and tolerance_pct=1.0 by default: 1 % of 10 MiB is less than 1 MiB."""
+    p = log(model_buf("CUDA0", logged), model_buf("CPU_Mapped", 500.0), READY)
+    assert verify_placement(p, expect_gpu_model_mib=10.0) == verdict(
+        verified=ok, evidence="buffers", gpu_model_mib=logged, gpu_model_tolerance_mib=1.0,
+        msg=f"GPU model buffer {logged:.2f} MiB, expected 10.00 MiB +/- 1.00 MiB: {'match' if ok else 'MISMATCH'}")
+
+
+@pytest.mark.parametrize("cuda1, ok", [(1010.0, True), (990.0, True), (1010.5, False), (989.5, False)])
+def test_the_gpu_model_buffer_tolerance_grows_with_the_percentage(cuda1, ok):
+    p = log(model_buf("CUDA0", 0.0), model_buf("CUDA1", cuda1), model_buf("CUDA_Host", 7.0), READY)
+    assert verify_placement(p, [UP1], expect_gpu_model_mib=1000.0) == verdict(
+        verified=ok, evidence="buffers", gpu_model_mib=cuda1, gpu_model_tolerance_mib=10.0,
+        msg=f"{HIDDEN}GPU model buffer {cuda1:.2f} MiB, expected 1000.00 MiB +/- 10.00 MiB: "
+            f"{'match' if ok else 'MISMATCH'}")
+
+
+def test_the_given_tolerances_are_used_the_larger_one_counts_and_is_given_to_two_decimals():
+    p = log(model_buf("CUDA0", 1005.0), READY)
+    v = verify_placement(p, expect_gpu_model_mib=1000.0, tolerance_mib=2.0, tolerance_pct=0.5)
+    assert (v["verified"], v["gpu_model_tolerance_mib"]) == (True, 5.0)
+    v = verify_placement(p, expect_gpu_model_mib=1000.0, tolerance_mib=4.99, tolerance_pct=0.0)
+    assert (v["verified"], v["gpu_model_tolerance_mib"]) == (False, 4.99)
+    p = log(model_buf("CUDA0", 1010.0))
+    assert not verify_placement(p, None, 1000.0, tolerance_mib=1.0, tolerance_pct=0.5)["verified"]
+    v = verify_placement(p, None, 1000.0, tolerance_mib=1.0, tolerance_pct=1.0)
+    assert v["verified"] and v["gpu_model_tolerance_mib"] == 10.0
+    assert verify_placement(p, None, 1009.5, tolerance_mib=1.0, tolerance_pct=0)["verified"]
+    v = verify_placement(log(model_buf("CUDA0", 1001.0), READY), expect_gpu_model_mib=1000.0, tolerance_mib=1.234,
+                         tolerance_pct=0.0)
+    assert (v["verified"], v["gpu_model_tolerance_mib"]) == (True, 1.23)
+    assert v["msg"] == "GPU model buffer 1001.00 MiB, expected 1000.00 MiB +/- 1.23 MiB: match"
+
+
+HOST_ONLY = [model_buf("CPU_Mapped", 8.44), kv_buf("CPU", 0.25), rs_buf("CPU", 0.04), compute_buf("CPU", 4.79), READY]
+
+
+def test_host_buffers_alone_prove_a_host_without_gpu():
+    """No tensor and no model buffer expected (a host without GPU below -lv 5): the KV, RS and compute buffers
+    given decide, and a mismatch among them is never verified."""
+    v = verify_placement(log(*HOST_ONLY), expect_kv_buffers={"CPU": 0.25}, expect_compute_buffers={"CPU": 5.0})
+    assert v == verdict(
+        verified=True, evidence="host_buffers",
+        checks=[check("KV buffer CPU", 0.25, 0.25, True, "0.25 +/- 0.01"),
+                check("compute buffer CPU", 5.0, 4.79, True, "at most 5.00")],
+        gpu_model_mib=0.0,
+        msg="no tensor or model buffer expected; the 2 buffer(s) given match the plan (host buffer evidence); "
+            "2 buffer and layer checks match")
+    v = verify_placement(log(*HOST_ONLY), expect_rs_buffers={"CPU": 0.04})
+    assert (v["verified"], v["evidence"]) == (True, "host_buffers")
+    assert v["msg"] == ("no tensor or model buffer expected; the 1 buffer(s) given match the plan (host buffer "
+                        "evidence); 1 buffer and layer checks match")
+    bad = verify_placement(log(*HOST_ONLY), None, expect_kv_buffers={"CPU": 0.5}, expect_compute_buffers={"CPU": 5.0})
+    assert not bad["verified"] and "KV buffer CPU" in bad["msg"]
+    assert verify_placement(log(*HOST_ONLY), None)["evidence"] == "none"
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"expect_kv_buffers": {"CPU": 0.25, "CUDA0": 96.0}},
+    {"expect_kv_buffers": {"CPU": 0.25}, "expect_offloaded_layers": 0},
+])
+def test_host_buffers_are_no_evidence_next_to_a_device_buffer_or_a_layer_check(kwargs):
+    v = verify_placement(log(offloaded(0, 5), model_buf("CPU_Mapped", 8.44), kv_buf("CPU", 0.25),
+                             kv_buf("CUDA0", 96.0), READY), **kwargs)
+    assert (v["verified"], v["evidence"], v["msg"]) == (True, "none", "2 buffer and layer checks match")
+
+
+def test_no_check_at_all_is_no_host_buffer_evidence():
+    v = verify_placement(log(kv_buf("CPU", 0.25), READY), expect_kv_buffers={})
+    assert (v["evidence"], v["checks"], v["msg"]) == ("none", [], "")
+
+
+# ---------------------------------------------------------------- the per-tensor lines
+
+PINNED_LOG = [override(UP1, "CPU"), override(DOWN1, "CPU"), override(UP2, "CUDA1"), model_buf("CUDA0", 100.0),
+              model_buf("CUDA1", 50.0), READY]
+
+
+def test_exactly_the_expected_host_tensors_with_device_pins_listed():
+    assert verify_placement(log(*PINNED_LOG), [UP1, DOWN1]) == verdict(
+        verified=True, evidence="per_tensor", gpu_model_mib=150.0,
+        msg="the log shows exactly the 2 expected tensors overridden to host memory (and 1 tensors pinned to "
+            "devices: CUDA1)")
+    p = log(override(UP1, "CPU"), override(DOWN1, "CUDA2"), override(UP2, "CUDA1"),
+            override("blk.2.ffn_down_exps.weight", "CUDA1"), READY)
+    assert verify_placement(p, [UP1])["msg"] == (
+        "the log shows exactly the 1 expected tensors overridden to host memory (and 3 tensors pinned to devices: "
+        "CUDA1, CUDA2)")
+
+
+def test_exactly_the_expected_tensors_per_buffer_any_host_buffer_counting_as_host_memory():
+    assert verify_placement(log(*PINNED_LOG), expect_overrides={"CUDA1": [UP2], "CPU": [UP1, DOWN1]}) == verdict(
+        verified=True, evidence="per_tensor", gpu_model_mib=150.0,
+        msg="the log shows exactly the 2 expected tensors overridden to host memory and exactly the 1 expected "
+            "tensors overridden to CUDA1")
+    p = log(override(UP1, "CPU_REPACK"), override(DOWN1, "CUDA_Host"), override(UP2, "AMX"), READY)
+    v = verify_placement(p, expect_overrides={"CUDA_Host": [UP1, DOWN1, UP2]})
+    assert (v["verified"], v["msg"]) == (True, "the log shows exactly the 3 expected tensors overridden to host "
+                                               "memory")
+
+
+def test_no_named_buffer_means_no_host_override_is_expected():
+    assert verify_placement(log(*PINNED_LOG), expect_overrides={}) == verdict(
+        evidence="per_tensor", unexpected=[DOWN1, UP1], gpu_model_mib=150.0,
+        msg=f"2 unexpected tensors overridden: {DOWN1}, {UP1}")
+    assert verify_placement(log(override(UP2, "CUDA1"), READY), expect_overrides={}) == verdict(
+        verified=True, evidence="per_tensor",
+        msg="the log shows the expected overrides (and 1 tensors pinned to devices: CUDA1)")
+
+
+def test_missing_host_tensors_are_named_with_where_they_went():
+    assert verify_placement(log(override(UP2, "CUDA1"), model_buf("CUDA1", 50.0), READY), [UP2]) == verdict(
+        evidence="per_tensor", missing=[UP2], gpu_model_mib=50.0,
+        msg=f"the log shows no tensor overridden to host memory, only to devices; 1 expected tensors not overridden "
+            f"to host memory: {UP2} (to CUDA1)")
+    assert verify_placement(log(override(UP1, "CPU"), READY), [UP1, DOWN1]) == verdict(
+        evidence="per_tensor", missing=[DOWN1], msg=f"1 expected tensors not overridden to host memory: {DOWN1}")
+
+
+def test_a_tensor_on_the_wrong_device_is_missing_there_and_unexpected_where_it_went():
+    v = verify_placement(log(*PINNED_LOG), expect_overrides={"CPU": [UP1, UP2], "CUDA1": [DOWN1]})
+    assert v == verdict(
+        evidence="per_tensor", missing=[DOWN1, UP2], unexpected=[DOWN1, UP2], gpu_model_mib=150.0,
+        msg=f"2 expected tensors not overridden to their expected buffers: {DOWN1} (to CPU), {UP2} (to CUDA1); "
+            f"2 unexpected tensors overridden: {DOWN1}, {UP2}")
+
+
+def test_a_pattern_that_matched_nothing_is_reported_when_the_debug_level_shows():
+    """At -lv 5 a pattern that matched nothing prints no override line: the DEBUG lines (of the loader, of the
+    queue) prove that the override lines would have been printed."""
+    p = parse_log("\n".join(A_LOAD[:2] + ["load_tensors: layer   0 assigned to device CUDA0, is_swa = 0"] + A_LOAD[2:]))
+    v = verify_placement(p, [UP1])
+    assert not v["verified"] and v["missing"] == [UP1] and "no overridden tensor" in v["msg"]
+    pad = "0.00.011.000 I print_info: PAD token             = 11 '<pad>'"
+    p = log(pad, BUF_CUDA0, "0.00.300.000 D que  process_new_: processing task, id = 0", READY)
+    assert verify_placement(p, [UP1]) == verdict(
+        evidence="per_tensor", missing=[UP1], gpu_model_mib=1369.43,
+        msg=f"the log shows no overridden tensor (the pattern matched nothing?); 1 expected tensors not overridden "
+            f"to host memory: {UP1}")
+    assert verify_placement(log(pad, BUF_CUDA0, READY), [UP1]) == verdict(
+        gpu_model_mib=1369.43, msg=HIDDEN + "no expected GPU model buffer given to fall back on: not verified")
+
+
+def test_too_many_override_lines_prove_nothing(monkeypatch):
+    parsed = {"overridden": [{"tensor": UP1, "mib": 1, "type": "f32", "buffer": "CPU"}], "overridden_dropped": 3,
+              "per_tensor_lines_visible": True}
+    assert verify_placement(parsed, [UP1]) == verdict(
+        evidence="per_tensor", msg="the log holds more than 65536 override lines (3 not kept): not verified")
+    monkeypatch.setattr(_llama_log, "MAX_OVERRIDES", 10)
+    p = parse_log("\n".join(override("blk.%d.ffn_up_exps.weight" % i, "CPU") for i in range(25)))
+    v = verify_placement(p, ["blk.%d.ffn_up_exps.weight" % i for i in range(25)])
+    assert not v["verified"] and "15 not kept" in v["msg"]
+
+
+BLOCK = ("attn_q.weight", "ffn_gate_inp.weight", "ffn_up_exps.weight", "ffn_down_exps.weight", "ffn_up_shexp.weight")
+DEVICE_NAMES = ["token_embd.weight", "output.weight"] + ["blk.%d.%s" % (b, t) for b in range(4) for t in BLOCK]
+EXPERTS = [n for n in DEVICE_NAMES if "_exps" in n]
+ON_CUDA1 = [n for n in EXPERTS if n.startswith(("blk.2.", "blk.3."))]
+ON_CPU = [n for n in EXPERTS if n not in ON_CUDA1]
+PINNED_DEVICES_LOG = [override(n, b) for b, ns in (("CUDA1", ON_CUDA1), ("CPU", ON_CPU)) for n in ns] + DEVICES_LOG
+
+
+def test_per_tensor_lines_decide_and_the_buffers_are_checked_as_well():
+    p = log(*PINNED_DEVICES_LOG)
+    overrides = {"CUDA1": ON_CUDA1, "CPU": ON_CPU}
+    v = verify_placement(p, expect_overrides=overrides, expect_model_buffers=PLAN, **OTHERS)
+    assert v["verified"] and v["evidence"] == "per_tensor", v["msg"]
+    assert "exactly the 4 expected tensors overridden to host memory" in v["msg"]
+    assert "exactly the 4 expected tensors overridden to CUDA1" in v["msg"]
+    # the right tensors, a wrong buffer figure: not verified
+    v = verify_placement(p, expect_overrides=overrides, expect_model_buffers=dict(PLAN, CUDA1=900.0))
+    assert not v["verified"] and v["evidence"] == "per_tensor" and "model buffer CUDA1: 812.50 MiB" in v["msg"]
+
+
+def test_experts_on_swapped_devices_and_pins_to_a_device_nobody_expected():
+    p = log(*PINNED_DEVICES_LOG)
+    v = verify_placement(p, expect_overrides={"CUDA1": ON_CPU[:1] + ON_CUDA1[1:], "CPU": ON_CUDA1[:1] + ON_CPU[1:]})
+    assert not v["verified"]
+    assert v["missing"] == v["unexpected"] == sorted([ON_CPU[0], ON_CUDA1[0]])
+    assert f"{ON_CUDA1[0]} (to CUDA1)" in v["msg"] and "their expected buffers" in v["msg"]
+    v = verify_placement(p, expect_overrides={"CPU": ON_CPU})  # CUDA1 not named: its pins are only listed
+    assert v["verified"] and "tensors pinned to devices: CUDA1" in v["msg"]
+    v = verify_placement(p, expect_overrides={"CPU": ON_CPU, "CUDA1": ON_CUDA1[:2]})
+    assert not v["verified"] and v["unexpected"] == sorted(ON_CUDA1[2:])
+
+
+def test_expected_tensors_follow_llama_cpps_regex_search_and_first_match_wins():
+    names = ["blk.1.ffn_up_exps.weight", "blk.10.ffn_up_exps.weight", "blk.1.ffn_up_shexp.weight"]
+    assert expected_from_pattern(r"blk\.1\.ffn_.*_exps", names) == ["blk.1.ffn_up_exps.weight"]
+    assert expected_from_pattern(r"exps", names) == names[:2]
+    items = [r"blk\.(2|3)\.ffn_.*_exps\.weight=CUDA1", r"\.ffn_.*_exps\.weight=CPU"]
+    assert expected_from_overrides(items, DEVICE_NAMES) == {"CUDA1": ON_CUDA1, "CPU": ON_CPU}
+    # the other order: the general pattern comes first and takes every expert
+    assert expected_from_overrides(items[::-1], DEVICE_NAMES) == {"CPU": EXPERTS}
+    with pytest.raises(ValueError, match="not PATTERN=BUFFER"):
+        expected_from_overrides([r"\.ffn_.*_exps\.weight"], DEVICE_NAMES)
+    with pytest.raises(PatternError, match="not a valid regular expression"):
+        expected_from_overrides(["blk\\.(2=CUDA1"], DEVICE_NAMES)
+
+
+# ---------------------------------------------------------------- public logs
+
+IK_CPU = ["blk.57.ffn_gate_exps.weight", "blk.57.ffn_down_exps.weight", "blk.57.ffn_up_exps.weight"]
+UP62 = "blk.62.ffn_up_exps.weight"
+
+
+def test_public_per_tensor_logs():
+    p = parse_log(read("public/ik_llama_sized_overriden_cuda_host.log"))
+    v = verify_placement(p, [o["tensor"] for o in p["overridden"]])
+    assert v["verified"] and v["evidence"] == "per_tensor"
+    # the routed experts went to host memory: proven, the CUDA1 pins are neither missing nor unexpected
+    p = parse_log(read("public/ik_llama_ot_cuda1_and_cpu.log"))
+    v = verify_placement(p, IK_CPU)
+    assert v["verified"] and v["unexpected"] == [] and "CUDA1" in v["msg"]
+    # expecting a tensor on the host that the log pins to CUDA1 fails, and says where it went
+    v = verify_placement(p, IK_CPU + ["blk.57.ffn_up_shexp.weight"])
+    assert not v["verified"] and v["missing"] == ["blk.57.ffn_up_shexp.weight"]
+    assert "blk.57.ffn_up_shexp.weight (to CUDA1)" in v["msg"]
+    # experts on a remote device are not "on the CPU"
+    p = parse_log(read("public/b4xxx_overriden_rpc_and_cpu.log"))
+    rpc = [o["tensor"] for o in p["overridden"] if o["buffer"] == "RPC[127.0.0.1:50053]"]
+    v = verify_placement(p, rpc)
+    assert not v["verified"] and v["missing"] == sorted(rpc) and "(to RPC[127.0.0.1:50053])" in v["msg"]
+    assert len(v["unexpected"]) == 6  # norm, router, bias and shared experts went to the CPU
+    v = verify_placement(parse_log(read("public/router_b10xxx_port_prefix_recurrent.log")), [UP62])
+    assert not v["verified"] and v["missing"] == [UP62]
+
+
+def test_public_failures_never_verify():
+    v = verify_placement(parse_log(read("public/b8xxx_cuda_oom_model_load.log")), [], expect_gpu_model_mib=0.0)
+    assert not v["verified"] and "cudaMalloc failed: out of memory" in v["msg"]
+    crash = read("public/b10586_crash_after_load.log")
+    v = verify_placement(parse_log(crash), [], expect_gpu_model_mib=0.0)
+    assert not v["verified"] and "llama-server died: CUDA error" in v["msg"]
+    # with a good load before it, the crash still wins; a restart after the crash starts clean
+    good = read("public/ik_llama_sized_overriden_cuda_host.log")
+    p = parse_log(good + "53.26.801.941 E CUDA error: an illegal memory access was encountered\n")
+    assert not verify_placement(p, [o["tensor"] for o in p["overridden"]])["verified"]
+    p = parse_log(crash + "version: 0.2.0-dev (build 10586, commit b21e4de74)\n" + good)
+    assert verify_placement(p, [o["tensor"] for o in p["overridden"]])["verified"]
+
+
+@pytest.mark.parametrize("name", PUBLIC_LOGS)
+def test_no_public_log_verifies_without_its_evidence(name):
+    p = parse_log(read("public/" + name))
+    host = sorted(o["tensor"] for o in p["overridden"] if o["buffer"] in ("CPU", "CUDA_Host"))
+    for expected in (None, [], ["blk.0.ffn_up_exps.weight"]):
+        v = verify_placement(p, expected)
+        if expected is None or not p["per_tensor_lines_visible"]:
+            assert not v["verified"] and v["evidence"] == "none", (name, expected, v)
+        elif expected != host:
+            assert not v["verified"], (name, expected, v)
+    if p["overridden"] == [] and not p["per_tensor_lines_visible"]:
+        # hidden per-tensor lines: says so, and falls back to the GPU model buffer when there is one
+        v = verify_placement(p, ["blk.0.ffn_up_exps.weight"], expect_gpu_model_mib=gpu_model_mib(p))
+        ok = p["model_buffers"] and not p["load_error"] and not p["crash"]
+        if not p["load_error"] and not p["crash"]:
+            assert "verbosity hides the per-tensor" in v["msg"]
+        assert v["verified"] is bool(ok), (name, v)
+        assert v["evidence"] == ("buffers" if ok else "none")
