@@ -40,8 +40,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._memory_estimate import (  # noqa: E402
     is_input_tensor, weight_bytes)
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import (  # noqa: E402
-    PlanError, load_facts, plan)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan  # noqa: E402
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options  # noqa: E402
 from tools import gguf_models  # noqa: E402
 

@@ -3,9 +3,10 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The offload decision: which GPU(s), where each block's routed experts go, and the proof.
 
-Standard library only: this runs on target hosts (Python >= 3.9). ``load_facts(gguf)`` reads a model (a path, or
-the ``model`` summary of a ``gguf_info`` result without opening the file); ``plan(facts, gpus, ...)`` sizes every
-candidate placement with the memory model (``_memory_estimate``) and returns what ``moe_offload_plan`` reports.
+Standard library only: this runs on target hosts (Python >= 3.9). ``plan(facts, gpus, host, options)`` takes the
+inputs ``_plan_inputs`` checks and one ``_plan_options.Options``, sizes every candidate placement with the memory
+model (``_memory_estimate``) and returns what ``moe_offload_plan`` reports, with its reason in words
+(``_plan_reason``).
 
 Placements: one GPU, the layers split over several GPUs (``--tensor-split`` in proportion to free memory), and that
 split with the experts of chosen blocks put on a chosen GPU (``-ot 'blk\\.(...)\\.ffn_.*_exps\\.weight=CUDA1'``),
@@ -15,172 +16,23 @@ Block order for ``auto``: lowest block index first, the blocks llama.cpp's ``--n
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import MIB, mib
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._compute_buffers import OP_OFFLOAD_MIN_BATCH
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import CACHE_TYPES, OFFLOAD_MODES
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._kv_cache import N_CTX_PAD, pad, validate_context
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._memory_estimate import estimate
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_facts import MemoryModelError, model_facts
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_summary import SummaryError, read_summary
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._nvidia_smi import GPU_EXTRA_KEYS, GPU_KEYS
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_facts import MemoryModelError
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (
     PatternError, block_expert_pattern, check_pattern, pattern_problem)
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import (
+    PlanError, normalize_gpus, normalize_host)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import MAX_PARALLEL
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_reason import blocks_text, reason, split_text
 
-MAX_PARALLEL = 256
-GPU_INPUT_KEYS = GPU_KEYS + GPU_EXTRA_KEYS
 # Device names of llama.cpp's backends: CUDA<n> numbers the GPUs the container sees, in order.
 DEVICE_PREFIX = {"cuda": "CUDA", "vulkan": "Vulkan", "rpc": "RPC", "cpu": "CPU"}
-
-
-class PlanError(ValueError):
-    """Input that cannot be planned, or a plan that does not fit: ``str()`` says why; ``details`` has numbers."""
-
-    def __init__(self, message, details=None):
-        super().__init__(message)
-        self.details = details or {}
-
-
-# --------------------------------------------------------------------------- inputs
-
-def load_facts(gguf):
-    """``ModelFacts`` of a GGUF path, or of a ``gguf_info`` result (its ``model`` summary: the file is not read
-    again; a result without one, such as ``{files: [...]}``, is read from its first file)."""
-    if isinstance(gguf, dict):
-        summary = gguf.get("model") if "model" in gguf else (gguf if "tensors" in gguf and "version" in gguf
-                                                             else None)
-        if summary is not None:
-            try:
-                arch, metadata, tensors, files, warnings = read_summary(summary, "gguf.model")
-            except SummaryError as exc:
-                raise PlanError(str(exc)) from None
-            return _facts(arch, metadata, tensors, files[0] if files else "gguf.model", warnings)
-        files = gguf.get("files") or ([gguf["path"]] if gguf.get("path") else [])
-        if not files:
-            raise PlanError("gguf is a dict without files or model: pass a path or the registered result of gguf_info")
-        path = files[0]
-    elif isinstance(gguf, str) and gguf:
-        path = gguf
-    else:
-        raise PlanError("gguf must be a path or the result of gguf_info, got %r" % (gguf,))
-    try:
-        model = read_model(path)
-    except GGUFError as exc:  # (the reader turns every OSError of the files into a GGUFError)
-        raise PlanError(str(exc)) from None
-    return _facts(model.architecture, model.metadata, model.tensors, path, model.warnings)
-
-
-def _facts(architecture, metadata, tensors, path, warnings):
-    layout = classify_model(architecture, metadata, tensors)
-    try:
-        return model_facts(metadata, tensors, layout, path=path, warnings=list(warnings))
-    except MemoryModelError as exc:
-        raise PlanError("%s: %s" % (path, exc)) from None
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """One GPU as the plan sees it: ``memory_free_mib`` counts what the running server holds as free."""
-
-    name: str
-    index: int
-    uuid: str | None
-    memory_total_mib: float | None
-    memory_free_mib: float
-    held_mib: float = 0
-
-
-def _number(value, where):
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
-        raise PlanError("%s must be a number of MiB >= 0, got %r" % (where, value))
-    return value
-
-
-def normalize_gpus(gpus, gpu_indices=None):
-    """A ``gpu_info`` result or a list of ``{name, memory_total_mib, memory_free_mib}`` -> a list of ``Gpu``.
-
-    An empty list is a CPU host. ``gpu_indices`` keeps only those GPUs (the ones the container gets).
-    """
-    if isinstance(gpus, dict):
-        if "gpus" not in gpus:
-            raise PlanError("gpus is a dict without a gpus list: pass the registered result of gpu_info or a list")
-        gpus = gpus["gpus"]
-    if not isinstance(gpus, list):
-        raise PlanError("gpus must be the registered result of gpu_info or a list of {name, memory_total_mib, "
-                        "memory_free_mib}, got %r" % (gpus,))
-    result = []
-    for position, gpu in enumerate(gpus):
-        if not isinstance(gpu, dict):
-            raise PlanError("gpus[%d] must be a dict with name, memory_total_mib and memory_free_mib" % position)
-        unknown = sorted(set(gpu) - set(GPU_INPUT_KEYS))
-        if unknown:
-            raise PlanError("gpus[%d] has unknown field(s) %s (known: %s)" % (
-                position, ", ".join(unknown), ", ".join(GPU_INPUT_KEYS)))
-        total, used, free, held = (_number(gpu.get(key), "gpus[%d].%s" % (position, key)) for key in (
-            "memory_total_mib", "memory_used_mib", "memory_free_mib", "memory_held_by_pid_mib"))
-        if free is None and total is not None and used is not None:
-            free = total - used
-            if free < 0:
-                raise PlanError("gpus[%d]: memory_used_mib %r is more than memory_total_mib %r" % (
-                    position, used, total))
-        if free is None:
-            raise PlanError("gpus[%d] (%s) reports no free memory (nvidia-smi printed [N/A]?): give "
-                            "memory_free_mib in a gpus list" % (position, gpu.get("name") or "unnamed"))
-        if gpu.get("mig_devices"):
-            raise PlanError("gpus[%d] (%s) is in MIG mode: plan for one MIG device by passing a gpus list with its "
-                            "memory" % (position, gpu.get("name")))
-        index = gpu.get("index", position)
-        result.append(Gpu(gpu.get("name") or "GPU %d" % position, index, gpu.get("uuid"), total,
-                          free + (held or 0), held or 0))
-    if gpu_indices is not None:
-        known = [g.index for g in result]
-        wrong = [i for i in gpu_indices if i not in known]
-        if wrong:
-            raise PlanError("gpu_indices %s are not among the GPUs (%s)" % (
-                ", ".join(str(i) for i in wrong), ", ".join(str(i) for i in known) or "none"))
-        result = [g for g in result if g.index in set(gpu_indices)]
-    return result
-
-
-@dataclass(frozen=True)
-class Host:
-    """What the host offers: ``available_mib`` (MemAvailable, plus what the running server holds, capped by a
-    cgroup limit), ``total_mib`` and how it was found."""
-
-    available_mib: float
-    total_mib: float | None
-    held_mib: float
-    limited_by: str
-
-
-def normalize_host(host):
-    """A ``host_info`` result or ``{memory_available_mib, memory_total_mib}`` -> ``Host``; ``None`` -> ``None``."""
-    if host is None:
-        return None
-    if not isinstance(host, dict):
-        raise PlanError("host must be the registered result of host_info or a dict with memory_available_mib, "
-                        "got %r" % (host,))
-    available = _number(host.get("memory_available_mib"), "host.memory_available_mib")
-    if available is None:
-        raise PlanError("host has no memory_available_mib: pass the registered result of host_info")
-    total = _number(host.get("memory_total_mib"), "host.memory_total_mib")
-    held = _number(host.get("memory_held_by_pid_mib"), "host.memory_held_by_pid_mib") or 0
-    available += held
-    limited_by = "MemAvailable"
-    cgroup = host.get("cgroup")
-    if isinstance(cgroup, dict) and cgroup.get("limit_mib") is not None:
-        limit = _number(cgroup.get("limit_mib"), "host.cgroup.limit_mib")
-        usage = _number(cgroup.get("usage_mib"), "host.cgroup.usage_mib") or 0
-        if limit - usage + held < available:
-            available, limited_by = limit - usage + held, "the cgroup limit of %.0f MiB" % limit
-    return Host(round(available, 2), total, held, limited_by)
 
 
 def _check_options(facts, options):
@@ -218,7 +70,7 @@ def _check_choice(facts, mode, cpu_expert_layers, pattern):
             wrong = [b for b in cpu_expert_layers if b not in facts.expert_tensors_by_block]
             if wrong:
                 raise PlanError("cpu_expert_layers names block(s) %s that hold no routed experts (MoE blocks: %s)" % (
-                    ", ".join(str(b) for b in wrong), _blocks_text(facts.expert_blocks)))
+                    ", ".join(str(b) for b in wrong), blocks_text(facts.expert_blocks)))
         elif (isinstance(cpu_expert_layers, bool) or not isinstance(cpu_expert_layers, int) or cpu_expert_layers < 0
               or cpu_expert_layers > len(facts.expert_blocks)):
             raise PlanError("cpu_expert_layers must be a count from 0 to %d (the MoE blocks) or a list of block "
@@ -228,10 +80,6 @@ def _check_choice(facts, mode, cpu_expert_layers, pattern):
     if mode in ("all", "layers") and facts.dense:
         raise PlanError("the model has no routed experts: there is nothing to move (use mode none or auto)")
     return []
-
-
-def _blocks_text(blocks):
-    return ", ".join(str(b) for b in blocks) if blocks else "none"
 
 
 # --------------------------------------------------------------------------- sizing one placement
@@ -336,7 +184,7 @@ class _Sizer:
         while low < high:  # largest multiple of 256 that fits
             mid = (low + high + 1) // 2
             if mid * N_CTX_PAD >= parallel and self.fits(self.estimate(cpu_blocks, moved, mid * N_CTX_PAD,
-                                                                          parallel)):
+                                                                       parallel)):
                 low = mid
             else:
                 high = mid - 1
@@ -435,7 +283,7 @@ def plan(facts, gpus, host, options):
         raise PlanError(str(exc), {"warnings": warnings}) from None
     answer = _answer(facts, best, baseline, headroom, options, user_check)
     answer["warnings"] = warnings + [w for w in best.result["warnings"] if "training context" not in w]
-    answer["reason"] = _reason(facts, answer, best, baseline, host_memory, options)
+    answer["reason"] = reason(facts, answer, best, baseline, host_memory, options)
     if not answer["fits"]:
         raise PlanError(answer["reason"], answer)
     return answer
@@ -491,7 +339,7 @@ def _answer(facts, best, baseline, headroom, options, user_check):
         "memory": _memory_report(best.gpus, result), "fits": sizer.fits(result),
         "vram_saved_mib": mib(sum(e["total"] for e in baseline["gpus"]) - sum(e["total"] for e in result["gpus"])),
         "headroom": headroom, "placement": best.label,
-        "tensor_split": _split_text(best.shares) if best.label == "split" else "",
+        "tensor_split": split_text(best.shares) if best.label == "split" else "",
         "visible_devices": ",".join(str(d.uuid or d.index) for d in best.gpus),
         "gpu_indices": [d.index for d in best.gpus], "pattern_check": proof,
         "kv_cache": _kv_report(facts, result["cells"]), "n_ctx": result["n_ctx"],
@@ -526,11 +374,11 @@ def _exact_pattern(facts, blocks):
     try:
         pattern = block_expert_pattern(facts.tensor_names, facts.expert_names, blocks)
     except PatternError as exc:
-        raise PlanError("no exact pattern for the experts of blocks %s: %s" % (_blocks_text(blocks), exc)) from None
+        raise PlanError("no exact pattern for the experts of blocks %s: %s" % (blocks_text(blocks), exc)) from None
     check = check_pattern(pattern, facts.tensor_names, wanted, facts.tensor_class)
     if not check["ok"]:
         raise PlanError("the pattern %s does not match exactly the experts of blocks %s: %s" % (
-            pattern, _blocks_text(blocks), check["verdict"]))
+            pattern, blocks_text(blocks), check["verdict"]))
     return pattern
 
 
@@ -563,12 +411,6 @@ def _n_cpu_moe(facts, blocks):
     n = max(blocks) + 1
     return n if [b for b in facts.expert_blocks if b < n] == list(blocks) else None
 
-
-def _split_text(shares):
-    total = float(sum(shares))
-    return ",".join(("%.3f" % (s / total)).rstrip("0").rstrip(".") or "0" for s in shares)
-
-
 def _memory_report(gpus, result):
     report = []
     for gpu, entry in zip(gpus, result["gpus"]):
@@ -590,166 +432,3 @@ def _kv_report(facts, cells):
             "swa_blocks": sorted(facts.swa_blocks), "swa_cells": cells.swa_cells,
             "window": swa.window if swa else 0, "window_kind": swa.kind if swa else "",
             "reused_blocks": list(facts.kv_reused), "recurrent_blocks": sorted(facts.recurrent_blocks)}
-
-
-# --------------------------------------------------------------------------- the plan in words
-
-def _contents(facts, answer, parallel):
-    """What the plan counts, in words, without naming what the model does not have."""
-    parts = ["the weights"]
-    kv = answer["kv_cache"]
-    if kv["full_blocks"] or kv["swa_blocks"]:
-        text = "the KV cache for %d tokens" % answer["n_ctx"]
-        if kv["swa_blocks"]:
-            text += " (%d of its %d blocks keep a %s window: %d cells per slot)" % (
-                len(kv["swa_blocks"]), len(kv["swa_blocks"]) + len(kv["full_blocks"]),
-                "chunked" if kv["window_kind"] == "chunked" else "sliding", kv["swa_cells"])
-        parts.append(text)
-    if facts.recurrent_blocks:
-        parts.append("the recurrent state of %d slot(s)" % parallel)
-    parts.append("the compute buffer")
-    return ", ".join(parts[:-1]) + " and " + parts[-1]
-
-
-def _where(candidate):
-    """The GPUs of a placement with their free memory, and the split of a split placement."""
-    names = " + ".join("%s (%d MiB free)" % (d.name, d.memory_free_mib) for d in candidate.gpus)
-    return names if candidate.label == "single" else "%s, split %s" % (names, _split_text(candidate.shares))
-
-
-def _headroom_text(answer, parallel):
-    here = answer["headroom"]["this_plan"]
-    if not here["max_ctx_size"]:
-        return ""
-    if here["max_ctx_size"] >= here["ctx_size_capped_at"]:
-        context = "The whole context searched (%d tokens, the training context) fits with %d slot(s)" % (
-            here["ctx_size_capped_at"], parallel)
-    else:
-        context = "At most %d tokens of context fit with %d slot(s)" % (here["max_ctx_size"], parallel)
-    if here["max_parallel"] >= MAX_PARALLEL:
-        slots = "%d slots or more at this context" % MAX_PARALLEL
-    else:
-        slots = "at most %d slot(s) at this context" % here["max_parallel"]
-    return " %s, and %s." % (context, slots)
-
-
-def _host_text(answer, mmap):
-    host = answer["memory"]["host"]
-    how = "in the page cache of the model file (mmap)" if mmap else (
-        "pinned (--no-mmap)" if host["pinned"] else "in host memory (--no-mmap)")
-    return "%.0f MiB of weights are read from host memory, %s" % (host["model_mib"], how)
-
-
-def _reason(facts, answer, candidate, baseline, host, options):
-    """The decision in plain words: why it does not fit and what to lower, or what goes where and why."""
-    if any(e["free_after_mib"] < 0 for e in answer["memory"]["gpus"]):
-        return _gpu_short_text(facts, answer, candidate, options)
-    if host is not None and answer["memory"]["host"]["free_after_mib"] < 0:
-        return _host_short_text(answer, candidate, host, options.mode)
-    if candidate.label == "cpu":
-        return _cpu_text(facts, answer, host, options.parallel)
-    host_note = "" if host is not None else " Host memory was not checked (give host, the result of host_info)."
-    if not answer["cpu_expert_layers"] and not answer["device_overrides"] and not answer["pattern"]:
-        gpus = answer["memory"]["gpus"]
-        text = "Everything fits on %s: %s need %.0f MiB including the %d MiB margin" % (
-            _where(candidate), _contents(facts, answer, options.parallel), sum(e["total_mib"] for e in gpus),
-            gpus[0]["margin_mib"])
-        if not facts.dense:
-            text += ", so no expert moves to host memory and the GPU keeps full speed"
-        return text + "." + _headroom_text(answer, options.parallel) + host_note
-    return _offload_text(facts, answer, candidate, baseline, options) + host_note
-
-
-def _gpu_short_text(facts, answer, candidate, options):
-    """Why the plan does not fit on its GPUs, and what to lower."""
-    gpus = answer["memory"]["gpus"]
-    need = sum(e["total_mib"] for e in gpus)
-    blocks = answer["cpu_expert_layers"]
-    worst = min((e for e in gpus if e["free_after_mib"] < 0), key=lambda e: e["free_after_mib"])
-    lower = []
-    everything = answer["headroom"]["all_experts_on_cpu"]["max_ctx_size"]
-    lower.append("ctx_size (at most %d fits%s)" % (everything, "" if facts.dense else " with all experts on CPU")
-                 if everything else "ctx_size")
-    if facts.recurrent_blocks or facts.sliding_window or len(blocks) < len(facts.expert_blocks):
-        lower.append("parallel")
-    lower += ["cache_type_k/cache_type_v (q8_0 halves the KV cache)", "margin_mib", "ubatch"]
-    sizes = facts.expert_bytes_by_block()
-    copy = max([sizes.get(b, 0) for b in blocks] + [0])
-    if copy and options.op_offload and options.ubatch >= OP_OFFLOAD_MIN_BATCH:
-        lower.append("op_offload (false, with llama-server --no-op-offload, frees the %.0f MiB the GPU reserves "
-                     "to compute on host-resident experts, at the cost of slower prompt processing)"
-                     % (copy / float(MIB)))
-    if options.mode not in ("auto", "all") and len(blocks) < len(facts.expert_blocks):
-        lower.insert(0, "mode (auto or all moves more experts)")
-    what = "%s need %.0f MiB" % (_contents(facts, answer, options.parallel), need)
-    if not facts.dense:
-        what = "with %s the plan needs %.0f MiB" % (
-            "the experts of %d block(s) on CPU" % len(blocks) if blocks else "everything on the GPU", need)
-    return ("Does not fit on %s: %s and %.0f MiB are missing on %s. Lower %s, or use a larger GPU." % (
-        _where(candidate), what, -worst["free_after_mib"], worst["name"], ", ".join(lower)))
-
-
-def _host_short_text(answer, candidate, host, mode):
-    """Why the host cannot hold its part of the plan."""
-    host_report = answer["memory"]["host"]
-    kept = ["%.0f MiB of weights" % host_report["model_mib"]]
-    state = host_report["kv_mib"] + host_report["recurrent_mib"]
-    if state:
-        kept.append("%.0f MiB of KV cache and recurrent state" % state)
-    kept.append("%.0f MiB of compute and output buffers" % (host_report["compute_mib"] + host_report["output_mib"]))
-    kept.append("the %.0f MiB host margin" % host_report["margin_mib"])
-    if candidate.label == "cpu":
-        advice = "Free host memory, or lower ctx_size or parallel."
-    else:
-        advice = "Free host memory, or keep more of the model on the GPUs (%sa larger GPU, a smaller ctx_size)." % (
-            "mode auto, " if mode != "auto" else "")
-    numbers = (", ".join(kept[:-1]), kept[-1], host_report["total_mib"], host.available_mib, host.limited_by,
-               -host_report["free_after_mib"], advice)
-    return "The host cannot hold its part: %s and %s need %.0f MiB, but %.0f MiB are available (%s), so %.0f " \
-        "MiB are missing. %s" % numbers
-
-
-def _cpu_text(facts, answer, host, parallel):
-    """A plan without GPU: what the host holds."""
-    host_report = answer["memory"]["host"]
-    text = "No GPU: llama-server computes on the CPU and keeps everything in host memory: %s need %.0f MiB " \
-        "with the %.0f MiB margin" % (_contents(facts, answer, parallel), host_report["total_mib"],
-                                      host_report["margin_mib"])
-    text += (" (%.0f MiB available)." % host.available_mib) if host else " (host memory not checked)."
-    return text + _headroom_text(answer, parallel)
-
-
-def _offload_text(facts, answer, candidate, baseline, options):
-    """What moves where (to host memory, to another GPU) and why."""
-    blocks = answer["cpu_expert_layers"]
-    need = sum(e["total_mib"] for e in answer["memory"]["gpus"])
-    where = _where(candidate)
-    total_blocks = len(facts.expert_blocks)
-    if answer["pattern"] and not blocks and answer["offload"]:
-        head = "The given pattern moves %d tensor(s) to host memory (%s)" % (
-            answer["pattern_check"]["matched"] + len(answer["pattern_check"]["non_expert"]),
-            answer["pattern_check"]["verdict"])
-    elif len(blocks) == total_blocks:
-        head = "All routed experts (%d MoE blocks) go to host memory" % total_blocks
-    elif blocks:
-        head = "The routed experts of %d of the %d MoE blocks (%s) go to host memory" % (
-            len(blocks), total_blocks, _blocks_text(blocks))
-    else:
-        head = "No routed expert goes to host memory"
-    if answer["device_overrides"]:
-        head += "; " + "; ".join("the experts of blocks %s go to %s (GPU %d) with -ot %s=%s" % (
-            _blocks_text(o["blocks"]), o["device"], o["gpu_index"], o["pattern"], o["device"])
-            for o in answer["device_overrides"])
-    base_need = sum(e["total"] for e in baseline["gpus"]) / float(MIB)
-    if candidate.sizer.fixed_cpu is not None:
-        why = "as the given pattern asks, on %s" % where
-    elif options.mode == "auto":
-        why = "everything on the GPU would need %.0f MiB, more than %s offers" % (base_need, where)
-    else:
-        why = "as mode %s asks, on %s" % (options.mode, where)
-    kinds = ", recurrent" if facts.recurrent_blocks else ""
-    text = "%s: %s. With this plan the GPU side needs %.0f MiB (%.0f MiB saved); every attention%s, router and " \
-        "shared-expert tensor stays on the GPU" % (head, why, need, answer["vram_saved_mib"], kinds)
-    if blocks or answer["pattern"]:
-        text += ", and " + _host_text(answer, options.mmap)
-    return text + "." + _headroom_text(answer, options.parallel)

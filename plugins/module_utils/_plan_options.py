@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 DEFAULT_MARGIN_MIB = 1024  # llama.cpp's --fit keeps this much free per device (driver, CUDA context)
 DEFAULT_HOST_MARGIN_MIB = 1024  # the server process itself on the host: binary, libraries, CUDA runtime
 DEFAULT_BATCH = 2048  # llama-server's -b (common/common.h n_batch)
+MAX_PARALLEL = 256  # the most slots the planner's headroom search tries
 FLASH_ATTN_ON = (True, "on", "auto", "true", "enabled")  # llama.cpp's auto turns it on where the backend has it
 
 

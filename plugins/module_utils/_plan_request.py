@@ -10,7 +10,8 @@ The module runs it on the host; its action plugin runs the same code on the cont
 from __future__ import annotations
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import CACHE_TYPES, OFFLOAD_MODES
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import PlanError, load_facts, plan
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import (
     DEFAULT_HOST_MARGIN_MIB, DEFAULT_MARGIN_MIB, Options)
 

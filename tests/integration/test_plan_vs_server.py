@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _kv_cache as kvc
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import load_facts, plan
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import load_facts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from tools import gguf_models as G
 

@@ -13,7 +13,8 @@ import struct
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_gguf, read_model
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import PlanError, load_facts, plan
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import MAX_BLOCKS
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe

@@ -11,6 +11,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _common 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_estimate as mest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_facts as mfacts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _offload_plan as op
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _plan_inputs as pin
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _plan_reason as prs
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 
@@ -93,7 +95,7 @@ def test_auto_moves_just_enough_lowest_blocks(moe):
 def test_auto_refuses_when_even_every_expert_on_the_host_does_not_fit(moe):
     lightest = need(moe, [1, 2, 3])
     assert op.plan(moe, [card(lightest / MIB)], None, Options(4096, **SIZING))["cpu_expert_layers"] == [1, 2, 3]
-    with pytest.raises(op.PlanError) as info:
+    with pytest.raises(pin.PlanError) as info:
         op.plan(moe, [card((lightest - MIB) / MIB)], None, Options(4096, **SIZING))
     assert info.value.details["fits"] is False and info.value.details["cpu_expert_layers"] == [1, 2, 3]
     assert info.value.details["memory"]["gpus"][0]["free_after_mib"] == -1.0
@@ -111,8 +113,8 @@ def test_fits_is_free_after_at_least_zero_on_every_gpu_and_the_host():
 
 def sizer(facts, free_mib, available_mib=None):
     options = Options(4096, margin_mib=0, op_offload=False, backend="rpc")
-    host = None if available_mib is None else op.Host(available_mib, None, 0, "MemAvailable")
-    gpus = [op.Gpu("GPU0", 0, None, None, free_mib)]
+    host = None if available_mib is None else pin.Host(available_mib, None, 0, "MemAvailable")
+    gpus = [pin.Gpu("GPU0", 0, None, None, free_mib)]
     return op._Sizer(facts, gpus, None, options, host)  # pylint: disable=protected-access
 
 
@@ -141,7 +143,7 @@ def test_the_gpu_free_after_is_free_memory_minus_the_total(moe):
 def test_mode_none_keeps_every_expert_on_the_gpu_even_when_it_does_not_fit(moe):
     everything = need(moe, [])
     assert op.plan(moe, [card(everything / MIB)], None, Options(4096, mode="none", **SIZING))["cpu_expert_layers"] == []
-    with pytest.raises(op.PlanError) as info:
+    with pytest.raises(pin.PlanError) as info:
         op.plan(moe, [card((everything - MIB) / MIB)], None, Options(4096, mode="none", **SIZING))
     assert info.value.details["cpu_expert_layers"] == [] and info.value.details["fits"] is False
     details = info.value.details
@@ -228,7 +230,7 @@ def test_the_memory_report_names_every_figure(moe):
 @pytest.mark.parametrize("shares, text", [([3, 1], "0.75,0.25"), ([1, 1, 1], "0.333,0.333,0.333"), ([0, 2], "0,1"),
                                           ([2, 0], "1,0"), ([24148, 15746], "0.605,0.395")])
 def test_split_text_is_each_share_of_the_whole(shares, text):
-    assert op._split_text(shares) == text  # pylint: disable=protected-access
+    assert prs.split_text(shares) == text  # pylint: disable=protected-access
 
 
 def test_a_placement_that_fits_wins_over_one_that_does_not_whatever_it_moves(moe):
@@ -257,7 +259,7 @@ def test_the_reason_of_mode_all_names_the_blocks_the_card_and_the_saving(moe):
 def test_two_short_gpus_name_the_split_and_the_one_most_short(moe):
     """The split is each card's share of the free memory (3 : 2); both cards are short, the missing MiB are
     those of the card most short; the largest context that fits with every expert on the host is named."""
-    with pytest.raises(op.PlanError) as info:
+    with pytest.raises(pin.PlanError) as info:
         op.plan(moe, [card(3, 0, "GPU0"), card(2, 1, "GPU1")], None, Options(4096, split="auto", **SIZING))
     gpus = info.value.details["memory"]["gpus"]
     worst = min(gpus, key=lambda g: g["free_after_mib"])
@@ -273,7 +275,7 @@ def test_two_short_gpus_name_the_split_and_the_one_most_short(moe):
 def test_a_short_gpu_with_op_offload_names_the_copy_it_reserves(moe):
     """CUDA with op offload reserves the room of the largest host-resident block's experts (up and down,
     64 x 64 x 8 F32 each: 0.25 MiB); --no-op-offload frees it."""
-    with pytest.raises(op.PlanError) as info:
+    with pytest.raises(pin.PlanError) as info:
         op.plan(moe, [card(1)], None, Options(4096, backend="cuda", margin_mib=0, op_offload=True))
     assert str(info.value).endswith(
         "Lower ctx_size, cache_type_k/cache_type_v (q8_0 halves the KV cache), margin_mib, ubatch, op_offload "
@@ -321,7 +323,7 @@ def test_a_unified_cache_reaches_the_plan(moe):
 
 
 def test_an_unusable_pattern_is_refused_with_its_check_and_the_warnings(moe):
-    with pytest.raises(op.PlanError) as info:
+    with pytest.raises(pin.PlanError) as info:
         op.plan(moe, [card(100)], None, Options(4096, pattern="", **SIZING))
     assert str(info.value) == "pattern '' cannot be used: %s" % info.value.details["pattern_check"]["verdict"]
     assert set(info.value.details) == {"pattern_check", "warnings"}
@@ -331,28 +333,28 @@ def test_an_unusable_pattern_is_refused_with_its_check_and_the_warnings(moe):
 def test_a_built_pattern_that_the_proof_rejects_is_an_error(moe, monkeypatch):
     """The guard behind every generated pattern: one that moves more than the blocks' experts is never used."""
     monkeypatch.setattr(op, "block_expert_pattern", lambda names, experts, blocks: r"blk\.1\.")
-    with pytest.raises(op.PlanError) as info:
+    with pytest.raises(pin.PlanError) as info:
         op.plan(moe, [card(100)], None, Options(4096, mode="layers", cpu_expert_layers=[1], **SIZING))
     assert str(info.value).startswith(r"the pattern blk\.1\. does not match exactly the experts of blocks 1: ")
 
 
 def test_blocks_text():
-    assert op._blocks_text([]) == "none" and op._blocks_text([1, 3]) == "1, 3"  # pylint: disable=protected-access
+    assert prs.blocks_text([]) == "none" and prs.blocks_text([1, 3]) == "1, 3"  # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize("backend, names", [("cuda", ["CUDA0", "CUDA1"]), ("vulkan", ["Vulkan0", "Vulkan1"]),
                                             ("rpc", ["RPC0", "RPC1"]), ("cpu", ["CPU0", "CPU1"]),
                                             ("metal", ["METAL0", "METAL1"])])
 def test_device_names_number_the_gpus_of_the_plan(backend, names):
-    gpus = [op.Gpu("a", 3, None, None, 1), op.Gpu("b", 5, None, None, 1)]
+    gpus = [pin.Gpu("a", 3, None, None, 1), pin.Gpu("b", 5, None, None, 1)]
     assert op._device_names(gpus, backend, None) == names  # pylint: disable=protected-access
     assert op._device_names(gpus, backend, ["X", "Y"]) == ["X", "Y"]  # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize("names", [["CUDA0"], ["CUDA0", ""], ["CUDA0", "A,B"], ["CUDA0", 1]])
 def test_device_names_must_be_one_plain_name_per_gpu(names):
-    gpus = [op.Gpu("a", 0, None, None, 1), op.Gpu("b", 1, None, None, 1)]
-    with pytest.raises(op.PlanError) as info:
+    gpus = [pin.Gpu("a", 0, None, None, 1), pin.Gpu("b", 1, None, None, 1)]
+    with pytest.raises(pin.PlanError) as info:
         op._device_names(gpus, "cuda", names)  # pylint: disable=protected-access
     assert str(info.value) == "device_names must give one name (without ',') per GPU of the plan (2), got %r" % (
         names,)
@@ -361,12 +363,12 @@ def test_device_names_must_be_one_plain_name_per_gpu(names):
 # --------------------------------------------------------------------------- the GPUs, the host, the placements
 
 def test_normalize_gpus_counts_the_running_servers_memory_as_free():
-    gpus = op.normalize_gpus({"gpus": [
+    gpus = pin.normalize_gpus({"gpus": [
         {"name": "A", "memory_total_mib": 24564, "memory_used_mib": 416, "memory_held_by_pid_mib": 100, "uuid": "U"},
         {"memory_free_mib": 8000, "index": 7}]})
-    assert gpus == [op.Gpu("A", 0, "U", 24564, 24148 + 100, 100), op.Gpu("GPU 1", 7, None, None, 8000, 0)]
-    assert op.normalize_gpus([]) == []
-    assert op.normalize_gpus([card(1000, 0), card(2000, 1)], [1]) == [op.Gpu("GPU0", 1, None, 100000, 2000, 0)]
+    assert gpus == [pin.Gpu("A", 0, "U", 24564, 24148 + 100, 100), pin.Gpu("GPU 1", 7, None, None, 8000, 0)]
+    assert pin.normalize_gpus([]) == []
+    assert pin.normalize_gpus([card(1000, 0), card(2000, 1)], [1]) == [pin.Gpu("GPU0", 1, None, 100000, 2000, 0)]
 
 
 @pytest.mark.parametrize("gpus, message", [
@@ -385,36 +387,36 @@ def test_normalize_gpus_counts_the_running_servers_memory_as_free():
      "gpus[0] (None) is in MIG mode: plan for one MIG device by passing a gpus list with its memory"),
 ])
 def test_normalize_gpus_errors(gpus, message):
-    with pytest.raises(op.PlanError) as info:
-        op.normalize_gpus(gpus)
+    with pytest.raises(pin.PlanError) as info:
+        pin.normalize_gpus(gpus)
     assert str(info.value) == message
 
 
 def test_normalize_gpus_unknown_fields_and_indices():
-    with pytest.raises(op.PlanError, match=r"^gpus\[0\] has unknown field\(s\) vram \(known: "):
-        op.normalize_gpus([{"memory_free_mib": 1, "vram": 2}])
-    with pytest.raises(op.PlanError) as info:
-        op.normalize_gpus([card(1000, 0), card(1000, 1)], [1, 4, 5])
+    with pytest.raises(pin.PlanError, match=r"^gpus\[0\] has unknown field\(s\) vram \(known: "):
+        pin.normalize_gpus([{"memory_free_mib": 1, "vram": 2}])
+    with pytest.raises(pin.PlanError) as info:
+        pin.normalize_gpus([card(1000, 0), card(1000, 1)], [1, 4, 5])
     assert str(info.value) == "gpu_indices 4, 5 are not among the GPUs (0, 1)"
-    with pytest.raises(op.PlanError) as info:
-        op.normalize_gpus([], [0])
+    with pytest.raises(pin.PlanError) as info:
+        pin.normalize_gpus([], [0])
     assert str(info.value) == "gpu_indices 0 are not among the GPUs (none)"
 
 
 def test_normalize_host_takes_the_smaller_of_memavailable_and_the_cgroup_room():
-    assert op.normalize_host(None) is None
-    assert op.normalize_host({"memory_available_mib": 1000.004, "memory_total_mib": 2000}) == op.Host(
+    assert pin.normalize_host(None) is None
+    assert pin.normalize_host({"memory_available_mib": 1000.004, "memory_total_mib": 2000}) == pin.Host(
         1000.0, 2000, 0, "MemAvailable")
-    held = op.normalize_host({"memory_available_mib": 1000, "memory_held_by_pid_mib": 500})
-    assert held == op.Host(1500, None, 500, "MemAvailable")
-    limited = op.normalize_host({"memory_available_mib": 60000, "memory_held_by_pid_mib": 500,
+    held = pin.normalize_host({"memory_available_mib": 1000, "memory_held_by_pid_mib": 500})
+    assert held == pin.Host(1500, None, 500, "MemAvailable")
+    limited = pin.normalize_host({"memory_available_mib": 60000, "memory_held_by_pid_mib": 500,
                                  "cgroup": {"limit_mib": 20000, "usage_mib": 1000}})
-    assert limited == op.Host(19500, None, 500, "the cgroup limit of 20000 MiB")
+    assert limited == pin.Host(19500, None, 500, "the cgroup limit of 20000 MiB")
     roomy = {"memory_available_mib": 1000, "cgroup": {"limit_mib": 20000, "usage_mib": 1000}}
-    assert op.normalize_host(roomy) == op.Host(1000, None, 0, "MemAvailable")
+    assert pin.normalize_host(roomy) == pin.Host(1000, None, 0, "MemAvailable")
     equal = {"memory_available_mib": 19000, "cgroup": {"limit_mib": 20000, "usage_mib": 1000}}
-    assert op.normalize_host(equal).limited_by == "MemAvailable"
-    assert op.normalize_host({"memory_available_mib": 10, "cgroup": {"limit_mib": None}}).limited_by == "MemAvailable"
+    assert pin.normalize_host(equal).limited_by == "MemAvailable"
+    assert pin.normalize_host({"memory_available_mib": 10, "cgroup": {"limit_mib": None}}).limited_by == "MemAvailable"
 
 
 @pytest.mark.parametrize("host, message", [
@@ -425,13 +427,13 @@ def test_normalize_host_takes_the_smaller_of_memavailable_and_the_cgroup_room():
      "host.cgroup.limit_mib must be a number of MiB >= 0, got 'x'"),
 ])
 def test_normalize_host_errors(host, message):
-    with pytest.raises(op.PlanError) as info:
-        op.normalize_host(host)
+    with pytest.raises(pin.PlanError) as info:
+        pin.normalize_host(host)
     assert str(info.value) == message
 
 
 def gpu(free, index):
-    return op.Gpu("GPU%d" % index, index, None, None, free)
+    return pin.Gpu("GPU%d" % index, index, None, None, free)
 
 
 def test_placements_in_the_order_they_are_preferred():
@@ -459,7 +461,7 @@ def test_placements_in_the_order_they_are_preferred():
     ([gpu(1, 0), gpu(1, 1)], None, "even", "split must be auto, none or a list of shares, got 'even'"),
 ])
 def test_placement_errors(gpus, index, split, message):
-    with pytest.raises(op.PlanError) as info:
+    with pytest.raises(pin.PlanError) as info:
         op._placements(gpus, index, split)  # pylint: disable=protected-access
     assert str(info.value) == message
 
@@ -490,7 +492,7 @@ def test_placement_errors(gpus, index, split, message):
     (dict(mode="auto", cpu_expert_layers=1), "cpu_expert_layers only goes with mode layers"),
 ])
 def test_bad_options_are_refused_with_what_to_change(moe, kwargs, message):
-    with pytest.raises(op.PlanError) as info:
+    with pytest.raises(pin.PlanError) as info:
         op.plan(moe, [card(100000)], None, Options(4096, **kwargs))
     assert str(info.value) == message
 
@@ -498,7 +500,7 @@ def test_bad_options_are_refused_with_what_to_change(moe, kwargs, message):
 def test_a_dense_model_has_no_experts_to_move():
     dense = moe_model("DD")
     for mode, layers in (("all", None), ("layers", 0)):
-        with pytest.raises(op.PlanError) as info:
+        with pytest.raises(pin.PlanError) as info:
             op.plan(dense, [card(100000)], None, Options(4096, mode=mode, cpu_expert_layers=layers))
         assert str(info.value) == "the model has no routed experts: there is nothing to move (use mode none or auto)"
     assert op.plan(dense, [card(100000)], None, Options(4096, **SIZING))["cpu_expert_layers"] == []
@@ -520,4 +522,4 @@ def test_the_plan_says_what_it_counts_and_names_only_what_the_model_has(kv, recu
     """A cache of sliding-window blocks only (gemma-style), or of chunked-attention blocks (llama4's
     n_chunk_attention), is named with its window; a model without attention has no KV cache to name."""
     facts = namedtuple("Facts", "recurrent_blocks")(recurrent)
-    assert op._contents(facts, {"kv_cache": kv, "n_ctx": 8192}, 2) == text  # pylint: disable=protected-access
+    assert prs._contents(facts, {"kv_cache": kv, "n_ctx": 8192}, 2) == text  # pylint: disable=protected-access

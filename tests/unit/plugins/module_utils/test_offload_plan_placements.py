@@ -14,7 +14,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options i
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import check_pattern
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import PlanError, load_facts, plan
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts
 from tools import gguf_models
 
 

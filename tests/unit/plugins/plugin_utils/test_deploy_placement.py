@@ -13,7 +13,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values 
 from tests.helpers.role_vars import role_values
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import PlanError, load_facts, plan
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from tools.gguf_models import write_demo_model, write_nemotron_nano_30b
 

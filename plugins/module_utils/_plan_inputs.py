@@ -1,0 +1,164 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a plan is made from, checked: the model's facts (``load_facts``: a path, or the ``model`` summary of a
+``gguf_info`` result without opening the file), the GPUs (``normalize_gpus``: ``gpu_info``'s result or a list) and
+the host's memory (``normalize_host``: ``host_info``'s result). ``PlanError`` says what is wrong with an input.
+Standard library only: this runs on target hosts (Python >= 3.9).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_facts import MemoryModelError, model_facts
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_summary import SummaryError, read_summary
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._nvidia_smi import GPU_EXTRA_KEYS, GPU_KEYS
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
+
+GPU_INPUT_KEYS = GPU_KEYS + GPU_EXTRA_KEYS
+
+
+class PlanError(ValueError):
+    """Input that cannot be planned, or a plan that does not fit: ``str()`` says why; ``details`` has numbers."""
+
+    def __init__(self, message, details=None):
+        super().__init__(message)
+        self.details = details or {}
+
+
+def load_facts(gguf):
+    """``ModelFacts`` of a GGUF path, or of a ``gguf_info`` result (its ``model`` summary: the file is not read
+    again; a result without one, such as ``{files: [...]}``, is read from its first file)."""
+    if isinstance(gguf, dict):
+        summary = gguf.get("model") if "model" in gguf else (gguf if "tensors" in gguf and "version" in gguf
+                                                             else None)
+        if summary is not None:
+            try:
+                arch, metadata, tensors, files, warnings = read_summary(summary, "gguf.model")
+            except SummaryError as exc:
+                raise PlanError(str(exc)) from None
+            return _facts(arch, metadata, tensors, files[0] if files else "gguf.model", warnings)
+        files = gguf.get("files") or ([gguf["path"]] if gguf.get("path") else [])
+        if not files:
+            raise PlanError("gguf is a dict without files or model: pass a path or the registered result of gguf_info")
+        path = files[0]
+    elif isinstance(gguf, str) and gguf:
+        path = gguf
+    else:
+        raise PlanError("gguf must be a path or the result of gguf_info, got %r" % (gguf,))
+    try:
+        model = read_model(path)
+    except GGUFError as exc:  # (the reader turns every OSError of the files into a GGUFError)
+        raise PlanError(str(exc)) from None
+    return _facts(model.architecture, model.metadata, model.tensors, path, model.warnings)
+
+
+def _facts(architecture, metadata, tensors, path, warnings):
+    layout = classify_model(architecture, metadata, tensors)
+    try:
+        return model_facts(metadata, tensors, layout, path=path, warnings=list(warnings))
+    except MemoryModelError as exc:
+        raise PlanError("%s: %s" % (path, exc)) from None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as the plan sees it: ``memory_free_mib`` counts what the running server holds as free."""
+
+    name: str
+    index: int
+    uuid: str | None
+    memory_total_mib: float | None
+    memory_free_mib: float
+    held_mib: float = 0
+
+
+def _number(value, where):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
+        raise PlanError("%s must be a number of MiB >= 0, got %r" % (where, value))
+    return value
+
+
+def normalize_gpus(gpus, gpu_indices=None):
+    """A ``gpu_info`` result or a list of ``{name, memory_total_mib, memory_free_mib}`` -> a list of ``Gpu``.
+
+    An empty list is a CPU host. ``gpu_indices`` keeps only those GPUs (the ones the container gets).
+    """
+    if isinstance(gpus, dict):
+        if "gpus" not in gpus:
+            raise PlanError("gpus is a dict without a gpus list: pass the registered result of gpu_info or a list")
+        gpus = gpus["gpus"]
+    if not isinstance(gpus, list):
+        raise PlanError("gpus must be the registered result of gpu_info or a list of {name, memory_total_mib, "
+                        "memory_free_mib}, got %r" % (gpus,))
+    result = []
+    for position, gpu in enumerate(gpus):
+        if not isinstance(gpu, dict):
+            raise PlanError("gpus[%d] must be a dict with name, memory_total_mib and memory_free_mib" % position)
+        unknown = sorted(set(gpu) - set(GPU_INPUT_KEYS))
+        if unknown:
+            raise PlanError("gpus[%d] has unknown field(s) %s (known: %s)" % (
+                position, ", ".join(unknown), ", ".join(GPU_INPUT_KEYS)))
+        total, used, free, held = (_number(gpu.get(key), "gpus[%d].%s" % (position, key)) for key in (
+            "memory_total_mib", "memory_used_mib", "memory_free_mib", "memory_held_by_pid_mib"))
+        if free is None and total is not None and used is not None:
+            free = total - used
+            if free < 0:
+                raise PlanError("gpus[%d]: memory_used_mib %r is more than memory_total_mib %r" % (
+                    position, used, total))
+        if free is None:
+            raise PlanError("gpus[%d] (%s) reports no free memory (nvidia-smi printed [N/A]?): give "
+                            "memory_free_mib in a gpus list" % (position, gpu.get("name") or "unnamed"))
+        if gpu.get("mig_devices"):
+            raise PlanError("gpus[%d] (%s) is in MIG mode: plan for one MIG device by passing a gpus list with its "
+                            "memory" % (position, gpu.get("name")))
+        index = gpu.get("index", position)
+        result.append(Gpu(gpu.get("name") or "GPU %d" % position, index, gpu.get("uuid"), total,
+                          free + (held or 0), held or 0))
+    if gpu_indices is not None:
+        known = [g.index for g in result]
+        wrong = [i for i in gpu_indices if i not in known]
+        if wrong:
+            raise PlanError("gpu_indices %s are not among the GPUs (%s)" % (
+                ", ".join(str(i) for i in wrong), ", ".join(str(i) for i in known) or "none"))
+        result = [g for g in result if g.index in set(gpu_indices)]
+    return result
+
+
+@dataclass(frozen=True)
+class Host:
+    """What the host offers: ``available_mib`` (MemAvailable, plus what the running server holds, capped by a
+    cgroup limit), ``total_mib`` and how it was found."""
+
+    available_mib: float
+    total_mib: float | None
+    held_mib: float
+    limited_by: str
+
+
+def normalize_host(host):
+    """A ``host_info`` result or ``{memory_available_mib, memory_total_mib}`` -> ``Host``; ``None`` -> ``None``."""
+    if host is None:
+        return None
+    if not isinstance(host, dict):
+        raise PlanError("host must be the registered result of host_info or a dict with memory_available_mib, "
+                        "got %r" % (host,))
+    available = _number(host.get("memory_available_mib"), "host.memory_available_mib")
+    if available is None:
+        raise PlanError("host has no memory_available_mib: pass the registered result of host_info")
+    total = _number(host.get("memory_total_mib"), "host.memory_total_mib")
+    held = _number(host.get("memory_held_by_pid_mib"), "host.memory_held_by_pid_mib") or 0
+    available += held
+    limited_by = "MemAvailable"
+    cgroup = host.get("cgroup")
+    if isinstance(cgroup, dict) and cgroup.get("limit_mib") is not None:
+        limit = _number(cgroup.get("limit_mib"), "host.cgroup.limit_mib")
+        usage = _number(cgroup.get("usage_mib"), "host.cgroup.usage_mib") or 0
+        if limit - usage + held < available:
+            available, limited_by = limit - usage + held, "the cgroup limit of %.0f MiB" % limit
+    return Host(round(available, 2), total, held, limited_by)
