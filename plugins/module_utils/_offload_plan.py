@@ -411,6 +411,7 @@ def _n_cpu_moe(facts, blocks):
     n = max(blocks) + 1
     return n if [b for b in facts.expert_blocks if b < n] == list(blocks) else None
 
+
 def _memory_report(gpus, result):
     report = []
     for gpu, entry in zip(gpus, result["gpus"]):

@@ -1,4 +1,6 @@
-"""The offload decision on real (generated) GGUF files: which blocks, which GPU(s), the proof, the failures."""
+"""The offload decision (``_offload_plan.plan``) on generated GGUF files and a small MoE model of exact sizes: a
+plan fits when nothing is left over, auto moves just enough of the lowest blocks, the modes, the placements (one GPU,
+a split, experts per GPU, a CPU host), host memory, a user's pattern, the headroom, reports, refused options."""
 from __future__ import annotations
 
 import math
@@ -9,10 +11,16 @@ import pytest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _common as common
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _kv_cache as kvc
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_estimate as mest
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _offload_plan as op
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _plan_inputs as pin
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import check_pattern
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from tools import gguf_models
+from tests.helpers.plans import (
+    SIZING, card, gemma_summary, gpu, host_expert_mib, moe_model, moved, moved_by, need, need_mib, numbered_card,
+    plan_gpu, sizer)
 
 
 @pytest.fixture(scope="module")
@@ -25,18 +33,15 @@ def demo(tmp_path_factory):
     return load_facts(gguf_models.write_demo_model(str(tmp_path_factory.mktemp("demo") / "demo.gguf")))
 
 
-def card(free, name="GPU", total=None):
-    return {"name": name, "memory_total_mib": total or free, "memory_free_mib": free}
+@pytest.fixture(scope="module")
+def moe():
+    return moe_model()
 
 
-def need_mib(facts, blocks, **kw):
-    cpu = [n for b in blocks for n in facts.expert_tensors_by_block[b]]
-    result = mest.estimate(facts, Options(**kw), cpu_tensors=cpu)
-    return max(g["total"] for g in result["gpus"]) / float(common.MIB)
-
-
-def moved(result, names):
-    return set(n for n in names if re.search(result["pattern"], n))
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dense") / "dense.gguf"
+    return load_facts(gguf_models.write_dense_llama(str(path), n_blocks=4, n_embd=256, n_ff=1024))
 
 
 @pytest.mark.parametrize("free, ctx, parallel", [(24148, 32768, 2), (15746, 65536, 1), (11804, 32768, 4),
@@ -72,18 +77,6 @@ def test_nano_all_experts_gpu_weights(nano):
     assert result["pattern"] == r"\.ffn_.*_exps\.weight" or moved(result, nano.tensor_names) == set(
         n for names in nano.expert_tensors_by_block.values() for n in names)
     assert 1369 <= result["memory"]["gpus"][0]["model_mib"] < 1371
-
-
-def test_does_not_fit_says_how_much_is_missing(nano):
-    with pytest.raises(PlanError) as info:
-        plan(nano, [card(4096)], None, Options(262144, 4))
-    message = str(info.value)
-    missing = re.search(r"(\d+) MiB are missing", message)
-    assert missing and int(missing.group(1)) > 0
-    assert "ctx_size" in message and "cache_type_k" in message and "--no-op-offload" in message
-    assert info.value.details["fits"] is False
-    assert info.value.details["memory"]["gpus"][0]["free_after_mib"] == -int(missing.group(1)) or \
-        math.isclose(-info.value.details["memory"]["gpus"][0]["free_after_mib"], int(missing.group(1)), abs_tol=1)
 
 
 def test_headroom(nano):
@@ -147,9 +140,7 @@ def test_dual_gpu_split_or_single(nano):
     (dict(ctx_size=0), "ctx_size must be"),
     (dict(parallel=0), "parallel must be"),
     (dict(cache_type_k="q6_k"), "unknown cache_type_k"),
-    (dict(mode="some"), "unknown mode"),
     (dict(split=[1]), "one share"),
-    (dict(margin_mib=-1), "margin_mib"),
 ])
 def test_bad_input_is_a_clear_plan_error(nano, kwargs, words):
     args = dict(gpus=[card(24148)], ctx_size=4096)
@@ -166,16 +157,443 @@ def test_beyond_training_context_warns(demo):
     assert any("training context" in w for w in result["warnings"])
 
 
-def test_load_facts_errors(tmp_path):
-    with pytest.raises(PlanError):
-        load_facts(str(tmp_path / "missing.gguf"))
-    with pytest.raises(PlanError, match="without files"):
-        load_facts({"changed": False})
-    for wrong in (42, ""):
-        with pytest.raises(PlanError) as info:
-            load_facts(wrong)
-        assert str(info.value) == "gguf must be a path or the result of gguf_info, got %r" % (wrong,)
-    bad = tmp_path / "bad.gguf"
-    bad.write_bytes(b"GGUF\x03\x00\x00\x00")
-    with pytest.raises(PlanError):
-        load_facts(str(bad))
+def test_a_gpu_with_exactly_what_the_plan_needs_fits_without_offload(moe):
+    """free_after = free - need: 0 fits (nothing is short), one byte less does not."""
+    everything = need(moe, [])
+    result = op.plan(moe, [numbered_card(everything / common.MIB)], None, Options(4096, **SIZING))
+    assert result["fits"] is True and result["offload"] is False and result["cpu_expert_layers"] == []
+    assert result["memory"]["gpus"][0]["free_after_mib"] == 0.0 and result["n_cpu_moe"] == 0
+    assert result["pattern"] == "" and result["override_tensor"] == ""
+    assert result["pattern_check"] == {"ok": True, "matched": 0, "tensors": [], "missed": [], "non_expert": [],
+                                       "verdict": "no tensor moves"}
+    short = op.plan(moe, [numbered_card((everything - 1) / common.MIB)], None, Options(4096, **SIZING))
+    assert short["offload"] is True and short["cpu_expert_layers"] == [1] and short["n_cpu_moe"] == 2
+
+
+def test_auto_moves_just_enough_lowest_blocks(moe):
+    """auto: the fewest MoE blocks, lowest index first (what --n-cpu-moe N moves), that make the GPU fit."""
+    one, two = need(moe, [1]), need(moe, [1, 2])
+    assert need(moe, []) > one > two > need(moe, [1, 2, 3])
+    assert op.plan(moe, [numbered_card(one / common.MIB)], None, Options(4096, **SIZING))["cpu_expert_layers"] == [1]
+    exact = op.plan(moe, [numbered_card(two / common.MIB)], None, Options(4096, **SIZING))
+    assert exact["cpu_expert_layers"] == [1, 2] and exact["n_cpu_moe"] == 3
+    assert exact["memory"]["gpus"][0]["free_after_mib"] == 0.0
+    assert op.plan(moe, [numbered_card((two - 1) / common.MIB)], None, Options(4096, **SIZING))["cpu_expert_layers"] == [1, 2, 3]
+
+
+def test_auto_refuses_when_even_every_expert_on_the_host_does_not_fit(moe):
+    lightest = need(moe, [1, 2, 3])
+    assert op.plan(moe, [numbered_card(lightest / common.MIB)], None, Options(4096, **SIZING))["cpu_expert_layers"] == [1, 2, 3]
+    with pytest.raises(pin.PlanError) as info:
+        op.plan(moe, [numbered_card((lightest - common.MIB) / common.MIB)], None, Options(4096, **SIZING))
+    assert info.value.details["fits"] is False and info.value.details["cpu_expert_layers"] == [1, 2, 3]
+    assert info.value.details["memory"]["gpus"][0]["free_after_mib"] == -1.0
+    assert "and 1 MiB are missing on GPU0." in str(info.value)
+
+
+def test_fits_is_free_after_at_least_zero_on_every_gpu_and_the_host():
+    fits = op._Sizer.gpu_fits  # pylint: disable=protected-access
+    assert fits({"gpus": [{"free_after": 0}, {"free_after": 5}]}) is True
+    assert fits({"gpus": [{"free_after": 5}, {"free_after": -1}]}) is False
+    assert fits({"gpus": []}) is True
+    host_fits = op._Sizer.host_fits  # pylint: disable=protected-access
+    assert [host_fits({"host": {"free_after": v}}) for v in (None, 0, 1, -1)] == [True, True, True, False]
+
+
+def test_the_host_fits_with_exactly_what_it_needs(moe):
+    probe = sizer(moe, 100000).estimate([1, 2, 3])
+    host_total = probe["host"]["total"]
+    exact = sizer(moe, 100000, host_total / common.MIB)
+    result = exact.estimate([1, 2, 3])
+    assert result["host"]["free_after"] == 0 and result["host"]["available_mib"] == host_total / common.MIB
+    assert exact.fits(result) is True
+    short = sizer(moe, 100000, (host_total - 1) / common.MIB)
+    result = short.estimate([1, 2, 3])
+    assert result["host"]["free_after"] == -1 and short.fits(result) is False
+    unchecked = sizer(moe, 100000).estimate([])
+    assert unchecked["host"]["free_after"] is None and unchecked["host"]["free_after_mib"] is None
+
+
+def test_the_gpu_free_after_is_free_memory_minus_the_total(moe):
+    gpu_total = need(moe, [2])
+    result = sizer(moe, gpu_total / common.MIB + 3).estimate([2])
+    assert result["gpus"][0]["free_after"] == 3 * common.MIB and result["gpus"][0]["free_after_mib"] == 3.0
+
+
+def test_mode_none_keeps_every_expert_on_the_gpu_even_when_it_does_not_fit(moe):
+    everything = need(moe, [])
+    assert op.plan(moe, [numbered_card(everything / common.MIB)], None, Options(4096, mode="none", **SIZING))["cpu_expert_layers"] == []
+    with pytest.raises(pin.PlanError) as info:
+        op.plan(moe, [numbered_card((everything - common.MIB) / common.MIB)], None, Options(4096, mode="none", **SIZING))
+    assert info.value.details["cpu_expert_layers"] == [] and info.value.details["fits"] is False
+    details = info.value.details
+    free = details["memory"]["gpus"][0]["free_mib"]
+    total = details["memory"]["gpus"][0]["total_mib"]
+    at_most = details["headroom"]["all_experts_on_cpu"]["max_ctx_size"]
+    assert str(info.value) == (
+        "Does not fit on GPU0 (%d MiB free): with everything on the GPU the plan needs %.0f MiB and 1 MiB are missing "
+        "on GPU0. Lower mode (auto or all moves more experts), ctx_size (at most %d fits with all experts on CPU), "
+        "parallel, cache_type_k/cache_type_v (q8_0 halves the KV cache), margin_mib, ubatch, or use a larger GPU."
+        % (free, total, at_most))
+
+
+def test_mode_all_moves_every_moe_block(moe):
+    result = op.plan(moe, [numbered_card(100000)], None, Options(4096, mode="all", **SIZING))
+    assert result["cpu_expert_layers"] == [1, 2, 3] and result["n_cpu_moe"] == 4 and result["offload"] is True
+
+
+@pytest.mark.parametrize("layers, blocks, n_cpu_moe", [
+    ([3, 1, 3], [1, 3], None), ([2, 2], [2], None), ([1, 2], [1, 2], 3), ([], [], 0), (0, [], 0), (2, [1, 2], 3),
+    (3, [1, 2, 3], 4)])
+def test_mode_layers_sorts_and_deduplicates_a_list_or_takes_the_first_blocks_of_a_count(
+        moe, layers, blocks, n_cpu_moe):
+    result = op.plan(moe, [numbered_card(100000)], None, Options(4096, mode="layers", cpu_expert_layers=layers, **SIZING))
+    assert result["cpu_expert_layers"] == blocks and result["n_cpu_moe"] == n_cpu_moe
+    assert result["offload"] is bool(blocks)
+
+
+def test_a_cpu_host_in_auto_mode_keeps_every_expert_in_host_memory(moe):
+    result = op.plan(moe, [], None, Options(4096, **SIZING))
+    assert result["placement"] == "cpu" and result["cpu_expert_layers"] == [1, 2, 3] and result["n_cpu_moe"] == 4
+
+
+@pytest.mark.parametrize("blocks, n", [([], 0), ([1], 2), ([1, 2], 3), ([1, 2, 3], 4), ([2], None), ([1, 3], None),
+                                       ([2, 3], None)])
+def test_n_cpu_moe_is_given_only_when_it_moves_exactly_the_blocks(moe, blocks, n):
+    """--n-cpu-moe N moves the experts of block indices 0..N-1 (block 0 here has none)."""
+    assert op._n_cpu_moe(moe, blocks) == n  # pylint: disable=protected-access
+
+
+def test_headroom_is_the_largest_multiple_of_256_and_slot_count_that_fit(moe):
+    free = need(moe, [], ctx=3072) + 1000
+    result = op.plan(moe, [numbered_card(free / common.MIB)], None, Options(1024, **SIZING))
+    here = result["headroom"]["this_plan"]
+    assert here["ctx_size_capped_at"] == 4096 and here["max_ctx_size"] == 3072
+    assert need(moe, [], ctx=3328) > free
+    slots = here["max_parallel"]
+    assert need(moe, [], ctx=1024, parallel=slots) <= free < need(moe, [], ctx=1024, parallel=slots + 1)
+
+
+def test_headroom_reaches_the_training_context_or_the_asked_one(moe):
+    result = op.plan(moe, [numbered_card(100000)], None, Options(8192, **SIZING))
+    assert result["headroom"]["this_plan"] == {"max_ctx_size": 8192, "max_parallel": 256, "ctx_size_capped_at": 8192}
+    assert result["warnings"] == ["ctx_size 8192 is beyond the model's training context of 4096 tokens"]
+    at = op.plan(moe, [numbered_card(100000)], None, Options(4096, **SIZING))
+    assert at["warnings"] == [] and at["headroom"]["this_plan"]["ctx_size_capped_at"] == 4096
+
+
+def test_the_kv_report_of_a_plain_cache(moe):
+    result = op.plan(moe, [numbered_card(100000)], None, Options(1000, 3, **SIZING))
+    assert result["kv_cache"] == {"layout": "kv", "cells": 512, "streams": 3, "full_blocks": [0, 1, 2, 3],
+                                  "swa_blocks": [], "swa_cells": 0, "window": 0, "window_kind": "",
+                                  "reused_blocks": [], "recurrent_blocks": []}
+    assert result["n_ctx"] == 1536
+    assert result["memory"]["gpus"][0]["kv_mib"] == common.mib(4 * 2 * 32 * 2 * 1536)
+
+
+def test_the_memory_report_names_every_figure(moe):
+    result = op.plan(moe, [numbered_card(100000)], {"memory_available_mib": 50000}, Options(4096, **SIZING))
+    (plan_gpu,) = result["memory"]["gpus"]
+    assert sorted(plan_gpu) == ["compute_mib", "free_after_mib", "free_mib", "held_by_pid_mib", "index", "kv_mib",
+                                "margin_mib", "model_mib", "name", "recurrent_mib", "total_mib"]
+    assert plan_gpu["free_after_mib"] == round(100000 - plan_gpu["total_mib"], 2)
+    host = result["memory"]["host"]
+    assert sorted(host) == ["available_mib", "compute_mib", "free_after_mib", "kv_mib", "margin_mib", "mmap",
+                            "model_mib", "output_mib", "pinned", "recurrent_mib", "total_mib"]
+    assert host["available_mib"] == 50000 and host["margin_mib"] == 1024.0
+
+
+def test_a_placement_that_fits_wins_over_one_that_does_not_whatever_it_moves(moe):
+    """mode none moves nothing anywhere, so every placement keeps the same expert bytes on the host (none): the
+    8 MiB card alone is 0.04 MiB short, the two cards split fit, and the split is the plan."""
+    assert 8 * common.MIB < need(moe, []) < 8.1 * common.MIB
+    result = op.plan(moe, [numbered_card(8, 0, "GPU0"), numbered_card(7, 1, "GPU1")], None, Options(4096, mode="none", **SIZING))
+    assert result["fits"] is True and result["placement"] == "split" and result["cpu_expert_layers"] == []
+    assert result["reason"].startswith("Everything fits on GPU0 (8 MiB free) + GPU1 (7 MiB free), split 0.533,0.467:")
+
+
+def test_the_largest_context_may_equal_the_slots(moe):
+    """Each slot needs at least one cell: at 256 slots the smallest context is 256, and it counts when it fits."""
+    result = op.plan(moe, [numbered_card(need(moe, [], ctx=256, parallel=256) / common.MIB)], None, Options(256, 256, mode="none", **SIZING))
+    assert need(moe, [], ctx=512, parallel=256) > need(moe, [], ctx=256, parallel=256)
+    assert result["headroom"]["this_plan"]["max_ctx_size"] == 256
+
+
+def test_the_v_cache_type_reaches_the_plan(moe):
+    plain = op.plan(moe, [numbered_card(100)], None, Options(4096, **SIZING))["memory"]["gpus"][0]["kv_mib"]
+    assert op.plan(moe, [numbered_card(100)], None, Options(4096, cache_type_v="f32", **SIZING))["memory"]["gpus"][0]["kv_mib"] == \
+        plain * 1.5  # K stays f16 (2 bytes), V doubles to f32: 2 + 4 instead of 2 + 2 bytes an element
+
+
+def test_a_unified_cache_reaches_the_plan(moe):
+    """-kvu: one stream of 4096 cells instead of two of 2048; the plan sizes what the estimate gives for it."""
+    unified = op.plan(moe, [numbered_card(100)], None, Options(4096, 2, kv_unified=True, **SIZING))["memory"]["gpus"][0]
+    assert unified["total_mib"] == common.mib(need(moe, [], parallel=2, kv_unified=True))
+    assert unified["total_mib"] != common.mib(need(moe, [], parallel=2))
+
+
+def test_an_unusable_pattern_is_refused_with_its_check_and_the_warnings(moe):
+    with pytest.raises(pin.PlanError) as info:
+        op.plan(moe, [numbered_card(100)], None, Options(4096, pattern="", **SIZING))
+    assert str(info.value) == "pattern '' cannot be used: %s" % info.value.details["pattern_check"]["verdict"]
+    assert set(info.value.details) == {"pattern_check", "warnings"}
+    assert info.value.details["pattern_check"]["ok"] is False and info.value.details["warnings"] == []
+
+
+def test_a_built_pattern_that_the_proof_rejects_is_an_error(moe, monkeypatch):
+    """The guard behind every generated pattern: one that moves more than the blocks' experts is never used."""
+    monkeypatch.setattr(op, "block_expert_pattern", lambda names, experts, blocks: r"blk\.1\.")
+    with pytest.raises(pin.PlanError) as info:
+        op.plan(moe, [numbered_card(100)], None, Options(4096, mode="layers", cpu_expert_layers=[1], **SIZING))
+    assert str(info.value).startswith(r"the pattern blk\.1\. does not match exactly the experts of blocks 1: ")
+
+
+@pytest.mark.parametrize("backend, names", [("cuda", ["CUDA0", "CUDA1"]), ("vulkan", ["Vulkan0", "Vulkan1"]),
+                                            ("rpc", ["RPC0", "RPC1"]), ("cpu", ["CPU0", "CPU1"]),
+                                            ("metal", ["METAL0", "METAL1"])])
+def test_device_names_number_the_gpus_of_the_plan(backend, names):
+    gpus = [pin.Gpu("a", 3, None, None, 1), pin.Gpu("b", 5, None, None, 1)]
+    assert op._device_names(gpus, backend, None) == names  # pylint: disable=protected-access
+    assert op._device_names(gpus, backend, ["X", "Y"]) == ["X", "Y"]  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("names", [["CUDA0"], ["CUDA0", ""], ["CUDA0", "A,B"], ["CUDA0", 1]])
+def test_device_names_must_be_one_plain_name_per_gpu(names):
+    gpus = [pin.Gpu("a", 0, None, None, 1), pin.Gpu("b", 1, None, None, 1)]
+    with pytest.raises(pin.PlanError) as info:
+        op._device_names(gpus, "cuda", names)  # pylint: disable=protected-access
+    assert str(info.value) == "device_names must give one name (without ',') per GPU of the plan (2), got %r" % (
+        names,)
+
+
+def test_placements_in_the_order_they_are_preferred():
+    placements = op._placements  # pylint: disable=protected-access
+    a, b = plan_gpu(1000, 0), plan_gpu(3000, 1)
+    assert placements([], None, None) == [("cpu", [], None)]
+    assert placements([a], None, None) == [("single", [a], None)]
+    assert placements([a, b], None, None) == [("single", [b], None), ("split", [a, b], [1000, 3000])]
+    assert placements([a, b], None, "none") == [("single", [b], None)]
+    assert placements([a, b], None, "auto") == [("split", [a, b], [1000, 3000])]
+    assert placements([a, b], None, [1, 0]) == [("split", [a, b], [1, 0])]
+    assert placements([a, b], 0, None) == [("single", [a], None)]
+    assert placements([a, b], 0, "none") == [("single", [a], None)]
+
+
+@pytest.mark.parametrize("gpus, index, split, message", [
+    ([], 0, None, "gpu_index 0 is not among the GPUs (none: a CPU host)"),
+    ([plan_gpu(1, 0), plan_gpu(1, 2)], 1, None, "gpu_index 1 is not among the GPUs (0, 2)"),
+    ([plan_gpu(1, 0), plan_gpu(1, 1)], 0, "auto", "give either gpu_index (serve from one GPU) or split (spread over all), not "
+     "both"),
+    ([plan_gpu(1, 0), plan_gpu(1, 1)], None, [1], "split must give one share >= 0 per GPU (2 GPUs), got [1]"),
+    ([plan_gpu(1, 0), plan_gpu(1, 1)], None, [1, -1], "split must give one share >= 0 per GPU (2 GPUs), got [1, -1]"),
+    ([plan_gpu(1, 0), plan_gpu(1, 1)], None, [0, 0], "split must give one share >= 0 per GPU (2 GPUs), got [0, 0]"),
+    ([plan_gpu(1, 0), plan_gpu(1, 1)], None, [True, 1], "split must give one share >= 0 per GPU (2 GPUs), got [True, 1]"),
+    ([plan_gpu(1, 0), plan_gpu(1, 1)], None, "even", "split must be auto, none or a list of shares, got 'even'"),
+])
+def test_placement_errors(gpus, index, split, message):
+    with pytest.raises(pin.PlanError) as info:
+        op._placements(gpus, index, split)  # pylint: disable=protected-access
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(cache_type_v="q6_k"), "unknown cache_type_v 'q6_k': llama-server knows bf16, f16, f32, iq4_nl, q4_0, q4_1, "
+                                "q5_0, q5_1, q8_0"),
+    (dict(ubatch=0), "ubatch must be a whole number >= 1, got 0"),
+    (dict(margin_mib=-1), "margin_mib must be >= 0, got -1"),
+    (dict(margin_mib=None), "margin_mib must be >= 0, got None"),
+    (dict(host_margin_mib=True), "host_margin_mib must be >= 0, got True"),
+    (dict(mode="some"), "unknown mode 'some' (one of auto, all, none, layers)"),
+    (dict(pattern="exps", mode="all"), "give either pattern (it decides what moves to host memory) or mode all, "
+                                       "not both"),
+    (dict(pattern="exps", mode="layers", cpu_expert_layers=1),
+     "give either pattern (it decides what moves to host memory) or mode layers with cpu_expert_layers, not both"),
+    (dict(mode="layers"), "mode layers needs cpu_expert_layers: a count of MoE blocks or a list of block indices"),
+    (dict(mode="layers", cpu_expert_layers=[0, 2, 9]),
+     "cpu_expert_layers names block(s) 0, 9 that hold no routed experts (MoE blocks: 1, 2, 3)"),
+    (dict(mode="layers", cpu_expert_layers=4),
+     "cpu_expert_layers must be a count from 0 to 3 (the MoE blocks) or a list of block indices, got 4"),
+    (dict(mode="layers", cpu_expert_layers=-1),
+     "cpu_expert_layers must be a count from 0 to 3 (the MoE blocks) or a list of block indices, got -1"),
+    (dict(mode="layers", cpu_expert_layers=True),
+     "cpu_expert_layers must be a count from 0 to 3 (the MoE blocks) or a list of block indices, got True"),
+    (dict(mode="auto", cpu_expert_layers=1), "cpu_expert_layers only goes with mode layers"),
+])
+def test_bad_options_are_refused_with_what_to_change(moe, kwargs, message):
+    with pytest.raises(pin.PlanError) as info:
+        op.plan(moe, [numbered_card(100000)], None, Options(4096, **kwargs))
+    assert str(info.value) == message
+
+
+def test_a_dense_model_has_no_experts_to_move():
+    dense = moe_model("DD")
+    for mode, layers in (("all", None), ("layers", 0)):
+        with pytest.raises(pin.PlanError) as info:
+            op.plan(dense, [numbered_card(100000)], None, Options(4096, mode=mode, cpu_expert_layers=layers))
+        assert str(info.value) == "the model has no routed experts: there is nothing to move (use mode none or auto)"
+    assert op.plan(dense, [numbered_card(100000)], None, Options(4096, **SIZING))["cpu_expert_layers"] == []
+
+
+def test_experts_per_gpu_fill_a_card_the_split_leaves_room_on(nano):
+    """A5500 beside a 5 GB card at 32K: the split alone keeps experts on the host; placed per GPU, none."""
+    gpus = [gpu(24148, 0, "NVIDIA RTX A5500"), gpu(5000, 1, "small card")]
+    result = plan(nano, gpus, None, Options(32768, 2))
+    others = [plan(nano, gpus, None, Options(32768, 2, experts_per_gpu=False)), plan(nano, gpus, None, Options(32768, 2, gpu_index=0)),
+              plan(nano, gpus, None, Options(32768, 2, split="auto", experts_per_gpu=False))]
+    assert result["fits"] and result["placement"] == "split"
+    assert host_expert_mib(nano, result) < min(host_expert_mib(nano, r) for r in others)
+    assert result["cpu_expert_layers"] == [] and result["pattern"] == ""
+    assert result["devices"] == [{"device": "CUDA0", "index": 0, "uuid": "GPU-0", "name": "NVIDIA RTX A5500"},
+                                 {"device": "CUDA1", "index": 1, "uuid": "GPU-1", "name": "small card"}]
+    (override,) = result["device_overrides"]
+    assert override["device"] == "CUDA0" and override["gpu_index"] == 0 and override["blocks"]
+    # every pattern is proved: it moves exactly the experts of its blocks, and llama.cpp can split the value
+    assert moved_by(override["pattern"], nano.tensor_names) == set(override["tensors"]) == set(
+        n for b in override["blocks"] for n in nano.expert_tensors_by_block[b])
+    assert "," not in override["pattern"] and "=" not in override["pattern"]
+    assert result["tensor_overrides"] == override["pattern"] + "=CUDA0"
+    item, device = result["tensor_overrides"].split(",", maxsplit=1)[0].split("=", 1)
+    assert (item, device) == (override["pattern"], "CUDA0")
+    # the blocks whose experts moved have their layers on the other card
+    split = [float(s) for s in result["tensor_split"].split(",")]
+    devices = mest.layer_devices(nano.block_count, split, 2)[0]
+    assert all(devices[b] == 1 for b in override["blocks"])
+    assert result["reason"].startswith(
+        "No routed expert goes to host memory; the experts of blocks %s go to CUDA0 (GPU 0) with -ot %s=CUDA0: "
+        "everything on the GPU would need " % (", ".join(str(b) for b in override["blocks"]), override["pattern"]))
+    assert all(g["free_after_mib"] >= 0 for g in result["memory"]["gpus"])
+
+
+def test_experts_per_gpu_and_the_host_together(nano):
+    gpus = [gpu(16000, 0), gpu(8000, 1)]
+    result = plan(nano, gpus, None, Options(32768, 2))
+    plain = plan(nano, gpus, None, Options(32768, 2, experts_per_gpu=False))
+    assert result["fits"] and host_expert_mib(nano, result) <= host_expert_mib(nano, plain)
+    cpu = set(n for b in result["cpu_expert_layers"] for n in nano.expert_tensors_by_block[b])
+    assert moved_by(result["pattern"], nano.tensor_names) == cpu
+    on_gpus = set(n for o in result["device_overrides"] for n in o["tensors"])
+    assert not cpu & on_gpus
+
+
+def test_device_names_follow_the_backend(nano):
+    gpus = [gpu(24148, 3), gpu(5000, 5)]
+    result = plan(nano, gpus, None, Options(32768, 2, backend="rpc", device_names=["RPC0[127.0.0.1:5001]", "RPC0[127.0.0.1:5002]"]))
+    assert [d["device"] for d in result["devices"]] == ["RPC0[127.0.0.1:5001]", "RPC0[127.0.0.1:5002]"]
+    assert all(o["device"].startswith("RPC0[") for o in result["device_overrides"])
+    vulkan = plan(nano, gpus, None, Options(32768, 2, backend="vulkan"))
+    assert [d["device"] for d in vulkan["devices"]][:1] == ["Vulkan0"]
+    with pytest.raises(PlanError, match="device_names"):
+        plan(nano, gpus, None, Options(32768, 2, device_names=["CUDA0"]))
+
+
+def test_gpu_indices_and_the_memory_the_running_server_holds(nano):
+    gpus = {"gpus": [dict(gpu(3000, 0), memory_held_by_pid_mib=21148), gpu(5000, 1)], "topology": "dual"}
+    result = plan(nano, gpus, None, Options(32768, 2, gpu_indices=[0]))
+    assert result["gpu_indices"] == [0] and result["memory"]["gpus"][0]["free_mib"] == 24148
+    assert result["memory"]["gpus"][0]["held_by_pid_mib"] == 21148
+    with pytest.raises(PlanError, match="gpu_indices 7"):
+        plan(nano, gpus, None, Options(32768, 2, gpu_indices=[7]))
+
+
+def test_a_cpu_host_plans_host_memory_only(nano):
+    host = {"memory_available_mib": 60000, "memory_total_mib": 64000}
+    result = plan(nano, [], host, Options(32768, 2))
+    assert result["placement"] == "cpu" and result["devices"] == [] and result["memory"]["gpus"] == []
+    assert result["cpu_expert_layers"] == nano.expert_blocks
+    assert moved_by(result["pattern"], nano.tensor_names) == set(nano.expert_names)
+    memory = result["memory"]["host"]
+    weights = sum(t.nbytes for t in nano.tensors) / float(common.MIB)
+    assert abs(memory["model_mib"] - weights) < 0.01 and memory["kv_mib"] == 192.0 and memory["recurrent_mib"] == 95.23
+    assert memory["free_after_mib"] == round(60000 - memory["total_mib"], 2)
+    assert result["reason"].startswith("No GPU: llama-server computes on the CPU")
+    assert plan(nano, {"gpus": [], "topology": "cpu"}, None, Options(32768, 2, mode="none"))["pattern"] == ""
+    with pytest.raises(PlanError) as info:
+        plan(nano, [], {"memory_available_mib": 16000}, Options(32768, 2))
+    host = info.value.details["memory"]["host"]
+    assert str(info.value) == (
+        "The host cannot hold its part: %.0f MiB of weights, %.0f MiB of KV cache and recurrent state, %.0f MiB of "
+        "compute and output buffers and the 1024 MiB host margin need %.0f MiB, but 16000 MiB are available "
+        "(MemAvailable), so %d MiB are missing. Free host memory, or lower ctx_size or parallel." % (
+            host["model_mib"], host["kv_mib"] + host["recurrent_mib"], host["compute_mib"] + host["output_mib"],
+            host["total_mib"], round(memory["total_mib"] - 16000)))
+
+
+def test_the_host_must_hold_the_experts_it_gets(nano):
+    """A5500 at 32K with all experts on CPU: about 21.8 GiB in host memory, pinned with --no-mmap."""
+    gpus = [gpu(24148, 0)]
+    result = plan(nano, gpus, {"memory_available_mib": 40000}, Options(32768, 2, mode="all", mmap=False))
+    host = result["memory"]["host"]
+    assert host["pinned"] is True and host["mmap"] is False
+    assert 21700 < host["model_mib"] - 231 < 21850  # the routed experts plus token_embd (231 MiB)
+    assert "pinned (--no-mmap)" in result["reason"]
+    with pytest.raises(PlanError) as info:
+        plan(nano, gpus, {"memory_available_mib": 20000}, Options(32768, 2, mode="all"))
+    message = str(info.value)
+    missing = re.search(r"so (\d+) MiB are missing", message)
+    assert missing and int(missing.group(1)) == round(info.value.details["memory"]["host"]["total_mib"] - 20000)
+    host = info.value.details["memory"]["host"]
+    assert host["kv_mib"] + host["recurrent_mib"] == 0  # the GPU keeps the caches: no such part in the message
+    assert message == (
+        "The host cannot hold its part: %.0f MiB of weights, %.0f MiB of compute and output buffers and the 1024 MiB "
+        "host margin need %.0f MiB, but 20000 MiB are available (MemAvailable), so %s MiB are missing. Free host "
+        "memory, or keep more of the model on the GPUs (mode auto, a larger GPU, a smaller ctx_size)." % (
+            host["model_mib"], host["compute_mib"] + host["output_mib"], host["total_mib"], missing.group(1)))
+    assert info.value.details["fits"] is False
+    # a cgroup limit below MemAvailable is what counts; the running server's memory comes back
+    limited = {"memory_available_mib": 60000, "cgroup": {"limit_mib": 20000, "usage_mib": 1000}}
+    with pytest.raises(PlanError, match="the cgroup limit of 20000 MiB"):
+        plan(nano, gpus, limited, Options(32768, 2, mode="all"))
+    back = plan(nano, gpus, {"memory_available_mib": 2000, "memory_held_by_pid_mib": 22000}, Options(32768, 2, mode="all"))
+    assert back["memory"]["host"]["available_mib"] == 24000
+
+
+def test_without_host_the_host_is_not_checked(nano):
+    result = plan(nano, [gpu(24148, 0)], None, Options(32768, 2))
+    assert result["memory"]["host"]["available_mib"] is None and result["memory"]["host"]["free_after_mib"] is None
+    assert "Host memory was not checked" in result["reason"]
+
+
+def test_a_users_pattern_is_checked_and_sized(nano):
+    pattern = r"blk\.(1|3)\.ffn_.*_exps\.weight"
+    result = plan(nano, [gpu(24148, 0)], None, Options(32768, 2, pattern=pattern))
+    assert result["pattern"] == pattern and result["override_tensor"] == pattern + "=CPU"
+    assert result["cpu_expert_layers"] == [1, 3] and result["n_cpu_moe"] is None
+    same = check_pattern(pattern, nano.tensor_names, nano.expert_names, nano.tensor_class)
+    assert result["pattern_check"]["verdict"] == same["verdict"] and result["pattern_check"]["ok"] is False
+    assert result["pattern_check"]["tensors"] == same["matched"] and result["pattern_check"]["matched"] == 4
+    sized = mest.estimate(nano, Options(32768, 2), cpu_tensors=same["matched"])["gpus"][0]["total_mib"]
+    assert result["memory"]["gpus"][0]["total_mib"] == sized
+    greedy = plan(nano, [gpu(24148, 0)], None, Options(32768, 2, pattern=r"exps|shexp"))
+    assert greedy["pattern_check"]["non_expert"] and greedy["memory"]["gpus"][0]["model_mib"] < 1370
+    with pytest.raises(PlanError, match="cannot be used: unusable: it contains ','"):
+        plan(nano, [gpu(24148, 0)], None, Options(32768, 2, pattern=r"blk\.[0-9]{1,2}\.ffn"))
+    with pytest.raises(PlanError, match="either pattern"):
+        plan(nano, [gpu(24148, 0)], None, Options(32768, 2, pattern=pattern, mode="all"))
+
+
+def test_sliding_window_model_fits_where_the_old_planner_refused():
+    """The measured need of Gemma 3 270M at 32768/1 (111 MiB of KV) fits 1800 MiB with the margin."""
+    facts = load_facts(gemma_summary())
+    result = plan(facts, [gpu(1800, 0)], None, Options(32768, 1))
+    assert result["fits"] and result["memory"]["gpus"][0]["kv_mib"] == 111.0
+    assert result["kv_cache"] == {"layout": "iswa", "cells": 32768, "streams": 1, "full_blocks": [5, 11, 17],
+                                  "swa_blocks": [b for b in range(18) if b not in (5, 11, 17)], "swa_cells": 1024,
+                                  "window": 512, "window_kind": "standard", "reused_blocks": [],
+                                  "recurrent_blocks": []}
+    assert "(15 of its 18 blocks keep a sliding window: 1024 cells per slot)" in result["reason"]
+    assert "expert" not in result["reason"]
+    # --swa-full: every block keeps the whole context, 18 x 32768 cells x (256 + 256) x 2 bytes = 576 MiB
+    full = plan(facts, [gpu(4000, 0)], None, Options(32768, 1, swa_full=True))
+    assert full["memory"]["gpus"][0]["kv_mib"] == 576.0
+
+
+def test_warnings_reach_the_user_on_failure_too():
+    facts = load_facts(dict(gemma_summary(), architecture="mygemma", metadata=dict(
+        (k.replace("gemma3", "mygemma"), v) for k, v in gemma_summary()["metadata"].items()),
+        tensors=gemma_summary()["tensors"]))
+    warning = [w for w in facts.warnings if "not known here" in w]
+    assert warning
+    assert warning[0] in plan(facts, [gpu(4000, 0)], None, Options(32768, 1))["warnings"]
+    with pytest.raises(PlanError) as info:
+        plan(facts, [gpu(1000, 0)], None, Options(32768, 1))
+    assert warning[0] in info.value.details["warnings"]

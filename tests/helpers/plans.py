@@ -1,0 +1,109 @@
+"""Builders for the planner's tests: a small MoE model of exact sizes, the bytes one GPU needs with chosen
+blocks in host memory, GPU rows as gpu_info gives them (or as the planner holds them), the tensors a plan's pattern
+moves, and the model summary gguf_info gives for the real Gemma 3 270M Q4_K_M."""
+from __future__ import annotations
+
+import re
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _common as common
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_estimate as mest
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_facts as mfacts
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _offload_plan as op
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _plan_inputs as pin
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
+from tests.helpers.memory_models import f32
+
+
+def card(free, name="GPU", total=None):
+    return {"name": name, "memory_total_mib": total or free, "memory_free_mib": free}
+
+
+def need_mib(facts, blocks, **kw):
+    cpu = [n for b in blocks for n in facts.expert_tensors_by_block[b]]
+    result = mest.estimate(facts, Options(**kw), cpu_tensors=cpu)
+    return max(g["total"] for g in result["gpus"]) / float(common.MIB)
+
+
+def moved(result, names):
+    return set(n for n in names if re.search(result["pattern"], n))
+
+
+SIZING = dict(backend="rpc", op_offload=False, margin_mib=0)  # exact bytes: no CUDA padding, no reserved copy
+
+
+def moe_model(kinds="DEEE", context_length=4096):
+    """A qwen3moe: attention in every block (4 heads, 2 KV heads of 16), a dense FFN in the ``D`` blocks and 8 routed
+    experts of 64 (256 KiB a block) in the ``E`` blocks."""
+    arch = "qwen3moe"
+    tensors = [f32("token_embd.weight", 64, 512), f32("output.weight", 64, 512), f32("output_norm.weight", 64)]
+    for b, kind in enumerate(kinds):
+        p = "blk.%d." % b
+        tensors += [f32(p + "attn_q.weight", 64, 64), f32(p + "attn_k.weight", 64, 32),
+                    f32(p + "attn_v.weight", 64, 32), f32(p + "attn_output.weight", 64, 64)]
+        if kind == "E":
+            tensors += [f32(p + "ffn_gate_inp.weight", 64, 8), f32(p + "ffn_up_exps.weight", 64, 64, 8),
+                        f32(p + "ffn_down_exps.weight", 64, 64, 8)]
+        else:
+            tensors += [f32(p + "ffn_up.weight", 64, 128), f32(p + "ffn_down.weight", 128, 64)]
+    md = {"general.architecture": arch, arch + ".block_count": len(kinds), arch + ".embedding_length": 64,
+          arch + ".attention.head_count": 4, arch + ".attention.head_count_kv": 2, arch + ".attention.key_length": 16,
+          arch + ".attention.value_length": 16, arch + ".vocab_size": 512, arch + ".context_length": context_length,
+          arch + ".expert_count": 8, arch + ".expert_used_count": 2, arch + ".expert_feed_forward_length": 64}
+    return mfacts.model_facts(md, tensors, classify_model(arch, md, tensors))
+
+
+def need(facts, blocks, ctx=4096, parallel=1, **kw):
+    """Bytes the one GPU needs with the experts of ``blocks`` in host memory."""
+    args = dict(SIZING)
+    args.update(kw)
+    cpu = [n for b in blocks for n in facts.expert_tensors_by_block[b]]
+    return mest.estimate(facts, Options(ctx, parallel, **args), cpu_tensors=cpu)["gpus"][0]["total"]
+
+
+def numbered_card(free_mib, index=0, name="GPU0"):
+    return {"name": name, "memory_total_mib": 100000, "memory_free_mib": free_mib, "index": index}
+
+
+def sizer(facts, free_mib, available_mib=None):
+    options = Options(4096, margin_mib=0, op_offload=False, backend="rpc")
+    host = None if available_mib is None else pin.Host(available_mib, None, 0, "MemAvailable")
+    gpus = [pin.Gpu("GPU0", 0, None, None, free_mib)]
+    return op._Sizer(facts, gpus, None, options, host)  # pylint: disable=protected-access
+
+
+def plan_gpu(free, index):
+    return pin.Gpu("GPU%d" % index, index, None, None, free)
+
+
+def gpu(free, index, name=None):
+    return {"name": name or "GPU%d" % index, "memory_total_mib": free, "memory_free_mib": free, "index": index,
+            "uuid": "GPU-%d" % index}
+
+
+def moved_by(pattern, names):
+    return set(n for n in names if re.search(pattern, n))
+
+
+def host_expert_mib(facts, result):
+    sizes = facts.expert_bytes_by_block()
+    return sum(sizes[b] for b in result["cpu_expert_layers"]) / float(common.MIB)
+
+
+def gemma_summary(window_key=True):
+    """The model summary gguf_info gives for the real Gemma 3 270M Q4_K_M (shapes and metadata of that file)."""
+    md = {"general.architecture": "gemma3", "gemma3.context_length": 32768, "gemma3.embedding_length": 640,
+          "gemma3.block_count": 18, "gemma3.feed_forward_length": 2048, "gemma3.attention.head_count": 4,
+          "gemma3.attention.key_length": 256, "gemma3.attention.value_length": 256,
+          "gemma3.attention.head_count_kv": 1, "tokenizer.ggml.tokens": {"count": 262144}}
+    if window_key:
+        md["gemma3.attention.sliding_window"] = 512
+    tensors = [["token_embd.weight", 8, [640, 262144], 178257920], ["output_norm.weight", 0, [640], 2560]]
+    for b in range(18):
+        p = "blk.%d." % b
+        tensors += [[p + "attn_q.weight", 6, [640, 1024], 450560], [p + "attn_k.weight", 6, [640, 256], 112640],
+                    [p + "attn_v.weight", 8, [640, 256], 174080], [p + "attn_output.weight", 12, [1024, 640], 368640],
+                    [p + "ffn_gate.weight", 6, [640, 2048], 901120], [p + "ffn_up.weight", 6, [640, 2048], 901120],
+                    [p + "ffn_down.weight", 14, [2048, 640], 1075200], [p + "attn_norm.weight", 0, [640], 2560]]
+    return {"version": 1, "architecture": "gemma3", "files": ["/srv/models/gemma-3-270m-Q4_K_M.gguf"],
+            "metadata": md, "tensors": tensors, "warnings": []}

@@ -1,0 +1,150 @@
+"""What a plan is made from (``_plan_inputs``): the model's facts from a path or from a ``gguf_info`` result
+(not read again), the GPUs of ``gpu_info`` (the running server's memory counted as free, MIG, unknown fields,
+indices) and the host memory of ``host_info`` (MemAvailable or the cgroup limit), with a clear error for bad input."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _plan_inputs as pin
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
+from tools import gguf_models
+from tests.helpers.plans import (
+    gpu, numbered_card)
+
+
+@pytest.fixture(scope="module")
+def nano(tmp_path_factory):
+    return load_facts(gguf_models.write_nemotron_nano_30b(tmp_path_factory.mktemp("nano"), shards=6)[0])
+
+
+def test_load_facts_errors(tmp_path):
+    with pytest.raises(PlanError):
+        load_facts(str(tmp_path / "missing.gguf"))
+    with pytest.raises(PlanError, match="without files"):
+        load_facts({"changed": False})
+    for wrong in (42, ""):
+        with pytest.raises(PlanError) as info:
+            load_facts(wrong)
+        assert str(info.value) == "gguf must be a path or the result of gguf_info, got %r" % (wrong,)
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00")
+    with pytest.raises(PlanError):
+        load_facts(str(bad))
+
+
+def test_normalize_gpus_counts_the_running_servers_memory_as_free():
+    gpus = pin.normalize_gpus({"gpus": [
+        {"name": "A", "memory_total_mib": 24564, "memory_used_mib": 416, "memory_held_by_pid_mib": 100, "uuid": "U"},
+        {"memory_free_mib": 8000, "index": 7}]})
+    assert gpus == [pin.Gpu("A", 0, "U", 24564, 24148 + 100, 100), pin.Gpu("GPU 1", 7, None, None, 8000, 0)]
+    assert pin.normalize_gpus([]) == []
+    assert pin.normalize_gpus([numbered_card(1000, 0), numbered_card(2000, 1)], [1]) == [pin.Gpu("GPU0", 1, None, 100000, 2000, 0)]
+
+
+@pytest.mark.parametrize("gpus, message", [
+    ({"topology": "cpu"}, "gpus is a dict without a gpus list: pass the registered result of gpu_info or a list"),
+    ("GPU0", "gpus must be the registered result of gpu_info or a list of {name, memory_total_mib, memory_free_mib}, "
+             "got 'GPU0'"),
+    (["x"], "gpus[0] must be a dict with name, memory_total_mib and memory_free_mib"),
+    ([{"memory_free_mib": -1}], "gpus[0].memory_free_mib must be a number of MiB >= 0, got -1"),
+    ([{"memory_free_mib": True}], "gpus[0].memory_free_mib must be a number of MiB >= 0, got True"),
+    ([{"memory_free_mib": float("inf")}], "gpus[0].memory_free_mib must be a number of MiB >= 0, got inf"),
+    ([{"memory_total_mib": 100, "memory_used_mib": 101}],
+     "gpus[0]: memory_used_mib 101 is more than memory_total_mib 100"),
+    ([{"name": "GB10", "memory_total_mib": 100}],
+     "gpus[0] (GB10) reports no free memory (nvidia-smi printed [N/A]?): give memory_free_mib in a gpus list"),
+    ([{"memory_free_mib": 100, "mig_devices": [{}]}],
+     "gpus[0] (None) is in MIG mode: plan for one MIG device by passing a gpus list with its memory"),
+])
+def test_normalize_gpus_errors(gpus, message):
+    with pytest.raises(pin.PlanError) as info:
+        pin.normalize_gpus(gpus)
+    assert str(info.value) == message
+
+
+def test_normalize_gpus_unknown_fields_and_indices():
+    with pytest.raises(pin.PlanError, match=r"^gpus\[0\] has unknown field\(s\) vram \(known: "):
+        pin.normalize_gpus([{"memory_free_mib": 1, "vram": 2}])
+    with pytest.raises(pin.PlanError) as info:
+        pin.normalize_gpus([numbered_card(1000, 0), numbered_card(1000, 1)], [1, 4, 5])
+    assert str(info.value) == "gpu_indices 4, 5 are not among the GPUs (0, 1)"
+    with pytest.raises(pin.PlanError) as info:
+        pin.normalize_gpus([], [0])
+    assert str(info.value) == "gpu_indices 0 are not among the GPUs (none)"
+
+
+def test_normalize_host_takes_the_smaller_of_memavailable_and_the_cgroup_room():
+    assert pin.normalize_host(None) is None
+    assert pin.normalize_host({"memory_available_mib": 1000.004, "memory_total_mib": 2000}) == pin.Host(
+        1000.0, 2000, 0, "MemAvailable")
+    held = pin.normalize_host({"memory_available_mib": 1000, "memory_held_by_pid_mib": 500})
+    assert held == pin.Host(1500, None, 500, "MemAvailable")
+    limited = pin.normalize_host({"memory_available_mib": 60000, "memory_held_by_pid_mib": 500,
+                                 "cgroup": {"limit_mib": 20000, "usage_mib": 1000}})
+    assert limited == pin.Host(19500, None, 500, "the cgroup limit of 20000 MiB")
+    roomy = {"memory_available_mib": 1000, "cgroup": {"limit_mib": 20000, "usage_mib": 1000}}
+    assert pin.normalize_host(roomy) == pin.Host(1000, None, 0, "MemAvailable")
+    equal = {"memory_available_mib": 19000, "cgroup": {"limit_mib": 20000, "usage_mib": 1000}}
+    assert pin.normalize_host(equal).limited_by == "MemAvailable"
+    assert pin.normalize_host({"memory_available_mib": 10, "cgroup": {"limit_mib": None}}).limited_by == "MemAvailable"
+
+
+@pytest.mark.parametrize("host, message", [
+    ([], "host must be the registered result of host_info or a dict with memory_available_mib, got []"),
+    ({}, "host has no memory_available_mib: pass the registered result of host_info"),
+    ({"memory_available_mib": -5}, "host.memory_available_mib must be a number of MiB >= 0, got -5"),
+    ({"memory_available_mib": 5, "cgroup": {"limit_mib": "x"}},
+     "host.cgroup.limit_mib must be a number of MiB >= 0, got 'x'"),
+])
+def test_normalize_host_errors(host, message):
+    with pytest.raises(pin.PlanError) as info:
+        pin.normalize_host(host)
+    assert str(info.value) == message
+
+
+def test_a_gguf_info_result_is_not_read_again(tmp_path):
+    files = gguf_models.write_nemotron_nano_30b(tmp_path / "nano", shards=6)
+    info, _warnings = describe(read_model(files[0]), "none")
+    from_file = load_facts(files[0])
+    shutil.rmtree(tmp_path / "nano")
+    assert not os.path.exists(files[0])
+    for given in (info, info["model"]):
+        facts = load_facts(given)
+        assert facts.path == files[0]
+        assert facts.kv_blocks == from_file.kv_blocks and facts.recurrent_blocks == from_file.recurrent_blocks
+        assert [(t.name, t.nbytes, t.shape) for t in facts.tensors] == [
+            (t.name, t.nbytes, t.shape) for t in from_file.tensors]
+        assert facts.n_vocab == 131072
+        options = Options(32768, 2)
+        assert plan(facts, [gpu(24148, 0)], None, options)["cpu_expert_layers"] == plan(
+            from_file, [gpu(24148, 0)], None, options)["cpu_expert_layers"]
+    with pytest.raises(PlanError, match=r"gguf.model.tensors\[0\] must be"):
+        load_facts(dict(info["model"], tensors=[["x", 0, [-1], 4]]))
+    with pytest.raises(PlanError, match="gguf.model.version"):
+        load_facts(dict(info["model"], version=7))
+
+
+def test_a_gguf_info_result_without_its_summary_is_read_from_its_first_file(tmp_path):
+    """``{files: [...]}`` and ``{path: ...}`` (gguf_info's keys) name the file to read; a summary that lists no file
+    is named ``gguf.model`` in messages; a dict with neither is refused."""
+    path = gguf_models.write_tiny_nemotron_h_moe(str(tmp_path / "tiny.gguf"))
+    from_path = load_facts(path)
+    for given in ({"files": [path, str(tmp_path / "unread.gguf")]}, {"path": path}, {"files": [], "path": path}):
+        facts = load_facts(given)
+        assert facts.path == path
+        assert [(t.name, t.nbytes) for t in facts.tensors] == [(t.name, t.nbytes) for t in from_path.tensors]
+    info, _warnings = describe(read_model(path), "none")
+    assert load_facts(dict(info["model"], files=[])).path == "gguf.model"
+    with pytest.raises(PlanError) as error:
+        load_facts({"files": [], "size": 1})
+    assert str(error.value) == "gguf is a dict without files or model: pass a path or the registered result of gguf_info"
+    with pytest.raises(PlanError) as error:
+        load_facts({"path": str(tmp_path / "missing.gguf")})
+    assert str(error.value) == "%s: at byte 0: cannot open: %s" % (tmp_path / "missing.gguf", os.strerror(2))
