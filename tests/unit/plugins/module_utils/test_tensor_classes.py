@@ -12,7 +12,6 @@ from collections import namedtuple
 import pytest
 from gguf.constants import TENSOR_NAMES
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import block_index
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import (
     BLOCK_KINDS,
     TENSOR_CLASSES,
@@ -113,13 +112,6 @@ def test_dense_nemotron_h_ffn_blocks_are_dense():
     layout = classify_model(arch, metadata, tensors)
     assert layout.layer_kinds == {"attention": [3], "recurrent": [0, 2], "moe": [], "dense_ffn": [1]}
     assert layout.expert_tensors == [] and layout.expert_count == 0
-
-
-def test_block_index_reads_the_whole_number():
-    assert block_index("blk.10.ffn_up_exps.weight") == 10
-    assert block_index("blk.1.attn_q.weight") == 1
-    assert block_index("output.weight") is None
-    assert block_index("v.blk.1.attn_q.weight") is None
 
 
 def _layout(arch, names, metadata=None, nbytes=100):

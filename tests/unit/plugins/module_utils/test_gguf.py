@@ -1,0 +1,549 @@
+"""A GGUF model (plugins/module_utils/_gguf.py): one file, or every shard of a split model as llama.cpp's
+gguf-split writes them (``<base>-NNNNN-of-MMMMM.gguf``, 1-based; ``split.no`` 0-based and ``split.count`` in each
+shard, ``split.tensors.count`` and the model's keys in the first: llama.cpp's examples/gguf-split/gguf-split.cpp and
+src/llama-model-loader.cpp); the whole reader at any read size; and property tests of the whole reader.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import tempfile
+import tracemalloc
+from pathlib import Path
+
+import gguf
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _gguf_values as values
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import GGML_TYPES
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import (
+    GGUFError,
+    GGUFModel,
+    find_split_files,
+    read_gguf,
+    read_model,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_header import GGUFFile
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values import (
+    KEEP_LISTS,
+    KEEP_NUMBERS,
+    SkippedArray,
+)
+from tests.helpers.gguf_files import (
+    ALL_SCALARS,
+    ARRAY,
+    BIG_ARRAYS,
+    BOOL,
+    F32V,
+    F64,
+    I8,
+    I16,
+    I32,
+    I64,
+    SCALARS,
+    SMALL_ARRAYS,
+    SOME_TENSORS,
+    STRING,
+    U8,
+    U16,
+    U32,
+    U64,
+    VT,
+    Gguf,
+    cross_check,
+    expect_error,
+    expect_error_like,
+    field_offsets,
+    model_file,
+    patch,
+    shard,
+    split_model,
+    write,
+    write_gguf,
+)
+
+
+@pytest.fixture(params=["little", "big"])
+def endian(request):
+    return request.param
+
+
+def test_gguf_file_and_model_repr_and_tensor_names(tmp_path):
+    path, data_offset, _o = model_file(tmp_path / "m.gguf", [("general.architecture", STRING, Gguf().s("llama"))],
+                                       [("a", (8,)), ("b", (16,))])
+    gf = read_gguf(path)
+    assert repr(gf) == "GGUFFile(path=%r, version=3, byte_order='little', 1 keys, 2 tensors)" % path
+    model = read_model(path)
+    assert model.tensor_names == ["a", "b"]
+    size = os.path.getsize(path)
+    assert size == data_offset + 32 + 64
+    assert repr(model) == "GGUFModel(architecture='llama', 1 files, 2 tensors, %d bytes)" % size
+    assert isinstance(gf, GGUFFile) and isinstance(model, GGUFModel)
+
+
+# --------------------------------------------------------------------------- split models
+
+
+def test_a_split_model_reads_every_shard_in_order(tmp_path, endian):
+    files = split_model(tmp_path, [["a", "b"], ["c"], ["d"]], endian)
+    for f in files:
+        assert find_split_files(f) == files
+        assert find_split_files(Path(f)) == files
+    model = read_model(files[2])
+    assert model.files == files
+    assert [s.shard for s in model.shards] == [0, 1, 2]
+    assert [(t.name, t.shard, t.file) for t in model.tensors] == [
+        ("a", 0, files[0]), ("b", 0, files[0]), ("c", 1, files[1]), ("d", 2, files[2])]
+    assert model.metadata == model.shards[0].metadata
+    assert (model.architecture, model.warnings) == ("llama", [])
+    assert model.file_bytes == sum(os.path.getsize(f) for f in files)
+
+
+@pytest.fixture
+def split_files(tmp_path, endian):
+    return write_gguf(tmp_path / "model.gguf", ALL_SCALARS + BIG_ARRAYS, SOME_TENSORS, endian=endian,
+                      split_max_tensors=2)
+
+
+def test_find_split_files_from_any_shard(split_files):
+    assert [os.path.basename(f) for f in split_files] == ["model-%05d-of-00003.gguf" % i for i in (1, 2, 3)]
+    for shard in split_files:
+        assert find_split_files(shard) == split_files
+        assert find_split_files(Path(shard)) == split_files
+
+
+def test_split_names_with_odd_characters(tmp_path):
+    files = write_gguf(tmp_path / "50%d model.v2.gguf", [], SOME_TENSORS, split_max_tensors=3)
+    assert find_split_files(files[1]) == files and len(files) == 2
+    assert len(read_model(files[0]).tensors) == len(SOME_TENSORS)
+
+
+def test_read_model_split(split_files, endian):
+    model = read_model(split_files[1])
+    assert model.files == split_files
+    assert model.architecture == "testarch"
+    assert model.metadata["t.u8"] == 255 and model.metadata["split.count"] == 3
+    assert model.metadata["tokenizer.ggml.tokens"] == SkippedArray(int(VT.STRING), 3000)
+    assert [t.name for t in model.tensors] == [t[0] for t in SOME_TENSORS]
+    assert [t.shard for t in model.tensors] == [0, 0, 1, 1, 2]
+    assert [t.file for t in model.tensors] == [split_files[i] for i in (0, 0, 1, 1, 2)]
+    assert model.file_bytes == sum(os.path.getsize(f) for f in split_files)
+    assert model.warnings == []
+    for number, (path, shard) in enumerate(zip(split_files, model.shards)):
+        assert shard.metadata["split.no"] == number and shard.byte_order == endian
+        cross_check(path, shard)
+
+
+@pytest.fixture
+def full_file(tmp_path, endian):
+    """A file with every value type, small, nested and large arrays and tensors of several types."""
+    return write_gguf(tmp_path / "full.gguf", ALL_SCALARS + SMALL_ARRAYS + BIG_ARRAYS, SOME_TENSORS,
+                      endian=endian)[0]
+
+
+def test_single_file_model(full_file):
+    model = read_model(full_file)
+    assert model.files == [full_file] and len(model.tensors) == len(SOME_TENSORS)
+    assert model.file_bytes == os.path.getsize(full_file) and model.architecture == "testarch"
+    assert find_split_files(full_file) == [full_file]
+
+
+def test_shard_numbers_keep_their_width(tmp_path):
+    files = split_model(tmp_path, [["a"], ["b"]], width=6)
+    assert [os.path.basename(f) for f in files] == ["m-000001-of-000002.gguf", "m-000002-of-000002.gguf"]
+    assert find_split_files(files[1]) == files
+
+
+@pytest.mark.parametrize("name", ["m-0001-of-0002.gguf", "m-00001-of-00002.gguf.part", "-00001-of-00002.gguf",
+                                  "m-00001-of-00002.GGUF", "m.gguf", "m-00001-00002.gguf"])
+def test_names_that_are_not_shard_names(tmp_path, name):
+    assert find_split_files(tmp_path / name) == [str(tmp_path / name)]
+
+
+@pytest.mark.parametrize("no,count", [(0, 3), (4, 3), (1, 0)])
+def test_shard_number_outside_1_to_count(tmp_path, no, count):
+    path = str(tmp_path / ("m-%05d-of-%05d.gguf" % (no, count)))
+    expect_error(path, 0, "the file name says shard %d of %d" % (no, count), reader=find_split_files)
+
+
+def test_the_last_shard_number_is_the_count(tmp_path):
+    files = split_model(tmp_path, [["a"], ["b"], ["c"]])
+    assert find_split_files(files[2]) == files
+
+
+def test_a_missing_shard_is_named(tmp_path):
+    files = split_model(tmp_path, [["a"], ["b"], ["c"]])
+    os.remove(files[2])
+    os.mkdir(files[2])  # a directory is not a shard
+    expect_error(files[0], 0, "shard 3 of 3 is missing: %s" % files[2], reader=find_split_files)
+
+
+def test_split_keys_must_match_the_file_name(tmp_path):
+    g = Gguf()
+    base = tmp_path / "m-00001-of-00002.gguf"
+    second = shard(tmp_path / "m-00002-of-00002.gguf", 1, 2, ["b"])
+    first = shard(base, 0, 2, ["a"], keys=[("split.no", U16, g.pack("H", 0))])
+    expect_error(first, 0, "split.count is missing; the file name says shard 1 of 2", reader=read_model)
+    split_count = ("split.count", STRING, g.s("2"))
+    first = shard(base, 0, 2, ["a"], keys=[split_count])
+    expect_error(first, 24, "split.count must be an integer, not string", reader=read_model)
+    first = shard(base, 0, 2, ["a"], keys=[("split.count", BOOL, b"\1")])
+    expect_error(first, 24, "split.count must be an integer, not bool", reader=read_model)
+    first = shard(base, 0, 2, ["a"], keys=[("split.count", U32, g.pack("I", 3))])
+    expect_error(first, 24, "split.count is 3 but the file name says shard 1 of 2", reader=read_model)
+    count_kv = g.kv("split.count", U8, b"\2")
+    first = shard(base, 0, 2, ["a"], keys=[("split.count", U8, b"\2"), ("split.no", I64, g.pack("q", 1))])
+    expect_error(first, 24 + len(count_kv), "split.no is 1 but the file name says shard 1 of 2 (split.no is 0-based)",
+                 reader=read_model)
+    first = shard(base, 0, 2, ["a"], keys=[("split.count", U8, b"\2"), ("split.no", I64, g.pack("q", 0))])
+    model = read_model(first)
+    assert (model.files, model.warnings) == ([first, second], ["%s: no string general.architecture" % first])
+
+
+def test_split_count_must_match_the_name(split_files, endian):
+    kv, _t = field_offsets(split_files[2], endian)
+    # key: u64 length + "split.count" (11 bytes); then u32 type, then the u16 value
+    patch(split_files[2], kv["split.count"] + 8 + 11 + 4, "H", 4, endian)
+    expect_error_like(split_files[0], kv["split.count"], "split.count is 4 but the file name says shard 3 of 3",
+                 reader=read_model, in_file=split_files[2])
+
+
+@pytest.mark.parametrize("vtype,code", [(U8, "B"), (I8, "b"), (U16, "H"), (I16, "h"), (U32, "I"), (I32, "i"),
+                                        (U64, "Q"), (I64, "q")])
+def test_split_keys_may_be_of_any_integer_type(tmp_path, vtype, code):
+    g = Gguf()
+    first = shard(tmp_path / "m-00001-of-00002.gguf", 0, 2, ["a"],
+                  keys=[("split.count", vtype, g.pack(code, 2)), ("split.no", vtype, g.pack(code, 0))])
+    second = shard(tmp_path / "m-00002-of-00002.gguf", 1, 2, ["b"],
+                   keys=[("split.count", vtype, g.pack(code, 2)), ("split.no", vtype, g.pack(code, 1))])
+    assert [t.name for t in read_model(first).tensors] == ["a", "b"]
+    assert read_model(second).files == [first, second]
+
+
+@pytest.mark.parametrize("vtype,payload,name", [(F32V, struct.pack("<f", 2.0), "float32"),
+                                                (F64, struct.pack("<d", 2.0), "float64"),
+                                                (ARRAY, struct.pack("<IQB", U8, 1, 2), "array")])
+def test_split_keys_that_are_not_integers_are_refused(tmp_path, vtype, payload, name):
+    path = shard(tmp_path / "m-00001-of-00001.gguf", 0, 1, ["a"], keys=[("split.count", vtype, payload)])
+    expect_error(path, 24, "split.count must be an integer, not %s" % name, reader=read_model)
+
+
+def test_a_single_shard_name_checks_split_keys_only_when_present(tmp_path):
+    g = Gguf()
+    path = shard(tmp_path / "m-00001-of-00001.gguf", 0, 1, ["a"], keys=[])
+    assert [t.name for t in read_model(path).tensors] == ["a"]
+    shard(path, 0, 1, ["a"], keys=[("split.count", U16, g.pack("H", 1)), ("split.no", U16, g.pack("H", 0))])
+    assert read_model(path).metadata == {"split.count": 1, "split.no": 0}
+    no_kv = ("split.no", U16, g.pack("H", 1))
+    shard(path, 0, 1, ["a"], keys=[("split.count", U16, g.pack("H", 1)), no_kv])
+    expect_error(path, 24 + len(g.kv("split.count", U16, g.pack("H", 1))),
+                 "split.no is 1 but the file name says shard 1 of 1 (split.no is 0-based)", reader=read_model)
+
+
+@pytest.mark.parametrize("claimed,ok", [(None, True), (0, True), (1, True), (2, False)])
+def test_a_plain_name_with_split_count(tmp_path, claimed, ok):
+    g = Gguf()
+    keys = [("general.architecture", STRING, g.s("llama"))]
+    if claimed is not None:
+        keys.append(("split.count", U16, g.pack("H", claimed)))
+    path = shard(tmp_path / "m.gguf", 0, 1, ["a"], keys=keys)
+    if ok:
+        assert read_model(path).files == [path]
+    else:
+        expect_error(path, 24 + len(g.kv(*keys[0])), "split.count is 2 but the file name has no -NNNNN-of-MMMMM "
+                     "part, so the other shards cannot be found", reader=read_model)
+
+
+def test_a_tensor_in_two_shards_is_refused(tmp_path):
+    files = split_model(tmp_path, [["a", "b"], ["b"]])
+    second = read_gguf(files[1], 1)
+    expect_error(files[0], second.tensors[0].info_offset, "tensor 'b' is also in %s" % files[0], reader=read_model,
+                 in_file=files[1])
+
+
+def test_split_tensors_count_is_checked_for_several_shards(tmp_path):
+    g = Gguf()
+    files = split_model(tmp_path, [["a", "b"], ["c"]])
+    keys = [("split.no", U16, g.pack("H", 0)), ("split.count", U16, g.pack("H", 2)),
+            ("split.tensors.count", I32, g.pack("i", 4))]
+    shard(files[0], 0, 2, ["a", "b"], keys=keys)
+    expect_error(files[0], 24 + len(g.kv(*keys[0])) + len(g.kv(*keys[1])),
+                 "split.tensors.count is 4 but the 2 shards hold 3 tensors", reader=read_model)
+    # one file: the count is not checked
+    single = shard(tmp_path / "one.gguf", 0, 1, ["a"], keys=[("split.tensors.count", I32, g.pack("i", 4))])
+    assert [t.name for t in read_model(single).tensors] == ["a"]
+
+
+def test_architecture_must_be_a_string(tmp_path):
+    g = Gguf()
+    path = shard(tmp_path / "m.gguf", 0, 1, ["a"], keys=[("general.architecture", U32, g.pack("I", 5))])
+    model = read_model(path)
+    assert (model.architecture, model.warnings) == (None, ["%s: no string general.architecture" % path])
+    shard(path, 0, 1, ["a"], keys=[])
+    assert read_model(path).warnings == ["%s: no string general.architecture" % path]
+
+
+def test_model_warnings_gather_every_shard_then_the_architecture(tmp_path):
+    g = Gguf()
+    first = model_file(tmp_path / "m-00001-of-00002.gguf",
+                       [("split.no", U16, g.pack("H", 0)), ("split.count", U16, g.pack("H", 2)),
+                        ("s", STRING, g.s(b"\xff"))], [("a", (8,))])[0]
+    second = model_file(tmp_path / "m-00002-of-00002.gguf",
+                        [("split.no", U16, g.pack("H", 1)), ("split.count", U16, g.pack("H", 2)),
+                         ("t", STRING, g.s(b"\xfe"))], [("b", (8,))])[0]
+    assert read_model(second).warnings == [
+        "key 's': a string value is not valid UTF-8 (decoded with replacement characters)",
+        "key 't': a string value is not valid UTF-8 (decoded with replacement characters)",
+        "%s: no string general.architecture" % first,
+    ]
+
+
+@pytest.fixture
+def small_file(tmp_path, endian):
+    return write_gguf(tmp_path / "small.gguf", ALL_SCALARS + SMALL_ARRAYS[:3] + BIG_ARRAYS[:1], SOME_TENSORS,
+                      endian=endian)[0]
+
+
+def test_unknown_type_id_is_size_unknown(small_file, endian):
+    _kv, tensors = field_offsets(small_file, endian)
+    patch(small_file, tensors["output.weight"]["type"], "I", 99, endian)
+    gf = read_gguf(small_file)
+    out = gf.tensors[-1]
+    assert (out.type_id, out.type_name, out.nbytes) == (99, "unknown(99)", None)
+    model = read_model(small_file)
+    assert [w for w in model.warnings if "output.weight" in w and "size unknown" in w]
+    assert model.tensors[-1].type_name == "unknown(99)"
+
+
+# --------------------------------------------------------------------------- the read size
+
+
+READ_SIZES = [1, 2, 3, 5, 8, 9, 13, 31, 64, 1000]
+
+
+def _straddling_file(path, endian, cut=None):
+    """Every value type, a skipped string array (empty strings among strings of 1 to 10 bytes), a skipped array of
+    arrays, kept arrays and two tensor infos: with a small read size, every kind of field straddles a read.
+    ``cut``: the file ends that many bytes into the last string of the skipped array (10 bytes long), after the
+    scalars. Returns (path, facts)."""
+    g = Gguf(endian)
+    count = values.KEEP_LISTS + 5
+    texts = ["t" * (i % 11) for i in range(count - 1)] + ["t" * 10]
+    scalars = [("k%d" % t, t, g.pack(code, v)) for t, code, v in SCALARS]
+    arrays = [("nums", ARRAY, g.arr(U32, 3, g.pack("3I", 7, 8, 9))),
+              ("names", ARRAY, g.arr(STRING, 2, g.s("up") + g.s(""))),
+              ("nested", ARRAY, g.arr(ARRAY, count, g.arr(U8, 1, b"\x05") * count)),
+              ("general.architecture", STRING, g.s("llama"))]
+    tok = ("tok", ARRAY, g.arr(STRING, count, b"".join(g.s(t) for t in texts)))
+    if cut is not None:
+        head = g.header(0, len(scalars) + 1) + b"".join(g.kv(*kv) for kv in scalars) + g.kv(*tok)
+        end = len(head) - len(texts[-1])
+        return write(path, head[:end + cut]), {"count": count, "at": end - 8}
+    kvs = scalars + arrays + [tok]
+    path, data_offset, offsets = model_file(path, kvs, [("a", (8, 2)), ("b", (32,))], endian=endian)
+    return path, {"count": count, "data_offset": data_offset, "offsets": offsets}
+
+
+@pytest.mark.parametrize("chunk", READ_SIZES)
+def test_the_header_reads_alike_whatever_the_read_size(tmp_path, endian, monkeypatch, chunk):
+    """The reader buffers its reads (CHUNK bytes): a value, a string length or a run of empty strings cut by the
+    end of a read is read whole from the next one, at any read size."""
+    path, facts = _straddling_file(tmp_path / "m.gguf", endian)
+    whole = read_gguf(path)
+    assert whole.metadata["k%d" % U64] == 2 ** 64 - 2 and whole.metadata["k%d" % F64] == 2.25
+    assert whole.metadata["tok"] == SkippedArray(STRING, facts["count"])
+    assert whole.metadata["nested"] == SkippedArray(ARRAY, facts["count"])
+    assert (whole.metadata["nums"], whole.metadata["names"]) == ([7, 8, 9], ["up", ""])
+    assert [(t.name, t.offset) for t in whole.tensors] == [("a", 0), ("b", facts["offsets"][1])]
+    assert whole.data_offset == facts["data_offset"]
+    monkeypatch.setattr(values, "CHUNK", chunk)
+    assert read_gguf(path) == whole
+
+
+@pytest.mark.parametrize("chunk", READ_SIZES)
+def test_a_skipped_string_cut_by_the_end_of_the_file_is_named_at_any_read_size(tmp_path, monkeypatch, chunk):
+    """The last string of a skipped array lacks its last byte; with it the file would end exactly there."""
+    monkeypatch.setattr(values, "CHUNK", chunk)
+    path, facts = _straddling_file(tmp_path / "cut.gguf", "little", cut=9)
+    count = facts["count"]
+    expect_error(path, facts["at"], "key 'tok': element %d of %d: string length 10 runs past the end of the file "
+                                    "(9 bytes left)" % (count - 1, count))
+    path, _facts = _straddling_file(tmp_path / "exact.gguf", "little", cut=10)
+    assert read_gguf(path).metadata["tok"] == SkippedArray(STRING, count)
+
+
+# --------------------------------------------------------------------------- properties: random valid files read back equal
+# (and equal to GGUFReader's view); random mutations raise nothing but GGUFError, with bounded memory
+
+
+FLOATS32 = st.floats(width=32, allow_nan=False)
+SCALAR_VALUES = {
+    VT.UINT8: st.integers(0, 2 ** 8 - 1), VT.INT8: st.integers(-2 ** 7, 2 ** 7 - 1),
+    VT.UINT16: st.integers(0, 2 ** 16 - 1), VT.INT16: st.integers(-2 ** 15, 2 ** 15 - 1),
+    VT.UINT32: st.integers(0, 2 ** 32 - 1), VT.INT32: st.integers(-2 ** 31, 2 ** 31 - 1),
+    VT.UINT64: st.integers(0, 2 ** 64 - 1), VT.INT64: st.integers(-2 ** 63, 2 ** 63 - 1),
+    VT.FLOAT32: FLOATS32, VT.FLOAT64: st.floats(allow_nan=False), VT.BOOL: st.booleans(),
+    VT.STRING: st.text(max_size=40),
+}
+# GGUFWriter types the elements of nested arrays from their Python type: int -> INT32, float -> FLOAT32.
+NESTED_LEAVES = st.one_of(st.lists(st.integers(-2 ** 31, 2 ** 31 - 1), min_size=1, max_size=4),
+                          st.lists(FLOATS32, min_size=1, max_size=4),
+                          st.lists(st.text(max_size=5), min_size=1, max_size=4))
+
+
+@st.composite
+def kv_pairs(draw):
+    """(key, value, type[, sub_type]) of every kind, arrays long enough to be skipped now and then."""
+    keys = draw(st.lists(st.text(min_size=1, max_size=12), max_size=8, unique=True))
+    pairs = []
+    for key in keys:
+        kind = draw(st.sampled_from(["scalar", "array", "nested"]))
+        if kind == "scalar":
+            vtype = draw(st.sampled_from(sorted(SCALAR_VALUES)))
+            pairs.append(("k." + key, draw(SCALAR_VALUES[vtype]), vtype))
+        elif kind == "array":
+            vtype = draw(st.sampled_from(sorted(SCALAR_VALUES)))
+            limit = KEEP_LISTS if vtype == VT.STRING else KEEP_NUMBERS
+            size = draw(st.sampled_from([1, 2, 5, limit, limit + 1]))
+            element = SCALAR_VALUES[vtype] if size < 10 else st.just(draw(SCALAR_VALUES[vtype]))
+            pairs.append(("k." + key, draw(st.lists(element, min_size=size, max_size=size)), VT.ARRAY, vtype))
+        else:
+            depth = draw(st.integers(1, 3))
+            value = draw(st.lists(NESTED_LEAVES, min_size=1, max_size=3))
+            for _i in range(depth - 1):
+                value = [value]
+            pairs.append(("k." + key, value, VT.ARRAY))
+    return pairs
+
+
+@st.composite
+def tensor_infos(draw):
+    names = draw(st.lists(st.text(min_size=1, max_size=20), max_size=6, unique=True))
+    tensors = []
+    for name in names:
+        type_id = draw(st.sampled_from(sorted(GGML_TYPES)))
+        block = GGML_TYPES[type_id][1]
+        rest = draw(st.lists(st.integers(1, 3), max_size=3))
+        tensors.append(("t." + name, tuple([block * draw(st.integers(1, 2))] + rest), type_id))
+    return tensors
+
+
+def expected_value(value, vtype, sub_type=None):
+    """What the reader returns for a value written by GGUFWriter."""
+    if vtype != VT.ARRAY:
+        return struct.unpack("f", struct.pack("f", value))[0] if vtype == VT.FLOAT32 else value
+    if sub_type is None:  # nested: element types from Python types
+        return value
+    limit = KEEP_LISTS if sub_type == VT.STRING else KEEP_NUMBERS
+    if len(value) > limit:
+        return SkippedArray(int(sub_type), len(value))
+    return [expected_value(v, sub_type) for v in value]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(kvs=kv_pairs(), tensors=tensor_infos(), endian=st.sampled_from(["little", "big"]),
+       alignment=st.sampled_from([None, 1, 8, 64, 4096]))
+def test_random_valid_files_read_back(kvs, tensors, endian, alignment):
+    folder = tempfile.mkdtemp()
+    try:
+        path = write_gguf(os.path.join(folder, "r.gguf"), kvs, tensors, endian=endian, alignment=alignment)[0]
+        gf = read_gguf(path)
+        assert gf.byte_order == endian and gf.alignment == (alignment or 32)
+        for kv in kvs:
+            assert gf.metadata[kv[0]] == expected_value(*kv[1:]), kv[0]
+            assert gf.value_types[kv[0]] == kv[2]
+        assert [(t.name, t.shape, t.type_id) for t in gf.tensors] == [tuple(t) for t in tensors]
+        for t in gf.tensors:
+            block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(t.type_id)]
+            assert t.nbytes == t.n_elements // block * size
+        cross_check(path, gf)
+    finally:
+        shutil.rmtree(folder)
+
+
+
+BASES = {}
+
+
+def base_file(endian):
+    """A valid file with scalars, small, nested and skipped arrays and tensors (written once per byte order)."""
+    if endian not in BASES:
+        folder = tempfile.mkdtemp(prefix="gguf-mutation-base-")
+        path = write_gguf(os.path.join(folder, "base.gguf"), ALL_SCALARS + SMALL_ARRAYS[:15] + BIG_ARRAYS[:2],
+                          SOME_TENSORS, endian=endian)[0]
+        with open(path, "rb") as f:
+            data = f.read()
+        BASES[endian] = (data, read_gguf(path).data_offset)
+        shutil.rmtree(folder)
+    return BASES[endian]
+
+
+HUGE = st.sampled_from([2 ** 60, 2 ** 63, 2 ** 64 - 1, 2 ** 32 - 1, 2 ** 31, 10 ** 6, 4097, 65, 5, 0])
+
+
+@st.composite
+def mutations(draw):
+    endian = draw(st.sampled_from(["little", "big"]))
+    data, header_end = base_file(endian)
+    data = bytearray(data)
+    for _i in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["flip", "byte", "count", "count32", "truncate"]))
+        at = draw(st.integers(0, header_end - 1))
+        if kind == "flip":
+            data[at] ^= 1 << draw(st.integers(0, 7))
+        elif kind == "byte":
+            data[at] = draw(st.integers(0, 255))
+        elif kind == "count":  # a huge or odd u64 anywhere in the header (counts and lengths are u64)
+            data[at:at + 8] = struct.pack(("<" if endian == "little" else ">") + "Q", draw(HUGE))
+        elif kind == "count32":  # n_dims, types, alignment, ...
+            data[at:at + 4] = struct.pack(("<" if endian == "little" else ">") + "I", draw(HUGE) & 0xFFFFFFFF)
+        else:
+            del data[at:]
+            break
+    return bytes(data)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=mutations())
+def test_mutations_raise_only_gguf_error(data):
+    folder = tempfile.mkdtemp()
+    try:
+        path = os.path.join(folder, "m.gguf")
+        with open(path, "wb") as f:
+            f.write(data)
+        tracemalloc.start()
+        try:
+            read_model(path)
+        except GGUFError as err:
+            assert err.path == path and 0 <= err.offset <= max(len(data), 24)
+            assert str(err).startswith("%s: at byte %d: " % (path, err.offset)) and err.reason
+        finally:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        assert peak < 32 << 20  # bounded: no count from the file was trusted
+    finally:
+        shutil.rmtree(folder)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shard=st.integers(0, 2), at=st.integers(0, 400), value=HUGE)
+def test_mutated_shard_of_a_split_model(shard, at, value):
+    folder = tempfile.mkdtemp()
+    try:
+        files = write_gguf(os.path.join(folder, "s.gguf"), ALL_SCALARS, SOME_TENSORS, split_max_tensors=2)
+        with open(files[shard], "r+b") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(min(at, size - 8))
+            f.write(struct.pack("<Q", value))
+        for given_shard in files:
+            try:
+                model = read_model(given_shard)
+            except GGUFError as err:
+                assert err.path in files + [given_shard]
+            else:
+                assert model.files == files
+    finally:
+        shutil.rmtree(folder)

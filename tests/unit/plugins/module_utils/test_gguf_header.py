@@ -1,0 +1,598 @@
+"""The header of one GGUF file (plugins/module_utils/_gguf_header.py), on files assembled byte by byte and on
+files written by gguf-py (cross-checked against gguf-py's ``GGUFReader``).
+
+What a valid header is and what is refused follows llama.cpp's ggml/src/gguf.cpp ``gguf_init_from_file_impl``:
+
+* the header is the magic ``GGUF``, a u32 version, an i64 tensor count and an i64 key/value count (24 bytes);
+  a version whose low 16 bits are zero (``(ctx->version & 0x0000FFFF) == 0``; gguf-py's GGUFReader:
+  ``temp_version[0] & 65535 == 0``) is of the other byte order, version 1 is refused, and so is one above 3;
+* a key is refused when it repeats (``duplicate key``) or is empty (``key %d is empty``), a value type > 12 too;
+* ``general.alignment`` must be a u32 (``must be of type uint32``) and a power of two (``alignment == 0 ||
+  (alignment & (alignment - 1)) != 0`` is refused); the default is ``GGUF_DEFAULT_ALIGNMENT`` 32;
+* a tensor info is a name (shorter than ``GGML_MAX_NAME`` 64 bytes), ``n_dims`` (refused above ``GGML_MAX_DIMS``
+  4), ``n_dims`` i64 dimensions (a negative one is refused, a shape of more than INT64_MAX elements is refused, a
+  zero-element shape is fine), a u32 ggml type and a u64 offset; ``ne[0]`` must be a multiple of the type's block
+  size, and removed types (``blck_size == 0``) are refused;
+* the data section starts at the end of the tensor infos padded to the alignment (``GGML_PAD``).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import stat
+import struct
+import threading
+import tracemalloc
+from pathlib import Path
+
+import gguf
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _gguf_header as header
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _gguf_values as values
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import REMOVED_TYPE_NAMES
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_header import GGUFFile, TensorInfo, read_gguf
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values import GGUFError, SkippedArray
+from tests.helpers.gguf_files import (
+    ALL_SCALARS,
+    BIG_ARRAYS,
+    F32,
+    I32,
+    Q8_0,
+    SCALARS,
+    SMALL_ARRAYS,
+    SOME_TENSORS,
+    STRING,
+    U8,
+    U16,
+    U32,
+    U64,
+    VT,
+    Gguf,
+    cross_check,
+    expect_error,
+    expect_error_like,
+    field_offsets,
+    model_file,
+    pad,
+    patch,
+    write,
+    write_gguf,
+)
+
+
+@pytest.fixture(params=["little", "big"])
+def endian(request):
+    return request.param
+
+
+@pytest.fixture
+def small_file(tmp_path, endian):
+    return write_gguf(tmp_path / "small.gguf", ALL_SCALARS + SMALL_ARRAYS[:3] + BIG_ARRAYS[:1], SOME_TENSORS,
+                      endian=endian)[0]
+
+
+# --------------------------------------------------------------------------- the result types
+
+
+def test_tensor_info_properties_defaults_and_repr():
+    t = TensorInfo("blk.0.ffn_up_exps.weight", (256, 4, 3), 12, 64, 1728)
+    assert (t.file, t.shard, t.info_offset) == ("", 0, 0)
+    assert (t.type_name, t.n_elements) == ("Q4_K", 3072)
+    assert repr(t) == ("TensorInfo(name='blk.0.ffn_up_exps.weight', shape=(256, 4, 3), type_name='Q4_K', "
+                       "offset=64, nbytes=1728, shard=0)")
+    assert TensorInfo("s", (), 0, 0, 4).n_elements == 1          # a 0-dim tensor is one element (ggml ne = 1)
+    assert TensorInfo("z", (0, 7), 0, 0, 0).n_elements == 0
+    assert TensorInfo("u", (32,), 99, 0, None).type_name == "unknown(99)"
+    # the byte of the tensor info is for messages: two infos of the same tensor compare equal
+    assert TensorInfo("a", (8,), 0, 0, 32, "f", 1, 100) == TensorInfo("a", (8,), 0, 0, 32, "f", 1, 200)
+    assert TensorInfo("a", (8,), 0, 0, 32, "f", 1) != TensorInfo("a", (8,), 0, 0, 32, "f", 2)
+
+
+def test_a_small_file_reads_back_field_by_field(tmp_path, endian):
+    g = Gguf(endian)
+    kvs = [g.kv("general.architecture", STRING, g.s("llama")), g.kv("n", U32, g.pack("I", 7))]
+    infos = [g.info("a", (8, 2), F32, 0), g.info("b", (32,), Q8_0, 64)]
+    head = g.header(2, 2) + b"".join(kvs) + b"".join(infos)
+    path = write(tmp_path / "m.gguf", head.ljust(pad(len(head)) + 64 + 34, b"\0"))
+    gf = read_gguf(path, 2)
+    key_at = 24 + len(kvs[0])
+    info_at = 24 + len(kvs[0]) + len(kvs[1])
+    assert gf == GGUFFile(path, 3, endian, {"general.architecture": "llama", "n": 7},
+                          {"general.architecture": STRING, "n": U32}, {"general.architecture": 24, "n": key_at},
+                          [TensorInfo("a", (8, 2), F32, 0, 64, path, 2), TensorInfo("b", (32,), Q8_0, 64, 34, path, 2)],
+                          32, pad(len(head)), pad(len(head)) + 98, [], 2)
+    assert [t.info_offset for t in gf.tensors] == [info_at, info_at + len(infos[0])]
+    assert read_gguf(path).shard == 0 and read_gguf(path).tensors[0].shard == 0
+    ref = gguf.GGUFReader(path)
+    assert (ref.data_offset, [int(t.n_bytes) for t in ref.tensors]) == (gf.data_offset, [64, 34])
+
+
+def test_every_scalar_type_in_both_byte_orders(tmp_path, endian):
+    g = Gguf(endian)
+    values = SCALARS
+    kvs = [g.kv("k%d" % t, t, g.pack(code, v)) for t, code, v in values]
+    path = write(tmp_path / "s.gguf", g.header(0, len(kvs)) + b"".join(kvs))
+    gf = read_gguf(path)
+    assert gf.metadata == {"k%d" % t: v for t, _c, v in values}
+    assert gf.value_types == {"k%d" % t: t for t, _c, _v in values}
+
+
+@pytest.fixture
+def full_file(tmp_path, endian):
+    """A file with every value type, small, nested and large arrays and tensors of several types."""
+    return write_gguf(tmp_path / "full.gguf", ALL_SCALARS + SMALL_ARRAYS + BIG_ARRAYS, SOME_TENSORS,
+                      endian=endian)[0]
+
+
+def test_every_value_type_reads_back(full_file, endian):
+    gf = read_gguf(full_file)
+    assert (gf.version, gf.byte_order, gf.path) == (3, endian, full_file)
+    for key, value, vtype in ALL_SCALARS:
+        if vtype == VT.FLOAT32:
+            assert gf.metadata[key] == pytest.approx(value)
+        else:
+            assert gf.metadata[key] == value and type(gf.metadata[key]) is type(value), key
+        assert gf.value_types[key] == vtype
+    for kv in SMALL_ARRAYS:
+        key, value = kv[0], kv[1]
+        assert gf.value_types[key] == VT.ARRAY
+        if len(value) > values.KEEP_NUMBERS:
+            assert gf.metadata[key] == SkippedArray(int(VT.INT32), len(value))
+        else:
+            assert gf.metadata[key] == value, key
+    assert gf.metadata["general.architecture"] == "testarch"
+    cross_check(full_file, gf)
+
+
+def test_large_arrays_are_skipped_not_built(full_file):
+    md = read_gguf(full_file).metadata
+    assert md["tokenizer.ggml.tokens"] == SkippedArray(int(VT.STRING), 3000)
+    assert md["tokenizer.ggml.merges"] == SkippedArray(int(VT.STRING), 1400)
+    assert md["tokenizer.ggml.scores"] == SkippedArray(int(VT.FLOAT32), 5000)
+    assert md["tokenizer.ggml.token_type"] == SkippedArray(int(VT.INT32), 5000)
+    assert md["a.many_lists"] == SkippedArray(int(VT.ARRAY), 100)
+    assert len(md["tokenizer.ggml.tokens"]) == 3000
+    assert md["tokenizer.ggml.tokens"].item_type_name == "string"
+
+
+def test_tensor_infos(full_file):
+    gf = read_gguf(full_file)
+    by_name = {t.name: t for t in gf.tensors}
+    assert [t.name for t in gf.tensors] == [t[0] for t in SOME_TENSORS]
+    up = by_name["blk.0.ffn_up_exps.weight"]
+    assert (up.shape, up.type_id, up.type_name, up.nbytes) == ((256, 4, 3), 12, "Q4_K", 144 * 4 * 3)
+    assert up.n_elements == 256 * 12
+    assert by_name["token_embd.weight"].nbytes == 2 * 34 * 10
+    assert by_name["blk.0.attn_norm.weight"].shape == (64,)
+    assert all(t.offset % gf.alignment == 0 and t.file == full_file and t.shard == 0 for t in gf.tensors)
+    assert gf.data_offset % 32 == 0 and gf.alignment == 32
+    assert gf.file_size == os.path.getsize(full_file)
+
+
+def test_custom_alignment(tmp_path, endian):
+    path = write_gguf(tmp_path / "align.gguf", [], SOME_TENSORS, endian=endian, alignment=256)[0]
+    gf = read_gguf(path)
+    assert gf.alignment == 256 and gf.data_offset % 256 == 0
+    assert all(t.offset % 256 == 0 for t in gf.tensors)
+    cross_check(path, gf)
+
+
+def test_version_2_reads_like_3(tmp_path, endian):
+    path = write_gguf(tmp_path / "v2.gguf", ALL_SCALARS, SOME_TENSORS, endian=endian)[0]
+    patch(path, 4, "I", 2, endian)
+    gf = read_gguf(path)
+    assert gf.version == 2 and gf.byte_order == endian
+    assert [t.name for t in gf.tensors] == [t[0] for t in SOME_TENSORS]
+    cross_check(path, gf)
+
+
+def test_file_without_tensors(tmp_path):
+    path = write_gguf(tmp_path / "empty.gguf", ALL_SCALARS)[0]
+    gf = read_gguf(path)
+    assert gf.tensors == [] and gf.metadata["t.u8"] == 255
+
+
+def test_empty_array_and_zero_dim_tensor(tmp_path):
+    """Things GGUFWriter refuses to write, assembled by hand: an empty array, a 0-dim tensor."""
+    s = Gguf().s
+    body = b"GGUF" + struct.pack("<IQQ", 3, 2, 2)
+    body += s("general.architecture") + struct.pack("<I", 8) + s("x")
+    body += s("empty") + struct.pack("<IIQ", 9, 4, 0)
+    body += s("scalar") + struct.pack("<IIQ", 0, 0, 0)
+    body += s("nothing") + struct.pack("<IqI", 1, 0, 0) + struct.pack("<Q", 32)
+    data_offset = -(-len(body) // 32) * 32
+    path = tmp_path / "hand.gguf"
+    path.write_bytes(body + b"\0" * (data_offset - len(body) + 64))
+    gf = read_gguf(path)
+    assert gf.metadata["empty"] == []
+    scalar, nothing = gf.tensors
+    assert (scalar.shape, scalar.nbytes, nothing.shape, nothing.nbytes) == ((), 4, (0,), 0)
+    assert gf.data_offset == data_offset
+
+
+# --------------------------------------------------------------------------- the 24-byte header
+
+
+def test_24_bytes_is_the_shortest_header(tmp_path):
+    g = Gguf()
+    expect_error(write(tmp_path / "short.gguf", g.header(0, 0)[:23]), 0,
+                 "file of 23 bytes is too short for a GGUF header (24 bytes)")
+    expect_error(write(tmp_path / "empty.gguf", b""), 0, "file of 0 bytes is too short for a GGUF header (24 bytes)")
+    path = write(tmp_path / "ok.gguf", g.header(0, 0))
+    gf = read_gguf(path)
+    assert (gf.metadata, gf.tensors, gf.file_size, gf.alignment) == ({}, [], 24, 32)
+    assert gf.data_offset == gguf.GGUFReader(path).data_offset == 32
+
+
+def test_bad_magic_is_named(tmp_path):
+    path = write(tmp_path / "m.gguf", b"GGML" + Gguf().pack("IQQ", 3, 0, 0))
+    expect_error(path, 0, "bad magic b'GGML': not a GGUF file")
+
+
+@pytest.mark.parametrize("version,reason", [
+    (1, "GGUF version 1 is obsolete and not supported (only versions 2 and 3)"),
+    (4, "unsupported GGUF version 4 (only versions 2 and 3)"),
+    (0xFFFF, "unsupported GGUF version 65535 (only versions 2 and 3)"),
+    (0, "unsupported GGUF version 0 (only versions 2 and 3)"),
+])
+def test_versions_refused(tmp_path, endian, version, reason):
+    path = write(tmp_path / "m.gguf", Gguf(endian).header(0, 0, version))
+    expect_error(path, 4, reason)
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_versions_read_in_either_byte_order(tmp_path, endian, version):
+    gf = read_gguf(write(tmp_path / "m.gguf", Gguf(endian).header(0, 0, version)))
+    assert (gf.version, gf.byte_order) == (version, endian)
+
+
+@pytest.mark.parametrize("version", [256, 0x0300, 0xFF00])
+def test_a_version_with_low_16_bits_set_is_this_byte_order(small_file, endian, version):
+    """The low 8 bits zero but not the low 16: not the mark of the other byte order."""
+    patch(small_file, 4, "I", version, endian)
+    with pytest.raises(GGUFError) as raised:
+        read_gguf(small_file)
+    assert (raised.value.offset, raised.value.reason) == (4, "unsupported GGUF version %d (only versions 2 and 3)"
+                                                          % version)
+
+
+def test_a_pair_count_is_bounded_at_13_bytes_a_pair(tmp_path):
+    """The shortest pair is a key length (8), a value type (4) and a one-byte value: 13 bytes."""
+    g = Gguf()
+    pair_without_value = g.s("k") + g.pack("I", U8)  # 13 bytes: the count check lets it through
+    path = write(tmp_path / "m.gguf", g.header(0, 1) + pair_without_value)
+    expect_error(path, 37, "unexpected end of file: 1 bytes needed, 0 left")
+    write(path, g.header(0, 1) + pair_without_value[:12])
+    expect_error(path, 16, "1 key/value pairs claimed, but only 12 bytes left in the file")
+    write(path, g.header(0, 2) + pair_without_value + b"\x07")
+    expect_error(path, 16, "2 key/value pairs claimed, but only 14 bytes left in the file")
+
+
+def test_a_tensor_count_is_bounded_at_24_bytes_an_info(tmp_path):
+    """The shortest tensor info is a name length (8), n_dims (4), a type (4) and an offset (8): 24 bytes."""
+    g = Gguf()
+    info = g.info("t", (), F32, 0)[:24]  # 25 bytes with its 1-byte name: the offset lacks a byte
+    path = write(tmp_path / "m.gguf", g.header(1, 0) + info)
+    expect_error(path, 41, "unexpected end of file: 8 bytes needed, 7 left")
+    write(path, g.header(1, 0) + info[:23])
+    expect_error(path, 8, "1 tensors claimed, but only 23 bytes left in the file")
+    write(path, g.header(3, 0) + info + b"\0" * 47)
+    expect_error(path, 8, "3 tensors claimed, but only 71 bytes left in the file")
+
+
+def test_the_pair_count_is_checked_before_the_tensor_count(tmp_path):
+    path = write(tmp_path / "m.gguf", Gguf().header(5, 5) + b"\0" * 10)
+    expect_error(path, 16, "5 key/value pairs claimed, but only 10 bytes left in the file")
+
+
+@pytest.mark.parametrize("field,offset_of", [
+    ("tensor_count", lambda kv, t: 8), ("kv_count", lambda kv, t: 16),
+])
+def test_huge_counts_fail_at_once(small_file, endian, field, offset_of):
+    kv, tensors = field_offsets(small_file, endian)
+    patch(small_file, offset_of(kv, tensors), "Q", 2 ** 60, endian)
+    tracemalloc.start()
+    try:
+        err = expect_error_like(small_file, None, "claimed")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20
+    assert "%d" % 2 ** 60 in err.reason
+
+
+def test_every_truncation_fails_cleanly(small_file):
+    data = Path(small_file).read_bytes()
+    header_end = read_gguf(small_file).data_offset
+    for length in list(range(0, 200)) + list(range(200, header_end, 97)) + [header_end - 1]:
+        Path(small_file).write_bytes(data[:length])
+        err = expect_error_like(small_file)
+        assert 0 <= err.offset <= max(length, 0) + 8
+
+
+def test_duplicate_key_and_unknown_value_type(tmp_path, endian):
+    g = Gguf(endian)
+    first = g.kv("k", U8, b"\x01")
+    path = write(tmp_path / "m.gguf", g.header(0, 2) + first + g.kv("k", U8, b"\x02"))
+    expect_error(path, 24 + len(first), "duplicate key 'k'")
+    write(path, g.header(0, 2) + first + g.kv("j", 13, b"\0" * 8))
+    expect_error(path, 24 + len(first) + 9, "key 'j': unknown value type 13")
+
+
+def test_an_empty_key_is_refused(tmp_path, endian):
+    """ggml/src/gguf.cpp gguf_init_from_file_impl: "key %d is empty"."""
+    g = Gguf(endian)
+    first = g.kv("k", U8, b"\x01")
+    path = write(tmp_path / "m.gguf", g.header(0, 2) + first + g.kv("", U8, b"\x02"))
+    expect_error(path, 24 + len(first), "key 1 is empty")
+
+
+# --------------------------------------------------------------------------- alignment
+
+
+@pytest.mark.parametrize("alignment", [1, 2, 64, 2 ** 31])
+def test_alignment_powers_of_two_are_taken(tmp_path, alignment):
+    g = Gguf()
+    kv = g.kv("general.alignment", U32, g.pack("I", alignment))
+    head = g.header(1, 1) + kv + g.info("t", (8,), F32, 0)
+    data_offset = pad(len(head), alignment)
+    if alignment > 64:
+        path = tmp_path / "m.gguf"
+        write(path, head)
+        os.truncate(path, data_offset + 32)
+    else:
+        path = write(tmp_path / "m.gguf", head.ljust(data_offset + 32, b"\0"))
+    gf = read_gguf(path)
+    assert (gf.alignment, gf.data_offset, gf.tensors[0].nbytes) == (alignment, data_offset, 32)
+
+
+@pytest.mark.parametrize("alignment", [0, 3, 6, 48, 2 ** 31 + 1])
+def test_alignment_not_a_power_of_two_is_refused(tmp_path, alignment):
+    g = Gguf()
+    first = g.kv("general.architecture", STRING, g.s("x"))
+    path = write(tmp_path / "m.gguf", g.header(0, 2) + first
+                 + g.kv("general.alignment", U32, g.pack("I", alignment)))
+    expect_error(path, 24 + len(first), "general.alignment %d is not a power of two" % alignment)
+
+
+@pytest.mark.parametrize("vtype,code,name", [(I32, "i", "int32"), (U64, "Q", "uint64"), (U16, "H", "uint16")])
+def test_alignment_must_be_a_uint32(tmp_path, vtype, code, name):
+    g = Gguf()
+    path = write(tmp_path / "m.gguf", g.header(0, 1) + g.kv("general.alignment", vtype, g.pack(code, 32)))
+    expect_error(path, 24, "general.alignment must be a uint32, not %s" % name)
+
+
+def test_the_default_alignment_is_32(tmp_path):
+    g = Gguf()
+    head = g.header(1, 0) + g.info("t", (8,), F32, 32)  # 57 bytes: data at 64, the tensor at 64 + 32
+    path = write(tmp_path / "m.gguf", head.ljust(128, b"\0"))
+    gf = read_gguf(path)
+    assert (gf.alignment, gf.data_offset) == (32, 64)
+    write(path, (g.header(1, 0) + g.info("t", (8,), F32, 16)).ljust(128, b"\0"))
+    expect_error(path, 24, "tensor 't': offset 16 is not a multiple of the alignment 32")
+
+
+def test_pad_rounds_up_to_the_alignment():
+    """GGML_PAD(x, n) = ((x + n - 1) / n) * n."""
+    assert [header._pad(x, 32) for x in (0, 1, 31, 32, 33, 64)] == [0, 32, 32, 32, 64, 64]
+    assert [header._pad(x, 1) for x in (0, 7)] == [0, 7]
+
+
+# --------------------------------------------------------------------------- tensor infos
+
+
+def test_n_dims_up_to_4(tmp_path, endian):
+    g = Gguf(endian)
+    head = g.header(1, 0) + g.info("t", (32, 1, 1, 2), F32, 0)
+    path = write(tmp_path / "m.gguf", head.ljust(pad(len(head)) + 256, b"\0"))
+    assert read_gguf(path).tensors[0].shape == (32, 1, 1, 2)
+    head = g.header(1, 0) + g.info("t", (32, 1, 1, 2, 1), F32, 0)
+    write(path, head.ljust(pad(len(head)) + 256, b"\0"))
+    expect_error(path, 33, "tensor 't': n_dims 5 is more than 4")
+
+
+def test_dimensions_may_be_zero_not_negative(tmp_path, endian):
+    g = Gguf(endian)
+    head = g.header(1, 0) + g.info("t", (0, 2 ** 62, 2 ** 62, 2 ** 62), F32, 0)
+    path = write(tmp_path / "m.gguf", head.ljust(pad(len(head)), b"\0"))
+    t = read_gguf(path).tensors[0]
+    assert (t.shape, t.nbytes, t.n_elements) == ((0, 2 ** 62, 2 ** 62, 2 ** 62), 0, 0)
+    write(path, (g.header(1, 0) + g.info("t", (32, -1), F32, 0)).ljust(128, b"\0"))
+    expect_error(path, 37, "tensor 't': negative dimension -1 in shape (32, -1)")
+
+
+def test_a_shape_of_int64_max_elements_passes_that_check_one_more_does_not(tmp_path):
+    """gguf_init_from_file_impl refuses a shape when INT64_MAX / ne[i] < the elements so far: (2**63-1,) is
+    representable (the data then lies beyond the file), (2**32, 2**31) is 2**63 elements."""
+    g = Gguf()
+    path = write(tmp_path / "m.gguf", (g.header(1, 0) + g.info("t", (2 ** 63 - 1,), F32, 0)).ljust(96, b"\0"))
+    expect_error(path, 24, "tensor 't': data at bytes 64..%d lies beyond the end of the file (96 bytes)"
+                 % (64 + 4 * (2 ** 63 - 1)))
+    write(path, (g.header(1, 0) + g.info("t", (2 ** 32, 2 ** 31), F32, 0)).ljust(96, b"\0"))
+    expect_error(path, 37, "tensor 't': shape (4294967296, 2147483648) has more than 2**63-1 elements")
+
+
+def test_tensor_data_may_end_exactly_at_the_end_of_the_file(tmp_path, endian):
+    path, data_offset, _o = model_file(tmp_path / "m.gguf", [], [("t", (8,))], endian=endian)
+    assert (data_offset, os.path.getsize(path)) == (64, 96)
+    assert read_gguf(path).tensors[0].nbytes == 32
+    os.truncate(path, 95)
+    expect_error(path, 24, "tensor 't': data at bytes 64..96 lies beyond the end of the file (95 bytes)")
+
+
+def test_ne0_must_be_a_multiple_of_the_block_size(tmp_path):
+    g = Gguf()
+    path = write(tmp_path / "m.gguf", (g.header(1, 0) + g.info("q", (48, 2), Q8_0, 0)).ljust(256, b"\0"))
+    expect_error(path, 24, "tensor 'q': ne0 = 48 is not a multiple of the Q8_0 block size 32")
+
+
+def test_an_unknown_type_id_is_size_unknown(tmp_path):
+    g = Gguf()
+    infos = g.info("q", (32,), 99, 0) + g.info("r", (8,), F32, 0)
+    path = write(tmp_path / "m.gguf", (g.header(2, 0) + infos).ljust(256, b"\0"))
+    gf = read_gguf(path)
+    assert [(t.name, t.type_name, t.nbytes) for t in gf.tensors] == [("q", "unknown(99)", None), ("r", "F32", 32)]
+    assert gf.warnings == ["%s: tensor 'q' has unknown ggml type id 99: size unknown" % path]
+
+
+@pytest.mark.parametrize("type_id,name", sorted(REMOVED_TYPE_NAMES.items()))
+def test_removed_type_id_is_refused_like_llama_cpp(small_file, endian, type_id, name):
+    """ggml gives the removed types blck_size 0 (ggml/src/ggml.c type_traits) and gguf_init_from_file_impl
+    (ggml/src/gguf.cpp) refuses a tensor whose blck_size is 0: the file does not load, so it is an error here."""
+    _kv, tensors = field_offsets(small_file, endian)
+    info = tensors["output.weight"]
+    patch(small_file, info["type"], "I", type_id, endian)
+    reason = ("tensor 'output.weight': ggml type %d (%s) was removed from ggml; llama.cpp refuses files that use it "
+              "(convert the model again)" % (type_id, name))
+    expect_error(small_file, info["info"], reason)
+    expect_error(small_file, info["info"], reason, reader=read_model)
+
+
+def test_duplicate_tensor_name(tmp_path):
+    g = Gguf()
+    first = g.info("t", (8,), F32, 0)
+    path = write(tmp_path / "m.gguf", (g.header(2, 0) + first + g.info("t", (8,), F32, 32)).ljust(256, b"\0"))
+    expect_error(path, 24 + len(first), "duplicate tensor name 't'")
+
+
+def test_a_tensor_name_of_64_bytes_is_refused_63_is_read(tmp_path):
+    """ggml/src/gguf.cpp gguf_init_from_file_impl: name.length() >= GGML_MAX_NAME (64) is "too long"."""
+    g = Gguf()
+    ok = "t" * 63
+    path = write(tmp_path / "m.gguf", (g.header(1, 0) + g.info(ok, (8,), F32, 0)).ljust(256, b"\0"))
+    assert read_gguf(path).tensors[0].name == ok
+    path = write(tmp_path / "m.gguf", (g.header(1, 0) + g.info("t" * 64, (8,), F32, 0)).ljust(256, b"\0"))
+    expect_error(path, 24, "tensor info 0: the name %r is 64 bytes long, llama.cpp loads names of fewer than 64"
+                 % ("t" * 64))
+    name = "\u00e9" * 32  # 64 bytes in UTF-8: bytes count, not characters
+    path = write(tmp_path / "m.gguf", (g.header(1, 0) + g.info(name, (8,), F32, 0)).ljust(256, b"\0"))
+    expect_error(path, 24, "tensor info 0: the name %r is 64 bytes long, llama.cpp loads names of fewer than 64"
+                 % name)
+
+
+def test_tensors_may_touch_but_not_overlap(tmp_path, endian):
+    g = Gguf(endian)
+    infos = g.info("a", (16,), F32, 0) + g.info("b", (8,), F32, 64) + g.info("c", (8,), F32, 96)
+    path = write(tmp_path / "m.gguf", (g.header(3, 0) + infos).ljust(256, b"\0"))
+    assert [(t.offset, t.nbytes) for t in read_gguf(path).tensors] == [(0, 64), (64, 32), (96, 32)]
+    # a tensor of 32 bytes at 32 lies inside a (0..64), whatever order the infos come in
+    first = g.info("b", (8,), F32, 32)
+    write(path, (g.header(2, 0) + first + g.info("a", (16,), F32, 0)).ljust(256, b"\0"))
+    expect_error(path, 24, "tensor 'b' (data offset 32) overlaps tensor 'a' (data offset 0, 64 bytes)")
+    # c starts past b's end but inside a, which ends last: still an overlap
+    infos = g.info("a", (64,), F32, 0) + g.info("b", (8,), F32, 32) + g.info("c", (8,), F32, 128)
+    write(path, (g.header(3, 0) + infos).ljust(512, b"\0"))
+    expect_error(path, 24 + len(g.info("a", (64,), F32, 0)),
+                 "tensor 'b' (data offset 32) overlaps tensor 'a' (data offset 0, 256 bytes)")
+
+
+def test_a_tensor_of_zero_bytes_overlaps_nothing(tmp_path):
+    """gguf_init_from_file_impl lays a tensor of zero elements at the offset of the next one (padded size 0)."""
+    g = Gguf()
+    for infos in (g.info("z", (0,), F32, 0) + g.info("a", (8,), F32, 0),
+                  g.info("a", (8,), F32, 0) + g.info("z", (0,), F32, 0)):
+        path = write(tmp_path / "m.gguf", (g.header(2, 0) + infos).ljust(128, b"\0"))
+        assert sorted((t.name, t.offset, t.nbytes) for t in read_gguf(path).tensors) == [("a", 0, 32), ("z", 0, 0)]
+
+
+def test_a_tensor_of_unknown_size_counts_no_bytes_for_the_checks(tmp_path):
+    g = Gguf()
+    infos = g.info("u", (8,), 99, 32) + g.info("a", (8,), F32, 32)
+    path = write(tmp_path / "m.gguf", (g.header(2, 0) + infos).ljust(128 + 32, b"\0"))
+    assert [(t.name, t.nbytes) for t in read_gguf(path).tensors] == [("u", None), ("a", 32)]
+
+
+def test_the_tensor_that_ends_last_is_the_one_an_overlap_is_checked_against(tmp_path):
+    """At one offset: a tensor of unknown size (0 bytes for the checks), one I8 element (1 byte, ggml type 24),
+    one F32 element (4 bytes): the F32 one overlaps the I8 one, which ends last among those before it."""
+    g = Gguf()
+    infos = [g.info("u", (8,), 99, 0), g.info("t", (1,), 24, 0), g.info("a", (1,), F32, 0)]
+    path = write(tmp_path / "m.gguf", (g.header(3, 0) + b"".join(infos)).ljust(160, b"\0"))
+    expect_error(path, 24 + len(infos[0]) + len(infos[1]),
+                 "tensor 'a' (data offset 0) overlaps tensor 't' (data offset 0, 1 bytes)")
+
+
+# --------------------------------------------------------------------------- what is not a regular file
+
+
+def test_what_cannot_be_opened_is_named(tmp_path, monkeypatch):
+    missing = tmp_path / "missing.gguf"
+    expect_error(missing, 0, "cannot open: %s" % os.strerror(errno.ENOENT))
+    expect_error("bad\0name.gguf", 0, "cannot open: embedded null byte")
+    expect_error(tmp_path, 0, "cannot open: not a regular file (a directory)")
+    # a FIFO: test_a_fifo_without_a_writer_does_not_block (in a thread, as a wrong open would block)
+    monkeypatch.chdir(tmp_path)  # a short relative name: a socket's path is limited to about 100 bytes
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind("s.gguf")
+        # open(2) refuses a socket itself (ENXIO); fstat would name it
+        expect_error("s.gguf", 0, "cannot open: %s" % os.strerror(errno.ENXIO))
+        assert header._file_kind(os.stat("s.gguf").st_mode) == "a socket"
+    if os.path.exists("/dev/null"):
+        expect_error("/dev/null", 0, "cannot open: not a regular file (a character device)")
+
+
+def test_an_io_error_is_a_gguf_error_at_the_byte_reached(tmp_path, monkeypatch):
+    """A disk's I/O error (EIO, which no test machine's disk gives on demand: injected into fstat and pread) is
+    a GGUFError with the exception's type and text, at byte 0 before the reading starts, else where it was."""
+    path, _offset, _offsets = model_file(tmp_path / "m.gguf", [("general.architecture", STRING, Gguf().s("llama"))],
+                                         [("a", (8,))])
+    eio = OSError(errno.EIO, os.strerror(errno.EIO))
+    reason = "OSError: [Errno %d] %s" % (errno.EIO, os.strerror(errno.EIO))
+
+    def failing(*_args):
+        raise eio
+
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "fstat", failing)
+        expect_error(path, 0, reason)
+    reads = []
+
+    def second_read_fails(fd, n, offset):
+        reads.append(offset)
+        if len(reads) > 1:
+            raise eio
+        return os.pread(fd, n, offset)
+
+    monkeypatch.setattr(values, "CHUNK", 16)
+    monkeypatch.setattr(values, "_pread", second_read_fails)
+    expect_error(path, 16, reason)
+    assert reads == [0, 16]
+
+
+def test_file_kinds_by_mode():
+    assert header._file_kind(stat.S_IFBLK | 0o660) == "a block device"
+    assert header._file_kind(stat.S_IFCHR | 0o666) == "a character device"
+    assert header._file_kind(stat.S_IFSOCK | 0o755) == "a socket"
+    assert header._file_kind(stat.S_IFIFO | 0o600) == "a FIFO"
+    assert header._file_kind(stat.S_IFDIR | 0o755) == "a directory"
+    assert header._file_kind(stat.S_IFREG | 0o644) == "mode 100644"
+
+
+def test_a_fifo_without_a_writer_does_not_block(tmp_path):
+    fifo = str(tmp_path / "pipe.gguf")
+    os.mkfifo(fifo)
+    errors = []
+    thread = threading.Thread(target=lambda: errors.append(pytest.raises(GGUFError, read_gguf, fifo).value.reason),
+                              daemon=True)  # a reader that stays blocked must not hold the test process
+    thread.start()
+    thread.join(5)
+    blocked = thread.is_alive()
+    if blocked:  # let the reader go
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(5)
+    assert not blocked
+    assert errors == ["cannot open: not a regular file (a FIFO)"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_no_descriptor_is_left_open(tmp_path):
+    path, _d, _o = model_file(tmp_path / "m.gguf", [], [("t", (8,))])
+    before = len(os.listdir("/proc/self/fd"))
+    read_gguf(path)
+    os.truncate(path, 10)
+    pytest.raises(GGUFError, read_gguf, path)
+    pytest.raises(GGUFError, read_gguf, tmp_path)
+    assert len(os.listdir("/proc/self/fd")) == before

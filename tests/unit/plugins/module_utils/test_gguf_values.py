@@ -1,0 +1,599 @@
+"""The GGUF value reader (plugins/module_utils/_gguf_values.py): scalars, strings and (nested) arrays, which are
+kept and which skipped, the bounds that come before any count, length or depth from the file is trusted, and the
+buffered reading beneath them.
+
+An array's count is checked against the rest of the file at the least size of one element (llama.cpp's
+ggml/src/gguf.cpp ``gguf_reader`` reads ``n`` values of ``sizeof(T)`` bytes; a string is at least its u64 length,
+an array its u32 type and u64 count), whatever the element type. The reader's own limits (``MAX_DEPTH``,
+``KEEP_NUMBERS``, ``KEEP_LISTS``, ``MAX_STRING``, ``MAX_KEPT_BYTES``) are those of its module docstring. Value type
+ids 0..12 are ggml/include/gguf.h ``enum gguf_type`` (gguf-py ``GGUFValueType``).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import struct
+import tracemalloc
+from pathlib import Path
+
+import gguf
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _gguf_values as values
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_gguf
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values import GGUFError, SkippedArray
+from tests.helpers.gguf_files import (
+    ALL_SCALARS,
+    ARRAY,
+    BIG_ARRAYS,
+    F32,
+    F32V,
+    F64,
+    I8,
+    I16,
+    MIB,
+    SMALL_ARRAYS,
+    SOME_TENSORS,
+    STRING,
+    U8,
+    U16,
+    U32,
+    U64,
+    VT,
+    Gguf,
+    cross_check,
+    expect_error,
+    expect_error_like,
+    field_offsets,
+    model_file,
+    opened,
+    patch,
+    write,
+    write_gguf,
+)
+
+_s = Gguf().s
+
+
+@pytest.fixture(params=["little", "big"])
+def endian(request):
+    return request.param
+
+
+@pytest.fixture
+def small_file(tmp_path, endian):
+    """A file of gguf-py's: every scalar type, every small array and the tokenizer's large string array."""
+    return write_gguf(tmp_path / "small.gguf", ALL_SCALARS + SMALL_ARRAYS + BIG_ARRAYS[:1], SOME_TENSORS,
+                      endian=endian)[0]
+
+
+# --------------------------------------------------------------------------- the result types
+
+
+def test_gguf_error_keeps_path_offset_and_reason_as_text_int_text():
+    err = GGUFError(Path("/models/m.gguf"), "12", 404)
+    assert (err.path, err.offset, err.reason) == ("/models/m.gguf", 12, "404")
+    assert err.args == ("/models/m.gguf", 12, "404")
+    assert str(err) == "/models/m.gguf: at byte 12: 404"
+    assert isinstance(err, Exception)
+
+
+def test_value_type_names_are_those_of_the_gguf_spec():
+    """GGUF value type ids 0..12 (ggml/include/gguf.h enum gguf_type; gguf-py GGUFValueType)."""
+    assert values.VALUE_TYPE_NAMES == {int(v): v.name.lower() for v in gguf.GGUFValueType}
+
+
+def test_skipped_array_names_its_item_type_and_has_its_count_as_length():
+    assert [SkippedArray(t, 3).item_type_name for t in range(13)] == [
+        "uint8", "int8", "uint16", "int16", "uint32", "int32", "float32", "bool", "string", "array", "uint64",
+        "int64", "float64"]
+    assert SkippedArray(13, 3).item_type_name == "13"
+    assert len(SkippedArray(8, 123456)) == 123456
+    assert SkippedArray(8, 5) == SkippedArray(8, 5) != SkippedArray(9, 5)
+
+
+# --------------------------------------------------------------------------- strings
+
+
+def test_keys_and_tensor_names_must_be_utf8_values_are_replaced_with_a_warning(tmp_path):
+    g = Gguf()
+    path = write(tmp_path / "m.gguf", g.header(0, 2) + g.kv("ok", U8, b"\0") + g.kv(b"\xff", U8, b"\0"))
+    expect_error(path, 24 + 8 + 2 + 4 + 1, "key 1 is not valid UTF-8 (invalid start byte)")
+    write(path, g.header(1, 0) + g.info(b"a\xff", (), F32, 0))
+    expect_error(path, 24, "tensor info 0: name is not valid UTF-8 (invalid start byte)")
+    write(path, g.header(0, 2) + g.kv("s", STRING, g.s(b"x\xffy"))
+          + g.kv("a", ARRAY, g.arr(STRING, 2, g.s("ok") + g.s(b"\xff"))))
+    gf = read_gguf(path)
+    assert gf.metadata == {"s": "x\ufffdy", "a": ["ok", "\ufffd"]}
+    assert gf.warnings == [
+        "key 's': a string value is not valid UTF-8 (decoded with replacement characters)",
+        "key 'a': a string value is not valid UTF-8 (decoded with replacement characters)",
+    ]
+
+
+def test_a_string_may_take_exactly_the_rest_of_the_file(tmp_path):
+    g = Gguf()
+    key = g.pack("Q", 5) + b"abcde"  # a key that ends the file: its value type is missing
+    path = write(tmp_path / "m.gguf", g.header(0, 1) + key + b"\0" * 4)
+    write(path, g.header(0, 1) + key)
+    # 13 bytes are left after the header: the pair count passes; the key takes them all, then the type is missing
+    expect_error(path, 37, "unexpected end of file: 4 bytes needed, 0 left")
+    write(path, g.header(0, 1) + g.pack("Q", 6) + b"abcde")
+    expect_error(path, 24, "key 0: string length 6 runs past the end of the file (5 bytes left)")
+
+
+def test_a_string_longer_than_a_read_chunk_reads_whole_and_the_next_key_follows(tmp_path):
+    g = Gguf()
+    text = "0123456789" * (values.CHUNK // 10 + 7)
+    path = write(tmp_path / "m.gguf", g.header(0, 2) + g.kv("long", STRING, g.s(text)) + g.kv("n", U16, g.pack("H", 9)))
+    assert read_gguf(path).metadata == {"long": text, "n": 9}
+
+
+def test_huge_string_length(small_file, endian):
+    kv, _t = field_offsets(small_file, endian)
+    patch(small_file, kv["t.str"], "Q", 2 ** 60, endian)  # the key's length
+    expect_error_like(small_file, kv["t.str"], "runs past the end of the file")
+    kv, _t = field_offsets(write_gguf(small_file, ALL_SCALARS, endian=endian)[0], endian)
+    patch(small_file, kv["t.str"] + 8 + 5 + 4, "Q", 2 ** 63 + 1, endian)  # the value's length
+    expect_error_like(small_file, kv["t.str"] + 17, "string length %d runs past" % (2 ** 63 + 1))
+
+
+def test_one_string_is_bounded_by_max_string(tmp_path):
+    """A string of MAX_STRING bytes is read (zeros in a sparse file); one byte more is refused."""
+    g = Gguf()
+    n = values.MAX_STRING
+    head = g.header(0, 1) + g.s("k") + g.pack("IQ", STRING, n)
+    path = tmp_path / "m.gguf"
+    write(path, head)
+    os.truncate(path, len(head) + n + 1)
+    assert read_gguf(path).metadata == {"k": "\0" * n}
+    write(path, head[:-8] + g.pack("Q", n + 1))
+    os.truncate(path, len(head) + n + 1)
+    expect_error(str(path), len(head) - 8, "key 'k': string of %d bytes is longer than the %d this reader accepts"
+                 % (n + 1, n))
+
+
+def test_kept_strings_are_bounded_by_max_kept_bytes_keys_included(tmp_path):
+    """Keys and values count: four 1-byte keys and values of 16 MiB - 4 bytes in all are kept; one byte more
+    (a fifth key) is refused at that key."""
+    g = Gguf()
+    n = values.MAX_STRING
+    sizes = [n, n, n, n - 4]
+    assert sum(sizes) + 4 == values.MAX_KEPT_BYTES
+    path = tmp_path / "m.gguf"
+
+    def build(n_kv, tail):
+        with open(path, "wb") as f:
+            f.write(g.header(0, n_kv))
+            for key, size in zip("abcd", sizes):
+                f.write(g.s(key) + g.pack("IQ", STRING, size))
+                f.seek(size, os.SEEK_CUR)
+            f.write(tail)
+            f.truncate()
+        return str(path)
+
+    gf = read_gguf(build(4, b""))
+    assert {k: len(v) for k, v in gf.metadata.items()} == dict(zip("abcd", sizes))
+    over = build(5, g.kv("e", U8, b"\0"))
+    expect_error(over, os.path.getsize(over) - 14, "key 4: more than %d bytes of metadata strings"
+                 % values.MAX_KEPT_BYTES)
+
+
+def test_kept_strings_are_bounded_in_size_and_memory(tmp_path):
+    """Strings in the unwritten part of a sparse file (zeros) as long as the reader keeps: the total kept is capped
+    (MAX_KEPT_BYTES) (one string over MAX_STRING:
+    test_one_string_is_bounded_by_max_string), and the memory stays near that cap, not a multiple of it."""
+    n = values.MAX_STRING
+    count = values.MAX_KEPT_BYTES // n + 1
+    head = b"GGUF" + struct.pack("<IQQ", 3, 0, count)
+    path = tmp_path / "strings.gguf"
+    with open(path, "wb") as f:
+        f.write(head)
+        for i in range(count):
+            f.write(_s("k%d" % i) + struct.pack("<IQ", 8, n))
+            f.seek(n, os.SEEK_CUR)  # a hole: n zero bytes
+        f.write(b"\0" * 64)
+    tracemalloc.start()
+    try:
+        err = expect_error_like(path, None, "more than %d bytes of metadata strings" % values.MAX_KEPT_BYTES)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert err.reason.startswith("key 'k")  # the value that goes over the cap
+    assert peak < values.MAX_KEPT_BYTES + 3 * values.MAX_STRING
+
+
+# --------------------------------------------------------------------------- arrays
+
+
+@pytest.mark.parametrize("itype,code", [(U8, "B"), (U16, "H"), (F32V, "f"), (U64, "Q")])
+def test_numeric_arrays_are_kept_up_to_keep_numbers_elements(tmp_path, endian, itype, code):
+    """KEEP_NUMBERS elements are returned as a list, one more is skipped (and the key after it reads right)."""
+    g = Gguf(endian)
+    keep = values.KEEP_NUMBERS
+    kept = [i % 100 for i in range(keep)]
+    body = g.kv("kept", ARRAY, g.arr(itype, keep, g.pack("%d%s" % (keep, code), *kept)))
+    body += g.kv("skipped", ARRAY, g.arr(itype, keep + 1, g.pack("%d%s" % (keep + 1, code), *(kept + [1]))))
+    body += g.kv("after", U32, g.pack("I", 7))
+    gf = read_gguf(write(tmp_path / "m.gguf", g.header(0, 3) + body))
+    assert gf.metadata == {"kept": kept, "skipped": SkippedArray(itype, keep + 1), "after": 7}
+
+
+def test_string_and_nested_arrays_are_kept_up_to_keep_lists_elements(tmp_path, endian):
+    g = Gguf(endian)
+    keep = values.KEEP_LISTS
+    words = ["w%d" % i for i in range(keep + 1)]
+    lists = [[i, i + 1] for i in range(keep + 1)]
+
+    def strings(n):
+        return g.arr(STRING, n, b"".join(g.s(w) for w in words[:n]))
+
+    def arrays(n):
+        return g.arr(ARRAY, n, b"".join(g.arr(I16, 2, g.pack("2h", *v)) for v in lists[:n]))
+    body = g.kv("s64", ARRAY, strings(keep)) + g.kv("s65", ARRAY, strings(keep + 1))
+    body += g.kv("a64", ARRAY, arrays(keep)) + g.kv("a65", ARRAY, arrays(keep + 1)) + g.kv("after", I8, b"\xfe")
+    gf = read_gguf(write(tmp_path / "m.gguf", g.header(0, 5) + body))
+    assert gf.metadata == {"s64": words[:keep], "s65": SkippedArray(STRING, keep + 1), "a64": lists[:keep],
+                           "a65": SkippedArray(ARRAY, keep + 1), "after": -2}
+
+
+@pytest.mark.parametrize("itype,size,name", [(U8, 1, "uint8"), (I16, 2, "int16"), (U32, 4, "uint32"),
+                                             (F64, 8, "float64"), (STRING, 8, "string"), (ARRAY, 12, "array")])
+def test_an_array_may_need_exactly_the_rest_of_the_file(tmp_path, itype, size, name):
+    """The count is checked at the least size of an element; a count that fits exactly passes that check."""
+    g = Gguf()
+    head = g.header(0, 1) + g.kv("a", ARRAY, g.pack("IQ", itype, 3))
+    path = write(tmp_path / "m.gguf", head + b"\0" * (3 * size))
+    expected = {U8: [0, 0, 0], I16: [0, 0, 0], U32: [0, 0, 0], F64: [0.0, 0.0, 0.0], STRING: ["", "", ""],
+                ARRAY: [[], [], []]}[itype]
+    assert read_gguf(path).metadata == {"a": expected}
+    write(path, head + b"\0" * (3 * size - 1))
+    expect_error(path, 24 + 9 + 4, "key 'a': array of 3 %s elements needs at least %d bytes, only %d left in the file"
+                 % (name, 3 * size, 3 * size - 1))
+
+
+# key -> the least bytes one element takes (sizeof(T) for a number, the length of a string, type + count of an
+# array) and the element type's name
+ELEMENT_BYTES = {"a.u8": (1, "uint8"), "a.u16": (2, "uint16"), "a.i32": (4, "int32"), "a.f32": (4, "float32"),
+                 "a.u64": (8, "uint64"), "a.f64": (8, "float64"), "a.i64": (8, "int64"), "a.str": (8, "string"),
+                 "a.nested": (12, "array")}
+
+
+@pytest.mark.parametrize("key", sorted(ELEMENT_BYTES))
+def test_an_array_count_is_bounded_by_its_element_size(small_file, endian, key):
+    kv, _t = field_offsets(small_file, endian)
+    at = kv[key] + 8 + len(key) + 4            # the array's element type, then its 8-byte count
+    left = os.path.getsize(small_file) - (at + 12)
+    size, type_name = ELEMENT_BYTES[key]
+    count = left // size + 1                   # one element more than the rest of the file holds at that size
+    assert count <= left or size == 1          # (so that a bound of one byte per element would let it through)
+    patch(small_file, at + 4, "Q", count, endian)
+    err = expect_error_like(small_file, at)
+    assert err.reason.endswith("array of %d %s elements needs at least %d bytes, only %d left in the file"
+                               % (count, type_name, count * size, left))
+
+
+@pytest.mark.parametrize("count", [2 ** 60, 2 ** 64 - 1, 10 ** 6])
+def test_huge_array_counts(small_file, endian, count):
+    kv, _t = field_offsets(small_file, endian)
+    for key in ("tokenizer.ggml.tokens", "a.u8"):
+        at = kv[key] + 8 + len(key) + 4
+        original = Path(small_file).read_bytes()
+        patch(small_file, at + 4, "Q", count, endian)
+        tracemalloc.start()
+        try:
+            expect_error_like(small_file, at, "array of %d" % count)
+            assert tracemalloc.get_traced_memory()[1] < 4 << 20
+        finally:
+            tracemalloc.stop()
+        Path(small_file).write_bytes(original)
+
+
+@pytest.mark.parametrize("itype", [13, 99])
+def test_unknown_array_element_type(tmp_path, itype):
+    g = Gguf()
+    path = write(tmp_path / "m.gguf", g.header(0, 1) + g.kv("a", ARRAY, g.arr(itype, 1, b"\0" * 16)))
+    expect_error(path, 37, "key 'a': unknown array element type %d" % itype)
+
+
+def _nested(g, levels, leaf):
+    """``levels`` arrays one inside the other, the innermost holding ``leaf`` (one uint8)."""
+    value = g.arr(U8, 1, leaf)
+    for _i in range(levels - 1):
+        value = g.arr(ARRAY, 1, value)
+    return value
+
+
+@pytest.mark.parametrize("count", [1, values.KEEP_LISTS + 1])
+def test_arrays_nest_up_to_max_depth_kept_or_skipped(tmp_path, endian, count):
+    """The value's own array is level 1; MAX_DEPTH levels read, one more is refused where its header is, in a
+    kept array and in one skipped for its length alike."""
+    g = Gguf(endian)
+    depth = values.MAX_DEPTH
+    ok = g.kv("deep", ARRAY, g.arr(ARRAY, count, _nested(g, depth - 1, b"\x05") * count))
+    gf = read_gguf(write(tmp_path / "ok.gguf", g.header(0, 2) + ok + g.kv("after", U8, b"\x01")))
+    value = [5]
+    for _i in range(depth - 1):
+        value = [value]
+    assert gf.metadata == {"deep": value if count == 1 else SkippedArray(ARRAY, count), "after": 1}
+    too_deep = g.kv("deep", ARRAY, g.arr(ARRAY, count, _nested(g, depth, b"\x05") * count))
+    path = write(tmp_path / "deep.gguf", g.header(0, 1) + too_deep)
+    # the pair's key (8 + 4 bytes) and value type (4), then one 12-byte array header a level
+    expect_error(path, 24 + 8 + 4 + 4 + 12 * depth, "key 'deep': arrays nested deeper than %d" % depth)
+
+
+def test_errors_inside_a_skipped_array_of_arrays_name_the_key(tmp_path, endian):
+    """Inner arrays of a skipped array are walked: a bad string or an inner count too large is reported with the
+    key and the byte where it is."""
+    g = Gguf(endian)
+    count = values.KEEP_LISTS + 1
+    good = g.arr(STRING, 1, g.s("t"))
+    head = g.header(0, 1) + g.s("x") + g.pack("I", ARRAY) + g.pack("IQ", ARRAY, count)
+    bad_string = g.arr(STRING, 1, g.pack("Q", 1000) + b"t")
+    path = write(tmp_path / "m.gguf", head + good * (count - 1) + bad_string + b"\0" * 20)
+    at = len(head) + len(good) * (count - 1) + 12
+    expect_error(path, at, "key 'x': element 0 of 1: string length 1000 runs past the end of the file (21 bytes left)")
+    inner = g.arr(ARRAY, 1, g.arr(U32, 2 ** 40, b""))
+    write(path, head + good * (count - 1) + inner + b"\0" * 20)
+    expect_error(path, at, "key 'x': array of %d uint32 elements needs at least %d bytes, only 20 left in the "
+                 "file" % (2 ** 40, 2 ** 42))
+
+
+def test_string_in_a_skipped_array_runs_past_the_end(small_file, endian):
+    kv, _t = field_offsets(small_file, endian)
+    key = "tokenizer.ggml.tokens"
+    first = kv[key] + 8 + len(key) + 4 + 4 + 8
+    # element 0 is "tok0": make the length of element 7 huge
+    at = first + sum(8 + len("tok%d" % i) for i in range(7))
+    patch(small_file, at, "Q", 2 ** 40, endian)
+    expect_error_like(small_file, at, "element 7 of 3000: string length %d runs past" % 2 ** 40)
+
+
+def test_a_skipped_string_array_that_ends_early_names_the_element(tmp_path, endian):
+    g = Gguf(endian)
+    count = values.KEEP_LISTS + 1
+    head = g.header(0, 1) + g.kv("tok", ARRAY, g.pack("IQ", STRING, count))
+    # strings of one byte then zeros that the element count claims: the last length has no room
+    body = g.s("a") * (count - 2) + b"\0" * 13
+    path = write(tmp_path / "m.gguf", head + body)
+    at = len(head) + 9 * (count - 2) + 8
+    expect_error(path, at, "key 'tok': element %d of %d: no room for its length (5 bytes left in the file)"
+                 % (count - 1, count))
+
+
+def test_runs_of_zeros_count_only_whole_empty_elements(tmp_path, endian):
+    """An empty string is 8 zero bytes and an empty uint8 array 12; zeros that run on into the next element's
+    length or type are not taken for one more empty element."""
+    g = Gguf(endian)
+    count = values.KEEP_LISTS + 3
+    # a string of length 256 starts with a zero byte in little-endian, 7 zero bytes in big-endian
+    strings = g.s("") * (count - 2) + g.s("x" * 256) + g.s("")
+    # a uint8 array of one zero: its type (0) is 4 zero bytes, its count starts with zeros in big-endian
+    arrays = g.arr(U8, 0, b"") * (count - 2) + g.arr(U8, 1, b"\0") + g.arr(U8, 0, b"")
+    body = g.kv("s", ARRAY, g.arr(STRING, count, strings)) + g.kv("a", ARRAY, g.arr(ARRAY, count, arrays))
+    gf = read_gguf(write(tmp_path / "m.gguf", g.header(0, 3) + body + g.kv("after", U8, b"\x09")))
+    assert gf.metadata == {"s": SkippedArray(STRING, count), "a": SkippedArray(ARRAY, count), "after": 9}
+
+
+def test_runs_of_empty_strings_between_real_ones_read_back(tmp_path, endian):
+    """The empty-run skip keeps the count right when empty and non-empty strings alternate (cross-checked)."""
+    tokens = [""] * 500 + ["a"] + [""] * 3 + ["bc"] + [""] * 1000 + ["end"] + [""]
+    path = write_gguf(tmp_path / "empty_runs.gguf", [("tokenizer.ggml.tokens", tokens, VT.ARRAY, VT.STRING),
+                                                     ("after", 9, VT.UINT32)], SOME_TENSORS, endian=endian)[0]
+    gf = read_gguf(path)
+    assert gf.metadata["tokenizer.ggml.tokens"] == SkippedArray(int(VT.STRING), len(tokens))
+    assert gf.metadata["after"] == 9
+    cross_check(path, gf)
+
+
+def test_runs_of_empty_arrays_between_real_ones_read_back(tmp_path):
+    """Nested arrays: empty uint8 arrays (12 zero bytes each) among non-empty ones, assembled by hand."""
+    empty = struct.pack("<IQ", 0, 0)
+    one = struct.pack("<IQ", 5, 1) + struct.pack("<i", -1)
+    elements = [empty] * 300 + [one] + [empty] * 2 + [one] + [empty] * 100
+    body = b"GGUF" + struct.pack("<IQQ", 3, 0, 2)
+    body += _s("lists") + struct.pack("<IIQ", 9, 9, len(elements)) + b"".join(elements)
+    body += _s("after") + struct.pack("<II", 4, 7)
+    path = tmp_path / "lists.gguf"
+    path.write_bytes(body + b"\0" * 64)
+    gf = read_gguf(path)
+    assert gf.metadata["lists"] == SkippedArray(9, len(elements)) and gf.metadata["after"] == 7
+
+
+def test_an_empty_string_run_that_overruns_the_file_names_the_element(tmp_path):
+    def body(count):
+        return b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _s("tokens") + struct.pack("<IIQ", 9, 8, count)
+    path = tmp_path / "short_run.gguf"
+    path.write_bytes(body(71) + b"\0" * (8 * 70) + struct.pack("<Q", 1000) + b"\0" * 20)
+    expect_error_like(path, len(body(71)) + 8 * 70, "element 70 of 71: string length 1000 runs past the end")
+    # 800 bytes: as many as 100 empty strings need, but the first string holds 3 bytes
+    path.write_bytes(body(100) + _s("abc") + b"\0" * (8 * 98 + 5))
+    expect_error_like(path, len(body(100)) + 11 + 8 * 98, "element 99 of 100: no room for its length (5 bytes left")
+
+
+def _read_bytes():
+    """Bytes this process has read through read(2)/pread(2) so far (Linux /proc/self/io ``rchar``)."""
+    with open("/proc/self/io") as f:
+        return int([line for line in f if line.startswith("rchar:")][0].split()[1])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs Linux /proc/self/io")
+@pytest.mark.parametrize("element", ["string", "array"])
+def test_a_sparse_64_gib_header_reads_only_the_bytes_it_holds(tmp_path, element):
+    """A header whose array spans a 64 GiB hole of a sparse file (empty strings, or empty uint8 arrays: zeros),
+    followed by one more key: it reads back right, and only a few MiB are read, not 64 GiB."""
+    hole = 64 << 30
+    unit = 8 if element == "string" else 12
+    count = hole // unit
+    itype = 8 if element == "string" else 9
+    head = b"GGUF" + struct.pack("<IQQ", 3, 0, 3) + _s("general.architecture") + struct.pack("<I", 8) + _s("x")
+    head += _s("big") + struct.pack("<IIQ", 9, itype, count + 1)
+    # the first element is written (not empty), then `count` empty ones lie in the hole, then the last key
+    first = _s("tok") if element == "string" else struct.pack("<IQ", 5, 2) + struct.pack("<ii", 1, 2)
+    after = _s("after") + struct.pack("<II", 4, 7)
+    path = tmp_path / "sparse.gguf"
+    with open(path, "wb") as f:
+        f.write(head + first)
+        f.seek(len(head + first) + count * unit)
+        f.write(after)
+    assert os.path.getsize(path) > hole and os.stat(path).st_blocks * 512 < 1 << 20  # really sparse
+    before = _read_bytes()
+    gf = read_gguf(path)
+    read = _read_bytes() - before
+    assert gf.metadata["big"] == SkippedArray(itype, count + 1)
+    assert gf.metadata["after"] == 7 and gf.data_offset == -(-(os.path.getsize(path)) // 32) * 32
+    assert read < 16 << 20, read
+
+
+# --------------------------------------------------------------------------- the buffered reader
+
+
+def failure(call):
+    """(offset, reason) of the GGUFError that ``call()`` raises."""
+    with pytest.raises(GGUFError) as raised:
+        call()
+    return raised.value.offset, raised.value.reason
+
+
+def test_pread_reads_at_an_offset_and_leaves_the_position(tmp_path):
+    path = write(tmp_path / "f", bytes(range(32)))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert values._pread(fd, 4, 10) == bytes([10, 11, 12, 13])
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 0
+    finally:
+        os.close(fd)
+
+
+def test_without_pread_the_reader_seeks_then_reads(tmp_path, monkeypatch):
+    """Where ``os.pread`` is missing (not POSIX), ``lseek`` + ``read`` give the same bytes and the same header."""
+    path, _offset, _offsets = model_file(tmp_path / "m.gguf", [("general.architecture", STRING, Gguf().s("llama"))],
+                                         [("a", (8,)), ("b", (16,))])
+    with_pread = read_gguf(path)
+    monkeypatch.delattr(os, "pread")
+    assert read_gguf(path) == with_pread
+    data = write(tmp_path / "f", bytes(range(32)))
+    fd = os.open(data, os.O_RDONLY)
+    try:
+        assert values._pread(fd, 4, 10) == bytes([10, 11, 12, 13])
+        assert values._pread(fd, 3, 0) == bytes([0, 1, 2])
+    finally:
+        os.close(fd)
+
+
+def test_reader_end_of_file_and_short_reads(tmp_path):
+    path = write(tmp_path / "f", b"\1\0\0\0" + b"\0" * 7)
+    with opened(path) as rd:
+        assert (rd.u32(), rd.tell(), rd.left()) == (1, 4, 7)
+        assert failure(lambda: rd.u64()) == (4, "unexpected end of file: 8 bytes needed, 7 left")
+        rd.seek(15)
+        assert failure(lambda: rd.take(1)) == (15, "unexpected end of file: 1 bytes needed, 0 left")
+    with opened(path) as rd:
+        assert rd.take(11) == b"\1" + b"\0" * 10  # exactly to the end
+    with opened(path, size=100) as rd:  # the file is shorter than its size said (it changed while reading)
+        rd.seek(8)
+        with pytest.raises(GGUFError) as raised:
+            rd.u64()
+        assert (raised.value.path, raised.value.offset, raised.value.reason) == (
+            path, 8, "short read: 8 bytes needed, 3 read (file changed while reading?)")
+
+
+def test_reader_long_string_short_read(tmp_path):
+    n = values.CHUNK + 10
+    path = write(tmp_path / "f", struct.pack("<Q", n) + b"x" * 100)
+    with opened(path, size=8 + n) as rd:
+        assert failure(lambda: rd.raw_string("key 'k'")) == (
+            8, "short read: %d bytes needed, 100 read (file changed while reading?)" % n)
+
+
+def test_reader_seek_inside_the_buffer_keeps_it(tmp_path):
+    path = write(tmp_path / "f", bytes(range(64)))
+    with opened(path) as rd:
+        assert rd.take(2) == b"\0\1"
+        buf = rd.buf
+        for offset in (0, 10, 64):
+            rd.seek(offset)
+            assert (rd.buf is buf, rd.base, rd.tell()) == (True, 0, offset)
+        rd.take(0)
+        assert rd.left() == 0
+    path = write(tmp_path / "g", bytes(range(64)) * (values.CHUNK // 32))
+    with opened(path) as rd:
+        rd.u32()
+        rd.seek(values.CHUNK + 5)
+        assert (rd.buf, rd.base, rd.pos, rd.tell()) == (b"", values.CHUNK + 5, 0, values.CHUNK + 5)
+        assert rd.take(3) == bytes([5, 6, 7])
+
+
+def test_reader_unknown_value_type_is_reported_at_its_type(tmp_path):
+    path = write(tmp_path / "f", struct.pack("<I", 13) + b"\0" * 8)
+    with opened(path) as rd:
+        rd.u32()
+        assert failure(lambda: rd.value(13, 0, "key 'k'")) == (0, "key 'k': unknown value type 13")
+
+
+def test_next_data_skips_holes_and_stops_at_the_end(tmp_path):
+    path = tmp_path / "sparse"
+    with open(path, "wb") as f:
+        f.write(b"x" * 10)
+        f.seek(MIB)
+        f.write(b"y")
+    os.truncate(path, 3 * MIB)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            hole_reported = os.lseek(fd, 5000, os.SEEK_DATA) == MIB
+            os.lseek(fd, 2 * MIB, os.SEEK_DATA)
+            end_reported = False
+        except OSError as exc:
+            end_reported = exc.errno == errno.ENXIO
+    finally:
+        os.close(fd)
+    if not (hole_reported and end_reported):
+        pytest.skip("this file system does not report holes")
+    with opened(path) as rd:
+        assert rd._next_data(5) == 5
+        assert rd._next_data(5000) == MIB
+        assert rd._next_data(2 * MIB) == 3 * MIB  # nothing but a hole to the end
+        assert rd.tell() == 0
+
+
+def test_next_data_on_a_descriptor_without_seek_data_is_the_offset(tmp_path):
+    fifo = str(tmp_path / "pipe")
+    os.mkfifo(fifo)
+    with opened(fifo, size=0, flags=os.O_NONBLOCK) as rd:
+        assert rd._next_data(5) == 5
+
+
+def test_zero_run_counts_zeros_up_to_the_limit_without_moving(tmp_path):
+    path = write(tmp_path / "f", b"\1" + b"\0" * 10 + b"\2" + b"\0" * 5)
+    with opened(path) as rd:
+        rd.take(1)
+        assert [rd.zero_run(n) for n in (0, 3, 10, 11, 100)] == [0, 3, 10, 10, 10]
+        assert rd.tell() == 1
+        rd.seek(11)
+        assert rd.zero_run(100) == 0
+        rd.seek(12)
+        assert rd.zero_run(100) == 5  # up to the end of the file
+        assert rd.zero_run(5) == 5 and rd.zero_run(4) == 4
+
+
+def test_zero_run_across_reads_and_holes(tmp_path):
+    n = values.CHUNK + 100
+    path = write(tmp_path / "f", b"\1" + b"\0" * n + b"\2")  # zeros stored as data, longer than one read
+    with opened(path) as rd:
+        rd.take(1)
+        assert rd.zero_run(10 * n) == n
+        assert rd.zero_run(n - 1) == n - 1
+    sparse = tmp_path / "sparse"
+    with open(sparse, "wb") as f:
+        f.write(b"\1")
+        f.seek(3 * MIB)
+        f.write(b"\0\0\3")
+    with opened(sparse) as rd:
+        rd.take(1)
+        assert rd.zero_run(10 * MIB) == 3 * MIB + 1
+        assert rd.zero_run(2 * MIB) == 2 * MIB
+    os.truncate(sparse, 5 * MIB)
+    with opened(sparse) as rd:
+        rd.seek(3 * MIB + 3)
+        assert rd.zero_run(10 * MIB) == 2 * MIB - 3

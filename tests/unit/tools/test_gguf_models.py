@@ -1,0 +1,195 @@
+"""tools/gguf_models.py writes what it says: each kind read back with gguf-py's own GGUFReader, and with the
+collection's reader (every architecture, both byte orders, and the sparse 6-shard Nemotron-3-Nano-30B-A3B Q4_K_M
+header), each file cross-checked with GGUFReader.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+
+import gguf
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, find_split_files, read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values import SkippedArray
+from tests.helpers.gguf_files import MIB, cross_check, expect_error_like
+from tools import gguf_models
+
+# kind -> (general.architecture, tensor count, routed-expert tensor count), counted by hand from the layouts
+EXPECTED = {
+    "nemotron_h_moe": ("nemotron_h_moe", 40, 4),   # MEM*E: 3 globals + 2x9 Mamba + 2x7 MoE + 5 attention
+    "demo": ("nemotron_h_moe", 40, 4),
+    "qwen3moe": ("qwen3moe", 27, 6),               # 3 + 2 blocks x (norm, q/k/v/o, q/k norm, ffn_norm, router, 3 exps)
+    "nemotron_h": ("nemotron_h", 32, 0),           # M-M*-: 3 + 2x9 + 2x3 + 5
+    "qwen2moe": ("qwen2moe", 54, 9),               # 3 + 3 x 17
+    "mixtral": ("llama", 33, 9),                   # 3 + 3 x 10
+    "deepseek2": ("deepseek2", 70, 9),             # 3 + 1 dense x 13 + 3 MoE x 18
+    "gpt-oss": ("gpt-oss", 41, 6),                 # 3 + 2 x 19 (exps .bias are not counted here)
+    "fused_gate_up": ("qwen3moe", 25, 4),          # 3 + 2 x 11
+    "chexps": ("grovemoe", 33, 12),                # 3 + 2 x 15 (3 exps + 3 chexps)
+    "unknown_moe": ("mymoe", 42, 9),               # 3 + 3 x 13
+    "dense_llama": ("llama", 21, 0),               # 3 + 2 x 9
+}
+EXPERT_SUFFIXES = ("_exps.weight", "_chexps.weight")
+
+
+def read(path):
+    reader = gguf.GGUFReader(path)
+    return reader, reader.fields["general.architecture"].contents()
+
+
+def test_every_kind_is_tested():
+    assert set(EXPECTED) == set(gguf_models.ARCH_WRITERS) - {"nemotron-nano"}
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED))
+def test_kind_reads_back(tmp_path, kind):
+    path = gguf_models.write_model(kind, tmp_path / (kind + ".gguf"))
+    reader, arch = read(path)
+    names = [t.name for t in reader.tensors]
+    assert (arch, len(names), sum(n.endswith(EXPERT_SUFFIXES) for n in names)) == EXPECTED[kind]
+    assert len(set(names)) == len(names)
+    assert os.path.getsize(path) == reader.tensors[-1].data_offset + reader.tensors[-1].n_bytes
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED))
+def test_big_endian(tmp_path, kind):
+    path = gguf_models.write_model(kind, tmp_path / (kind + ".gguf"), endian="big")
+    reader, arch = read(path)
+    assert reader.endianess == gguf.GGUFEndian.BIG
+    assert (arch, len(reader.tensors)) == EXPECTED[kind][:2]
+
+
+def test_deterministic(tmp_path):
+    a = gguf_models.write_tiny_nemotron_h_moe(tmp_path / "a.gguf")
+    b = gguf_models.write_tiny_nemotron_h_moe(tmp_path / "b.gguf")
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        assert fa.read() == fb.read()
+
+
+@pytest.mark.parametrize("dtype,type_name", [("f16", "F16"), ("q8_0", "Q8_0"), ("q4_0", "Q4_0")])
+def test_expert_dtype(tmp_path, dtype, type_name):
+    reader = read(gguf_models.write_tiny_nemotron_h_moe(tmp_path / "m.gguf", dtype=dtype))[0]
+    types = {t.name: t.tensor_type.name for t in reader.tensors}
+    assert {types[n] for n in types if n.endswith("_exps.weight")} == {type_name}
+    assert types["blk.1.ffn_up_shexp.weight"] == "F32"
+
+
+def test_gpt_oss_experts_are_mxfp4_with_f32_biases(tmp_path):
+    reader = read(gguf_models.write_gpt_oss(tmp_path / "g.gguf"))[0]
+    types = {t.name: t.tensor_type for t in reader.tensors}
+    assert types["blk.0.ffn_down_exps.weight"] == gguf.GGMLQuantizationType.MXFP4
+    assert types["blk.0.ffn_down_exps.bias"] == gguf.GGMLQuantizationType.F32
+    assert "blk.0.attn_sinks.weight" in types
+
+
+def test_nemotron_nano_header(tmp_path):
+    files = gguf_models.write_nemotron_nano_30b(tmp_path, vocab_size=1000, n_merges=1000)
+    assert [os.path.basename(f) for f in files] == [
+        "Nemotron-3-Nano-30B-A3B-Q4_K_M-%05d-of-00006.gguf" % i for i in range(1, 7)]
+    tensors = []
+    for i, f in enumerate(files):
+        reader = gguf.GGUFReader(f)
+        assert reader.fields["split.no"].contents() == i
+        assert reader.fields["split.count"].contents() == 6
+        assert reader.fields["split.tensors.count"].contents() == 401
+        assert ("nemotron_h_moe.block_count" in reader.fields) == (i == 0)
+        assert os.path.getsize(f) == reader.tensors[-1].data_offset + reader.tensors[-1].n_bytes
+        tensors += reader.tensors
+    assert len(tensors) == 401
+    by_name = {t.name: t for t in tensors}
+    up = by_name["blk.1.ffn_up_exps.weight"]
+    assert (list(up.shape), up.tensor_type.name) == ([2688, 1856, 128], "Q5_0")
+    assert list(by_name["blk.1.ffn_down_exps.weight"].shape) == [1856, 2688, 128]
+    experts = sum(t.n_bytes for t in tensors if t.name.endswith("_exps.weight"))
+    assert sum(t.name.endswith("_exps.weight") for t in tensors) == 46
+    assert round(experts / 2**20) == 21772  # reference, section 3
+    assert by_name["token_embd.weight"].tensor_type.name == "Q5_0"  # 231 MiB at 131,072 tokens
+
+
+# --------------------------------------------------------------------------- read by the collection's reader
+
+
+KINDS = sorted(k for k in gguf_models.ARCH_WRITERS if k != "nemotron-nano")
+
+
+NANO_LAYOUT = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"  # reference, section 3
+
+
+def endians_of(kind):
+    writer = gguf_models.ARCH_WRITERS[kind]
+    return ["little", "big"] if "endian" in inspect.signature(writer).parameters else ["little"]
+
+
+@pytest.mark.parametrize("kind,endian", [(k, e) for k in KINDS for e in endians_of(k)])
+def test_every_architecture(tmp_path, kind, endian):
+    kw = {"endian": endian} if endian == "big" else {}
+    written = gguf_models.write_model(kind, str(tmp_path / (kind + ".gguf")), **kw)
+    files = written if isinstance(written, list) else [written]
+    model = read_model(files[0])
+    assert model.files == files
+    assert model.architecture == model.metadata["general.architecture"]
+    assert model.file_bytes == sum(os.path.getsize(f) for f in files)
+    assert model.warnings == []
+    assert len({t.name for t in model.tensors}) == len(model.tensors) > 0
+    assert all(t.nbytes is not None and t.nbytes > 0 for t in model.tensors)
+    for shard in model.shards:
+        assert shard.byte_order == endian
+        cross_check(shard.path, shard)
+    block_count = model.metadata.get(model.architecture + ".block_count")
+    assert isinstance(block_count, int) and block_count > 0
+
+
+@pytest.fixture(scope="module", params=["little", "big"])
+def nano(request, tmp_path_factory):
+    """The sparse Nemotron-3-Nano header with a small vocabulary (the tensor infos are the real ones)."""
+    outdir = tmp_path_factory.mktemp("nano-" + request.param)
+    files = gguf_models.write_nemotron_nano_30b(str(outdir), shards=6, endian=request.param, vocab_size=2048,
+                                                n_merges=3000)
+    return request.param, files
+
+
+def test_nemotron_nano_6_shards(nano):
+    endian, files = nano
+    for shard in files:
+        assert find_split_files(shard) == files
+    model = read_model(files[3])
+    assert model.files == files and model.architecture == "nemotron_h_moe"
+    assert len(model.tensors) == 401
+    assert [t.shard for t in model.tensors] == sorted(t.shard for t in model.tensors)
+    assert {t.shard for t in model.tensors} == set(range(6))
+    assert all(t.file == files[t.shard] for t in model.tensors)
+    md = model.metadata
+    assert md["split.count"] == 6 and md["split.tensors.count"] == 401
+    assert md["tokenizer.ggml.tokens"] == SkippedArray(8, 2048)
+    assert md["tokenizer.ggml.merges"] == SkippedArray(8, 3000)
+    # the per-layer arrays that define the layer kinds are kept
+    head_count_kv = md["nemotron_h_moe.attention.head_count_kv"]
+    ffn = md["nemotron_h_moe.feed_forward_length"]
+    assert len(head_count_kv) == len(ffn) == 52
+    assert [i for i, n in enumerate(head_count_kv) if n > 0] == [i for i, c in enumerate(NANO_LAYOUT) if c == "*"]
+    assert [i for i, n in enumerate(ffn) if n > 0] == [i for i, c in enumerate(NANO_LAYOUT) if c == "E"]
+    experts = [t for t in model.tensors if "_exps." in t.name]
+    assert len(experts) == 46
+    up = next(t for t in experts if t.name == "blk.1.ffn_up_exps.weight")
+    assert up.shape == (2688, 1856, 128)
+    # the quantizer falls back from K-quants: 2688 is not a multiple of 256 (reference, section 3)
+    assert {t.type_name for t in experts} <= {"Q5_0", "Q8_0", "Q4_K", "Q6_K"}
+    assert abs(sum(t.nbytes for t in experts) / MIB - 21772) < 5
+    assert model.file_bytes == sum(os.path.getsize(f) for f in files)
+    assert model.file_bytes > sum(t.nbytes for t in model.tensors)
+    assert all(shard.byte_order == endian for shard in model.shards)
+    for shard in model.shards:
+        cross_check(shard.path, shard)
+
+
+def test_nemotron_nano_missing_shard(nano, tmp_path):
+    _endian, files = nano
+    for i, f in enumerate(files):
+        if i != 4:
+            os.symlink(f, str(tmp_path / os.path.basename(f)))
+    given = str(tmp_path / os.path.basename(files[0]))
+    err = expect_error_like(given, 0, "shard 5 of 6 is missing", reader=read_model)
+    assert os.path.basename(files[4]) in err.reason
+    with pytest.raises(GGUFError):
+        find_split_files(str(tmp_path / os.path.basename(files[5])))
