@@ -31,18 +31,17 @@ def nano():
     return nano_facts()
 
 
-@pytest.mark.parametrize("name, n, expected", [
-    ("f32", 256, 1024), ("f16", 256, 512), ("bf16", 256, 512), ("q8_0", 256, 272), ("q4_0", 256, 144),
-    ("q4_1", 256, 160), ("iq4_nl", 256, 144), ("q5_0", 256, 176), ("q5_1", 256, 192)])
-def test_row_bytes_of_every_cache_type(name, n, expected):
-    assert kvc.row_bytes(name, n) == expected
-
-
-def test_row_bytes_refuses_unknown_types_and_partial_blocks():
-    with pytest.raises(mfacts.MemoryModelError, match="unknown cache type 'q6_k'"):
-        kvc.row_bytes("q6_k", 256)
+def test_row_bytes_refuse_a_partial_block_and_an_unknown_type():
     with pytest.raises(mfacts.MemoryModelError, match="not a multiple of the 32-element blocks"):
         kvc.row_bytes("q8_0", 80)
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        kvc.row_bytes("q4_0", 33)
+    assert str(info.value) == ("a KV row of 33 elements is not a multiple of the 32-element blocks of q4_0: llama.cpp "
+                               "cannot use that cache type for this model")
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        kvc.row_bytes("q6_k", 256)
+    assert str(info.value) == ("unknown cache type 'q6_k' (llama-server knows bf16, f16, f32, iq4_nl, q4_0, q4_1, "
+                               "q5_0, q5_1, q8_0)")
 
 
 def test_nano_kv_is_6144_bytes_per_token_on_six_layers(nano_q8):
@@ -55,23 +54,6 @@ def test_nano_kv_is_6144_bytes_per_token_on_six_layers(nano_q8):
     assert sum(q8.values()) == 6 * 2 * 272 * 32768
 
 
-def test_nano_recurrent_state_per_sequence(nano_q8):
-    assert len(nano_q8.recurrent_blocks) == 23
-    one = kvc.recurrent_state_bytes(nano_q8, 1)
-    assert set(one.values()) == {2170880}  # ((4-1)*(4096+2*8*128) + 128*4096) * 4
-    assert common.mib(sum(one.values())) == 47.62
-    two = sum(kvc.recurrent_state_bytes(nano_q8, 2).values())
-    assert two == 2 * 23 * 2170880 and common.mib(two) == 95.23  # 95.234375 MiB (2 x 47.617)
-    assert sum(kvc.recurrent_state_bytes(nano_q8, 0).values()) == 23 * 2170880  # cells = max(1, parallel)
-
-
-@pytest.mark.parametrize("ctx, parallel, unified, cells, streams", [
-    (32768, 2, False, 16384, 2), (1000, 1, False, 1024, 1), (1000, 2, False, 512, 2), (3000, 3, False, 1024, 3),
-    (3000, 3, True, 3072, 1)])
-def test_context_padding_and_streams(ctx, parallel, unified, cells, streams):
-    assert kvc.context_cells(ctx, parallel, unified)[1:] == (cells, streams)
-
-
 @pytest.mark.parametrize("ctx, parallel, unified, n_ctx, cells, streams", [
     (513, 2, False, 1024, 512, 2),    # llama.cpp: n_ctx 768 -> n_ctx_seq pad(384) = 512 -> n_ctx 1024
     (1000, 3, False, 1536, 512, 3),   # measured on llama-server b10434: 1.88 MiB, not 1.25
@@ -80,6 +62,8 @@ def test_context_padding_and_streams(ctx, parallel, unified, cells, streams):
     (1, 1, False, 256, 256, 1),
     (4095, 5, True, 4096, 4096, 1),
     (32768, 2, False, 32768, 16384, 2),
+    (1000, 1, False, 1024, 1024, 1), (1000, 2, False, 1024, 512, 2), (3000, 3, False, 3072, 1024, 3),
+    (3000, 3, True, 3072, 3072, 1),
 ])
 def test_every_slot_is_padded_to_256(ctx, parallel, unified, n_ctx, cells, streams):
     assert kvc.context_cells(ctx, parallel, unified) == (n_ctx, cells, streams)
@@ -121,29 +105,24 @@ def test_lfm2_short_convolutions_and_rwkv():
 
 def test_nano_recurrent_state_is_2170880_bytes_per_block_and_sequence(nano):
     """llama-memory-recurrent.cpp: r_l and s_l are F32 [n_embd_r, mem_size] and [n_embd_s, mem_size] with
-    mem_size = max(1, n_seq_max) (llama-model.cpp create_memory); 47.62 MiB per sequence over the 23 blocks."""
+    mem_size = max(1, n_seq_max) (llama-model.cpp create_memory); 47.62 MiB per sequence over the 23 blocks:
+    ((4-1)*(4096+2*8*128) + 128*4096) * 4 bytes a block."""
+    assert len(nano.recurrent_blocks) == 23
     assert kvc.recurrent_state_bytes(nano) == dict((b, 2170880) for b in NANO_MAMBA)
+    assert common.mib(sum(kvc.recurrent_state_bytes(nano, 1).values())) == 47.62
+    two = sum(kvc.recurrent_state_bytes(nano, 2).values())
+    assert two == 2 * 23 * 2170880 and common.mib(two) == 95.23  # 95.234375 MiB (2 x 47.617)
     assert kvc.recurrent_state_bytes(nano, 3) == dict((b, 3 * 2170880) for b in NANO_MAMBA)
     assert kvc.recurrent_state_bytes(nano, 0) == dict((b, 2170880) for b in NANO_MAMBA)
 
 
 @pytest.mark.parametrize("name, n, expected", [
-    ("f16", 256, 512), ("f32", 256, 1024), ("bf16", 256, 512),
-    ("q8_0", 32, 34), ("q8_0", 256, 272), ("q4_0", 32, 18), ("q4_0", 256, 144), ("q8_0", 0, 0), ("f16", 1, 2)])
+    ("f16", 256, 512), ("f32", 256, 1024), ("bf16", 256, 512), ("q8_0", 32, 34), ("q8_0", 256, 272),
+    ("q4_0", 32, 18), ("q4_0", 256, 144), ("q4_1", 256, 160), ("iq4_nl", 256, 144), ("q5_0", 256, 176),
+    ("q5_1", 256, 192), ("q8_0", 0, 0), ("f16", 1, 2)])
 def test_row_bytes_are_ggml_row_size(name, n, expected):
     """ggml.c type_traits: f16 1 element in 2 bytes, q8_0 32 in 34 (block_q8_0), q4_0 32 in 18 (block_q4_0)."""
     assert kvc.row_bytes(name, n) == expected
-
-
-def test_row_bytes_refuse_a_partial_block_and_an_unknown_type():
-    with pytest.raises(mfacts.MemoryModelError) as info:
-        kvc.row_bytes("q4_0", 33)
-    assert str(info.value) == ("a KV row of 33 elements is not a multiple of the 32-element blocks of q4_0: llama.cpp "
-                               "cannot use that cache type for this model")
-    with pytest.raises(mfacts.MemoryModelError) as info:
-        kvc.row_bytes("q6_k", 256)
-    assert str(info.value) == ("unknown cache type 'q6_k' (llama-server knows bf16, f16, f32, iq4_nl, q4_0, q4_1, "
-                               "q5_0, q5_1, q8_0)")
 
 
 def test_pad_and_mib():

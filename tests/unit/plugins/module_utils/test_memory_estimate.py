@@ -74,13 +74,6 @@ def test_layer_split_like_llama_cpp(blocks, split, devices, output):
     assert mest.layer_devices(blocks, split, len(split) if split else 1) == (devices, output)
 
 
-def test_bad_split():
-    with pytest.raises(mfacts.MemoryModelError, match="share"):
-        mest.layer_devices(4, [1, 1, 1], 2)
-    with pytest.raises(mfacts.MemoryModelError, match="no GPU"):
-        mest.layer_devices(4, None, 0)
-
-
 def test_split_puts_kv_and_state_on_the_layer_device(nano_q8):
     result = mest.estimate(nano_q8, Options(32768, 2, backend="cpu"), split=[1, 1], n_devices=2)
     devices = result["devices_by_block"]
