@@ -24,10 +24,18 @@ The lines are written with the printf formats of llama.cpp's source:
   src/llama-model.cpp ``print_info`` (``"%s: PAD token             = %d '%s'"``);
 * common/fit.cpp ``common_fit_params``: ``"%s: encountered an error while trying to fit params to free device
   memory: %s"``; the 2024 server (tools/server/utils.hpp ``server_log``): ``LOG_ERROR("unable to load model", ...)``
-  as one JSON object, or ``ERR [ load_model] ... | tid=...`` with ``--log-format text``.
+  as one JSON object, or ``ERR [ load_model] ... | tid=...`` with ``--log-format text``;
+* ggml/src/ggml-vulkan/ggml-vulkan-buffers.cpp: ``"ggml_vulkan: Device memory allocation of size N failed."`` and
+  ``Requested buffer size exceeds device buffer size limit``; ggml/src/ggml-alloc.c ``"%s: failed to allocate %s
+  buffer of size %zu"``; src/llama-context.cpp ``"%s: failed to initialize the context: %s"`` and ``sched_reserve``
+  (a second reserve logs the buffer sizes it now holds: the last line counts).
 
-``tests/data/llama_logs/`` holds logs of older builds; ``public/`` holds excerpts of real logs pasted in public
-issues (sources in ``public/SOURCES.md``).
+``tests/data/llama_logs/`` holds logs of older builds; ``public/`` holds excerpts of real logs of other builds and
+backends pasted in public issues (sources in ``public/SOURCES.md``). ``b10435_rpc_server_killed_lv4.log`` is the
+real stderr of llama-server b10435 (``-lv 4``, the tiny nemotron_h_moe model on an RPC device) whose
+``ggml-rpc-server`` was killed before a completion (exit code 134; build and library paths replaced by /build and
+/opt); ``b10434_sigill_amx_default_verbosity.log`` the real stderr of the PyPI llama-server b10434 on a CPU without
+AVX-VNNI, which died by SIGILL (exit code 132).
 """
 from __future__ import annotations
 
@@ -52,6 +60,14 @@ LAYER = "0.00.011.000 D load_tensors: layer   0 assigned to device CUDA0, is_swa
 QUEUE_DEBUG = "0.00.300.000 D que  process_new_: processing task, id = 0"
 PAD_TOKEN = "0.00.011.000 I print_info: PAD token             = 11 '<pad>'"
 NAME_WITH_D = "0.00.011.100 I print_info: general.name          = Tiny Moe Rev D Test"
+MMAP = "0.00.011.839 W llama_model_loader: tensor overrides to CPU are used with mmap enabled - consider using "
+FIT = ("0.00.050.000 E common_fit_params: encountered an error while trying to fit params to free device memory: "
+       "failed to load model")
+VK_LIMIT = "ggml_vulkan: Requested buffer size exceeds device buffer size limit: ErrorOutOfDeviceMemory"
+VK_CONTEXT = ["ggml_gallocr_reserve_n: failed to allocate Vulkan0 buffer of size 2166360064",
+              "llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers"]
+CONTEXT_ERROR = "failed to initialize the context: failed to allocate compute pp buffers"
+OOM = "(allocating 144817.04 MiB on device 0: cudaMalloc failed: out of memory)"
 UP1, DOWN1, UP2 = "blk.1.ffn_up_exps.weight", "blk.1.ffn_down_exps.weight", "blk.2.ffn_up_exps.weight"
 
 # tests/data/llama_logs/b7500_*: the nemotron_h_moe layout, one letter per block (M: Mamba, E: experts, *: attention)
@@ -59,6 +75,8 @@ NEMOTRON = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
 NEMOTRON_EXPERTS = sorted("blk.%d.ffn_%s_exps.weight" % (b, k)
                           for b, c in enumerate(NEMOTRON) if c == "E" for k in ("up", "down"))
 QWEN3_EXPERTS = sorted("blk.%d.ffn_%s_exps.weight" % (b, k) for b in range(48) for k in ("gate", "up", "down"))
+# public/ik_llama_ot_cuda1_and_cpu.log: the routed experts of block 57 overridden to the CPU
+IK_CPU = ["blk.57.ffn_gate_exps.weight", "blk.57.ffn_down_exps.weight", "blk.57.ffn_up_exps.weight"]
 LV4 = DATA / "b7500_nemotron_cuda_lv4_overridden_cuda_host.log"
 DEFAULT = DATA / "b7500_nemotron_cuda_default_verbosity.log"
 
@@ -103,6 +121,16 @@ def text(*lines):
 def tensors(parsed):
     """The sorted names of the overridden tensors of a parsed log."""
     return sorted(o["tensor"] for o in parsed["overridden"])
+
+
+def load_lines(names, gpu_mib, marker=True, debug=True):
+    """One model load: the loader's start lines (``marker``), the DEBUG layer line (``debug``), an override line per
+    name, the offloaded layers, a CUDA0 model buffer of ``gpu_mib``, a KV and a compute buffer."""
+    lines = [META, TENSORS] if marker else []
+    lines += [LAYER] if debug else []
+    lines += ["tensor %s (1 MiB f16) buffer type overridden to CPU" % t for t in names]
+    return lines + ["load_tensors: offloaded 3/3 layers to GPU", model_buf("CUDA0", gpu_mib), kv_buf("CUDA0", 1.0),
+                    "sched_reserve:      CUDA0 compute buffer size =     2.00 MiB"]
 
 
 # Two GPUs at the default verbosity: every buffer line, no per-tensor line.

@@ -19,9 +19,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proo
     verify_placement,
 )
 from tests.helpers.llama_logs import (
-    CRASHES, DEFAULT, DEVICES_LOG, DOWN1, GOOD_LOAD, LV4, NEMOTRON_EXPERTS, PUBLIC_LOGS, QWEN3_EXPERTS, READY,
-    RPC_LINE, RPC_WORDS, SIGNAL_EXITS, UP1, UP2, compute_buf, kv_buf, line, model_buf, offloaded, override, read,
-    rs_buf, text,
+    CRASHES, DEFAULT, DEVICES_LOG, DOWN1, GOOD_LOAD, IK_CPU, LV4, NEMOTRON_EXPERTS, PUBLIC_LOGS, QWEN3_EXPERTS, READY,
+    SIGNAL_EXITS, UP1, UP2, compute_buf, kv_buf, load_lines, model_buf, offloaded, override, read, rs_buf, text,
 )
 
 BUF_CUDA0 = model_buf("CUDA0", 1369.43)
@@ -174,14 +173,10 @@ def test_an_empty_or_zero_expectation_is_still_an_expectation(kwargs):
     assert not verify_placement(log(BUF_CUDA0, READY), **kwargs)["msg"].startswith("no expectation given")
 
 
-A_LOAD = ["llama_model_loader: loaded meta data with 40 key-value pairs and 21 tensors from m.gguf",
-          "load_tensors: loading model tensors, this can take a while... (mmap = true)",
-          "load_tensors: offloaded 3/3 layers to GPU", "load_tensors:        CUDA0 model buffer size =     5.00 MiB",
-          "llama_kv_cache:      CUDA0 KV buffer size =     1.00 MiB",
-          "sched_reserve:      CUDA0 compute buffer size =     2.00 MiB"]
 
 
-@pytest.mark.parametrize("lines", [[], ["srv  llama_server: model loaded"], A_LOAD])
+
+@pytest.mark.parametrize("lines", [[], ["srv  llama_server: model loaded"], load_lines([], 5.0, debug=False)])
 @pytest.mark.parametrize("kwargs", [{"expected": ["blk.0.a"]}, {"expected": []}, {}])
 def test_no_evidence_never_verifies(lines, kwargs):
     p = parse_log("\n".join(lines))
@@ -466,7 +461,7 @@ def test_a_tensor_on_the_wrong_device_is_missing_there_and_unexpected_where_it_w
 def test_a_pattern_that_matched_nothing_is_reported_when_the_debug_level_shows():
     """At -lv 5 a pattern that matched nothing prints no override line: the DEBUG lines (of the loader, of the
     queue) prove that the override lines would have been printed."""
-    p = parse_log("\n".join(A_LOAD[:2] + ["load_tensors: layer   0 assigned to device CUDA0, is_swa = 0"] + A_LOAD[2:]))
+    p = parse_log("\n".join(load_lines([], 5.0)))
     v = verify_placement(p, [UP1])
     assert not v["verified"] and v["missing"] == [UP1] and "no overridden tensor" in v["msg"]
     pad = "0.00.011.000 I print_info: PAD token             = 11 '<pad>'"
@@ -538,7 +533,6 @@ def test_expected_tensors_follow_llama_cpps_regex_search_and_first_match_wins():
 
 # ---------------------------------------------------------------- public logs
 
-IK_CPU = ["blk.57.ffn_gate_exps.weight", "blk.57.ffn_down_exps.weight", "blk.57.ffn_up_exps.weight"]
 UP62 = "blk.62.ffn_up_exps.weight"
 
 
