@@ -71,9 +71,11 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import bl
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (  # noqa: E402
-    PatternError,
     block_expert_pattern,
     expert_pattern,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax import (  # noqa: E402
+    PatternError,
     matcher,
     pattern_problem,
 )

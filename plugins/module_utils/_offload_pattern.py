@@ -1,58 +1,33 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The ``--override-tensor`` pattern that moves exactly the routed experts: built, proved, checked.
+"""The ``--override-tensor`` pattern that moves exactly the routed experts: built and proved.
 
-Standard library only: this runs on target hosts.
+Standard library only: this runs on target hosts. What llama.cpp accepts and how it reads a pattern is
+``_pattern_syntax`` (``pattern_problem``, ``matcher``, ``escape``, ``MAX_PATTERN_BYTES``); what a given pattern
+moves is ``_pattern_check``.
 
-How llama.cpp reads a pattern: common/arg.cpp splits the ``-ot`` value on ``,`` and each item at its first
-``=``; src/llama-model-loader.cpp (``create_tensor``) builds ``std::regex pattern(...)`` (ECMAScript grammar,
-``char``: it reads bytes) and keeps the first override whose ``std::regex_search`` finds the tensor name.
-
-``pattern_problem()`` is the one place that says why a pattern cannot be deployed, for a user's pattern and for
-the ones built here alike:
-
-* no ``,`` and no ``=`` (llama.cpp splits on them);
-* no quote (``'``, ``"``, backtick), no ``${``, no ``\\\\``, no control character and nothing outside ASCII:
-  the pattern travels through ``.env`` (python-dotenv and docker compose read ``${`` and the escapes of quoted
-  values), the compose file and the container's start command; a character such as a newline is written
-  ``\\x0a`` in the pattern instead;
-* at most ``MAX_PATTERN_BYTES`` bytes (see below);
-* only syntax that ECMAScript and Python read alike, so that the proof below says what llama.cpp will do.
-
-The proof: every pattern built here is tried against every tensor name of the model (all shards) before it is
-returned, with Python ``re`` on the UTF-8 bytes of the names and ``.`` / ``$`` given their ECMAScript meaning
-(``.`` matches any byte but ``\\n`` and ``\\r``; ``$`` only the end), which is how ``std::regex_search`` reads
-them. The builder is linear in the tensor count: a fixed number of candidates is tried, and the last resort,
-the explicit list of names, is factored by common prefixes so that matching it costs the length of a name.
-
-The length bound: libstdc++'s ``std::regex`` compiles a pattern recursively (bits/regex_compiler.tcc,
-``_Compiler::_M_alternative`` recurses once per term, ``_M_atom`` once per group) and refuses more than
-``_GLIBCXX_REGEX_STATE_LIMIT`` (100000) NFA states (bits/regex_automaton.h) by throwing ``regex_error``.
-Measured with llama-server b10435 and its 8 MiB main-thread stack (``benchmarks/inspect_speed.py --only limit``):
-nested groups overflow the stack (SIGSEGV) from 31,648 bytes, a literal from 86,080 bytes; an alternation of
-single characters from 50,080 bytes and a list of names like the one built here from 103,360 bytes reach the
-state limit, which llama.cpp reports as a load error ("Number of NFA states exceeds limit"). Independently, Linux
-refuses any single argument or environment string longer than ``MAX_ARG_STRLEN`` (128 KiB,
-include/uapi/linux/binfmts.h) with ``Argument list too long``. ``MAX_PATTERN_BYTES`` (16 KiB) is about half of
-the smallest of these.
+The proof: every pattern built here is deployable (``pattern_problem``) and is tried against every tensor name of
+the model (all shards) before it is returned, with Python ``re`` on the UTF-8 bytes of the names and ``.`` / ``$``
+given their ECMAScript meaning (``.`` matches any byte but ``\\n`` and ``\\r``; ``$`` only the end), which is how
+``std::regex_search`` reads them. The builder is linear in the tensor count: a fixed number of candidates is tried,
+and the last resort, the explicit list of names, is factored by common prefixes so that matching it costs the
+length of a name.
 """
 
 from __future__ import annotations
 
-import functools
 import re
-import warnings
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import BLOCK_RE, GGML_MAX_NAME, block_index
-
-# The longest pattern deployed (see the module docstring for where the limits are).
-MAX_PATTERN_BYTES = 16384
-# Linux include/uapi/linux/binfmts.h: one argv element or environment string (PAGE_SIZE * 32).
-MAX_ARG_STRLEN = 131072
-# Groups nested deeper than this are refused: std::regex recurses once per level, and Python's re (the proof) stops
-# at its recursion limit; real patterns nest a few levels.
-MAX_GROUP_DEPTH = 64
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax import (
+    MAX_PATTERN_BYTES,
+    PatternError,
+    compiled_search,
+    escape,
+    pattern_problem,
+    utf8,
+)
 
 # Readable, convention-based candidates, most readable first (the first one is llama.cpp's
 # documented seed pattern).
@@ -66,156 +41,9 @@ CANONICAL_CANDIDATES = (
 # A head that names every block: "^blk\.[0-9]+" + a candidate tail that starts with "\.".
 ALL_BLOCKS_HEAD = r"^blk\.[0-9]+"
 
-_FORBIDDEN = (
-    (",", "it contains ',' and llama.cpp splits --override-tensor on ',' (write ranges without {m,n}; "
-          "a comma in a name is written \\x2c)"),
-    ("=", "it contains '=' and llama.cpp splits each item at the first '=' (give the pattern without '=CPU'; "
-          "an '=' in a name is written \\x3d)"),
-    ("'", "it contains a single quote, which .env quoting and the start command do not carry unchanged "
-          "(write \\x27)"),
-    ('"', "it contains a double quote, which .env quoting and the start command do not carry unchanged "
-          "(write \\x22)"),
-    ("`", "it contains a backtick, which a shell may run as a command (write \\x60)"),
-    ("${", "it contains '${', which compose and dotenv expand as a variable (write \\$\\{)"),
-    ("\\\\", "it contains '\\\\', which dotenv reads as one backslash in a quoted value (write \\x5c)"),
-)
-# Python-only syntax that ECMAScript std::regex reads differently or rejects.
-_PYTHON_ONLY = (
-    ("(?<", "lookbehind and named groups are not ECMAScript std::regex syntax"),
-    ("(?P", "named groups are not ECMAScript std::regex syntax"),
-    ("(?#", "comments are not ECMAScript std::regex syntax"),
-    ("(?>", "atomic groups are not ECMAScript std::regex syntax"),
-    ("\\A", "\\A is not ECMAScript std::regex syntax (use ^)"),
-    ("\\Z", "\\Z is not ECMAScript std::regex syntax (use $)"),
-)
-_INLINE_FLAGS_RE = re.compile(r"\(\?[aiLmsux]")
-# Characters written as themselves in a pattern; the regex metacharacters get a backslash; everything else
-# (quotes, backslash, control characters, bytes outside ASCII) is written as \xHH of its UTF-8 bytes.
-_LITERAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-:/ !#%&;<>@~")
-_META = frozenset(".()[]|*+?^$}{")
 # The longest name the explicit list spells out: llama.cpp does not load a longer one (ggml/src/gguf.cpp
 # gguf_init_from_file_impl refuses names of GGML_MAX_NAME bytes or more).
 _MAX_LISTED_NAME = 4 * GGML_MAX_NAME
-
-
-class PatternError(Exception):
-    """No deployable pattern matches exactly the wanted tensors (or the inputs are inconsistent)."""
-
-
-def _python_bytes(pattern):
-    """The Python ``re`` bytes pattern that reads ``pattern`` as ECMAScript ``std::regex<char>`` does.
-
-    ``.`` becomes ``[^\\n\\r]`` and ``$`` becomes ``\\Z`` outside classes; a class ``[]`` or ``[^]`` (empty or
-    everything in ECMAScript, the start of a class in Python) and possessive quantifiers are refused.
-    """
-    out = []
-    i, n = 0, len(pattern)
-    in_class = False
-    depth = 0
-    while i < n:
-        c = pattern[i]
-        if c == "\\":
-            out.append(pattern[i:i + 2])
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-            out.append(c)
-        elif c == "[":
-            if pattern.startswith("]", i + 1) or pattern.startswith("^]", i + 1):
-                raise PatternError("'[]' and '[^]' match nothing and anything in ECMAScript but start a class in "
-                                   "Python: write the class differently")
-            in_class = True
-            out.append(c)
-        elif c == "+" and i > 0 and pattern[i - 1] in "*+?}" and (i < 2 or pattern[i - 2] != "\\"):
-            raise PatternError("possessive quantifiers ('*+', '++', '?+') are not ECMAScript std::regex syntax")
-        elif c in "()":
-            depth += 1 if c == "(" else -1
-            if depth > MAX_GROUP_DEPTH:
-                raise PatternError(f"its groups are nested more than {MAX_GROUP_DEPTH} deep (std::regex compiles "
-                                   "each level recursively)")
-            out.append(c)
-        elif c == ".":
-            out.append("[^\\n\\r]")
-        elif c == "$":
-            out.append("\\Z")
-        else:
-            out.append(c)
-        i += 1
-    return "".join(out).encode("utf-8")
-
-
-@functools.lru_cache(maxsize=256)
-def _bytes_search(pattern):
-    """The ``search`` of the compiled bytes pattern (see ``_python_bytes``), or ``PatternError`` with the reason."""
-    with warnings.catch_warnings():
-        # Python warns (FutureWarning) where its reading of a pattern may change, e.g. "[[" (nested sets):
-        # such a pattern is not one that Python and ECMAScript are sure to read alike.
-        warnings.simplefilter("error")
-        try:
-            return re.compile(_python_bytes(pattern)).search
-        except re.error as exc:
-            raise PatternError(f"it is not a valid regular expression: {exc}") from None
-        except RecursionError:
-            raise PatternError("it is too deeply nested for Python to read it (and for std::regex)") from None
-        except (FutureWarning, DeprecationWarning) as exc:
-            raise PatternError(f"Python and ECMAScript may read it differently: {exc}") from None
-
-
-def _encoded(name):
-    return name.encode("utf-8", "surrogateescape")
-
-
-def matcher(pattern):
-    """A function ``name -> bool`` that says what ``std::regex_search(name, std::regex(pattern))`` says.
-
-    Raises ``PatternError`` (with Python's reason) when Python cannot read the pattern the way ECMAScript does.
-    It does not apply the deployment rules: ``pattern_problem()`` does.
-    """
-    search = _bytes_search(pattern)
-    return lambda name: search(_encoded(name)) is not None
-
-
-def pattern_problem(pattern):
-    """Why ``pattern`` cannot be deployed as llama.cpp's ``-ot PATTERN=...``, or ``None`` when it can."""
-    size = len(_encoded(pattern))
-    if size > MAX_PATTERN_BYTES:
-        return (f"it is {size} bytes long and at most {MAX_PATTERN_BYTES} are deployed: llama-server's std::regex "
-                "crashes from about 31 KB (libstdc++ compiles patterns recursively and caps them at 100000 states), "
-                f"and Linux refuses arguments over {MAX_ARG_STRLEN} bytes")
-    for char in pattern:
-        if not " " <= char <= "~":
-            return (f"it contains the character {char!r} (U+{ord(char):04X}): write a control character or a "
-                    "character outside ASCII as \\xHH escapes of its UTF-8 bytes")
-    for token, reason in _FORBIDDEN + _PYTHON_ONLY:
-        if token in pattern:
-            return reason
-    if _INLINE_FLAGS_RE.search(pattern):
-        return "inline flags such as (?i) are not ECMAScript std::regex syntax"
-    try:
-        _bytes_search(pattern)
-    except PatternError as exc:
-        return str(exc)
-    return None
-
-
-def escape(text, exact=False):
-    """``text`` as a literal that Python ``re`` and ECMAScript read alike and that ``pattern_problem`` accepts.
-
-    ``,`` and ``=`` become ``.`` (readable; the proof rejects a pattern that then matches too much), or with
-    ``exact`` their ``\\xHH`` escapes, like every other character that cannot be written as itself.
-    """
-    out = []
-    for char in text:
-        if char in _LITERAL:
-            out.append(char)
-        elif char in _META:
-            out.append("\\" + char)
-        elif char in ",=" and not exact:
-            out.append(".")
-        else:
-            out.extend(f"\\x{byte:02x}" for byte in _encoded(char))
-    return "".join(out)
 
 
 def _alternation(items):
@@ -335,14 +163,14 @@ class _Proof:
     """Tries candidates against every tensor name: each try costs one regex search per name."""
 
     def __init__(self, names, wanted):
-        self.names = [(_encoded(n), n in wanted) for n in sorted(names)]
+        self.names = [(utf8(n), n in wanted) for n in sorted(names)]
         self.tried = set()
 
     def exact(self, pattern):
         if pattern in self.tried or pattern_problem(pattern) is not None:
             return False
         self.tried.add(pattern)
-        search = _bytes_search(pattern)
+        search = compiled_search(pattern)
         return all((search(name) is not None) is want for name, want in self.names)
 
 
@@ -391,7 +219,7 @@ def _listed(proof, wanted, what):
     pattern = f"^{_factored(wanted)}$"
     if proof.exact(pattern):
         return pattern
-    size = len(_encoded(pattern))
+    size = len(utf8(pattern))
     if size > MAX_PATTERN_BYTES:
         raise PatternError(
             f"no pattern matches exactly {what}: no readable pattern is exact, and the list of their names would be "
@@ -444,50 +272,3 @@ def block_expert_pattern(all_names, expert_names, blocks):
             if proof.exact(head + tail):
                 return head + tail
     return _listed(proof, wanted, f"the {len(wanted)} expert tensors of blocks {block_numbers_regex(blocks)}")
-
-
-def check_pattern(pattern, all_names, expert_names, tensor_class):
-    """What a user's pattern would move: ``ok``, ``matched``, ``missed``, ``non_expert``, ``verdict``.
-
-    ``non_expert`` lists ``{"tensor": name, "class": class}`` for every non-expert tensor it would move.
-    Never raises for a bad pattern: ``ok`` is false and ``verdict`` says why.
-    """
-    names = set(all_names) | set(expert_names)
-    experts = set(expert_names)
-    result = {"pattern": pattern, "ok": False, "matched": [], "missed": sorted(experts), "non_expert": []}
-    problem = pattern_problem(pattern) if pattern else "the pattern is empty"
-    if problem:
-        result["verdict"] = f"unusable: {problem}"
-        return result
-    found = matcher(pattern)
-    moved = {n for n in names if found(n)}
-    result["matched"] = sorted(moved & experts)
-    result["missed"] = sorted(experts - moved)
-    result["non_expert"] = [{"tensor": n, "class": tensor_class.get(n, "other")} for n in sorted(moved - experts)]
-    result["ok"] = not result["missed"] and not result["non_expert"]
-    result["verdict"] = _verdict(result, len(experts))
-    return result
-
-
-def _verdict(result, n_experts):
-    if not n_experts:
-        if not result["non_expert"]:
-            return "ok: the model has no routed experts and the pattern moves nothing"
-        return f"wrong: the model has no routed experts, yet the pattern moves {_describe(result['non_expert'])}"
-    if result["ok"]:
-        return f"ok: moves exactly the {n_experts} routed-expert tensors and nothing else"
-    problems = []
-    if result["missed"]:
-        problems.append(f"misses {len(result['missed'])} of the {n_experts} routed-expert tensors "
-                        f"(e.g. {result['missed'][0]})")
-    if result["non_expert"]:
-        problems.append(f"also moves {_describe(result['non_expert'])}")
-    return "wrong: " + "; ".join(problems)
-
-
-def _describe(non_expert):
-    counts = {}
-    for item in non_expert:
-        counts[item["class"]] = counts.get(item["class"], 0) + 1
-    parts = [f"{n} {cls.replace('_', ' ')}" for cls, n in sorted(counts.items())]
-    return f"{len(non_expert)} non-expert tensor(s): {', '.join(parts)} (e.g. {non_expert[0]['tensor']})"

@@ -24,8 +24,9 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import CA
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._kv_cache import N_CTX_PAD, pad, validate_context
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._memory_estimate import estimate
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_facts import MemoryModelError
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (
-    PatternError, block_expert_pattern, check_pattern, pattern_problem)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import block_expert_pattern
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_check import check_pattern
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax import PatternError, pattern_problem
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import (
     PlanError, normalize_gpus, normalize_host)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import MAX_PARALLEL

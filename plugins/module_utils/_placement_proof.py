@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import MAX_OVERRIDES
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import matcher
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax import matcher
 
 __all__ = [
     "Expectations",

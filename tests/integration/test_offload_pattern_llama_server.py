@@ -18,11 +18,10 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import block_expert_pattern, expert_pattern
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax import (
     MAX_GROUP_DEPTH,
     MAX_PATTERN_BYTES,
-    block_expert_pattern,
-    expert_pattern,
     matcher,
     pattern_problem,
 )

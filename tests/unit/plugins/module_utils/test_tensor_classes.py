@@ -7,7 +7,6 @@ from the metadata or inferred, and the warnings, each with its exact text.
 from __future__ import annotations
 
 import re
-from collections import namedtuple
 
 import pytest
 from gguf.constants import TENSOR_NAMES
@@ -19,39 +18,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes
     classify_tensor,
     ModelLayout,
 )
-
-T = namedtuple("T", "name shape nbytes")
-# Nemotron-3-Nano-30B-A3B: M Mamba-2, E MoE, * attention (reference, section 3).
-NEMOTRON_NANO_LAYOUT = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
-_NEMOTRON_BLOCK_TENSORS = {
-    "M": ["ssm_in.weight", "ssm_conv1d.weight", "ssm_conv1d.bias", "ssm_dt.bias", "ssm_a", "ssm_d",
-          "ssm_norm.weight", "ssm_out.weight"],
-    "*": ["attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight"],
-    "E": ["ffn_gate_inp.weight", "exp_probs_b.bias", "ffn_up_exps.weight", "ffn_down_exps.weight",
-          "ffn_up_shexp.weight", "ffn_down_shexp.weight"],
-}
-
-
-def nemotron_nano():
-    """(metadata, tensors) of Nemotron-3-Nano-30B-A3B: the 401 real tensor names, sizes made up."""
-    tensors = [T("token_embd.weight", (2688, 131072), 1000)]
-    for i, kind in enumerate(NEMOTRON_NANO_LAYOUT):
-        tensors.append(T("blk.%d.attn_norm.weight" % i, (2688,), 4 * 2688))
-        for suffix in _NEMOTRON_BLOCK_TENSORS[kind]:
-            shape = (2688, 1856, 128) if "_exps" in suffix else (2688, 64)
-            tensors.append(T("blk.%d.%s" % (i, suffix), shape, 7 if "_exps" in suffix else 3))
-    tensors += [T("output_norm.weight", (2688,), 4 * 2688), T("output.weight", (2688, 131072), 2000)]
-    arch = "nemotron_h_moe"
-    metadata = {
-        "general.architecture": arch,
-        arch + ".block_count": len(NEMOTRON_NANO_LAYOUT),
-        arch + ".attention.head_count_kv": [2 if k == "*" else 0 for k in NEMOTRON_NANO_LAYOUT],
-        arch + ".feed_forward_length": [1856 if k == "E" else 0 for k in NEMOTRON_NANO_LAYOUT],
-        arch + ".expert_count": 128,
-        arch + ".expert_used_count": 6,
-        arch + ".expert_shared_count": 1,
-    }
-    return metadata, tensors
+from tests.helpers.tensor_names import T, nemotron_nano
 
 
 def test_nemotron_nano_has_401_tensors_46_experts_and_23_23_6_layer_kinds():
