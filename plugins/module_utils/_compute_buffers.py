@@ -345,4 +345,3 @@ def cpu_compute_bytes(facts, options):
     peaks = [block_peak(facts, b, shape, flash_attn, rotations, True, hybrid) for b in range(facts.block_count)]
     return shape.tokens * I32 + _input_bytes(facts, shape, flash_attn, rotations=rotations) \
         + facts.n_embd * shape.tokens * F32 + max(peaks + [_output_peak(facts, shape)])
-

@@ -123,7 +123,6 @@ def weight_bytes(facts, cpu_tensors=(), split=None, n_devices=1, backend="cuda",
     return gpu, host, {"devices_by_block": devices, "output_device": output_device, "host_expert_bytes": host_experts}
 
 
-
 # --------------------------------------------------------------------------- everything, per device
 
 def estimate(facts, options, cpu_tensors=(), split=None, n_devices=1, device_tensors=None):

@@ -491,4 +491,3 @@ def _recurrent_widths(metadata, arch, n_embd, first, shape, block_shape, warning
     ssm = {"d_conv": d_conv, "d_inner": d_inner, "d_state": d_state, "n_group": n_group,
            "n_head": _dim(metadata.get(arch_key(SSM.TIME_STEP_RANK, arch))) or 0}
     return (d_conv - 1) * (d_inner + 2 * n_group * d_state), d_state * d_inner, ssm
-

@@ -93,7 +93,10 @@ def test_plan_equals_llama_server_buffers(models, name, ctx, parallel, flags, ca
     blocks = facts.expert_blocks if blocks == "all" else blocks
     cache_k, cache_v, flash_attn, unified = cache
     gpu = {"name": "rpc", "memory_total_mib": 100000, "memory_free_mib": 100000}
-    planned = plan(facts, [gpu], None, Options(ctx, parallel, cache_type_k=cache_k, cache_type_v=cache_v, flash_attn=flash_attn, kv_unified=unified, mode="layers" if blocks else "none", cpu_expert_layers=list(blocks) if blocks else None, backend="rpc", op_offload=False))
+    planned = plan(facts, [gpu], None, Options(
+        ctx, parallel, cache_type_k=cache_k, cache_type_v=cache_v, flash_attn=flash_attn, kv_unified=unified,
+        mode="layers" if blocks else "none", cpu_expert_layers=list(blocks) if blocks else None, backend="rpc",
+        op_offload=False))
     assert planned["cpu_expert_layers"] == sorted(blocks)
     with PA.RpcDevices(1) as rpc:
         text = PA.run_server(path, ctx, parallel, rpc.endpoints, override=planned["override_tensor"],
