@@ -44,7 +44,12 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
+        settings = args.pop("settings", None)
+        if settings:
+            args = dict({"path": settings["paths"]["lock"], "timeout": settings["lock_timeout"],
+                         "lease": settings["lock_lease"]}, **args)
         if args.get("state", "acquired") == "released":
+            args.pop("timeout", None)
             result.update(self._execute_module("ai_llm.moe_offload.llm_server_lock", module_args=args,
                                                task_vars=task_vars))
             return result

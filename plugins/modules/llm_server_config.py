@@ -25,6 +25,8 @@ description:
   - Lines outside the block that set one of the role's keys are removed (they would win over the block).
   - With O(state=pattern_cleared) it clears C(LLM_MOE_OFFLOAD_PATTERN) and C(LLM_TENSOR_OVERRIDES) of the
     current C(.env) and updates the hash (the on-demand rollback V(none)).
+  - With O(service), its action plugin then decides on the controller whether ai-llm must be recreated, verified or
+    waited for, and why (RV(converge)).
 author:
   - ai_llm maintainers (@ai-llm)
 options:
@@ -52,6 +54,15 @@ options:
     type: str
     choices: [present, pattern_cleared]
     default: present
+  service:
+    description:
+      - What M(ai_llm.moe_offload.llm_server_service_info) found before the writes; with it the action plugin returns
+        RV(converge). It stays on the controller.
+    type: dict
+  key_changed:
+    description: Whether the API key file changed in this run (for RV(converge)).
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -69,8 +80,8 @@ seealso:
 EXAMPLES = r"""
 - name: Write .env and the compose file
   ai_llm.moe_offload.llm_server_config:
-    settings: "{{ _llm_server_settings }}"
-    placement: "{{ _llm_server_placement }}"
+    settings: "{{ prepared.settings }}"
+    placement: "{{ prepared.placement }}"
     compose_command: [podman-compose]
     engine: podman
   register: config
@@ -100,6 +111,15 @@ dropped_keys:
   type: list
   elements: str
   sample: [LLM_CTX_SIZE]
+converge:
+  description:
+    - With O(service), C(recreate), C(verify), C(wait) (booleans) and C(reason) (one line, empty when nothing is done).
+    - Recreates when the files or the API key changed, when the container is missing, stopped, paused or
+      crash-looping, when it was created from another configuration, when the key is not in force, or when a verified
+      configuration stopped answering. Verifies without a recreate a configuration that runs but was never verified.
+  returned: success, with O(service)
+  type: dict
+  sample: {recreate: true, verify: true, wait: true, reason: "the configuration changed (LLM_CTX_SIZE ...)"}
 """
 
 import os
@@ -136,6 +156,9 @@ def main():
             compose_command=dict(type="list", elements="str", required=True),
             engine=dict(type="str", choices=["podman", "docker"], required=True),
             state=dict(type="str", choices=["present", "pattern_cleared"], default="present"),
+            # For the action plugin's decision; it keeps them on the controller.
+            service=dict(type="dict"),
+            key_changed=dict(type="bool", default=False),
         ),
         required_if=[("state", "present", ("placement",))],
         supports_check_mode=True,

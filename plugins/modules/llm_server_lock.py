@@ -23,9 +23,10 @@ author:
   - ai_llm maintainers (@ai-llm)
 options:
   path:
-    description: The lock file (the role uses C(<project dir>/.llm_server.lock)). Its directory is created when missing.
+    description:
+      - The lock file (the role uses C(<project dir>/.llm_server.lock)). Its directory is created when missing.
+      - Required unless O(settings) are given.
     type: path
-    required: true
   state:
     description: V(acquired) takes the lock, V(released) gives it back.
     type: str
@@ -50,6 +51,12 @@ options:
   takeover:
     description: Set by the action plugin (the token of a lock whose owner it proved gone); not for direct use.
     type: str
+  settings:
+    description:
+      - The checked settings of the role M(ai_llm.moe_offload.llm_server); the action plugin takes O(path),
+        O(timeout) and O(lease) from them (C(paths.lock), C(lock_timeout), C(lock_lease)). They stay on the
+        controller.
+    type: dict
 attributes:
   action:
     support: full
@@ -131,14 +138,16 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_lock im
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            path=dict(type="path", required=True),
+            path=dict(type="path"),
             state=dict(type="str", choices=["acquired", "released"], default="acquired"),
             timeout=dict(type="int", default=1800),
             lease=dict(type="int", default=3600),
             token=dict(type="str", no_log=False),
             owner=dict(type="dict"),
             takeover=dict(type="str"),
+            settings=dict(type="dict"),
         ),
+        required_one_of=[("path", "settings")],
         required_if=[("state", "released", ("token",))],
     )
     p = module.params

@@ -108,3 +108,32 @@ def unchanged(service, settings, placement, api_key=""):
     if settings.get("rollback") and disk.get("snapshot_hash") != config["config_hash"]:
         return {"unchanged": False, "reason": "the last snapshot is not this configuration"}
     return {"unchanged": True, "config": config, "converge": converge}
+
+
+def first_snapshot(settings, service, check_mode=False):
+    """Whether to keep what serves now as the known-good configuration before the writes: with rollbacks, when
+    there is no snapshot yet and ai-llm answers with the role's files (its label none or that of ``.env``)."""
+    disk = service.get("disk") or {}
+    return bool(not check_mode and settings.get("rollback") and service.get("health") == 200
+                and disk.get("snapshot_hash") is None and disk.get("compose_exists")
+                and (service.get("container") or {}).get("config_hash") in (None, disk.get("env_config_hash")))
+
+
+def next_steps(settings, service, config, converge, check_mode=False):
+    """What follows the writes besides the recreate: ask the old configuration the parity prompt (it serves and is
+    recreated), verify, keep the snapshot (with rollbacks, after a verification or when the last snapshot is not
+    this configuration). Nothing in check mode."""
+    disk = service.get("disk") or {}
+    return {
+        "parity_before": bool(not check_mode and settings.get("parity_check") and converge["recreate"]
+                              and service.get("health") == 200),
+        "verify": bool(not check_mode and converge["verify"]),
+        "snapshot": bool(not check_mode and settings.get("rollback")
+                         and (converge["verify"] or disk.get("snapshot_hash") != config.get("config_hash"))),
+    }
+
+
+def return_due(converge, verified, check_mode=False):
+    """Whether a failure must return to the last verified configuration: the new configuration was being verified
+    (recreated, or never verified) and is not proved."""
+    return bool((converge or {}).get("verify") and not verified and not check_mode)

@@ -102,3 +102,37 @@ def verification_problem(log, pattern, vram=None, parity=None, tolerance_mib=0, 
         return "output parity failed: the same prompt (greedy, seed %s) gave %s before and %s after" % (
             seed, json.dumps(parity["before"].get("tokens")), json.dumps(parity["after"].get("tokens")))
     return ""
+
+
+def log_args(plan, placement, settings):
+    """The options of ``llama_server_log`` that prove the placement: the container, the expected tensors and
+    buffers (``log_expectations``; an empty expectation is left out) and, on GPUs with a memory plan, the model
+    MiB the GPUs must hold in all."""
+    plan = plan or {}
+    expect = log_expectations(plan, placement.get("topology"), settings, placement.get("expected_tensors"))
+    tensors = expect.pop("expect_tensors")
+    args = {"fail_on_mismatch": False}
+    if tensors is not None:
+        args["expect_tensors"] = tensors
+    args.update((k, v) for k, v in expect.items() if v)
+    memory = plan.get("memory")
+    if placement.get("topology") != "cpu" and memory is not None:
+        args["expect_gpu_model_mib"] = round(sum(g.get("model_mib") for g in memory.get("gpus") or []), 2)
+    return args
+
+
+def parity_answer(answer):
+    """``{tokens, content}`` of a ``/completion`` answer (a registered ``uri`` result), ``None`` unless it is 200."""
+    answer = answer or {}
+    if answer.get("status") != 200:
+        return None
+    body = answer.get("json") or {}
+    return {"tokens": body.get("tokens", []), "content": body.get("content", "")}
+
+
+def parity_note(before):
+    """Why there is no baseline for the parity check: the old configuration's answer was not 200."""
+    before = before or {}
+    if before.get("skipped") or "status" not in before or before.get("status") == 200:
+        return ""
+    return "no baseline: the old configuration answered /completion with %s" % before["status"]

@@ -5,14 +5,15 @@
 ``verification.json``), assembled from what each phase registered: its status, a one-line message, and what
 runs.
 
-Standard library only; runs on the controller (the filter ``llm_server_result``).
+Standard library only; runs on the controller (the action ``llm_server_result``).
 """
 
 from __future__ import annotations
 
 import time
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text import parity_text
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import return_due
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text import failure_cause, parity_text
 
 STATUSES = ("changed", "unchanged", "failed", "rolled_back", "checked")
 PLAN_GPU_KEYS = ("index", "name", "model_mib", "kv_mib", "recurrent_mib", "compute_mib", "margin_mib", "total_mib",
@@ -187,3 +188,115 @@ def build(parts, now=None):
                   "verification": paths.get("verification")},
     }
     return result
+
+
+def _failed(result):
+    return isinstance(result, dict) and bool(result.get("failed"))
+
+
+def _changed(result):
+    return isinstance(result, dict) and bool(result.get("changed"))
+
+
+def failure(facts, failed_result, failed_task, during="deploy"):
+    """What went wrong, for the role's rescue: ``{"cause"}`` and, for a failed deploy, ``"return"`` (whether to
+    return to the last verified configuration: ``_deploy_decision.return_due`` and ``llm_server_rollback``)."""
+    cause = failure_cause(failed_result, failed_task)
+    if during != "deploy":
+        return {"cause": cause}
+    prepared = facts.get("_llm_server") or {}
+    due = return_due((facts.get("_llm_server_config") or {}).get("converge"), _verified(facts),
+                     bool(facts.get("ansible_check_mode")))
+    return {"cause": cause, "due": due, "return": due and bool((prepared.get("settings") or {}).get("rollback"))}
+
+
+def _verified(facts):
+    verify = facts.get("_llm_server_verify") or {}
+    return bool(verify.get("verified")) and not verify.get("failed")
+
+
+def rollback_part(facts):
+    """What the return to a snapshot did (``rollback`` of ``build``'s parts), from the results of ``return.yml``:
+    the snapshot restored (or the pattern cleared), the wait, or why nothing was returned to."""
+    settings = (facts.get("_llm_server") or {}).get("settings") or {}
+    restored = facts.get("_llm_server_restored") or {}
+    cleared = facts.get("_llm_server_cleared") or {}
+    returned = facts.get("_llm_server_returned") or {}
+    return_failure = facts.get("_llm_server_return_failure")
+    if return_failure:
+        return {"performed": False, "error": return_failure["cause"]}
+    if restored.get("missing"):
+        return {"performed": False,
+                "reason": "No known-good configuration in %s (no verified deploy yet): nothing was restored, ai-llm "
+                          "runs the failed configuration." % settings.get("rollback_dir")}
+    if returned.get("healthy"):
+        if _ran(cleared):
+            reason = "Cleared LLM_MOE_OFFLOAD_PATTERN"
+        else:
+            reason = "%s (%s)" % ("Rolled back to the verified configuration before the current one"
+                                  if restored.get("which") == "previous" else
+                                  "Rolled back to the last verified configuration", restored.get("restored_from"))
+        return {"performed": True, "serving": True, "which": restored.get("which") or "none",
+                "restored_from": restored.get("restored_from"),
+                "config_hash": restored.get("config_hash") or cleared.get("config_hash"),
+                "env_keys": restored.get("env_keys") or {"LLM_MOE_OFFLOAD_PATTERN": "", "LLM_TENSOR_OVERRIDES": ""},
+                "reason": reason}
+    found = facts.get("_llm_server_failure")
+    if not found:
+        return {}
+    if _verified(facts):
+        reason = "ai-llm serves the verified configuration: it was not rolled back, and the next run keeps its snapshot."
+    elif found.get("due"):
+        reason = "Rollback is off (llm_server_rollback=false): nothing was restored."
+    else:
+        reason = ""
+    return {"performed": False, "reason": reason}
+
+
+def parts_from(facts, check_mode=False, status=""):
+    """``build``'s parts from what the role's tasks registered (``facts``: the host's variables): the prepared
+    settings, service, plan and placement, the lock, the writes, the recreate, the proof, the snapshot, the return
+    to a snapshot and what went wrong."""
+    prepared = facts.get("_llm_server") or {}
+    decision = prepared.get("decision") or {}
+    config = facts.get("_llm_server_config")
+    if config is None and decision.get("unchanged"):
+        config, converge = decision.get("config"), decision.get("converge")
+    else:
+        config = config or {}
+        converge = config.get("converge") or {}
+    verify = facts.get("_llm_server_verify") or {}
+    returned = facts.get("_llm_server_returned")
+    found = facts.get("_llm_server_failure") or {}
+    lock = facts.get("_llm_server_lock") or {}
+    settings = prepared.get("settings") or {}
+    refusal = ""
+    if not found:
+        refusal = next((failure_cause(r) for r in (prepared, lock) if _failed(r)), "")
+    removed, up = facts.get("_llm_server_removed") or {}, facts.get("_llm_server_up") or {}
+    return {
+        "host": facts.get("inventory_hostname"),
+        "check_mode": check_mode,
+        "status": "failed" if refusal else status,
+        "refusal": refusal,
+        "failure": found.get("cause", ""),
+        "settings": settings,
+        "started": settings.get("started"),
+        "service": prepared.get("service") or {},
+        "placement": prepared.get("placement") or {},
+        "plan": prepared.get("plan") or {},
+        "config": config or {},
+        "converge": converge or {},
+        "changes": [_changed(config), _changed(facts.get("_llm_server_key_dir")), _changed(facts.get("_llm_server_key")),
+                    _changed(facts.get("_llm_server_key_removed")), _changed(facts.get("_llm_server_snapshot")),
+                    bool(facts.get("_llm_server_recreated"))],
+        "health": returned if _ran(returned) else verify.get("health") or {},
+        "log": verify.get("log") or {},
+        "vram": verify.get("vram") or [],
+        "parity": verify.get("parity") or {},
+        "parity_note": verify.get("parity_note") or "",
+        "snapshot": facts.get("_llm_server_snapshot") or {},
+        "rollback": rollback_part(facts),
+        "lock": lock,
+        "timings": {"commands": [removed.get("delta") or "", up.get("delta") or ""], "lock_wait": lock.get("waited")},
+    }

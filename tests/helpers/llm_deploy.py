@@ -205,3 +205,13 @@ def local_deploy(root, prefix):
         yield deploy
     finally:
         deploy.down()
+
+
+def write_api_key(ansible_module, settings, key):
+    """The API key file as the role writes it (ansible.builtin.copy, mode 0600, in secrets/ of mode 0700); returns
+    the copy's result."""
+    for path, mode in ((settings["project_dir"], "0750"), (settings["paths"]["secrets"], "0700")):
+        made = ansible_module("ansible.builtin.file", {"path": path, "state": "directory", "mode": mode})
+        assert not made["failed"], made
+    return ansible_module("ansible.builtin.copy", {"content": key + "\n", "dest": settings["paths"]["api_key"],
+                                                   "mode": "0600"})

@@ -18,7 +18,7 @@ import pytest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL, parse_env
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
 from tests.helpers.role_vars import role_values
-from tests.helpers.llm_deploy import cpu_image
+from tests.helpers.llm_deploy import cpu_image, write_api_key
 from tools.gguf_models import write_demo_model
 
 pytestmark = pytest.mark.skipif(not shutil.which("podman") or not shutil.which("podman-compose"),
@@ -61,7 +61,7 @@ def compose(settings, *args):
 
 
 def write(ansible_module, settings):
-    key = ansible_module("llm_server_api_key", {"path": settings["paths"]["api_key"], "api_key": KEY})
+    key = write_api_key(ansible_module, settings, KEY)
     assert not key["failed"] and key["changed"], key
     assert KEY not in json.dumps(key)
     placement = {"pattern": PATTERN, "tensor_overrides": OVERRIDES, "topology": "cpu"}

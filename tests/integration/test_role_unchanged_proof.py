@@ -14,6 +14,7 @@ import pytest
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import unchanged
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import written_config
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from tests.helpers.llm_deploy import write_api_key
 from tests.helpers.role_vars import role_values
 from tools.gguf_models import write_demo_model
 
@@ -32,7 +33,7 @@ def project(tmp_path, ansible_module):
     settings = check_settings(role_values({"llm_server_project_dir": str(tmp_path / "ai-llm"),
                                            "llm_server_model_path": model, "llm_server_image": "localhost/ai-llm:cpu",
                                            "llm_server_ctx_size": 512}), api_key=KEY).as_dict()
-    key = ansible_module("llm_server_api_key", {"path": settings["paths"]["api_key"], "api_key": KEY})
+    key = write_api_key(ansible_module, settings, KEY)
     config = write_config(ansible_module, settings)
     assert not key["failed"] and not config["failed"] and config["changed"], config
     return settings, config

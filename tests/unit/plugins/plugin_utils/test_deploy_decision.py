@@ -7,7 +7,14 @@ import hashlib
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import decide, describe_changes, unchanged
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import (
+    decide,
+    describe_changes,
+    first_snapshot,
+    next_steps,
+    return_due,
+    unchanged,
+)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (
     config_hash,
     env_block,
@@ -346,3 +353,43 @@ def test_with_rollbacks_the_last_snapshot_must_be_this_configuration():
                                                        "reason": "the last snapshot is not this configuration"}
     assert unchanged(service, dict(SETTINGS, rollback=False), PLACEMENT) == {
         "unchanged": True, "config": proved(digest), "converge": NOTHING}
+
+
+# first_snapshot, next_steps, return_due
+
+SERVING = {"health": 200, "container": {"config_hash": H},
+           "disk": {"snapshot_hash": None, "compose_exists": True, "env_config_hash": H}}
+
+
+def test_what_serves_is_kept_first_only_with_rollbacks_and_without_a_snapshot():
+    on = {"rollback": True}
+    assert first_snapshot(on, SERVING) is True
+    assert first_snapshot(on, dict(SERVING, container={"config_hash": None})) is True
+    assert first_snapshot(on, SERVING, check_mode=True) is False
+    assert first_snapshot({"rollback": False}, SERVING) is False
+    assert first_snapshot(on, dict(SERVING, health=503)) is False
+    assert first_snapshot(on, dict(SERVING, container={"config_hash": "b" * 64})) is False
+    assert first_snapshot(on, dict(SERVING, disk=dict(SERVING["disk"], snapshot_hash=H))) is False
+    assert first_snapshot(on, dict(SERVING, disk=dict(SERVING["disk"], compose_exists=False))) is False
+
+
+def test_after_the_writes_the_parity_verify_and_snapshot_steps():
+    converge = recreated("x")
+    everything = {"parity_check": True, "rollback": True}
+    assert next_steps(everything, SERVING, {"config_hash": H}, converge) == {
+        "parity_before": True, "verify": True, "snapshot": True}
+    assert next_steps(everything, SERVING, {"config_hash": H}, converge, check_mode=True) == {
+        "parity_before": False, "verify": False, "snapshot": False}
+    assert next_steps({"rollback": True}, dict(SERVING, health=None), {"config_hash": H}, NOTHING) == {
+        "parity_before": False, "verify": False, "snapshot": True}
+    kept = dict(SERVING, disk=dict(SERVING["disk"], snapshot_hash=H))
+    assert next_steps({"rollback": True}, kept, {"config_hash": H}, NOTHING)["snapshot"] is False
+    assert next_steps({"rollback": False}, SERVING, {"config_hash": H}, converge)["snapshot"] is False
+
+
+def test_a_failure_returns_only_while_an_unproved_configuration_was_being_verified():
+    assert return_due(recreated("x"), verified=False) is True
+    assert return_due(recreated("x"), verified=True) is False
+    assert return_due(recreated("x"), verified=False, check_mode=True) is False
+    assert return_due(NOTHING, verified=False) is False
+    assert return_due(None, verified=False) is False

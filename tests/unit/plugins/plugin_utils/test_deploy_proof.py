@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof import log_expectations, verification_problem, vram_rows
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof import (
+    log_args,
+    log_expectations,
+    parity_answer,
+    parity_note,
+    verification_problem,
+    vram_rows,
+)
 
 
 def test_the_verification_verdict():
@@ -232,3 +239,29 @@ def test_the_same_answer_or_no_baseline_is_no_parity_problem():
     assert verification_problem(OK_LOG, "p", parity={"before": None, "after": same}) == ""
     assert verification_problem(OK_LOG, "p", parity={"before": same, "after": None}) == ""
     assert verification_problem(OK_LOG, "p", parity={}) == ""
+
+
+# log_args, parity_answer, parity_note
+
+
+def test_the_log_is_asked_for_what_the_plan_and_the_placement_expect():
+    placement = {"topology": "multi", "expected_tensors": ["t"], "pattern": "p"}
+    args = log_args(TWO_GPUS, placement, {"extra_args": []})
+    assert args == dict(ON_GPUS, fail_on_mismatch=False, expect_tensors=["t"], expect_gpu_model_mib=2169.73)
+    cpu = log_args(CPU_ONLY, {"topology": "cpu", "expected_tensors": ["t"]}, AS_PLANNED)
+    assert cpu == {"fail_on_mismatch": False, "expect_kv_buffers": {"CPU": 27.0},
+                   "expect_compute_buffers": {"CPU": 22.77}}
+    assert log_args({"skipped": True}, placement, AS_PLANNED) == {"fail_on_mismatch": False, "expect_tensors": ["t"]}
+    assert log_args(None, dict(placement, topology="cpu"), AS_PLANNED) == {"fail_on_mismatch": False}
+
+
+def test_a_parity_answer_is_kept_only_when_it_is_200():
+    body = {"tokens": [1, 2], "content": "ab"}
+    assert parity_answer({"status": 200, "json": body}) == body
+    assert parity_answer({"status": 200, "json": {}}) == {"tokens": [], "content": ""}
+    assert parity_answer({"status": 401, "json": body}) is None
+    assert parity_answer(None) is None
+    assert parity_note({"status": 401}) == "no baseline: the old configuration answered /completion with 401"
+    assert parity_note({"status": 200}) == ""
+    assert parity_note({"skipped": True, "changed": False}) == ""
+    assert parity_note(None) == ""

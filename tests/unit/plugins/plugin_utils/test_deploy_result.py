@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import (
-    PLAN_GPU_KEYS, STATUSES, _ran, _seconds, build, buffers, delta_seconds, plan_summary, rollback_text,
-    status_and_message)
+    PLAN_GPU_KEYS, STATUSES, _ran, _seconds, build, buffers, delta_seconds, failure, parts_from, plan_summary,
+    rollback_part, rollback_text, status_and_message)
 
 README = Path(__file__).resolve().parents[4] / "roles" / "llm_server" / "README.md"
 SETTINGS = {"image": "localhost/ai-llm:cpu", "model_path": "/m/demo.gguf", "moe_offload_mode": "all",
@@ -446,3 +446,83 @@ def test_build_of_a_rollback_to_a_snapshot_without_the_pattern_key_offloads_noth
     result = build({"status": "rolled_back", "placement": {"pattern": "p", "pattern_source": "plan"},
                     "rollback": rollback})
     assert (result["pattern"], result["pattern_source"], result["device_overrides"]) == ("", "none", [])
+
+
+# failure, rollback_part, parts_from: build's parts from what the role's tasks registered
+
+PREPARED = {"settings": dict(SETTINGS, rollback=True, rollback_dir="/p/.rollback", started=100.0),
+            "service": {"disk": {}}, "plan": {"fits": True}, "placement": {"pattern": "p"},
+            "decision": {"unchanged": False, "reason": "r"}}
+VERIFYING = {"config_hash": "f" * 64, "changed": True, "converge": {"recreate": True, "verify": True, "wait": True,
+                                                                   "reason": "r"}}
+
+
+def test_a_failed_deploy_returns_only_while_verifying_and_with_rollbacks():
+    found = failure({"_llm_server": PREPARED, "_llm_server_config": VERIFYING}, {"msg": "llm_server: boom"}, {})
+    assert found == {"cause": "boom", "due": True, "return": True}
+    off = {"_llm_server": dict(PREPARED, settings=dict(PREPARED["settings"], rollback=False)),
+           "_llm_server_config": VERIFYING}
+    assert failure(off, {"msg": "boom"}, {}) == {"cause": "boom", "due": True, "return": False}
+    proved = {"_llm_server": PREPARED, "_llm_server_config": VERIFYING, "_llm_server_verify": {"verified": True}}
+    assert failure(proved, {"msg": "disk full"}, {})["return"] is False
+    assert failure({}, {}, {"name": "Write"}, during="return") == {"cause": "the task Write failed"}
+
+
+def test_what_the_return_to_a_snapshot_did():
+    base = {"_llm_server": PREPARED}
+    restored = {"which": "last", "restored_from": "/p/.rollback/x", "config_hash": "e" * 64,
+                "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": "blk"}}
+    back = rollback_part(dict(base, _llm_server_restored=restored, _llm_server_returned={"healthy": True}))
+    assert back == {"performed": True, "serving": True, "which": "last", "restored_from": "/p/.rollback/x",
+                    "config_hash": "e" * 64, "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": "blk"}, "reason": ROLLED_BACK}
+    before = rollback_part(dict(base, _llm_server_restored=dict(restored, which="previous"),
+                                _llm_server_returned={"healthy": True}))
+    assert before["reason"] == "Rolled back to the verified configuration before the current one (/p/.rollback/x)"
+    cleared = rollback_part(dict(base, _llm_server_restored={"skipped": True}, _llm_server_cleared={"config_hash": "c"},
+                                 _llm_server_returned={"healthy": True}))
+    assert (cleared["reason"], cleared["which"], cleared["config_hash"]) == ("Cleared LLM_MOE_OFFLOAD_PATTERN",
+                                                                            "none", "c")
+    assert cleared["env_keys"] == {"LLM_MOE_OFFLOAD_PATTERN": "", "LLM_TENSOR_OVERRIDES": ""}
+    assert rollback_part(dict(base, _llm_server_restored={"missing": True, "failed": True})) == {
+        "performed": False, "reason": "No known-good configuration in /p/.rollback (no verified deploy yet): nothing "
+                                      "was restored, ai-llm runs the failed configuration."}
+    assert rollback_part(dict(base, _llm_server_return_failure={"cause": "no"})) == {"performed": False, "error": "no"}
+    assert rollback_part(base) == {}
+    assert rollback_part(dict(base, _llm_server_failure={"due": True})) == {
+        "performed": False, "reason": "Rollback is off (llm_server_rollback=false): nothing was restored."}
+    assert rollback_part(dict(base, _llm_server_failure={"due": False}, _llm_server_verify={"verified": True})) == {
+        "performed": False, "reason": "ai-llm serves the verified configuration: it was not rolled back, and the next "
+                                      "run keeps its snapshot."}
+    assert rollback_part(dict(base, _llm_server_failure={"due": False})) == {"performed": False, "reason": ""}
+
+
+def test_the_parts_of_a_run_that_changes_nothing_come_from_the_decision():
+    decided = dict(PREPARED, decision={"unchanged": True, "config": {"config_hash": "f" * 64, "changed": False},
+                                       "converge": {"recreate": False, "verify": False}})
+    got = parts_from({"inventory_hostname": "h1", "_llm_server": decided})
+    assert (got["host"], got["config"], got["converge"]) == ("h1", decided["decision"]["config"],
+                                                             decided["decision"]["converge"])
+    assert got["changes"] == [False] * 6 and got["refusal"] == "" and got["status"] == ""
+    assert build(got)["status"] == "unchanged"
+
+
+def test_the_parts_of_a_refusal_a_verified_recreate_and_a_failure():
+    refused = parts_from({"_llm_server": dict(PREPARED, failed=True, msg="llm_server: refused x")})
+    assert (refused["status"], refused["refusal"]) == ("failed", "refused x")
+    locked = parts_from({"_llm_server": PREPARED, "_llm_server_lock": {"failed": True, "msg": "llm_server: waited"}})
+    assert locked["refusal"] == "waited"
+    verified = parts_from({"_llm_server": PREPARED, "_llm_server_config": VERIFYING, "_llm_server_recreated": True,
+                           "_llm_server_key": {"changed": True}, "_llm_server_lock": {"waited": 0.5},
+                           "_llm_server_removed": {"delta": "0:00:01.5"}, "_llm_server_up": {"delta": "0:00:02"},
+                           "_llm_server_verify": {"verified": True, "health": {"seconds": 3.0}, "log": LOG,
+                                                  "vram": [{"index": 0}], "parity": {"after": {}},
+                                                  "parity_note": "n"}}, check_mode=False)
+    assert verified["converge"] == VERIFYING["converge"] and verified["log"] == LOG
+    assert verified["changes"] == [True, False, True, False, False, True]
+    assert (verified["health"], verified["vram"], verified["parity_note"]) == ({"seconds": 3.0}, [{"index": 0}], "n")
+    assert verified["timings"] == {"commands": ["0:00:01.5", "0:00:02"], "lock_wait": 0.5}
+    assert build(verified, now=110.0)["timings"] == {"total": 10.0, "recreate": 3.5, "health": 3.0, "lock_wait": 0.5}
+    failed = parts_from({"_llm_server": dict(PREPARED, failed=True, msg="x"), "_llm_server_failure": {"cause": "c"},
+                         "_llm_server_returned": {"healthy": False, "seconds": 9.0},
+                         "_llm_server_verify": {"health": {"seconds": 3.0}}})
+    assert (failed["refusal"], failed["failure"], failed["health"]) == ("", "c", {"healthy": False, "seconds": 9.0})

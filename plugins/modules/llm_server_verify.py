@@ -7,33 +7,37 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: llm_server_health
-short_description: Wait until ai-llm answers /health with 200 while watching its container, and prove the API key
+module: llm_server_verify
+short_description: Internal to the ai_llm.moe_offload.llm_server role - wait for /health 200, then prove the deploy
 version_added: 0.1.0
 description:
-  - Asks C(<base_url>/health) about twice a second until it answers 200 or O(timeout) seconds pass.
+  - Only the role M(ai_llm.moe_offload.llm_server) calls it; it is not meant to be called alone.
+  - On the host, asks C(<base_url>/health) about twice a second until it answers 200 or O(timeout) seconds pass.
   - Between the questions it reads the container O(container_name). When it exits, restarts (a crash loop) or
     disappears, the wait stops at once and the module returns the container's last log lines and a plain cause,
     the first error line llama-server printed (for example the loader's C(check_tensor_dims) message).
   - With O(api_key), once C(/health) is 200, it proves the key is in force, C(/props) answers 401 without the key
     and 200 with it.
   - Fails with RV(cause) unless O(fail=false).
+  - With O(prove), its action plugin then proves the deploy on the controller - the tensors and buffers
+    llama-server's log shows (M(ai_llm.moe_offload.llama_server_log), expectations from the plan), the GPU memory
+    ai-llm took against the plan (M(ai_llm.moe_offload.gpu_info) against O(gpu_baseline)), the same greedy answer
+    of C(/completion) as O(parity_before) - and fails with the first problem. The options of the proof stay on the
+    controller.
 author:
   - ai_llm maintainers (@ai-llm)
 options:
   container_name:
-    description: The container to watch.
+    description: The container to watch (from O(settings) when they are given).
     type: str
-    required: true
   engine:
     description: The container engine.
     type: str
     choices: [podman, docker]
     default: podman
   base_url:
-    description: The server's URL, for example C(http://127.0.0.1:8080).
+    description: The server's URL, for example C(http://127.0.0.1:8080) (from O(settings) when they are given).
     type: str
-    required: true
   timeout:
     description: Seconds to wait for C(/health) 200.
     type: int
@@ -49,6 +53,33 @@ options:
     description: Fail when the server does not serve (or the key is not in force); else only report it.
     type: bool
     default: true
+  prove:
+    description: After the wait, prove the deploy (the action plugin); O(settings) and O(placement) are required then.
+    type: bool
+    default: false
+  baseline:
+    description:
+      - Only ask the running configuration the parity prompt (greedy, the fixed seed) and return its answer, before a
+        recreate; no wait, no proof. An answer other than 200 is no failure (no baseline then).
+    type: bool
+    default: false
+  settings:
+    description:
+      - The role's checked settings (the proof's tolerances, verbosity, parity prompt). Given, O(container_name),
+        O(base_url) and O(timeout) come from them, and the API key from C(llm_server_api_key).
+    type: dict
+  plan:
+    description: The result of M(ai_llm.moe_offload.moe_offload_plan) the deploy was placed from.
+    type: dict
+  placement:
+    description: The placement deployed (its pattern, topology, GPUs and the tensors the log must show moved).
+    type: dict
+  gpu_baseline:
+    description: RV(ai_llm.moe_offload.gpu_info#module:gpus) read without ai-llm; no GPU memory rows without it.
+    type: dict
+  parity_before:
+    description: The C(/completion) answer of the old configuration (a registered M(ansible.builtin.uri) result).
+    type: dict
 extends_documentation_fragment:
   - ai_llm.moe_offload.info_module
 seealso:
@@ -58,7 +89,7 @@ seealso:
 
 EXAMPLES = r"""
 - name: Wait for ai-llm to serve
-  ai_llm.moe_offload.llm_server_health:
+  ai_llm.moe_offload.llm_server_verify:
     container_name: ai-llm
     engine: podman
     base_url: http://127.0.0.1:8080
@@ -101,6 +132,31 @@ auth:
   returned: always
   type: dict
   sample: {enforced: true, checked: true, without_key: 401, with_key: 200}
+health:
+  description: With O(prove), the wait's result (RV(healthy), RV(seconds), RV(cause), RV(auth)...).
+  returned: with O(prove)
+  type: dict
+log:
+  description: With O(prove), the result of M(ai_llm.moe_offload.llama_server_log).
+  returned: with O(prove), once ai-llm serves
+  type: dict
+vram:
+  description: With O(prove) and O(gpu_baseline), per GPU C(index), C(planned_mib), C(used_mib), C(ok).
+  returned: with O(prove), once ai-llm serves
+  type: list
+  elements: dict
+parity:
+  description: With O(prove), the answers C(before) and C(after), each C(tokens) and C(content).
+  returned: with O(prove), once ai-llm serves
+  type: dict
+parity_note:
+  description: Why there was no baseline for the parity check, V("") when there was.
+  returned: with O(prove)
+  type: str
+verified:
+  description: Whether the log, the GPU memory and the answers prove the deploy.
+  returned: with O(prove), once ai-llm serves
+  type: bool
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -111,14 +167,23 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_contain
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            container_name=dict(type="str", required=True),
+            container_name=dict(type="str"),
             engine=dict(type="str", choices=["podman", "docker"], default="podman"),
-            base_url=dict(type="str", required=True),
+            base_url=dict(type="str"),
             timeout=dict(type="int", default=300),
             api_key=dict(type="str", no_log=True),
             log_lines=dict(type="int", default=40),
             fail=dict(type="bool", default=True),
+            # The proof's options; the action plugin keeps them on the controller.
+            prove=dict(type="bool", default=False),
+            baseline=dict(type="bool", default=False),
+            settings=dict(type="dict"),
+            plan=dict(type="dict"),
+            placement=dict(type="dict"),
+            gpu_baseline=dict(type="dict"),
+            parity_before=dict(type="dict"),
         ),
+        required_one_of=[("container_name", "settings"), ("base_url", "settings")],
         supports_check_mode=True,
     )
     p = module.params

@@ -1,0 +1,106 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The llm_server role's proof that ai-llm serves what was deployed: the wait for ``/health`` 200 on the host
+(the module ``llm_server_verify``), then with ``prove`` the log (``llama_server_log``), the GPU memory
+(``gpu_info``) and the parity answer, judged by ``_deploy_proof``. With ``baseline`` it only asks the running
+configuration the parity prompt, before a recreate."""
+
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof import (
+    log_args,
+    parity_answer,
+    parity_note,
+    verification_problem,
+    vram_rows,
+)
+
+PROOF_OPTIONS = ("prove", "baseline", "settings", "plan", "placement", "gpu_baseline", "parity_before")
+
+
+def wait_args(settings, engine, api_key):
+    """The options of the wait on the host for the role's ``settings``: it reports, the role fails."""
+    args = {"container_name": settings["container_name"], "engine": engine, "base_url": settings["base_url"],
+            "timeout": settings["health_timeout"], "fail": False}
+    if api_key:
+        args["api_key"] = api_key
+    return args
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+
+    def _module(self, name, args, task_vars):
+        return self._execute_module("ai_llm.moe_offload." + name, module_args=args, task_vars=task_vars)
+
+    def _completion(self, settings, api_key, task_vars):
+        """The parity prompt asked of the new configuration: greedy (temperature 0, top_k 1, the fixed seed)."""
+        return self._execute_module("ansible.builtin.uri", module_args={
+            "url": settings["base_url"] + "/completion", "method": "POST", "body_format": "json",
+            "body": {"prompt": settings["parity_prompt"], "n_predict": settings["parity_n_predict"],
+                     "temperature": 0, "top_k": 1, "seed": settings["parity_seed"], "cache_prompt": False,
+                     "return_tokens": True},
+            "headers": {"Authorization": "Bearer " + api_key} if api_key else {},
+            "timeout": 120, "status_code": [200]}, task_vars=task_vars)
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = dict(self._task.args)
+        proof = {k: args.pop(k, None) for k in PROOF_OPTIONS}
+        settings = proof["settings"]
+        if settings:
+            # The role's call: the wait's options come from the settings, the key from the role's variable.
+            api_key = str(self._templar.template(task_vars.get("llm_server_api_key", ""))) \
+                if settings.get("api_key_set") else ""
+            args = dict(wait_args(settings, args.get("engine", "podman"), api_key), **args)
+        if proof["baseline"]:
+            # The old configuration may not know the new API key: no baseline then, which is not a failure.
+            answer = self._completion(settings, args.get("api_key") or "", task_vars)
+            answer.pop("failed", None)
+            result.update(answer, changed=False)
+            return result
+        health = self._module("llm_server_verify", args, task_vars)
+        health.pop("invocation", None)
+        if not proof["prove"]:
+            result.update(health)
+            if not health.get("healthy") and not health.get("failed"):
+                result.update(failed=True, msg=health.get("cause"))
+            return result
+        placement, plan = proof["placement"], proof["plan"] or {}
+        result.update(changed=False, health=health, parity_note=parity_note(proof["parity_before"]))
+        if not health.get("healthy"):
+            result.update(failed=True, msg=health.get("cause") or health.get("msg"), cause=health.get("cause"))
+            return result
+        log = self._module("llama_server_log", dict(log_args(plan, placement, settings),
+                                                    container=settings["container_name"],
+                                                    container_engine=args["engine"]), task_vars)
+        result["log"] = log
+        if log.get("failed"):
+            result.update(failed=True, msg=log.get("msg"))
+            return result
+        baseline = (proof["gpu_baseline"] or {}).get("gpus") or []
+        if baseline:
+            after = self._module("gpu_info", {}, task_vars)
+            if after.get("failed"):
+                result.update(failed=True, msg=after.get("msg"))
+                return result
+            result["vram"] = vram_rows(placement.get("gpu_devices"), baseline, after.get("gpus"),
+                                       plan.get("memory") or {}, settings["vram_tolerance_mib"])
+        before = parity_answer(proof["parity_before"])
+        if settings.get("parity_check") and before is not None:
+            answer = self._completion(settings, args.get("api_key") or "", task_vars)
+            if answer.get("failed"):
+                result.update(failed=True, msg=answer.get("msg"))
+                return result
+            result["parity"] = {"before": before, "after": parity_answer(answer)}
+        problem = verification_problem(log, placement.get("pattern"), result.get("vram") or [],
+                                       result.get("parity") or {}, settings["vram_tolerance_mib"],
+                                       settings["parity_seed"])
+        result["verified"] = not problem
+        if problem:
+            result.update(failed=True, msg=problem)
+        return result

@@ -1,0 +1,102 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: llm_server_prepare
+short_description: Internal to the ai_llm.moe_offload.llm_server role - check, read the host, plan and decide
+version_added: 0.1.0
+description:
+  - Only the role M(ai_llm.moe_offload.llm_server) calls it; it is not meant to be called alone.
+  - Checks the role's variables (what M(ai_llm.moe_offload.llm_server_inputs) checks), then reads the host once with
+    M(ai_llm.moe_offload.llm_server_service_info) (the container, C(/health), the API key in force, the project
+    directory, the GPUs, the host memory and the model's header).
+  - Plans where the expert weights go (M(ai_llm.moe_offload.moe_offload_plan) on the controller, with the model's
+    summary just read), chooses the pattern (the inventory's, the plan's or the model's) and refuses, before
+    anything changes, a pattern that matches nothing or moves non-expert tensors, a plan that does not fit (unless
+    C(llm_server_moe_offload_force)), chosen GPUs the host lacks, a context beyond the model's training context and
+    values that cannot be deployed.
+  - Tells whether the host already runs this configuration, verified, with its snapshot kept (then the run changes
+    nothing and takes no lock).
+  - This is an action plugin that runs on the controller; it changes nothing on the host.
+author:
+  - ai_llm maintainers (@ai-llm)
+options:
+  entry:
+    description:
+      - The role's entry point. V(rollback) checks the variables without the model and reads only the service and
+        the project directory; it does not plan.
+    type: str
+    choices: [main, rollback]
+    default: main
+  read:
+    description: Read the host; V(false) only checks the variables (RV(settings)).
+    type: bool
+    default: true
+  settings:
+    description:
+      - Settings checked earlier in the same run (RV(settings) of an earlier call); given, the variables are not
+        checked again. The role reads the host a second time under the lock this way.
+    type: dict
+extends_documentation_fragment:
+  - ai_llm.moe_offload.info_module
+  - ai_llm.moe_offload.controller_module
+seealso:
+  - module: ai_llm.moe_offload.llm_server_service_info
+  - module: ai_llm.moe_offload.moe_offload_plan
+"""
+
+EXAMPLES = r"""
+- name: Check, read the host, plan and decide
+  ai_llm.moe_offload.llm_server_prepare:
+  register: prepared
+
+- name: Read the host again under the lock
+  ai_llm.moe_offload.llm_server_prepare:
+    settings: "{{ prepared.settings }}"
+  register: prepared
+"""
+
+RETURN = r"""
+settings:
+  description: The checked settings, one key per variable without the C(llm_server_) prefix, and C(paths).
+  returned: always
+  type: dict
+  sample: {port: 8080, ctx_size: 4096, api_key_set: true, paths: {env: /srv/ai-llm/.env}}
+service:
+  description: What M(ai_llm.moe_offload.llm_server_service_info) found.
+  returned: when the variables are valid
+  type: dict
+  sample: {engine: podman, health: 200, container: {exists: true, running: true}}
+plan:
+  description: The result of M(ai_llm.moe_offload.moe_offload_plan) (C(skipped) when a chosen GPU is missing).
+  returned: when the host was read, not for O(entry=rollback)
+  type: dict
+  sample: {fits: true, pattern: 'blk\.(1|4)\.ffn_.*_exps\.weight', memory: {gpus: []}}
+placement:
+  description:
+    - C(pattern), C(pattern_source) (V(inventory), V(plan), V(model) or V(none)), C(tensor_overrides) (the device
+      overrides placed before the pattern), C(expected_tensors) (what the log must show moved), C(gpu_devices),
+      C(tensor_split) and C(topology).
+  returned: success, not for O(entry=rollback)
+  type: dict
+  sample: {pattern: 'blk\.1\.ffn_.*_exps\.weight', pattern_source: plan, gpu_devices: [0], topology: single}
+snapshot_serving:
+  description:
+    - Whether to keep what serves now as the known-good configuration before the writes (with rollbacks, no
+      snapshot yet, ai-llm answers with the role's files).
+  returned: success, not for O(entry=rollback)
+  type: bool
+  sample: false
+decision:
+  description:
+    - C(unchanged) (the run has nothing to do); when true also C(config) and C(converge), what the writes and the
+      converge would say; when false C(reason).
+  returned: success, not for O(entry=rollback)
+  type: dict
+  sample: {unchanged: false, reason: the files on disk are not those of this configuration}
+"""

@@ -1,0 +1,110 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the llm_server role decides before it changes anything, from the checked settings and one read of the host
+(``llm_server_service_info``): the options of the planner, the plan, the placement and whether the run has
+anything to do.
+
+Runs on the controller (the action ``llm_server_prepare``). A refusal raises ``Refused`` with the failed step's
+result, so that the role publishes that step's own words.
+"""
+
+from __future__ import annotations
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_request import (
+    ARGUMENT_SPEC,
+    MUTUALLY_EXCLUSIVE,
+    run,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import unchanged
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_placement import (
+    PlacementRefused,
+    missing_gpus,
+    place,
+)
+
+
+class Refused(Exception):
+    """A step before any change failed; ``result`` is that step's result (``msg`` and what it found), ``parts``
+    what was decided before it (the plan, for a refused placement)."""
+
+    def __init__(self, result, **parts):
+        super().__init__(result.get("msg"))
+        self.result = result
+        self.parts = parts
+
+
+def service_args(settings, api_key, entry="main"):
+    """The options of ``llm_server_service_info`` for ``settings``: the service and the project directory, and for
+    a deploy also the GPUs, the host memory and the model's header (read in the same call)."""
+    args = {
+        "project_dir": settings["project_dir"],
+        "compose_file": settings["compose_file"],
+        "compose_command": settings["compose_command"],
+        "container_name": settings["container_name"],
+        "rollback_dir": settings["rollback_dir"],
+        "base_url": settings["base_url"],
+    }
+    if api_key:
+        args["api_key"] = api_key
+    if entry != "rollback":
+        args.update(lock_path=settings["paths"]["lock"], gpus=True, host_memory=True,
+                    model_path=settings["model_path"], model_dir=settings["model_dir"])
+    return args
+
+
+def plan_args(settings, service):
+    """The options of ``moe_offload_plan`` for ``settings`` and the host read: the chosen GPUs when given, the mode
+    (an inventory pattern is checked in mode auto), the blocks of mode layers, the inventory pattern."""
+    pattern = settings["moe_offload_pattern"]
+    args = {
+        "gguf": service.get("model_info") or {},
+        "gpus": service.get("gpu_info") or {},
+        "host": service.get("host_info"),
+        "ctx_size": settings["ctx_size"],
+        "parallel": settings["parallel"],
+        "mode": "auto" if pattern else settings["moe_offload_mode"],
+    }
+    if settings["gpu_devices"]:
+        args["gpu_indices"] = list(settings["gpu_devices"])
+    if settings["moe_offload_mode"] == "layers":
+        args["cpu_expert_layers"] = settings["moe_offload_layers"]
+    if pattern:
+        args["pattern"] = pattern
+    return args
+
+
+def make_plan(settings, service):
+    """``(plan, missing, warnings)``: the planner's result as a task registers it (``{"skipped": True}`` when a
+    chosen GPU is missing: nothing to plan for), the chosen GPUs the host lacks, and the planner's warnings.
+
+    A plan that does not fit comes back with ``fits`` false and the missing MiB: the placement refuses it with what
+    to change, or deploys it when forced. Any other failure of the planner is a refusal here."""
+    missing = missing_gpus(service.get("gpu_info"), settings["gpu_devices"])
+    if missing:
+        return {"skipped": True, "changed": False}, missing, []
+    checked = ArgumentSpecValidator(ARGUMENT_SPEC, mutually_exclusive=MUTUALLY_EXCLUSIVE).validate(
+        plan_args(settings, service))
+    if checked.error_messages:
+        raise Refused({"failed": True, "msg": " ".join(checked.error_messages)})
+    planned, warnings = run(checked.validated_parameters)
+    planned.setdefault("failed", False)
+    planned["changed"] = False
+    if planned["failed"] and planned.get("fits", True):
+        raise Refused(planned, plan=planned)
+    return planned, missing, warnings
+
+
+def prepare(settings, service, api_key="", host="?"):
+    """``{"plan", "placement", "decision"}`` for a host read by ``llm_server_service_info``; ``decision`` is
+    ``_deploy_decision.unchanged``'s answer. ``Refused`` when the plan or the placement cannot be deployed."""
+    plan, missing, warnings = make_plan(settings, service)
+    try:
+        placement = place(settings, service.get("model_info") or {}, plan, service.get("gpu_info") or {}, missing,
+                          host)
+    except PlacementRefused as exc:
+        raise Refused({"failed": True, "msg": str(exc)}, plan=plan, warnings=warnings) from None
+    return {"plan": plan, "placement": placement, "warnings": warnings,
+            "decision": unchanged(service, settings, placement, api_key)}

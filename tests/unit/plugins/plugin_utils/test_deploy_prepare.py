@@ -1,0 +1,105 @@
+"""What the llm_server role decides before it changes anything (plugins/plugin_utils/_deploy_prepare.py), on real
+module results: gguf_info's report of a model written with gguf-py, the GPUs of the nvidia-smi fixtures, the
+planner's answer; the refusals carry the failed step's own words."""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import (
+    Refused,
+    make_plan,
+    plan_args,
+    prepare,
+    service_args,
+)
+from tests.helpers.role_vars import role_values
+from tools.gguf_models import write_demo_model
+
+EXPERTS = ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight", "blk.4.ffn_down_exps.weight",
+           "blk.4.ffn_up_exps.weight"]
+CPU = {"topology": "cpu", "gpus": [], "processes": []}
+ONE_GPU = {"topology": "single", "gpus": [{"index": 0, "name": "NVIDIA RTX A5500", "memory_total_mib": 24564,
+                                           "memory_free_mib": 24000, "memory_used_mib": 564}], "processes": []}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return write_demo_model(str(tmp_path_factory.mktemp("m") / "demo.gguf"))
+
+
+def settings(model, **values):
+    return check_settings(role_values(dict({"llm_server_model_path": model, "llm_server_compose_project": "x",
+                                            "llm_server_ctx_size": 512}, **values))).as_dict()
+
+
+def service(model, gpus=CPU):
+    """llm_server_service_info's result for a host that runs nothing yet."""
+    return {"engine": "podman", "compose_command": ["podman-compose"], "health": None,
+            "auth": {"checked": False, "enforced": False},
+            "container": {"exists": False, "running": False, "status": "missing", "config_hash": None},
+            "disk": {"lock_file": False, "snapshot_hash": None, "verification": None},
+            "gpu_info": gpus, "host_info": None,
+            "model_info": describe(read_model(model), tensors="none")[0]}
+
+
+def test_the_host_is_read_with_the_gpus_the_memory_and_the_model_for_a_deploy_only(demo):
+    s = settings(demo)
+    args = service_args(s, "k3y")
+    assert args["api_key"] == "k3y" and args["gpus"] and args["host_memory"] and args["model_path"] == demo
+    assert args["lock_path"] == s["paths"]["lock"] and args["model_dir"] == s["model_dir"]
+    assert service_args(s, "", "rollback") == {
+        "project_dir": s["project_dir"], "compose_file": s["compose_file"], "compose_command": s["compose_command"],
+        "container_name": s["container_name"], "rollback_dir": s["rollback_dir"], "base_url": s["base_url"]}
+
+
+def test_the_planner_gets_the_chosen_gpus_the_mode_the_layers_and_the_inventory_pattern(demo):
+    found = service(demo, ONE_GPU)
+    args = plan_args(settings(demo), found)
+    assert args["gguf"] is found["model_info"] and args["gpus"] is ONE_GPU
+    assert (args["mode"], args["ctx_size"]) == ("auto", 512)
+    assert "gpu_indices" not in args and "cpu_expert_layers" not in args and "pattern" not in args
+    layers = plan_args(settings(demo, llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers=[1],
+                                llm_server_gpu_devices=[0]), found)
+    assert (layers["mode"], layers["cpu_expert_layers"], layers["gpu_indices"]) == ("layers", [1], [0])
+    pattern = plan_args(settings(demo, llm_server_moe_offload_mode="none",
+                                 llm_server_moe_offload_pattern=r"blk\.1\.ffn_(up|down)_exps"), found)
+    assert (pattern["mode"], pattern["pattern"]) == ("auto", r"blk\.1\.ffn_(up|down)_exps")
+
+
+def test_a_missing_gpu_skips_the_plan_and_is_refused_by_the_placement(demo):
+    plan, missing, _warnings = make_plan(settings(demo, llm_server_gpu_devices=[3]), service(demo, ONE_GPU))
+    assert (plan, missing) == ({"skipped": True, "changed": False}, [3])
+    with pytest.raises(Refused) as refused:
+        prepare(settings(demo, llm_server_gpu_devices=[3]), service(demo, ONE_GPU), host="h1")
+    assert "llm_server_gpu_devices [3] names GPUs that h1 does not have" in refused.value.result["msg"]
+    assert refused.value.parts["plan"] == {"skipped": True, "changed": False}
+
+
+def test_a_plan_that_does_not_fit_is_refused_with_the_plan_unless_forced(demo):
+    tiny = {"topology": "single", "gpus": [dict(ONE_GPU["gpus"][0], memory_total_mib=64, memory_free_mib=1)],
+            "processes": []}
+    with pytest.raises(Refused) as refused:
+        prepare(settings(demo), service(demo, tiny), host="h1")
+    assert refused.value.result["msg"].startswith("llm_server: the plan does not fit h1's GPUs: ")
+    assert refused.value.parts["plan"]["fits"] is False and refused.value.parts["plan"]["failed"] is True
+    forced = prepare(settings(demo, llm_server_moe_offload_force=True), service(demo, tiny))
+    assert forced["plan"]["fits"] is False and forced["placement"]["topology"] == "single"
+
+
+def test_a_planner_failure_other_than_the_fit_is_a_refusal_in_the_planners_words(demo):
+    found = dict(service(demo), model_info={"model": {"metadata": {}, "tensors": []}})
+    with pytest.raises(Refused) as refused:
+        make_plan(settings(demo), found)
+    assert refused.value.result["failed"] is True and refused.value.result["msg"]
+    assert refused.value.parts["plan"] is refused.value.result
+
+
+def test_a_deployable_host_gets_its_plan_placement_and_decision(demo):
+    prepared = prepare(settings(demo, llm_server_moe_offload_mode="all"), service(demo))
+    assert prepared["plan"]["failed"] is False and prepared["plan"]["changed"] is False
+    assert prepared["placement"]["pattern_source"] == "plan"
+    assert sorted(prepared["placement"]["expected_tensors"]) == EXPERTS
+    assert prepared["decision"] == {"unchanged": False, "reason": "the files on disk are not those of this configuration"}
