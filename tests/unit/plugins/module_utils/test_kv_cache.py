@@ -291,7 +291,7 @@ def test_gemma3_swa_cells_follow_window_ubatch_slots_and_swa_full():
     assert kvc.cache_cells(facts, Options(8192, 1, ubatch=4096, batch=2048)).swa_cells == 2560  # n_ubatch <= n_batch
     assert kvc.cache_cells(facts, Options(512, 1)).swa_cells == 512  # never more than the full cache
     assert kvc.cache_cells(facts, Options(1000, 3)).swa_cells == 512  # per stream: min(512, 1024)
-    # --swa-full: the sliding blocks get a full cache too, what the planner used to size for every model
+    # --swa-full: the sliding blocks get a full cache too, as large as the full blocks' cache
     assert kv_mib(facts, 32768, 1, swa_full=True) == 576.0
     assert kv_mib(facts, 32768, 4, swa_full=True) == 576.0
 

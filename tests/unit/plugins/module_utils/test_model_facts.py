@@ -63,7 +63,7 @@ def test_mamba1_has_no_groups():
 
 
 def test_recurrent_shapes_with_a_zero_group_count():
-    """An ssm_norm of {64, 0} used to divide by zero; it is ignored (one group)."""
+    """An ssm_norm of {64, 0} gives no group count: it is ignored (one group), never divided by."""
     facts = mamba_model("nemotron_h", {"ssm.conv_kernel": -4}, [
         ("ssm_conv1d.weight", (4, 96)), ("ssm_out.weight", (64, 64)), ("ssm_norm.weight", (64, 0))])
     assert facts.recurrent_blocks == {0: (3 * 96, 16 * 64)}

@@ -571,7 +571,7 @@ def test_a_users_pattern_is_checked_and_sized(nano):
         plan(nano, [gpu(24148, 0)], None, Options(32768, 2, pattern=pattern, mode="all"))
 
 
-def test_sliding_window_model_fits_where_the_old_planner_refused():
+def test_sliding_window_model_fits_with_its_small_sliding_cache():
     """The measured need of Gemma 3 270M at 32768/1 (111 MiB of KV) fits 1800 MiB with the margin."""
     facts = load_facts(gemma_summary())
     result = plan(facts, [gpu(1800, 0)], None, Options(32768, 1))
