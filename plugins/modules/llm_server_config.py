@@ -8,9 +8,10 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: llm_server_config
-short_description: Write the ai-llm configuration (its block of .env and the compose file), checked and hashed
+short_description: Internal to the ai_llm.moe_offload.llm_server role - write .env and the compose file, checked and hashed
 version_added: 0.1.0
 description:
+  - Only the role M(ai_llm.moe_offload.llm_server) calls it; it is not meant to be called alone.
   - Renders the role's keys of C(.env) (a marked block; the other lines stay) and the compose file from the checked
     settings of the role M(ai_llm.moe_offload.llm_server) and the placement its plan chose.
   - Every value is encoded by the collection's one encoder, C(.env) values single-quoted so that podman-compose

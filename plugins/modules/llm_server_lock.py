@@ -8,9 +8,10 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: llm_server_lock
-short_description: Take or give back the lock of an ai-llm project directory, so that two deploys queue
+short_description: Internal to the ai_llm.moe_offload.llm_server role - take or give back the project directory's lock
 version_added: 0.1.0
 description:
+  - Only the role M(ai_llm.moe_offload.llm_server) calls it; it is not meant to be called alone.
   - The lock is a file in the project directory that names its owner, the C(ansible-playbook) process on the
     controller (host, boot id, pid and the pid's start time), and a lease.
   - With O(state=acquired) the action plugin of the same name tries to take the lock until O(timeout) seconds pass.

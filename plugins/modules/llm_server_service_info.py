@@ -8,9 +8,10 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: llm_server_service_info
-short_description: Report what the ai-llm service runs now and what its project directory holds
+short_description: Internal to the ai_llm.moe_offload.llm_server role - report what ai-llm runs and its project directory
 version_added: 0.1.0
 description:
+  - Only the role M(ai_llm.moe_offload.llm_server) calls it; it is not meant to be called alone.
   - Finds the compose tool (O(compose_command), or the first of C(podman compose), C(podman-compose),
     C(docker compose), C(docker-compose) that works) and the container engine it drives.
   - Reads the container O(container_name) (state, restarts, pid and the processes below it, the configuration hash
@@ -80,7 +81,7 @@ options:
 extends_documentation_fragment:
   - ai_llm.moe_offload.info_module
 seealso:
-  - module: ai_llm.moe_offload.llm_server_health
+  - module: ai_llm.moe_offload.llm_server_verify
 """
 
 EXAMPLES = r"""

@@ -204,7 +204,7 @@ def failure(facts, failed_result, failed_task, during="deploy"):
     cause = failure_cause(failed_result, failed_task)
     if during != "deploy":
         return {"cause": cause}
-    prepared = facts.get("_llm_server") or {}
+    prepared = facts.get("_llm_server_prepared") or {}
     due = return_due((facts.get("_llm_server_config") or {}).get("converge"), _verified(facts),
                      bool(facts.get("ansible_check_mode")))
     return {"cause": cause, "due": due, "return": due and bool((prepared.get("settings") or {}).get("rollback"))}
@@ -218,7 +218,7 @@ def _verified(facts):
 def rollback_part(facts):
     """What the return to a snapshot did (``rollback`` of ``build``'s parts), from the results of ``return.yml``:
     the snapshot restored (or the pattern cleared), the wait, or why nothing was returned to."""
-    settings = (facts.get("_llm_server") or {}).get("settings") or {}
+    settings = (facts.get("_llm_server_prepared") or {}).get("settings") or {}
     restored = facts.get("_llm_server_restored") or {}
     cleared = facts.get("_llm_server_cleared") or {}
     returned = facts.get("_llm_server_returned") or {}
@@ -257,7 +257,7 @@ def parts_from(facts, check_mode=False, status=""):
     """``build``'s parts from what the role's tasks registered (``facts``: the host's variables): the prepared
     settings, service, plan and placement, the lock, the writes, the recreate, the proof, the snapshot, the return
     to a snapshot and what went wrong."""
-    prepared = facts.get("_llm_server") or {}
+    prepared = facts.get("_llm_server_prepared") or {}
     decision = prepared.get("decision") or {}
     config = facts.get("_llm_server_config")
     if config is None and decision.get("unchanged"):

@@ -458,18 +458,18 @@ VERIFYING = {"config_hash": "f" * 64, "changed": True, "converge": {"recreate": 
 
 
 def test_a_failed_deploy_returns_only_while_verifying_and_with_rollbacks():
-    found = failure({"_llm_server": PREPARED, "_llm_server_config": VERIFYING}, {"msg": "llm_server: boom"}, {})
+    found = failure({"_llm_server_prepared": PREPARED, "_llm_server_config": VERIFYING}, {"msg": "llm_server: boom"}, {})
     assert found == {"cause": "boom", "due": True, "return": True}
-    off = {"_llm_server": dict(PREPARED, settings=dict(PREPARED["settings"], rollback=False)),
+    off = {"_llm_server_prepared": dict(PREPARED, settings=dict(PREPARED["settings"], rollback=False)),
            "_llm_server_config": VERIFYING}
     assert failure(off, {"msg": "boom"}, {}) == {"cause": "boom", "due": True, "return": False}
-    proved = {"_llm_server": PREPARED, "_llm_server_config": VERIFYING, "_llm_server_verify": {"verified": True}}
+    proved = {"_llm_server_prepared": PREPARED, "_llm_server_config": VERIFYING, "_llm_server_verify": {"verified": True}}
     assert failure(proved, {"msg": "disk full"}, {})["return"] is False
     assert failure({}, {}, {"name": "Write"}, during="return") == {"cause": "the task Write failed"}
 
 
 def test_what_the_return_to_a_snapshot_did():
-    base = {"_llm_server": PREPARED}
+    base = {"_llm_server_prepared": PREPARED}
     restored = {"which": "last", "restored_from": "/p/.rollback/x", "config_hash": "e" * 64,
                 "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": "blk"}}
     back = rollback_part(dict(base, _llm_server_restored=restored, _llm_server_returned={"healthy": True}))
@@ -499,7 +499,7 @@ def test_what_the_return_to_a_snapshot_did():
 def test_the_parts_of_a_run_that_changes_nothing_come_from_the_decision():
     decided = dict(PREPARED, decision={"unchanged": True, "config": {"config_hash": "f" * 64, "changed": False},
                                        "converge": {"recreate": False, "verify": False}})
-    got = parts_from({"inventory_hostname": "h1", "_llm_server": decided})
+    got = parts_from({"inventory_hostname": "h1", "_llm_server_prepared": decided})
     assert (got["host"], got["config"], got["converge"]) == ("h1", decided["decision"]["config"],
                                                              decided["decision"]["converge"])
     assert got["changes"] == [False] * 6 and got["refusal"] == "" and got["status"] == ""
@@ -507,11 +507,11 @@ def test_the_parts_of_a_run_that_changes_nothing_come_from_the_decision():
 
 
 def test_the_parts_of_a_refusal_a_verified_recreate_and_a_failure():
-    refused = parts_from({"_llm_server": dict(PREPARED, failed=True, msg="llm_server: refused x")})
+    refused = parts_from({"_llm_server_prepared": dict(PREPARED, failed=True, msg="llm_server: refused x")})
     assert (refused["status"], refused["refusal"]) == ("failed", "refused x")
-    locked = parts_from({"_llm_server": PREPARED, "_llm_server_lock": {"failed": True, "msg": "llm_server: waited"}})
+    locked = parts_from({"_llm_server_prepared": PREPARED, "_llm_server_lock": {"failed": True, "msg": "llm_server: waited"}})
     assert locked["refusal"] == "waited"
-    verified = parts_from({"_llm_server": PREPARED, "_llm_server_config": VERIFYING, "_llm_server_recreated": True,
+    verified = parts_from({"_llm_server_prepared": PREPARED, "_llm_server_config": VERIFYING, "_llm_server_recreated": True,
                            "_llm_server_key": {"changed": True}, "_llm_server_lock": {"waited": 0.5},
                            "_llm_server_removed": {"delta": "0:00:01.5"}, "_llm_server_up": {"delta": "0:00:02"},
                            "_llm_server_verify": {"verified": True, "health": {"seconds": 3.0}, "log": LOG,
@@ -522,7 +522,7 @@ def test_the_parts_of_a_refusal_a_verified_recreate_and_a_failure():
     assert (verified["health"], verified["vram"], verified["parity_note"]) == ({"seconds": 3.0}, [{"index": 0}], "n")
     assert verified["timings"] == {"commands": ["0:00:01.5", "0:00:02"], "lock_wait": 0.5}
     assert build(verified, now=110.0)["timings"] == {"total": 10.0, "recreate": 3.5, "health": 3.0, "lock_wait": 0.5}
-    failed = parts_from({"_llm_server": dict(PREPARED, failed=True, msg="x"), "_llm_server_failure": {"cause": "c"},
+    failed = parts_from({"_llm_server_prepared": dict(PREPARED, failed=True, msg="x"), "_llm_server_failure": {"cause": "c"},
                          "_llm_server_returned": {"healthy": False, "seconds": 9.0},
                          "_llm_server_verify": {"health": {"seconds": 3.0}}})
     assert (failed["refusal"], failed["failure"], failed["health"]) == ("", "c", {"healthy": False, "seconds": 9.0})
