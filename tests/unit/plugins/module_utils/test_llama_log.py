@@ -1,9 +1,7 @@
-"""The llama-server log parser (``_llama_log``): lines of every era, runs, loads, load errors and crashes, the DEBUG
-level, streaming in bounded memory, public logs and ``parse_command_log`` on a real command (the real logs of the
-installed build: tests/integration/test_llama_log_real_server.py). ``parse`` parses twice, ``LogParser.feed`` on each
-line and ``parse_log`` on whole chunks (only the lines that hold a keyword): both must agree. The lines have the
-formats of llama.cpp's source, and the logs of tests/data/llama_logs are real: tests/helpers/llama_logs.py says
-which.
+"""The llama-server log parser (``_llama_log``): lines of every era, runs, loads, errors, crashes, the DEBUG level,
+streaming in bounded memory, public logs, ``parse_command_log`` on a real command. ``parse`` checks that
+``LogParser.feed`` on each line and ``parse_log`` on whole chunks agree. Line formats and log sources: in
+tests/helpers/llama_logs.py; the installed build's real logs: tests/integration/test_llama_log_real_server.py.
 """
 from __future__ import annotations
 
@@ -21,27 +19,24 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log impo
     signal_of_exit_code,
 )
 from tests.helpers.llama_logs import (
-    BUILD, CONTEXT_ERROR, CRASHES, DATA, FIT, GOOD_LOAD, IK_CPU, ILLEGAL_WORDS, LAYER, LOADING, LV4, META, MMAP, NAME_WITH_D, NEMOTRON_EXPERTS,
-    OOM, PAD_TOKEN, PUBLIC_LOGS, QUEUE_DEBUG, QWEN3_EXPERTS, READY, RPC_LINE, RPC_WORDS, SIGNAL_EXITS, SYSTEM_INFO,
-    TENSORS, UP1, VERBOSITY, VK_CONTEXT, VK_LIMIT, kv_buf, load_lines, model_buf, override, read, tensors,
+    BUILD, CONTEXT_ERROR, CRASHES, DATA, FIT, GOOD_LOAD, IK_CPU, ILLEGAL_WORDS, LAYER, LOADING, LV4, META, MMAP,
+    NAME_WITH_D, NEMOTRON_EXPERTS, OOM, PAD_TOKEN, PUBLIC_LOGS, QUEUE_DEBUG, QWEN3_EXPERTS, READY, RPC_LINE, RPC_WORDS,
+    SIGNAL_EXITS, SYSTEM_INFO, TENSORS, UP1, VERBOSITY, VK_CONTEXT, VK_LIMIT, kv_buf, load_lines, model_buf, override,
+    read, tensors,
 )
 
 RPC_ABORT = "/app/ggml/src/ggml-rpc/ggml-rpc.cpp:%d: Remote RPC server crashed or returned malformed response"
 BUF_CUDA0 = model_buf("CUDA0", 1369.43)
 
 
-def by_line(text, exit_code=None):
-    parser = LogParser()
-    for raw in text.split("\n"):
-        parser.feed(raw)
-    return parser.result(exit_code)
-
-
 def parse(lines, exit_code=None, end="\n"):
     """parse_log of the lines, checked to equal the line-by-line parse."""
     text = "\n".join(lines) + end
+    by_line = LogParser()
+    for raw in text.split("\n"):
+        by_line.feed(raw)
     result = parse_log(text, exit_code)
-    assert result == by_line(text, exit_code)
+    assert result == by_line.result(exit_code)
     return result
 
 
@@ -49,8 +44,6 @@ def pick(result, *keys):
     """The fields ``keys`` of a result; ``tensors`` is the sorted names of the overridden tensors."""
     return {k: tensors(result) if k == "tensors" else result[k] for k in keys}
 
-
-# ---------------------------------------------------------------- the older builds' logs
 
 SIGILL = "exit code 132 (SIGILL) after the line: AMX is not ready to be used!"
 OLDER_LOGS = [
@@ -72,9 +65,8 @@ OLDER_LOGS = [
         "compute_buffers": {"CUDA0": 2144.0, "CUDA_Host": 68.01}}),
     # the real SIGILL of the PyPI build: the log alone does not say it died, the exit code does
     ("b10434_sigill_amx_default_verbosity.log", {"crash": None, "server_ready": False}),
-    ("b10434_sigill_amx_default_verbosity.log", {
-        "exit_code": 132, "crash": SIGILL, "crash_cause": ILLEGAL_WORDS, "failure": f"llama-server died: {SIGILL} "
-                                                                                    f"({ILLEGAL_WORDS})"}),
+    ("b10434_sigill_amx_default_verbosity.log", {"exit_code": 132, "crash": SIGILL, "crash_cause": ILLEGAL_WORDS,
+                                                 "failure": f"llama-server died: {SIGILL} ({ILLEGAL_WORDS})"}),
     # the real abort of a killed RPC server, after the server served
     ("b10435_rpc_server_killed_lv4.log", {
         "exit_code": 134, "crash": "/build/llama.cpp/ggml/src/ggml-rpc/ggml-rpc.cpp:644: Remote RPC server crashed or "
@@ -83,7 +75,7 @@ OLDER_LOGS = [
 ]
 
 
-def test_the_override_lines_of_the_older_builds():
+def test_the_override_lines_reserves_and_crash_of_the_older_builds_logs():
     p = parse_log(LV4.read_text())
     assert p["overridden"][0] == {"tensor": "blk.1.ffn_up_exps.weight", "mib": 418, "type": "q5_0",
                                   "buffer": "CUDA_Host"}
@@ -91,10 +83,10 @@ def test_the_override_lines_of_the_older_builds():
     assert parse_log(read("b7500_nemotron_cuda_default_verbosity.log"))["model_buffers"]["CUDA0"] == 1369.43
     p = parse_log(read("b5200_load_tensors_overriden_nosize_qwen3moe.log"))
     assert all(o["mib"] is None and o["type"] is None and o["buffer"] == "CPU" for o in p["overridden"])
-
-
-def test_a_second_reserve_replaces_the_compute_buffers():
-    lines = read("b10435_rpc_server_killed_lv4.log").splitlines()
+    # a second reserve logs the compute buffers it now holds; the RPC abort ends a good run
+    rpc = read("b10435_rpc_server_killed_lv4.log")
+    assert parse_log(rpc[:rpc.index("/build/llama.cpp/ggml/src/ggml-rpc")])["crash"] is None
+    lines = rpc.splitlines()
     start = next(i for i, x in enumerate(lines) if "sched_reserve: reserving" in x)
     end = next(i for i, x in enumerate(lines) if "sched_reserve: reserve took" in x)
     again = [x.replace("1.66 MiB", "3.25 MiB").replace("1.15 MiB", "0.50 MiB") for x in lines[start:end + 1]]
@@ -102,11 +94,9 @@ def test_a_second_reserve_replaces_the_compute_buffers():
     assert parse(lines[:end + 1] + again)["compute_buffers"] == {"RPC0[127.0.0.1:18850]": 3.25, "CPU": 0.5}
 
 
-# ---------------------------------------------------------------- one line of every era
-
-def _override(tensor, mib, kind, buffer):
-    return {"overridden": [{"tensor": tensor, "mib": mib, "type": kind, "buffer": buffer}],
-            "per_tensor_lines_visible": True}
+def _override(line, tensor, mib, kind, buffer):
+    return line, {"overridden": [{"tensor": tensor, "mib": mib, "type": kind, "buffer": buffer}],
+                  "per_tensor_lines_visible": True}
 
 
 def _build(build, number):
@@ -114,16 +104,15 @@ def _build(build, number):
 
 
 ONE_LINE = [
-    ("tensor blk.1.ffn_up_exps.weight (418 MiB q5_0) buffer type overridden to CPU",
-     _override("blk.1.ffn_up_exps.weight", 418, "q5_0", "CPU")),
-    ("0.00.011.842 D tensor blk.1.ffn_down_exps.weight (0 MiB f32) buffer type overridden to CPU_REPACK",
-     _override("blk.1.ffn_down_exps.weight", 0, "f32", "CPU_REPACK")),
-    ("tensor blk.3.ffn_gate_exps.weight buffer type overriden to AMX",
-     _override("blk.3.ffn_gate_exps.weight", None, None, "AMX")),
-    ("Tensor blk.7.ffn_up_exps.weight buffer type overriden to CUDA_Host",
-     _override("blk.7.ffn_up_exps.weight", None, None, "CUDA_Host")),
-    ("\x1b[32m0.01.002.000 D tensor blk.0.ffn_up_exps.weight (12 MiB mxfp4) buffer type overridden to CPU\x1b[0m",
-     _override("blk.0.ffn_up_exps.weight", 12, "mxfp4", "CPU")),
+    _override("tensor blk.1.ffn_up_exps.weight (418 MiB q5_0) buffer type overridden to CPU", UP1, 418, "q5_0", "CPU"),
+    _override("0.00.011.842 D tensor blk.1.ffn_down_exps.weight (0 MiB f32) buffer type overridden to CPU_REPACK",
+              "blk.1.ffn_down_exps.weight", 0, "f32", "CPU_REPACK"),
+    _override("tensor blk.3.ffn_gate_exps.weight buffer type overriden to AMX", "blk.3.ffn_gate_exps.weight", None,
+              None, "AMX"),
+    _override("Tensor blk.7.ffn_up_exps.weight buffer type overriden to CUDA_Host", "blk.7.ffn_up_exps.weight", None,
+              None, "CUDA_Host"),
+    _override("\x1b[32m0.01.002.000 D tensor blk.0.ffn_up_exps.weight (12 MiB mxfp4) buffer type overridden to CPU"
+              "\x1b[0m", "blk.0.ffn_up_exps.weight", 12, "mxfp4", "CPU"),
     *[("%s: %10s KV buffer size = %8.2f MiB" % (prefix, "CUDA1", 96.0), {"kv_buffers": {"CUDA1": 96.0}})
       for prefix in ("llama_kv_cache_init", "init", "llama_kv_cache_unified", "llama_kv_cache")],
     *[("%s: %10s compute buffer size = %8.2f MiB" % (prefix, "Vulkan0", 300.5), {"compute_buffers": {"Vulkan0": 300.5}})
@@ -133,8 +122,7 @@ ONE_LINE = [
         "llm_load_tensors:      CUDA0 model buffer size =  1000.00 MiB",
         "load_tensors:        CUDA0 model buffer size =  1000.00 MiB",
         "0.00.012.476 I load_tensors:        CUDA0 model buffer size =  1000.00 MiB")],
-    (MMAP + "--no-mmap for better performance", {"mmap_override_warning": True}),
-    (MMAP + "--load-mode none", {"mmap_override_warning": True}),
+    *[(MMAP + x, {"mmap_override_warning": True}) for x in ("--no-mmap for better performance", "--load-mode none")],
     ("load_tensors: offloaded 6/6 layers to GPU", {"mmap_override_warning": False}),
     ("common_params_print_info: build 1 (7e4c0a9) with GNU 11.4.0 for Linux x86_64", _build("b1-7e4c0a9", 1)),
     (BUILD, _build("b10435-9e40df63b", 10435)),
@@ -183,15 +171,11 @@ ONE_LINE = [
 ]
 
 
-# ---------------------------------------------------------------- loads, runs, load errors, crash lines
-
 def _ov(*names):
     return [{"tensor": t, "mib": 1, "type": "f16", "buffer": "CPU"} for t in names]
 
 
 NEW_RUN = {"runs": 2, "loads": 0, "model_buffers": {}, "load_error": None, "crash": None, "failure": None}
-
-
 RUN1 = ["build: 7500 (1a2b3c4) with cc for x86_64"] + load_lines(["blk.0.a"], 10.0)
 BAD_RUN = ["build: 7500 (1a2b3c4) with cc for x86_64",
            "llama_model_load: error loading model: tensor 'blk.0.x' data is not within the file bounds",
@@ -293,8 +277,6 @@ def test_run_starts_are_the_lines_where_parse_log_counts_a_new_run():
     assert parse_runs([META, TENSORS])[1] == [] and parse_runs([])[1] == [] and parse_runs([LOADING, META])[1] == [0]
 
 
-# ---------------------------------------------------------------- crashes and exit codes
-
 @pytest.mark.parametrize("lines, crash, cause, backtrace", CRASHES)
 @pytest.mark.parametrize("head", [GOOD_LOAD, GOOD_LOAD[:4]], ids=["after the load", "during the load"])
 def test_every_crash_form_is_a_crash_with_its_own_cause(lines, crash, cause, backtrace, head):
@@ -305,49 +287,32 @@ def test_every_crash_form_is_a_crash_with_its_own_cause(lines, crash, cause, bac
 
 
 @pytest.mark.parametrize("code, name, words", SIGNAL_EXITS)
-def test_a_signal_exit_code_is_a_crash_even_after_a_good_log(code, name, words):
-    p = parse(GOOD_LOAD, exit_code=code)
-    assert p["crash"] == f"exit code {code} ({name}) after the line: {GOOD_LOAD[-1].split(' srv  ')[1]}"
+@pytest.mark.parametrize("tail", ["", "\n", "\n   \n\t\n"])
+def test_a_signal_exit_code_is_a_crash_after_a_good_log_named_by_its_last_line_that_is_not_blank(code, name, words,
+                                                                                                 tail):
+    p = parse(GOOD_LOAD[:-1] + [model_buf("CUDA0", 100), READY], code, end=tail)
+    assert p["crash"] == f"exit code {code} ({name}) after the line: llama_server: model loaded"
     assert words in p["crash_cause"] and p["exit_code"] == code
 
 
-@pytest.mark.parametrize("tail", ["", "\n", "\n   \n\t\n"])
-def test_the_exit_code_names_the_last_line_that_is_not_blank(tail):
-    text = "\n".join([model_buf("CUDA0", 100), READY]) + tail
-    p = parse_log(text, 139)
-    assert p == by_line(text, 139)
-    assert p["crash"] == "exit code 139 (SIGSEGV) after the line: llama_server: model loaded"
-
-
-@pytest.mark.parametrize("code, signal", [(0, None), (1, None), (2, None), (127, None), (128, None), (160, None),
-                                          (255, None), (None, None), (129, 1), (134, 6), (137, 9), (139, 11),
-                                          (159, 31), (-9, 9), (-1, 1)])
+@pytest.mark.parametrize("code, signal", [(0, None), (1, None), (2, None), (127, None), (128, None), (160, None), (255, None),
+                                          (None, None), (129, 1), (134, 6), (137, 9), (139, 11), (159, 31), (-9, 9), (-1, 1)])
 def test_a_shell_s_128_plus_n_and_python_s_minus_n_name_signal_n(code, signal):
     """A shell (and podman) reports a process killed by signal N as 128 + N; Python's subprocess as -N."""
     assert signal_of_exit_code(code) == signal
 
 
-def test_the_real_rpc_abort_is_the_end_of_a_good_run():
-    rpc = read("b10435_rpc_server_killed_lv4.log")
-    assert parse_log(rpc[:rpc.index("/build/llama.cpp/ggml/src/ggml-rpc")])["crash"] is None
-
-
-# ---------------------------------------------------------------- the DEBUG level of lines without a keyword
-
 SLOTS, HEALTH = ("srv  log_server_r: request: GET /%s 127.0.0.1 D 200" % x for x in ("slots", "health"))
 XD = "srv  params_from_: xD 1"
 
+
 @pytest.mark.parametrize("lines, visible", [
-    ([QUEUE_DEBUG], True),                                  # the first line of the log
-    ([QUEUE_DEBUG, BUF_CUDA0], True),
-    ([BUF_CUDA0, QUEUE_DEBUG], True),                       # right after a parsed line
-    ([BUF_CUDA0, QUEUE_DEBUG[13:]], True),                  # --no-log-timestamps: the line starts with the letter
-    ([QUEUE_DEBUG[13:], BUF_CUDA0], True),
+    ([QUEUE_DEBUG], True), ([QUEUE_DEBUG, BUF_CUDA0], True), ([BUF_CUDA0, QUEUE_DEBUG], True),  # first, after a line
+    ([BUF_CUDA0, QUEUE_DEBUG[13:]], True), ([QUEUE_DEBUG[13:], BUF_CUDA0], True),  # --no-log-timestamps: "D " first
     ([BUF_CUDA0, PAD_TOKEN, QUEUE_DEBUG], True),            # "PAD token" holds "D " in a word
     ([BUF_CUDA0, NAME_WITH_D, QUEUE_DEBUG], True),          # a model name holds " D "
     ([BUF_CUDA0, NAME_WITH_D, PAD_TOKEN, READY, PAD_TOKEN, NAME_WITH_D, QUEUE_DEBUG], True),
-    ([BUF_CUDA0, "ai-llm-1  | " + QUEUE_DEBUG], True),      # docker compose logs
-    ([BUF_CUDA0, "[47161] " + QUEUE_DEBUG[13:]], True),     # a router child's line
+    ([BUF_CUDA0, "ai-llm-1  | " + QUEUE_DEBUG], True), ([BUF_CUDA0, "[47161] " + QUEUE_DEBUG[13:]], True),  # compose, router
     ([PAD_TOKEN], False), ([NAME_WITH_D], False),
     ([BUF_CUDA0, NAME_WITH_D, PAD_TOKEN, READY], False), ([PAD_TOKEN, NAME_WITH_D, PAD_TOKEN], False),
     # lines that merely contain "D " (in a message, inside a word) neither hide a DEBUG line nor stand for one
@@ -367,10 +332,7 @@ def test_a_debug_line_without_a_keyword_shows_the_debug_level(lines, visible):
         assert p["overridden"] == [] and p["model_buffers"] == ({"CUDA0": 1369.43} if BUF_CUDA0 in lines else {})
 
 
-# ---------------------------------------------------------------- sources, chunks, bounds
-
 def traced(function, *args):
-    """``function(*args)`` and the peak of the memory it allocated."""
     tracemalloc.start()
     try:
         return function(*args), tracemalloc.get_traced_memory()[1]
@@ -378,7 +340,7 @@ def traced(function, *args):
         tracemalloc.stop()
 
 
-def test_invalid_utf8_and_lone_surrogates_are_replaced_from_bytes_files_and_iterables(tmp_path):
+def test_every_source_reads_alike_and_bytes_not_utf8_and_lone_surrogates_are_replaced(tmp_path):
     raw = ("\n".join(GOOD_LOAD[:3]) + "\n").encode() + b"junk \xff\xfe\xc3 line\n" + \
         ("\n".join(GOOD_LOAD[3:]) + "\n").encode()
     path = tmp_path / "bad.log"
@@ -398,9 +360,7 @@ def test_invalid_utf8_and_lone_surrogates_are_replaced_from_bytes_files_and_iter
     assert p["crash"].startswith("CUDA error: unspecified launch failure ")
     assert "\ud800" not in p["crash"] and "\ufffd" in p["crash"]
     p["crash"].encode("utf-8")
-
-
-def test_an_iterable_of_lines_a_chunk_without_a_last_newline_and_a_long_line_read_alike():
+    # an iterable of lines, a chunk without its last newline and a long line read alike
     lines = ["0.00.100.000 I build: 10435 (9e40df63b)", "E CUDA error: out of memory"]
     assert parse_log(iter(lines)) == parse_log("\n".join(lines) + "\n")
     assert parse_log(iter(lines))["crash"] == "CUDA error: out of memory"
@@ -434,8 +394,8 @@ def test_an_iterable_of_lines_a_chunk_without_a_last_newline_and_a_long_line_rea
     "allocating " + "9" * 5000 + " MiB on device 0: cudaMalloc failed: out of memory",
 ])
 def test_pathological_lines_and_malformed_numbers_parse_in_linear_time_and_bounded_memory_and_never_raise(line):
-    """Each of the long lines took seconds to minutes per MB when the stripping and the regular expressions were
-    quadratic; a line longer than MAX_LINE is read in pieces, so memory stays bounded."""
+    """Each long line takes a stripping or a regular expression that is quadratic in the line seconds to minutes per
+    MB; a line longer than MAX_LINE is read in pieces, so memory stays bounded."""
     p, peak = traced(parse_log, io.BytesIO(line.encode() + b"\n"))
     assert p["runs"] == 1 and peak < 32 << 20
     assert all(isinstance(v, float) and v < 1e16 for v in p["model_buffers"].values())
@@ -443,7 +403,7 @@ def test_pathological_lines_and_malformed_numbers_parse_in_linear_time_and_bound
     assert all(o["mib"] is None or o["mib"] < 10 ** 13 for o in p["overridden"])
 
 
-def test_a_big_log_streams_in_bounded_memory(tmp_path):
+def test_a_big_log_streams_in_bounded_memory_and_what_is_kept_is_bounded(tmp_path, monkeypatch):
     """40 MB of log (restarts, loads, debug noise) read from a file: memory does not follow its size."""
     chunk = "\n".join(["build: 7500 (1a2b3c4) with cc"] + GOOD_LOAD
                       + ["0.00.200.000 D slot update_slots: id  0 | task 1 | n_past = %d" % i for i in range(400)])
@@ -455,9 +415,7 @@ def test_a_big_log_streams_in_bounded_memory(tmp_path):
         p, peak = traced(parse_log, f)
     assert p["runs"] > 1000 and p["server_ready"] and peak < 32 << 20
     assert tensors(p) == [UP1] and p["per_tensor_lines_visible"] and p["failure"] is None
-
-
-def test_what_is_kept_is_bounded(monkeypatch):
+    # what is kept is bounded
     monkeypatch.setattr(_llama_log, "MAX_OVERRIDES", 10)
     lines = ["tensor blk.%d.ffn_up_exps.weight (1 MiB f32) buffer type overridden to CPU" % i for i in range(25)]
     p = parse_log("\n".join(lines + ["load_tensors:   DEV%d model buffer size = 1.00 MiB" % i for i in range(200)]))
@@ -467,36 +425,13 @@ def test_what_is_kept_is_bounded(monkeypatch):
     assert len(p["load_error"]) == _llama_log.MAX_MESSAGE + 3
 
 
-@pytest.mark.parametrize("name", sorted(str(p.relative_to(DATA)) for p in DATA.rglob("*.log")))
-@pytest.mark.parametrize("chunk", [_llama_log.CHUNK, 97])
-def test_reading_in_chunks_and_skipping_lines_without_a_keyword_changes_nothing(monkeypatch, name, chunk):
-    """Every line fed one by one gives the same result as the chunked reader, which parses only the lines that
-    hold a keyword, whatever the chunk boundaries."""
-    text = read(name)
-    parser = LogParser()
-    for line in text.splitlines():
-        parser.feed(line)
-    monkeypatch.setattr(_llama_log, "CHUNK", chunk)
-    for exit_code in (None, 139):
-        assert parse_log(text, exit_code) == parser.result(exit_code), name
-
-
-# ---------------------------------------------------------------- public logs
-
 def ov(parsed):
     return [(o["tensor"], o["mib"], o["type"], o["buffer"]) for o in parsed["overridden"]]
 
 
-def test_every_public_log_has_a_source():
+def test_every_public_log_has_a_source_and_the_per_tensor_lines_of_other_builds():
     sources = (DATA / "public" / "SOURCES.md").read_text(encoding="utf-8")
     assert PUBLIC_LOGS and all("`%s`" % name in sources for name in PUBLIC_LOGS)
-
-
-IK_CUDA1 = ["blk.57.ffn_norm.weight", "blk.57.ffn_gate_inp.weight", "blk.57.exp_probs_b.bias",
-            "blk.57.ffn_gate_shexp.weight", "blk.57.ffn_down_shexp.weight", "blk.57.ffn_up_shexp.weight"]
-
-
-def test_per_tensor_lines_of_other_builds():
     p = parse_log(read("public/ik_llama_sized_overriden_cuda_host.log"))
     assert ov(p) == [("blk.%d.ffn_%s_exps.weight" % (b, k), mib, None, "CUDA_Host") for b, k, mib in (
         (20, "gate", 272), (20, "down", 176), (21, "up", 272), (21, "gate", 272), (21, "down", 176), (22, "down", 210))]
@@ -511,7 +446,9 @@ def test_per_tensor_lines_of_other_builds():
         for b, k, mib in ((33, "gate", 1026), (33, "down", 1096), (34, "up", 1026), (34, "gate", 1026), (34, "down", 1096))]
     # overrides to another GPU keep their buffer
     p = parse_log(read("public/ik_llama_ot_cuda1_and_cpu.log"))
-    assert sorted(o for o in ov(p) if o[3] == "CUDA1") == sorted((t, None, None, "CUDA1") for t in IK_CUDA1)
+    assert sorted(o for o in ov(p) if o[3] == "CUDA1") == sorted((t, None, None, "CUDA1") for t in [
+        "blk.57.ffn_norm.weight", "blk.57.ffn_gate_inp.weight", "blk.57.exp_probs_b.bias",
+        "blk.57.ffn_gate_shexp.weight", "blk.57.ffn_down_shexp.weight", "blk.57.ffn_up_shexp.weight"])
     assert [o for o in ov(p) if o[3] == "CPU"] == [(t, None, None, "CPU") for t in IK_CPU]
     p = parse_log(read("public/b4xxx_overriden_rpc_and_cpu.log"))
     assert [o[0] for o in ov(p) if o[3] == "RPC[127.0.0.1:50053]"] == [
@@ -563,7 +500,7 @@ def test_what_a_log_of_another_build_backend_or_wrapper_shows(name, fields):
     assert pick(parse_log(read(name), fields.get("exit_code")), *fields) == fields
 
 
-def test_a_buffer_line_glued_to_the_progress_dots_and_a_crash_after_a_good_load_or_before_a_restart():
+def test_lines_glued_to_the_progress_dots_a_crash_after_a_good_load_and_a_restart_after_a_crash():
     """The loader's progress dots are printed without a newline: a line after them still counts."""
     q = parse_log(read("public/metal_mtp_mtl0_mapped.log").replace(
         "....srv    load_model: initializing slots, n_slots = 1", "....llama_kv_cache:       MTL0 KV buffer size =  4096.00 MiB"))
@@ -586,12 +523,21 @@ WRAPPERS = {
 WRAPPERS["all"] = lambda t: WRAPPERS["compose ai-llm  | "](WRAPPERS["docker -t"](WRAPPERS["crlf"](t)))
 
 
-@pytest.mark.parametrize("name", ["public/" + n for n in PUBLIC_LOGS] + [LV4.name])
-@pytest.mark.parametrize("wrap", WRAPPERS)
-def test_wrapped_logs_parse_the_same(name, wrap):
-    """Container runtimes, compose and terminals add prefixes, colours and CR LF; the memory breakdown table's
-    ``| ... |`` is no service prefix (see ONE_LINE)."""
-    assert parse_log(WRAPPERS[wrap](read(name))) == parse_log(read(name))
+@pytest.mark.parametrize("name", sorted(str(p.relative_to(DATA)) for p in DATA.rglob("*.log")))
+@pytest.mark.parametrize("how", [_llama_log.CHUNK, 97, *WRAPPERS])
+def test_chunks_lines_without_a_keyword_and_wrappers_change_nothing(monkeypatch, name, how):
+    """Lines fed one by one give the result of the chunked reader, which parses only the lines that hold a keyword,
+    whatever the chunk boundaries; runtimes, compose and terminals add prefixes, colours and CR LF."""
+    text = read(name)
+    if how in WRAPPERS:
+        assert parse_log(WRAPPERS[how](text)) == parse_log(text)
+        return
+    parser = LogParser()
+    for line in text.splitlines():
+        parser.feed(line)
+    monkeypatch.setattr(_llama_log, "CHUNK", how)
+    for exit_code in (None, 139):
+        assert parse_log(text, exit_code) == parser.result(exit_code), name
 
 
 # ---------------------------------------------------------------- parse_command_log runs a real command
@@ -612,7 +558,7 @@ def test_a_command_log_is_parsed_as_the_same_text_and_the_last_lines_are_kept(ke
     assert (rc, tail) == (0, expected)
 
 
-def test_the_tail_skips_blank_lines_cuts_long_ones_and_keeps_lines_whole():
+def test_the_tail_skips_blank_lines_cuts_long_ones_and_keeps_lines_whole_and_the_return_code_comes_back():
     long_line = "E " + "x" * 700
     text = "\n".join(GOOD[:-3] + ["", GOOD[-3], "   ", GOOD[-2], long_line]) + "\n"
     assert parse_command_log(emit(text))[2] == GOOD[-5:-1] + [long_line[:MAX_MESSAGE] + "..."]
@@ -624,9 +570,7 @@ def test_the_tail_skips_blank_lines_cuts_long_ones_and_keeps_lines_whole():
     assert parse_command_log(emit("\n".join(kv) + "\n"))[2] == kv[-5:]
     assert parse_command_log(emit("", 1)) == (parse_log(""), 1, [])  # prints nothing
     assert parse_log("")["runs"] == 0 and parse_log("")["failure"] is None
-
-
-def test_the_return_code_is_returned_and_the_exit_code_is_what_the_caller_gives():
+    # the return code is returned, and the exit code is what the caller gives
     text = "\n".join(GOOD + [RPC_LINE]) + "\n"
     parsed, rc, tail = parse_command_log(emit(text, 3))
     assert rc == 3 and parsed["exit_code"] is None and tail == GOOD[-4:] + [RPC_LINE]
