@@ -39,8 +39,8 @@ def project(tmp_path):
     models.mkdir()
     (models / "demo.gguf").write_bytes(b"GGUF")
     settings = check_settings(role_values({"llm_server_project_dir": str(tmp_path / "ai-llm"),
-                               "llm_server_model_path": str(models / "demo.gguf"),
-                               "llm_server_image": "localhost/ai-llm:cpu", "llm_server_ctx_size": 512}),
+                                           "llm_server_model_path": str(models / "demo.gguf"),
+                                           "llm_server_image": "localhost/ai-llm:cpu", "llm_server_ctx_size": 512}),
                               api_key=KEY).as_dict()
     return settings, write(settings, KEY, "OTHER='kept'\n")
 
@@ -103,7 +103,7 @@ def test_without_a_key_there_must_be_no_key_file(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "x.gguf").write_bytes(b"GGUF")
     settings = check_settings(role_values({"llm_server_project_dir": str(tmp_path / "p"),
-                               "llm_server_model_path": str(tmp_path / "m" / "x.gguf")})).as_dict()
+                                           "llm_server_model_path": str(tmp_path / "m" / "x.gguf")})).as_dict()
     digest = write(settings, "")
     assert disk_of(settings)["api_key_file"] is False
     assert proof(settings, key="")["config_hash"] == digest
