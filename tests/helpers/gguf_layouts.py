@@ -1,5 +1,5 @@
-"""Random GGUF layouts for every MoE architecture gguf-py knows (helper of test_models_every_moe_arch and
-test_modules_edge_cases).
+"""Random GGUF layouts for every MoE architecture gguf-py knows (helper of test_models_every_moe_arch,
+test_gguf_info and test_moe_offload_plan).
 
 For each architecture of ``gguf.constants.MODEL_TENSORS`` with routed-expert tensor kinds
 (``FFN_{GATE,UP,DOWN}_EXP``, ``FFN_GATE_UP_EXP``, ``FFN_*_CHEXP``) a random model is written with the

@@ -1,12 +1,16 @@
-"""The gguf_info module, run through Ansible itself on real GGUF files written with gguf-py."""
+"""The gguf_info module, run through Ansible itself on real GGUF files written with gguf-py: random layouts of
+other architectures, split and big-endian, and files that are not models (a clear message, never a traceback)."""
 from __future__ import annotations
 
+import os
 import re
 
 import gguf
 import numpy as np
 import pytest
 
+from tests.helpers import gguf_layouts
+from tests.helpers.module_runs import assert_clean_failure
 from tools.gguf_models import write_model, write_nemotron_nano_30b, write_tiny_nemotron_h_moe
 
 NANO = r"\.ffn_.*_exps\.weight"
@@ -39,12 +43,6 @@ def nano(tmp_path_factory):
 @pytest.fixture(scope="module")
 def dense(tmp_path_factory):
     return write_model("dense_llama", tmp_path_factory.mktemp("dense") / "dense.gguf")
-
-
-def assert_clean_failure(result):
-    assert result["failed"] is True
-    assert "Traceback" not in result["msg"]
-    assert "exception" not in result and "module_stderr" not in result
 
 
 def test_tiny_nemotron(ansible_module, tiny):
@@ -192,3 +190,32 @@ def test_other_architectures(ansible_module, tmp_path, kind, pattern):
     if kind == "gpt-oss":
         assert {t["type"] for t in result["tensors"] if t["name"].endswith(".weight")} == {"mxfp4"}
         assert any(t["name"].endswith(".bias") for t in result["tensors"])
+
+
+@pytest.mark.parametrize("arch, shards, endian", [
+    ("qwen3next", 3, "big"), ("gpt-oss", 2, "little"), ("granitehybrid", 4, "big")])
+def test_gguf_info_on_other_architectures_shards_and_endianness(ansible_module, tmp_path, arch, shards, endian):
+    layout = gguf_layouts.make_layout(arch, 21)
+    files = gguf_layouts.write_layout(layout, tmp_path, 21, shards=shards, endian=endian)
+    result = ansible_module("gguf_info", {"path": files[1], "tensors": "none"})
+    assert result["failed"] is False and result["files"] == files
+    assert result["expert_tensors"] == layout.experts
+    assert sorted(n for n in layout.names if re.search(result["offload_pattern"], n)) == layout.experts
+    assert sum(result["bytes"].values()) == layout.total_bytes
+
+
+def test_gguf_info_on_a_fifo_and_a_symlink_loop(ansible_module, tmp_path):
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    assert_clean_failure(ansible_module("gguf_info", {"path": str(fifo)}), "not a regular file (a FIFO)")
+    loop = tmp_path / "loop.gguf"
+    os.symlink(loop, loop)
+    assert_clean_failure(ansible_module("gguf_info", {"path": str(loop)}), "symlink loop")
+
+
+def test_an_implausible_block_number_is_reported(ansible_module, tmp_path):
+    layout = gguf_layouts.make_layout("qwen3moe", 4)
+    layout.tensors.append(("blk.4000000000.ffn_up_exps.weight", (256, 256, 2), gguf.GGMLQuantizationType.F16))
+    files = gguf_layouts.write_layout(layout, tmp_path, 4, shards=2)
+    info = ansible_module("gguf_info", {"path": files[0], "tensors": "none"})
+    assert info["failed"] is False and info["block_count"] == 4000000001

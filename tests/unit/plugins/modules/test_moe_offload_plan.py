@@ -1,12 +1,17 @@
-"""moe_offload_plan through real Ansible, with generated GGUF files and the nvidia-smi test double."""
+"""moe_offload_plan through real Ansible, with generated GGUF files and the nvidia-smi test double; bad input gives a
+clear message and never a traceback, and warnings where the plan still works."""
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
 
+import gguf
+import numpy as np
 import pytest
 
+from tests.helpers import gguf_layouts
+from tests.helpers.module_runs import assert_clean_failure, run_with_warnings
 from tools import gguf_models
 
 DOUBLES = Path(__file__).resolve().parents[3] / "doubles"
@@ -135,3 +140,63 @@ def test_a_gguf_info_result_is_planned_on_the_controller_without_the_file(ansibl
     assert refused["failed"] is True and "cache_type_k" in refused["msg"]
     short = ansible_module("moe_offload_plan", dict(args, gguf=info, host={"memory_available_mib": 1000}))
     assert short["failed"] is True and short["fits"] is False and re.search(r"\d+ MiB are missing", short["msg"])
+
+
+# bad input: a clear message and never a traceback; warnings where the plan still works
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    return gguf_models.write_tiny_qwen3moe(tmp_path_factory.mktemp("q") / "q.gguf", n_blocks=3, n_embd=128)
+
+
+@pytest.mark.parametrize("args, words", [
+    ({"gpus": "RTX 4090"}, ["gpus must be the registered result of gpu_info or a list"]),
+    ({"gpus": [dict(A5500, vram_gb=24)]}, ["unknown field(s) vram_gb"]),
+    ({"gpus": [dict(A5500, memory_free_mib="lots")]}, ["memory_free_mib must be a number"]),
+    ({"gpus": [{"name": "x", "memory_free_mib": float("inf")}]}, ["memory_free_mib must be a number"]),
+    ({"gpus": [{"name": "x", "memory_total_mib": 100, "memory_used_mib": "a"}]}, ["memory_used_mib must be a number"]),
+    ({"gpus": [{"name": "x", "memory_total_mib": 100, "memory_used_mib": 200}]}, ["more than memory_total_mib"]),
+    ({"ctx_size": 0}, ["ctx_size must be a whole number >= 1"]),
+    ({"parallel": 0}, ["parallel must be a whole number >= 1"]),
+    ({"cache_type_k": "q3_k"}, ["cache_type_k", "q3_k"]),
+    ({"cache_type_v": "q8_0", "flash_attn": "off"}, ["needs flash attention"]),
+    ({"mode": "layers", "cpu_expert_layers": [7]}, ["hold no routed experts"]),
+    ({"gguf": {"x": 1}}, ["gguf is a dict without files"]),
+])
+def test_moe_offload_plan_bad_input(ansible_module, qwen, args, words):
+    full = {"gguf": qwen, "gpus": [A5500], "ctx_size": 4096}
+    full.update(args)
+    assert_clean_failure(ansible_module("moe_offload_plan", full), *words)
+
+
+def test_ctx_beyond_training_length_warns_once(ansible_module, qwen, tmp_path):
+    result, warnings = run_with_warnings(ansible_module, tmp_path / "ansible.log", "moe_offload_plan", {"gguf": qwen, "gpus": [A5500], "ctx_size": 100000})
+    assert result["failed"] is False and result["fits"] is True
+    assert [w for w in warnings if "training context" in w] == [
+        "ctx_size 100000 is beyond the model's training context of 4096 tokens"]
+
+
+def test_gguf_lacking_metadata_falls_back_to_shapes_with_warnings(ansible_module, tmp_path):
+    path = str(tmp_path / "bare.gguf")
+    writer = gguf.GGUFWriter(path, "qwen3moe")
+    for name, shape in [("token_embd.weight", (32, 64)), ("blk.0.attn_q.weight", (64, 64)),
+                        ("blk.0.attn_k.weight", (32, 64)), ("blk.0.attn_v.weight", (32, 64)),
+                        ("blk.0.ffn_up_exps.weight", (4, 32, 64)), ("output.weight", (32, 64))]:
+        writer.add_tensor(name, np.zeros(shape, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    result, warnings = run_with_warnings(ansible_module, tmp_path / "ansible.log", "moe_offload_plan",
+                                         {"gguf": path, "gpus": [A5500], "ctx_size": 1000, "parallel": 3})
+    assert result["failed"] is False
+    assert result["memory"]["gpus"][0]["kv_mib"] == 0.19  # (32 + 32) x 2 bytes x 3 slots x 512 cells = 196,608
+    assert any("embedding_length missing" in w for w in warnings)
+    assert any("KV widths of blocks 0 taken from the attn_k/attn_v tensor shapes" in w for w in warnings)
+
+
+def test_implausible_block_number_fails_cleanly(ansible_module, tmp_path):
+    layout = gguf_layouts.make_layout("qwen3moe", 4)
+    layout.tensors.append(("blk.4000000000.ffn_up_exps.weight", (256, 256, 2), gguf.GGMLQuantizationType.F16))
+    files = gguf_layouts.write_layout(layout, tmp_path, 4, shards=2)
+    assert_clean_failure(ansible_module("moe_offload_plan", {"gguf": files[0], "gpus": [A5500], "ctx_size": 4096}),
+                         "implausible")
