@@ -456,7 +456,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_command_log, parse_log
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import PatternError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax import PatternError
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proof import (
     expected_from_overrides,
     expected_from_pattern,

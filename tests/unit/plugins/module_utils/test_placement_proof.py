@@ -13,7 +13,7 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _llama_log
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import PatternError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax import PatternError
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proof import (
     Expectations, expected_from_overrides, expected_from_pattern, gpu_model_mib, is_device_buffer, prove,
     verify_placement,
