@@ -90,12 +90,18 @@ def test_ansible_doc_on_every_module_the_filter_and_the_role(installed):
     proc = run(env, home, "ansible-doc", "-l", "ai_llm.moe_offload")
     assert proc.returncode == 0, proc.stderr
     assert sorted(re.findall(r"^ai_llm\.moe_offload\.(\w+)", proc.stdout, re.MULTILINE)) == modules
-    for kind, names in (("module", modules), ("filter", ["container_model"]), ("role", ["llm_server"])):
+    filters = sorted(p.stem for p in (plugins / "filter").glob("*.py"))
+    assert "container_model" in filters
+    # one ansible-doc per kind: each name's page says the installed file it comes from
+    for kind, names in (("module", modules), ("filter", filters), ("role", ["llm_server"])):
+        proc = run(env, home, "ansible-doc", "-t", kind, *["ai_llm.moe_offload." + name for name in names])
+        assert proc.returncode == 0 and not proc.stderr.strip(), (kind, names, proc.stderr)
         for name in names:
-            proc = run(env, home, "ansible-doc", "-t", kind, "ai_llm.moe_offload." + name)
-            assert proc.returncode == 0 and not proc.stderr.strip(), (kind, name, proc.stderr)
             if kind != "role":
-                assert str(plugins) in proc.stdout, proc.stdout[:500]
+                assert re.search(r"^> %s ai_llm\.moe_offload\.%s \(%s/" % (kind.upper(), name, re.escape(str(plugins))),
+                                 proc.stdout, re.MULTILINE), (name, proc.stdout[:500])
+            else:
+                assert "ai_llm.moe_offload.%s" % name in proc.stdout, proc.stdout[:500]
     proc = run(env, home, "ansible-doc", "-t", "role", "-l", "ai_llm.moe_offload")
     assert re.search(r"^ai_llm\.moe_offload\.llm_server\b", proc.stdout, re.MULTILINE), proc.stdout
 
