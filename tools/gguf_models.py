@@ -28,6 +28,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -235,6 +236,46 @@ def _write_gguf(path, arch: str, add_kv: Callable[[gguf.GGUFWriter], None], tens
 NEMOTRON_H_BLOCKS = {"M": "mamba", "*": "attention", "E": "moe", "-": "mlp"}
 
 
+def _nemotron_h_block(T, i, kind, d):
+    """The tensors of block ``i`` (``kind``: mamba, attention, moe or mlp) of a Nemotron-H model; ``d`` holds its
+    widths (``_nemotron_h``'s arguments and the Mamba-2 sizes derived from them)."""
+    p = "blk.%d." % i
+    tensors = [T(p + "attn_norm.weight", (d.n_embd,), i)]
+    if kind == "mamba":
+        tensors += [
+            T(p + "ssm_in.weight", (d.n_embd, d.d_in_proj), i),
+            T(p + "ssm_conv1d.weight", (d.d_conv, d.conv_dim), i),
+            T(p + "ssm_conv1d.bias", (d.conv_dim,), i),
+            T(p + "ssm_dt.bias", (d.ssm_heads,), i),
+            T(p + "ssm_a", (1, d.ssm_heads), i),
+            T(p + "ssm_d", (1, d.ssm_heads), i),
+            T(p + "ssm_norm.weight", (d.d_inner // d.n_group, d.n_group), i),
+            T(p + "ssm_out.weight", (d.d_inner, d.n_embd), i),
+        ]
+    elif kind == "attention":
+        tensors += [
+            T(p + "attn_q.weight", (d.n_embd, d.head_dim * d.n_head), i),
+            T(p + "attn_k.weight", (d.n_embd, d.head_dim * d.n_head_kv), i),
+            T(p + "attn_v.weight", (d.n_embd, d.head_dim * d.n_head_kv), i),
+            T(p + "attn_output.weight", (d.head_dim * d.n_head, d.n_embd), i),
+        ]
+    elif kind == "moe":
+        tensors += [
+            T(p + "ffn_gate_inp.weight", (d.n_embd, d.n_expert), i),
+            T(p + "exp_probs_b.bias", (d.n_expert,), i),
+            T(p + "ffn_up_exps.weight", (d.n_embd, d.n_ff, d.n_expert), i),
+            T(p + "ffn_down_exps.weight", (d.n_ff, d.n_embd, d.n_expert), i),
+            T(p + "ffn_up_shexp.weight", (d.n_embd, d.n_ff_shexp), i),
+            T(p + "ffn_down_shexp.weight", (d.n_ff_shexp, d.n_embd), i),
+        ]
+    else:  # dense MLP (nemotron_h): squared-ReLU up/down, no gate
+        tensors += [
+            T(p + "ffn_up.weight", (d.n_embd, d.n_ff), i),
+            T(p + "ffn_down.weight", (d.n_ff, d.n_embd), i),
+        ]
+    return tensors
+
+
 def _nemotron_h(pattern: str, *, n_embd: int, n_vocab: int, n_head: int, n_head_kv: int, head_dim: int,
                 n_ff: int, n_expert: int, n_expert_used: int, n_ff_shexp: int, ssm_heads: int, ssm_head_dim: int,
                 d_state: int, n_group: int, d_conv: int, context_length: int, types: Callable[[str, int, tuple], Q]):
@@ -280,42 +321,12 @@ def _nemotron_h(pattern: str, *, n_embd: int, n_vocab: int, n_head: int, n_head_
     def T(name, ne, bid=-1):
         return Tensor(name, tuple(ne), types(name.split(".", 2)[-1] if bid >= 0 else name, bid, tuple(ne)))
 
+    dims = SimpleNamespace(n_embd=n_embd, d_in_proj=d_in_proj, d_conv=d_conv, conv_dim=conv_dim, ssm_heads=ssm_heads,
+                           d_inner=d_inner, n_group=n_group, head_dim=head_dim, n_head=n_head, n_head_kv=n_head_kv,
+                           n_expert=n_expert, n_ff=n_ff, n_ff_shexp=n_ff_shexp)
     tensors = [T("token_embd.weight", (n_embd, n_vocab))]
     for i, kind in enumerate(kinds):
-        p = "blk.%d." % i
-        tensors.append(T(p + "attn_norm.weight", (n_embd,), i))
-        if kind == "mamba":
-            tensors += [
-                T(p + "ssm_in.weight", (n_embd, d_in_proj), i),
-                T(p + "ssm_conv1d.weight", (d_conv, conv_dim), i),
-                T(p + "ssm_conv1d.bias", (conv_dim,), i),
-                T(p + "ssm_dt.bias", (ssm_heads,), i),
-                T(p + "ssm_a", (1, ssm_heads), i),
-                T(p + "ssm_d", (1, ssm_heads), i),
-                T(p + "ssm_norm.weight", (d_inner // n_group, n_group), i),
-                T(p + "ssm_out.weight", (d_inner, n_embd), i),
-            ]
-        elif kind == "attention":
-            tensors += [
-                T(p + "attn_q.weight", (n_embd, head_dim * n_head), i),
-                T(p + "attn_k.weight", (n_embd, head_dim * n_head_kv), i),
-                T(p + "attn_v.weight", (n_embd, head_dim * n_head_kv), i),
-                T(p + "attn_output.weight", (head_dim * n_head, n_embd), i),
-            ]
-        elif kind == "moe":
-            tensors += [
-                T(p + "ffn_gate_inp.weight", (n_embd, n_expert), i),
-                T(p + "exp_probs_b.bias", (n_expert,), i),
-                T(p + "ffn_up_exps.weight", (n_embd, n_ff, n_expert), i),
-                T(p + "ffn_down_exps.weight", (n_ff, n_embd, n_expert), i),
-                T(p + "ffn_up_shexp.weight", (n_embd, n_ff_shexp), i),
-                T(p + "ffn_down_shexp.weight", (n_ff_shexp, n_embd), i),
-            ]
-        else:  # dense MLP (nemotron_h): squared-ReLU up/down, no gate
-            tensors += [
-                T(p + "ffn_up.weight", (n_embd, n_ff), i),
-                T(p + "ffn_down.weight", (n_ff, n_embd), i),
-            ]
+        tensors += _nemotron_h_block(T, i, kind, dims)
     tensors += [T("output_norm.weight", (n_embd,)), T("output.weight", (n_embd, n_vocab))]
     return add_kv, tensors
 
