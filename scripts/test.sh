@@ -31,9 +31,20 @@ for stage in "${stages[@]}"; do
       python scripts/compat.py 2>&1 | tee "$results/compat.log" || status=1 ;;
     pytest)
       # three workers (pytest-xdist), each test file on one worker in order (a module's fixtures, such as the test
-      # fleet, are made once): the integration tests mostly wait on servers, containers and ssh
-      python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --junitxml="$results/pytest.xml" \
-        tests/unit tests/integration \
+      # fleet, are made once): the integration tests mostly wait on servers, containers and ssh. The longest files
+      # start first, in the order given (--no-loadscope-reorder: xdist's own order is by number of tests, which
+      # would start the fleet, 13 tests and the longest file, near the end and make it the stage's tail); the
+      # many short files then fill the workers around them. --durations names the slowest tests.
+      # (files, not the folder: pytest collects a folder's files in its own order, the named ones with them)
+      longest=(tests/integration/test_fleet_rollout.py tests/integration/test_collection_tarball.py
+               tests/integration/test_role_scenarios.py tests/integration/test_role_hostile.py
+               tests/integration/test_role_converge.py)
+      files=("${longest[@]}")
+      for f in tests/integration/test_*.py; do
+        [[ " ${longest[*]} " == *" $f "* ]] || files+=("$f")
+      done
+      python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --no-loadscope-reorder --durations=20 \
+        --junitxml="$results/pytest.xml" "${files[@]}" tests/unit \
         || status=1 ;;
     mutation-fast)
       # the utils changed since the last release tag (a fixed sample without one): >= min_score % killed
