@@ -202,7 +202,7 @@ def main():
                                  p["compose_file"], env.decode("utf-8", "replace"), compose.decode("utf-8", "replace"))
     if error:
         module.fail_json(msg="llm_server: the %s snapshot %s cannot be restored: %s" % (which, path, error))
-    digest = manifest.get("config_hash") or parse_env(env.decode("utf-8", "replace")).get(HASH_KEY)
+    digest = manifest.get("config_hash")  # what save_snapshot recorded: the hash of this very .env
     block = managed_block(env.decode("utf-8", "replace"))
     if not block:
         module.fail_json(msg="llm_server: the %s snapshot %s holds no block of the role in .env" % (which, path))
