@@ -15,10 +15,9 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_check 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax import PatternError, matcher
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import block_index
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_summary import summarize
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import BLOCK_KINDS, classify_model
 
 GIB = 1024.0 ** 3
-LAYER_KINDS = ("attention", "recurrent", "moe", "dense_ffn")
 SHOW = ("summary", "none", "experts", "all")
 _GIB_INT, _MIB_INT = 1024 ** 3, 1024 ** 2  # integer divisors, as the playbook's text divided
 
@@ -115,7 +114,7 @@ def _summary(report):
             _text(report["architecture"]), _text(report["block_count"]), _text(report["tensor_count"]),
             report["tensor_bytes"] / _GIB_INT),
     ]
-    for kind in LAYER_KINDS:
+    for kind in BLOCK_KINDS:
         blocks = kinds[kind]
         lines.append("%s layers (%d): %s" % (kind, len(blocks), ",".join(map(_text, blocks)) if blocks else "-"))
     if report["expert_tensors"]:
