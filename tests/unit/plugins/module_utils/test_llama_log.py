@@ -175,6 +175,7 @@ def _ov(*names):
     return [{"tensor": t, "mib": 1, "type": "f16", "buffer": "CPU"} for t in names]
 
 
+OLD_LAYER = "llm_load_tensors: layer   0 assigned to device CUDA0"
 NEW_RUN = {"runs": 2, "loads": 0, "model_buffers": {}, "load_error": None, "crash": None, "failure": None}
 RUN1 = ["build: 7500 (1a2b3c4) with cc for x86_64"] + load_lines(["blk.0.a"], 10.0)
 BAD_RUN = ["build: 7500 (1a2b3c4) with cc for x86_64",
@@ -198,28 +199,27 @@ ARCH_ERROR = "error loading model architecture: unknown model architecture: 'foo
     # CPU_Mapped is printed once per shard: summed
     (["load_tensors: offloaded 53/53 layers to GPU", model_buf("CUDA0", 700.0), model_buf("CPU_Mapped", 3900.0),
       model_buf("CPU_Mapped", 4000.5)], {"model_buffers": {"CUDA0": 700.0, "CPU_Mapped": 7900.5}}),
-    (["build: 4500 (aaaa111) with cc (GCC) 11.4.0 for x86_64-linux-gnu", "llm_load_tensors: layer   0 assigned to "
-      "device CUDA0", "tensor blk.0.ffn_up_exps.weight buffer type overriden to CPU",
+    (["build: 4500 (aaaa111) with cc (GCC) 11.4.0 for x86_64-linux-gnu", OLD_LAYER,
+      "tensor blk.0.ffn_up_exps.weight buffer type overriden to CPU",
       "llm_load_tensors: offloaded 2/2 layers to GPU", "llm_load_tensors:        CPU buffer size =   100.00 MiB",
       "llm_load_tensors:      CUDA0 buffer size =    50.00 MiB"],
      {"build": "b4500-aaaa111", "model_buffers": {"CPU": 100.0, "CUDA0": 50.0}, "overridden": [
          {"tensor": "blk.0.ffn_up_exps.weight", "mib": None, "type": None, "buffer": "CPU"}]}),
     # -fit on: the whole load block is printed twice; only the second load counts (not 55 + the dry run's 0)
     *[(load_lines(["blk.0.a"], 0.0, marker) + ["common_fit_params: successfully fit params"]
-       + load_lines(["blk.0.b", "blk.1.b"], 55.0, marker), {"loads": 2, "model_buffers": {"CUDA0": 55.0},
-                                                       "kv_buffers": {"CUDA0": 1.0}, "overridden": _ov("blk.0.b", "blk.1.b")})
+       + load_lines(["blk.0.b", "blk.1.b"], 55.0, marker),
+       {"loads": 2, "model_buffers": {"CUDA0": 55.0}, "kv_buffers": {"CUDA0": 1.0}, "overridden": _ov("blk.0.b", "blk.1.b")})
       for marker in (True, False)],
     ([META, TENSORS, model_buf("CUDA0", 100), kv_buf("CUDA0", 8), META, TENSORS, model_buf("CUDA0", 200)],
      {"loads": 2, "model_buffers": {"CUDA0": 200.0}, "kv_buffers": {}}),
     # the DEBUG layer line opens a load, shows the per-tensor lines, and after a model buffer opens the next load
-    *[(x, {"loads": 1, "per_tensor_lines_visible": True}) for x in (LAYER, "llm_load_tensors: layer   0 assigned to "
-                                                                            "device CUDA0")],
+    *[(x, {"loads": 1, "per_tensor_lines_visible": True}) for x in (LAYER, OLD_LAYER)],
     *[([x, model_buf("CUDA0", 100), x, model_buf("CUDA0", 200)], {"loads": 2, "model_buffers": {"CUDA0": 200.0}})
-      for x in (LAYER, "llm_load_tensors: layer   0 assigned to device CUDA0")],
+      for x in (LAYER, OLD_LAYER)],
     # a restarted container: the last run counts, also when its build line is hidden (not the previous run's build)
     (RUN1 + ["srv  operator(): cleaning up before exit...", "build: 7600 (5d6e7f8) with cc for x86_64"]
-     + load_lines(["blk.9.z"], 20.0), {"runs": 2, "build": "b7600-5d6e7f8", "model_buffers": {"CUDA0": 20.0},
-                                  "overridden": _ov("blk.9.z")}),
+     + load_lines(["blk.9.z"], 20.0),
+     {"runs": 2, "build": "b7600-5d6e7f8", "model_buffers": {"CUDA0": 20.0}, "overridden": _ov("blk.9.z")}),
     (RUN1 + HIDDEN_BUILD, {"runs": 2, "build": None, "overridden": [], "model_buffers": {},
                            "mmap_override_warning": True, "per_tensor_lines_visible": False}),
     (BAD_RUN + RUN1, {"load_error": None, "overridden": _ov("blk.0.a")}),
@@ -230,8 +230,9 @@ ARCH_ERROR = "error loading model architecture: unknown model architecture: 'foo
     *[([x, model_buf("CUDA0", 100), READY, x, model_buf("CUDA0", 200)], {
         "runs": 2, "loads": 1, "model_buffers": {"CUDA0": 200.0}, "server_ready": False, "build": None})
       for x in (VERBOSITY, LOADING, SYSTEM_INFO)],
-    *[([VERBOSITY, x, VERBOSITY], NEW_RUN) for x in (model_buf("CUDA0", 100), "Segmentation fault (core dumped)",
-                                                      "llama_model_load: error loading model: unable", META)],
+    *[([VERBOSITY, x, VERBOSITY], NEW_RUN)
+      for x in (model_buf("CUDA0", 100), "Segmentation fault (core dumped)", "llama_model_load: error loading model: unable",
+                META)],
     # the lines that open one start make one run; a later build line starts a run with that build
     ([BUILD, VERBOSITY, SYSTEM_INFO, LOADING, model_buf("CUDA0", 1369.43)], {
         "runs": 1, "loads": 1, "build": "b10435-9e40df63b", "build_number": 10435, "model_buffers": {"CUDA0": 1369.43}}),
@@ -513,13 +514,13 @@ def test_lines_glued_to_the_progress_dots_a_crash_after_a_good_load_and_a_restar
     assert p["runs"] == 2 and p["crash"] is None and len(p["overridden"]) == 6
 
 
-WRAPPERS = {
-    "crlf": lambda t: t.replace("\n", "\r\n"),
-    "ansi": lambda t: "".join("\x1b[32m%s\x1b[0m\n" % x for x in t.splitlines()),
-    "docker -t": lambda t: "".join("2025-08-20T11:41:20.014123456Z %s\n" % x for x in t.splitlines()),
-    **{"compose " + p: (lambda p: lambda t: "".join(p + x + "\n" for x in t.splitlines()))(p)
-       for p in ("ai-llm  | ", "ai-llm-1  | ", "ai-llm | ", "[ai-llm] | ")},
-}
+def _each_line(fmt):
+    return lambda text: "".join(fmt % x + "\n" for x in text.splitlines())
+
+
+WRAPPERS = {"crlf": lambda t: t.replace("\n", "\r\n"), "ansi": _each_line("\x1b[32m%s\x1b[0m"),
+            "docker -t": _each_line("2025-08-20T11:41:20.014123456Z %s"),
+            **{"compose " + p: _each_line(p + "%s") for p in ("ai-llm  | ", "ai-llm-1  | ", "ai-llm | ", "[ai-llm] | ")}}
 WRAPPERS["all"] = lambda t: WRAPPERS["compose ai-llm  | "](WRAPPERS["docker -t"](WRAPPERS["crlf"](t)))
 
 

@@ -173,9 +173,6 @@ def test_an_empty_or_zero_expectation_is_still_an_expectation(kwargs):
     assert not verify_placement(log(BUF_CUDA0, READY), **kwargs)["msg"].startswith("no expectation given")
 
 
-
-
-
 @pytest.mark.parametrize("lines", [[], ["srv  llama_server: model loaded"], load_lines([], 5.0, debug=False)])
 @pytest.mark.parametrize("kwargs", [{"expected": ["blk.0.a"]}, {"expected": []}, {}])
 def test_no_evidence_never_verifies(lines, kwargs):
