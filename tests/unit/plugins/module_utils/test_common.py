@@ -75,6 +75,19 @@ def test_mib_rounds_to_hundredths_of_a_mib():
     assert mib(-MIB) == -1.0
 
 
+@pytest.mark.parametrize("value,decimals,unit,expected", [
+    (None, 1, "", "-"), (None, 0, " MiB", "-"),          # not known: a dash, whatever the format
+    (0, 1, "", "0.0"), (1234.56, 1, "", "1,234.6"), (1234567.0, 0, "", "1,234,567"),
+    (999.95, 1, "", "1,000.0"), (-2048.25, 2, " MiB", "-2,048.25 MiB"), (12, 0, " MiB", "12 MiB"),
+])
+def test_mib_text_separates_thousands_and_ends_with_the_unit(value, decimals, unit, expected):
+    assert mib_text(value, decimals, unit) == expected
+
+
+def test_mib_text_defaults_to_one_decimal_and_no_unit():
+    assert mib_text(24148) == "24,148.0"
+
+
 @pytest.mark.parametrize("text,limit,marker,expected", [
     ("abcdef", 6, "...", "abcdef"),       # limit equal to the length: unchanged
     ("abcdefg", 6, "...", "abc..."),      # one over: start and marker, limit in all
