@@ -41,8 +41,9 @@ def test_read_bytes_takes_a_directory_for_none_only_when_missing_says_so(tmp_pat
     (True, None), (False, None), (None, None), ("4", None), ([4], None),
 ])
 def test_as_int_takes_ints_and_whole_floats_only(value, expected):
-    assert as_int(value) == expected
-    assert type(as_int(value)) is (int if expected is not None else type(None))
+    got = as_int(value)
+    assert got == expected
+    assert got is None if expected is None else isinstance(got, int) and not isinstance(got, bool)
 
 
 def test_as_int_default_stands_for_what_is_not_an_integer():
@@ -55,7 +56,8 @@ def test_as_int_default_stands_for_what_is_not_an_integer():
 def test_as_int_bool_as_int_counts_a_bool_as_0_or_1():
     assert as_int(True, -1, bool_as_int=True) == 1
     assert as_int(False, -1, bool_as_int=True) == 0
-    assert type(as_int(True, bool_as_int=True)) is int
+    got = as_int(True, bool_as_int=True)
+    assert isinstance(got, int) and not isinstance(got, bool)
 
 
 def test_as_int_whole_floats_false_refuses_every_float():

@@ -485,7 +485,7 @@ def test_reader_end_of_file_and_short_reads(tmp_path):
     path = write(tmp_path / "f", b"\1\0\0\0" + b"\0" * 7)
     with opened(path) as rd:
         assert (rd.u32(), rd.tell(), rd.left()) == (1, 4, 7)
-        assert failure(lambda: rd.u64()) == (4, "unexpected end of file: 8 bytes needed, 7 left")
+        assert failure(rd.u64) == (4, "unexpected end of file: 8 bytes needed, 7 left")
         rd.seek(15)
         assert failure(lambda: rd.take(1)) == (15, "unexpected end of file: 1 bytes needed, 0 left")
     with opened(path) as rd:
