@@ -61,6 +61,7 @@ class ActionModule(ActionBase):
             # The old configuration may not know the new API key: no baseline then, which is not a failure.
             answer = self._completion(settings, args.get("api_key") or "", task_vars)
             answer.pop("failed", None)
+            answer.pop("invocation", None)  # it holds the request's headers, the API key among them
             result.update(answer, changed=False)
             return result
         health = self._module("llm_server_verify", args, task_vars)
