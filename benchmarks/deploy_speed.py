@@ -77,7 +77,8 @@ class Side:
         if not (collections / "moe_offload").exists():
             (collections / "moe_offload").symlink_to(self.checkout)
         self.image = image
-        new_names = (self.checkout / MARKER).exists()
+        # the llm_server_* names: since the converge phase (converge.yml), and in the prepare/deploy flow (deploy.yml)
+        new_names = any((self.checkout / m).exists() for m in (MARKER, "roles/llm_server/tasks/deploy.yml"))
         host = {
             "ansible_connection": "local",
             "ansible_python_interpreter": sys.executable,

@@ -4,7 +4,8 @@
 """The llm_server role's proof that ai-llm serves what was deployed: the wait for ``/health`` 200 on the host
 (the module ``llm_server_verify``), then with ``prove`` the log (``llama_server_log``), the GPU memory
 (``gpu_info``) and the parity answer, judged by ``_deploy_proof``. With ``baseline`` it only asks the running
-configuration the parity prompt, before a recreate."""
+configuration the parity prompt, before a recreate. With ``publish`` it sets ``llm_server_result`` from what the
+role's tasks registered (``_deploy_result``), or in a rescue says what went wrong."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof i
     verification_problem,
     vram_rows,
 )
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import build, failure, parts_from
 
 PROOF_OPTIONS = ("prove", "baseline", "settings", "plan", "placement", "gpu_baseline", "parity_before")
 
@@ -46,10 +48,25 @@ class ActionModule(ActionBase):
             "headers": {"Authorization": "Bearer " + api_key} if api_key else {},
             "timeout": 120, "status_code": [200]}, task_vars=task_vars)
 
+    def _publish(self, what, status, facts):
+        """``llm_server_result`` from what the role's tasks registered, or in a rescue what went wrong."""
+        if what != "result":
+            during = "deploy" if what == "failure" else "return"
+            name = "_llm_server_failure" if what == "failure" else "_llm_server_return_failure"
+            return {"changed": False, "ansible_facts": {name: failure(
+                facts, facts.get("ansible_failed_result") or {}, facts.get("ansible_failed_task") or {}, during)}}
+        parts = parts_from(facts, bool(self._play_context.check_mode), status)
+        if status == "rolled_back" and not parts["failure"] and not parts["rollback"].get("performed"):
+            return {"changed": False, "failed": True, "msg": "llm_server: %s" % parts["rollback"].get("reason")}
+        return {"changed": False, "ansible_facts": {"llm_server_result": build(parts)}}
+
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         args = dict(self._task.args)
+        if args.get("publish"):
+            result.update(self._publish(args["publish"], args.get("status") or "", task_vars))
+            return result
         proof = {k: args.pop(k, None) for k in PROOF_OPTIONS}
         settings = proof["settings"]
         if settings:

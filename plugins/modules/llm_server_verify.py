@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: llm_server_verify
-short_description: Internal to the ai_llm.moe_offload.llm_server role - wait for /health 200, then prove the deploy
+short_description: Internal to the ai_llm.moe_offload.llm_server role - wait for /health 200, prove the deploy, publish the result
 version_added: 0.1.0
 description:
   - Only the role M(ai_llm.moe_offload.llm_server) calls it; it is not meant to be called alone.
@@ -53,6 +53,19 @@ options:
     description: Fail when the server does not serve (or the key is not in force); else only report it.
     type: bool
     default: true
+  publish:
+    description:
+      - Instead of the wait, set a fact on the controller from what the role's tasks registered - V(result) sets
+        C(llm_server_result) (the status, the one-line message and what runs; the role's README, "Result" lists every
+        key), V(failure) in a rescue says what went wrong (C(_llm_server_failure), its C(cause) and whether to return
+        to the last verified configuration), V(return_failure) the same for a failed return to a snapshot
+        (C(_llm_server_return_failure)).
+    type: str
+    choices: [result, failure, return_failure]
+  status:
+    description: With O(publish=result), V(rolled_back) for the role's rollback entry point (it fails when nothing was returned to).
+    type: str
+    default: ''
   prove:
     description: After the wait, prove the deploy (the action plugin); O(settings) and O(placement) are required then.
     type: bool
@@ -136,6 +149,11 @@ health:
   description: With O(prove), the wait's result (RV(healthy), RV(seconds), RV(cause), RV(auth)...).
   returned: with O(prove)
   type: dict
+ansible_facts:
+  description: With O(publish), C(llm_server_result) (or C(_llm_server_failure), C(_llm_server_return_failure)).
+  returned: with O(publish)
+  type: dict
+  sample: {llm_server_result: {status: unchanged, changed: false, message: "ai-llm serves ..."}}
 log:
   description: With O(prove), the result of M(ai_llm.moe_offload.llama_server_log).
   returned: with O(prove), once ai-llm serves
@@ -175,6 +193,8 @@ def main():
             log_lines=dict(type="int", default=40),
             fail=dict(type="bool", default=True),
             # The proof's options; the action plugin keeps them on the controller.
+            publish=dict(type="str", choices=["result", "failure", "return_failure"]),
+            status=dict(type="str", default=""),
             prove=dict(type="bool", default=False),
             baseline=dict(type="bool", default=False),
             settings=dict(type="dict"),
@@ -183,7 +203,7 @@ def main():
             gpu_baseline=dict(type="dict"),
             parity_before=dict(type="dict"),
         ),
-        required_one_of=[("container_name", "settings"), ("base_url", "settings")],
+        required_one_of=[("container_name", "settings", "publish"), ("base_url", "settings", "publish")],
         supports_check_mode=True,
     )
     p = module.params

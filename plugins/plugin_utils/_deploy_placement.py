@@ -5,8 +5,8 @@
 or the model's), what llama-server's log must then show, and the refusals that stop a deploy before anything
 is written.
 
-Standard library only. Runs on the controller (the action plugin ``llm_server_placement`` and the filters of
-``plugins/filter/llm_server_*.py``), on the results of ``gpu_info``, ``gguf_info`` and ``moe_offload_plan``.
+Standard library only. Runs on the controller (the action ``llm_server_prepare``, through ``_deploy_prepare``), on
+the results of ``gpu_info``, ``gguf_info`` and ``moe_offload_plan``.
 """
 
 from __future__ import annotations

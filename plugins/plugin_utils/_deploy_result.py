@@ -5,7 +5,7 @@
 ``verification.json``), assembled from what each phase registered: its status, a one-line message, and what
 runs.
 
-Standard library only; runs on the controller (the action ``llm_server_result``).
+Standard library only; runs on the controller (the action ``llm_server_verify`` with ``publish``).
 """
 
 from __future__ import annotations
