@@ -26,8 +26,9 @@ def test_the_cpu_buffers_of_the_plan_are_checked_against_the_log(tmp_path):
         del deploy.base_vars["llm_server_log_verbosity"]  # the role's default: the buffer lines, no per-tensor lines
         run = deploy.playbook("deploy", "-v")
         assert run.returncode == 0, run.stdout[-5000:]
-        plan = task_result(run.stdout, "Plan where the expert weights go")
-        log = task_result(run.stdout, "Read the placement from ai-llm's log")
+        plan = task_result(run.stdout, "Read the host, plan and decide again under the lock")["plan"]
+        log = task_result(run.stdout, "Wait for /health 200, then prove the placement from the log, the GPU memory "
+                                      "and the answers")["log"]
         host = plan["memory"]["host"]
         checks = {c["check"]: c for c in log["checks"]}
         assert checks["KV buffer CPU"]["ok"] and checks["KV buffer CPU"]["expected"] == round(host["kv_mib"], 2)
