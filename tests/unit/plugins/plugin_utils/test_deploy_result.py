@@ -453,8 +453,8 @@ def test_build_of_a_rollback_to_a_snapshot_without_the_pattern_key_offloads_noth
 PREPARED = {"settings": dict(SETTINGS, rollback=True, rollback_dir="/p/.rollback", started=100.0),
             "service": {"disk": {}}, "plan": {"fits": True}, "placement": {"pattern": "p"},
             "decision": {"unchanged": False, "reason": "r"}}
-VERIFYING = {"config_hash": "f" * 64, "changed": True, "converge": {"recreate": True, "verify": True, "wait": True,
-                                                                   "reason": "r"}}
+VERIFYING = {"config_hash": "f" * 64, "changed": True,
+             "converge": {"recreate": True, "verify": True, "wait": True, "reason": "r"}}
 
 
 def test_a_failed_deploy_returns_only_while_verifying_and_with_rollbacks():
@@ -480,8 +480,8 @@ def test_what_the_return_to_a_snapshot_did():
     assert before["reason"] == "Rolled back to the verified configuration before the current one (/p/.rollback/x)"
     cleared = rollback_part(dict(base, _llm_server_restored={"skipped": True}, _llm_server_cleared={"config_hash": "c"},
                                  _llm_server_returned={"healthy": True}))
-    assert (cleared["reason"], cleared["which"], cleared["config_hash"]) == ("Cleared LLM_MOE_OFFLOAD_PATTERN",
-                                                                            "none", "c")
+    assert (cleared["reason"], cleared["which"], cleared["config_hash"]) == (
+        "Cleared LLM_MOE_OFFLOAD_PATTERN", "none", "c")
     assert cleared["env_keys"] == {"LLM_MOE_OFFLOAD_PATTERN": "", "LLM_TENSOR_OVERRIDES": ""}
     assert rollback_part(dict(base, _llm_server_restored={"missing": True, "failed": True})) == {
         "performed": False, "reason": "No known-good configuration in /p/.rollback (no verified deploy yet): nothing "
