@@ -35,13 +35,13 @@ def settings(model, **values):
                                             "llm_server_ctx_size": 512}, **values))).as_dict()
 
 
-def service(model, gpus=CPU):
-    """llm_server_service_info's result for a host that runs nothing yet."""
+def service(model, gpus=None):
+    """llm_server_service_info's result for a host that runs nothing yet (without GPU unless ``gpus``)."""
     return {"engine": "podman", "compose_command": ["podman-compose"], "health": None,
             "auth": {"checked": False, "enforced": False},
             "container": {"exists": False, "running": False, "status": "missing", "config_hash": None},
             "disk": {"lock_file": False, "snapshot_hash": None, "verification": None},
-            "gpu_info": gpus, "host_info": None,
+            "gpu_info": gpus or CPU, "host_info": None,
             "model_info": describe(read_model(model), tensors="none")[0]}
 
 
