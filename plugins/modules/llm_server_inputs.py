@@ -35,7 +35,7 @@ extends_documentation_fragment:
   - ai_llm.moe_offload.info_module
   - ai_llm.moe_offload.controller_module
 seealso:
-  - module: ai_llm.moe_offload.llm_server_placement
+  - module: ai_llm.moe_offload.llm_server_prepare
 """
 
 EXAMPLES = r"""
