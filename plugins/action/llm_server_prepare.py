@@ -1,20 +1,22 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The first step of the llm_server role, on the controller: checks the role's variables (the action
-``llm_server_inputs``), reads the host once (the module ``llm_server_service_info``: the service, the project
-directory, the GPUs, the host memory and the model's header), plans, places and tells whether the run has
-anything to do (``_deploy_prepare.prepare``). Nothing on the host changes."""
+"""The first step of the llm_server role, on the controller: checks the role's variables into its settings
+(``_deploy_settings.role_settings``), reads the host once (the module ``llm_server_service_info``: the service,
+the project directory, the GPUs, the host memory and the model's header), plans, places and tells whether the run
+has anything to do (``_deploy_prepare.prepare``). Nothing on the host changes."""
 
 from __future__ import annotations
 
-from ansible_collections.ai_llm.moe_offload.plugins.action.llm_server_inputs import ActionModule as CheckInputs
+from ansible.plugins.action import ActionBase
+
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import first_snapshot
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import (
     Refused,
     prepare,
     service_args,
 )
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_settings import role_settings
 
 ANSIBLE_KEYS = ("changed", "failed", "invocation", "warnings", "deprecations", "_ansible_no_log")
 
@@ -24,20 +26,21 @@ def _plain(result):
     return {k: v for k, v in result.items() if k not in ANSIBLE_KEYS}
 
 
-class ActionModule(CheckInputs):
+class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = True
 
     def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         entry = self._task.args.get("entry", "main")
         settings = self._task.args.get("settings")
         if not settings:
-            checked = super().run(tmp, task_vars)
-            if checked.get("failed"):
-                return checked
-            settings = _plain(checked)
-        result = {"changed": False, "settings": settings}
+            settings, failure = role_settings(self._templar.template, task_vars, entry)
+            if failure:
+                result.update(failure)
+                return result
+        result.update(changed=False, settings=settings)
         if not self._task.args.get("read", True):
             return result
         api_key = str(self._templar.template(task_vars.get("llm_server_api_key", ""))) \

@@ -12,7 +12,13 @@ short_description: Internal to the ai_llm.moe_offload.llm_server role - check, r
 version_added: 0.1.0
 description:
   - Only the role M(ai_llm.moe_offload.llm_server) calls it; it is not meant to be called alone.
-  - Checks the role's variables (what M(ai_llm.moe_offload.llm_server_inputs) checks), then reads the host once with
+  - Checks the role's variables on the controller into its settings, before anything is read or written on the
+    host. Types, choices and defaults come from the role's argument spec and defaults; this adds the formats, the
+    ranges and the rules between variables (a port from 1 to 65535, image references compose accepts, absolute
+    paths, the model inside the mounted model directory, values that C(.env) carries byte for byte). The API key
+    is checked and never returned; an address other hosts reach needs a key or C(llm_server_allow_unauthenticated).
+    A refusal lists every problem at once in RV(problems), each naming its variable.
+  - Then reads the host once with
     M(ai_llm.moe_offload.llm_server_service_info) (the container, C(/health), the API key in force, the project
     directory, the GPUs, the host memory and the model's header).
   - Plans where the expert weights go (M(ai_llm.moe_offload.moe_offload_plan) on the controller, with the model's
@@ -85,6 +91,12 @@ placement:
   returned: success, not for O(entry=rollback)
   type: dict
   sample: {pattern: 'blk\.1\.ffn_.*_exps\.weight', pattern_source: plan, gpu_devices: [0], topology: single}
+problems:
+  description: Every problem found in the variables, each as the variable, a colon and the message.
+  returned: when the variables are refused
+  type: list
+  elements: str
+  sample: ["llm_server_port: 99999 is out of range: an integer from 1 to 65535"]
 snapshot_serving:
   description:
     - Whether to keep what serves now as the known-good configuration before the writes (with rollbacks, no

@@ -8,9 +8,10 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: llm_server_snapshot
-short_description: Keep the verified ai-llm configuration, or put a kept one back
+short_description: Internal to the ai_llm.moe_offload.llm_server role - keep the verified configuration as a snapshot, or put one back
 version_added: 0.1.0
 description:
+  - Only the role M(ai_llm.moe_offload.llm_server) calls it; it is not meant to be called alone.
   - With O(state=saved), keeps C(.env) and the compose file of O(project_dir) as the C(last) snapshot in
     O(rollback_dir); the C(last) one before becomes C(previous). A snapshot is complete or absent, it is written
     in a temporary directory with a manifest (the sha256 of each file and the configuration hash) and renamed.

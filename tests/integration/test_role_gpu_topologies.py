@@ -278,7 +278,7 @@ def test_a_chosen_gpu_the_host_lacks_fails_the_preflight(deploy, models):
     msg = run.result["message"]
     assert run.result["status"] == "failed"
     assert "llm_server_gpu_devices [2]" in msg and "[0, 1]" in msg
-    prepared = run.chunks["Check the inputs, read the host, plan and decide"]  # the planner did not run
+    prepared = run.chunks["Check the variables into settings, read the host, plan and decide"]  # the planner did not run
     failed = re.search(r"^fatal: \[localhost\]: FAILED! => ", prepared, re.MULTILINE)
     assert json.JSONDecoder().raw_decode(prepared[failed.end():].lstrip())[0]["plan"]["skipped"] is True
     assert run.result["plan"]["fits"] is None
