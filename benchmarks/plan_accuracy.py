@@ -379,7 +379,8 @@ def row(tally, name, kind, path, facts, case):
         except PlanError as exc:  # the server must refuse it too
             refused(tally, name, path, case, rpc.endpoints, exc)
             return
-        override = ",".join(o for o in (result["override_tensor"], result["tensor_overrides"]) if o)
+        override = ",".join(o for o in [result["override_tensor"]] + [
+            "%s=%s" % (d["pattern"], d["device"]) for d in result["device_overrides"]] if o)
         text = run_server(path, case.ctx, case.parallel, rpc.endpoints, override=override if case.devices else "",
                           split=[1] * case.devices if case.devices > 1 else None, ubatch=case.ubatch,
                           extra=server_flags(case) + (["-lv", "5"] if result["device_overrides"] else []),

@@ -34,7 +34,7 @@ HASH_LABEL = "ai_llm.moe_offload.config_hash"
 # Keys of the role in .env, in the order written; each maps to the container variable next to it.
 ENV_KEYS = (
     ("LLM_MOE_OFFLOAD_PATTERN", "MOE_OFFLOAD_PATTERN"),
-    ("LLM_TENSOR_OVERRIDES", "TENSOR_OVERRIDES"),
+    ("LLM_DEVICE_OVERRIDES", "DEVICE_OVERRIDES"),
     ("LLM_CTX_SIZE", "CTX_SIZE"),
     ("LLM_PARALLEL", "PARALLEL"),
     ("LLM_N_GPU_LAYERS", "N_GPU_LAYERS"),
@@ -59,14 +59,14 @@ class RenderError(Exception):
 def env_values(settings, placement):
     """The role's ``.env`` keys (without the hash) as plain strings, in order.
 
-    ``settings`` is ``Settings.as_dict()``; ``placement`` has ``pattern``, ``tensor_overrides`` (list),
+    ``settings`` is ``Settings.as_dict()``; ``placement`` has ``pattern``, ``device_overrides`` (list),
     ``gpu_devices`` (list), ``tensor_split`` (str) and ``topology``.
     """
     gpu = placement.get("topology", "cpu") != "cpu"
     verbosity = settings.get("log_verbosity")
     values = {
         "LLM_MOE_OFFLOAD_PATTERN": placement.get("pattern") or "",
-        "LLM_TENSOR_OVERRIDES": ",".join(placement.get("tensor_overrides") or []),
+        "LLM_DEVICE_OVERRIDES": ",".join(placement.get("device_overrides") or []),
         "LLM_CTX_SIZE": str(settings["ctx_size"]),
         "LLM_PARALLEL": str(settings["parallel"]),
         "LLM_N_GPU_LAYERS": str(settings["n_gpu_layers"]),

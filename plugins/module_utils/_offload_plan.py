@@ -269,7 +269,7 @@ def plan(facts, gpus, host, options):
     Raises ``PlanError`` for bad input and when even the lightest plan does not fit (``details`` has the numbers of
     that plan and the warnings).
     """
-    devices = normalize_gpus(gpus, options.gpu_indices)
+    devices = normalize_gpus(gpus, options.gpu_devices)
     host_memory = normalize_host(host)
     warnings = list(facts.warnings)
     warnings += _check_options(facts, options)
@@ -335,14 +335,13 @@ def _answer(facts, best, baseline, headroom, options, user_check):
         "override_tensor": cpu_pattern + "=CPU" if cpu_pattern else "",
         "cpu_expert_layers": blocks, "n_cpu_moe": _n_cpu_moe(facts, blocks) if fixed_cpu is None else None,
         "device_overrides": overrides,
-        "tensor_overrides": ",".join("%s=%s" % (o["pattern"], o["device"]) for o in overrides),
         "devices": [{"device": n, "index": g.index, "uuid": g.uuid, "name": g.name} for g, n in zip(best.gpus, names)],
         "memory": _memory_report(best.gpus, result), "fits": sizer.fits(result),
         "vram_saved_mib": mib(sum(e["total"] for e in baseline["gpus"]) - sum(e["total"] for e in result["gpus"])),
         "headroom": headroom, "placement": best.label,
         "tensor_split": split_text(best.shares) if best.label == "split" else "",
         "visible_devices": ",".join(str(d.uuid or d.index) for d in best.gpus),
-        "gpu_indices": [d.index for d in best.gpus], "pattern_check": proof,
+        "gpu_devices": [d.index for d in best.gpus], "pattern_check": proof,
         "kv_cache": _kv_report(facts, result["cells"]), "n_ctx": result["n_ctx"],
     }
 

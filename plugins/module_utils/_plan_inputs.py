@@ -84,10 +84,10 @@ def _number(value, where):
     return value
 
 
-def normalize_gpus(gpus, gpu_indices=None):
+def normalize_gpus(gpus, gpu_devices=None):
     """A ``gpu_info`` result or a list of ``{name, memory_total_mib, memory_free_mib}`` -> a list of ``Gpu``.
 
-    An empty list is a CPU host. ``gpu_indices`` keeps only those GPUs (the ones the container gets).
+    An empty list is a CPU host. ``gpu_devices`` keeps only those GPUs (the ones the container gets).
     """
     if isinstance(gpus, dict):
         if "gpus" not in gpus:
@@ -120,13 +120,13 @@ def normalize_gpus(gpus, gpu_indices=None):
         index = gpu.get("index", position)
         result.append(Gpu(gpu.get("name") or "GPU %d" % position, index, gpu.get("uuid"), total,
                           free + (held or 0), held or 0))
-    if gpu_indices is not None:
+    if gpu_devices is not None:
         known = [g.index for g in result]
-        wrong = [i for i in gpu_indices if i not in known]
+        wrong = [i for i in gpu_devices if i not in known]
         if wrong:
-            raise PlanError("gpu_indices %s are not among the GPUs (%s)" % (
+            raise PlanError("gpu_devices %s are not among the GPUs (%s)" % (
                 ", ".join(str(i) for i in wrong), ", ".join(str(i) for i in known) or "none"))
-        result = [g for g in result if g.index in set(gpu_indices)]
+        result = [g for g in result if g.index in set(gpu_devices)]
     return result
 
 

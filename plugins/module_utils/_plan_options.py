@@ -26,7 +26,7 @@ class Options:
     ``-ctk``, ``-ctv``, ``-ub``, ``-fa``, ``--kv-unified``, ``--swa-full``, ``--no-mmap``, ``--no-op-offload``,
     ``-b``), the free memory kept per GPU and on the host, and the backend. Planner choices: ``mode`` and
     ``cpu_expert_layers`` (what moves to host memory), a user's ``pattern`` instead, the GPUs (``gpu_index``,
-    ``gpu_indices``, ``split``), whether experts may go to another GPU (``experts_per_gpu``) and llama.cpp's
+    ``gpu_devices``, ``split``), whether experts may go to another GPU (``experts_per_gpu``) and llama.cpp's
     ``device_names`` of the GPUs in plan order."""
 
     ctx_size: int
@@ -47,7 +47,7 @@ class Options:
     cpu_expert_layers: int | list | None = None
     pattern: str | None = None
     gpu_index: int | None = None
-    gpu_indices: list | None = None
+    gpu_devices: list | None = None
     split: str | list | None = None
     experts_per_gpu: bool = True
     device_names: list | None = None

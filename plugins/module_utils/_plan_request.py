@@ -18,7 +18,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options i
 ARGUMENT_SPEC = dict(
     gguf=dict(type="raw", required=True),
     gpus=dict(type="raw", required=True),
-    gpu_indices=dict(type="list", elements="int"),
+    gpu_devices=dict(type="list", elements="int"),
     host=dict(type="raw"),
     ctx_size=dict(type="int", required=True),
     parallel=dict(type="int", default=1),
@@ -39,7 +39,7 @@ ARGUMENT_SPEC = dict(
     mmap=dict(type="bool", default=True),
     op_offload=dict(type="bool", default=True),
 )
-MUTUALLY_EXCLUSIVE = [("gpu_index", "gpu_indices")]
+MUTUALLY_EXCLUSIVE = [("gpu_index", "gpu_devices")]
 
 # What a failed plan returns besides msg.
 FAILURE_KEYS = ("memory", "fits", "headroom", "reason", "pattern_check", "kv_cache")

@@ -24,7 +24,7 @@ description:
     (not in check mode, like the O(ansible.builtin.template#module:validate) of a template). Each file is written to
     a temporary file next to it and renamed.
   - Lines outside the block that set one of the role's keys are removed (they would win over the block).
-  - With O(state=pattern_cleared) it clears C(LLM_MOE_OFFLOAD_PATTERN) and C(LLM_TENSOR_OVERRIDES) of the
+  - With O(state=pattern_cleared) it clears C(LLM_MOE_OFFLOAD_PATTERN) and C(LLM_DEVICE_OVERRIDES) of the
     current C(.env) and updates the hash (the on-demand rollback V(none)).
   - With O(service), its action plugin then decides on the controller whether ai-llm must be recreated, verified or
     waited for, and why (RV(converge)).
@@ -37,7 +37,7 @@ options:
     required: true
   placement:
     description:
-      - Where the weights go, C(pattern), C(tensor_overrides), C(gpu_devices), C(tensor_split), C(topology).
+      - Where the weights go, C(pattern), C(device_overrides), C(gpu_devices), C(tensor_split), C(topology).
       - Required with O(state=present).
     type: dict
   compose_command:
@@ -182,7 +182,7 @@ def main():
             if HASH_KEY not in old_values:
                 module.fail_json(msg="llm_server: %s holds no block of the role: nothing to clear" % paths["env"])
             values = {key: old_values.get(key, "") for key, _c in ENV_KEYS}
-            values.update(LLM_MOE_OFFLOAD_PATTERN="", LLM_TENSOR_OVERRIDES="")
+            values.update(LLM_MOE_OFFLOAD_PATTERN="", LLM_DEVICE_OVERRIDES="")
             compose_text = old_compose
     except RenderError as exc:
         module.fail_json(msg="llm_server: %s" % exc)

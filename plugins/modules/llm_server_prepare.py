@@ -85,7 +85,7 @@ plan:
   sample: {fits: true, pattern: 'blk\.(1|4)\.ffn_.*_exps\.weight', memory: {gpus: []}}
 placement:
   description:
-    - C(pattern), C(pattern_source) (V(inventory), V(plan), V(model) or V(none)), C(tensor_overrides) (the device
+    - C(pattern), C(pattern_source) (V(inventory), V(plan), V(model) or V(none)), C(device_overrides) (the device
       overrides placed before the pattern), C(expected_tensors) (what the log must show moved), C(gpu_devices),
       C(tensor_split) and C(topology).
   returned: success, not for O(entry=rollback)

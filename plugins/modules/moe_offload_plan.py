@@ -51,7 +51,7 @@ options:
       - An empty list is a CPU host.
     type: raw
     required: true
-  gpu_indices:
+  gpu_devices:
     description: Plan only with these GPUs (C(nvidia-smi) indices), the ones the container gets.
     type: list
     elements: int
@@ -162,7 +162,7 @@ notes:
   - Memory is in MiB (2^20 bytes). Per-device figures follow llama.cpp's layer split, and the output layer
     sits on the last GPU.
   - The token embedding stays in host memory as llama.cpp keeps it there.
-  - Device names (C(CUDA0), C(CUDA1)) number the GPUs of RV(gpu_indices) in that order, as CUDA inside the container
+  - Device names (C(CUDA0), C(CUDA1)) number the GPUs of RV(gpu_devices) in that order, as CUDA inside the container
     sees them with E(CUDA_DEVICE_ORDER=PCI_BUS_ID) and only those GPUs visible.
 seealso:
   - module: ai_llm.moe_offload.gpu_info
@@ -191,7 +191,10 @@ EXAMPLES = r"""
 
 - name: Show the plan
   ansible.builtin.debug:
-    msg: "{{ plan.reason }} -ot '{{ ([plan.override_tensor] + [plan.tensor_overrides]) | select | join(',') }}'"
+    msg: >-
+      {{ plan.reason }} -ot '{{ plan.override_tensor }}'; on other GPUs:
+      {{ plan.device_overrides | map(attribute='pattern') | zip(plan.device_overrides | map(attribute='device'))
+         | map('join', '=') | join(',') }}
 
 - name: How much VRAM do all experts on the CPU need with a q8_0 KV cache on a 12 GB card?
   ai_llm.moe_offload.moe_offload_plan:
@@ -268,13 +271,6 @@ device_overrides:
   sample: [{"pattern": 'blk\.(7|9)\.ffn_.*_exps\.weight', "device": CUDA1, "gpu_index": 1, "blocks": [7, 9],
             "tensors": ["blk.7.ffn_down_exps.weight", "blk.7.ffn_up_exps.weight", "blk.9.ffn_down_exps.weight",
                         "blk.9.ffn_up_exps.weight"]}]
-tensor_overrides:
-  description:
-    - The C(--override-tensor) value of RV(device_overrides), V(PATTERN=DEVICE) items joined with V(,);
-      V("") when there are none. llama.cpp splits the value on V(,) and each item at the first V(=).
-  returned: success
-  type: str
-  sample: 'blk\.(7|9)\.ffn_.*_exps\.weight=CUDA1'
 devices:
   description: The llama.cpp device name of each GPU of the plan, in order.
   returned: success
@@ -325,11 +321,13 @@ tensor_split:
   type: str
   sample: "0.605,0.395"
 visible_devices:
-  description: The GPUs to expose (E(CUDA_VISIBLE_DEVICES) / E(NVIDIA_VISIBLE_DEVICES)), UUIDs when known.
+  description:
+    - Derived from RV(gpu_devices) - the E(CUDA_VISIBLE_DEVICES) / E(NVIDIA_VISIBLE_DEVICES) value that exposes
+      those GPUs, UUIDs when known.
   returned: success
   type: str
   sample: GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60
-gpu_indices:
+gpu_devices:
   description: The indices of the GPUs the plan uses, in llama.cpp's device order.
   returned: success
   type: list

@@ -65,7 +65,7 @@ def _matching(pattern, names):
 
 
 def place(settings, model, plan, gpu_info, missing_gpus=(), host="?"):
-    """The placement: ``pattern``, ``pattern_source`` (inventory, plan, model or none), ``tensor_overrides``
+    """The placement: ``pattern``, ``pattern_source`` (inventory, plan, model or none), ``device_overrides``
     (device overrides before the CPU pattern), ``expected_tensors`` (what the log must show moved),
     ``gpu_devices``, ``tensor_split``, ``topology``. ``PlacementRefused`` with the reason otherwise.
 
@@ -76,11 +76,11 @@ def place(settings, model, plan, gpu_info, missing_gpus=(), host="?"):
     mode = settings["moe_offload_mode"]
     force = settings["moe_offload_force"]
     user_pattern = settings["moe_offload_pattern"]
-    gpu_indices = [g.get("index") for g in (gpu_info or {}).get("gpus") or []]
+    host_indices = [g.get("index") for g in (gpu_info or {}).get("gpus") or []]
     if missing_gpus:
         raise PlacementRefused(
             "llm_server: llm_server_gpu_devices %s names GPUs that %s does not have (nvidia-smi indices: %s). "
-            "Nothing was changed." % (json.dumps(list(settings["gpu_devices"])), host, json.dumps(gpu_indices)))
+            "Nothing was changed." % (json.dumps(list(settings["gpu_devices"])), host, json.dumps(host_indices)))
     planned = bool(plan) and not plan.get("skipped")
     if planned and plan.get("fits") is False and (not force or (mode == "layers" and not user_pattern)):
         raise PlacementRefused(
@@ -120,16 +120,16 @@ def place(settings, model, plan, gpu_info, missing_gpus=(), host="?"):
     problems = check_placement(pattern, source, overrides, settings["ctx_size"], ctx_limit)
     if problems:
         raise PlacementRefused("llm_server: %s. Nothing was changed." % "; ".join("%s: %s" % p for p in problems))
-    if plan_ok and plan.get("gpu_indices") is not None:
-        devices = list(plan["gpu_indices"])
+    if plan_ok and plan.get("gpu_devices") is not None:
+        devices = list(plan["gpu_devices"])
     elif settings["gpu_devices"]:
         devices = list(settings["gpu_devices"])
     else:
-        devices = gpu_indices
+        devices = host_indices
     return {
         "pattern": pattern,
         "pattern_source": source,
-        "tensor_overrides": overrides,
+        "device_overrides": overrides,
         "expected_tensors": expected,
         "gpu_devices": devices if topology != "cpu" else [],
         "tensor_split": (plan or {}).get("tensor_split") or "" if plan_ok else "",

@@ -68,7 +68,7 @@ def plan_args(settings, service):
         "mode": "auto" if pattern else settings["moe_offload_mode"],
     }
     if settings["gpu_devices"]:
-        args["gpu_indices"] = list(settings["gpu_devices"])
+        args["gpu_devices"] = list(settings["gpu_devices"])
     if settings["moe_offload_mode"] == "layers":
         args["cpu_expert_layers"] = settings["moe_offload_layers"]
     if pattern:

@@ -36,7 +36,7 @@ def plan_summary(settings, plan, placement):
         "reason": plan.get("reason") or plan.get("msg"),
         "cpu_expert_layers": plan.get("cpu_expert_layers", plan.get("cpu_moe_layers")) or [],
         "placement": plan.get("placement"),
-        "gpu_indices": plan.get("gpu_indices") or (placement or {}).get("gpu_devices") or [],
+        "gpu_devices": plan.get("gpu_devices") or (placement or {}).get("gpu_devices") or [],
         "tensor_split": plan.get("tensor_split") or "",
         "gpus": [{k: g.get(k) for k in PLAN_GPU_KEYS} for g in memory.get("gpus") or []],
         "host": {"experts_mib": host.get("experts_mib", host.get("model_mib")),
@@ -163,8 +163,8 @@ def build(parts, now=None):
         placement.get("pattern", last.get("pattern", "")),
         "pattern_source": ("snapshot" if restored.get("LLM_MOE_OFFLOAD_PATTERN") else "none") if restored else
         placement.get("pattern_source", last.get("pattern_source", "none")),
-        "device_overrides": [o for o in restored.get("LLM_TENSOR_OVERRIDES", "").split(",") if o] if restored
-        else placement.get("tensor_overrides", last.get("device_overrides", [])),
+        "device_overrides": [o for o in restored.get("LLM_DEVICE_OVERRIDES", "").split(",") if o] if restored
+        else placement.get("device_overrides", last.get("device_overrides", [])),
         "tensors_moved": [t.get("tensor") for t in log.get("overridden") or []] if log else
         ([] if restored else last.get("tensors_moved", [])),
         "evidence": log.get("evidence") if log else (None if restored else last.get("evidence")),
@@ -239,7 +239,7 @@ def rollback_part(facts):
         return {"performed": True, "serving": True, "which": restored.get("which") or "none",
                 "restored_from": restored.get("restored_from"),
                 "config_hash": restored.get("config_hash") or cleared.get("config_hash"),
-                "env_keys": restored.get("env_keys") or {"LLM_MOE_OFFLOAD_PATTERN": "", "LLM_TENSOR_OVERRIDES": ""},
+                "env_keys": restored.get("env_keys") or {"LLM_MOE_OFFLOAD_PATTERN": "", "LLM_DEVICE_OVERRIDES": ""},
                 "reason": reason}
     found = facts.get("_llm_server_failure")
     if not found:

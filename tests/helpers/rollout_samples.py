@@ -50,7 +50,7 @@ def result(plan, pattern="", status="", now=114.2, settings=None, **parts):
     """``llm_server_result`` as the role builds it (``_deploy_result.build``) from what its phases registered."""
     config_hash = hashlib.sha256(repr((pattern, plan["reason"])).encode()).hexdigest()
     base = {"host": "h", "settings": settings or SETTINGS, "started": 100.0, "status": status,
-            "placement": {"pattern": pattern, "pattern_source": "plan" if pattern else "none", "tensor_overrides": []},
+            "placement": {"pattern": pattern, "pattern_source": "plan" if pattern else "none", "device_overrides": []},
             "plan": _plan_registered(plan), "config": {"config_hash": config_hash},
             "service": {"auth": {"checked": False}}, "converge": {"recreate": False, "verify": False, "reason": ""},
             "changes": [False]}
@@ -104,7 +104,7 @@ def rolled_back_busy():
         failure="the model failed to load: check_tensor_dims: tensor 'blk.1.ffn_up_exps.weight' has wrong shape",
         rollback={"performed": True, "serving": True, "restored_from": SNAPSHOT, "config_hash": "b" * 64,
                   "reason": "Rolled back to the last verified configuration (%s)" % SNAPSHOT,
-                  "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": PATTERN_2, "LLM_TENSOR_OVERRIDES": ""}},
+                  "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": PATTERN_2, "LLM_DEVICE_OVERRIDES": ""}},
         health={"seconds": 2.4, "auth": {"checked": False}})
 
 

@@ -162,8 +162,9 @@ def test_experts_placed_on_the_other_device(models):
         planned = plan(facts, gpus, None, Options(4096, 1, split=[1, 1], backend="rpc", margin_mib=0, op_offload=False, device_names=names))
         (item,) = planned["device_overrides"]
         assert item["device"] == names[0] and planned["cpu_expert_layers"] == []
-        assert planned["tensor_overrides"] == "%s=%s" % (item["pattern"], names[0])
-        text = PA.run_server(path, 4096, 1, rpc.endpoints, override=planned["tensor_overrides"], split=[1, 1],
+        override = ",".join("%s=%s" % (o["pattern"], o["device"]) for o in planned["device_overrides"])
+        assert override == "%s=%s" % (item["pattern"], names[0])
+        text = PA.run_server(path, 4096, 1, rpc.endpoints, override=override, split=[1, 1],
                              extra=["-lv", "5"])
     got = PA.measured(text, rpc.endpoints)
     assert not got["error"], text[-2000:]

@@ -64,7 +64,7 @@ def write(ansible_module, settings):
     key = write_api_key(ansible_module, settings, KEY)
     assert not key["failed"] and key["changed"], key
     assert KEY not in json.dumps(key)
-    placement = {"pattern": PATTERN, "tensor_overrides": OVERRIDES, "topology": "cpu"}
+    placement = {"pattern": PATTERN, "device_overrides": OVERRIDES, "topology": "cpu"}
     config = ansible_module("llm_server_config", {
         "settings": settings, "placement": placement, "compose_command": ["podman-compose"], "engine": "podman"})
     assert not config["failed"] and config["changed"], config

@@ -195,7 +195,7 @@ def test_single_a5500_small_model_no_offload(deploy, models):
     assert_double_used(run)
     plan = plan_of(run)
     assert plan["fits"] is True and plan["offload"] is False and plan["pattern"] == ""
-    assert plan["gpu_indices"] == [0] and plan["gpus"][0]["free_mib"] == 24148
+    assert plan["gpu_devices"] == [0] and plan["gpus"][0]["free_mib"] == 24148
     env = run.env_added()
     assert env["LLM_MOE_OFFLOAD_PATTERN"] == ""
     assert env["LLM_GPU_DEVICES"] == "0" and env["LLM_TENSOR_SPLIT"] == ""
@@ -243,7 +243,7 @@ def test_dual_gpu_split_over_both_cards(deploy, models):
     run = deploy("dual_a5500_a4000", models["nano"], llm_server_ctx_size=32768, llm_server_parallel=2)
     assert run.proc.returncode == 0, run
     plan = plan_of(run)
-    assert plan["placement"] == "split" and plan["gpu_indices"] == [0, 1] and plan["pattern"] == ""
+    assert plan["placement"] == "split" and plan["gpu_devices"] == [0, 1] and plan["pattern"] == ""
     env = run.env_added()
     shares = [float(s) for s in env["LLM_TENSOR_SPLIT"].split(",")]
     free = [24148, 15746]  # memory.free of the fixture's two cards
@@ -263,7 +263,7 @@ def test_dual_gpu_one_chosen_card_is_planned_alone(deploy, models):
     # Only the A4000's free memory counts: the plan cannot split onto the card the container does not get.
     assert [g["index"] for g in plan["gpus"]] == [1]
     assert plan["gpus"][0]["free_mib"] == 15746
-    assert plan["placement"] == "single" and plan["gpu_indices"] == [1]
+    assert plan["placement"] == "single" and plan["gpu_devices"] == [1]
     assert plan["offload"] is True and plan["cpu_expert_layers"]
     env = run.env_added()
     assert env["LLM_GPU_DEVICES"] == "1" and env["LLM_TENSOR_SPLIT"] == ""

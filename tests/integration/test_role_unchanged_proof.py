@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(not shutil.which("podman") or not shutil.which("
                                 reason="needs podman and podman-compose")
 
 KEY = "sk-unchanged-0001"
-PLACEMENT = {"pattern": r"blk\.(1|4)\.ffn_(up|down)_exps\.weight$", "tensor_overrides": [], "topology": "cpu"}
+PLACEMENT = {"pattern": r"blk\.(1|4)\.ffn_(up|down)_exps\.weight$", "device_overrides": [], "topology": "cpu"}
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values 
 from tests.helpers.role_vars import role_values
 
 KEY = "sk-disk-0001"
-PLACEMENT = {"pattern": r"blk\.(1|4)\.ffn_(up|down)_exps\.weight$", "tensor_overrides": [], "topology": "cpu"}
+PLACEMENT = {"pattern": r"blk\.(1|4)\.ffn_(up|down)_exps\.weight$", "device_overrides": [], "topology": "cpu"}
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ HOSTILE = {
     "llm_server_extra_args": ["--alias", "a$b${HOME}`id`'\"", "--api-prefix", "$$"],
     "llm_server_log_verbosity": 5,
 }
-PLACEMENT = {"pattern": r"blk\.(3|4)\.ffn_.*_exps\.weight$", "tensor_overrides": [r"blk\.5\.ffn_.*_exps=CUDA1"],
+PLACEMENT = {"pattern": r"blk\.(3|4)\.ffn_.*_exps\.weight$", "device_overrides": [r"blk\.5\.ffn_.*_exps=CUDA1"],
              "gpu_devices": [0, 1], "tensor_split": "0.6,0.4", "topology": "dual"}
 
 
@@ -52,7 +52,7 @@ def test_the_env_block_reads_back_through_python_dotenv():
     read = dotenv.dotenv_values(stream=io.StringIO(block))
     assert {k: read[k] for k in values} == values
     assert read["LLM_MOE_OFFLOAD_PATTERN"] == PLACEMENT["pattern"]
-    assert read["LLM_TENSOR_OVERRIDES"] == PLACEMENT["tensor_overrides"][0]
+    assert read["LLM_DEVICE_OVERRIDES"] == PLACEMENT["device_overrides"][0]
     assert read["LLM_MODEL_PATH"] == "/models/x$y.gguf"
     assert parse_env(block) == dict(values, LLM_CONFIG_HASH=read["LLM_CONFIG_HASH"])
 
@@ -151,7 +151,7 @@ PLAIN = {
     "llm_server_n_gpu_layers": 40,
     "llm_server_port": 8081,
 }
-ROLE_KEYS = ["LLM_MOE_OFFLOAD_PATTERN", "LLM_TENSOR_OVERRIDES", "LLM_CTX_SIZE", "LLM_PARALLEL", "LLM_N_GPU_LAYERS",
+ROLE_KEYS = ["LLM_MOE_OFFLOAD_PATTERN", "LLM_DEVICE_OVERRIDES", "LLM_CTX_SIZE", "LLM_PARALLEL", "LLM_N_GPU_LAYERS",
              "LLM_MODEL_PATH", "LLM_BIND_ADDRESS", "LLM_PORT", "LLM_GPU_DEVICES", "LLM_TENSOR_SPLIT",
              "LLM_LOG_VERBOSITY"]
 
@@ -164,7 +164,7 @@ def test_env_values_on_gpus_holds_every_key_in_order():
     values = env_values(plain(llm_server_log_verbosity=3), PLACEMENT)
     assert values == {
         "LLM_MOE_OFFLOAD_PATTERN": r"blk\.(3|4)\.ffn_.*_exps\.weight$",
-        "LLM_TENSOR_OVERRIDES": r"blk\.5\.ffn_.*_exps=CUDA1",
+        "LLM_DEVICE_OVERRIDES": r"blk\.5\.ffn_.*_exps=CUDA1",
         "LLM_CTX_SIZE": "4096",
         "LLM_PARALLEL": "2",
         "LLM_N_GPU_LAYERS": "40",
@@ -183,7 +183,7 @@ def test_env_values_without_a_placement_are_empty_strings():
     values = env_values(plain(llm_server_log_verbosity=""), {"topology": "cpu"})
     assert values == {
         "LLM_MOE_OFFLOAD_PATTERN": "",
-        "LLM_TENSOR_OVERRIDES": "",
+        "LLM_DEVICE_OVERRIDES": "",
         "LLM_CTX_SIZE": "4096",
         "LLM_PARALLEL": "2",
         "LLM_N_GPU_LAYERS": "40",
@@ -194,7 +194,7 @@ def test_env_values_without_a_placement_are_empty_strings():
         "LLM_TENSOR_SPLIT": "",
         "LLM_LOG_VERBOSITY": "",
     }
-    none_given = {"pattern": None, "tensor_overrides": None, "gpu_devices": None, "tensor_split": None,
+    none_given = {"pattern": None, "device_overrides": None, "gpu_devices": None, "tensor_split": None,
                   "topology": "cpu"}
     assert env_values(plain(llm_server_log_verbosity=""), none_given) == values
 
@@ -241,7 +241,7 @@ def test_n_gpu_layers_words_and_parallel_reach_env():
 
 
 @pytest.mark.parametrize("key, placement", [
-    ("LLM_TENSOR_OVERRIDES", {"tensor_overrides": ["a=CUDA0", "b${X}=CUDA1"]}),
+    ("LLM_DEVICE_OVERRIDES", {"device_overrides": ["a=CUDA0", "b${X}=CUDA1"]}),
     ("LLM_TENSOR_SPLIT", {"tensor_split": "1,\n2"}),
     ("LLM_MOE_OFFLOAD_PATTERN", {"pattern": "ends\\"}),
 ])
@@ -318,7 +318,7 @@ services:
 ENVIRONMENT = """\
     environment:
       MOE_OFFLOAD_PATTERN: "${LLM_MOE_OFFLOAD_PATTERN:-}"
-      TENSOR_OVERRIDES: "${LLM_TENSOR_OVERRIDES:-}"
+      DEVICE_OVERRIDES: "${LLM_DEVICE_OVERRIDES:-}"
       CTX_SIZE: "${LLM_CTX_SIZE:-}"
       PARALLEL: "${LLM_PARALLEL:-}"
       N_GPU_LAYERS: "${LLM_N_GPU_LAYERS:-}"
@@ -471,10 +471,10 @@ def test_merge_env_keeps_one_block_where_the_first_one_was():
     assert merge_env(old, block) == ("A=1\n" + block + "B=2\nC=3\n", [])
 
 
-def test_tensor_overrides_are_one_comma_separated_value():
+def test_device_overrides_are_one_comma_separated_value():
     """llama-server's --override-tensor takes ``<pattern>=<buffer type>,...``."""
-    placement = {"topology": "dual", "gpu_devices": [0, 1], "tensor_overrides": ["a=CUDA0", "b=CUDA1"]}
-    assert env_values(plain(), placement)["LLM_TENSOR_OVERRIDES"] == "a=CUDA0,b=CUDA1"
+    placement = {"topology": "dual", "gpu_devices": [0, 1], "device_overrides": ["a=CUDA0", "b=CUDA1"]}
+    assert env_values(plain(), placement)["LLM_DEVICE_OVERRIDES"] == "a=CUDA0,b=CUDA1"
 
 
 def test_merge_env_finds_markers_with_surrounding_blanks():

@@ -451,8 +451,9 @@ def test_experts_per_gpu_fill_a_card_the_split_leaves_room_on(nano):
     assert moved_by(override["pattern"], nano.tensor_names) == set(override["tensors"]) == set(
         n for b in override["blocks"] for n in nano.expert_tensors_by_block[b])
     assert "," not in override["pattern"] and "=" not in override["pattern"]
-    assert result["tensor_overrides"] == override["pattern"] + "=CUDA0"
-    item, device = result["tensor_overrides"].split(",", maxsplit=1)[0].split("=", 1)
+    value = ",".join("%s=%s" % (o["pattern"], o["device"]) for o in result["device_overrides"])
+    assert value == override["pattern"] + "=CUDA0"
+    item, device = value.split(",", maxsplit=1)[0].split("=", 1)
     assert (item, device) == (override["pattern"], "CUDA0")
     # the blocks whose experts moved have their layers on the other card
     split = [float(s) for s in result["tensor_split"].split(",")]
@@ -486,13 +487,13 @@ def test_device_names_follow_the_backend(nano):
         plan(nano, gpus, None, Options(32768, 2, device_names=["CUDA0"]))
 
 
-def test_gpu_indices_and_the_memory_the_running_server_holds(nano):
+def test_gpu_devices_and_the_memory_the_running_server_holds(nano):
     gpus = {"gpus": [dict(gpu(3000, 0), memory_held_by_pid_mib=21148), gpu(5000, 1)], "topology": "dual"}
-    result = plan(nano, gpus, None, Options(32768, 2, gpu_indices=[0]))
-    assert result["gpu_indices"] == [0] and result["memory"]["gpus"][0]["free_mib"] == 24148
+    result = plan(nano, gpus, None, Options(32768, 2, gpu_devices=[0]))
+    assert result["gpu_devices"] == [0] and result["memory"]["gpus"][0]["free_mib"] == 24148
     assert result["memory"]["gpus"][0]["held_by_pid_mib"] == 21148
-    with pytest.raises(PlanError, match="gpu_indices 7"):
-        plan(nano, gpus, None, Options(32768, 2, gpu_indices=[7]))
+    with pytest.raises(PlanError, match="gpu_devices 7"):
+        plan(nano, gpus, None, Options(32768, 2, gpu_devices=[7]))
 
 
 def test_a_cpu_host_plans_host_memory_only(nano):

@@ -74,10 +74,10 @@ def test_normalize_gpus_unknown_fields_and_indices():
         pin.normalize_gpus([{"memory_free_mib": 1, "vram": 2}])
     with pytest.raises(pin.PlanError) as info:
         pin.normalize_gpus([numbered_card(1000, 0), numbered_card(1000, 1)], [1, 4, 5])
-    assert str(info.value) == "gpu_indices 4, 5 are not among the GPUs (0, 1)"
+    assert str(info.value) == "gpu_devices 4, 5 are not among the GPUs (0, 1)"
     with pytest.raises(pin.PlanError) as info:
         pin.normalize_gpus([], [0])
-    assert str(info.value) == "gpu_indices 0 are not among the GPUs (none)"
+    assert str(info.value) == "gpu_devices 0 are not among the GPUs (none)"
 
 
 def test_normalize_host_takes_the_smaller_of_memavailable_and_the_cgroup_room():

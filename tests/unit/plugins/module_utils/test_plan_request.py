@@ -90,7 +90,7 @@ def test_a_plan_that_does_not_fit_returns_its_numbers_only(nano):
 
 def test_the_options_refuse_what_the_module_refuses():
     checked = ArgumentSpecValidator(ARGUMENT_SPEC, mutually_exclusive=MUTUALLY_EXCLUSIVE).validate(
-        {"gguf": "m.gguf", "gpus": [], "ctx_size": 1, "gpu_index": 0, "gpu_indices": [0]})
+        {"gguf": "m.gguf", "gpus": [], "ctx_size": 1, "gpu_index": 0, "gpu_devices": [0]})
     assert any("mutually exclusive" in m for m in checked.error_messages)
     checked = ArgumentSpecValidator(ARGUMENT_SPEC).validate({"gguf": "m.gguf", "gpus": [], "ctx_size": 1,
                                                              "cache_type_k": "q6_k"})

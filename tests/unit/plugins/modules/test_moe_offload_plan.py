@@ -54,7 +54,7 @@ def test_gpu_info_result_feeds_the_plan(ansible_module, nano):
     assert [g["name"] for g in result["memory"]["gpus"]] == ["NVIDIA RTX A5500", "NVIDIA RTX A4000"]
     one = ansible_module("moe_offload_plan", {"gguf": nano[0], "gpus": gpus, "ctx_size": 65536, "parallel": 4,
                                               "gpu_index": 1})
-    assert one["placement"] == "single" and one["gpu_indices"] == [1] and one["offload"] is True
+    assert one["placement"] == "single" and one["gpu_devices"] == [1] and one["offload"] is True
 
 
 def test_gguf_info_result_is_accepted(ansible_module, nano):

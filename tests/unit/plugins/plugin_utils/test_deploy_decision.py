@@ -267,7 +267,7 @@ def test_an_unverified_configuration_without_a_hash_is_named_empty():
 
 # unchanged
 
-PLACEMENT = {"pattern": r"blk\.(1|4)\.ffn_(up|down)_exps\.weight$", "tensor_overrides": [], "topology": "cpu"}
+PLACEMENT = {"pattern": r"blk\.(1|4)\.ffn_(up|down)_exps\.weight$", "device_overrides": [], "topology": "cpu"}
 SETTINGS = check_settings(role_values({"llm_server_project_dir": "/srv/ai-llm",
                                        "llm_server_model_path": "/srv/models/demo.gguf",
                                        "llm_server_image": "localhost/ai-llm:cpu", "llm_server_ctx_size": 512,

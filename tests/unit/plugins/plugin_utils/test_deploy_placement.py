@@ -196,11 +196,11 @@ def test_each_refusal_in_full(demo, nano):
 
 def test_a_split_plan_gives_its_devices_and_split(nano):
     answer = gpu_plan(nano, DUAL["gpus"], ctx_size=65536, parallel=4)
-    assert answer["placement"] == "split" and answer["gpu_indices"] == [0, 1]
+    assert answer["placement"] == "split" and answer["gpu_devices"] == [0, 1]
     p = place(settings(nano, llm_server_ctx_size=65536, llm_server_parallel=4), report(nano), answer, DUAL)
     assert (p["gpu_devices"], p["tensor_split"], p["topology"]) == ([0, 1], answer["tensor_split"], "dual")
     assert p["tensor_split"] == "0.601,0.399"  # free memory 24148 : 16000 (llama.cpp's --tensor-split shares)
-    one = gpu_plan(nano, DUAL["gpus"], ctx_size=65536, parallel=4, gpu_indices=[1])
+    one = gpu_plan(nano, DUAL["gpus"], ctx_size=65536, parallel=4, gpu_devices=[1])
     p = place(settings(nano, llm_server_ctx_size=65536, llm_server_parallel=4, llm_server_gpu_devices=[1]),
               report(nano), one, DUAL)
     assert p["gpu_devices"] == [1] and p["tensor_split"] == ""
@@ -219,12 +219,12 @@ def test_device_overrides_as_the_plan_gives_them(demo):
                  {"pattern": r"blk\.1\.ffn_(up|down)_exps\.weight$", "buffer_type": "CUDA0"},
                  r"blk\.9\.ffn_(up|down)_exps\.weight$=CUDA1"]
     p = place(settings(demo), report(demo), dict(answer, device_overrides=overrides), {"topology": "cpu"})
-    assert p["tensor_overrides"] == [r"blk\.4\.ffn_(up|down)_exps\.weight$=CUDA1",
+    assert p["device_overrides"] == [r"blk\.4\.ffn_(up|down)_exps\.weight$=CUDA1",
                                      r"blk\.1\.ffn_(up|down)_exps\.weight$=CUDA0",
                                      r"blk\.9\.ffn_(up|down)_exps\.weight$=CUDA1"]
-    assert place(settings(demo), report(demo), dict(answer, device_overrides=None), {})["tensor_overrides"] == []
+    assert place(settings(demo), report(demo), dict(answer, device_overrides=None), {})["device_overrides"] == []
     assert place(settings(demo), report(demo), dict(answer, device_overrides=overrides, failed=True),
-                 {"topology": "cpu"})["tensor_overrides"] == []
+                 {"topology": "cpu"})["device_overrides"] == []
 
 
 def test_the_expected_tensors_of_a_plan_pattern_without_its_check(demo):

@@ -23,7 +23,7 @@ LOG = {"evidence": "per_tensor", "verified": True, "overridden": [{"tensor": "bl
 def parts(**extra):
     base = {"host": "h1", "settings": SETTINGS, "started": 100.0,
             "config": {"config_hash": "f" * 64, "changed": False},
-            "placement": {"pattern": r"\.ffn_.*_exps\.weight", "pattern_source": "model", "tensor_overrides": []},
+            "placement": {"pattern": r"\.ffn_.*_exps\.weight", "pattern_source": "model", "device_overrides": []},
             "service": {"disk": {"verification": {"tensors_moved": ["x"], "evidence": "per_tensor"}},
                         "auth": {"checked": False}},
             "converge": {"recreate": False, "verify": False, "reason": ""}, "changes": [False]}
@@ -107,7 +107,7 @@ LAST = {"pattern": r"blk\.1\.ffn_.*_exps\.weight", "pattern_source": "plan",
         "buffers": {"model": {"CUDA0": 10.0}, "kv": {"CUDA0": 1.0}, "rs": {}, "compute": {"CUDA0": 2.0}},
         "offloaded_layers": {"offloaded": 49, "total": 49}, "parity": 'identical: 2 tokens "ok"'}
 EMPTY_PLAN = {"mode": None, "fits": None, "reason": None, "cpu_expert_layers": [], "placement": None,
-              "gpu_indices": [], "tensor_split": "", "gpus": [], "host": {"experts_mib": None, "available_mib": None}}
+              "gpu_devices": [], "tensor_split": "", "gpus": [], "host": {"experts_mib": None, "available_mib": None}}
 
 
 def test_ran_is_a_result_that_is_there_and_not_skipped():
@@ -122,12 +122,12 @@ def test_plan_summary_takes_every_documented_key_of_a_plan():
     gpu = {"index": 0, "name": "H200", "model_mib": 1000, "kv_mib": 200, "recurrent_mib": 0, "compute_mib": 300,
            "margin_mib": 512, "total_mib": 2012, "free_mib": 140000, "experts_mib": 800, "extra": "dropped"}
     plan = {"fits": True, "reason": "the experts of 2 blocks go to host RAM", "msg": "not this",
-            "cpu_expert_layers": [3, 4], "cpu_moe_layers": [9], "placement": "layer", "gpu_indices": [1],
+            "cpu_expert_layers": [3, 4], "cpu_moe_layers": [9], "placement": "layer", "gpu_devices": [1],
             "tensor_split": "3,1", "memory": {"gpus": [gpu, {"index": 1}],
                                               "host": {"experts_mib": 1600, "model_mib": 1, "available_mib": 64000}}}
     assert plan_summary({"moe_offload_mode": "auto"}, plan, {"gpu_devices": [0]}) == {
         "mode": "auto", "fits": True, "reason": "the experts of 2 blocks go to host RAM", "cpu_expert_layers": [3, 4],
-        "placement": "layer", "gpu_indices": [1], "tensor_split": "3,1",
+        "placement": "layer", "gpu_devices": [1], "tensor_split": "3,1",
         "gpus": [{k: v for k, v in gpu.items() if k != "extra"}, dict({k: None for k in PLAN_GPU_KEYS}, index=1)],
         "host": {"experts_mib": 1600, "available_mib": 64000}}
 
@@ -137,15 +137,15 @@ def test_plan_summary_falls_back_to_msg_the_older_layer_key_the_placed_gpus_and_
             "memory": {"host": {"model_mib": 700, "available_mib": 100}}}
     assert plan_summary({"moe_offload_mode": "layers"}, plan, {"gpu_devices": [0, 1]}) == {
         "mode": "layers", "fits": False, "reason": "does not fit", "cpu_expert_layers": [5], "placement": None,
-        "gpu_indices": [0, 1], "tensor_split": "", "gpus": [], "host": {"experts_mib": 700, "available_mib": 100}}
+        "gpu_devices": [0, 1], "tensor_split": "", "gpus": [], "host": {"experts_mib": 700, "available_mib": 100}}
 
 
 def test_plan_summary_of_a_plan_that_did_not_run_is_empty():
     assert plan_summary({}, None, None) == EMPTY_PLAN
     assert plan_summary({}, {}, {}) == EMPTY_PLAN
-    skipped = {"skipped": True, "fits": True, "reason": "r", "gpu_indices": [3], "tensor_split": "1,1"}
+    skipped = {"skipped": True, "fits": True, "reason": "r", "gpu_devices": [3], "tensor_split": "1,1"}
     assert plan_summary({"moe_offload_mode": "all"}, skipped, {"gpu_devices": [2]}) == dict(
-        EMPTY_PLAN, mode="all", gpu_indices=[2])
+        EMPTY_PLAN, mode="all", gpu_devices=[2])
 
 
 def test_plan_summary_keeps_an_empty_list_of_expert_layers_over_the_older_key():
@@ -305,7 +305,7 @@ def test_build_of_a_run_that_measured_nothing_reports_the_last_verification():
 
 
 def test_build_prefers_this_runs_placement_and_measurements_over_the_last_verification():
-    placement = {"pattern": "", "pattern_source": "none", "tensor_overrides": ["x=CUDA1"]}
+    placement = {"pattern": "", "pattern_source": "none", "device_overrides": ["x=CUDA1"]}
     vram = [{"index": 0, "planned_mib": 5, "used_mib": 4, "ok": True}]
     result = build({"settings": SETTINGS, "service": {"disk": {"verification": LAST}}, "placement": placement,
                     "config": {"config_hash": "a" * 64}, "vram": vram}, now=1.0)
@@ -327,7 +327,7 @@ def test_build_of_a_verified_recreate_reports_what_the_log_measured():
            "model_buffers": {"CPU_Mapped": 4.8}, "kv_buffers": {"CPU": 0.06},
            "offloaded_layers": {"offloaded": 1, "total": 2}}
     settings = dict(SETTINGS, parity_check=True, api_key_set=True)
-    placement = {"pattern": r"\.ffn_.*_exps\.weight", "pattern_source": "inventory", "tensor_overrides": ["y=CUDA0"],
+    placement = {"pattern": r"\.ffn_.*_exps\.weight", "pattern_source": "inventory", "device_overrides": ["y=CUDA0"],
                  "gpu_devices": [0]}
     result = build({"host": "h1", "settings": settings, "started": 100, "placement": placement,
                     "service": {"disk": {"verification": LAST}, "auth": {"checked": True, "enforced": False}},
@@ -345,7 +345,7 @@ def test_build_of_a_verified_recreate_reports_what_the_log_measured():
         "host": "h1", "image": "localhost/ai-llm:cpu", "model": "/m/demo.gguf", "config_hash": "d" * 64,
         "pattern": r"\.ffn_.*_exps\.weight", "pattern_source": "inventory", "device_overrides": ["y=CUDA0"],
         "tensors_moved": ["blk.1.ffn_up_exps.weight", "t2"], "evidence": "per_tensor",
-        "plan": dict(EMPTY_PLAN, mode="all", gpu_indices=[0]), "vram": [],
+        "plan": dict(EMPTY_PLAN, mode="all", gpu_devices=[0]), "vram": [],
         "buffers": {"model": {"CPU_Mapped": 4.8}, "kv": {"CPU": 0.06}, "rs": {}, "compute": {}},
         "offloaded_layers": {"offloaded": 1, "total": 2},
         "rollback": {"performed": False, "reason": "not needed", "restored_from": None, "serving": None},
@@ -364,8 +364,8 @@ def test_build_passes_the_parity_note_when_there_was_no_baseline():
 def test_build_of_a_rollback_reports_the_snapshot_put_back():
     rollback = {"performed": True, "serving": True, "config_hash": "e" * 64, "reason": ROLLED_BACK,
                 "restored_from": "/p/.rollback/x",
-                "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": "blk", "LLM_TENSOR_OVERRIDES": "a=CUDA0,,b=CUDA1"}}
-    placement = {"pattern": "new", "pattern_source": "plan", "tensor_overrides": ["new=CUDA0"]}
+                "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": "blk", "LLM_DEVICE_OVERRIDES": "a=CUDA0,,b=CUDA1"}}
+    placement = {"pattern": "new", "pattern_source": "plan", "device_overrides": ["new=CUDA0"]}
     result = build({"host": "h1", "settings": SETTINGS, "status": "rolled_back", "placement": placement,
                     "service": {"disk": {"verification": LAST}}, "config": {"config_hash": "d" * 64},
                     "rollback": rollback, "health": {"skipped": True, "seconds": 9}}, now=1.0)
@@ -383,15 +383,15 @@ def test_build_of_a_rollback_reports_the_snapshot_put_back():
 
 def test_build_of_a_rollback_to_no_pattern_says_none():
     rollback = {"performed": True, "serving": True, "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": "",
-                                                                 "LLM_TENSOR_OVERRIDES": ""}}
+                                                                 "LLM_DEVICE_OVERRIDES": ""}}
     result = build({"status": "rolled_back", "placement": {"pattern": "p", "pattern_source": "plan",
-                                                           "tensor_overrides": ["o=CUDA0"]}, "rollback": rollback})
+                                                           "device_overrides": ["o=CUDA0"]}, "rollback": rollback})
     assert (result["pattern"], result["pattern_source"], result["device_overrides"]) == ("", "none", [])
 
 
 def test_build_of_a_rollback_to_a_snapshot_without_device_overrides_places_none():
     rollback = {"performed": True, "serving": True, "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": "blk"}}
-    result = build({"status": "rolled_back", "placement": {"tensor_overrides": ["o=CUDA0"]}, "rollback": rollback})
+    result = build({"status": "rolled_back", "placement": {"device_overrides": ["o=CUDA0"]}, "rollback": rollback})
     assert (result["pattern"], result["pattern_source"], result["device_overrides"]) == ("blk", "snapshot", [])
 
 
@@ -482,7 +482,7 @@ def test_what_the_return_to_a_snapshot_did():
                                  _llm_server_returned={"healthy": True}))
     assert (cleared["reason"], cleared["which"], cleared["config_hash"]) == (
         "Cleared LLM_MOE_OFFLOAD_PATTERN", "none", "c")
-    assert cleared["env_keys"] == {"LLM_MOE_OFFLOAD_PATTERN": "", "LLM_TENSOR_OVERRIDES": ""}
+    assert cleared["env_keys"] == {"LLM_MOE_OFFLOAD_PATTERN": "", "LLM_DEVICE_OVERRIDES": ""}
     assert rollback_part(dict(base, _llm_server_restored={"missing": True, "failed": True})) == {
         "performed": False, "reason": "No known-good configuration in /p/.rollback (no verified deploy yet): nothing "
                                       "was restored, ai-llm runs the failed configuration."}
