@@ -241,7 +241,7 @@ class Settings:
     n_gpu_layers: str
     gpu_devices: list
     moe_offload_mode: str
-    moe_offload_layers: list
+    cpu_expert_layers: list
     moe_offload_pattern: str
     moe_offload_force: bool
     health_timeout: int
@@ -336,7 +336,7 @@ _VALUES = (
     ("n_gpu_layers", lambda c, name: c.gpu_layers(name)),
     ("gpu_devices", lambda c, name: c.int_list(name, 0, 1023)),
     ("moe_offload_mode", _choice(MODES)),
-    ("moe_offload_layers", lambda c, name: c.int_list(name, 0, MAX_BLOCKS - 1)),
+    ("cpu_expert_layers", lambda c, name: c.int_list(name, 0, MAX_BLOCKS - 1)),
     ("moe_offload_force", _boolean),
     ("health_timeout", _integer(1, 86400)),
     ("verify_always", _boolean),
@@ -443,8 +443,8 @@ def _offload(c, s):
         if problem:
             pattern = c.fail(name, "%s cannot be deployed: %s" % (json.dumps(shorten(pattern, 120)), problem))
     s["moe_offload_pattern"] = pattern
-    if s["moe_offload_mode"] == "layers" and not s["moe_offload_layers"] and not pattern:
-        c.fail(PREFIX + "moe_offload_layers", "mode layers needs the block indices whose experts go to host RAM "
+    if s["moe_offload_mode"] == "layers" and not s["cpu_expert_layers"] and not pattern:
+        c.fail(PREFIX + "cpu_expert_layers", "mode layers needs the block indices whose experts go to host RAM "
                "(or llm_server_moe_offload_pattern)")
 
 

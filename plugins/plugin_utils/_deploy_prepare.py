@@ -70,7 +70,7 @@ def plan_args(settings, service):
     if settings["gpu_devices"]:
         args["gpu_devices"] = list(settings["gpu_devices"])
     if settings["moe_offload_mode"] == "layers":
-        args["cpu_expert_layers"] = settings["moe_offload_layers"]
+        args["cpu_expert_layers"] = settings["cpu_expert_layers"]
     if pattern:
         args["pattern"] = pattern
     return args

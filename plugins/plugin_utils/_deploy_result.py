@@ -17,7 +17,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text im
 
 STATUSES = ("changed", "unchanged", "failed", "rolled_back", "checked")
 PLAN_GPU_KEYS = ("index", "name", "model_mib", "kv_mib", "recurrent_mib", "compute_mib", "margin_mib", "total_mib",
-                 "free_mib", "experts_mib")
+                 "free_mib")
 
 
 def _ran(result):
@@ -34,12 +34,12 @@ def plan_summary(settings, plan, placement):
         "mode": settings.get("moe_offload_mode"),
         "fits": plan.get("fits"),
         "reason": plan.get("reason") or plan.get("msg"),
-        "cpu_expert_layers": plan.get("cpu_expert_layers", plan.get("cpu_moe_layers")) or [],
+        "cpu_expert_layers": plan.get("cpu_expert_layers") or [],
         "placement": plan.get("placement"),
         "gpu_devices": plan.get("gpu_devices") or (placement or {}).get("gpu_devices") or [],
         "tensor_split": plan.get("tensor_split") or "",
         "gpus": [{k: g.get(k) for k in PLAN_GPU_KEYS} for g in memory.get("gpus") or []],
-        "host": {"experts_mib": host.get("experts_mib", host.get("model_mib")),
+        "host": {"experts_mib": host.get("model_mib"),
                  "available_mib": host.get("available_mib")},
     }
 

@@ -18,11 +18,10 @@ PATTERN_2 = "blk\\.[13]\\.ffn_.*_exps\\.weight"
 PATTERN_22 = "blk\\.([1368]|1[0357]|2[02479]|3[1468]|4[03579])\\.ffn_.*_exps\\.weight"
 
 
-def _gpu(index, free, model, kv, rs, compute, experts, name="NVIDIA RTX A5500"):
+def _gpu(index, free, model, kv, rs, compute, name="NVIDIA RTX A5500"):
     total = round(model + kv + rs + compute + 1024.0, 2)
     return {"index": index, "name": name, "model_mib": model, "kv_mib": kv, "recurrent_mib": rs,
-            "compute_mib": compute, "margin_mib": 1024.0, "total_mib": total, "free_mib": free,
-            "experts_mib": experts}
+            "compute_mib": compute, "margin_mib": 1024.0, "total_mib": total, "free_mib": free}
 
 
 SETTINGS = {"image": "localhost/ai-llm:cuda", "model_path": "/srv/models/Nemotron-3-Nano-30B-A3B-Q4_K_M.gguf",
@@ -34,9 +33,11 @@ TIMINGS = {"commands": ["0:00:01.100000", "0:00:02.000000"]}
 
 
 def _plan_registered(plan):
-    """What ``moe_offload_plan`` registers, for a plan given in the result's summarized shape."""
+    """What ``moe_offload_plan`` registers, for a plan given in the result's summarized shape (the planner's
+    ``memory.host.model_mib`` is the summary's ``host.experts_mib``)."""
+    host = {"model_mib": plan["host"]["experts_mib"], "available_mib": plan["host"]["available_mib"]}
     return {"fits": plan["fits"], "reason": plan["reason"], "cpu_expert_layers": plan["cpu_expert_layers"],
-            "memory": {"gpus": plan["gpus"], "host": plan["host"]}}
+            "memory": {"gpus": plan["gpus"], "host": host}}
 
 
 def _log(overridden, buffers):
@@ -61,19 +62,19 @@ def result(plan, pattern="", status="", now=114.2, settings=None, **parts):
 ONE_A5500 = {
     "mode": "auto", "fits": True, "reason": "The routed experts of 2 of the 23 MoE blocks (1, 3) go to host memory",
     "cpu_expert_layers": [1, 3],
-    "gpus": [_gpu(0, 24148, 21009.47, 192.0, 47.62, 1178.5, 0.0)],
+    "gpus": [_gpu(0, 24148, 21009.47, 192.0, 47.62, 1178.5)],
     "host": {"experts_mib": 2362.5, "available_mib": 61440.0},
 }
 BUSY_A5500 = {
     "mode": "auto", "fits": True, "reason": "The routed experts of 22 of the 23 MoE blocks go to host memory",
     "cpu_expert_layers": [1, 3, 6, 8, 10, 13, 15, 17, 20, 22, 24, 27, 29, 31, 34, 36, 38, 40, 43, 45, 47, 49],
-    "gpus": [_gpu(0, 5276, 2434.95, 192.0, 47.62, 1178.5, 0.0)],
+    "gpus": [_gpu(0, 5276, 2434.95, 192.0, 47.62, 1178.5)],
     "host": {"experts_mib": 20937.0, "available_mib": 61440.0},
 }
 DUAL_A5500 = {
     "mode": "auto", "fits": True, "reason": "Everything fits on two RTX A5500, split 0.5,0.5",
     "cpu_expert_layers": [],
-    "gpus": [_gpu(0, 24148, 10876.26, 512.0, 24.84, 208.25, 0.0), _gpu(1, 24148, 12264.71, 256.0, 22.77, 208.75, 0.0)],
+    "gpus": [_gpu(0, 24148, 10876.26, 512.0, 24.84, 208.25), _gpu(1, 24148, 12264.71, 256.0, 22.77, 208.75)],
     "host": {"experts_mib": 0.0, "available_mib": 122880.0},
 }
 CPU_HOST = {

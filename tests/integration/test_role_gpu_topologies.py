@@ -329,7 +329,7 @@ def test_a_forced_plan_that_cannot_fit_moves_every_expert(deploy, models):
 
 def test_a_forced_layers_plan_that_cannot_fit_needs_a_pattern(deploy, models):
     run = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=1048576, llm_server_moe_offload_force=True,
-                 llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers=[1, 3])
+                 llm_server_moe_offload_mode="layers", llm_server_cpu_expert_layers=[1, 3])
     assert run.proc.returncode != 0, run
     assert "with llm_server_moe_offload_pattern" in run.result["message"]
     assert_untouched(run, None, deploy.name)

@@ -94,7 +94,7 @@ def test_the_role_defaults_as_check_settings_gives_them():
         "api_key_set": False, "allow_unauthenticated": False, "model_path": "/srv/models/x.gguf",
         "model_dir": "/srv/models", "model_mount": "/models", "container_model_path": "/models/x.gguf",
         "ctx_size": 8192, "parallel": 1, "n_gpu_layers": "99", "gpu_devices": [], "moe_offload_mode": "auto",
-        "moe_offload_layers": [], "moe_offload_pattern": "", "moe_offload_force": False, "health_timeout": 300,
+        "cpu_expert_layers": [], "moe_offload_pattern": "", "moe_offload_force": False, "health_timeout": 300,
         "verify_always": False, "vram_check": True, "vram_tolerance_mib": 1024, "parity_check": False,
         "parity_prompt": "The capital of France is", "parity_n_predict": 16, "parity_seed": 42, "rollback": True,
         "rollback_dir": "/srv/ai-llm/.rollback", "rollback_to": "previous", "lock_timeout": 1800, "lock_lease": 3600,

@@ -149,7 +149,7 @@ def test_the_api_key_is_checked_but_never_shown():
     ({"llm_server_bind_address": "127.0.0.1\nLLM_X=1"}, "llm_server_bind_address", "control characters"),
     ({"llm_server_extra_args": ["--alias", "a\nb"]}, "llm_server_extra_args", "control characters"),
     ({"llm_server_model_dir": "/srv/models/../etc"}, "llm_server_model_dir", "'..'"),
-    ({"llm_server_moe_offload_layers": [1, -2]}, "llm_server_moe_offload_layers", "out of range"),
+    ({"llm_server_cpu_expert_layers": [1, -2]}, "llm_server_cpu_expert_layers", "out of range"),
     ({"llm_server_lock_lease": 30}, "llm_server_lock_lease", "from 60"),
     ({"llm_server_lock_lease": 600}, "llm_server_lock_lease", "twice llm_server_health_timeout"),
 ])
@@ -529,16 +529,16 @@ def test_string_lists_turn_scalars_into_strings():
 
 
 def test_offload_layers_are_block_indices_and_mode_layers_needs_layers_or_a_pattern():
-    s = settings(llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers="0,65535")
-    assert (s.moe_offload_mode, s.moe_offload_layers) == ("layers", [0, 65535])
-    assert problems(llm_server_moe_offload_layers=[65536]) == {
-        "llm_server_moe_offload_layers": "65536 is out of range: integers from 0 to 65535"}
+    s = settings(llm_server_moe_offload_mode="layers", llm_server_cpu_expert_layers="0,65535")
+    assert (s.moe_offload_mode, s.cpu_expert_layers) == ("layers", [0, 65535])
+    assert problems(llm_server_cpu_expert_layers=[65536]) == {
+        "llm_server_cpu_expert_layers": "65536 is out of range: integers from 0 to 65535"}
     assert problems(llm_server_moe_offload_mode="layers") == {
-        "llm_server_moe_offload_layers": "mode layers needs the block indices whose experts go to host RAM "
+        "llm_server_cpu_expert_layers": "mode layers needs the block indices whose experts go to host RAM "
                                          "(or llm_server_moe_offload_pattern)"}
     assert settings(llm_server_moe_offload_mode="layers",
                     llm_server_moe_offload_pattern=r"blk\.3\.ffn_.*_exps").moe_offload_pattern == r"blk\.3\.ffn_.*_exps"
-    assert settings(llm_server_moe_offload_layers=[4]).moe_offload_mode == "auto"
+    assert settings(llm_server_cpu_expert_layers=[4]).moe_offload_mode == "auto"
 
 
 def test_the_users_pattern_is_shown_up_to_120_characters_and_limited_to_ten_million():

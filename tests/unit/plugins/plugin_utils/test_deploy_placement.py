@@ -60,7 +60,7 @@ def test_cpu_host_plans_every_mode(demo):
         assert (p["pattern"], p["pattern_source"]) == (pattern, "plan" if pattern else "none")
         assert p["expected_tensors"] == (EXPERTS if pattern else []) and p["gpu_devices"] == []
     answer = gpu_plan(demo, [], ctx_size=512, mode="layers", cpu_expert_layers=[4])
-    p = place(settings(demo, llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers=[4]), report(demo),
+    p = place(settings(demo, llm_server_moe_offload_mode="layers", llm_server_cpu_expert_layers=[4]), report(demo),
               answer, {"topology": "cpu", "gpus": []})
     assert p["expected_tensors"] == EXPERTS[2:]
 
@@ -104,7 +104,7 @@ def test_a_forced_pattern_that_moves_non_experts_expects_all_it_moves(demo):
 
 def test_mode_layers_without_a_plan_needs_a_pattern(demo):
     with pytest.raises(PlacementRefused, match="llm_server_moe_offload_mode=layers needs the plan, which did not run"):
-        place(settings(demo, llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers=[1]),
+        place(settings(demo, llm_server_moe_offload_mode="layers", llm_server_cpu_expert_layers=[1]),
               report(demo), None, {"topology": "cpu"})
 
 
@@ -134,7 +134,7 @@ def test_a_plan_that_does_not_fit_is_refused_unless_forced(nano):
     assert forced["pattern"] == r"\.ffn_.*_exps\.weight" and forced["pattern_source"] == "model"
     with pytest.raises(PlacementRefused, match="with llm_server_moe_offload_pattern"):
         place(settings(nano, llm_server_ctx_size=1048576, llm_server_moe_offload_force=True,
-                       llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers=[1, 3]),
+                       llm_server_moe_offload_mode="layers", llm_server_cpu_expert_layers=[1, 3]),
               report(nano), answer, A5500_BUSY)
 
 
@@ -180,7 +180,7 @@ def test_each_refusal_in_full(demo, nano):
     with pytest.raises(PlacementRefused, match="does not fit h3's memory: other Nothing"):
         place(settings(demo), report(demo), dict(answer, reason=""), {"topology": "cpu"}, host="h3")
     with pytest.raises(PlacementRefused) as exc:
-        place(settings(demo, llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers=[1]), report(demo),
+        place(settings(demo, llm_server_moe_offload_mode="layers", llm_server_cpu_expert_layers=[1]), report(demo),
               {"skipped": True}, {"topology": "cpu"}, host="h4")
     assert str(exc.value) == ("llm_server: llm_server_moe_offload_mode=layers needs the plan, which did not run on "
                               "h4. Give llm_server_moe_offload_pattern instead.")
@@ -230,7 +230,7 @@ def test_device_overrides_as_the_plan_gives_them(demo):
 def test_the_expected_tensors_of_a_plan_pattern_without_its_check(demo):
     answer = gpu_plan(demo, [], ctx_size=512, mode="layers", cpu_expert_layers=[1])
     bare = dict(answer, pattern_check={})
-    p = place(settings(demo, llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers=[1]), report(demo),
+    p = place(settings(demo, llm_server_moe_offload_mode="layers", llm_server_cpu_expert_layers=[1]), report(demo),
               bare, {"topology": "cpu"})
     assert p["expected_tensors"] == EXPERTS[:2]  # the pattern searched in the model's expert names
     empty = place(settings(demo), report(demo), dict(answer, pattern=""), {"topology": "cpu"})

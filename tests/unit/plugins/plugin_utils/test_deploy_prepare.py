@@ -61,7 +61,7 @@ def test_the_planner_gets_the_chosen_gpus_the_mode_the_layers_and_the_inventory_
     assert args["gguf"] is found["model_info"] and args["gpus"] is ONE_GPU
     assert (args["mode"], args["ctx_size"]) == ("auto", 512)
     assert "gpu_devices" not in args and "cpu_expert_layers" not in args and "pattern" not in args
-    layers = plan_args(settings(demo, llm_server_moe_offload_mode="layers", llm_server_moe_offload_layers=[1],
+    layers = plan_args(settings(demo, llm_server_moe_offload_mode="layers", llm_server_cpu_expert_layers=[1],
                                 llm_server_gpu_devices=[0]), found)
     assert (layers["mode"], layers["cpu_expert_layers"], layers["gpu_devices"]) == ("layers", [1], [0])
     pattern = plan_args(settings(demo, llm_server_moe_offload_mode="none",

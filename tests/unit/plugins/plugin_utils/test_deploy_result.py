@@ -120,11 +120,11 @@ def test_ran_is_a_result_that_is_there_and_not_skipped():
 
 def test_plan_summary_takes_every_documented_key_of_a_plan():
     gpu = {"index": 0, "name": "H200", "model_mib": 1000, "kv_mib": 200, "recurrent_mib": 0, "compute_mib": 300,
-           "margin_mib": 512, "total_mib": 2012, "free_mib": 140000, "experts_mib": 800, "extra": "dropped"}
+           "margin_mib": 512, "total_mib": 2012, "free_mib": 140000, "extra": "dropped"}
     plan = {"fits": True, "reason": "the experts of 2 blocks go to host RAM", "msg": "not this",
-            "cpu_expert_layers": [3, 4], "cpu_moe_layers": [9], "placement": "layer", "gpu_devices": [1],
+            "cpu_expert_layers": [3, 4], "placement": "layer", "gpu_devices": [1],
             "tensor_split": "3,1", "memory": {"gpus": [gpu, {"index": 1}],
-                                              "host": {"experts_mib": 1600, "model_mib": 1, "available_mib": 64000}}}
+                                              "host": {"model_mib": 1600, "available_mib": 64000}}}
     assert plan_summary({"moe_offload_mode": "auto"}, plan, {"gpu_devices": [0]}) == {
         "mode": "auto", "fits": True, "reason": "the experts of 2 blocks go to host RAM", "cpu_expert_layers": [3, 4],
         "placement": "layer", "gpu_devices": [1], "tensor_split": "3,1",
@@ -132,8 +132,8 @@ def test_plan_summary_takes_every_documented_key_of_a_plan():
         "host": {"experts_mib": 1600, "available_mib": 64000}}
 
 
-def test_plan_summary_falls_back_to_msg_the_older_layer_key_the_placed_gpus_and_the_host_model_size():
-    plan = {"fits": False, "msg": "does not fit", "cpu_moe_layers": [5],
+def test_plan_summary_falls_back_to_msg_and_the_placed_gpus_and_counts_the_host_model_size_as_its_experts():
+    plan = {"fits": False, "msg": "does not fit", "cpu_expert_layers": [5],
             "memory": {"host": {"model_mib": 700, "available_mib": 100}}}
     assert plan_summary({"moe_offload_mode": "layers"}, plan, {"gpu_devices": [0, 1]}) == {
         "mode": "layers", "fits": False, "reason": "does not fit", "cpu_expert_layers": [5], "placement": None,
@@ -148,8 +148,8 @@ def test_plan_summary_of_a_plan_that_did_not_run_is_empty():
         EMPTY_PLAN, mode="all", gpu_devices=[2])
 
 
-def test_plan_summary_keeps_an_empty_list_of_expert_layers_over_the_older_key():
-    assert plan_summary({}, {"cpu_expert_layers": [], "cpu_moe_layers": [1]}, {})["cpu_expert_layers"] == []
+def test_plan_summary_without_expert_layers_is_an_empty_list():
+    assert plan_summary({}, {"cpu_expert_layers": []}, {})["cpu_expert_layers"] == []
     assert plan_summary({}, {"cpu_expert_layers": None}, {})["cpu_expert_layers"] == []
 
 
