@@ -99,7 +99,7 @@ problems:
   sample: ["llm_server_port: 99999 is out of range: an integer from 1 to 65535"]
 snapshot_serving:
   description:
-    - Whether to keep what serves now as the known-good configuration before the writes (with rollbacks, no
+    - Whether to keep what serves now as the snapshot before the writes (with rollbacks, no
       snapshot yet, ai-llm answers with the role's files).
   returned: success, not for O(entry=rollback)
   type: bool

@@ -111,7 +111,7 @@ def unchanged(service, settings, placement, api_key=""):
 
 
 def first_snapshot(settings, service, check_mode=False):
-    """Whether to keep what serves now as the known-good configuration before the writes: with rollbacks, when
+    """Whether to keep what serves now as the snapshot before the writes: with rollbacks, when
     there is no snapshot yet and ai-llm answers with the role's files (its label none or that of ``.env``)."""
     disk = service.get("disk") or {}
     return bool(not check_mode and settings.get("rollback") and service.get("health") == 200

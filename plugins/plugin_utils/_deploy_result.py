@@ -227,7 +227,7 @@ def rollback_part(facts):
         return {"performed": False, "error": return_failure["cause"]}
     if restored.get("missing"):
         return {"performed": False,
-                "reason": "No known-good configuration in %s (no verified deploy yet): nothing was restored, ai-llm "
+                "reason": "No snapshot in %s (no verified deploy yet): nothing was restored, ai-llm "
                           "runs the failed configuration." % settings.get("rollback_dir")}
     if returned.get("healthy"):
         if _ran(cleared):

@@ -484,7 +484,7 @@ def test_what_the_return_to_a_snapshot_did():
         "Cleared LLM_MOE_OFFLOAD_PATTERN", "none", "c")
     assert cleared["env_keys"] == {"LLM_MOE_OFFLOAD_PATTERN": "", "LLM_DEVICE_OVERRIDES": ""}
     assert rollback_part(dict(base, _llm_server_restored={"missing": True, "failed": True})) == {
-        "performed": False, "reason": "No known-good configuration in /p/.rollback (no verified deploy yet): nothing "
+        "performed": False, "reason": "No snapshot in /p/.rollback (no verified deploy yet): nothing "
                                       "was restored, ai-llm runs the failed configuration."}
     assert rollback_part(dict(base, _llm_server_return_failure={"cause": "no"})) == {"performed": False, "error": "no"}
     assert rollback_part(base) == {}
