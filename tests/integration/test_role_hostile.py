@@ -9,15 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import urllib.error
 import urllib.request
 
-import gguf
 import pytest
 
-from tests.helpers.llm_deploy import local_deploy, recap, result
+from tests.helpers.llm_deploy import local_deploy, recap, result, write_wrong_shape
 
 KEY = "sk-RT'0002${HOME}"  # a quote and ${HOME}: the keys .env used to drop or expand
 OTHER_KEY = "sk-rotated-0003"
@@ -56,14 +54,9 @@ def state(deploy):
     return digests, deploy.container()
 
 
-def write_wrong_shape(deploy):
-    wrong = deploy.models / "wrong-shape.gguf"
-    shutil.copyfile(deploy.model, wrong)
-    reader = gguf.GGUFReader(str(wrong), "r+")
-    field = reader.fields["nemotron_h_moe.embedding_length"]
-    field.parts[field.data[0]][0] = 128
-    reader.data.flush()
-    return str(wrong)
+def wrong_shape(deploy):
+    """The path of the demo model that llama-server refuses to load, in the deploy's model directory."""
+    return str(write_wrong_shape(deploy.model, deploy.models / "wrong-shape.gguf"))
 
 
 def test_the_api_key_reaches_llama_server_is_proved_and_never_shown(local):
@@ -89,7 +82,7 @@ def test_the_api_key_reaches_llama_server_is_proved_and_never_shown(local):
 def test_a_rollback_runs_with_the_current_key_only(local):
     run = local.playbook("deploy", llm_server_api_key=OTHER_KEY)
     assert run.returncode == 0, run.stdout[-5000:]
-    run = local.playbook("deploy", llm_server_api_key=KEY, llm_server_model_path=write_wrong_shape(local))
+    run = local.playbook("deploy", llm_server_api_key=KEY, llm_server_model_path=wrong_shape(local))
     assert run.returncode != 0
     shown = result(run.stdout)
     assert shown["status"] == "rolled_back" and shown["rollback"]["serving"], shown["message"]
@@ -202,7 +195,7 @@ def test_a_damaged_snapshot_is_refused_not_restored(local):
     assert run.returncode == 0, run.stdout[-5000:]
     with open(local.project / ".rollback" / "last" / "docker-compose.prod.yml", "a") as f:
         f.write("    image: [damaged\n")
-    run = local.playbook("deploy", llm_server_model_path=write_wrong_shape(local))
+    run = local.playbook("deploy", llm_server_model_path=wrong_shape(local))
     assert run.returncode != 0
     shown = result(run.stdout)
     assert shown["status"] == "failed" and "does not match the sha256" in shown["message"], shown["message"]

@@ -4,31 +4,18 @@ brings it back, rm then fails with "cannot remove container ... as it is running
 the old container stays), or paused (the same refusal, every time: the deterministic stand-in)."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 
-import gguf
 import pytest
 
-from tests.helpers.llm_deploy import local_deploy, result
+from tests.helpers.llm_deploy import local_deploy, result, write_wrong_shape
 
 
 @pytest.fixture
 def local(tmp_path):
     with local_deploy(tmp_path, "ai-llm-recreate") as deploy:
         yield deploy
-
-
-def write_wrong_shape(deploy):
-    """The demo model with embedding_length 128 where its tensors have 256: llama-server refuses to load it."""
-    wrong = deploy.models / "wrong-shape.gguf"
-    shutil.copyfile(deploy.model, wrong)
-    reader = gguf.GGUFReader(str(wrong), "r+")
-    field = reader.fields["nemotron_h_moe.embedding_length"]
-    field.parts[field.data[0]][0] = 128
-    reader.data.flush()
-    return wrong
 
 
 def container_env(deploy):
@@ -60,7 +47,7 @@ def test_recreate_replaces_a_container_compose_cannot_remove(local):
     assert container_env(local)["CTX_SIZE"] == "1024"
 
     # Crash-looping: the running configuration broken by hand, restarted by its restart policy.
-    wrong = write_wrong_shape(local)
+    wrong = write_wrong_shape(local.model, local.models / "wrong-shape.gguf")
     local.set_env("LLM_MODEL_PATH", "'/models/%s'" % wrong.name)
     assert local.compose("up", "-d", "--force-recreate", "ai-llm").returncode == 0
     deadline = time.monotonic() + 30
