@@ -1,5 +1,6 @@
-"""Deploy speed of the llm_server role, side by side: this checkout ("after") and the role as it was before its
-converge rewrite ("before", or any --before REV, checked out in a scratch clone).
+"""Deploy speed of the llm_server role, side by side: this checkout ("after", its working tree) and another
+revision ("before": --before REV, by default HEAD, checked out in a scratch clone). Both sides get this checkout's
+variable names, so REV is a revision with the same llm_server_* variables.
 
 For each side, on this machine (podman + podman-compose, this checkout's CPU image for both sides, the demo model),
 with its own project directory, compose project, container and loopback port:
@@ -36,17 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tools.gguf_models import write_demo_model  # noqa: E402  pylint: disable=wrong-import-position
 
-MARKER = "roles/llm_server/tasks/converge.yml"
-
-
 def git(*args, cwd=ROOT):
     return subprocess.run(["git"] + list(args), cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
-
-
-def default_before():
-    """The commit before the one that added the converge phase (the role before its rewrite)."""
-    added = git("log", "--diff-filter=A", "--format=%H", "--", MARKER).splitlines()
-    return (added[-1] + "^") if added else "HEAD"
 
 
 def free_port():
@@ -77,8 +69,6 @@ class Side:
         if not (collections / "moe_offload").exists():
             (collections / "moe_offload").symlink_to(self.checkout)
         self.image = image
-        # the llm_server_* names: since the converge phase (converge.yml), and in the prepare/deploy flow (deploy.yml)
-        new_names = any((self.checkout / m).exists() for m in (MARKER, "roles/llm_server/tasks/deploy.yml"))
         host = {
             "ansible_connection": "local",
             "ansible_python_interpreter": sys.executable,
@@ -91,12 +81,9 @@ class Side:
             "llm_server_port": self.port,
             "llm_server_ctx_size": 2048,
             "llm_server_health_timeout": 120,
-            ("llm_server_moe_offload_mode" if new_names else "llm_moe_offload_mode"): "all",
+            "llm_server_moe_offload_mode": "all",
+            "llm_server_log_verbosity": 5,
         }
-        if new_names:
-            host["llm_server_log_verbosity"] = 5
-        else:  # the old role proved the placement from the per-tensor lines only, which this build prints at -lv 5
-            host["llm_server_extra_args"] = ["-lv", "5"]
         self.inventory = Path(work) / label / "inventory.json"
         self.inventory.parent.mkdir(parents=True, exist_ok=True)
         self.inventory.write_text(json.dumps({"llm_servers": {"hosts": {"localhost": host}}}))
@@ -128,8 +115,7 @@ class Side:
 
 def build_image():
     """This checkout's CPU image (its llama-server build and start command), which both sides run: the comparison
-    is of the role. (Older checkouts built their image from a llama-server wheel that does not start on every
-    x86-64 CPU.)"""
+    is of the role."""
     build = ROOT / "images" / "ai-llm" / "build.sh"
     base = subprocess.run(["bash", str(build), "--print-tag"], check=True, capture_output=True, text=True,
                           cwd=ROOT).stdout.split()[-1]
@@ -145,10 +131,10 @@ def fmt(values):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
-    parser.add_argument("--before", default=None, help="the version to compare with (default: before the rewrite)")
+    parser.add_argument("--before", default="HEAD", help="the revision to compare with (default: HEAD)")
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
-    before_rev = args.before or default_before()
+    before_rev = args.before
     work = Path(tempfile.mkdtemp(prefix="ai-llm-speed-"))
     sides = []
     try:
