@@ -53,7 +53,7 @@ _ENV_LINE_RE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.-]*)\s*=(.*)
 
 
 class RenderError(Exception):
-    """A value the placement produced cannot be written (the inputs were checked before)."""
+    """A value the placement produced cannot be written (the settings were checked before)."""
 
 
 def env_values(settings, placement):

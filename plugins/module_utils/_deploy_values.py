@@ -51,7 +51,7 @@ _LOG_SIZE_RE = re.compile(r"^[1-9][0-9]{0,6}[kmgKMG]?$")
 _NGL_WORDS = ("auto", "all")
 
 
-class InputError(Exception):
+class SettingsError(Exception):
     """Values that cannot be deployed: ``problems`` is a list of ``(variable, message)``."""
 
     def __init__(self, problems):
@@ -463,7 +463,7 @@ def _rollback_and_lock(c, s):
 
 
 def check_settings(values, api_key=None, entry="main"):
-    """``Settings`` from the role's variables (``llm_server_*`` names), or ``InputError`` with every problem.
+    """``Settings`` from the role's variables (``llm_server_*`` names), or ``SettingsError`` with every problem.
 
     The one check of the role's variables, for every action that reads them. ``values`` holds every variable
     (``VARIABLES``) after the argument spec and the role's defaults applied: types, choices and defaults come
@@ -480,7 +480,7 @@ def check_settings(values, api_key=None, entry="main"):
     _offload(c, s)
     _rollback_and_lock(c, s)
     if c.problems:
-        raise InputError(c.problems)
+        raise SettingsError(c.problems)
     s["base_url"] = base_url(s["bind_address"], s["port"])
     s["paths"] = project_paths(s["project_dir"], s["compose_file"], s["rollback_dir"])
     return Settings(**s)

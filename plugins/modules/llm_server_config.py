@@ -32,7 +32,7 @@ author:
   - ai_llm maintainers (@ai-llm)
 options:
   settings:
-    description: The role's checked settings (the facts of the role's inputs phase).
+    description: The role's settings, checked (RV(ai_llm.moe_offload.llm_server_prepare#module:settings)).
     type: dict
     required: true
   placement:

@@ -11,7 +11,7 @@ import time
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import (
     PREFIX,
     VARIABLES,
-    InputError,
+    SettingsError,
     check_settings,
 )
 
@@ -26,7 +26,7 @@ def role_settings(template, task_vars, entry="main"):
     key = template(task_vars.get(PREFIX + "api_key", ""))
     try:
         settings = check_settings(values, api_key=None if key is None else str(key), entry=entry)
-    except InputError as exc:
+    except SettingsError as exc:
         return None, {"failed": True, "problems": exc.lines(),
                       "msg": exc.refusal(task_vars.get("inventory_hostname", "?"))}
     return dict(settings.as_dict(), started=time.time()), None

@@ -9,7 +9,7 @@ import pytest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import (
     INT32_MAX,
     VARIABLES,
-    InputError,
+    SettingsError,
     _Checker,
     base_url,
     check_placement,
@@ -48,7 +48,7 @@ def problems(api_key=None, entry="main", **values):
     """The {variable: message} check_settings refuses BASE updated by ``values`` with ({} when accepted)."""
     try:
         check_settings(dict(BASE, **values), api_key=api_key, entry=entry)
-    except InputError as exc:
+    except SettingsError as exc:
         return dict(exc.problems)
     return {}
 
@@ -57,24 +57,24 @@ def settings(**values):
     return check_settings(dict(BASE, **values))
 
 
-# --- InputError and the checker ----------------------------------------------------------------------------------
+# --- SettingsError and the checker ----------------------------------------------------------------------------------
 
 
 def test_input_error_joins_variable_and_message_pairs():
-    exc = InputError([("llm_server_port", "0 is out of range"), ("llm_server_image", "bad")])
+    exc = SettingsError([("llm_server_port", "0 is out of range"), ("llm_server_image", "bad")])
     assert exc.problems == [("llm_server_port", "0 is out of range"), ("llm_server_image", "bad")]
     assert str(exc) == "llm_server_port: 0 is out of range; llm_server_image: bad"
     assert exc.lines() == ["llm_server_port: 0 is out of range", "llm_server_image: bad"]
     assert exc.refusal("h1") == ("llm_server: these values cannot be deployed on h1: llm_server_port: 0 is out of "
                                  "range; llm_server_image: bad. Nothing was changed.")
-    assert InputError([("a", "x")]).refusal("h2") == "llm_server: this value cannot be deployed on h2: a: x. " \
+    assert SettingsError([("a", "x")]).refusal("h2") == "llm_server: this value cannot be deployed on h2: a: x. " \
                                                      "Nothing was changed."
 
 
 def test_input_error_takes_any_iterable_of_pairs():
-    exc = InputError(iter([("a", "x")]))
+    exc = SettingsError(iter([("a", "x")]))
     assert (exc.problems, str(exc), exc.lines()) == ([("a", "x")], "a: x", ["a: x"])
-    assert InputError([]).lines() == []
+    assert SettingsError([]).lines() == []
 
 
 def test_only_the_first_message_of_a_variable_is_kept():
@@ -162,7 +162,7 @@ def test_each_bad_value_gets_one_message_naming_its_variable(values, name, words
 def test_several_bad_values_give_one_message_each_in_order():
     found = problems(llm_server_port=99999, llm_server_ctx_size=-5, llm_server_image="a b")
     assert sorted(found) == ["llm_server_ctx_size", "llm_server_image", "llm_server_port"]
-    with pytest.raises(InputError) as caught:
+    with pytest.raises(SettingsError) as caught:
         check_settings(dict(BASE, llm_server_port=0, llm_server_image="a b", llm_server_ctx_size="x"))
     assert caught.value.lines() == [
         "llm_server_image: \"a b\" is not " + IMAGE,
@@ -191,10 +191,10 @@ def test_an_empty_compose_project_is_the_project_dirs_basename():
     values = role_values(llm_server_model_path="/srv/models/x.gguf", llm_server_project_dir="/opt/my-llm_1/")
     assert check_settings(values).compose_project == "my-llm_1"
     assert check_settings(dict(values, llm_server_compose_project="")).compose_project == "my-llm_1"
-    with pytest.raises(InputError) as caught:
+    with pytest.raises(SettingsError) as caught:
         check_settings(dict(values, llm_server_project_dir="/opt/My-LLM", llm_server_compose_project=""))
     assert caught.value.problems == [("llm_server_compose_project", '"My-LLM" is not ' + PROJECT_NAME)]
-    with pytest.raises(InputError) as caught:  # a bad project dir leaves no name to take
+    with pytest.raises(SettingsError) as caught:  # a bad project dir leaves no name to take
         check_settings(dict(values, llm_server_project_dir="rel", llm_server_compose_project=""))
     assert caught.value.problems == [
         ("llm_server_project_dir", '"rel" is not an absolute path'),
