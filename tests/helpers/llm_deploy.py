@@ -45,6 +45,22 @@ def write_wrong_shape(model, path):
     return Path(path)
 
 
+def playbook_env(**more):
+    """The environment of an ansible-playbook run of this checkout (its ansible.cfg and collection, results as
+    JSON), with ``more`` over it and no LLM_* variable (the environment would win over .env with podman-compose)."""
+    env = dict(os.environ)
+    env.update({
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
+        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+        "ANSIBLE_LOCALHOST_WARNING": "0",
+    }, **more)
+    for key in [k for k in env if k.startswith("LLM_")]:
+        del env[key]
+    return env
+
+
 def cpu_image():
     """The tag of the local CPU image with this checkout's start command (built when missing, about a second).
 
@@ -98,16 +114,7 @@ class LocalDeploy:
 
     def command(self, name, *args, **role_vars):
         """The ansible-playbook argv and environment of playbooks/<name>.yml with these vars."""
-        env = dict(os.environ)
-        env.update({
-            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-            "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
-            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
-            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
-            "ANSIBLE_LOCALHOST_WARNING": "0",
-        })
-        for key in [k for k in env if k.startswith("LLM_")]:
-            del env[key]  # the environment would win over .env with podman-compose
+        env = playbook_env()
         cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "playbooks" / (name + ".yml")),
                "-i", str(self.inventory(**role_vars))] + list(args)
         return cmd, env

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.helpers.llama_server import free_port
-from tests.helpers.llm_deploy import cpu_image
+from tests.helpers.llm_deploy import cpu_image, playbook_env
 from tools.gguf_models import write_demo_model, write_nemotron_nano_30b
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,19 +109,8 @@ def deploy(tmp_path):
         host_vars.update(role_vars)
         inventory = tmp_path / "inventory.yml"
         inventory.write_text(json.dumps({"llm_servers": {"hosts": {"localhost": host_vars}}}))
-        env = dict(os.environ)
-        env.update({
-            "PATH": str(doubles) + os.pathsep + env["PATH"],
-            "NVIDIA_SMI_FIXTURE": fixture,
-            "NVIDIA_SMI_ARGS_LOG": str(args_log),
-            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-            "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
-            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
-            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
-            "ANSIBLE_LOCALHOST_WARNING": "0",
-        })
-        for key in [k for k in env if k.startswith("LLM_")]:
-            del env[key]
+        env = playbook_env(PATH=str(doubles) + os.pathsep + os.environ["PATH"], NVIDIA_SMI_FIXTURE=fixture,
+                           NVIDIA_SMI_ARGS_LOG=str(args_log))
         cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "playbooks" / "deploy.yml"),
                "-v", "-i", str(inventory), "--check", "--diff"]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300,
