@@ -183,6 +183,7 @@ def clean_leftovers(names=NAMES):
             state = {}
     if state.get("control_dir"):
         close_control_sockets(state["control_dir"])
+        shutil.rmtree(state["control_dir"], ignore_errors=True)
     # The launchers first (recorded, or found in our namespaces): SIGKILL ends each whole host.
     launchers = [p for p in state.get("launchers", []) if _is_launcher(p, names)]
     hosts_ns = [ns for ns in _our_netns(names) if ns != names.bridge_ns]
@@ -305,7 +306,10 @@ class Fleet:
         self.image = image                    # None: no image store (a fleet for ssh alone)
         self.names = FleetNames.of(checkout)
         self.hosts = {name: FleetHost(self, i, name) for i, name in enumerate(names)}
-        self.control_dir = self.base / "cp"
+        # ssh's ControlPath is a Unix socket path (at most 107 bytes): a pytest tmp_path under an xdist worker is
+        # too deep for it, so the sockets live in a short folder of /tmp named after the fleet and its base.
+        self.control_dir = Path(tempfile.gettempdir()) / ("%s-cp-%s" % (
+            self.names.prefix, hashlib.sha256(str(self.base).encode()).hexdigest()[:8]))
         self.key = self.base / "id_ed25519"
         self.known_hosts = self.base / "known_hosts"
         self.deploy_dir = self.base / DEPLOY_DIR
@@ -491,6 +495,7 @@ class Fleet:
     def down(self):
         """Tear the fleet down (always safe to call): ssh masters, containers, launchers, veths, namespaces."""
         close_control_sockets(self.control_dir)
+        shutil.rmtree(self.control_dir, ignore_errors=True)
         running = [h for h in self.hosts.values() if h.launcher is not None and h.launcher.poll() is None]
         # Remove the containers while the hosts live: podman removes their cgroups and mounts on the way.
         removals = [subprocess.Popen(  # pylint: disable=consider-using-with
