@@ -306,10 +306,8 @@ class Fleet:
         self.image = image                    # None: no image store (a fleet for ssh alone)
         self.names = FleetNames.of(checkout)
         self.hosts = {name: FleetHost(self, i, name) for i, name in enumerate(names)}
-        # ssh's ControlPath is a Unix socket path (at most 107 bytes): a pytest tmp_path under an xdist worker is
-        # too deep for it, so the sockets live in a short folder of /tmp named after the fleet and its base.
-        self.control_dir = Path(tempfile.gettempdir()) / ("%s-cp-%s" % (
-            self.names.prefix, hashlib.sha256(str(self.base).encode()).hexdigest()[:8]))
+        # ssh's sockets in a short folder: a Unix socket path has at most 107 bytes, too few for a pytest tmp_path
+        self.control_dir = Path(tempfile.gettempdir()) / f"{self.names.prefix}-cp-{fleet_id(self.base)}"
         self.key = self.base / "id_ed25519"
         self.known_hosts = self.base / "known_hosts"
         self.deploy_dir = self.base / DEPLOY_DIR
