@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tools.gguf_models import write_demo_model  # noqa: E402  pylint: disable=wrong-import-position
 
+
 def git(*args, cwd=ROOT):
     return subprocess.run(["git"] + list(args), cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 

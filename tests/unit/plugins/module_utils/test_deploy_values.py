@@ -67,8 +67,8 @@ def test_input_error_joins_variable_and_message_pairs():
     assert exc.lines() == ["llm_server_port: 0 is out of range", "llm_server_image: bad"]
     assert exc.refusal("h1") == ("llm_server: these values cannot be deployed on h1: llm_server_port: 0 is out of "
                                  "range; llm_server_image: bad. Nothing was changed.")
-    assert SettingsError([("a", "x")]).refusal("h2") == "llm_server: this value cannot be deployed on h2: a: x. " \
-                                                     "Nothing was changed."
+    assert SettingsError([("a", "x")]).refusal("h2") == (
+        "llm_server: this value cannot be deployed on h2: a: x. Nothing was changed.")
 
 
 def test_input_error_takes_any_iterable_of_pairs():
@@ -535,7 +535,7 @@ def test_offload_layers_are_block_indices_and_mode_layers_needs_layers_or_a_patt
         "llm_server_cpu_expert_layers": "65536 is out of range: integers from 0 to 65535"}
     assert problems(llm_server_moe_offload_mode="layers") == {
         "llm_server_cpu_expert_layers": "mode layers needs the block indices whose experts go to host RAM "
-                                         "(or llm_server_moe_offload_pattern)"}
+                                        "(or llm_server_moe_offload_pattern)"}
     assert settings(llm_server_moe_offload_mode="layers",
                     llm_server_moe_offload_pattern=r"blk\.3\.ffn_.*_exps").moe_offload_pattern == r"blk\.3\.ffn_.*_exps"
     assert settings(llm_server_cpu_expert_layers=[4]).moe_offload_mode == "auto"

@@ -59,7 +59,7 @@ def test_a_refusal_names_the_host_and_every_problem_with_its_variable():
 
 
 def test_a_host_without_its_name_is_refused_as_question_mark():
-    _, failure = role_settings(plain, dict(BASE, llm_server_port=0))
+    failure = role_settings(plain, dict(BASE, llm_server_port=0))[1]
     assert failure["msg"].startswith("llm_server: this value cannot be deployed on ?: llm_server_port: ")
 
 
