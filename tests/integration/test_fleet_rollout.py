@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PATTERN_ALL = "\\.ffn_.*_exps\\.weight"
 PATTERN_BLOCK_4 = "blk\\.4\\.ffn_.*_exps\\.weight"
-# A checkout path whose fleet id starts with two zeros: its /64 is fd7a:11f0:00a7::, written fd7a:11f0:a7::
-ZERO_CHECKOUT = "/work/fleet-leading-zero-92"
+# A checkout path whose fleet id starts with two zeros: its /64 is fd7a:11f0:00dd::, written fd7a:11f0:dd::
+ZERO_CHECKOUT = "/home/dev/moe_offload-115"
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("sshd") or not shutil.which("podman"),
@@ -157,10 +157,10 @@ def test_a_fleet_whose_network_has_leading_zeros_answers_ssh_with_host_key_check
     """ssh looks a numeric IPv6 address up in known_hosts in its canonical form (leading zeros dropped): the
     inventory, known_hosts and sshd_config of a fleet whose /64 has a group with leading zeros say that form."""
     names = FleetNames.of(ZERO_CHECKOUT)
-    assert fleet_id(ZERO_CHECKOUT) == "00a7" and names.prefix != PREFIX
-    assert names.controller_address == "fd7a:11f0:a7::1"
+    assert fleet_id(ZERO_CHECKOUT) == "00dd" and names.prefix != PREFIX
+    assert names.controller_address == "fd7a:11f0:dd::1"
     fl = Fleet(tmp_path / "zero", names=("z1", "z2"), image=None, checkout=ZERO_CHECKOUT)
-    assert [h.address for h in fl.hosts.values()] == ["fd7a:11f0:a7::11", "fd7a:11f0:a7::12"]
+    assert [h.address for h in fl.hosts.values()] == ["fd7a:11f0:dd::11", "fd7a:11f0:dd::12"]
     try:
         fl.up()
         inventory = fl.inventory(fl.base / "hosts.yml")
@@ -169,11 +169,11 @@ def test_a_fleet_whose_network_has_leading_zeros_answers_ssh_with_host_key_check
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert sorted(re.findall(r"^(z\d) \| SUCCESS", proc.stdout, re.MULTILINE)) == ["z1", "z2"], proc.stdout
         assert [line.split()[0] for line in fl.known_hosts.read_text().splitlines()] == [
-            "fd7a:11f0:a7::11", "fd7a:11f0:a7::12"]
-        assert "ListenAddress fd7a:11f0:a7::11\n" in (fl.hosts["z1"].dir / "sshd_config").read_text()
+            "fd7a:11f0:dd::11", "fd7a:11f0:dd::12"]
+        assert "ListenAddress fd7a:11f0:dd::11\n" in (fl.hosts["z1"].dir / "sshd_config").read_text()
         hosts = yaml.safe_load(inventory.read_text())["all"]["children"]["llm_servers"]["hosts"]
         assert {name: host["ansible_host"] for name, host in hosts.items()} == {
-            "z1": "fd7a:11f0:a7::11", "z2": "fd7a:11f0:a7::12"}
+            "z1": "fd7a:11f0:dd::11", "z2": "fd7a:11f0:dd::12"}
     finally:
         fl.down()
     assert leftovers(names) == [], "the fleet's teardown left something behind"
