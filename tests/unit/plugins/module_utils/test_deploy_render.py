@@ -71,57 +71,19 @@ def test_a_value_with_a_unicode_line_separator_reads_back_whole(separator):
     assert merge_env(text, env_block(values, "h")) == (text, [])
 
 
-def test_a_value_the_placement_cannot_write_is_refused():
-    with pytest.raises(RenderError, match="LLM_MOE_OFFLOAD_PATTERN"):
-        env_values(settings(), dict(PLACEMENT, pattern="blk\n${X}"))
-
-
 def test_the_compose_file_holds_every_value_encoded():
-    s = settings()
-    service = yaml.safe_load(render_compose(s, PLACEMENT, "podman"))["services"]["ai-llm"]
+    """Read by PyYAML; the whole text of each kind of compose file is in the tests further down."""
+    service = yaml.safe_load(render_compose(settings(), PLACEMENT, "podman"))["services"]["ai-llm"]
     # $ is doubled for compose: after compose's own unescaping the values are the literal ones
     assert service["command"] == ["--alias", "a$$b$${HOME}`id`'\"", "--api-prefix", "$$$$"]
     assert service["volumes"][0] == {"type": "bind", "source": "/srv/mo dels", "target": "/models", "read_only": True}
     assert service["volumes"][1]["source"] == "/srv/ai $$llm/secrets"
     assert service["labels"] == {HASH_LABEL: "${LLM_CONFIG_HASH:-}"}
-    assert service["environment"]["MOE_OFFLOAD_PATTERN"] == "${LLM_MOE_OFFLOAD_PATTERN:-}"
-    assert service["environment"]["API_KEY_FILE"] == "/run/secrets/ai-llm/api-key"
-    assert "API_KEY" not in service["environment"]
-    assert service["devices"] == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
-    assert service["restart"] == "unless-stopped"
-    docker = yaml.safe_load(render_compose(s, PLACEMENT, "docker"))["services"]["ai-llm"]
-    assert docker["deploy"]["resources"]["reservations"]["devices"] == [
-        {"driver": "nvidia", "device_ids": ["0", "1"], "capabilities": ["gpu"]}]
-    assert docker["logging"] == {"driver": "json-file", "options": {"max-size": "50m", "max-file": "3"}}
 
 
 def test_restart_no_stays_a_string():
     service = yaml.safe_load(render_compose(settings(llm_server_restart_policy="no"), PLACEMENT, "podman"))
     assert service["services"]["ai-llm"]["restart"] == "no"
-
-
-def test_the_hash_follows_env_compose_and_key():
-    s = settings()
-    values = env_values(s, PLACEMENT)
-    compose = render_compose(s, PLACEMENT, "podman")
-    digest = config_hash(values, compose, b"sk-1\n")
-    assert digest == config_hash(dict(values), compose, b"sk-1\n")
-    assert digest != config_hash(values, compose, b"sk-2\n")
-    assert digest != config_hash(values, compose + "#", b"sk-1\n")
-    assert digest != config_hash(dict(values, LLM_CTX_SIZE="1024"), compose, b"sk-1\n")
-
-
-def test_merge_keeps_other_lines_and_drops_the_role_keys_outside_its_block():
-    old = "\n".join(["OPERATOR=stays", BEGIN, "LLM_CTX_SIZE='1'", END, "LLM_CTX_SIZE=2",
-                     "# a comment", ""])
-    block = env_block(env_values(settings(), PLACEMENT), "h")
-    new, dropped = merge_env(old, block)
-    assert new.startswith("OPERATOR=stays\n" + BEGIN)
-    assert new.endswith("# a comment\n")
-    assert sorted(dropped) == ["LLM_CTX_SIZE"]
-    assert "LLM_CTX_SIZE=2" not in new and managed_block(new) == block
-    assert merge_env(new, block) == (new, [])
-    assert merge_env("", block) == (block, [])
 
 
 @pytest.mark.skipif(not shutil.which("podman-compose"), reason="podman-compose is not installed")
@@ -154,102 +116,88 @@ PLAIN = {
 ROLE_KEYS = ["LLM_MOE_OFFLOAD_PATTERN", "LLM_DEVICE_OVERRIDES", "LLM_CTX_SIZE", "LLM_PARALLEL", "LLM_N_GPU_LAYERS",
              "LLM_MODEL_PATH", "LLM_BIND_ADDRESS", "LLM_PORT", "LLM_GPU_DEVICES", "LLM_TENSOR_SPLIT",
              "LLM_LOG_VERBOSITY"]
+CPU = {"topology": "cpu"}
 
 
 def plain(**values):
     return check_settings(role_values(PLAIN, **values)).as_dict()
 
 
-def test_env_values_on_gpus_holds_every_key_in_order():
-    values = env_values(plain(llm_server_log_verbosity=3), PLACEMENT)
-    assert values == {
-        "LLM_MOE_OFFLOAD_PATTERN": r"blk\.(3|4)\.ffn_.*_exps\.weight$",
-        "LLM_DEVICE_OVERRIDES": r"blk\.5\.ffn_.*_exps=CUDA1",
-        "LLM_CTX_SIZE": "4096",
-        "LLM_PARALLEL": "2",
-        "LLM_N_GPU_LAYERS": "40",
-        "LLM_MODEL_PATH": "/models/m.gguf",
-        "LLM_BIND_ADDRESS": "127.0.0.1",
-        "LLM_PORT": "8081",
-        "LLM_GPU_DEVICES": "0,1",
-        "LLM_TENSOR_SPLIT": "0.6,0.4",
-        "LLM_LOG_VERBOSITY": "3",
-    }
+def cpu_block():
+    return env_block(env_values(plain(), CPU), "h")
+
+
+@pytest.mark.parametrize("verbosity, placement, placed", [
+    (3, PLACEMENT, {"LLM_MOE_OFFLOAD_PATTERN": r"blk\.(3|4)\.ffn_.*_exps\.weight$",
+                    "LLM_DEVICE_OVERRIDES": r"blk\.5\.ffn_.*_exps=CUDA1", "LLM_GPU_DEVICES": "0,1",
+                    "LLM_TENSOR_SPLIT": "0.6,0.4", "LLM_LOG_VERBOSITY": "3"}),
+    # no pattern, no overrides, no GPU, no split, no verbosity: the keys are written empty, never 'None'
+    ("", CPU, {}),
+    ("", {"pattern": None, "device_overrides": None, "gpu_devices": None, "tensor_split": None, "topology": "cpu"},
+     {}),
+])
+def test_env_values_hold_every_key_in_order(verbosity, placement, placed):
+    values = env_values(plain(llm_server_log_verbosity=verbosity), placement)
+    expected = dict.fromkeys(ROLE_KEYS, "")
+    expected.update({"LLM_CTX_SIZE": "4096", "LLM_PARALLEL": "2", "LLM_N_GPU_LAYERS": "40",
+                     "LLM_MODEL_PATH": "/models/m.gguf", "LLM_BIND_ADDRESS": "127.0.0.1", "LLM_PORT": "8081"}, **placed)
+    assert values == expected
     assert list(values) == ROLE_KEYS
 
 
-def test_env_values_without_a_placement_are_empty_strings():
-    """No pattern, no overrides, no GPU, no split, no verbosity: the keys are written empty, never 'None'."""
-    values = env_values(plain(llm_server_log_verbosity=""), {"topology": "cpu"})
-    assert values == {
-        "LLM_MOE_OFFLOAD_PATTERN": "",
-        "LLM_DEVICE_OVERRIDES": "",
-        "LLM_CTX_SIZE": "4096",
-        "LLM_PARALLEL": "2",
-        "LLM_N_GPU_LAYERS": "40",
-        "LLM_MODEL_PATH": "/models/m.gguf",
-        "LLM_BIND_ADDRESS": "127.0.0.1",
-        "LLM_PORT": "8081",
-        "LLM_GPU_DEVICES": "",
-        "LLM_TENSOR_SPLIT": "",
-        "LLM_LOG_VERBOSITY": "",
-    }
-    none_given = {"pattern": None, "device_overrides": None, "gpu_devices": None, "tensor_split": None,
-                  "topology": "cpu"}
-    assert env_values(plain(llm_server_log_verbosity=""), none_given) == values
-
-
-@pytest.mark.parametrize("placement, devices", [
-    ({"topology": "single", "gpu_devices": [2]}, "2"),
-    ({"topology": "multi", "gpu_devices": [0, 1, 3]}, "0,1,3"),
-    ({"topology": "dual"}, ""),
-    ({"topology": "dual", "gpu_devices": []}, ""),
-    ({"topology": "cpu", "gpu_devices": [0, 1]}, ""),
-    ({"gpu_devices": [0, 1]}, ""),
+@pytest.mark.parametrize("placement, key, text", [
+    # GPU devices are written only for a GPU topology; a placement without ``topology`` is a CPU one
+    ({"topology": "single", "gpu_devices": [2]}, "LLM_GPU_DEVICES", "2"),
+    ({"topology": "multi", "gpu_devices": [0, 1, 3]}, "LLM_GPU_DEVICES", "0,1,3"),
+    ({"topology": "dual"}, "LLM_GPU_DEVICES", ""),
+    ({"topology": "dual", "gpu_devices": []}, "LLM_GPU_DEVICES", ""),
+    ({"topology": "cpu", "gpu_devices": [0, 1]}, "LLM_GPU_DEVICES", ""),
+    ({"gpu_devices": [0, 1]}, "LLM_GPU_DEVICES", ""),
+    # the tensor split, comma-separated
+    ({"topology": "dual", "tensor_split": "0.6,0.4"}, "LLM_TENSOR_SPLIT", "0.6,0.4"),
+    ({"topology": "dual", "tensor_split": [0.6, 0.4]}, "LLM_TENSOR_SPLIT", "0.6,0.4"),
+    ({"topology": "dual", "tensor_split": (3, 1)}, "LLM_TENSOR_SPLIT", "3,1"),
+    ({"topology": "dual", "tensor_split": []}, "LLM_TENSOR_SPLIT", ""),
+    ({"topology": "dual", "tensor_split": ""}, "LLM_TENSOR_SPLIT", ""),
+    ({"topology": "dual", "tensor_split": None}, "LLM_TENSOR_SPLIT", ""),
+    ({"topology": "dual"}, "LLM_TENSOR_SPLIT", ""),
+    # llama-server's --override-tensor takes ``<pattern>=<buffer type>,...``: one comma-separated value
+    ({"topology": "dual", "device_overrides": ["a=CUDA0", "b=CUDA1"]}, "LLM_DEVICE_OVERRIDES", "a=CUDA0,b=CUDA1"),
 ])
-def test_gpu_devices_are_written_only_for_a_gpu_topology(placement, devices):
-    """A placement without ``topology`` is a CPU one: no GPU is handed to the container."""
-    assert env_values(plain(), placement)["LLM_GPU_DEVICES"] == devices
+def test_a_placement_value_in_env(placement, key, text):
+    assert env_values(plain(), placement)[key] == text
 
 
-@pytest.mark.parametrize("split, text", [
-    ("0.6,0.4", "0.6,0.4"),
-    ([0.6, 0.4], "0.6,0.4"),
-    ((3, 1), "3,1"),
-    ([], ""),
-    ("", ""),
-    (None, ""),
+@pytest.mark.parametrize("values, key, text", [
+    # level 0 is a level (llama-server's -lv 0), not "unset"
+    ({"llm_server_log_verbosity": None}, "LLM_LOG_VERBOSITY", ""),
+    ({"llm_server_log_verbosity": ""}, "LLM_LOG_VERBOSITY", ""),
+    ({"llm_server_log_verbosity": 0}, "LLM_LOG_VERBOSITY", "0"),
+    ({"llm_server_log_verbosity": 9}, "LLM_LOG_VERBOSITY", "9"),
+    ({"llm_server_n_gpu_layers": "all"}, "LLM_N_GPU_LAYERS", "all"),
+    ({"llm_server_parallel": 256}, "LLM_PARALLEL", "256"),
 ])
-def test_the_tensor_split_is_written_comma_separated(split, text):
-    placement = {"topology": "dual", "gpu_devices": [0, 1], "tensor_split": split}
-    assert env_values(plain(), placement)["LLM_TENSOR_SPLIT"] == text
+def test_a_setting_in_env(values, key, text):
+    assert env_values(plain(**values), CPU)[key] == text
 
 
-def test_a_missing_tensor_split_is_empty():
-    assert env_values(plain(), {"topology": "dual", "gpu_devices": [0, 1]})["LLM_TENSOR_SPLIT"] == ""
+CONTROL = "it holds control characters (\\n), which a .env line cannot carry"
 
 
-@pytest.mark.parametrize("verbosity, text", [(None, ""), ("", ""), (0, "0"), (9, "9")])
-def test_the_log_verbosity_is_empty_only_when_unset(verbosity, text):
-    """Level 0 is a level (llama-server's -lv 0), not "unset"."""
-    assert env_values(plain(llm_server_log_verbosity=verbosity), {"topology": "cpu"})["LLM_LOG_VERBOSITY"] == text
-
-
-def test_n_gpu_layers_words_and_parallel_reach_env():
-    values = env_values(plain(llm_server_n_gpu_layers="all", llm_server_parallel=256), {"topology": "cpu"})
-    assert (values["LLM_N_GPU_LAYERS"], values["LLM_PARALLEL"]) == ("all", "256")
-
-
-@pytest.mark.parametrize("key, placement", [
-    ("LLM_DEVICE_OVERRIDES", {"device_overrides": ["a=CUDA0", "b${X}=CUDA1"]}),
-    ("LLM_TENSOR_SPLIT", {"tensor_split": "1,\n2"}),
-    ("LLM_MOE_OFFLOAD_PATTERN", {"pattern": "ends\\"}),
+@pytest.mark.parametrize("placement, message", [
+    ({"pattern": "blk\n${X}"}, 'LLM_MOE_OFFLOAD_PATTERN "blk\\n${X}" cannot go into .env: ' + CONTROL),
+    ({"device_overrides": ["a=CUDA0", "b${X}=CUDA1"]},
+     'LLM_DEVICE_OVERRIDES "a=CUDA0,b${X}=CUDA1" cannot go into .env: it holds \'${\', which podman-compose\'s '
+     '.env parser (python-dotenv) expands even inside quotes'),
+    ({"tensor_split": "1,\n2"}, 'LLM_TENSOR_SPLIT "1,\\n2" cannot go into .env: ' + CONTROL),
+    ({"pattern": "ends\\"},
+     'LLM_MOE_OFFLOAD_PATTERN "ends\\\\" cannot go into .env: it ends with a backslash, which would escape the '
+     'closing quote in .env'),
 ])
-def test_render_error_names_the_key_and_the_value(key, placement):
+def test_a_value_the_placement_cannot_write_is_refused_with_its_key_and_value(placement, message):
     with pytest.raises(RenderError) as info:
-        env_values(plain(), dict({"topology": "cpu"}, **placement))
-    assert str(info.value).startswith(key + " ")
-    assert " cannot go into .env: it " in str(info.value)
+        env_values(plain(), dict(CPU, **placement))
+    assert str(info.value) == message
 
 
 def reference_hash(values, compose_text, key_bytes):
@@ -261,26 +209,16 @@ def reference_hash(values, compose_text, key_bytes):
     return digest.hexdigest()
 
 
-def test_the_config_hash_is_stable_across_versions():
+@pytest.mark.parametrize("values, compose, key, key_bytes", [
+    ({"LLM_CTX_SIZE": "4096", "LLM_PORT": "8081"}, "services: {}\n", b"sk-1\n", b"sk-1\n"),
+    ({"B": "2", "A": "1"}, "c", b"k", b"k"),  # the items are sorted: the order of the keys does not count
+    ({"LLM_CTX_SIZE": "4096"}, "c", b"", b""),
+    ({"LLM_CTX_SIZE": "4096"}, "c", None, b""),  # no API key hashes as an empty key file
+])
+def test_the_config_hash_is_stable_across_versions(values, compose, key, key_bytes):
     """Containers carry the hash as a label and snapshots record it: the same inputs give the same hex digest."""
-    values = {"LLM_CTX_SIZE": "4096", "LLM_PORT": "8081"}
-    assert config_hash(values, "services: {}\n", b"sk-1\n") == reference_hash(values, "services: {}\n", b"sk-1\n")
-    assert config_hash(values, "c", b"") == reference_hash(values, "c", b"")
-    assert len(config_hash(values, "c")) == 64
-
-
-def test_no_api_key_hashes_as_an_empty_key_file():
-    values = {"LLM_CTX_SIZE": "4096"}
-    empty = reference_hash(values, "c", b"")
-    assert config_hash(values, "c") == empty
-    assert config_hash(values, "c", None) == empty
-    assert config_hash(values, "c", b"") == empty
-    assert config_hash(values, "c", b"k") != empty
-
-
-def test_the_config_hash_does_not_depend_on_key_order():
-    assert config_hash({"A": "1", "B": "2"}, "c") == config_hash({"B": "2", "A": "1"}, "c")
-    assert config_hash({"A": "1", "B": "2"}, "c") != config_hash({"A": "2", "B": "1"}, "c")
+    assert config_hash(values, compose, key) == reference_hash(values, compose, key_bytes)
+    assert config_hash(values, compose) == reference_hash(values, compose, b"")
 
 
 def test_the_env_block_is_markers_quoted_keys_and_the_hash_last():
@@ -296,17 +234,24 @@ def test_the_env_block_is_markers_quoted_keys_and_the_hash_last():
     assert parse_env(expected) == dict(values, LLM_CONFIG_HASH="abc")
 
 
-def test_merge_env_appends_the_block_after_the_other_lines():
-    block = env_block(env_values(plain(), {"topology": "cpu"}), "h")
-    assert merge_env("A=1\r\nB=2", block) == ("A=1\nB=2\n" + block, [])
-    assert merge_env("A=1\nLLM_PORT=9\nexport LLM_CTX_SIZE=1\n", block) == (
-        "A=1\n" + block, ["LLM_PORT", "LLM_CTX_SIZE"])
-
-
-def test_merge_env_replaces_the_block_in_place():
-    block = env_block(env_values(plain(), {"topology": "cpu"}), "new")
-    old = "A=1\n" + env_block(env_values(plain(llm_server_ctx_size=1), {"topology": "cpu"}), "old") + "B=2\n"
-    assert merge_env(old, block) == ("A=1\n" + block + "B=2\n", [])
+@pytest.mark.parametrize("old, new, dropped", [
+    ("", "{block}", []),
+    ("A=1\r\nB=2", "A=1\nB=2\n{block}", []),  # appended after the other lines
+    ("A=1\nLLM_PORT=9\nexport LLM_CTX_SIZE=1\n", "A=1\n{block}", ["LLM_PORT", "LLM_CTX_SIZE"]),
+    # the role's keys outside its block are dropped (a later line would win over the block), comments stay
+    ("\n".join(["OPERATOR=stays", BEGIN, "LLM_CTX_SIZE='1'", END, "LLM_CTX_SIZE=2", "# a comment", ""]),
+     "OPERATOR=stays\n{block}# a comment\n", ["LLM_CTX_SIZE"]),
+    ("A=1\n" + BEGIN + "\nLLM_CTX_SIZE='1'\nLLM_CONFIG_HASH='old'\n" + END + "\nB=2\n", "A=1\n{block}B=2\n", []),
+    # one block, where the first one was
+    ("\n".join(["A=1", BEGIN, "LLM_PORT='1'", END, "B=2", BEGIN, "LLM_PORT='2'", END, "C=3", ""]),
+     "A=1\n{block}B=2\nC=3\n", []),
+    ("A=1\n  " + BEGIN + "\t\nLLM_PORT='1'\n " + END + " \nB=2\n", "A=1\n{block}B=2\n", []),  # blanks around markers
+])
+def test_merge_env_replaces_the_block_and_keeps_the_other_lines(old, new, dropped):
+    block = cpu_block()
+    new = new.format(block=block)
+    assert merge_env(old, block) == (new, dropped)
+    assert merge_env(new, block) == (new, [])
 
 
 HEAD = """\
@@ -446,38 +391,21 @@ def test_parse_env_reads_the_role_keys_only_and_the_last_line_wins():
     assert parse_env("") == {}
 
 
-def test_managed_block_is_the_text_between_the_markers():
-    block = env_block(env_values(plain(), {"topology": "cpu"}), "h")
-    assert managed_block("A=1\n" + block + "B=2\n") == block
-    assert managed_block("A=1\r\n" + block.replace("\n", "\r\n")) == block
-    indented = "  " + BEGIN + "\nLLM_PORT='1'\n" + END + "  \n"
-    assert managed_block(indented) == indented
+INDENTED = "  " + BEGIN + "\nLLM_PORT='1'\n" + END + "  \n"
 
 
-@pytest.mark.parametrize("text", [
-    "",
-    "A=1\n",
-    BEGIN + "\nLLM_PORT='1'\n",
-    "LLM_PORT='1'\n" + END + "\n",
-    END + "\nLLM_PORT='1'\n" + BEGIN + "\n",
+@pytest.mark.parametrize("text, block", [
+    ("A=1\n{block}B=2\n", "{block}"),
+    ("A=1\r\n{crlf_block}", "{block}"),
+    (INDENTED, INDENTED),
+    # without both markers, in order, there is no block
+    ("", ""),
+    ("A=1\n", ""),
+    (BEGIN + "\nLLM_PORT='1'\n", ""),
+    ("LLM_PORT='1'\n" + END + "\n", ""),
+    (END + "\nLLM_PORT='1'\n" + BEGIN + "\n", ""),
 ])
-def test_managed_block_without_both_markers_in_order_is_empty(text):
-    assert managed_block(text) == ""
-
-
-def test_merge_env_keeps_one_block_where_the_first_one_was():
-    block = env_block(env_values(plain(), {"topology": "cpu"}), "h")
-    old = "\n".join(["A=1", BEGIN, "LLM_PORT='1'", END, "B=2", BEGIN, "LLM_PORT='2'", END, "C=3", ""])
-    assert merge_env(old, block) == ("A=1\n" + block + "B=2\nC=3\n", [])
-
-
-def test_device_overrides_are_one_comma_separated_value():
-    """llama-server's --override-tensor takes ``<pattern>=<buffer type>,...``."""
-    placement = {"topology": "dual", "gpu_devices": [0, 1], "device_overrides": ["a=CUDA0", "b=CUDA1"]}
-    assert env_values(plain(), placement)["LLM_DEVICE_OVERRIDES"] == "a=CUDA0,b=CUDA1"
-
-
-def test_merge_env_finds_markers_with_surrounding_blanks():
-    block = env_block(env_values(plain(), {"topology": "cpu"}), "h")
-    old = "A=1\n  " + BEGIN + "\t\nLLM_PORT='1'\n " + END + " \nB=2\n"
-    assert merge_env(old, block) == ("A=1\n" + block + "B=2\n", [])
+def test_managed_block_is_the_text_between_the_markers(text, block):
+    cpu = cpu_block()
+    text = text.format(block=cpu, crlf_block=cpu.replace("\n", "\r\n"))
+    assert managed_block(text) == block.format(block=cpu)
