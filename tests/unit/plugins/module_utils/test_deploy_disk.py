@@ -130,46 +130,40 @@ def test_lines_outside_the_block(project, extra, settled):
         assert proof(settings)["config_hash"] == digest
 
 
-@pytest.mark.parametrize("damage", ["second_block", "crlf", "no_final_newline", "value_in_block", "no_env"])
-def test_an_env_the_writer_would_change_is_not_proved(project, damage):
-    settings, _digest = project
-    path = settings["paths"]["env"]
-    with open(path, encoding="utf-8", newline="") as f:
-        text = f.read()
-    if damage == "second_block":
-        text += text
-    elif damage == "crlf":
-        text = text.replace("\n", "\r\n")
-    elif damage == "no_final_newline":
-        text = text.rstrip("\n")
-    elif damage == "value_in_block":
-        text = text.replace("LLM_CTX_SIZE='512'", "LLM_CTX_SIZE='513'")
-        assert "LLM_CTX_SIZE='513'" in text
-    if damage == "no_env":
-        os.unlink(path)
-    else:
-        with open(path, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-    assert proof(settings) is None
+def edit(name, change):
+    """A damage: the file ``paths[name]`` rewritten by ``change`` (its text, line ends as they are)."""
+    def damage(settings):
+        with open(settings["paths"][name], encoding="utf-8", newline="") as f:
+            text = f.read()
+        assert change(text) != text
+        with open(settings["paths"][name], "w", encoding="utf-8", newline="") as f:
+            f.write(change(text))
+    return damage
 
 
-@pytest.mark.parametrize("damage", ["compose_byte", "no_compose", "leftover", "no_secrets"])
-def test_other_files_the_writer_would_change_are_not_proved(project, damage):
+def no_secrets(settings):
+    os.unlink(settings["paths"]["api_key"])
+    os.rmdir(settings["paths"]["secrets"])
+
+
+@pytest.mark.parametrize("damage, key, read", [
+    (edit("env", lambda text: text + text), KEY, ("env_settled", False)),  # a second block
+    (edit("env", lambda text: text.replace("\n", "\r\n")), KEY, ("env_settled", False)),
+    (edit("env", lambda text: text.rstrip("\n")), KEY, ("env_settled", False)),
+    (edit("env", lambda text: text.replace("LLM_CTX_SIZE='512'", "LLM_CTX_SIZE='513'")), KEY, ("env_settled", True)),
+    (lambda settings: os.unlink(settings["paths"]["env"]), KEY, ("env_block", None)),
+    (edit("compose", lambda text: text + " "), KEY, ("compose_exists", True)),
+    (lambda settings: os.unlink(settings["paths"]["compose"]), KEY, ("compose_exists", False)),
+    # a killed atomic_write: the writer removes it
+    (lambda settings: open(os.path.join(settings["project_dir"], ".env.llm_server-tmp-x1"), "wb").close(), KEY,
+     ("leftovers", True)),
+    (no_secrets, "", ("secrets_dir", False)),
+])
+def test_a_file_the_writer_would_change_is_not_proved(project, damage, key, read):
     settings, _digest = project
-    if damage == "compose_byte":
-        with open(settings["paths"]["compose"], "a", encoding="utf-8") as f:
-            f.write(" ")
-    elif damage == "no_compose":
-        os.unlink(settings["paths"]["compose"])
-    elif damage == "leftover":  # a killed atomic_write: the writer removes it
-        open(os.path.join(settings["project_dir"], ".env.llm_server-tmp-x1"), "w", encoding="utf-8").close()
-        assert disk_of(settings)["leftovers"] is True
-    else:
-        os.unlink(settings["paths"]["api_key"])
-        os.rmdir(settings["paths"]["secrets"])
-        assert proof(settings, key="") is None
-        return
-    assert proof(settings) is None
+    damage(settings)
+    assert disk_of(settings)[read[0]] is read[1]
+    assert proof(settings, key=key) is None
 
 
 def test_a_lock_file_and_the_last_records_are_read(project):
@@ -200,10 +194,6 @@ def test_the_model_must_resolve_inside_its_directory(tmp_path, project):
     assert disk_of(settings)["model_outside_dir"] == message and proof(settings) is None
     # a sibling whose name starts with the directory's is outside too (compared as paths)
     assert model_outside_dir(str(tmp_path / "mod"), str(tmp_path / "models" / "x.gguf")) is not None
-    # not asked: no answer, and no proof
-    disk = read_disk(settings["project_dir"], settings["compose_file"], settings["rollback_dir"])
-    assert "model_outside_dir" not in disk and "lock_file" not in disk
-    assert written_config(disk, settings, PLACEMENT, KEY, "podman") is None
 
 
 def test_the_key_file_holds_the_key_and_a_line_end():
@@ -224,7 +214,7 @@ def test_bytes_outside_the_block_that_are_not_utf8_are_left_alone(project):
 
 
 def test_each_file_is_looked_for_where_the_role_writes_it(project):
-    settings, digest = project
+    settings, _digest = project
     disk = disk_of(settings)
     assert disk["compose_exists"] is True and disk["secrets_dir"] is True and disk["api_key_file"] is True
     os.unlink(settings["paths"]["api_key"])
@@ -246,17 +236,20 @@ def test_the_last_and_previous_snapshots_are_read_from_the_rollback_dir(project)
     assert (disk["snapshot_hash"], disk["previous_snapshot_hash"]) == (digest, "1" * 64)
 
 
-def test_the_model_is_checked_only_with_both_paths(project):
+def test_the_lock_file_and_the_model_are_read_only_when_asked(project):
+    """The model only with both paths; not asked: no answer, and no proof."""
     settings, _digest = project
-    for model_dir, model_path in ((settings["model_dir"], None), (None, settings["model_path"])):
+    for model_dir, model_path in ((settings["model_dir"], None), (None, settings["model_path"]), (None, None)):
         disk = read_disk(settings["project_dir"], settings["compose_file"], settings["rollback_dir"], None, model_dir,
                          model_path)
-        assert "model_outside_dir" not in disk
+        assert "model_outside_dir" not in disk and "lock_file" not in disk
+        assert written_config(disk, settings, PLACEMENT, KEY, "podman") is None
 
 
 def test_a_run_has_nothing_to_do_only_when_everything_holds(project):
-    """_deploy_decision.unchanged: the files proved, the container runs and answers this configuration, verified,
-    its snapshot kept, no lock file. Each of these missing sends the run the way of a change, with the reason."""
+    """_deploy_decision.unchanged on the disk as read here: the files proved, the container runs and answers this
+    configuration, verified, its snapshot kept, no lock file. The disk's part missing sends the run the way of a
+    change, with the reason (every other state: tests/unit/plugins/plugin_utils/test_deploy_decision.py)."""
     settings, digest = project
     service = {"engine": "podman", "disk": disk_of(settings), "health": 200, "auth": {"checked": True, "enforced": True},
                "container": {"exists": True, "running": True, "status": "running", "config_hash": digest}}
@@ -274,25 +267,12 @@ def test_a_run_has_nothing_to_do_only_when_everything_holds(project):
         return answer["reason"]
 
     assert reason(disk={"lock_file": True}) == "the project directory's lock file exists"
-    without_lock = dict(service["disk"])
-    del without_lock["lock_file"]
-    assert unchanged(dict(service, disk=without_lock), settings, PLACEMENT, KEY)["unchanged"] is False
     assert reason(disk={"compose_sha256": "0" * 64}) == "the files on disk are not those of this configuration"
     assert reason(engine="docker") == "the files on disk are not those of this configuration"
-    assert "ai-llm runs configuration 000000000000 but" in reason(
-        container=dict(service["container"], config_hash="0" * 64))
-    assert reason(container={"exists": False}).startswith("the ai-llm container %s does not exist"
-                                                          % settings["container_name"])
-    assert "never verified" in reason(disk={"verification": {"config_hash": digest, "status": "failed"}})
-    assert "/health answers 503" in reason(health=503)
-    assert "not in force" in reason(auth={"checked": True, "enforced": False})
+    assert reason(disk={"verification": {"config_hash": digest, "status": "failed"}}) == (
+        "the configuration %s that ai-llm runs was never verified (an earlier run stopped before its verification): "
+        "it is verified now" % digest[:12])
     assert reason(disk={"snapshot_hash": None}) == "the last snapshot is not this configuration"
-    assert unchanged(service, dict(settings, rollback=False), PLACEMENT, KEY)["unchanged"] is True
-    assert unchanged(dict(service, disk=dict(service["disk"], snapshot_hash=None)), dict(settings, rollback=False),
-                     PLACEMENT, KEY)["unchanged"] is True
-    verify = unchanged(service, dict(settings, verify_always=True), PLACEMENT, KEY)
-    assert verify == {"unchanged": False, "reason": "a verification is asked for"}
-    assert unchanged({}, settings, PLACEMENT, KEY)["unchanged"] is False and unchanged(None, {}, {})["unchanged"] is False
 
 
 def test_a_directory_in_place_of_a_file_is_read_as_no_file(project):
