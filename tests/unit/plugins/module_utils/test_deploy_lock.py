@@ -40,15 +40,6 @@ def test_one_owner_at_a_time_and_only_the_owner_gives_it_back(tmp_path):
     assert acquire(path, owner(), 3600)["acquired"]
 
 
-def test_an_expired_lease_is_taken_over(tmp_path):
-    path = str(tmp_path / ".llm_server.lock")
-    old = acquire(path, owner(), 60, now=1000.0)
-    late = acquire(path, owner(), 60, now=1061.0)
-    assert late["acquired"] and late["token"] != old["token"]
-    assert late["took_over"]["reason"] == "its lease ran out"
-    assert release(path, old["token"]) is False  # the old owner cannot remove the new lock
-
-
 def test_a_dead_owner_is_taken_over_only_with_its_token(tmp_path):
     path = str(tmp_path / ".llm_server.lock")
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -86,13 +77,8 @@ def test_two_takers_at_once_get_one_lock(tmp_path):
     assert sum(r["acquired"] for r in results) == 1
 
 
-def test_process_start_reads_proc():
-    assert process_start(os.getpid()) > 0
-    assert process_start(999999999) is None
-
-
-def test_a_lease_that_ends_now_still_holds(tmp_path):
-    """The lease runs until lease_until: taken over only once the clock is past it."""
+def test_an_expired_lease_is_taken_over_once_the_clock_is_past_it(tmp_path):
+    """The lease runs until lease_until: a lease that ends now still holds."""
     path = str(tmp_path / ".llm_server.lock")
     held = acquire(path, owner(), 60, now=1000.0)
     with open(path, encoding="utf-8") as f:
@@ -103,7 +89,8 @@ def test_a_lease_that_ends_now_still_holds(tmp_path):
                        "now": 1060.0}
     late = acquire(path, owner(), 60, now=1060.5)
     assert late["acquired"] is True and late["holder"] is None and late["now"] == 1060.5
-    assert late["took_over"] == dict(record, reason="its lease ran out")
+    assert late["took_over"] == dict(record, reason="its lease ran out") and late["token"] != held["token"]
+    assert release(path, held["token"]) is False  # the old owner cannot remove the new lock
 
 
 @pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b"\xff\xfe", b"", b"null"])
@@ -158,6 +145,7 @@ def test_process_start_counts_from_the_last_parenthesis(tmp_path):
         with open("/proc/uptime", encoding="ascii") as f:
             uptime = float(f.read().split()[0])
         assert abs(process_start(plain.pid) / ticks - uptime) < 5  # started just now, in ticks since boot
+        assert process_start(999999999) is None
     finally:
         for proc in (plain, weird, other):
             proc.kill()
