@@ -69,99 +69,72 @@ def test_an_extra_model_argument_of_the_compose_command_wins_over_model_path():
     assert container_model(ours)["host_path"] == "/srv/models/other.gguf"
 
 
-def test_model_path_counts_only_for_start_llama_server():
-    # another image's MODEL_PATH means nothing to llama-server
-    result = container_model(upstream(env=["MODEL_PATH=/models/a.gguf"]))
-    assert result["error"] == "no -m/--model argument and no LLAMA_ARG_MODEL or MODEL variable"
-    assert result["host_path"] == "" and result["source"] == ""
+MOUNTS = [{"Type": "bind", "Source": "/data", "Destination": "/"},
+          {"Type": "bind", "Source": "/srv/llm/", "Destination": "/models/"},
+          {"Type": "volume", "Name": "big", "Source": "/var/lib/containers/storage/volumes/big/_data",
+           "Destination": "/models/big"}]
 
 
-@pytest.mark.parametrize("args, env, source, host", [
-    (["-m", "/models/a.gguf"], [], "-m", "/data/llm/a.gguf"),
-    (["--model", "/models/sub/b.gguf"], [], "--model", "/data/llm/sub/b.gguf"),
-    ([], ["LLAMA_ARG_MODEL=/models/c.gguf"], "LLAMA_ARG_MODEL", "/data/llm/c.gguf"),
-    ([], ["MODEL=/models/d.gguf"], "MODEL", "/data/llm/d.gguf"),
+@pytest.mark.parametrize("container, source, host", [
+    (upstream(["-m", "/models/a.gguf"]), "-m", "/data/llm/a.gguf"),
+    (upstream(["--model", "/models/sub/b.gguf"]), "--model", "/data/llm/sub/b.gguf"),
+    (upstream(env=["LLAMA_ARG_MODEL=/models/c.gguf"]), "LLAMA_ARG_MODEL", "/data/llm/c.gguf"),
+    (upstream(env=["MODEL=/models/d.gguf"]), "MODEL", "/data/llm/d.gguf"),
     # the command line overrides LLAMA_ARG_MODEL ("will be overwritten by command line argument")
-    (["-m", "/models/a.gguf"], ["LLAMA_ARG_MODEL=/models/c.gguf"], "-m", "/data/llm/a.gguf"),
+    (upstream(["-m", "/models/a.gguf"], ["LLAMA_ARG_MODEL=/models/c.gguf"]), "-m", "/data/llm/a.gguf"),
     # LLAMA_ARG_MODEL is llama.cpp's own; MODEL only a wrapper convention
-    ([], ["MODEL=/models/d.gguf", "LLAMA_ARG_MODEL=/models/c.gguf"], "LLAMA_ARG_MODEL", "/data/llm/c.gguf"),
+    (upstream(env=["MODEL=/models/d.gguf", "LLAMA_ARG_MODEL=/models/c.gguf"]), "LLAMA_ARG_MODEL", "/data/llm/c.gguf"),
     # given twice: the last one wins
-    (["-m", "/models/first.gguf", "--model", "/models/last.gguf"], [], "--model", "/data/llm/last.gguf"),
+    (upstream(["-m", "/models/first.gguf", "--model", "/models/last.gguf"]), "--model", "/data/llm/last.gguf"),
     # a value taken from the environment by the shell that starts llama-server
-    (["-m", "$MODEL"], ["MODEL=/models/e.gguf"], "-m", "/data/llm/e.gguf"),
-    (["--model", "${MODEL}"], ["MODEL=/models/e.gguf"], "--model", "/data/llm/e.gguf"),
+    (upstream(["-m", "$MODEL"], ["MODEL=/models/e.gguf"]), "-m", "/data/llm/e.gguf"),
+    (upstream(["--model", "${MODEL}"], ["MODEL=/models/e.gguf"]), "--model", "/data/llm/e.gguf"),
     # relative to the working directory (/app), normalised
-    (["-m", "../models/./f.gguf"], [], "-m", "/data/llm/f.gguf"),
+    (upstream(["-m", "../models/./f.gguf"]), "-m", "/data/llm/f.gguf"),
+    # a trailing flag without a value is ignored
+    (upstream(["-m"], ["LLAMA_ARG_MODEL=/models/c.gguf"]), "LLAMA_ARG_MODEL", "/data/llm/c.gguf"),
+    # inside a shell string; one that does not split as a shell would is split on blanks
+    (upstream(Path="/bin/sh", Args=["-c", "exec /app/llama-server --port 8080 -m '/models/my model.gguf'"]), "-m",
+     "/data/llm/my model.gguf"),
+    (upstream(Path="/bin/sh", Args=["-c", "llama-server -m /models/g.gguf --alias 'x"]), "-m", "/data/llm/g.gguf"),
+    # the longest matching mount wins; /models-old is not under /models
+    (upstream(["-m", "/models/big/h.gguf"], mounts=MOUNTS), "-m", "/var/lib/containers/storage/volumes/big/_data/h.gguf"),
+    (upstream(["-m", "/models/h.gguf"], mounts=MOUNTS), "-m", "/srv/llm/h.gguf"),
+    (upstream(["-m", "/elsewhere/h.gguf"], mounts=MOUNTS), "-m", "/data/elsewhere/h.gguf"),
+    (upstream(["-m", "/models-old/h.gguf"], mounts=MOUNTS), "-m", "/data/models-old/h.gguf"),
 ])
-def test_the_forms_of_the_upstream_image(args, env, source, host):
-    result = container_model(upstream(args, env))
+def test_the_forms_of_the_upstream_image(container, source, host):
+    result = container_model(container)
     assert (result["source"], result["host_path"], result["error"]) == (source, host, "")
     assert result["container"] == "llama"
 
 
-def test_a_model_argument_inside_a_shell_string():
-    container = upstream(Path="/bin/sh", Args=["-c", "exec /app/llama-server --port 8080 -m '/models/my model.gguf'"])
-    assert container_model(container)["host_path"] == "/data/llm/my model.gguf"
+NO_MODEL = "no -m/--model argument and no LLAMA_ARG_MODEL or MODEL variable"
 
 
-def test_an_unbalanced_shell_string_is_split_on_blanks():
-    container = upstream(Path="/bin/sh", Args=["-c", "llama-server -m /models/g.gguf --alias 'x"])
-    assert container_model(container)["host_path"] == "/data/llm/g.gguf"
-
-
-def test_model_equals_form_is_not_a_model_argument():
-    result = container_model(upstream(["--model=/models/a.gguf"]))
-    assert result["error"] == "no -m/--model argument and no LLAMA_ARG_MODEL or MODEL variable"
-
-
-def test_a_trailing_flag_without_value_is_ignored():
-    result = container_model(upstream(["-m"], ["LLAMA_ARG_MODEL=/models/c.gguf"]))
-    assert result["source"] == "LLAMA_ARG_MODEL"
-
-
-def test_the_longest_matching_mount_wins():
-    mounts = [{"Type": "bind", "Source": "/data", "Destination": "/"},
-              {"Type": "bind", "Source": "/srv/llm/", "Destination": "/models/"},
-              {"Type": "volume", "Name": "big", "Source": "/var/lib/containers/storage/volumes/big/_data",
-               "Destination": "/models/big"}]
-    assert container_model(upstream(["-m", "/models/big/h.gguf"], mounts=mounts))["host_path"] == \
-        "/var/lib/containers/storage/volumes/big/_data/h.gguf"
-    assert container_model(upstream(["-m", "/models/h.gguf"], mounts=mounts))["host_path"] == "/srv/llm/h.gguf"
-    assert container_model(upstream(["-m", "/elsewhere/h.gguf"], mounts=mounts))["host_path"] == \
-        "/data/elsewhere/h.gguf"
-    # /models-old is not under /models
-    assert container_model(upstream(["-m", "/models-old/h.gguf"], mounts=mounts))["host_path"] == \
-        "/data/models-old/h.gguf"
-
-
-def test_a_model_inside_the_image():
-    result = container_model(upstream(["-m", "/opt/model.gguf"]))
-    assert result["container_path"] == "/opt/model.gguf" and result["host_path"] == ""
-    assert result["error"] == "the model /opt/model.gguf is not on a mount of the host (it is inside the image)"
-
-
-def test_a_tmpfs_mount_is_not_the_host():
-    mounts = [{"Type": "tmpfs", "Source": "", "Destination": "/models"}]
-    result = container_model(upstream(["-m", "/models/a.gguf"], mounts=mounts))
-    assert result["error"] == "the model /models/a.gguf is not on a mount of the host (it is inside the image)"
-
-
-def test_a_downloaded_model_is_named():
-    result = container_model(upstream(["-hf", "ggml-org/gemma-3-1b-it-GGUF"]))
-    assert result["error"] == ("no -m/--model argument and no LLAMA_ARG_MODEL or MODEL variable "
-                               "(llama-server downloads its model: -hf)")
-    result = container_model(upstream(env=["LLAMA_ARG_MODEL_URL=https://example.org/m.gguf"]))
-    assert result["error"].endswith("(llama-server downloads its model: LLAMA_ARG_MODEL_URL)")
-
-
-def test_our_image_without_model_path_names_the_variables_it_reads():
+def ours_without_model_path():
     ours = copy.deepcopy(OURS)
     ours["Config"]["Env"] = [e for e in ours["Config"]["Env"] if not e.startswith("MODEL_PATH=")]
-    assert container_model(ours)["error"] == "no -m/--model argument and no MODEL_PATH, LLAMA_ARG_MODEL or MODEL variable"
+    return ours
 
 
-def test_missing_keys_are_empty():
-    assert container_model({})["error"] == "no -m/--model argument and no LLAMA_ARG_MODEL or MODEL variable"
+@pytest.mark.parametrize("container, source, error", [
+    # another image's MODEL_PATH means nothing to llama-server
+    (upstream(env=["MODEL_PATH=/models/a.gguf"]), "", NO_MODEL),
+    (upstream(["--model=/models/a.gguf"]), "", NO_MODEL),
+    ({}, "", NO_MODEL),
+    (ours_without_model_path(), "", "no -m/--model argument and no MODEL_PATH, LLAMA_ARG_MODEL or MODEL variable"),
+    (upstream(["-hf", "ggml-org/gemma-3-1b-it-GGUF"]), "", NO_MODEL + " (llama-server downloads its model: -hf)"),
+    (upstream(env=["LLAMA_ARG_MODEL_URL=https://example.org/m.gguf"]), "",
+     NO_MODEL + " (llama-server downloads its model: LLAMA_ARG_MODEL_URL)"),
+    (upstream(["-m", "/opt/model.gguf"]), "-m",
+     "the model /opt/model.gguf is not on a mount of the host (it is inside the image)"),
+    (upstream(["-m", "/models/a.gguf"], mounts=[{"Type": "tmpfs", "Source": "", "Destination": "/models"}]), "-m",
+     "the model /models/a.gguf is not on a mount of the host (it is inside the image)"),
+])
+def test_a_model_without_a_host_path_says_why(container, source, error):
+    result = container_model(container)
+    assert (result["source"], result["host_path"], result["error"]) == (source, "", error)
 
 
 @pytest.mark.parametrize("value, message", [
