@@ -126,8 +126,6 @@ def test_a_rolled_back_canary_follower_stops_the_rollout(tmp_path):
     # h1's failure was rescued (it recovered): it ends changed; h2's rollback failed it and Ansible stopped
     assert rows(report) == [("h1", 1, "changed"), ("h2", 2, "rolled_back"), ("h3", None, "not_reached"),
                             ("h4", None, "not_reached")]
-    assert report["outcome"] == "stopped"
-    assert report["reason"].startswith("batch 2: h2 rolled_back (1 of 1 hosts)")
     assert [b["hosts"] for b in report["batches"]] == [["h1"], ["h2"]]
     assert all(b["seconds"] >= 0 for b in report["batches"])
     h1, h2, h3 = report["hosts"][:3]
@@ -152,7 +150,6 @@ def test_an_unreachable_host_in_a_batch_and_a_permissive_threshold(tmp_path):
     assert proc.returncode == 4, proc.stdout[-3000:] + proc.stderr      # Ansible's code for unreachable hosts
     assert rows(report) == [("h1", 1, "changed"), ("u1", 2, "unreachable"), ("h2", 2, "changed"),
                             ("h3", 2, "changed")]
-    assert report["outcome"] == "completed_with_failures" and report["reason"] is None
     u1 = report["hosts"][1]
     assert u1["message"].startswith("unreachable in the deploy: ") and "port 1" in u1["message"]
     assert u1["ansible"]["outcome"] == "unreachable"
@@ -163,7 +160,6 @@ def test_a_whole_batch_unreachable_stops_the_rollout(tmp_path):
     proc, report = play(tmp_path, {"h1": {}, "u1": {"unreachable": True}, "h2": {}}, serial=[1], max_fail=100)
     assert proc.returncode == 4
     assert rows(report) == [("h1", 1, "changed"), ("u1", 2, "unreachable"), ("h2", None, "not_reached")]
-    assert report["reason"].startswith("batch 2: u1 unreachable (1 of 1 hosts)")
 
 
 def test_a_refused_plan_stops_before_any_batch(tmp_path):
@@ -171,7 +167,7 @@ def test_a_refused_plan_stops_before_any_batch(tmp_path):
     assert proc.returncode == 2
     assert rows(report) == [("h1", None, "not_reached"), ("h2", None, "failed"), ("h3", None, "not_reached")]
     assert report["hosts"][1]["message"] == "the plan does not fit: 2829 MiB missing"
-    assert report["batches"] == [] and report["reason"].startswith("preflight: h2 (failed); nothing was restarted")
+    assert report["batches"] == []
 
 
 def test_check_mode(tmp_path):

@@ -25,71 +25,6 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values 
 from tests.helpers.role_vars import role_values
 
 H = "a" * 64
-
-
-def service(status="running", label=H, health=200, verified=H, verified_status="changed", auth=None):
-    container = {"exists": status != "missing", "status": status, "running": status == "running",
-                 "config_hash": label, "exit_code": 1 if status == "exited" else 0}
-    return {"container": container, "health": health if status == "running" else None,
-            "auth": auth or {"checked": False, "enforced": False},
-            "disk": {"verification": {"config_hash": verified, "status": verified_status} if verified else None}}
-
-
-def config(changed_keys=(), files=()):
-    return {"config_hash": H, "changed_keys": list(changed_keys), "files_changed": list(files)}
-
-
-def test_nothing_to_do_when_the_verified_configuration_runs_and_serves():
-    assert decide(service(), config()) == {"recreate": False, "verify": False, "wait": False, "reason": ""}
-    assert decide(service(), config(), verify_always=True)["verify"] is True
-
-
-def test_changed_files_recreate_with_the_keys_that_changed():
-    d = decide(service(), config([{"key": "LLM_CTX_SIZE", "old": "512", "new": "1024"}], ["/p/.env"]))
-    assert d["recreate"] and d["verify"]
-    assert 'LLM_CTX_SIZE "512" -> "1024"' in d["reason"]
-    assert "the API key" in decide(service(), config(files=["/p/.env"]), key_changed=True)["reason"]
-
-
-@pytest.mark.parametrize("status, words", [
-    ("missing", "does not exist: it is created"),
-    ("exited", "is exited (exit code 1): it is recreated"),
-    ("stopped", "is stopped"),
-    ("paused", "is paused"),
-    ("restarting", "is restarting"),
-    ("created", "is created"),
-])
-def test_a_container_gone_stopped_or_paused_is_brought_back_as_a_change(status, words):
-    d = decide(service(status), config(), container_name="ai-llm-x")
-    assert d["recreate"] and words in d["reason"]
-
-
-def test_a_container_of_another_configuration_is_recreated():
-    """A run killed after .env was written and before the recreate: the label tells."""
-    d = decide(service(label="b" * 64), config())
-    assert d["recreate"] and "ai-llm runs configuration bbbbbbbbbbbb but aaaaaaaaaaaa is on disk" in d["reason"]
-    assert "without the role's label" in decide(service(label=None), config())["reason"]
-
-
-def test_a_configuration_never_verified_is_verified_without_a_recreate():
-    """A run killed during the health wait: the container runs the files on disk, nobody proved them."""
-    d = decide(service(verified="c" * 64), config())
-    assert d == {"recreate": False, "verify": True, "wait": False, "reason": d["reason"]}
-    assert "never verified" in d["reason"]
-    assert decide(service(verified=None), config())["verify"] is True
-    assert decide(service(verified_status="failed"), config())["verify"] is True
-    assert decide(service(health=503, verified="c" * 64), config())["wait"] is True
-
-
-def test_a_verified_configuration_that_stopped_answering_is_recreated():
-    assert decide(service(health=-1), config())["recreate"] is True
-
-
-def test_an_api_key_not_in_force_is_recreated():
-    d = decide(service(auth={"checked": True, "enforced": False, "without_key": 200, "with_key": 200}), config())
-    assert d["recreate"] and "not in force" in d["reason"]
-
-
 RECREATE = {"recreate": True, "verify": True, "wait": True}
 NOTHING = {"recreate": False, "verify": False, "wait": False, "reason": ""}
 COMPOSE = "/srv/ai-llm/docker-compose.prod.yml"
@@ -165,28 +100,18 @@ def test_verify_always_verifies_without_a_recreate_or_a_wait():
         "recreate": False, "verify": True, "wait": False, "reason": ""}
 
 
-def test_a_changed_key_recreates_with_the_key_in_the_reason():
-    change = {"key": "LLM_CTX_SIZE", "old": "512", "new": "1024"}
-    assert decide(found(), written([change])) == recreated(
-        'the configuration changed (LLM_CTX_SIZE "512" -> "1024"): ai-llm is recreated')
-
-
-def test_a_changed_file_recreates_even_without_a_changed_key():
-    assert decide(found(), written(files=[COMPOSE])) == recreated(
-        "the configuration changed (the compose file): ai-llm is recreated")
-    assert decide(found(), written(files=[ENV])) == recreated(
-        "the configuration changed (the configuration files): ai-llm is recreated")
-
-
-def test_a_changed_api_key_recreates():
-    assert decide(found(), written(), key_changed=True) == recreated(
-        "the configuration changed (the API key): ai-llm is recreated")
-
-
-def test_a_new_secrets_directory_or_an_entry_without_a_key_is_no_change():
-    """llm_server_config lists the secrets directory when it only created it: nothing ai-llm reads changed."""
-    assert decide(found(), written(files=["/srv/ai-llm/secrets"])) == NOTHING
-    assert decide(found(), written(changed_keys=[{"key": ""}])) == NOTHING
+@pytest.mark.parametrize("config, key_changed, converge", [
+    (written([{"key": "LLM_CTX_SIZE", "old": "512", "new": "1024"}]), False,
+     recreated('the configuration changed (LLM_CTX_SIZE "512" -> "1024"): ai-llm is recreated')),
+    (written(files=[COMPOSE]), False, recreated("the configuration changed (the compose file): ai-llm is recreated")),
+    (written(files=[ENV]), False, recreated("the configuration changed (the configuration files): ai-llm is recreated")),
+    (written(), True, recreated("the configuration changed (the API key): ai-llm is recreated")),
+    # llm_server_config lists the secrets directory when it only created it: nothing ai-llm reads changed
+    (written(files=["/srv/ai-llm/secrets"]), False, NOTHING),
+    (written(changed_keys=[{"key": ""}]), False, NOTHING),
+])
+def test_a_changed_key_file_or_api_key_recreates_with_what_changed(config, key_changed, converge):
+    assert decide(found(), config, key_changed=key_changed) == converge
 
 
 def test_a_change_is_recreated_whatever_the_container_is():
@@ -196,21 +121,23 @@ def test_a_change_is_recreated_whatever_the_container_is():
         assert decide(service, change) == recreated(reason)
 
 
-def test_a_missing_container_is_created_under_its_name():
-    assert decide(found("missing"), written()) == recreated(
-        "the ai-llm container ai-llm does not exist: it is created from the configuration on disk")
-    assert decide(found("missing"), written(), container_name="llm-2") == recreated(
-        "the ai-llm container llm-2 does not exist: it is created from the configuration on disk")
-    assert decide({}, written()) == recreated(
-        "the ai-llm container ai-llm does not exist: it is created from the configuration on disk")
+CREATED = "the ai-llm container %s does not exist: it is created from the configuration on disk"
 
 
-def test_a_container_that_does_not_run_is_recreated_with_its_status():
-    """The exit code is told for an exited container only."""
-    assert decide(found("exited", exit_code=137), written(), container_name="llm-2") == recreated(
-        "ai-llm (llm-2) is exited (exit code 137): it is recreated with the configuration on disk")
-    assert decide(found("paused"), written()) == recreated(
-        "ai-llm (ai-llm) is paused: it is recreated with the configuration on disk")
+@pytest.mark.parametrize("service, name, reason", [
+    (found("missing"), "ai-llm", CREATED % "ai-llm"),
+    (found("missing"), "llm-2", CREATED % "llm-2"),
+    ({}, "ai-llm", CREATED % "ai-llm"),
+    # the exit code is told for an exited container only
+    (found("exited", exit_code=137), "llm-2",
+     "ai-llm (llm-2) is exited (exit code 137): it is recreated with the configuration on disk"),
+    (found("paused", exit_code=1), "ai-llm", "ai-llm (ai-llm) is paused: it is recreated with the configuration on disk"),
+    (found("stopped"), "ai-llm", "ai-llm (ai-llm) is stopped: it is recreated with the configuration on disk"),
+    (found("restarting"), "ai-llm", "ai-llm (ai-llm) is restarting: it is recreated with the configuration on disk"),
+    (found("created"), "ai-llm", "ai-llm (ai-llm) is created: it is recreated with the configuration on disk"),
+])
+def test_a_container_that_is_missing_or_does_not_run_is_recreated_under_its_name(service, name, reason):
+    assert decide(service, written(), container_name=name) == recreated(reason)
 
 
 def test_a_container_created_from_another_configuration_is_recreated():
@@ -300,8 +227,6 @@ def test_nothing_to_do_without_an_api_key_by_default():
     service, digest = on_host()
     assert unchanged(service, SETTINGS, PLACEMENT) == {"unchanged": True, "config": proved(digest),
                                                        "converge": NOTHING}
-    assert unchanged(service, SETTINGS, PLACEMENT, "") == {"unchanged": True, "config": proved(digest),
-                                                           "converge": NOTHING}
 
 
 def test_nothing_to_do_with_the_api_key_held_on_disk():

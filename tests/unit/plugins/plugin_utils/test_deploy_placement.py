@@ -83,29 +83,12 @@ def test_an_inventory_pattern_wins_and_is_checked_against_every_tensor(demo):
     assert (p["pattern"], p["pattern_source"], p["expected_tensors"]) == (pattern, "inventory", EXPERTS[2:])
 
 
-def test_a_pattern_that_matches_nothing_is_refused_before_any_change(demo):
-    pattern = r"blk\.9\.ffn_(up|down)_exps"
-    with pytest.raises(PlacementRefused) as exc:
-        place(settings(demo, llm_server_moe_offload_pattern=pattern), report(demo, pattern), None, {})
-    assert 'refused inventory pattern "blk\\\\.9\\\\.ffn_(up|down)_exps"' in str(exc.value)
-    assert "The pattern matched no tensors." in str(exc.value) and "Nothing was changed" in str(exc.value)
-    assert "llm_server_moe_offload_force=true" in str(exc.value)
-
-
 def test_a_forced_pattern_that_moves_non_experts_expects_all_it_moves(demo):
     pattern = r"blk\.1\."
-    with pytest.raises(PlacementRefused, match="non-expert|router|attention|moves"):
-        place(settings(demo, llm_server_moe_offload_pattern=pattern), report(demo, pattern), None, {})
     p = place(settings(demo, llm_server_moe_offload_pattern=pattern, llm_server_moe_offload_force=True),
               report(demo, pattern), None, {})
     assert set(EXPERTS[:2]) < set(p["expected_tensors"])
     assert all(t.startswith("blk.1.") for t in p["expected_tensors"])
-
-
-def test_mode_layers_without_a_plan_needs_a_pattern(demo):
-    with pytest.raises(PlacementRefused, match="llm_server_moe_offload_mode=layers needs the plan, which did not run"):
-        place(settings(demo, llm_server_moe_offload_mode="layers", llm_server_cpu_expert_layers=[1]),
-              report(demo), None, {"topology": "cpu"})
 
 
 def test_gpu_plan_pattern_and_devices(nano):
@@ -136,13 +119,6 @@ def test_a_plan_that_does_not_fit_is_refused_unless_forced(nano):
         place(settings(nano, llm_server_ctx_size=1048576, llm_server_moe_offload_force=True,
                        llm_server_moe_offload_mode="layers", llm_server_cpu_expert_layers=[1, 3]),
               report(nano), answer, A5500_BUSY)
-
-
-def test_chosen_gpus_the_host_lacks_are_refused(nano):
-    assert missing_gpus(A5500_BUSY, [0, 2]) == [2] and missing_gpus({"topology": "cpu", "gpus": []}, [0]) == []
-    with pytest.raises(PlacementRefused, match=r"llm_server_gpu_devices \[2\] names GPUs that h1 does not have "
-                                               r"\(nvidia-smi indices: \[0\]\)"):
-        place(settings(nano, llm_server_gpu_devices=[2]), report(nano), None, A5500_BUSY, [2], "h1")
 
 
 def test_a_context_beyond_the_training_context_is_refused(demo):
@@ -250,7 +226,8 @@ def test_the_training_context_from_the_report_or_its_metadata(demo):
                   {"topology": "cpu"})
 
 
-def test_missing_gpus_counts_indices_as_numbers():
+def test_missing_gpus_are_the_chosen_indices_the_host_lacks_as_numbers():
+    assert missing_gpus(A5500_BUSY, [0, 2]) == [2] and missing_gpus({"topology": "cpu", "gpus": []}, [0]) == []
     assert missing_gpus(DUAL, ["1", 2]) == [2]
     assert missing_gpus({"gpus": DUAL["gpus"]}, [5]) == []  # no topology: a CPU host
     assert missing_gpus(None, [0]) == [] and missing_gpus(DUAL, None) == []

@@ -13,91 +13,12 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result 
     rollback_part, rollback_text, status_and_message)
 
 README = Path(__file__).resolve().parents[4] / "roles" / "llm_server" / "README.md"
+BASE_URL = "http://127.0.0.1:8080"
 SETTINGS = {"image": "localhost/ai-llm:cpu", "model_path": "/m/demo.gguf", "moe_offload_mode": "all",
-            "base_url": "http://127.0.0.1:8080", "parity_check": False, "api_key_set": False,
+            "base_url": BASE_URL, "parity_check": False, "api_key_set": False,
             "paths": {"env": "/p/.env", "compose": "/p/c.yml", "verification": "/p/verification.json"}}
 LOG = {"evidence": "per_tensor", "verified": True, "overridden": [{"tensor": "blk.1.ffn_up_exps.weight"}],
        "model_buffers": {"CPU_Mapped": 4.8}, "kv_buffers": {"CPU": 0.06}, "rs_buffers": {}, "compute_buffers": {}}
-
-
-def parts(**extra):
-    base = {"host": "h1", "settings": SETTINGS, "started": 100.0,
-            "config": {"config_hash": "f" * 64, "changed": False},
-            "placement": {"pattern": r"\.ffn_.*_exps\.weight", "pattern_source": "model", "device_overrides": []},
-            "service": {"disk": {"verification": {"tensors_moved": ["x"], "evidence": "per_tensor"}},
-                        "auth": {"checked": False}},
-            "converge": {"recreate": False, "verify": False, "reason": ""}, "changes": [False]}
-    base.update(extra)
-    return base
-
-
-def test_every_key_the_readme_documents_is_there():
-    result = build(parts(), now=103.5)
-    documented = set(re.findall(r"^\| `([a-z_]+)` \|", README.read_text(), re.MULTILINE))
-    assert documented and documented <= set(result), documented - set(result)
-    assert set(result["timings"]) >= {"total", "recreate", "health"}
-    assert set(result["files"]) == {"env", "compose", "verification"}
-    assert set(result["rollback"]) == {"performed", "reason", "restored_from", "serving"}
-    assert set(result["auth"]) == {"enforced", "checked"}
-    assert result["timings"]["total"] == 3.5
-
-
-def test_no_change_keeps_what_the_last_verification_proved():
-    result = build(parts())
-    assert result["status"] == "unchanged" and result["changed"] is False
-    assert result["message"] == "ai-llm serves the configuration on disk (ffffffffffff); nothing to change"
-    assert result["tensors_moved"] == ["x"] and result["evidence"] == "per_tensor"
-
-
-def test_a_verified_recreate():
-    result = build(parts(converge={"recreate": True, "verify": True, "reason": "the configuration changed (X)"},
-                         log=LOG, changes=[True], timings={"commands": ["0:00:00.500000", "0:00:01.250000"]},
-                         health={"seconds": 2.5, "auth": {"checked": False}}))
-    assert result["status"] == "changed" and result["changed"] is True
-    assert result["message"] == ("the configuration changed (X); verified: 1 tensor(s) overridden to host memory "
-                                 "(per_tensor evidence)")
-    assert result["tensors_moved"] == ["blk.1.ffn_up_exps.weight"]
-    assert result["buffers"]["model"] == {"CPU_Mapped": 4.8}
-    assert (result["timings"]["recreate"], result["timings"]["health"]) == (1.75, 2.5)
-
-
-def test_check_mode_refusal_failure_and_rollback():
-    checked = build(parts(check_mode=True, converge={"recreate": True, "reason": "r"}))
-    assert (checked["status"], checked["message"]) == ("checked", "check mode: r (nothing was changed)")
-    refused = build(parts(refusal="llm_server: refused inventory pattern"))
-    assert (refused["status"], refused["message"]) == ("failed", "llm_server: refused inventory pattern")
-    failed = build(parts(failure="llama-server exited: boom", rollback={"performed": False, "error": "no"}))
-    assert failed["status"] == "failed"
-    assert failed["message"] == ("llm_server: the deploy on h1 failed: llama-server exited: boom. "
-                                 "The rollback failed too: no")
-    back = build(parts(failure="llama-server exited: boom",
-                       rollback={"performed": True, "serving": True, "config_hash": "e" * 64,
-                                 "reason": "Rolled back to the last verified configuration (/p/.rollback/x)",
-                                 "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": "blk"}}))
-    assert back["status"] == "rolled_back" and back["config_hash"] == "e" * 64
-    assert back["pattern"] == "blk" and back["pattern_source"] == "snapshot"
-    assert back["message"].endswith("Rolled back to the last verified configuration (/p/.rollback/x); ai-llm serves "
-                                    "again (http://127.0.0.1:8080/health 200).")
-    assert {checked["status"], refused["status"], back["status"]} <= set(STATUSES)
-
-
-def test_the_message_says_that_the_deploy_waited_for_the_lock():
-    lock = {"queued": True, "msg": "waited 12 s for the lock of /p held by ansible-playbook (pid 42) on c, since t"}
-    result = build(parts(lock=lock))
-    assert result["message"].endswith("(waited 12 s for the lock of /p held by ansible-playbook (pid 42) on c, "
-                                      "since t)")
-    assert build(parts(lock={"queued": False, "msg": "took the lock"}))["message"].endswith("nothing to change")
-
-
-@pytest.mark.parametrize("delta, seconds", [("0:00:01.234567", 1.235), ("1:02:03.5", 3723.5), ("", None),
-                                            ("bad", None)])
-def test_delta_seconds(delta, seconds):
-    assert delta_seconds(delta) == seconds
-
-
-# --- the contract of each part of the result ---------------------------------------------------------------------
-
-BASE_URL = "http://127.0.0.1:8080"
 ROLLED_BACK = "Rolled back to the last verified configuration (/p/.rollback/x)"
 SERVES_AGAIN = ROLLED_BACK + "; ai-llm serves again (http://127.0.0.1:8080/health 200)."
 EMPTY_BUFFERS = {"model": {}, "kv": {}, "rs": {}, "compute": {}}
@@ -108,6 +29,11 @@ LAST = {"pattern": r"blk\.1\.ffn_.*_exps\.weight", "pattern_source": "plan",
         "offloaded_layers": {"offloaded": 49, "total": 49}, "parity": 'identical: 2 tokens "ok"'}
 EMPTY_PLAN = {"mode": None, "fits": None, "reason": None, "cpu_expert_layers": [], "placement": None,
               "gpu_devices": [], "tensor_split": "", "gpus": [], "host": {"experts_mib": None, "available_mib": None}}
+
+
+def test_the_result_has_the_keys_the_readme_documents_and_no_other():
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", README.read_text(), re.MULTILINE))
+    assert documented == set(build({}, now=0.0))
 
 
 def test_ran_is_a_result_that_is_there_and_not_skipped():
@@ -148,11 +74,6 @@ def test_plan_summary_of_a_plan_that_did_not_run_is_empty():
         EMPTY_PLAN, mode="all", gpu_devices=[2])
 
 
-def test_plan_summary_without_expert_layers_is_an_empty_list():
-    assert plan_summary({}, {"cpu_expert_layers": []}, {})["cpu_expert_layers"] == []
-    assert plan_summary({}, {"cpu_expert_layers": None}, {})["cpu_expert_layers"] == []
-
-
 def test_buffers_are_the_four_kinds_of_the_log_each_a_dict():
     assert buffers(None) == EMPTY_BUFFERS
     assert buffers({}) == EMPTY_BUFFERS
@@ -163,9 +84,9 @@ def test_buffers_are_the_four_kinds_of_the_log_each_a_dict():
                             "compute": {"CUDA_Host": 2.0}}
 
 
-@pytest.mark.parametrize("delta, seconds", [("0:01:00", 60.0), ("2:00:00", 7200.0), ("0:00:00", 0.0),
-                                            (None, None), (0, None), ("1:2", None), ("a:b:c", None),
-                                            ("0:0:0:1", None)])
+@pytest.mark.parametrize("delta, seconds", [("0:00:01.234567", 1.235), ("1:02:03.5", 3723.5), ("0:01:00", 60.0),
+                                            ("2:00:00", 7200.0), ("0:00:00", 0.0), ("", None), (None, None), (0, None),
+                                            ("bad", None), ("1:2", None), ("a:b:c", None), ("0:0:0:1", None)])
 def test_delta_seconds_reads_hours_minutes_seconds_only(delta, seconds):
     assert delta_seconds(delta) == seconds
 
@@ -193,82 +114,61 @@ def test_rollback_text_says_what_the_rollback_did():
         "The rollback failed too: no snapshot"
 
 
-def test_status_of_a_rollback_run_is_its_text():
-    rollback = {"performed": True, "serving": True, "reason": ROLLED_BACK}
-    assert status_and_message({"host": "h1", "status": "rolled_back", "settings": SETTINGS, "rollback": rollback,
-                               "changes": [True]}) == ("rolled_back", SERVES_AGAIN)
-    assert status_and_message({"status": "rolled_back", "rollback": {"reason": "nothing to roll back to"}}) == \
-        ("rolled_back", "nothing to roll back to")
+SERVING = {"performed": True, "serving": True, "reason": ROLLED_BACK}
+FILES_ONLY = "updated files that do not change what ai-llm runs"
+VERIFY = {"recreate": False, "verify": True, "reason": ""}
 
 
-def test_a_failure_of_a_rollback_run_is_said_before_what_the_rollback_did():
-    rollback = {"performed": True, "serving": True, "reason": ROLLED_BACK}
-    assert status_and_message({"host": "h1", "status": "rolled_back", "failure": "the snapshot is gone",
-                               "settings": SETTINGS, "rollback": rollback}) == (
-        "rolled_back", "llm_server: the deploy on h1 failed: the snapshot is gone. " + SERVES_AGAIN)
-
-
-def test_a_refusal_wins_over_a_failure_and_check_mode():
-    assert status_and_message({"refusal": "llm_server: refused", "failure": "boom", "check_mode": True}) == \
-        ("failed", "llm_server: refused")
-
-
-def test_a_failure_message_ends_with_one_period_and_names_the_host():
-    assert status_and_message({"host": "h2", "failure": "boom."}) == \
-        ("failed", "llm_server: the deploy on h2 failed: boom.")
-    assert status_and_message({"failure": "boom ..."}) == ("failed", "llm_server: the deploy on ? failed: boom .")
-    assert status_and_message({"host": "h2", "failure": "boom", "check_mode": True,
-                               "rollback": {"performed": True, "serving": False, "error": "compose failed"}}) == \
-        ("failed", "llm_server: the deploy on h2 failed: boom. The rollback failed too: compose failed")
-    assert status_and_message({"host": "h2", "failure": "boom", "settings": SETTINGS,
-                               "rollback": {"performed": True, "serving": True, "reason": ROLLED_BACK}}) == \
-        ("rolled_back", "llm_server: the deploy on h2 failed: boom. " + SERVES_AGAIN)
-
-
-def test_check_mode_says_what_would_change():
-    converge = {"recreate": False, "verify": True, "reason": ""}
-    assert status_and_message({"check_mode": True, "converge": converge, "log": LOG, "changes": [False, True]}) == \
-        ("checked", "check mode: the configuration files would change (nothing was changed)")
-    assert status_and_message({"check_mode": True, "converge": converge, "changes": [False, False]}) == \
-        ("checked", "check mode: nothing would change")
-    assert status_and_message({"check_mode": True}) == ("checked", "check mode: nothing would change")
-    assert status_and_message({"check_mode": True, "changes": [True],
-                               "converge": {"recreate": True, "reason": "the image changed"}}) == \
-        ("checked", "check mode: the image changed (nothing was changed)")
-
-
-def test_a_verified_run_gives_its_reason_and_what_the_log_proved():
-    log = {"evidence": "device_buffers", "overridden": [{"tensor": "a"}, {"tensor": "b"}]}
-    assert status_and_message({"converge": {"verify": True, "reason": ""}, "log": log, "changes": [False]}) == (
-        "changed", "verified on request (llm_server_verify_always); verified: 2 tensor(s) overridden to host memory "
-                   "(device_buffers evidence)")
-    assert status_and_message({"converge": {"verify": True, "reason": "the model changed"},
-                               "log": {"evidence": "none"}}) == (
-        "changed", "the model changed; verified: 0 tensor(s) overridden to host memory (none evidence)")
-
-
-def test_without_a_verification_changed_files_say_what_they_kept():
-    skipped_log = {"skipped": True, "evidence": "per_tensor"}
-    assert status_and_message({"converge": {"verify": True}, "log": skipped_log, "changes": [False, True],
-                               "snapshot": {"changed": True}}) == \
-        ("changed", "kept the snapshot of the verified configuration")
-    assert status_and_message({"converge": {"verify": False}, "log": LOG, "changes": [True],
-                               "snapshot": {"skipped": True}}) == \
-        ("changed", "updated files that do not change what ai-llm runs")
-    assert status_and_message({"changes": [True]}) == ("changed", "updated files that do not change what ai-llm runs")
-
-
-def test_no_change_names_the_first_twelve_characters_of_the_hash():
-    assert status_and_message({"config": {"config_hash": "0123456789abcdef"}, "changes": [False, False]}) == \
-        ("unchanged", "ai-llm serves the configuration on disk (0123456789ab); nothing to change")
-    assert status_and_message({}) == ("unchanged", "ai-llm serves the configuration on disk (); nothing to change")
-
-
-def test_the_lock_is_said_only_when_the_run_queued_and_the_lock_says_why():
-    assert status_and_message({"changes": [True], "lock": {"queued": True, "msg": "waited 3 s"}}) == \
-        ("changed", "updated files that do not change what ai-llm runs (waited 3 s)")
-    assert status_and_message({"changes": [True], "lock": {"queued": True, "msg": ""}}) == \
-        ("changed", "updated files that do not change what ai-llm runs")
+@pytest.mark.parametrize("parts, said", [
+    # a rollback run: what the rollback did, after the failure when there is one
+    ({"host": "h1", "status": "rolled_back", "settings": SETTINGS, "rollback": SERVING, "changes": [True]},
+     ("rolled_back", SERVES_AGAIN)),
+    ({"status": "rolled_back", "rollback": {"reason": "nothing to roll back to"}},
+     ("rolled_back", "nothing to roll back to")),
+    ({"host": "h1", "status": "rolled_back", "failure": "the snapshot is gone", "settings": SETTINGS,
+      "rollback": SERVING},
+     ("rolled_back", "llm_server: the deploy on h1 failed: the snapshot is gone. " + SERVES_AGAIN)),
+    # a refusal wins over a failure and check mode
+    ({"refusal": "llm_server: refused", "failure": "boom", "check_mode": True}, ("failed", "llm_server: refused")),
+    # a failure names the host and ends with one period
+    ({"host": "h2", "failure": "boom."}, ("failed", "llm_server: the deploy on h2 failed: boom.")),
+    ({"failure": "boom ..."}, ("failed", "llm_server: the deploy on ? failed: boom .")),
+    ({"host": "h2", "failure": "boom", "check_mode": True,
+      "rollback": {"performed": True, "serving": False, "error": "compose failed"}},
+     ("failed", "llm_server: the deploy on h2 failed: boom. The rollback failed too: compose failed")),
+    ({"host": "h2", "failure": "boom", "settings": SETTINGS, "rollback": SERVING},
+     ("rolled_back", "llm_server: the deploy on h2 failed: boom. " + SERVES_AGAIN)),
+    # check mode says what would change
+    ({"check_mode": True, "converge": VERIFY, "log": LOG, "changes": [False, True]},
+     ("checked", "check mode: the configuration files would change (nothing was changed)")),
+    ({"check_mode": True, "converge": VERIFY, "changes": [False, False]}, ("checked", "check mode: nothing would change")),
+    ({"check_mode": True}, ("checked", "check mode: nothing would change")),
+    ({"check_mode": True, "changes": [True], "converge": {"recreate": True, "reason": "the image changed"}},
+     ("checked", "check mode: the image changed (nothing was changed)")),
+    # a verified run: its reason and what the log proved
+    ({"converge": VERIFY, "log": {"evidence": "device_buffers", "overridden": [{"tensor": "a"}, {"tensor": "b"}]},
+      "changes": [False]},
+     ("changed", "verified on request (llm_server_verify_always); verified: 2 tensor(s) overridden to host memory "
+                 "(device_buffers evidence)")),
+    ({"converge": {"verify": True, "reason": "the model changed"}, "log": {"evidence": "none"}},
+     ("changed", "the model changed; verified: 0 tensor(s) overridden to host memory (none evidence)")),
+    # without a verification, changed files say what they kept
+    ({"converge": {"verify": True}, "log": {"skipped": True, "evidence": "per_tensor"}, "changes": [False, True],
+      "snapshot": {"changed": True}}, ("changed", "kept the snapshot of the verified configuration")),
+    ({"converge": {"verify": False}, "log": LOG, "changes": [True], "snapshot": {"skipped": True}},
+     ("changed", FILES_ONLY)),
+    ({"changes": [True]}, ("changed", FILES_ONLY)),
+    # no change: the first twelve characters of the hash
+    ({"config": {"config_hash": "0123456789abcdef"}, "changes": [False, False]},
+     ("unchanged", "ai-llm serves the configuration on disk (0123456789ab); nothing to change")),
+    ({}, ("unchanged", "ai-llm serves the configuration on disk (); nothing to change")),
+    # the lock is said only when the run queued and the lock says why
+    ({"changes": [True], "lock": {"queued": True, "msg": "waited 3 s"}}, ("changed", FILES_ONLY + " (waited 3 s)")),
+    ({"changes": [True], "lock": {"queued": True, "msg": ""}}, ("changed", FILES_ONLY)),
+    ({"changes": [True], "lock": {"queued": False, "msg": "took the lock"}}, ("changed", FILES_ONLY)),
+])
+def test_status_and_message(parts, said):
+    assert status_and_message(parts) == said
 
 
 def test_build_of_nothing_registered_has_every_key_empty():
@@ -359,6 +259,9 @@ def test_build_passes_the_parity_note_when_there_was_no_baseline():
     result = build({"settings": settings, "log": LOG, "parity": {}, "parity_note": "no baseline: ai-llm was down"})
     assert result["parity"] == "no baseline: ai-llm was down"
     assert build({"settings": settings, "log": LOG})["parity"] == "no baseline (nothing served before this deploy)"
+    # nothing measured and no last verification: no baseline either
+    assert build({"settings": settings, "service": {"disk": {}}})["parity"] == (
+        "no baseline (nothing served before this deploy)")
 
 
 def test_build_of_a_rollback_reports_the_snapshot_put_back():
@@ -381,23 +284,17 @@ def test_build_of_a_rollback_reports_the_snapshot_put_back():
         "files": {"env": "/p/.env", "compose": "/p/c.yml", "verification": "/p/verification.json"}}
 
 
-def test_build_of_a_rollback_to_no_pattern_says_none():
-    rollback = {"performed": True, "serving": True, "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": "",
-                                                                 "LLM_DEVICE_OVERRIDES": ""}}
-    result = build({"status": "rolled_back", "placement": {"pattern": "p", "pattern_source": "plan",
-                                                           "device_overrides": ["o=CUDA0"]}, "rollback": rollback})
-    assert (result["pattern"], result["pattern_source"], result["device_overrides"]) == ("", "none", [])
-
-
-def test_build_of_a_rollback_to_a_snapshot_without_device_overrides_places_none():
-    rollback = {"performed": True, "serving": True, "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": "blk"}}
-    result = build({"status": "rolled_back", "placement": {"device_overrides": ["o=CUDA0"]}, "rollback": rollback})
-    assert (result["pattern"], result["pattern_source"], result["device_overrides"]) == ("blk", "snapshot", [])
-
-
-def test_build_without_a_last_verification_says_why_there_is_no_parity_baseline():
-    result = build({"settings": {"parity_check": True}, "service": {"disk": {}}})
-    assert result["parity"] == "no baseline (nothing served before this deploy)"
+@pytest.mark.parametrize("env_keys, placed", [
+    ({"LLM_MOE_OFFLOAD_PATTERN": "", "LLM_DEVICE_OVERRIDES": ""}, ("", "none", [])),
+    ({"LLM_MOE_OFFLOAD_PATTERN": "blk"}, ("blk", "snapshot", [])),
+    # compose reads a missing key as ${LLM_MOE_OFFLOAD_PATTERN:-}: empty, the restored server offloads nothing
+    ({"CTX_SIZE": "4096"}, ("", "none", [])),
+])
+def test_build_of_a_rollback_places_what_the_snapshot_holds_whatever_this_run_planned(env_keys, placed):
+    rollback = {"performed": True, "serving": True, "env_keys": env_keys}
+    result = build({"status": "rolled_back", "rollback": rollback,
+                    "placement": {"pattern": "p", "pattern_source": "plan", "device_overrides": ["o=CUDA0"]}})
+    assert (result["pattern"], result["pattern_source"], result["device_overrides"]) == placed
 
 
 @pytest.mark.parametrize("health, service_auth, api_key_set, auth", [
@@ -433,19 +330,9 @@ def test_the_total_time_is_rounded_to_milliseconds():
     assert build({"started": 100.0}, now=100.12345)["timings"]["total"] == 0.123
 
 
-def test_the_total_time_runs_to_now_by_default():
-    started = time.time()
-    total = build({"started": started})["timings"]["total"]
-    assert 0 <= total < 60
-
-
-def test_build_of_a_rollback_to_a_snapshot_without_the_pattern_key_offloads_nothing():
-    """compose reads a missing key as ${LLM_MOE_OFFLOAD_PATTERN:-}: empty, so the restored server offloads nothing,
-    whatever the configuration that was rolled back planned."""
-    rollback = {"performed": True, "serving": True, "env_keys": {"CTX_SIZE": "4096"}}
-    result = build({"status": "rolled_back", "placement": {"pattern": "p", "pattern_source": "plan"},
-                    "rollback": rollback})
-    assert (result["pattern"], result["pattern_source"], result["device_overrides"]) == ("", "none", [])
+def test_the_total_time_runs_to_now_by_default(monkeypatch):
+    monkeypatch.setattr(time, "time", lambda: 160.5)
+    assert build({"started": 100.0})["timings"]["total"] == 60.5
 
 
 # failure, rollback_part, parts_from: build's parts from what the role's tasks registered

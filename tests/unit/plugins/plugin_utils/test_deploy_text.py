@@ -5,20 +5,6 @@ from __future__ import annotations
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text import failure_cause, parity_text
 
 
-def test_the_cause_of_a_failed_command_is_what_it_printed():
-    result = {"msg": "non-zero return code", "rc": 1, "cmd": ["podman-compose", "up", "-d", "ai-llm"],
-              "stderr": "Error: something\nOSError: [Errno 7] Argument list too long: 'podman'\n"}
-    cause = failure_cause(result)
-    assert cause.startswith("podman-compose up -d ai-llm failed (rc=1): ")
-    assert "Argument list too long" in cause and "non-zero return code" not in cause
-    assert failure_cause({"msg": "llm_server: refused x"}) == "refused x"
-    assert failure_cause({"msg": "", "cause": "llama-server exited: boom"}) == "llama-server exited: boom"
-    assert failure_cause({}, {"name": "Write"}) == "the task Write failed"
-
-
-# failure_cause
-
-
 def test_a_failed_command_is_told_by_its_last_three_printed_lines():
     result = {"msg": "non-zero return code", "rc": 2, "cmd": "podman pull x", "stdout": "a\n\n  b  \nc\nd\n"}
     assert failure_cause(result) == "podman pull x failed (rc=2): b | c | d"

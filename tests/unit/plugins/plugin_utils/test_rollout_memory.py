@@ -24,28 +24,30 @@ def test_every_memory_kind_has_its_label():
         "experts": "routed experts"}
 
 
-def test_device_buffers_of_nothing_is_empty():
-    assert device_buffers(None) == {}
-    assert device_buffers({}) == {}
-    assert device_buffers([]) == {}
+SAME_DEVICES = {"CUDA0": {"model": 10.0, "kv": 2.0, "rs": 1.0, "compute": 3.0}, "CPU_Mapped": {"model": 5.0},
+                "CUDA_Host": {"compute": 0.5}}
 
 
-def test_device_buffers_kind_first_reads_recurrent_as_rs_and_devices_as_text():
-    assert device_buffers({"recurrent": {"CUDA0": 2}, "model": {0: "10.5", "CPU": None}}) == {
-        "CUDA0": {"rs": 2.0}, "0": {"model": 10.5}, "CPU": {"model": None}}
-
-
-def test_device_buffers_device_first_keeps_only_the_known_kinds():
-    assert device_buffers({"CUDA0": {"model": 1, "weights": 9, "recurrent": 3}, "CPU": {"other": 1}}) == {
-        "CUDA0": {"model": 1.0, "rs": 3.0}}
-    # a mix of kinds and devices is read device first
-    assert device_buffers({"model": {"CUDA0": 1.0}, "CUDA1": {"kv": 2.0}}) == {"CUDA1": {"kv": 2.0}}
-
-
-def test_device_buffers_list_items_are_named_by_device_then_buffer_then_position():
-    assert device_buffers([{"device": "CUDA0", "model": 1}, {"buffer": "CPU", "model": "2.5"},
-                           {"device": "", "buffer": "", "kv": 3}]) == {
-        "CUDA0": {"model": 1.0}, "CPU": {"model": 2.5}, "2": {"kv": 3.0}}
+@pytest.mark.parametrize("buffers, devices", [
+    (None, {}), ({}, {}), ([], {}),
+    # kind first (llama_server_log's shape), device first, or a list of devices: the same devices
+    ({"model": {"CUDA0": 10.0, "CPU_Mapped": 5.0}, "kv": {"CUDA0": 2.0}, "rs": {"CUDA0": 1.0},
+      "compute": {"CUDA0": 3.0, "CUDA_Host": 0.5}}, SAME_DEVICES),
+    (SAME_DEVICES, SAME_DEVICES),
+    ([{"device": "CUDA0", "model": 10.0, "kv": 2.0, "recurrent": 1.0, "compute": 3.0},
+      {"device": "CPU_Mapped", "model": 5.0}, {"device": "CUDA_Host", "compute": 0.5}], SAME_DEVICES),
+    # kind first reads recurrent as rs and devices as text
+    ({"recurrent": {"CUDA0": 2}, "model": {0: "10.5", "CPU": None}},
+     {"CUDA0": {"rs": 2.0}, "0": {"model": 10.5}, "CPU": {"model": None}}),
+    # device first keeps only the known kinds; a mix of kinds and devices is read device first
+    ({"CUDA0": {"model": 1, "weights": 9, "recurrent": 3}, "CPU": {"other": 1}}, {"CUDA0": {"model": 1.0, "rs": 3.0}}),
+    ({"model": {"CUDA0": 1.0}, "CUDA1": {"kv": 2.0}}, {"CUDA1": {"kv": 2.0}}),
+    # list items are named by device, then buffer, then position
+    ([{"device": "CUDA0", "model": 1}, {"buffer": "CPU", "model": "2.5"}, {"device": "", "buffer": "", "kv": 3}],
+     {"CUDA0": {"model": 1.0}, "CPU": {"model": 2.5}, "2": {"kv": 3.0}}),
+])
+def test_device_buffers(buffers, devices):
+    assert device_buffers(buffers) == devices
 
 
 def test_device_buffers_errors_name_where_the_bad_value_is():
@@ -159,9 +161,8 @@ def test_memory_views_vram_rows_are_matched_by_index_then_by_position():
     assert [memory_views(res)["gpus"][i]["used"] for i in range(3)] == [40.0, None, None]
 
 
-def test_memory_views_a_gpu_without_index_takes_its_position():
-    res = {"plan": {"gpus": [{"name": "A"}, {"name": "B"}]},
-           "vram": [{"index": 0, "used_mib": 1}, {"index": 7, "used_mib": 2}]}
+def test_memory_views_a_gpu_without_index_takes_its_position_and_the_vram_row_in_the_same_place():
+    res = {"plan": {"gpus": [{"name": "A"}, {"name": "B"}]}, "vram": [{"used_mib": 1}, {"index": 7, "used_mib": 2}]}
     assert [(g["index"], g["name"], g["used"]) for g in memory_views(res)["gpus"]] == [(0, "A", 1.0), (1, "B", 2.0)]
 
 
@@ -204,24 +205,6 @@ def test_memory_views_errors_name_the_host_and_the_field():
         "h: llm_server_result.plan.host.available_mib is False, not a number of MiB")
 
 
-def test_gpus_without_an_index_take_the_vram_row_in_the_same_place():
-    result = {"status": "changed", "plan": {"gpus": [{"total_mib": 1.0}, {"total_mib": 2.0}]},
-              "vram": [{"used_mib": 10}, {"used_mib": 20}]}
-    assert [g["measured_total"] for g in memory_views(result)["gpus"]] == [10.0, 20.0]
-
-
-def test_buffers_in_every_shape_give_the_same_devices():
-    kind_first = {"model": {"CUDA0": 10.0, "CPU_Mapped": 5.0}, "kv": {"CUDA0": 2.0}, "rs": {"CUDA0": 1.0},
-                  "compute": {"CUDA0": 3.0, "CUDA_Host": 0.5}}
-    device_first = {"CUDA0": {"model": 10.0, "kv": 2.0, "rs": 1.0, "compute": 3.0}, "CPU_Mapped": {"model": 5.0},
-                    "CUDA_Host": {"compute": 0.5}}
-    as_list = [{"device": "CUDA0", "model": 10.0, "kv": 2.0, "recurrent": 1.0, "compute": 3.0},
-               {"device": "CPU_Mapped", "model": 5.0}, {"device": "CUDA_Host", "compute": 0.5}]
-    expected = {"CUDA0": {"model": 10.0, "kv": 2.0, "rs": 1.0, "compute": 3.0}, "CPU_Mapped": {"model": 5.0},
-                "CUDA_Host": {"compute": 0.5}}
-    assert device_buffers(kind_first) == device_buffers(device_first) == device_buffers(as_list) == expected
-
-
 def test_memory_views_planned_and_measured_per_gpu():
     views = memory_views(samples.changed_single())
     (gpu,) = views["gpus"]
@@ -238,31 +221,3 @@ def test_memory_views_planned_and_measured_per_gpu():
     assert gpu["measured_total"] == 22843.0 and gpu["overflow"] == 0.0 and gpu["vram_ok"] is True
     # host RAM: the experts planned; measured: the host-side model buffers llama-server logged
     assert views["host"] == {"available": 61440.0, "planned": 2362.5, "measured": 2375.2}
-
-
-def test_memory_views_split_and_overflow_and_cpu_hosts():
-    dual = memory_views(samples.unchanged_dual())
-    assert [g["index"] for g in dual["gpus"]] == [0, 1]
-    assert [dict(g["measured"])["model"] for g in dual["gpus"]] == [10870.0, 12260.0]   # CUDA0, CUDA1
-    refused = memory_views(samples.refused_busy())["gpus"][0]
-    assert refused["overflow"] == pytest.approx(refused["planned_total"] - 2048)
-    assert dict(refused["planned"])["free"] == 0.0 and refused["measured"] is None
-    cpu = memory_views(samples.checked_cpu())
-    assert cpu["gpus"] == [] and cpu["host"] == {"available": 20480.0, "planned": 4.0, "measured": None}
-    # a role that measured no VRAM writes a sentence there: the buffers alone are the measurement
-    result = samples.changed_single()
-    result["vram"] = "not measured (cpu topology)"
-    gpu = memory_views(result)["gpus"][0]
-    assert gpu["measured_total"] == pytest.approx(21003.12 + 192.0 + 47.62 + 1178.5)
-    assert "other" not in dict(gpu["measured"])
-
-
-def test_a_sample_result_the_views_cannot_read_names_the_host_and_the_field():
-    bad = samples.changed_single()
-    bad["plan"]["gpus"][0]["kv_mib"] = "lots"
-    with pytest.raises(ReportError, match=r"^h9: llm_server_result.plan.gpus\[0\].kv_mib is 'lots', not a number"):
-        memory_views(bad, "h9")
-    bad = samples.changed_single()
-    bad["buffers"] = {"model": {"CUDA0": [1]}}
-    with pytest.raises(ReportError, match=r"^h9: llm_server_result.buffers.model.CUDA0 is \[1\], not a number"):
-        memory_views(bad, "h9")

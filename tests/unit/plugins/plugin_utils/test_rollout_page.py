@@ -41,28 +41,6 @@ def test_the_page_fetches_nothing(html):
     assert all(a["href"].startswith("#host-") for t, a in tags if t == "a")
 
 
-def test_text_from_hosts_is_escaped(html):
-    assert "cpu-<b>4</b>" not in html and "cpu-&lt;b&gt;4&lt;/b&gt;" in html
-
-
-def test_one_section_per_host_in_report_order_with_status_and_pattern(html):
-    tags = Elements(html).tags
-    sections = [(a["data-host"], a["data-status"]) for t, a in tags if t == "section"]
-    assert sections == [("gpu-box-1", "changed"), ("gpu-box-2", "unchanged"), ("gpu-box-3", "rolled_back"),
-                        ("cpu-<b>4</b>", "not_reached"), ("gpu-box-5", "unreachable"), ("gpu-box-6", "failed")]
-    assert "<code>%s</code>" % samples.PATTERN_2 in html
-
-
-def test_every_gpu_has_a_planned_and_a_measured_column(html):
-    tags = Elements(html).tags
-    groups = [a["data-group"] for t, a in tags if t == "g" and "data-column" in a]
-    # gpu-box-1: one GPU + RAM, gpu-box-2: two GPUs + RAM, gpu-box-3: one + RAM, cpu: RAM, gpu-box-6: one + RAM
-    assert groups == ["gpu0", "gpu0", "host", "host", "gpu0", "gpu0", "gpu1", "gpu1", "host", "host", "gpu0", "gpu0",
-                      "host", "host", "host", "host", "gpu0", "gpu0", "host", "host"]
-    columns = [a["data-column"] for t, a in tags if t == "g" and "data-column" in a]
-    assert columns == ["planned", "measured"] * 10
-
-
 def test_segments_stack_to_scale(html):
     """Each rect's height is its MiB at one scale for every GPU column of the page; the stack is contiguous."""
     rects = [a for t, a in Elements(html).tags if t == "rect" and "data-kind" in a and "data-overlay" not in a]
@@ -89,11 +67,6 @@ def test_what_the_role_measured_is_summed_up_under_the_message(html):
     config = samples.rolled_back_busy()["config_hash"][:12]
     assert ('<p class="facts">config %s \u00b7 rolled back from %s \u00b7 14.2 s '
             '(recreate 3.1 s, health 2.4 s)</p>' % (config, samples.SNAPSHOT)) in html
-    moved = samples.changed_single()
-    moved["tensors_moved"] = ["blk.1.ffn_up_exps.weight", "blk.1.ffn_down_exps.weight"]
-    report = samples.sample_report()
-    report["hosts"][0]["result"] = moved
-    assert "2 tensors on the CPU (llama-server&#x27;s log)" in page(report)
 
 
 # --- the page's parts, one by one, rendered exactly ---------------------------------------------------------------
@@ -310,84 +283,61 @@ def test_no_gpu_no_numbers_table():
     assert rp._numbers({"gpus": [], "host": {"available": 1.0, "planned": 1.0, "measured": None}}) == ""
 
 
-def test_facts_of_an_empty_result_are_none():
-    assert rp._facts({}) == []
-
-
-def test_facts_are_the_hash_the_tensors_moved_the_rollback_and_the_timings_in_that_order():
-    result = {"config_hash": "0123456789abcdef0123", "tensors_moved": ["a", "b", "c"],
-              "rollback": {"performed": True, "restored_from": "/srv/snap"},
-              "timings": {"total": 14.25, "recreate": 3.14, "health": 2.0}}
-    assert rp._facts(result) == ["config 0123456789ab", "3 tensors on the CPU (llama-server's log)",
-                                 "rolled back from /srv/snap", "14.2 s (recreate 3.1 s, health 2.0 s)"]
-
-
-def test_a_short_hash_is_shown_whole():
-    assert rp._facts({"config_hash": 12345}) == ["config 12345"]
-
-
-@pytest.mark.parametrize("moved", [[], "blk.1", None, {"a": 1}])
-def test_tensors_moved_count_only_as_a_non_empty_list(moved):
-    assert rp._facts({"tensors_moved": moved}) == []
-
-
-def test_a_rollback_without_its_snapshot_path_names_the_snapshot():
-    assert rp._facts({"rollback": {"performed": True}}) == ["rolled back from the snapshot"]
-    assert rp._facts({"rollback": {"performed": True, "restored_from": ""}}) == ["rolled back from the snapshot"]
-
-
-@pytest.mark.parametrize("rollback", [{"performed": False, "restored_from": "/s"}, {}, None, "yes", [1]])
-def test_a_rollback_not_performed_is_not_a_fact(rollback):
-    assert rp._facts({"rollback": rollback}) == []
-
-
-@pytest.mark.parametrize("timings, line", [
-    ({"total": 5.0}, "5.0 s"),
-    ({"total": 0.0}, "0.0 s"),
-    ({"total": 5.0, "health": 2.0}, "5.0 s (health 2.0 s)"),
-    ({"total": 5.0, "recreate": 0.0, "health": None}, "5.0 s (recreate 0.0 s)"),
-    ({"total": 5.0, "health": 1.0, "recreate": 2.0}, "5.0 s (recreate 2.0 s, health 1.0 s)"),
+@pytest.mark.parametrize("result, facts", [
+    ({}, []),
+    # the hash, the tensors moved, the rollback and the timings, in that order
+    ({"config_hash": "0123456789abcdef0123", "tensors_moved": ["a", "b", "c"],
+      "rollback": {"performed": True, "restored_from": "/srv/snap"},
+      "timings": {"total": 14.25, "recreate": 3.14, "health": 2.0}},
+     ["config 0123456789ab", "3 tensors on the CPU (llama-server's log)", "rolled back from /srv/snap",
+      "14.2 s (recreate 3.1 s, health 2.0 s)"]),
+    ({"config_hash": 12345}, ["config 12345"]),
+    ({"tensors_moved": ["blk.1.ffn_up_exps.weight"]}, ["1 tensor on the CPU (llama-server's log)"]),
+    # tensors moved count only as a non-empty list
+    ({"tensors_moved": []}, []), ({"tensors_moved": "blk.1"}, []), ({"tensors_moved": None}, []),
+    ({"tensors_moved": {"a": 1}}, []),
+    # a rollback without its snapshot path names the snapshot; one not performed is no fact
+    ({"rollback": {"performed": True}}, ["rolled back from the snapshot"]),
+    ({"rollback": {"performed": True, "restored_from": ""}}, ["rolled back from the snapshot"]),
+    ({"rollback": {"performed": False, "restored_from": "/s"}}, []), ({"rollback": {}}, []),
+    ({"rollback": None}, []), ({"rollback": "yes"}, []), ({"rollback": [1]}, []),
+    # the timings: the total, then recreate and health when known; without a total, none
+    ({"timings": {"total": 5.0}}, ["5.0 s"]),
+    ({"timings": {"total": 0.0}}, ["0.0 s"]),
+    ({"timings": {"total": 5.0, "health": 2.0}}, ["5.0 s (health 2.0 s)"]),
+    ({"timings": {"total": 5.0, "recreate": 0.0, "health": None}}, ["5.0 s (recreate 0.0 s)"]),
+    ({"timings": {"total": 5.0, "health": 1.0, "recreate": 2.0}}, ["5.0 s (recreate 2.0 s, health 1.0 s)"]),
+    ({"timings": {"total": None, "health": 2.0}}, []), ({"timings": {"health": 2.0}}, []), ({"timings": {}}, []),
+    ({"timings": None}, []), ({"timings": [5.0]}, []),
 ])
-def test_timings_are_the_total_then_recreate_and_health_when_known(timings, line):
-    assert rp._facts({"timings": timings}) == [line]
-
-
-@pytest.mark.parametrize("timings", [{"total": None, "health": 2.0}, {"health": 2.0}, {}, None, [5.0]])
-def test_timings_without_a_total_are_not_a_fact(timings):
-    assert rp._facts({"timings": timings}) == []
+def test_facts(result, facts):
+    assert rp._facts(result) == facts
 
 
 def _views(gpus=(), host=None):
     return {"gpus": [{"available": a, "planned_total": p, "measured_total": m} for a, p, m in gpus], "host": host}
 
 
-def test_scales_of_nothing_draw_one_mib_as_the_full_height():
-    assert rp._scales([]) == (200.0, 200.0)
-    assert rp._scales([_views()]) == (200.0, 200.0)
-    assert rp._scales([_views([(None, None, None)], {"available": None, "planned": None, "measured": None})]) == (
-        200.0, 200.0)
-    assert rp._scales([_views([(0.5, 0.25, 0.75)], {"available": 0.5, "planned": 0.5, "measured": 0.5})]) == (
-        200.0, 200.0)
-
-
-@pytest.mark.parametrize("gpu, scale", [((800.0, 400.0, None), 0.25), ((None, 400.0, 100.0), 0.5),
-                                        ((100.0, 50.0, 1000.0), 0.2)])
-def test_the_gpu_scale_fits_the_largest_gpu_figure(gpu, scale):
-    assert rp._scales([_views([gpu])]) == (scale, 200.0)
-
-
-@pytest.mark.parametrize("host, scale", [({"available": 800.0, "planned": 400.0, "measured": None}, 0.25),
-                                         ({"available": None, "planned": 400.0, "measured": 100.0}, 0.5),
-                                         ({"available": 100.0, "planned": 50.0, "measured": 1000.0}, 0.2)])
-def test_the_ram_scale_fits_the_largest_host_ram_figure(host, scale):
-    assert rp._scales([_views([], host)]) == (200.0, scale)
-
-
-def test_scales_are_shared_by_every_host_of_the_page():
-    all_views = [_views([(400.0, 100.0, 100.0)], {"available": 2000.0, "planned": 1.0, "measured": None}),
-                 _views(), _views([(100.0, 100.0, 100.0), (1.0, 800.0, 2.0)], {"available": 500.0, "planned": 1.0,
-                                                                               "measured": 4000.0})]
-    assert rp._scales(all_views) == (0.25, 0.05)
+@pytest.mark.parametrize("all_views, scales", [
+    # nothing to draw: one MiB is the full height
+    ([], (200.0, 200.0)),
+    ([_views()], (200.0, 200.0)),
+    ([_views([(None, None, None)], {"available": None, "planned": None, "measured": None})], (200.0, 200.0)),
+    ([_views([(0.5, 0.25, 0.75)], {"available": 0.5, "planned": 0.5, "measured": 0.5})], (200.0, 200.0)),
+    # the largest GPU figure, the largest host RAM figure
+    ([_views([(800.0, 400.0, None)])], (0.25, 200.0)),
+    ([_views([(None, 400.0, 100.0)])], (0.5, 200.0)),
+    ([_views([(100.0, 50.0, 1000.0)])], (0.2, 200.0)),
+    ([_views([], {"available": 800.0, "planned": 400.0, "measured": None})], (200.0, 0.25)),
+    ([_views([], {"available": None, "planned": 400.0, "measured": 100.0})], (200.0, 0.5)),
+    ([_views([], {"available": 100.0, "planned": 50.0, "measured": 1000.0})], (200.0, 0.2)),
+    # shared by every host of the page
+    ([_views([(400.0, 100.0, 100.0)], {"available": 2000.0, "planned": 1.0, "measured": None}), _views(),
+      _views([(100.0, 100.0, 100.0), (1.0, 800.0, 2.0)], {"available": 500.0, "planned": 1.0, "measured": 4000.0})],
+     (0.25, 0.05)),
+])
+def test_scales(all_views, scales):
+    assert rp._scales(all_views) == scales
 
 
 def test_the_legend_shows_every_kind_in_its_color():
@@ -446,7 +396,7 @@ def test_the_whole_page_of_a_report():
     gpu_a = {"index": 0, "name": "A", "model_mib": 600.0, "margin_mib": 200.0, "total_mib": 800.0, "free_mib": 2000.0}
     gpu_c = {"index": 0, "name": "C", "model_mib": 1000.0, "total_mib": 1000.0, "free_mib": 4000.0}
     result_a = _plan_result([gpu_a], {"experts_mib": 100.0, "available_mib": 4000.0},
-                            config_hash="0123456789abcdef", timings={"total": 2.0})
+                            config_hash="0123456789abcdef", tensors_moved=["t"], timings={"total": 2.0})
     result_c = _plan_result([gpu_c])
     rows = [_row("a&1", 1, "changed", "moved <2>", "blk\\.1\\.ffn_.*", "plan", result_a),
             _row("b", None, "failed", "no plan"),
@@ -473,7 +423,7 @@ def test_the_whole_page_of_a_report():
         '%s<span class="batch">batch 1</span></header>' % rp._status("changed"),
         '<div class="pattern">pattern (from the plan): <code>blk\\.1\\.ffn_.*</code></div>',
         '<p class="message">moved &lt;2&gt;</p>',
-        '<p class="facts">config 0123456789ab \u00b7 2.0 s</p>',
+        '<p class="facts">config 0123456789ab \u00b7 1 tensor on the CPU (llama-server&#x27;s log) \u00b7 2.0 s</p>',
         rp._chart("a&1", views_a, 0.05, 0.05) + rp._numbers(views_a),
         "</section>",
         '<section class="host" id="host-b" data-host="b" data-status="failed"><header><h2>b</h2>'
@@ -534,7 +484,3 @@ def test_a_malformed_memory_plan_is_a_report_error_naming_its_host():
     with pytest.raises(ReportError) as error:
         page(_report([_row("ok", 1, "changed", "m"), _row("gpu-box-9", 2, "changed", "m", result=result)]))
     assert str(error.value) == "gpu-box-9: llm_server_result.plan.gpus is str, not a list"
-
-
-def test_one_tensor_moved_is_said_in_the_singular():
-    assert rp._facts({"tensors_moved": ["blk.1.ffn_up_exps.weight"]}) == ["1 tensor on the CPU (llama-server's log)"]
