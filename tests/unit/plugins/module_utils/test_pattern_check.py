@@ -22,9 +22,6 @@ from tests.helpers.tensor_names import (
 )
 
 
-POSSESSIVE = "possessive quantifiers ('*+', '++', '?+') are not ECMAScript std::regex syntax"
-
-
 def test_check_pattern_exact_pattern():
     names, experts = qwen3moe_names(range(2))
     assert check_pattern(r"\.ffn_.*_exps\.weight", names, experts, {}) == {
@@ -94,20 +91,17 @@ def test_check_pattern_on_a_model_without_routed_experts():
                                  "tensor(s): 2 dense ffn (e.g. blk.0.ffn_up.weight)")
 
 
-@pytest.mark.parametrize("pattern", ["", None])
-def test_check_pattern_without_a_pattern(pattern):
+@pytest.mark.parametrize("pattern, problem", [
+    ("", "the pattern is empty"), (None, "the pattern is empty"), ("exps=CPU", pattern_problem("exps=CPU")),
+    ("a++", "possessive quantifiers ('*+', '++', '?+') are not ECMAScript std::regex syntax"),
+    ("ffn_(up", pattern_problem("ffn_(up")),
+])
+def test_check_pattern_with_a_pattern_that_cannot_be_deployed(pattern, problem):
+    """Never raises, also for a pattern Python cannot read: every expert is missed."""
     names, experts = qwen3moe_names(range(1))
     assert check_pattern(pattern, names, experts, {}) == {
         "pattern": pattern, "ok": False, "matched": [], "missed": sorted(experts), "non_expert": [],
-        "verdict": "unusable: the pattern is empty"}
-
-
-def test_check_pattern_with_a_pattern_that_cannot_be_deployed():
-    names, experts = qwen3moe_names(range(1))
-    assert check_pattern("exps=CPU", names, experts, {}) == {
-        "pattern": "exps=CPU", "ok": False, "matched": [], "missed": sorted(experts), "non_expert": [],
-        "verdict": "unusable: " + pattern_problem("exps=CPU")}
-    assert check_pattern("a++", names, experts, {})["verdict"] == "unusable: " + POSSESSIVE
+        "verdict": "unusable: " + problem}
 
 
 # ---- on Nemotron-3-Nano-30B-A3B and on models of llama.cpp's naming conventions ----
@@ -116,9 +110,8 @@ def test_check_pattern_with_a_pattern_that_cannot_be_deployed():
 def test_check_pattern_good_seed_pattern():
     names, layout = nemotron_names()
     result = check_pattern(r"\.ffn_.*_exps\.weight", names, layout.expert_tensors, layout.tensor_class)
-    assert result["ok"] is True
-    assert len(result["matched"]) == 46 and result["missed"] == [] and result["non_expert"] == []
-    assert result["verdict"].startswith("ok")
+    assert (result["ok"], len(result["matched"]), result["missed"], result["non_expert"]) == (True, 46, [], [])
+    assert result["verdict"] == "ok: moves exactly the 46 routed-expert tensors and nothing else"
 
 
 def test_check_pattern_exp_catches_shared_experts_and_router_bias():
@@ -131,13 +124,6 @@ def test_check_pattern_exp_catches_shared_experts_and_router_bias():
     assert "shared experts" in result["verdict"] and "router" in result["verdict"]
 
 
-def test_check_pattern_ffn_catches_the_router():
-    names, layout = nemotron_names()
-    result = check_pattern(r"ffn_.*", names, layout.expert_tensors, layout.tensor_class)
-    assert not result["ok"]
-    assert {"tensor": "blk.1.ffn_gate_inp.weight", "class": "router"} in result["non_expert"]
-
-
 def test_check_pattern_blk1_trap_and_missed_biases():
     names, layout = nemotron_names()
     result = check_pattern(r"blk\.1.*_exps", names, layout.expert_tensors, layout.tensor_class)
@@ -147,29 +133,6 @@ def test_check_pattern_blk1_trap_and_missed_biases():
     result = check_pattern(r"\.ffn_.*_exps\.weight", names, experts, {})
     assert sorted(result["missed"]) == sorted(n for n in experts if n.endswith(".bias"))
     assert "misses 6 of the 12" in result["verdict"]
-
-
-@pytest.mark.parametrize("pattern, reason", [
-    (r"\.ffn_.*_exps\.weight=CPU", "'='"),
-    (r"blk\.[0-9]{1,2}\.ffn", "','"),
-    (r"(?<!x)blk\.ffn", "lookbehind"),
-    (r"ffn_(up", "not a valid regular expression"),
-    (r"blk\.[[0-9]]\.ffn_.*_exps", "may read it differently: Possible nested set"),
-    ("", "empty"),
-])
-def test_check_pattern_unusable_patterns_do_not_crash(pattern, reason):
-    names, layout = nemotron_names()
-    result = check_pattern(pattern, names, layout.expert_tensors, layout.tensor_class)
-    assert result["ok"] is False
-    assert result["verdict"].startswith("unusable") and reason in result["verdict"]
-    assert len(result["missed"]) == 46
-
-
-def test_check_pattern_on_a_dense_model():
-    names, experts = model_names(range(2), ["attn_q.weight", "ffn_up.weight"])
-    assert check_pattern("exps", names, experts, {})["ok"] is True
-    result = check_pattern("ffn_up", names, experts, {n: classify_tensor(n) for n in names})
-    assert not result["ok"] and "dense ffn" in result["verdict"]
 
 
 @settings(max_examples=150, deadline=None)
