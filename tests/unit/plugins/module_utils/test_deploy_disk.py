@@ -113,18 +113,21 @@ def test_without_a_key_there_must_be_no_key_file(tmp_path):
 
 
 @pytest.mark.parametrize("extra, settled", [
-    ("", True),
-    ("LLM_CTX_SIZE='4096'\n", False),      # a later line would win over the block: the writer drops it
-    ("export LLM_PORT=1\n", False),
-    ("OTHER2='x'\n", True),
-    ("# LLM_CTX_SIZE=1\n", True),          # a comment is kept as it is
+    (b"", True),
+    (b"LLM_CTX_SIZE='4096'\n", False),      # a later line would win over the block: the writer drops it
+    (b"export LLM_PORT=1\n", False),
+    (b"OTHER2='x'\n", True),
+    (b"# LLM_CTX_SIZE=1\n", True),          # a comment is kept as it is
+    # llm_server_config compares .env read with errors='replace': another line's bytes that are not UTF-8 do not
+    # make it write (which would replace them with U+FFFD); the reading here neither fails nor asks for a write
+    (b"OTHER3='\xff\xfe'\n", True),
 ])
 def test_lines_outside_the_block(project, extra, settled):
     settings, digest = project
-    with open(settings["paths"]["env"], "a", encoding="utf-8") as f:
+    with open(settings["paths"]["env"], "ab") as f:
         f.write(extra)
     disk = disk_of(settings)
-    assert disk["env_settled"] is settled
+    assert disk["env_settled"] is settled and disk["env_config_hash"] == digest
     assert (proof(settings) is not None) is settled
     if settled:
         assert proof(settings)["config_hash"] == digest
@@ -200,17 +203,6 @@ def test_the_key_file_holds_the_key_and_a_line_end():
     """llama-server reads --api-key-file line by line (common/arg.cpp): one key, one line."""
     assert api_key_bytes("sk-1") == b"sk-1\n"
     assert api_key_bytes("") == b""
-
-
-def test_bytes_outside_the_block_that_are_not_utf8_are_left_alone(project):
-    """llm_server_config compares .env read with errors='replace': another line's bytes that are not UTF-8 do not
-    make it write (which would replace them with U+FFFD); the reading here neither fails nor asks for a write."""
-    settings, digest = project
-    with open(settings["paths"]["env"], "ab") as f:
-        f.write(b"OTHER3='\xff\xfe'\n")
-    disk = disk_of(settings)
-    assert disk["env_config_hash"] == digest and disk["env_settled"] is True
-    assert proof(settings)["config_hash"] == digest
 
 
 def test_each_file_is_looked_for_where_the_role_writes_it(project):
