@@ -17,12 +17,11 @@ DOUBLES = Path(__file__).resolve().parents[3] / "doubles"
 GPU_ENV = {"PATH": "%s:%s" % (DOUBLES, os.environ["PATH"]), "NVIDIA_SMI_FIXTURE": "dual_a5500_a4000"}
 
 
-def read(ansible_module, tmp_path, model, **extra):
+def read(ansible_module, tmp_path, model, env=GPU_ENV):
     args = {"project_dir": str(tmp_path / "ai-llm"), "container_name": "ai-llm-absent-" + tmp_path.name[-8:],
             "compose_command": ["podman-compose"], "gpus": True, "host_memory": True, "model_path": model,
             "model_dir": os.path.dirname(model), "lock_path": str(tmp_path / "ai-llm" / ".llm_server.lock")}
-    args.update(extra)
-    return ansible_module("llm_server_service_info", args, extra_env=GPU_ENV)
+    return ansible_module("llm_server_service_info", args, extra_env=env)
 
 
 def test_one_call_reads_what_the_three_modules_read(ansible_module, tmp_path):
@@ -53,10 +52,7 @@ def test_a_failed_read_fails_with_its_own_message(ansible_module, tmp_path):
     alone = ansible_module("gguf_info", {"path": str(broken), "tensors": "none"})
     assert result["failed"] is True and result["msg"] == alone["msg"] and result["offset"] == alone["offset"]
     env = dict(GPU_ENV, NVIDIA_SMI_FIXTURE="driver_mismatch")
-    model = gguf_models.write_nemotron_nano_30b(tmp_path)[0]
-    result = ansible_module("llm_server_service_info", {
-        "project_dir": str(tmp_path / "ai-llm"), "container_name": "ai-llm-absent", "compose_command": ["podman-compose"],
-        "gpus": True, "model_path": model}, extra_env=env)
+    result = read(ansible_module, tmp_path, gguf_models.write_nemotron_nano_30b(tmp_path)[0], env=env)
     alone = ansible_module("gpu_info", {}, extra_env=env)
     assert result["failed"] is True and alone["failed"] is True and result["msg"] == alone["msg"]
     assert "model_info" not in result  # the reads stop at the first failure, in the role's order
