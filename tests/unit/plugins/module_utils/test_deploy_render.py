@@ -283,6 +283,13 @@ VOLUMES = """\
         target: "/run/secrets/ai-llm"
         read_only: true
 """
+DOCKER_LOGGING = """\
+    logging:
+      driver: "json-file"
+      options:
+        max-size: "50m"
+        max-file: "%d"
+"""
 
 
 def test_the_compose_file_for_podman_on_gpus_with_published_ports():
@@ -331,13 +338,7 @@ def test_the_compose_file_for_docker_on_the_host_network_without_gpu():
 """ + ENVIRONMENT + """\
       LLAMA_HOST: "${LLM_BIND_ADDRESS:-127.0.0.1}"
       LLAMA_PORT: "${LLM_PORT:-8080}"
-""" + VOLUMES + """\
-    logging:
-      driver: "json-file"
-      options:
-        max-size: "50m"
-        max-file: "7"
-"""
+""" + VOLUMES + DOCKER_LOGGING % 7
     assert render_compose(s, {"topology": "cpu", "gpu_devices": [0]}, "docker") == expected
     assert render_compose(s, {}, "docker") == expected
 
@@ -354,12 +355,7 @@ def test_the_compose_file_for_docker_reserves_the_gpus():
             - driver: "nvidia"
               device_ids: ["3"]
               capabilities: ["gpu"]
-    logging:
-      driver: "json-file"
-      options:
-        max-size: "50m"
-        max-file: "3"
-""")
+""" + DOCKER_LOGGING % 3)
     assert "    ports:\n" in text and "network_mode" not in text
 
 
