@@ -304,10 +304,12 @@ def test_snapshot_hash_is_none_without_a_readable_hash(tmp_path, manifest):
     assert snapshot_hash(str(tmp_path), "previous") is None
 
 
-def test_a_saved_snapshot_holds_the_files_and_a_readable_manifest(tmp_path):
-    """``snapshots/<UTC time>-<8 hex>/``: each file 0600, and manifest.json sorted, indented, newline-terminated."""
+@pytest.mark.parametrize("source, recorded", [((), "verified"), (("rollback",), "rollback")])
+def test_a_saved_snapshot_holds_the_files_and_a_readable_manifest(tmp_path, source, recorded):
+    """``snapshots/<UTC time>-<8 hex>/``: each file 0600, and manifest.json sorted, indented, newline-terminated,
+    with the source it is given ("verified" by default)."""
     rollback = str(tmp_path / ".rollback")
-    save_snapshot(rollback, config(1), "h1")
+    save_snapshot(rollback, config(1), "h1", *source)
     target = os.readlink(os.path.join(rollback, "last"))
     assert os.path.dirname(target) == "snapshots"
     name = os.path.basename(target)
@@ -322,15 +324,9 @@ def test_a_saved_snapshot_holds_the_files_and_a_readable_manifest(tmp_path):
     assert near_now(created, "%Y-%m-%dT%H:%M:%SZ")
     assert text == (
         '{\n "config_hash": "h1",\n "created": "%s",\n "files": {\n  ".env": "%s",\n  "%s": "%s"\n },\n'
-        ' "source": "verified"\n}\n' % (
+        ' "source": "%s"\n}\n' % (
             created, hashlib.sha256(config(1)[".env"]).hexdigest(), COMPOSE,
-            hashlib.sha256(config(1)[COMPOSE]).hexdigest()))
-
-
-def test_save_snapshot_records_the_source_it_is_given(tmp_path):
-    rollback = str(tmp_path / ".rollback")
-    save_snapshot(rollback, config(1), "h1", "rollback")
-    assert read_snapshot(rollback, "last")[1]["source"] == "rollback"
+            hashlib.sha256(config(1)[COMPOSE]).hexdigest(), recorded))
 
 
 def test_a_snapshot_is_written_in_a_marked_directory_of_the_rollback_directory(tmp_path, monkeypatch):
