@@ -11,8 +11,11 @@ from __future__ import annotations
 import copy
 import hashlib
 
+import pytest
+
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils import _deploy_result as deploy_result
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import HostRun, Rollout, build_report
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import (
+    HostRun, ReportError, Rollout, build_report)
 
 PATTERN_2 = "blk\\.[13]\\.ffn_.*_exps\\.weight"
 PATTERN_22 = "blk\\.([1368]|1[0357]|2[02479]|3[1468]|4[03579])\\.ffn_.*_exps\\.weight"
@@ -149,3 +152,10 @@ def sample_report():
                       serial=[1, "34%", "100%"], started="2026-12-01T10:00:00Z", finished="2026-12-01T10:01:12Z",
                       seconds=72.3, batch_seconds=[20.1, 18.2, 30.0])
     return build_report(rollout, runs)
+
+
+def error_of(call, *args):
+    """The message of the ``ReportError`` that ``call(*args)`` raises."""
+    with pytest.raises(ReportError) as caught:
+        call(*args)
+    return str(caught.value)

@@ -51,33 +51,29 @@ def recreated(reason):
 
 # describe_changes
 
-
-def test_each_changed_key_is_described_with_its_old_and_new_value_as_json():
-    """A key the .env did not have reads as "" (its old value is None or absent), numbers stay bare."""
-    changes = [{"key": "LLM_CTX_SIZE", "old": "512", "new": "1024"}, {"key": "LLM_PARALLEL", "old": None, "new": "2"},
-               {"key": "LLM_PORT", "new": 8081}]
-    assert describe_changes(changes) == 'LLM_CTX_SIZE "512" -> "1024", LLM_PARALLEL "" -> "2", LLM_PORT "" -> 8081'
+CTX = {"key": "LLM_CTX_SIZE", "old": "512", "new": "1024"}
 
 
-def test_the_api_key_is_named_after_the_keys_and_only_when_it_changed():
-    change = [{"key": "LLM_CTX_SIZE", "old": "512", "new": "1024"}]
-    assert describe_changes(change, True) == 'LLM_CTX_SIZE "512" -> "1024", the API key'
-    assert describe_changes([], key_changed=True) == "the API key"
-    assert describe_changes(change) == 'LLM_CTX_SIZE "512" -> "1024"'
-
-
-def test_the_compose_file_is_named_when_nothing_else_explains_the_change():
-    assert describe_changes([], files=[ENV, COMPOSE]) == "the compose file"
-    assert describe_changes(None, files=[COMPOSE]) == "the compose file"
-    # a key or the API key already explains it
-    assert describe_changes([{"key": "K", "old": "1", "new": "2"}], files=[COMPOSE]) == 'K "1" -> "2"'
-    assert describe_changes([], True, [COMPOSE]) == "the API key"
-
-
-def test_without_a_key_or_the_compose_file_the_configuration_files_changed():
-    assert describe_changes([], files=[ENV]) == "the configuration files"
-    assert describe_changes(None) == "the configuration files"
-    assert describe_changes(None, files=None) == "the configuration files"
+@pytest.mark.parametrize("changes, key_changed, files, text", [
+    # each key with its old and new value as JSON: a key the .env did not have reads as "", numbers stay bare
+    ([CTX, {"key": "LLM_PARALLEL", "old": None, "new": "2"}, {"key": "LLM_PORT", "new": 8081}], False, (),
+     'LLM_CTX_SIZE "512" -> "1024", LLM_PARALLEL "" -> "2", LLM_PORT "" -> 8081'),
+    # the API key after the keys, and only when it changed
+    ([CTX], True, (), 'LLM_CTX_SIZE "512" -> "1024", the API key'),
+    ([], True, (), "the API key"),
+    ([CTX], False, (), 'LLM_CTX_SIZE "512" -> "1024"'),
+    # the compose file when nothing else explains the change
+    ([], False, [ENV, COMPOSE], "the compose file"),
+    (None, False, [COMPOSE], "the compose file"),
+    ([{"key": "K", "old": "1", "new": "2"}], False, [COMPOSE], 'K "1" -> "2"'),
+    ([], True, [COMPOSE], "the API key"),
+    # else the configuration files
+    ([], False, [ENV], "the configuration files"),
+    (None, False, (), "the configuration files"),
+    (None, False, None, "the configuration files"),
+])
+def test_describe_changes(changes, key_changed, files, text):
+    assert describe_changes(changes, key_changed, files) == text
 
 
 def test_a_value_is_shown_whole_up_to_60_characters_of_json_then_cut():

@@ -171,17 +171,23 @@ def test_status_and_message(parts, said):
     assert status_and_message(parts) == said
 
 
+NOTHING_REGISTERED = {
+    "status": "unchanged", "changed": False, "message": "ai-llm serves the configuration on disk (); nothing to change",
+    "host": None, "image": None, "model": None, "config_hash": None, "pattern": "", "pattern_source": "none",
+    "device_overrides": [], "tensors_moved": [], "evidence": None, "plan": EMPTY_PLAN, "vram": [],
+    "buffers": EMPTY_BUFFERS, "offloaded_layers": None,
+    "rollback": {"performed": False, "reason": None, "restored_from": None, "serving": None},
+    "auth": {"enforced": False, "checked": False}, "parity": "off",
+    "timings": {"total": None, "recreate": None, "health": None, "lock_wait": None},
+    "files": {"env": None, "compose": None, "verification": None}}
+# What SETTINGS alone put in the result.
+OF_SETTINGS = dict(NOTHING_REGISTERED, image="localhost/ai-llm:cpu", model="/m/demo.gguf",
+                   plan=dict(EMPTY_PLAN, mode="all"),
+                   files={"env": "/p/.env", "compose": "/p/c.yml", "verification": "/p/verification.json"})
+
+
 def test_build_of_nothing_registered_has_every_key_empty():
-    assert build({}, now=5.0) == {
-        "status": "unchanged", "changed": False,
-        "message": "ai-llm serves the configuration on disk (); nothing to change",
-        "host": None, "image": None, "model": None, "config_hash": None, "pattern": "", "pattern_source": "none",
-        "device_overrides": [], "tensors_moved": [], "evidence": None, "plan": EMPTY_PLAN, "vram": [],
-        "buffers": EMPTY_BUFFERS, "offloaded_layers": None,
-        "rollback": {"performed": False, "reason": None, "restored_from": None, "serving": None},
-        "auth": {"enforced": False, "checked": False}, "parity": "off",
-        "timings": {"total": None, "recreate": None, "health": None, "lock_wait": None},
-        "files": {"env": None, "compose": None, "verification": None}}
+    assert build({}, now=5.0) == NOTHING_REGISTERED
 
 
 def test_build_of_a_run_that_measured_nothing_reports_the_last_verification():
@@ -190,18 +196,12 @@ def test_build_of_a_run_that_measured_nothing_reports_the_last_verification():
     result = build({"host": "h1", "settings": SETTINGS, "started": "100.25", "service": service,
                     "changes": [False], "log": {"skipped": True, "evidence": "per_tensor"},
                     "timings": {"commands": ["", ""], "lock_wait": 1.5}}, now=101.0)
-    assert result == {
-        "status": "unchanged", "changed": False, "message": "ai-llm serves the configuration on disk (); nothing to "
-                                                            "change",
-        "host": "h1", "image": "localhost/ai-llm:cpu", "model": "/m/demo.gguf", "config_hash": "c" * 64,
-        "pattern": LAST["pattern"], "pattern_source": "plan", "device_overrides": LAST["device_overrides"],
-        "tensors_moved": ["blk.1.ffn_up_exps.weight"], "evidence": "device_buffers",
-        "plan": dict(EMPTY_PLAN, mode="all"), "vram": LAST["vram"], "buffers": LAST["buffers"],
-        "offloaded_layers": {"offloaded": 49, "total": 49},
-        "rollback": {"performed": False, "reason": None, "restored_from": None, "serving": None},
-        "auth": {"enforced": True, "checked": True}, "parity": 'identical: 2 tokens "ok"',
-        "timings": {"total": 0.75, "recreate": None, "health": None, "lock_wait": 1.5},
-        "files": {"env": "/p/.env", "compose": "/p/c.yml", "verification": "/p/verification.json"}}
+    assert result == dict(
+        OF_SETTINGS, host="h1", config_hash="c" * 64, pattern=LAST["pattern"], pattern_source="plan",
+        device_overrides=LAST["device_overrides"], tensors_moved=["blk.1.ffn_up_exps.weight"], evidence="device_buffers",
+        vram=LAST["vram"], buffers=LAST["buffers"], offloaded_layers={"offloaded": 49, "total": 49},
+        auth={"enforced": True, "checked": True}, parity='identical: 2 tokens "ok"',
+        timings={"total": 0.75, "recreate": None, "health": None, "lock_wait": 1.5})
 
 
 def test_build_prefers_this_runs_placement_and_measurements_over_the_last_verification():
@@ -239,19 +239,17 @@ def test_build_of_a_verified_recreate_reports_what_the_log_measured():
                     "parity_note": "ignored",
                     "rollback": {"config_hash": "e" * 64, "reason": "not needed"},
                     "timings": {"commands": ["0:00:00.500000", "0:00:01.250000"], "lock_wait": 0}}, now=110.0)
-    assert result == {
-        "status": "changed", "changed": True,
-        "message": "the configuration changed; verified: 2 tensor(s) overridden to host memory (per_tensor evidence)",
-        "host": "h1", "image": "localhost/ai-llm:cpu", "model": "/m/demo.gguf", "config_hash": "d" * 64,
-        "pattern": r"\.ffn_.*_exps\.weight", "pattern_source": "inventory", "device_overrides": ["y=CUDA0"],
-        "tensors_moved": ["blk.1.ffn_up_exps.weight", "t2"], "evidence": "per_tensor",
-        "plan": dict(EMPTY_PLAN, mode="all", gpu_devices=[0]), "vram": [],
-        "buffers": {"model": {"CPU_Mapped": 4.8}, "kv": {"CPU": 0.06}, "rs": {}, "compute": {}},
-        "offloaded_layers": {"offloaded": 1, "total": 2},
-        "rollback": {"performed": False, "reason": "not needed", "restored_from": None, "serving": None},
-        "auth": {"enforced": True, "checked": True}, "parity": 'identical: 3 tokens "ok"',
-        "timings": {"total": 10.0, "recreate": 1.75, "health": 2.5, "lock_wait": 0},
-        "files": {"env": "/p/.env", "compose": "/p/c.yml", "verification": "/p/verification.json"}}
+    assert result == dict(
+        OF_SETTINGS, status="changed", changed=True,
+        message="the configuration changed; verified: 2 tensor(s) overridden to host memory (per_tensor evidence)",
+        host="h1", config_hash="d" * 64, pattern=r"\.ffn_.*_exps\.weight", pattern_source="inventory",
+        device_overrides=["y=CUDA0"], tensors_moved=["blk.1.ffn_up_exps.weight", "t2"], evidence="per_tensor",
+        plan=dict(EMPTY_PLAN, mode="all", gpu_devices=[0]),
+        buffers={"model": {"CPU_Mapped": 4.8}, "kv": {"CPU": 0.06}, "rs": {}, "compute": {}},
+        offloaded_layers={"offloaded": 1, "total": 2},
+        rollback={"performed": False, "reason": "not needed", "restored_from": None, "serving": None},
+        auth={"enforced": True, "checked": True}, parity='identical: 3 tokens "ok"',
+        timings={"total": 10.0, "recreate": 1.75, "health": 2.5, "lock_wait": 0})
 
 
 def test_build_passes_the_parity_note_when_there_was_no_baseline():
@@ -272,16 +270,11 @@ def test_build_of_a_rollback_reports_the_snapshot_put_back():
     result = build({"host": "h1", "settings": SETTINGS, "status": "rolled_back", "placement": placement,
                     "service": {"disk": {"verification": LAST}}, "config": {"config_hash": "d" * 64},
                     "rollback": rollback, "health": {"skipped": True, "seconds": 9}}, now=1.0)
-    assert result == {
-        "status": "rolled_back", "changed": True, "message": SERVES_AGAIN,
-        "host": "h1", "image": "localhost/ai-llm:cpu", "model": "/m/demo.gguf", "config_hash": "e" * 64,
-        "pattern": "blk", "pattern_source": "snapshot", "device_overrides": ["a=CUDA0", "b=CUDA1"],
-        "tensors_moved": [], "evidence": None, "plan": dict(EMPTY_PLAN, mode="all"), "vram": [],
-        "buffers": EMPTY_BUFFERS, "offloaded_layers": None,
-        "rollback": {"performed": True, "reason": ROLLED_BACK, "restored_from": "/p/.rollback/x", "serving": True},
-        "auth": {"enforced": False, "checked": False}, "parity": 'identical: 2 tokens "ok"',
-        "timings": {"total": None, "recreate": None, "health": None, "lock_wait": None},
-        "files": {"env": "/p/.env", "compose": "/p/c.yml", "verification": "/p/verification.json"}}
+    # of the last verification only its parity line
+    assert result == dict(
+        OF_SETTINGS, status="rolled_back", changed=True, message=SERVES_AGAIN, host="h1", config_hash="e" * 64,
+        pattern="blk", pattern_source="snapshot", device_overrides=["a=CUDA0", "b=CUDA1"], parity='identical: 2 tokens "ok"',
+        rollback={"performed": True, "reason": ROLLED_BACK, "restored_from": "/p/.rollback/x", "serving": True})
 
 
 @pytest.mark.parametrize("env_keys, placed", [

@@ -6,15 +6,9 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_memory import (
-    KIND_LABELS, ReportError, device_buffers, memory_views)
+    KIND_LABELS, device_buffers, memory_views)
 from tests.helpers import rollout_samples as samples
-
-
-def error_of(call, *args):
-    """The message of the ``ReportError`` that ``call(*args)`` raises."""
-    with pytest.raises(ReportError) as caught:
-        call(*args)
-    return str(caught.value)
+from tests.helpers.rollout_samples import error_of
 
 
 def test_every_memory_kind_has_its_label():

@@ -8,8 +8,9 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_page import BAR_HEIGHT, CSP, page
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils import _rollout_page as rp
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_memory import ReportError, memory_views
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_memory import memory_views
 from tests.helpers import rollout_samples as samples
+from tests.helpers.rollout_samples import error_of
 
 
 class Elements(HTMLParser):
@@ -481,6 +482,5 @@ def test_a_cpu_only_host_has_a_chart_of_its_ram_and_no_numbers_table():
 
 def test_a_malformed_memory_plan_is_a_report_error_naming_its_host():
     result = _plan_result("x", None, config_hash="abc")
-    with pytest.raises(ReportError) as error:
-        page(_report([_row("ok", 1, "changed", "m"), _row("gpu-box-9", 2, "changed", "m", result=result)]))
-    assert str(error.value) == "gpu-box-9: llm_server_result.plan.gpus is str, not a list"
+    rows = [_row("ok", 1, "changed", "m"), _row("gpu-box-9", 2, "changed", "m", result=result)]
+    assert error_of(page, _report(rows)) == "gpu-box-9: llm_server_result.plan.gpus is str, not a list"

@@ -9,9 +9,10 @@ import json
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import (
-    STATUSES, HostRun, ReportError, Rollout, batch_list, build_report, check_result, host_row, host_status, markdown,
+    STATUSES, HostRun, Rollout, batch_list, build_report, check_result, host_row, host_status, markdown,
     one_line, stop_reason, summary_line, table, to_json)
 from tests.helpers import rollout_samples as samples
+from tests.helpers.rollout_samples import error_of
 
 NOT_REACHED = "not touched: the rollout stopped before this host's batch"
 BATCH_STOPPED = ("its batch stopped before the llm_server role finished here (another host of the batch failed); "
@@ -27,13 +28,6 @@ def rollout(hosts, batches, max_fail=0, **kw):
 
 def deployed(host, batch, result):
     return HostRun(host, batch=batch, result=result, result_phase="deploy")
-
-
-def error_of(call, *args):
-    """The message of the ``ReportError`` that ``call(*args)`` raises."""
-    with pytest.raises(ReportError) as caught:
-        call(*args)
-    return str(caught.value)
 
 
 @pytest.mark.parametrize("text, limit, expected", [
