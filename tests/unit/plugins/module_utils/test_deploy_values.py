@@ -118,14 +118,6 @@ def test_project_paths_are_the_files_under_the_project_dir():
         "api_key": "/p/secrets/api-key", "lock": "/p/.llm_server.lock", "rollback": "/r"}
 
 
-def test_paths_follow_the_project_dir_compose_file_and_rollback_dir():
-    s = settings(llm_server_project_dir="/opt/llm/", llm_server_compose_project="llm",
-                 llm_server_compose_file="compose.yaml", llm_server_rollback_dir="/var/backups/llm/")
-    assert (s.project_dir, s.compose_file, s.rollback_dir) == ("/opt/llm", "compose.yaml", "/var/backups/llm")
-    assert s.paths == project_paths("/opt/llm", "compose.yaml", "/var/backups/llm")
-    assert settings(llm_server_project_dir="/opt/p", llm_server_rollback_dir="").rollback_dir == "/opt/p/.rollback"
-
-
 def test_an_empty_compose_project_is_the_project_dirs_basename():
     values = role_values(llm_server_model_path="/srv/models/x.gguf", llm_server_project_dir="/opt/my-llm_1/")
     assert check_settings(values).compose_project == "my-llm_1"
@@ -141,20 +133,6 @@ def test_an_empty_compose_project_is_the_project_dirs_basename():
     ]
 
 
-def test_paths_are_normalised_and_dotted_names_are_not_parent_segments():
-    s = settings(llm_server_project_dir="/srv//ai-llm/./", llm_server_model_path="/srv/models/..x/a..b.gguf",
-                 llm_server_model_dir="/srv/models/..x")
-    assert (s.project_dir, s.model_path, s.container_model_path) == (
-        "/srv/ai-llm", "/srv/models/..x/a..b.gguf", "/models/a..b.gguf")
-
-
-def test_only_mounted_paths_refuse_colons_and_commas():
-    s = settings(llm_server_model_path="/srv/models/a:b,c.gguf", llm_server_model_dir="/srv/models",
-                 llm_server_rollback_dir="/srv/back:up,1")
-    assert (s.model_path, s.container_model_path, s.rollback_dir) == (
-        "/srv/models/a:b,c.gguf", "/models/a:b,c.gguf", "/srv/back:up,1")
-
-
 def test_paths_are_compared_as_paths():
     assert container_model_path("/srv/models/x.gguf", "/srv/mod", "/models") is None
     assert container_model_path("/srv/models/x.gguf", "/srv/models", "/models") == "/models/x.gguf"
@@ -162,17 +140,6 @@ def test_paths_are_compared_as_paths():
     assert container_model_path("/srv/models", "/srv/models", "/models") is None
     assert container_model_path("x.gguf", "/srv", "/models") is None
     assert container_model_path("/a/b/c.gguf", "/", "/m") == "/m/a/b/c.gguf"
-    s = settings(llm_server_model_dir="/srv/models/")
-    assert (s.model_dir, s.container_model_path) == ("/srv/models", "/models/x.gguf")
-
-
-def test_an_empty_model_dir_is_the_model_paths_directory_and_the_mount_is_configurable():
-    s = settings(llm_server_model_path="/data/gguf/sub/m-00001-of-00002.gguf", llm_server_model_dir="/data",
-                 llm_server_model_mount="/mnt/m/")
-    assert (s.model_dir, s.model_mount, s.container_model_path) == (
-        "/data", "/mnt/m", "/mnt/m/gguf/sub/m-00001-of-00002.gguf")
-    s = settings(llm_server_model_path="/data/gguf/m.gguf", llm_server_model_dir="")
-    assert (s.model_dir, s.container_model_path) == ("/data/gguf", "/models/m.gguf")
 
 
 def test_the_rollback_entry_ignores_the_model_variables_when_no_model_is_given():
@@ -196,9 +163,6 @@ def test_base_url_brackets_ipv6_and_maps_wildcards_to_loopback():
     assert base_url("::1", 8080) == "http://[::1]:8080"
     assert base_url("fd00::5", 1) == "http://[fd00::5]:1"
     assert base_url("127.0.0.1", 65535) == "http://127.0.0.1:65535"
-    s = settings(llm_server_bind_address="::", llm_server_network_mode="host", llm_server_port="9000",
-                 llm_server_allow_unauthenticated=True)
-    assert (s.bind_address, s.base_url) == ("::", "http://[::1]:9000")
 
 
 @pytest.mark.parametrize("values, api_key, address", [
@@ -381,13 +345,43 @@ def test_each_value_that_can_be_deployed_is_kept_normalised(variable, value, set
     assert getattr(settings(**{"llm_server_" + variable: value}), variable) == setting
 
 
-def test_mode_layers_takes_layers_or_a_pattern_and_a_long_enough_lease():
-    s = settings(llm_server_moe_offload_mode="layers", llm_server_cpu_expert_layers="0,65535")
-    assert (s.moe_offload_mode, s.cpu_expert_layers) == ("layers", [0, 65535])
-    assert settings(llm_server_moe_offload_mode="layers",
-                    llm_server_moe_offload_pattern=r"blk\.3\.ffn_.*_exps").moe_offload_pattern == r"blk\.3\.ffn_.*_exps"
-    assert settings(llm_server_cpu_expert_layers=[4]).moe_offload_mode == "auto"
-    assert settings(llm_server_lock_lease=302, llm_server_health_timeout=1).lock_lease == 302
+COMBINED = [
+    # the values given together (variables without the prefix), the settings they give
+    ({"project_dir": "/opt/llm/", "compose_project": "llm", "compose_file": "compose.yaml",
+      "rollback_dir": "/var/backups/llm/"},
+     {"project_dir": "/opt/llm", "compose_file": "compose.yaml", "rollback_dir": "/var/backups/llm",
+      "paths": project_paths("/opt/llm", "compose.yaml", "/var/backups/llm")}),
+    ({"project_dir": "/opt/p", "rollback_dir": ""}, {"rollback_dir": "/opt/p/.rollback"}),
+    # paths are normalised, and dotted names are not parent segments
+    ({"project_dir": "/srv//ai-llm/./", "model_path": "/srv/models/..x/a..b.gguf", "model_dir": "/srv/models/..x"},
+     {"project_dir": "/srv/ai-llm", "model_path": "/srv/models/..x/a..b.gguf",
+      "container_model_path": "/models/a..b.gguf"}),
+    # only mounted paths refuse ':' and ','
+    ({"model_path": "/srv/models/a:b,c.gguf", "model_dir": "/srv/models", "rollback_dir": "/srv/back:up,1"},
+     {"model_path": "/srv/models/a:b,c.gguf", "container_model_path": "/models/a:b,c.gguf",
+      "rollback_dir": "/srv/back:up,1"}),
+    ({"model_dir": "/srv/models/"}, {"model_dir": "/srv/models", "container_model_path": "/models/x.gguf"}),
+    # an empty model dir is the model path's directory, and the mount is configurable
+    ({"model_path": "/data/gguf/sub/m-00001-of-00002.gguf", "model_dir": "/data", "model_mount": "/mnt/m/"},
+     {"model_dir": "/data", "model_mount": "/mnt/m", "container_model_path": "/mnt/m/gguf/sub/m-00001-of-00002.gguf"}),
+    ({"model_path": "/data/gguf/m.gguf", "model_dir": ""},
+     {"model_dir": "/data/gguf", "container_model_path": "/models/m.gguf"}),
+    # mode layers takes layers or a pattern; layers alone leave the mode as it is
+    ({"moe_offload_mode": "layers", "cpu_expert_layers": "0,65535"},
+     {"moe_offload_mode": "layers", "cpu_expert_layers": [0, 65535]}),
+    ({"moe_offload_mode": "layers", "moe_offload_pattern": r"blk\.3\.ffn_.*_exps"},
+     {"moe_offload_pattern": r"blk\.3\.ffn_.*_exps"}),
+    ({"cpu_expert_layers": [4]}, {"moe_offload_mode": "auto"}),
+    ({"lock_lease": 302, "health_timeout": 1}, {"lock_lease": 302}),
+    ({"bind_address": "::", "network_mode": "host", "port": "9000", "allow_unauthenticated": True},
+     {"bind_address": "::", "base_url": "http://[::1]:9000"}),
+]
+
+
+@pytest.mark.parametrize("values, expected", COMBINED)
+def test_values_given_together_give_their_settings(values, expected):
+    s = settings(**{"llm_server_" + name: value for name, value in values.items()})
+    assert {name: getattr(s, name) for name in expected} == expected
 
 
 # --- settings: integers ------------------------------------------------------------------------------------------
