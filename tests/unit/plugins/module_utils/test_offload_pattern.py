@@ -249,13 +249,10 @@ def _long_expert(length):
     return name
 
 
-def test_names_up_to_256_characters_are_listed():
+def test_names_up_to_256_characters_are_listed_and_a_longer_one_is_refused_by_name():
     wanted = _long_expert(256)
     names = [wanted, "blk.1.ffn_up_exps." + "w" * 238]
     assert expert_pattern(names, [wanted]) == r"^blk\.0\.ffn_up_exps\." + "w" * 238 + "$"
-
-
-def test_a_name_over_256_characters_is_refused_by_name():
     wanted = [_long_expert(258), _long_expert(257)]
     names = wanted + ["blk.1.ffn_up_exps." + "w" * 239]
     with pytest.raises(PatternError) as error:
@@ -422,16 +419,9 @@ def test_real_model_files(tmp_path, kind, endian):
     assert pattern == expected
     if n_experts:
         assert_proved(pattern, names, layout.expert_tensors)
-    if kind == "gpt-oss":
-        assert any(n.endswith("_exps.bias") for n in layout.expert_tensors)
-        assert {t.type_name.lower() for t in model.tensors if layout.tensor_class[t.name] == "routed_experts"
-                and t.name.endswith(".weight")} == {"mxfp4"}
-    if kind == "deepseek2":
-        assert {layout.tensor_class[n] for n in names if "exp_probs_b" in n} == {"router"}
-        assert layout.bytes_by_class["shared_experts"] > 0
 
 
-# ---- crafted tensor names and the length bound ----
+# ---- crafted tensor names and the cost of the proof ----
 
 
 CRAFTED = ["\n", "'", "${HOME}", "`id`", ",", "=", '"', "\\", "\r", "\u00e9", "$", "{1,3}"]
