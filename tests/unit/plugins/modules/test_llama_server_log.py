@@ -10,20 +10,23 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import llama_logs
-from tests.helpers.llama_logs import IK_CPU, NEMOTRON_EXPERTS, PUBLIC
+from tests.helpers.llama_logs import LAYER, NEMOTRON_EXPERTS, PUBLIC, model_buf, override, text
 from tools.gguf_models import write_tiny_nemotron_h_moe
 
 LV4 = str(llama_logs.LV4)
 DEFAULT = str(llama_logs.DEFAULT)
 
 
-def test_per_tensor_evidence_verified(ansible_module):
+def test_the_parsed_log_and_the_verdict_come_back_and_without_expectation_nothing_fails(ansible_module):
     r = ansible_module("llama_server_log", {"path": LV4, "expect_tensors": NEMOTRON_EXPERTS})
     assert not r["failed"] and r["changed"] is False
     assert r["verified"] is True and r["evidence"] == "per_tensor"
     assert r["expected_count"] == 46 and len(r["overridden"]) == 46
     assert r["build"] == "b7500-1a2b3c4" and r["offloaded_layers"] == {"offloaded": 53, "total": 53}
     assert r["gpu_model_mib"] == 1369.43
+    r = ansible_module("llama_server_log", {"path": LV4})
+    assert not r["failed"] and r["verified"] is False and r["evidence"] == "none" and r["expected_count"] is None
+    assert "no expectation" in r["msg"] and len(r["overridden"]) == 46
 
 
 def test_mismatch_fails_naming_missing_and_unexpected(ansible_module):
@@ -32,21 +35,14 @@ def test_mismatch_fails_naming_missing_and_unexpected(ansible_module):
     assert r["failed"] and r["verified"] is False
     assert r["missing"] == ["blk.1.ffn_up_shexp.weight"]
     assert r["unexpected"] == NEMOTRON_EXPERTS[:2]
-    for name in r["missing"] + r["unexpected"]:
-        assert name in r["msg"]
     # the same, returned only
     r = ansible_module("llama_server_log", {"path": LV4, "expect_tensors": expected, "fail_on_mismatch": False})
     assert not r["failed"] and r["verified"] is False and r["missing"] == ["blk.1.ffn_up_shexp.weight"]
 
 
-def test_hidden_per_tensor_lines_never_pass_without_buffer_evidence(ansible_module):
+def test_hidden_per_tensor_lines_fall_back_on_the_gpu_model_buffer_with_its_tolerances(ansible_module):
     r = ansible_module("llama_server_log", {"path": DEFAULT, "expect_tensors": NEMOTRON_EXPERTS})
     assert r["failed"] and r["verified"] is False and r["evidence"] == "none"
-    assert r["per_tensor_lines_visible"] is False
-    assert "verbosity hides the per-tensor" in r["msg"]
-
-
-def test_buffer_fallback(ansible_module):
     args = {"path": DEFAULT, "expect_tensors": NEMOTRON_EXPERTS, "expect_gpu_model_mib": 1369.0}
     r = ansible_module("llama_server_log", args)
     assert not r["failed"] and r["verified"] is True and r["evidence"] == "buffers"
@@ -59,16 +55,22 @@ def test_buffer_fallback(ansible_module):
     assert not r["failed"] and r["gpu_model_tolerance_mib"] == 70.0
 
 
-def test_expect_pattern_with_gguf_in_check_mode(ansible_module, tmp_path):
-    model = str(tmp_path / "tiny.gguf")
+def tiny_log(buffers):
+    """A -lv 5 log of the tiny nemotron_h_moe model (the integration test holds b10434's real capture): the routed
+    experts of blocks 1 and 4 overridden to the buffer given for their block."""
+    return text(LAYER, *[override("blk.%d.ffn_%s_exps.weight" % (b, k), buffer, 0, "f32")
+                         for b, buffer in zip((1, 4), buffers) for k in ("up", "down")], model_buf("CPU_Mapped", 0.75))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    model = str(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
     write_tiny_nemotron_h_moe(model)
-    # the lines b10434 prints for this model at -lv 5 (see the integration test for the real capture)
-    experts = ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight",
-               "blk.4.ffn_down_exps.weight", "blk.4.ffn_up_exps.weight"]
-    log = "\n".join(["load_tensors: layer   0 assigned to device CPU, is_swa = 0"]
-                    + ["tensor %s (0 MiB f32) buffer type overridden to CPU" % t for t in experts]
-                    + ["load_tensors:   CPU_Mapped model buffer size =     0.75 MiB"])
-    args = {"content": log, "expect_pattern": r"\.ffn_.*_exps\.weight", "gguf": model}
+    return model
+
+
+def test_expect_pattern_with_gguf_in_check_mode(ansible_module, tiny):
+    args = {"content": tiny_log(("CPU", "CPU")), "expect_pattern": r"\.ffn_.*_exps\.weight", "gguf": tiny}
     r = ansible_module("llama_server_log", args, check=True)
     assert not r["failed"] and r["verified"] is True and r["expected_count"] == 4
     # a wider pattern expects the shared experts too, which the log does not show
@@ -91,12 +93,6 @@ def test_load_error_fails_with_the_message(ansible_module):
     assert "failed to load" in r["msg"] and "broken.gguf" in r["msg"]
     r = ansible_module("llama_server_log", {"content": log, "fail_on_mismatch": False})
     assert not r["failed"] and r["verified"] is False and r["load_error"]
-
-
-def test_parse_only_does_not_fail_and_verifies_nothing(ansible_module):
-    r = ansible_module("llama_server_log", {"path": LV4})
-    assert not r["failed"] and r["verified"] is False and r["evidence"] == "none"
-    assert "no expectation" in r["msg"] and len(r["overridden"]) == 46
 
 
 def test_argument_errors(ansible_module, tmp_path):
@@ -160,12 +156,6 @@ def test_exit_code_and_crash_lines_fail_with_the_cause(ansible_module):
     assert r["failed"] and r["verified"] is False and r["exit_code"] == 139
     assert r["crash"].startswith("exit code 139 (SIGSEGV) after the line: ") and "segmentation fault" in r["crash_cause"]
     assert r["failure"].startswith("llama-server died: exit code 139") and "SIGSEGV" in r["msg"]
-    log = Path(LV4).read_text() + "ggml-rpc.cpp:519: Remote RPC server crashed or returned malformed response\n"
-    r = ansible_module("llama_server_log", {"content": log, "fail_on_mismatch": False})
-    assert not r["failed"] and r["crash"] == "ggml-rpc.cpp:519: Remote RPC server crashed or returned malformed response"
-    assert "RPC server" in r["crash_cause"] and r["verified"] is False
-    r = ansible_module("llama_server_log", {"content": log})
-    assert r["failed"] and "llama-server died: ggml-rpc.cpp:519" in r["msg"]
 
 
 def test_per_device_buffers_and_the_other_buffers_through_the_module(ansible_module):
@@ -181,23 +171,16 @@ def test_per_device_buffers_and_the_other_buffers_through_the_module(ansible_mod
     assert r["failed"] and "expect_model_buffers must map buffer names to MiB" in r["msg"]
 
 
-def test_expect_override_patterns_with_gguf(ansible_module, tmp_path):
-    model = str(tmp_path / "tiny.gguf")
-    write_tiny_nemotron_h_moe(model)
-    log = "\n".join(["load_tensors: layer   0 assigned to device CPU, is_swa = 0"]
-                    + ["tensor blk.1.%s (0 MiB f32) buffer type overridden to CUDA1" % t
-                       for t in ("ffn_up_exps.weight", "ffn_down_exps.weight")]
-                    + ["tensor blk.4.%s (0 MiB f32) buffer type overridden to CPU" % t
-                       for t in ("ffn_up_exps.weight", "ffn_down_exps.weight")]
-                    + ["load_tensors:   CPU_Mapped model buffer size =     0.75 MiB"])
+def test_expect_override_patterns_with_gguf(ansible_module, tiny):
     items = [r"blk\.1\.ffn_.*_exps\.weight=CUDA1", r"\.ffn_.*_exps\.weight=CPU"]
-    r = ansible_module("llama_server_log", {"content": log, "expect_override_patterns": items, "gguf": model})
+    args = {"content": tiny_log(("CUDA1", "CPU")), "expect_override_patterns": items, "gguf": tiny}
+    r = ansible_module("llama_server_log", args)
     assert not r["failed"] and r["verified"] is True and r["expected_count"] == 4, r["msg"]
-    r = ansible_module("llama_server_log", {"content": log, "expect_override_patterns": items[::-1], "gguf": model})
+    r = ansible_module("llama_server_log", dict(args, expect_override_patterns=items[::-1]))
     assert r["failed"] and r["missing"] == ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight"]
-    r = ansible_module("llama_server_log", {"content": log, "expect_override_patterns": ["exps"], "gguf": model})
+    r = ansible_module("llama_server_log", dict(args, expect_override_patterns=["exps"]))
     assert r["failed"] and "expect_override_patterns: override 'exps' is not PATTERN=BUFFER" in r["msg"]
-    r = ansible_module("llama_server_log", {"content": log, "expect_override_patterns": items})
+    r = ansible_module("llama_server_log", {"content": args["content"], "expect_override_patterns": items})
     assert r["failed"] and "gguf" in r["msg"]
 
 
@@ -211,11 +194,7 @@ def test_require_ready(ansible_module):
     assert r["failed"] and "does not show the server ready" in r["msg"]
 
 
-def test_module_fails_on_a_crash_and_verifies_host_moves_only(ansible_module):
+def test_a_crash_fails_without_any_expectation(ansible_module):
     r = ansible_module("llama_server_log", {"path": str(PUBLIC / "b10586_crash_after_load.log")})
     assert r["failed"] and r["crash"] == "CUDA error: an illegal memory access was encountered"
     assert r["server_ready"] is False and r["verified"] is False
-    r = ansible_module("llama_server_log", {"path": str(PUBLIC / "ik_llama_ot_cuda1_and_cpu.log"),
-                                            "expect_tensors": IK_CPU})
-    assert not r["failed"] and r["verified"] and r["evidence"] == "per_tensor"
-    assert {o["buffer"] for o in r["overridden"]} == {"CPU", "CUDA1"}
