@@ -26,53 +26,60 @@ def tensor(name, shape, type_id=TYPE_F32):
     return T(name, tuple(shape), tensor_nbytes(type_id, shape), type_id)
 
 
-def synthetic_nemotron(pattern=NANO, n_embd=2688, drop=(), expert_type=TYPE_Q8_0):
-    """Metadata and tensor infos of a Nemotron-H MoE shaped like Nano (no file)."""
-    hkv = [2 if c == "*" else 0 for c in pattern]
-    ff = [1856 if c == "E" else 0 for c in pattern]
-    md = {"general.architecture": "nemotron_h_moe", "nemotron_h_moe.block_count": len(pattern),
-          "nemotron_h_moe.embedding_length": n_embd, "nemotron_h_moe.context_length": 1048576,
-          "nemotron_h_moe.attention.head_count": 32, "nemotron_h_moe.attention.head_count_kv": hkv,
-          "nemotron_h_moe.feed_forward_length": ff, "nemotron_h_moe.attention.key_length": 128,
-          "nemotron_h_moe.attention.value_length": 128, "nemotron_h_moe.ssm.conv_kernel": 4,
-          "nemotron_h_moe.ssm.inner_size": 4096, "nemotron_h_moe.ssm.state_size": 128,
-          "nemotron_h_moe.ssm.group_count": 8, "nemotron_h_moe.ssm.time_step_rank": 64,
-          "nemotron_h_moe.expert_count": 128, "nemotron_h_moe.expert_used_count": 6,
-          "nemotron_h_moe.expert_feed_forward_length": 1856, "nemotron_h_moe.vocab_size": 131072}
-    for key in drop:
-        md.pop(key)
-    ts = [tensor("token_embd.weight", (n_embd, 131072), TYPE_Q8_0)]
-    for i, c in enumerate(pattern):
-        p = "blk.%d." % i
-        ts.append(tensor(p + "attn_norm.weight", (n_embd,)))
-        if c == "M":
-            ts += [tensor(p + "ssm_in.weight", (n_embd, 2 * 4096 + 2 * 8 * 128 + 64), TYPE_Q8_0),
-                   tensor(p + "ssm_conv1d.weight", (4, 4096 + 2 * 8 * 128)),
-                   tensor(p + "ssm_norm.weight", (4096 // 8, 8)), tensor(p + "ssm_out.weight", (4096, n_embd), TYPE_Q8_0)]
-        elif c == "*":
-            ts += [tensor(p + "attn_q.weight", (n_embd, 4096), TYPE_Q8_0), tensor(p + "attn_k.weight", (n_embd, 256), TYPE_Q8_0),
-                   tensor(p + "attn_v.weight", (n_embd, 256), TYPE_Q8_0),
-                   tensor(p + "attn_output.weight", (4096, n_embd), TYPE_Q8_0)]
-        else:
-            ts += [tensor(p + "ffn_gate_inp.weight", (n_embd, 128)),
-                   tensor(p + "ffn_up_exps.weight", (n_embd, 1856, 128), expert_type),
-                   tensor(p + "ffn_down_exps.weight", (1856, n_embd, 128), expert_type),
-                   tensor(p + "ffn_up_shexp.weight", (n_embd, 3712), TYPE_Q8_0),
-                   tensor(p + "ffn_down_shexp.weight", (3712, n_embd), TYPE_Q8_0)]
-    ts += [tensor("output_norm.weight", (n_embd,)), tensor("output.weight", (n_embd, 131072), TYPE_Q8_0)]
-    return md, ts
+def f32(name, *shape):
+    return tensor(name, shape, TYPE_F32)
+
+
+def f16(name, *shape):
+    return tensor(name, shape, TYPE_F16)
 
 
 def facts_of(md, ts):
-    layout = classify_model(md.get("general.architecture"), md, ts)
-    return mfacts.model_facts(md, ts, layout)
+    return mfacts.model_facts(md, ts, classify_model(md.get("general.architecture"), md, ts))
 
 
-def f32(name, *shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return T(name, tuple(shape), 4 * n, 0)
+def nano_header(pattern=NANO, drop=(), **extra):
+    """Metadata and tensor infos of Nemotron-3-Nano-30B-A3B (its GGUF metadata, no file), or of a Nemotron-H MoE
+    of another block ``pattern``: hidden 2688, vocab 131072, 32 heads, 2 KV heads of 128, 128 experts (6 used) of
+    1856, Mamba inner 4096, state 128, 8 groups, conv 4; Q8_0 matrices, F32 norms and router. ``drop`` removes
+    metadata keys and ``extra`` sets them (names after ``nemotron_h_moe.``)."""
+    a = "nemotron_h_moe."
+    md = {"general.architecture": "nemotron_h_moe", a + "block_count": len(pattern), a + "embedding_length": 2688,
+          a + "context_length": 1048576, a + "attention.head_count": 32,
+          a + "attention.head_count_kv": [2 if c == "*" else 0 for c in pattern],
+          a + "feed_forward_length": [1856 if c == "E" else 0 for c in pattern], a + "attention.key_length": 128,
+          a + "attention.value_length": 128, a + "ssm.conv_kernel": 4, a + "ssm.inner_size": 4096,
+          a + "ssm.state_size": 128, a + "ssm.group_count": 8, a + "ssm.time_step_rank": 64,
+          a + "expert_count": 128, a + "expert_used_count": 6, a + "expert_feed_forward_length": 1856,
+          a + "vocab_size": 131072}
+    for key in drop:
+        md.pop(a + key)
+    md.update(dict((a + k, v) for k, v in extra.items()))
+    ts = [tensor("token_embd.weight", (2688, 131072), TYPE_Q8_0)]
+    for i, c in enumerate(pattern):
+        p = "blk.%d." % i
+        ts.append(f32(p + "attn_norm.weight", 2688))
+        if c == "M":
+            ts += [tensor(p + "ssm_in.weight", (2688, 2 * 4096 + 2 * 8 * 128 + 64), TYPE_Q8_0),
+                   f32(p + "ssm_conv1d.weight", 4, 4096 + 2 * 8 * 128), f32(p + "ssm_norm.weight", 4096 // 8, 8),
+                   tensor(p + "ssm_out.weight", (4096, 2688), TYPE_Q8_0)]
+        elif c == "*":
+            ts += [tensor(p + "attn_q.weight", (2688, 4096), TYPE_Q8_0),
+                   tensor(p + "attn_k.weight", (2688, 256), TYPE_Q8_0),
+                   tensor(p + "attn_v.weight", (2688, 256), TYPE_Q8_0),
+                   tensor(p + "attn_output.weight", (4096, 2688), TYPE_Q8_0)]
+        else:
+            ts += [f32(p + "ffn_gate_inp.weight", 2688, 128),
+                   tensor(p + "ffn_up_exps.weight", (2688, 1856, 128), TYPE_Q8_0),
+                   tensor(p + "ffn_down_exps.weight", (1856, 2688, 128), TYPE_Q8_0),
+                   tensor(p + "ffn_up_shexp.weight", (2688, 3712), TYPE_Q8_0),
+                   tensor(p + "ffn_down_shexp.weight", (3712, 2688), TYPE_Q8_0)]
+    ts += [f32("output_norm.weight", 2688), tensor("output.weight", (2688, 131072), TYPE_Q8_0)]
+    return md, ts
+
+
+def nano_facts(pattern=NANO, drop=(), **extra):
+    return facts_of(*nano_header(pattern, drop, **extra))
 
 
 def attention_model(arch="qwen3moe", blocks=2, **meta):
@@ -97,10 +104,9 @@ def mamba_model(arch, meta, ssm_tensors):
 
 def moe_facts(n_embd, n_expert, used, n_ff_exp, gated=False, bias=False):
     """One MoE block (block 0) of ``n_expert`` experts, ``used`` of them per token."""
-    return mfacts.ModelFacts(architecture="test", block_count=1, n_embd=n_embd, n_vocab=100, context_length=None,
-                             kv_blocks={}, n_expert=n_expert, expert_used_count=used, n_ff_exp=n_ff_exp,
-                             experts_gated=gated, expert_probs_bias=bias,
-                             expert_tensors_by_block={0: ["blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"]})
+    return facts(block_count=1, n_embd=n_embd, n_vocab=100, n_expert=n_expert, expert_used_count=used,
+                 n_ff_exp=n_ff_exp, experts_gated=gated, expert_probs_bias=bias,
+                 expert_tensors_by_block={0: ["blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"]})
 
 
 def expert_weights_bytes(used, tokens):
@@ -110,10 +116,8 @@ def expert_weights_bytes(used, tokens):
 
 
 def ssm_facts(d_inner, n_group, d_state, n_head, n_embd=32):
-    return mfacts.ModelFacts(architecture="test", block_count=1, n_embd=n_embd, n_vocab=100, context_length=None,
-                             kv_blocks={}, recurrent_blocks={0: (0, 0)},
-                             ssm={"d_conv": 4, "d_inner": d_inner, "d_state": d_state, "n_group": n_group,
-                                  "n_head": n_head})
+    return facts(block_count=1, n_embd=n_embd, n_vocab=100, recurrent_blocks={0: (0, 0)},
+                 ssm={"d_conv": 4, "d_inner": d_inner, "d_state": d_state, "n_group": n_group, "n_head": n_head})
 
 
 def micro_shape(tokens, seqs):
@@ -124,42 +128,8 @@ def two_moe_blocks():
     """Two blocks of routed experts only (8 of 64, 4 used, gated, n_embd 16): the experts are each block's peak."""
     names = dict((b, ["blk.%d.ffn_%s_exps.weight" % (b, kind) for kind in ("gate", "up", "down")]) for b in (0, 1))
     tensors = tuple(mfacts.TensorFacts(n, 16 * 64 * 8 * F32, b, 0, (16, 64, 8), True) for b in (0, 1) for n in names[b])
-    return mfacts.ModelFacts(architecture="test", block_count=2, n_embd=16, n_vocab=100, context_length=None,
-                             kv_blocks={}, n_expert=8, expert_used_count=4, n_ff_exp=64, experts_gated=True,
-                             tensors=tensors, expert_tensors_by_block=names)
-
-
-def nano_facts(drop=(), **extra):
-    """Metadata and tensor shapes of Nemotron-3-Nano-30B-A3B (its GGUF metadata): hidden 2688, vocab 131072,
-    32 heads, 2 KV heads of 128, 128 experts (6 used) of 1856, Mamba inner 4096, state 128, 8 groups, conv 4."""
-    a = "nemotron_h_moe."
-    md = {"general.architecture": "nemotron_h_moe", a + "block_count": 52, a + "embedding_length": 2688,
-          a + "context_length": 1048576, a + "attention.head_count": 32,
-          a + "attention.head_count_kv": [2 if c == "*" else 0 for c in NANO],
-          a + "feed_forward_length": [1856 if c == "E" else 0 for c in NANO], a + "attention.key_length": 128,
-          a + "attention.value_length": 128, a + "ssm.conv_kernel": 4, a + "ssm.inner_size": 4096,
-          a + "ssm.state_size": 128, a + "ssm.group_count": 8, a + "ssm.time_step_rank": 64,
-          a + "expert_count": 128, a + "expert_used_count": 6, a + "expert_feed_forward_length": 1856,
-          a + "vocab_size": 131072}
-    for key in drop:
-        md.pop(a + key)
-    md.update(dict((a + k, v) for k, v in extra.items()))
-    ts = [f32("token_embd.weight", 2688, 131072)]
-    for i, c in enumerate(NANO):
-        p = "blk.%d." % i
-        ts.append(f32(p + "attn_norm.weight", 2688))
-        if c == "M":
-            ts += [f32(p + "ssm_in.weight", 2688, 2 * 4096 + 2 * 8 * 128 + 64), f32(p + "ssm_conv1d.weight", 4, 6144),
-                   f32(p + "ssm_norm.weight", 512, 8), f32(p + "ssm_out.weight", 4096, 2688)]
-        elif c == "*":
-            ts += [f32(p + "attn_q.weight", 2688, 4096), f32(p + "attn_k.weight", 2688, 256),
-                   f32(p + "attn_v.weight", 2688, 256), f32(p + "attn_output.weight", 4096, 2688)]
-        else:
-            ts += [f32(p + "ffn_gate_inp.weight", 2688, 128), f32(p + "ffn_up_exps.weight", 2688, 1856, 128),
-                   f32(p + "ffn_down_exps.weight", 1856, 2688, 128), f32(p + "ffn_up_shexp.weight", 2688, 3712),
-                   f32(p + "ffn_down_shexp.weight", 3712, 2688)]
-    ts += [f32("output_norm.weight", 2688), f32("output.weight", 2688, 131072)]
-    return mfacts.model_facts(md, ts, classify_model("nemotron_h_moe", md, ts))
+    return facts(n_embd=16, n_vocab=100, n_expert=8, expert_used_count=4, n_ff_exp=64, experts_gated=True,
+                 tensors=tensors, expert_tensors_by_block=names)
 
 
 def facts(**kw):
@@ -171,21 +141,6 @@ def facts(**kw):
 
 def window(size, blocks, kind="standard"):
     return mfacts.SlidingWindow(kind, size, frozenset(blocks), "test")
-
-
-def transformer(arch, blocks, **meta):
-    """A decoder with attention (4 heads, 2 KV heads of 16) in every block, as a GGUF header gives it."""
-    tensors = [f32("token_embd.weight", 64, 512), f32("output.weight", 64, 512)]
-    for b in range(blocks):
-        p = "blk.%d." % b
-        tensors += [f32(p + "attn_q.weight", 64, 64), f32(p + "attn_k.weight", 64, 32),
-                    f32(p + "attn_v.weight", 64, 32), f32(p + "attn_output.weight", 64, 64),
-                    f32(p + "ffn_up.weight", 64, 128), f32(p + "ffn_down.weight", 128, 64)]
-    md = {"general.architecture": arch, arch + ".block_count": blocks, arch + ".embedding_length": 64,
-          arch + ".attention.head_count": 4, arch + ".attention.head_count_kv": 2,
-          arch + ".attention.key_length": 16, arch + ".attention.value_length": 16, arch + ".vocab_size": 512}
-    md.update(dict((arch + "." + k.replace("__", "."), v) for k, v in meta.items()))
-    return mfacts.model_facts(md, tensors, classify_model(arch, md, tensors))
 
 
 def qkv_model(md_extra=(), heads=4, attn=("attn_q", 64), attn_k=None, n_embd=64):
@@ -210,18 +165,14 @@ def rwkv(**meta):
     return mfacts.model_facts(md, tensors, classify_model("rwkv7", md, tensors)).recurrent_blocks
 
 
-def tensor_facts(name, nbytes, block, type_id, shape, expert=False):
-    return mfacts.TensorFacts(name, nbytes, block, type_id, shape, expert)
-
-
 def weights_model():
     q8 = 8  # q8_0: 32 elements in 34 bytes
-    ts = (tensor_facts("token_embd.weight", 2688 * 1000 // 32 * 34, None, q8, (2688, 1000)),
-          tensor_facts("blk.0.attn_q.weight", 2688 * 4 // 32 * 34, 0, q8, (2688, 4)),
-          tensor_facts("blk.0.attn_norm.weight", 2688 * 4, 0, 0, (2688,)),
-          tensor_facts("blk.0.ffn_up_exps.weight", 1024 * 2 * 2 // 32 * 34, 0, q8, (1024, 2, 2), True),
-          tensor_facts("blk.1.attn_q.weight", 512 * 4 // 32 * 34, 1, q8, (512, 4)),
-          tensor_facts("output.weight", 2688 * 1000 // 32 * 34, None, q8, (2688, 1000)))
+    ts = (mfacts.TensorFacts("token_embd.weight", 2688 * 1000 // 32 * 34, None, q8, (2688, 1000), False),
+          mfacts.TensorFacts("blk.0.attn_q.weight", 2688 * 4 // 32 * 34, 0, q8, (2688, 4), False),
+          mfacts.TensorFacts("blk.0.attn_norm.weight", 2688 * 4, 0, 0, (2688,), False),
+          mfacts.TensorFacts("blk.0.ffn_up_exps.weight", 1024 * 2 * 2 // 32 * 34, 0, q8, (1024, 2, 2), True),
+          mfacts.TensorFacts("blk.1.attn_q.weight", 512 * 4 // 32 * 34, 1, q8, (512, 4), False),
+          mfacts.TensorFacts("output.weight", 2688 * 1000 // 32 * 34, None, q8, (2688, 1000), False))
     return facts(tensors=ts, expert_tensors_by_block={0: ["blk.0.ffn_up_exps.weight"]})
 
 
@@ -267,15 +218,8 @@ MEASURED = [
 ]
 
 
-def f16(name, *shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return T(name, tuple(shape), 2 * n, 1)
-
-
-def decoder(arch, blocks, n_embd, n_head, n_head_kv, head_dim, n_vocab=512, experts=0, n_ff=64, gate=False,
-            **meta):
+def decoder_header(arch, blocks, n_embd, n_head, n_head_kv, head_dim, n_vocab=512, experts=0, n_ff=64, gate=False,
+                   **meta):
     """Metadata and tensor infos of a decoder (no file): attention in every block, dense FFN (with a gate
     projection when ``gate``) or experts."""
     tensors = [f16("token_embd.weight", n_embd, n_vocab), f16("output.weight", n_embd, n_vocab)]
@@ -301,8 +245,11 @@ def decoder(arch, blocks, n_embd, n_head, n_head_kv, head_dim, n_vocab=512, expe
         metadata.update({arch + ".expert_count": experts, arch + ".expert_used_count": 2,
                          arch + ".expert_feed_forward_length": n_ff})
     metadata.update(dict((arch + "." + k.replace("__", "."), v) for k, v in meta.items()))
-    metadata = dict((k, v) for k, v in metadata.items() if v is not None)
-    return mfacts.model_facts(metadata, tensors, classify_model(arch, metadata, tensors))
+    return dict((k, v) for k, v in metadata.items() if v is not None), tensors
+
+
+def decoder(*args, **kw):
+    return facts_of(*decoder_header(*args, **kw))
 
 
 def gemma3_270m():
@@ -310,6 +257,11 @@ def gemma3_270m():
     256, window 512, vocabulary 262144, tied embeddings, a gated FFN of 2048."""
     return decoder("gemma3", 18, 640, 4, 1, 256, n_vocab=262144, n_ff=2048, gate=True,
                    attention__sliding_window=512, context_length=32768)
+
+
+def transformer(arch, blocks, **meta):
+    """A decoder with attention (4 heads, 2 KV heads of 16) and a dense FFN of 128 in every block."""
+    return decoder(arch, blocks, 64, 4, 2, 16, n_ff=128, **meta)
 
 
 def kv_mib(facts, ctx, parallel=1, **kw):

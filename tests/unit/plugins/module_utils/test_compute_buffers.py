@@ -26,21 +26,12 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_facts as mfacts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 from tools.gguf_models import write_tiny_nemotron_h_moe
 from tests.helpers.memory_models import (
-    F32, MEASURED, MIB, MODELS, T, attention_only, decoder, expert_weights_bytes, f32, facts, facts_of, gemma3_270m,
-    micro_shape, moe_facts, nano_facts, ssm_facts, synthetic_nemotron, transformer, two_moe_blocks)
+    F32, MEASURED, MIB, MODELS, T, attention_only, decoder, expert_weights_bytes, facts, facts_of, gemma3_270m,
+    micro_shape, moe_facts, nano_facts, ssm_facts, transformer, two_moe_blocks)
 
-
-@pytest.fixture(scope="module")
-def nano_q8():
-    return facts_of(*synthetic_nemotron())
-
-
-@pytest.fixture(scope="module")
-def nano():
-    return nano_facts()
+NANO_FACTS = nano_facts()
 
 
 @pytest.fixture(scope="module")
@@ -49,73 +40,46 @@ def measured_facts(tmp_path_factory):
     found = {}
     for label, shape in MODELS.items():
         model = read_model(write_tiny_nemotron_h_moe(str(folder / (label + ".gguf")), **shape))
-        found[label] = mfacts.model_facts(model.metadata, model.tensors,
-                                          classify_model(model.architecture, model.metadata, model.tensors))
+        found[label] = facts_of(model.metadata, model.tensors)
     return found
 
 
-def test_compute_grows_with_context_and_with_op_offload_copy(nano_q8):
-    small = cbuf.compute_buffer_bytes(nano_q8, Options(4096))
-    large = cbuf.compute_buffer_bytes(nano_q8, Options(262144))
+def test_compute_grows_with_context_and_with_op_offload_copy():
+    small = cbuf.compute_buffer_bytes(NANO_FACTS, Options(4096))
+    large = cbuf.compute_buffer_bytes(NANO_FACTS, Options(262144))
     # the KQ mask: cells x tokens x f16
     assert large - small == (262144 - 4096) * 512 * 2
-    copy = nano_q8.expert_bytes_by_block()[1]
-    with_copy = cbuf.compute_buffer_bytes(nano_q8, Options(4096), cpu_expert_bytes_max=copy)
+    copy = NANO_FACTS.expert_bytes_by_block()[1]
+    with_copy = cbuf.compute_buffer_bytes(NANO_FACTS, Options(4096), cpu_expert_bytes_max=copy)
     assert with_copy - small == copy
-    assert cbuf.compute_buffer_bytes(nano_q8, Options(4096, op_offload=False), cpu_expert_bytes_max=copy) == small
-    assert cbuf.compute_buffer_bytes(nano_q8, Options(4096, ubatch=16), cpu_expert_bytes_max=copy) < small
+    assert cbuf.compute_buffer_bytes(NANO_FACTS, Options(4096, op_offload=False), cpu_expert_bytes_max=copy) == small
+    assert cbuf.compute_buffer_bytes(NANO_FACTS, Options(4096, ubatch=16), cpu_expert_bytes_max=copy) < small
 
 
-def test_the_routing_is_the_peak_of_many_experts_with_a_selection_bias():
-    """128 experts, 2 used, a tiny FFN, a selection bias (exp_probs_b): the router's logits [128, T] (the
-    probabilities are computed in place), ffn_moe_probs_biased [128, T] and the argsort [128, T] (I32), beside
-    the normed input and the weights."""
-    tokens, normed = 64, 1000
-    facts = moe_facts(n_embd=16, n_expert=128, used=2, n_ff_exp=8, bias=True)
-    logits = biased = argsort = 128 * tokens * F32
-    assert cbuf._moe_peak(facts, tokens, normed) == normed + expert_weights_bytes(2, tokens) + logits + biased + argsort
-    unbiased = moe_facts(n_embd=16, n_expert=128, used=2, n_ff_exp=8)
-    assert cbuf._moe_peak(unbiased, tokens, normed) == normed + expert_weights_bytes(2, tokens) + logits + argsort
-
-
-def test_gate_up_and_their_glu_of_gated_experts_are_the_peak():
-    """8 experts, 4 used, n_ff_exp 64, gated (ffn_gate_exps): beside the argsort [8, T], ffn_moe_gate and
-    ffn_moe_up [64, 4, T] and their product ffn_moe_swiglu [64, 4, T] (ggml_swiglu_split, not in place)."""
-    tokens, normed = 32, 2048
-    facts = moe_facts(n_embd=16, n_expert=8, used=4, n_ff_exp=64, gated=True)
-    argsort = 8 * tokens * F32
-    gate = up = glu = 64 * 4 * tokens * F32
-    assert cbuf._moe_peak(facts, tokens, normed) == normed + expert_weights_bytes(4, tokens) + argsort + gate + up + glu
-
-
-def test_without_a_gate_the_activation_beside_down_s_output_is_the_peak():
-    """The same experts without gate: ffn_moe_up [64, 4, T] takes its activation in place, and stays as down's
-    input beside ffn_moe_down [n_embd, 4, T]."""
-    tokens, normed = 32, 2048
-    facts = moe_facts(n_embd=16, n_expert=8, used=4, n_ff_exp=64)
-    argsort = 8 * tokens * F32
-    activation, down = 64 * 4 * tokens * F32, 16 * 4 * tokens * F32
-    assert cbuf._moe_peak(facts, tokens, normed) == normed + expert_weights_bytes(4, tokens) + argsort + activation + down
-
-
-def test_down_s_output_beside_the_sum_of_the_experts_is_the_peak_of_a_wide_model():
-    """n_embd 256, 4 experts of width 8, 2 used: ffn_moe_down [256, 2, T] (weighted in place) beside the first
-    add of the experts' views, ffn_moe_out [256, T]."""
-    tokens, normed = 16, 512
-    facts = moe_facts(n_embd=256, n_expert=4, used=2, n_ff_exp=8)
-    down, out = 256 * 2 * tokens * F32, 256 * tokens * F32
-    assert cbuf._moe_peak(facts, tokens, normed) == normed + expert_weights_bytes(2, tokens) + down + out
-    assert cbuf._moe_peak(facts, tokens, normed, experts_here=False) == normed + expert_weights_bytes(2, tokens) + down + out
-
-
-def test_experts_computed_elsewhere_leave_the_router_and_down_s_output():
-    """``experts_here=False`` (the products run on another device): this device routes and receives
-    ffn_moe_down [n_embd, used, T]. 64 experts, 8 used, n_embd 16: the argsort [64, T] beside down's output is
-    larger than the logits with the argsort, and larger than down's output beside the sum."""
-    tokens, normed = 32, 100
-    facts = moe_facts(n_embd=16, n_expert=64, used=8, n_ff_exp=512, gated=True)
-    argsort, down = 64 * tokens * F32, 16 * 8 * tokens * F32
-    assert cbuf._moe_peak(facts, tokens, normed, experts_here=False) == normed + expert_weights_bytes(8, tokens) + argsort + down
+@pytest.mark.parametrize("model, tokens, normed, where, live", [
+    # 128 experts, 2 used, a tiny FFN, a selection bias (exp_probs_b): the router's logits [128, T] (the
+    # probabilities are computed in place), ffn_moe_probs_biased [128, T] and the argsort [128, T] (I32)
+    (dict(n_embd=16, n_expert=128, used=2, n_ff_exp=8, bias=True), 64, 1000, {}, 3 * 128 * 64 * F32),
+    (dict(n_embd=16, n_expert=128, used=2, n_ff_exp=8), 64, 1000, {}, 2 * 128 * 64 * F32),  # no bias: no biased copy
+    # 8 experts, 4 used, n_ff_exp 64, gated (ffn_gate_exps): beside the argsort [8, T], ffn_moe_gate and ffn_moe_up
+    # [64, 4, T] and their product ffn_moe_swiglu [64, 4, T] (ggml_swiglu_split, not in place)
+    (dict(n_embd=16, n_expert=8, used=4, n_ff_exp=64, gated=True), 32, 2048, {}, (8 + 3 * 64 * 4) * 32 * F32),
+    # the same without gate: ffn_moe_up [64, 4, T] takes its activation in place, and stays as down's input beside
+    # ffn_moe_down [n_embd, 4, T]
+    (dict(n_embd=16, n_expert=8, used=4, n_ff_exp=64), 32, 2048, {}, (8 + 64 * 4 + 16 * 4) * 32 * F32),
+    # n_embd 256, 4 experts of width 8, 2 used: ffn_moe_down [256, 2, T] (weighted in place) beside the first add of
+    # the experts' views, ffn_moe_out [256, T], whether the experts are computed here or not
+    (dict(n_embd=256, n_expert=4, used=2, n_ff_exp=8), 16, 512, {}, (256 * 2 + 256) * 16 * F32),
+    (dict(n_embd=256, n_expert=4, used=2, n_ff_exp=8), 16, 512, {"experts_here": False}, (256 * 2 + 256) * 16 * F32),
+    # experts computed on another device: this one routes and receives ffn_moe_down [n_embd, used, T]; 64 experts,
+    # 8 used, n_embd 16: the argsort [64, T] beside down's output is larger than the logits with the argsort, and
+    # larger than down's output beside the sum
+    (dict(n_embd=16, n_expert=64, used=8, n_ff_exp=512, gated=True), 32, 100, {"experts_here": False},
+     (64 + 16 * 8) * 32 * F32),
+])
+def test_the_largest_node_of_the_experts_beside_the_normed_input_and_the_weights(model, tokens, normed, where, live):
+    expected = normed + expert_weights_bytes(model["used"], tokens) + live
+    assert cbuf._moe_peak(moe_facts(**model), tokens, normed, **where) == expected
 
 
 @pytest.mark.parametrize("gated, live", [(True, 3 * 64 * 4 * 32 * F32), (False, (64 + 16) * 4 * 32 * F32)])
@@ -171,15 +135,13 @@ def test_the_host_inputs_hold_the_rotation_matrices_of_a_quantized_cache():
     """llama-kv-cache.cpp: a quantized K cache of head size 128 adds attn_rot_k [128, 128] (the largest power of
     two from 64 that divides the head size), a quantized V cache attn_rot_v [64, 64]; F32, graph inputs, so on
     the host."""
-    facts = mfacts.ModelFacts(architecture="test", block_count=1, n_embd=128, n_vocab=100, context_length=None,
-                              kv_blocks={0: (128, 128)}, n_head={0: 1}, kv_heads={0: 1})
-    plain = cbuf.host_compute_bytes(facts, Options(256))
-    assert cbuf.host_compute_bytes(facts, Options(256, cache_type_v="q8_0")) - plain == 64 * 64 * F32
-    assert cbuf.host_compute_bytes(facts, Options(256, cache_type_k="q8_0")) - plain == 128 * 128 * F32
-    assert cbuf.host_compute_bytes(facts, Options(256, cache_type_k="q4_0", cache_type_v="q4_0")) - plain == \
+    f = facts(block_count=1, n_embd=128, kv_blocks={0: (128, 128)}, n_head={0: 1}, kv_heads={0: 1})
+    plain = cbuf.host_compute_bytes(f, Options(256))
+    assert cbuf.host_compute_bytes(f, Options(256, cache_type_v="q8_0")) - plain == 64 * 64 * F32
+    assert cbuf.host_compute_bytes(f, Options(256, cache_type_k="q8_0")) - plain == 128 * 128 * F32
+    assert cbuf.host_compute_bytes(f, Options(256, cache_type_k="q4_0", cache_type_v="q4_0")) - plain == \
         (128 * 128 + 64 * 64) * F32
-    unnamed = mfacts.ModelFacts(architecture="test", block_count=1, n_embd=128, n_vocab=100, context_length=None,
-                                kv_blocks={0: (128, 128)})  # no KV head count: one KV head, of 128
+    unnamed = facts(block_count=1, n_embd=128, kv_blocks={0: (128, 128)})  # no KV head count: one KV head, of 128
     assert cbuf.host_compute_bytes(unnamed, Options(256, cache_type_k="q8_0")) - cbuf.host_compute_bytes(unnamed, Options(256)) == \
         128 * 128 * F32
 
@@ -188,21 +150,24 @@ def test_the_host_inputs_hold_the_rotation_matrices_of_a_quantized_cache():
 @pytest.mark.parametrize("side", ["cache_type_k", "cache_type_v"])
 def test_an_unknown_cache_type_is_named_by_every_compute_estimate(estimate, side):
     """The rotation matrices depend on the cache type; a name llama-server does not know is not taken for f16."""
-    facts = mfacts.ModelFacts(architecture="test", block_count=1, n_embd=128, n_vocab=100, context_length=None,
-                              kv_blocks={0: (128, 128)}, n_head={0: 1}, kv_heads={0: 1})
-    assert estimate(facts, Options(256)) == estimate(facts, Options(256, cache_type_k="f16", cache_type_v="f16"))
+    f = facts(block_count=1, n_embd=128, kv_blocks={0: (128, 128)}, n_head={0: 1}, kv_heads={0: 1})
+    assert estimate(f, Options(256)) == estimate(f, Options(256, cache_type_k="f16", cache_type_v="f16"))
     with pytest.raises(mfacts.MemoryModelError, match=r"^unknown cache type 'q9' \(llama-server knows bf16, f16, f32, "):
-        estimate(facts, Options(256, **{side: "q9"}))
+        estimate(f, Options(256, **{side: "q9"}))
 
 
 def test_under_32_tokens_only_the_blocks_of_host_experts_leave_their_products_to_the_host():
-    """At -ub 16 (under CUDA's op-offload minimum of 32) the GPU only routes block 0, whose experts are in host
-    memory; block 1's experts are on the GPU and it computes them: its peak stays the device's."""
+    """At -ub 16 (under CUDA's op-offload minimum of 32, ggml-cuda.cu min_batch_size) the GPU reserves no copy of
+    block 0's host-resident experts and only routes them, and the host computes them; block 1's experts are on the
+    GPU and it computes them: its peak stays the device's."""
     facts = two_moe_blocks()
     cpu = facts.expert_tensors_by_block[0]
-    gpu = mest.estimate(facts, Options(256, 1, ubatch=16), cpu_tensors=cpu)["gpus"][0]
+    result = mest.estimate(facts, Options(256, 1, ubatch=16), cpu_tensors=cpu)
+    gpu = result["gpus"][0]
     assert gpu["compute"] == cbuf.compute_buffer_bytes(facts, Options(256, 1, ubatch=16), remote_expert_blocks=[0])
     assert gpu["compute"] > cbuf.compute_buffer_bytes(facts, Options(256, 1, ubatch=16), remote_expert_blocks=[0, 1])
+    host = cbuf.host_compute_bytes(facts, Options(256, 1, ubatch=16), cpu_expert_blocks=[0])
+    assert result["host"]["compute"] == host > cbuf.host_compute_bytes(facts, Options(256, 1, ubatch=16))
 
 
 def test_from_32_tokens_the_gpu_computes_the_host_experts_from_a_copy():
@@ -219,54 +184,49 @@ def test_from_32_tokens_the_gpu_computes_the_host_experts_from_a_copy():
 
 def test_without_a_q_width_q_is_the_heads_times_the_k_head_size():
     """8 query heads over 2 KV heads of K width 64 (32 a head): Q is 8 x 32 wide, F32 for 3 tokens."""
-    facts = mfacts.ModelFacts(architecture="test", block_count=1, n_embd=64, n_vocab=100, context_length=None,
-                              kv_blocks={0: (64, 64)}, n_head={0: 8}, kv_heads={0: 2})
-    assert cbuf._attention_bytes(facts, 0, 3) == (8 * 32 * 3 * F32, 64 * 3 * F32, 64 * 3 * F32, 8 * 32 * 3 * F32)
+    f = facts(block_count=1, kv_blocks={0: (64, 64)}, n_head={0: 8}, kv_heads={0: 2})
+    assert cbuf._attention_bytes(f, 0, 3) == (8 * 32 * 3 * F32, 64 * 3 * F32, 64 * 3 * F32, 8 * 32 * 3 * F32)
 
 
 def test_mla_attention_works_in_the_latent_space_of_the_cached_head():
     """MLA (deepseek2 with *_mla keys; flash attention): beside the normed input [64, T] and Q [192, T], Q absorbed
     into the latent space of the one cached head, 4 heads x 32 (the product and its copy), and the latent K
     [32, T] twice (its projection and its normed, rotated copy)."""
-    facts = mfacts.ModelFacts(architecture="test", block_count=1, n_embd=64, n_vocab=100, context_length=None,
-                              kv_blocks={0: (32, 0)}, n_head={0: 4}, kv_heads={0: 1}, q_width={0: 192}, mla=True)
+    f = facts(block_count=1, kv_blocks={0: (32, 0)}, n_head={0: 4}, kv_heads={0: 1}, q_width={0: 192}, mla=True)
     tokens = 8
     normed, q, q_latent, k = 64 * tokens * F32, 192 * tokens * F32, 4 * 32 * tokens * F32, 32 * tokens * F32
-    assert cbuf._attention_peak(facts, 0, micro_shape(tokens, 1), True) == normed + q + 2 * q_latent + 2 * k
+    assert cbuf._attention_peak(f, 0, micro_shape(tokens, 1), True) == normed + q + 2 * q_latent + 2 * k
 
 
 def test_a_quantized_v_cache_adds_v_s_hadamard_product_beside_the_projections():
     """Q, K and V beside the normed input [128, T], and with a quantized V cache of head size 64 V's product with
     attn_rot_v [256, T] (4 KV heads of 64 values, 16 of keys)."""
-    facts = mfacts.ModelFacts(architecture="test", block_count=1, n_embd=128, n_vocab=100, context_length=None,
-                              kv_blocks={0: (64, 256)}, n_head={0: 4}, kv_heads={0: 4})
+    f = facts(block_count=1, n_embd=128, kv_blocks={0: (64, 256)}, n_head={0: 4}, kv_heads={0: 4})
     tokens = 8
     normed, q, k, v = 128 * tokens * F32, 64 * tokens * F32, 64 * tokens * F32, 256 * tokens * F32
-    assert cbuf._attention_peak(facts, 0, micro_shape(tokens, 1), True, (0, 64)) == normed + q + k + v + v
-    assert cbuf._attention_peak(facts, 0, micro_shape(tokens, 1), True) == normed + q + k + v  # f16 V: no product
+    assert cbuf._attention_peak(f, 0, micro_shape(tokens, 1), True, (0, 64)) == normed + q + k + v + v
+    assert cbuf._attention_peak(f, 0, micro_shape(tokens, 1), True) == normed + q + k + v  # f16 V: no product
 
 
 def test_a_block_without_attention_is_another_kind_and_one_reading_another_s_cache_is_not():
     """A device holding blocks of different kinds counts the holes of each (``hybrid``): Nemotron-NAS (deci)
     skips attention in some blocks with a dense FFN in all, and Gemma 3n's last blocks read the cache of an
     earlier block (kv_reused): they are attention blocks like it."""
-    facts = mfacts.ModelFacts(architecture="test", block_count=3, n_embd=64, n_vocab=100, context_length=None,
-                              kv_blocks={0: (64, 64)}, kv_reused=(2,), ffn={0: 256, 1: 256, 2: 256})
-    assert cbuf._block_kind(facts, 0) != cbuf._block_kind(facts, 1)
-    assert cbuf._block_kind(facts, 2) == cbuf._block_kind(facts, 0)
+    f = facts(block_count=3, kv_blocks={0: (64, 64)}, kv_reused=(2,), ffn={0: 256, 1: 256, 2: 256})
+    assert cbuf._block_kind(f, 0) != cbuf._block_kind(f, 1)
+    assert cbuf._block_kind(f, 2) == cbuf._block_kind(f, 0)
 
 
 def test_head_counts_default_to_one_and_a_block_reading_another_s_cache_projects_no_k_or_v():
     """Facts given without head counts (one head, one KV head): Q is the K width; block 1 reads block 0's cache
     (kv_reused): its K and V are not projected. Without flash attention the scores of the one head span the
     cache's cells, after the projections."""
-    facts = mfacts.ModelFacts(architecture="test", block_count=2, n_embd=64, n_vocab=100, context_length=None,
-                              kv_blocks={0: (64, 32)}, kv_reused=(1,))
-    assert cbuf._attention_bytes(facts, 0, 2) == (64 * 2 * F32, 64 * 2 * F32, 32 * 2 * F32, 32 * 2 * F32)
-    assert cbuf._attention_bytes(facts, 1, 2) == (0, 0, 0, 0)
+    f = facts(kv_blocks={0: (64, 32)}, kv_reused=(1,))
+    assert cbuf._attention_bytes(f, 0, 2) == (64 * 2 * F32, 64 * 2 * F32, 32 * 2 * F32, 32 * 2 * F32)
+    assert cbuf._attention_bytes(f, 1, 2) == (0, 0, 0, 0)
     cells = kvc.CacheCells(256, 256, 1, 0, 2)
-    peak = cbuf._attention_peak(facts, 0, cbuf.GraphShape(2, 1, 1, cells), False)
-    flash = cbuf._attention_peak(facts, 0, cbuf.GraphShape(2, 1, 1, cells), True)
+    peak = cbuf._attention_peak(f, 0, cbuf.GraphShape(2, 1, 1, cells), False)
+    flash = cbuf._attention_peak(f, 0, cbuf.GraphShape(2, 1, 1, cells), True)
     assert peak == max(flash, 64 * 2 * F32 + 64 * 2 * F32 + 64 * 2 * F32 + 32 * 2 * F32 + 256 * 2 * F32)
 
 
@@ -287,17 +247,17 @@ def test_cpu_compute_buffer_holds_the_graph_inputs_the_embedding_rows_and_the_wo
     assert cbuf.cpu_compute_bytes(f, Options(512, 1, ubatch=512, batch=2048, flash_attn=True)) == cbuf.cpu_compute_bytes(f, Options(512))
 
 
-def test_cpu_compute_buffer_is_the_host_inputs_plus_the_worst_node_of_the_model(nano):
+def test_cpu_compute_buffer_is_the_host_inputs_plus_the_worst_node_of_the_model():
     """The CPU buffer of a host without GPU is what the host keeps beside a GPU without host-resident experts
     (inputs and embedding rows) plus the worst node of every block and of the output layer."""
     tokens = 512
     output = 2 * 2688 * tokens * 4 + 131072 * 4
-    host = cbuf.host_compute_bytes(nano, Options(4096, 2))
-    shape = cbuf.graph_shape(nano, Options(4096, 2))
-    worst = max([cbuf.block_peak(nano, b, shape, True, (0, 0), True, True) for b in range(52)] + [output])
-    assert cbuf.cpu_compute_bytes(nano, Options(4096, 2)) == host + worst
-    assert cbuf.cpu_compute_bytes(nano, Options(4096, 2)) > cbuf.cpu_compute_bytes(nano, Options(4096, 1))
-    assert cbuf.cpu_compute_bytes(nano, Options(4096, 2, kv_unified=True)) > cbuf.cpu_compute_bytes(nano, Options(4096, 2))
+    host = cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 2))
+    shape = cbuf.graph_shape(NANO_FACTS, Options(4096, 2))
+    worst = max([cbuf.block_peak(NANO_FACTS, b, shape, True, (0, 0), True, True) for b in range(52)] + [output])
+    assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2)) == host + worst
+    assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2)) > cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 1))
+    assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2, kv_unified=True)) > cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2))
 
 
 def test_graph_shape_rounds_the_micro_batch_up_to_the_slots():
@@ -316,53 +276,33 @@ def test_pipeline_copies_multiply_the_device_inputs():
     assert cbuf.compute_buffer_bytes(f, Options(512), copies=4) - cbuf.compute_buffer_bytes(f, Options(512)) == 3 * inputs
 
 
-def test_under_32_tokens_host_experts_are_computed_on_the_host_and_the_gpu_routes_them(nano):
-    """CUDA's op offload starts at 32 tokens (ggml-cuda.cu, min_batch_size): at -ub 16 (-b 2048) the GPU reserves
-    no copy of the host-resident experts and only routes their block, while the blocks whose experts stay on the
-    GPU compute them there; the host computes the host-resident ones."""
-    first = nano.expert_blocks[0]
-    cpu = nano.expert_tensors_by_block[first]
-    result = mest.estimate(nano, Options(4096, 1, ubatch=16), cpu_tensors=cpu)
-    assert result["gpus"][0]["compute"] == cbuf.compute_buffer_bytes(
-        nano, Options(4096, 1, ubatch=16, flash_attn=True, kv_unified=False), blocks=range(nano.block_count),
-        has_output=True, remote_expert_blocks=[first])
-    assert result["host"]["compute"] == cbuf.host_compute_bytes(nano, Options(4096, 1, ubatch=16), cpu_expert_blocks=[first])
-    offloaded = mest.estimate(nano, Options(4096, 1, ubatch=32), cpu_tensors=cpu)
-    expert_bytes = sum(t.nbytes for t in nano.tensors if t.name in cpu)
-    assert offloaded["gpus"][0]["compute"] == cbuf.compute_buffer_bytes(
-        nano, Options(4096, 1, ubatch=32, flash_attn=True, kv_unified=False), blocks=range(nano.block_count),
-        has_output=True, cpu_expert_bytes_max=expert_bytes)
-
-
-def test_a_cpu_host_holds_the_token_ids_and_embedding_rows_beside_what_one_gpu_would(nano):
+def test_a_cpu_host_holds_the_token_ids_and_embedding_rows_beside_what_one_gpu_would():
     """With every block on one device, the GPU's buffer is the graph inputs and the worst node (holes of a hybrid
     model included); a host without GPU holds the same plus the token ids and the embedding rows it looks up
     (512 tokens: 512 x 4 + 2688 x 512 x 4 bytes). cpu_compute_bytes is the figure checked against llama-server."""
-    assert cbuf.cpu_compute_bytes(nano, Options(4096)) - cbuf.compute_buffer_bytes(nano, Options(4096)) == 512 * 4 + 2688 * 512 * 4
+    assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096)) - cbuf.compute_buffer_bytes(NANO_FACTS, Options(4096)) == 512 * 4 + 2688 * 512 * 4
 
 
-def test_the_host_compute_defaults_are_one_slot_and_a_sliding_window_cache(nano):
-    assert cbuf.host_compute_bytes(nano, Options(4096)) == cbuf.host_compute_bytes(nano, Options(4096, 1))
-    assert cbuf.host_compute_bytes(nano, Options(4096, 2)) != cbuf.host_compute_bytes(nano, Options(4096, 1))
+def test_the_slots_and_a_full_sliding_window_cache_reach_the_host_compute():
+    assert cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 2)) != cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 1))
     swa = transformer("gemma3", 6, attention__sliding_window=512)
-    assert cbuf.host_compute_bytes(swa, Options(8192)) == cbuf.host_compute_bytes(swa, Options(8192, swa_full=False))
     assert cbuf.host_compute_bytes(swa, Options(8192)) != cbuf.host_compute_bytes(swa, Options(8192, swa_full=True))
 
 
-def test_a_unified_cache_reaches_the_host_compute_estimate(nano):
+def test_a_unified_cache_reaches_the_host_compute_estimate():
     """-kvu: one stream of 2 x 2048 cells instead of two of 2048: the host holds the graph inputs, whose masks
     follow the streams."""
-    unified = mest.estimate(nano, Options(4096, 2, kv_unified=True))["host"]["compute"]
-    assert unified == cbuf.host_compute_bytes(nano, Options(4096, 2, kv_unified=True))
-    assert unified != cbuf.host_compute_bytes(nano, Options(4096, 2))
+    unified = mest.estimate(NANO_FACTS, Options(4096, 2, kv_unified=True))["host"]["compute"]
+    assert unified == cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 2, kv_unified=True))
+    assert unified != cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 2))
 
 
-def test_a_cpu_host_holds_the_caches(nano):
-    result = mest.estimate(nano, Options(4096, 2), n_devices=0)
+def test_a_cpu_host_holds_the_caches():
+    result = mest.estimate(NANO_FACTS, Options(4096, 2), n_devices=0)
     assert result["gpus"] == [] and result["output_device"] is None
     host = result["host"]
     assert host["kv"] == 6144 * 4096 and host["recurrent"] == 2 * 23 * 2170880
-    assert host["compute"] == cbuf.cpu_compute_bytes(nano, Options(4096, 2))
+    assert host["compute"] == cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2))
     assert host["pinned"] is False
 
 
@@ -375,7 +315,7 @@ def test_the_last_block_s_experts_see_only_the_output_rows_where_the_graph_keeps
     for arch, last_rows in (("qwen3moe", "outputs"), ("nemotron_h_moe", "tokens")):
         md = {"general.architecture": arch, arch + ".block_count": 3, arch + ".embedding_length": 64,
               arch + ".expert_count": 4, arch + ".expert_used_count": 2}
-        facts = mfacts.model_facts(md, tensors, classify_model(arch, md, tensors))
+        facts = facts_of(md, tensors)
         shape = cbuf.graph_shape(facts, Options(4096, 1, kv_unified=False, ubatch=512, batch=2048, swa_full=False))
         assert (shape.tokens, shape.outputs) == (512, 1)
         assert [cbuf._expert_tokens(facts, shape, b) for b in range(3)] == [512, 512, getattr(shape, last_rows)]
@@ -385,12 +325,7 @@ def test_the_logits_are_counted_only_on_the_output_device():
     """The output layer runs on the device that holds ``output.weight`` (llama-model.cpp: dev_output); the logits,
     n_vocab x n_outputs floats, are in that device's compute buffer and in no other's."""
     vocab = 1000000
-    tensors = [f32("token_embd.weight", 64, vocab), f32("output.weight", 64, vocab),
-               f32("blk.0.attn_q.weight", 64, 64), f32("blk.0.attn_k.weight", 64, 32),
-               f32("blk.0.attn_v.weight", 64, 32), f32("blk.0.ffn_up.weight", 64, 128)]
-    md = {"llama.block_count": 1, "llama.embedding_length": 64, "llama.attention.head_count": 4,
-          "llama.attention.head_count_kv": 2, "llama.feed_forward_length": 128}
-    facts = mfacts.model_facts(md, tensors, classify_model("llama", md, tensors))
+    facts = decoder("llama", 1, 64, 4, 2, 16, n_vocab=vocab, n_ff=128)
     shape = cbuf.graph_shape(facts, Options(4096, 64, kv_unified=False, ubatch=512, batch=2048, swa_full=False))
     logits = vocab * shape.outputs * 4
     with_output = cbuf.compute_buffer_bytes(facts, Options(4096, 64, ubatch=512), has_output=True)
@@ -403,23 +338,6 @@ def test_the_cpu_compute_estimate_is_never_under_the_server_and_within_1_mib(
         measured_facts, model, ctx, parallel, ubatch, batch, flash_attn, logged):
     estimate = cbuf.cpu_compute_bytes(measured_facts[model], Options(ctx, parallel, ubatch=ubatch, batch=batch, flash_attn=flash_attn)) / MIB
     assert logged - 0.005 <= estimate <= logged + 1.0, (estimate, logged)
-
-
-@pytest.mark.parametrize("model", ["A", "B"])
-def test_the_defaults_are_llama_server_s_one_slot_ubatch_512_batch_2048_flash_attention_on(measured_facts, model):
-    """Called with the context only, the estimate is that of ``-np 1 -ub 512 -b 2048 -fa on`` and covers what the
-    server logged for it; with flash attention off the KQ matrix is materialized and the buffer grows."""
-    explicit = cbuf.cpu_compute_bytes(measured_facts[model], Options(4096, 1, ubatch=512, batch=2048, flash_attn=True))
-    assert cbuf.cpu_compute_bytes(measured_facts[model], Options(4096)) == explicit
-    logged = {"A": 5.27, "B": 6.35}[model]
-    assert logged - 0.005 <= explicit / MIB <= logged + 1.0
-    assert cbuf.cpu_compute_bytes(measured_facts[model], Options(4096, flash_attn=False)) / MIB > 40.0  # 40.63 / 41.26 logged
-
-
-def test_the_host_estimate_carries_the_cpu_compute_buffer(measured_facts):
-    """``estimate`` on a host without GPU (no device) puts this buffer in ``host.compute``."""
-    result = mest.estimate(measured_facts["A"], Options(4096, 1, flash_attn=True), n_devices=0)
-    assert result["host"]["compute"] == cbuf.cpu_compute_bytes(measured_facts["A"], Options(4096, 1, ubatch=512, flash_attn=True))
 
 
 @pytest.mark.parametrize("ctx, measured", [(4096, 21.52), (32768, 49.52)])

@@ -17,18 +17,9 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_f
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 from tests.helpers.memory_models import (
-    MIB, NANO_ATTENTION, NANO_MAMBA, attention_model, decoder, f16, facts, facts_of, gemma3_270m, kv_mib,
-    mamba_model, nano_facts, synthetic_nemotron, window)
+    MIB, NANO_ATTENTION, NANO_MAMBA, attention_model, decoder, f16, facts, gemma3_270m, kv_mib, nano_facts, window)
 
-
-@pytest.fixture(scope="module")
-def nano_q8():
-    return facts_of(*synthetic_nemotron())
-
-
-@pytest.fixture(scope="module")
-def nano():
-    return nano_facts()
+NANO_FACTS = nano_facts()
 
 
 def test_row_bytes_refuse_a_partial_block_and_an_unknown_type():
@@ -42,31 +33,6 @@ def test_row_bytes_refuse_a_partial_block_and_an_unknown_type():
         kvc.row_bytes("q6_k", 256)
     assert str(info.value) == ("unknown cache type 'q6_k' (llama-server knows bf16, f16, f32, iq4_nl, q4_0, q4_1, "
                                "q5_0, q5_1, q8_0)")
-
-
-def test_nano_kv_is_6144_bytes_per_token_on_six_layers(nano_q8):
-    assert sorted(nano_q8.kv_blocks) == [5, 12, 19, 26, 33, 42]
-    kv = kvc.kv_cache_bytes(nano_q8, Options(32768, 2))
-    assert sum(kv.values()) == 6144 * 32768
-    assert common.mib(sum(kv.values())) == 192.00
-    assert common.mib(sum(kvc.kv_cache_bytes(nano_q8, Options(131072)).values())) == 768.00
-    q8 = kvc.kv_cache_bytes(nano_q8, Options(32768, cache_type_k="q8_0", cache_type_v="q8_0"))
-    assert sum(q8.values()) == 6 * 2 * 272 * 32768
-
-
-@pytest.mark.parametrize("ctx, parallel, unified, n_ctx, cells, streams", [
-    (513, 2, False, 1024, 512, 2),    # llama.cpp: n_ctx 768 -> n_ctx_seq pad(384) = 512 -> n_ctx 1024
-    (1000, 3, False, 1536, 512, 3),   # measured on llama-server b10434: 1.88 MiB, not 1.25
-    (4100, 2, False, 4608, 2304, 2),
-    (1300, 3, False, 1536, 512, 3),
-    (1, 1, False, 256, 256, 1),
-    (4095, 5, True, 4096, 4096, 1),
-    (32768, 2, False, 32768, 16384, 2),
-    (1000, 1, False, 1024, 1024, 1), (1000, 2, False, 1024, 512, 2), (3000, 3, False, 3072, 1024, 3),
-    (3000, 3, True, 3072, 3072, 1),
-])
-def test_every_slot_is_padded_to_256(ctx, parallel, unified, n_ctx, cells, streams):
-    assert kvc.context_cells(ctx, parallel, unified) == (n_ctx, cells, streams)
 
 
 def test_mla_caches_only_the_compressed_k():
@@ -95,25 +61,17 @@ def test_negative_or_zero_metadata_is_never_used(meta):
     assert all(v > 0 for v in kvc.kv_cache_bytes(facts, Options(4096, 2)).values())
 
 
-def test_lfm2_short_convolutions_and_rwkv():
-    lfm2 = mamba_model("lfm2moe", {"shortconv.l_cache": 3}, [("shortconv.in_proj.weight", (64, 192))])
-    assert lfm2.recurrent_blocks == {0: (64 * 2, 0)}
-    rwkv = mamba_model("rwkv7", {"wkv.head_size": 16, "token_shift_count": 2}, [("time_mix_key.weight", (64, 64))])
-    assert rwkv.recurrent_blocks == {0: (2 * 64, 64 * 16)}
-    assert sum(kvc.recurrent_state_bytes(rwkv, 3).values()) == (128 + 1024) * 4 * 3
-
-
-def test_nano_recurrent_state_is_2170880_bytes_per_block_and_sequence(nano):
+def test_nano_recurrent_state_is_2170880_bytes_per_block_and_sequence():
     """llama-memory-recurrent.cpp: r_l and s_l are F32 [n_embd_r, mem_size] and [n_embd_s, mem_size] with
     mem_size = max(1, n_seq_max) (llama-model.cpp create_memory); 47.62 MiB per sequence over the 23 blocks:
     ((4-1)*(4096+2*8*128) + 128*4096) * 4 bytes a block."""
-    assert len(nano.recurrent_blocks) == 23
-    assert kvc.recurrent_state_bytes(nano) == dict((b, 2170880) for b in NANO_MAMBA)
-    assert common.mib(sum(kvc.recurrent_state_bytes(nano, 1).values())) == 47.62
-    two = sum(kvc.recurrent_state_bytes(nano, 2).values())
+    assert len(NANO_FACTS.recurrent_blocks) == 23
+    assert kvc.recurrent_state_bytes(NANO_FACTS) == dict((b, 2170880) for b in NANO_MAMBA)
+    assert common.mib(sum(kvc.recurrent_state_bytes(NANO_FACTS, 1).values())) == 47.62
+    two = sum(kvc.recurrent_state_bytes(NANO_FACTS, 2).values())
     assert two == 2 * 23 * 2170880 and common.mib(two) == 95.23  # 95.234375 MiB (2 x 47.617)
-    assert kvc.recurrent_state_bytes(nano, 3) == dict((b, 3 * 2170880) for b in NANO_MAMBA)
-    assert kvc.recurrent_state_bytes(nano, 0) == dict((b, 2170880) for b in NANO_MAMBA)
+    assert kvc.recurrent_state_bytes(NANO_FACTS, 3) == dict((b, 3 * 2170880) for b in NANO_MAMBA)
+    assert kvc.recurrent_state_bytes(NANO_FACTS, 0) == dict((b, 2170880) for b in NANO_MAMBA)
 
 
 @pytest.mark.parametrize("name, n, expected", [
@@ -132,14 +90,17 @@ def test_pad_and_mib():
 
 
 @pytest.mark.parametrize("ctx, parallel, unified, expected", [
-    (256, 1, False, (256, 256, 1)),
+    (1, 1, False, (256, 256, 1)), (256, 1, False, (256, 256, 1)),
     (257, 1, False, (512, 512, 1)),  # n_ctx = GGML_PAD(n_ctx, 256)
+    (513, 2, False, (1024, 512, 2)),  # n_ctx 768 -> n_ctx_seq pad(384) = 512 -> n_ctx 1024
+    (1000, 3, False, (1536, 512, 3)),  # measured on llama-server b10434: 1.88 MiB, not 1.25
     (1024, 4, False, (1024, 256, 4)),
     (1025, 4, False, (2048, 512, 4)),  # 1280 / 4 = 320 cells a slot, padded to 512: 4 x 512
     (512, 3, False, (768, 256, 3)),  # 512 / 3 = 170, padded to 256
+    (3000, 3, False, (3072, 1024, 3)), (4100, 2, False, (4608, 2304, 2)), (32768, 2, False, (32768, 16384, 2)),
     (4096, 0, False, (4096, 4096, 1)),
     (1025, 4, True, (1280, 1280, 1)),  # a unified cache: one stream of n_ctx
-    (257, 8, True, (512, 512, 1)),
+    (257, 8, True, (512, 512, 1)), (3000, 3, True, (3072, 3072, 1)), (4095, 5, True, (4096, 4096, 1)),
 ])
 def test_context_cells_pad_the_context_and_every_slot_to_256(ctx, parallel, unified, expected):
     """llama-context.cpp llama_context::llama_context: n_ctx = GGML_PAD(n_ctx, 256); without kv_unified
@@ -165,7 +126,7 @@ def test_cache_cells_without_a_sliding_window_have_no_swa_cells():
     (512, 4096, 1, {}, 1024),  # pad(min(4096, 512 + 512), 256)
     (500, 4096, 1, {}, 1024),  # 1012 -> 1024
     (513, 4096, 1, {}, 1280),  # 1025 -> 1280
-    (512, 4096, 1, {"ubatch": 256}, 768),
+    (512, 4096, 1, {"ubatch": 256}, 768), (512, 4096, 1, {"ubatch": 1024}, 1536),
     (512, 4096, 1, {"ubatch": 1024, "batch": 256}, 768),  # n_ubatch <= n_batch
     (512, 4096, 3, {}, 1024),  # per stream: min(1536, 1024)
     (512, 4096, 3, {"kv_unified": True}, 2048),  # n_swa * n_seq_max + n_ubatch with a unified cache
@@ -183,29 +144,25 @@ def test_swa_cells(size, ctx, parallel, kw, swa_cells):
     assert (cells.n_ctx, cells.cells, cells.streams) == kvc.context_cells(ctx, parallel, kw.get("kv_unified", False))
 
 
-@pytest.mark.parametrize("type_k, type_v, per_cell", [
-    ("f16", "f16", 512 + 512), ("q8_0", "q8_0", 272 + 272), ("q4_0", "q4_0", 144 + 144), ("f32", "f32", 2048),
-    ("q8_0", "f16", 272 + 512), ("f16", "q4_0", 512 + 144), ("bf16", "q8_0", 512 + 272)])
-def test_nano_kv_bytes_per_cell_and_cache_type(nano, type_k, type_v, per_cell):
+@pytest.mark.parametrize("options, per_cell, cells", [
+    (Options(4096), 512 + 512, 4096), (Options(4096, cache_type_k="q8_0", cache_type_v="q8_0"), 272 + 272, 4096),
+    (Options(4096, cache_type_k="q4_0", cache_type_v="q4_0"), 144 + 144, 4096),
+    (Options(4096, cache_type_k="f32", cache_type_v="f32"), 2048, 4096),
+    (Options(4096, cache_type_k="q8_0"), 272 + 512, 4096), (Options(4096, cache_type_v="q4_0"), 512 + 144, 4096),
+    (Options(4096, cache_type_k="bf16", cache_type_v="q8_0"), 512 + 272, 4096),
+    (Options(32768, 2), 1024, 32768),  # 2 streams of 16384 cells: the bytes of 1 stream of 32768
+    (Options(1025, 4), 1024, 2048),  # 4 streams of 512 cells, not 1025 nor 1280
+    (Options(1025, 4, kv_unified=True), 1024, 1280),
+])
+def test_nano_kv_bytes_per_cell_cache_type_and_padded_slot(options, per_cell, cells):
     """llama-kv-cache.cpp llama_kv_cache: per attention block K [n_embd_k_gqa = 256, kv_size, n_stream] of type_k
     and V [256, kv_size, n_stream] of type_v; f16 gives 6 x 1024 = 6144 bytes a token."""
-    kv = kvc.kv_cache_bytes(nano, Options(4096, 1, cache_type_k=type_k, cache_type_v=type_v))
-    assert kv == dict((b, per_cell * 4096) for b in NANO_ATTENTION)
+    assert kvc.kv_cache_bytes(NANO_FACTS, options) == dict((b, per_cell * cells) for b in NANO_ATTENTION)
 
 
-def test_nano_kv_defaults_are_one_slot_f16_and_measured_192_mib_at_32k(nano):
-    """llama-server b10435 logged 192.00 MiB of KV for Nano at -c 32768 -np 2: 2 streams of 16384 cells, the same
-    bytes as 1 stream of 32768."""
-    assert kvc.kv_cache_bytes(nano, Options(4096)) == kvc.kv_cache_bytes(nano, Options(4096, 1, cache_type_k="f16", cache_type_v="f16", kv_unified=False))
-    assert kvc.kv_cache_bytes(nano, Options(4096)) == dict((b, 1024 * 4096) for b in NANO_ATTENTION)
-    two = kvc.kv_cache_bytes(nano, Options(32768, 2))
-    assert two == dict((b, 1024 * 32768) for b in NANO_ATTENTION) and common.mib(sum(two.values())) == 192.0
-
-
-def test_kv_bytes_count_every_padded_slot(nano):
-    """-c 1025 -np 4: 4 streams of 512 cells (2048 cells), not 1025 nor 1280."""
-    assert kvc.kv_cache_bytes(nano, Options(1025, 4)) == dict((b, 1024 * 2048) for b in NANO_ATTENTION)
-    assert kvc.kv_cache_bytes(nano, Options(1025, 4, kv_unified=True)) == dict((b, 1024 * 1280) for b in NANO_ATTENTION)
+def test_nano_kv_is_the_192_mib_llama_server_logged_at_32k():
+    """llama-server b10435 logged 192.00 MiB of KV for Nano at -c 32768 -np 2."""
+    assert common.mib(sum(kvc.kv_cache_bytes(NANO_FACTS, Options(32768, 2)).values())) == 192.0
 
 
 def test_kv_bytes_of_sliding_blocks_use_the_swa_cells():
@@ -213,9 +170,6 @@ def test_kv_bytes_of_sliding_blocks_use_the_swa_cells():
     per_cell = 2 * 64 * 2
     assert kvc.kv_cache_bytes(f, Options(8192, 2)) == {0: per_cell * 1024 * 2, 1: per_cell * 4096 * 2}
     assert kvc.kv_cache_bytes(f, Options(8192, 2, kv_unified=True)) == {0: per_cell * 1536, 1: per_cell * 8192}
-    assert kvc.kv_cache_bytes(f, Options(8192, 2, swa_full=True)) == {0: per_cell * 8192, 1: per_cell * 8192}
-    assert kvc.kv_cache_bytes(f, Options(8192, 1, ubatch=256)) == {0: per_cell * 768, 1: per_cell * 8192}
-    assert kvc.kv_cache_bytes(f, Options(8192, 1, ubatch=1024, batch=256)) == {0: per_cell * 768, 1: per_cell * 8192}
 
 
 def test_without_flash_attention_every_v_row_is_the_widest():
@@ -240,7 +194,8 @@ def test_a_model_without_cache_has_no_kv_bytes():
 
 def test_the_head_size_must_be_whole_blocks_of_the_cache_type():
     """llama-context.cpp llama_init_from_model refuses a K (V) cache type whose block does not divide
-    n_embd_head_k (n_embd_head_v); the head size is the first attention block's width over its KV heads."""
+    n_embd_head_k (n_embd_head_v): "K cache type q8_0 with block size 32 does not divide n_embd_head_k=16"
+    (llama-server b10435); the head size is the first attention block's width over its KV heads."""
     f = facts(kv_blocks={0: (32, 64)}, kv_heads={0: 2})  # head_k 16, head_v 32
     with pytest.raises(mfacts.MemoryModelError) as info:
         kvc.kv_cache_bytes(f, Options(512, cache_type_k="q8_0"))
@@ -281,16 +236,12 @@ def test_validate_context_needs_a_padded_context_cell_per_slot():
     assert str(info.value) == "ctx_size 256 cannot hold 257 parallel slots"
 
 
-def test_gemma3_swa_cells_follow_window_ubatch_slots_and_swa_full():
+def test_gemma3_swa_cells_follow_the_slots_of_a_unified_cache_and_swa_full():
     facts = gemma3_270m()
     per_cell = 256 * 2 * 2  # K + V, one KV head of 256, f16
     # llama_kv_cache_iswa: size_swa = pad(min(size_base, n_swa * (unified ? n_seq_max : 1) + n_ubatch), 256)
     assert kvc.cache_cells(facts, Options(4096, 4, kv_unified=True)).swa_cells == 2560
     assert kv_mib(facts, 4096, 4, kv_unified=True) == common.mib((3 * 4096 + 15 * 2560) * per_cell)
-    assert kvc.cache_cells(facts, Options(4096, 1, ubatch=1024)).swa_cells == 1536
-    assert kvc.cache_cells(facts, Options(8192, 1, ubatch=4096, batch=2048)).swa_cells == 2560  # n_ubatch <= n_batch
-    assert kvc.cache_cells(facts, Options(512, 1)).swa_cells == 512  # never more than the full cache
-    assert kvc.cache_cells(facts, Options(1000, 3)).swa_cells == 512  # per stream: min(512, 1024)
     # --swa-full: the sliding blocks get a full cache too, as large as the full blocks' cache
     assert kv_mib(facts, 32768, 1, swa_full=True) == 576.0
     assert kv_mib(facts, 32768, 4, swa_full=True) == 576.0
@@ -306,17 +257,11 @@ def test_gpt_oss_moe_with_a_window_of_128():
     assert not facts.dense and facts.expert_blocks == [0, 1, 2, 3]
 
 
-def test_llama4_chunked_attention():
-    """llama4: chunked attention of 8192 tokens on 3 of 4 blocks, whatever the window key says (but 0 = none)."""
+def test_llama4_s_chunks_of_8192_tokens_hold_a_chunk_and_a_micro_batch():
+    """llama4: chunked attention of 8192 tokens (its layout: test_model_facts), 8192 + 512 cells."""
     facts = decoder("llama4", 8, 64, 8, 2, 16, experts=4)
-    assert facts.sliding_window.kind == "chunked" and facts.sliding_window.window == 8192
-    assert sorted(set(range(8)) - facts.swa_blocks) == [3, 7]
     assert kvc.cache_cells(facts, Options(32768, 1)).swa_cells == 8704
     assert kvc.cache_cells(facts, Options(4096, 1)).swa_cells == 4096
-    off = decoder("llama4", 8, 64, 8, 2, 16, experts=4, attention__sliding_window=0)
-    assert off.sliding_window is None and off.memory == "kv"
-    period = decoder("llama4", 8, 64, 8, 2, 16, experts=4, attention__sliding_window_pattern=2)
-    assert sorted(set(range(8)) - period.swa_blocks) == [1, 3, 5, 7]
 
 
 def test_swa_head_dims_and_v_rows_without_flash_attention():
@@ -356,15 +301,3 @@ def test_hybrid_with_a_sliding_window():
 def test_embedding_models_have_no_cache():
     facts = decoder("gemma-embedding", 6, 64, 4, 2, 16, attention__sliding_window=512)
     assert facts.memory == "none" and facts.kv_blocks == {} and kvc.kv_cache_bytes(facts, Options(4096)) == {}
-
-
-def test_a_cache_type_whose_block_does_not_divide_the_head_is_refused():
-    """llama-context.cpp llama_init_from_model: "K cache type q8_0 with block size 32 does not divide
-    n_embd_head_k=16" (llama-server b10435 on the tiny nemotron_h_moe of tools/gguf_models.py)."""
-    facts = decoder("llama", 2, 64, 4, 2, 16)
-    with pytest.raises(mfacts.MemoryModelError, match=r"K cache type q8_0 with block size 32 does not divide the head "
-                       r"size 16 \(n_embd_head_k\)"):
-        kvc.kv_cache_bytes(facts, Options(4096, cache_type_k="q8_0", cache_type_v="q8_0"))
-    facts = decoder("llama", 2, 128, 4, 2, 32)  # q8_0: 32 elements in 34 bytes (ggml-common.h block_q8_0)
-    assert sum(kvc.kv_cache_bytes(facts, Options(4096, cache_type_k="q8_0", cache_type_v="q8_0")).values()) == \
-        2 * 2 * (2 * 32 // 32 * 34) * 4096

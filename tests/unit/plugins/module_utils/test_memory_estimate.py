@@ -13,13 +13,9 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import re
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 from tools import gguf_models
-from tests.helpers.memory_models import (
-    MIB, attention_model, attention_only, facts, facts_of, nano_facts, synthetic_nemotron, weights_model)
+from tests.helpers.memory_models import MIB, NANO_ATTENTION, attention_model, attention_only, facts, nano_facts, weights_model
 
-
-@pytest.fixture(scope="module")
-def nano_q8():
-    return facts_of(*synthetic_nemotron())
+NANO_FACTS = nano_facts()
 
 
 @pytest.fixture(scope="module")
@@ -27,77 +23,19 @@ def nano_file(tmp_path_factory):
     return gguf_models.write_nemotron_nano_30b(tmp_path_factory.mktemp("nano"), shards=6)
 
 
-@pytest.fixture(scope="module")
-def nano():
-    return nano_facts()
-
-
-def test_weights_token_embd_on_host_output_on_gpu(nano_q8):
-    experts = [n for names in nano_q8.expert_tensors_by_block.values() for n in names]
-    assert len(experts) == 46
-    gpu, host, detail = mest.weight_bytes(nano_q8, experts, backend="cpu")
-    sizes = dict((t.name, t.nbytes) for t in nano_q8.tensors)
-    non_expert = sum(v for k, v in sizes.items() if k not in experts)
-    assert gpu == [non_expert - sizes["token_embd.weight"]]
-    assert host == sum(sizes[n] for n in experts) + sizes["token_embd.weight"]
-    assert detail["output_device"] == 0
-    none_gpu, none_host = mest.weight_bytes(nano_q8, (), backend="cpu")[:2]
-    assert none_host == sizes["token_embd.weight"] and none_gpu[0] == sum(sizes.values()) - none_host
-
-
-def test_cuda_alignment_and_row_padding_add_little():
-    md, ts = synthetic_nemotron()
-    facts = facts_of(md, ts)
-    cpu_gpu = mest.weight_bytes(facts, backend="cpu")[0][0]
-    cuda_gpu = mest.weight_bytes(facts, backend="cuda")[0][0]
-    # 2688 is not a multiple of 512: each q8_0 matrix gets (512 - 2688 % 512) elements of padding once
-    assert 0 < cuda_gpu - cpu_gpu < 400 * (128 + 384 * 34 // 32)
-
-
-def test_tied_embeddings_put_a_copy_on_the_gpu():
-    md, ts = synthetic_nemotron("ME*")
-    tied = [t for t in ts if t.name != "output.weight"]
-    facts = facts_of(md, tied)
-    gpu, host = mest.weight_bytes(facts, backend="cpu")[:2]
-    embd = [t.nbytes for t in ts if t.name == "token_embd.weight"][0]
-    assert host == embd
-    assert gpu[0] == sum(t.nbytes for t in tied)  # everything, token_embd counted once more on the GPU
-
-
-@pytest.mark.parametrize("blocks, split, devices, output", [
-    (4, [1, 1], [0, 0, 0, 1], 1),
-    (5, [1, 1], [0, 0, 0, 1, 1], 1),
-    (4, [3, 1], [0, 0, 0, 0], 1),
-    (52, None, [0] * 52, 0),
-])
-def test_layer_split_like_llama_cpp(blocks, split, devices, output):
-    assert mest.layer_devices(blocks, split, len(split) if split else 1) == (devices, output)
-
-
-def test_split_puts_kv_and_state_on_the_layer_device(nano_q8):
-    result = mest.estimate(nano_q8, Options(32768, 2, backend="cpu"), split=[1, 1], n_devices=2)
+def test_split_puts_kv_and_state_on_the_layer_device():
+    result = mest.estimate(NANO_FACTS, Options(32768, 2, backend="cpu"), split=[1, 1], n_devices=2)
     devices = result["devices_by_block"]
     kv_total = sum(g["kv"] for g in result["gpus"])
     assert kv_total == 6144 * 32768
-    assert result["gpus"][0]["kv"] == 2 * 512 * 32768 * sum(1 for b in (5, 12, 19, 26, 33, 42) if devices[b] == 0)
+    assert result["gpus"][0]["kv"] == 2 * 512 * 32768 * sum(1 for b in NANO_ATTENTION if devices[b] == 0)
     assert sum(g["recurrent"] for g in result["gpus"]) == 2 * 23 * 2170880
 
 
-def test_quantized_v_cache_needs_flash_attention(nano_q8):
-    with pytest.raises(mfacts.MemoryModelError, match="flash attention"):
-        mest.estimate(nano_q8, Options(4096, cache_type_v="q8_0", flash_attn="off"))
-    assert mest.estimate(nano_q8, Options(4096, cache_type_v="q8_0", flash_attn="on"))["flash_attn"] is True
-
-
 @pytest.mark.parametrize("ctx, parallel", [(0, 1), (4096, 0), (-1, 1), (256, 512)])
-def test_bad_context(nano_q8, ctx, parallel):
+def test_bad_context(ctx, parallel):
     with pytest.raises(mfacts.MemoryModelError):
-        mest.estimate(nano_q8, Options(ctx, parallel))
-
-
-def test_training_context_warning(nano_q8):
-    assert mest.estimate(nano_q8, Options(2 * 1048576))["warnings"]
-    assert mest.estimate(nano_q8, Options(4096))["warnings"] == []
+        mest.estimate(NANO_FACTS, Options(ctx, parallel))
 
 
 def test_real_nano_header(nano_file):
@@ -118,22 +56,8 @@ def test_real_nano_header(nano_file):
     assert 21700 < common.mib(result["host"]["model"] - embd) < 21850  # routed experts: about 21,772 MiB
 
 
-def test_kv_bytes_use_the_padded_slots():
-    facts = attention_model()
-    assert facts.kv_blocks == {0: (32, 16), 1: (32, 16)}  # key_length != value_length
-    kv = kvc.kv_cache_bytes(facts, Options(1000, 3))
-    assert sum(kv.values()) == 2 * (32 + 16) * 2 * 1536
-    assert mest.estimate(facts, Options(513, 2, backend="rpc"))["n_ctx"] == 1024
-
-
-def test_quantized_cache_rows():
-    facts = attention_model(attention__key_length=64, attention__value_length=64)
-    kv = kvc.kv_cache_bytes(facts, Options(4096, 1, cache_type_k="q8_0", cache_type_v="q4_0"))
-    assert sum(kv.values()) == 2 * (128 // 32 * 34 + 128 // 32 * 18) * 4096
-    with pytest.raises(mfacts.MemoryModelError, match="not a multiple"):
-        kvc.kv_cache_bytes(attention_model(), Options(4096, 1, cache_type_k="q8_0", cache_type_v="q8_0"))  # 16-wide V rows
-    with pytest.raises(mfacts.MemoryModelError, match="needs flash attention"):
-        mest.estimate(facts, Options(4096, 1, cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="off"))
+def test_the_context_is_padded_for_every_slot():
+    assert mest.estimate(attention_model(), Options(513, 2, backend="rpc"))["n_ctx"] == 1024
 
 
 @pytest.mark.parametrize("split, n, cumulative", [
@@ -157,6 +81,8 @@ def test_normalize_split_errors(split, n, message):
 
 
 @pytest.mark.parametrize("blocks, split, n, expected", [
+    (4, [1, 1], 2, ([0, 0, 0, 1], 1)), (5, [1, 1], 2, ([0, 0, 0, 1, 1], 1)), (4, [3, 1], 2, ([0, 0, 0, 0], 1)),
+    (52, None, 1, ([0] * 52, 0)),
     (3, [1, 1], 2, ([0, 0, 1], 1)),  # block 2 at 2/4 = 0.5 is not below the first bound 0.5
     (2, [1, 1], 2, ([0, 0], 1)),  # the output layer at 2/3
     (4, [0, 1], 2, ([1, 1, 1, 1], 1)),
@@ -209,7 +135,7 @@ def test_a_cpu_host_keeps_every_weight():
 def test_tied_embeddings_copy_token_embd_to_the_output_device():
     f = weights_model()
     tied = facts(tensors=f.tensors[:-1], expert_tensors_by_block=f.expert_tensors_by_block)
-    assert mest.weight_bytes(tied, backend="cpu")[0] == [11424 + 10752 + 4352 + 2176 + 2856000]
+    assert mest.weight_bytes(tied, backend="cpu")[:2] == ([11424 + 10752 + 4352 + 2176 + 2856000], 2856000)
 
 
 @pytest.mark.parametrize("flash_attn, on", [(True, True), ("on", True), ("auto", True), ("true", True),
@@ -229,10 +155,11 @@ def test_a_quantized_v_cache_needs_flash_attention():
                                "or auto, or use cache_type_v f16")
     for plain in ("f32", "f16", "bf16"):
         assert mest.estimate(f, Options(512, cache_type_v=plain, flash_attn="off"))["flash_attn"] is False
+    assert mest.estimate(f, Options(512, cache_type_v="q8_0", flash_attn="on"))["flash_attn"] is True
 
 
-def test_estimate_adds_up_each_gpu_and_the_host(nano):
-    result = mest.estimate(nano, Options(32768, 2, backend="cpu", margin_mib=512, host_margin_mib=256))
+def test_estimate_adds_up_each_gpu_and_the_host():
+    result = mest.estimate(NANO_FACTS, Options(32768, 2, backend="cpu", margin_mib=512, host_margin_mib=256))
     (gpu,) = result["gpus"]
     assert gpu["kv"] == 6144 * 32768 and gpu["recurrent"] == 2 * 23 * 2170880 and gpu["margin"] == 512 * MIB
     assert gpu["total"] == gpu["model"] + gpu["kv"] + gpu["recurrent"] + gpu["compute"] + gpu["margin"]
@@ -246,8 +173,8 @@ def test_estimate_adds_up_each_gpu_and_the_host(nano):
     assert result["devices_by_block"] == [0] * 52 and result["output_device"] == 0 and result["warnings"] == []
 
 
-def test_estimate_defaults_are_one_slot_f16_and_the_1024_mib_margins(nano):
-    result = mest.estimate(nano, Options(4096))
+def test_estimate_defaults_are_one_slot_f16_and_the_1024_mib_margins():
+    result = mest.estimate(NANO_FACTS, Options(4096))
     assert result["gpus"][0]["margin"] == 1024 * MIB and result["host"]["margin"] == 1024 * MIB
     assert result["gpus"][0]["kv"] == 6144 * 4096 and result["gpus"][0]["recurrent"] == 23 * 2170880
     assert result["host"]["output"] == 131072 * 4 and result["flash_attn"] is True
@@ -255,8 +182,8 @@ def test_estimate_defaults_are_one_slot_f16_and_the_1024_mib_margins(nano):
 
 @pytest.mark.parametrize("mmap, n_devices, backend, pinned", [
     (False, 1, "cuda", True), (True, 1, "cuda", False), (False, 1, "rpc", False), (False, 0, "cuda", False)])
-def test_host_weights_are_pinned_only_without_mmap_beside_a_cuda_gpu(nano, mmap, n_devices, backend, pinned):
-    host = mest.estimate(nano, Options(4096, mmap=mmap, backend=backend), n_devices=n_devices)["host"]
+def test_host_weights_are_pinned_only_without_mmap_beside_a_cuda_gpu(mmap, n_devices, backend, pinned):
+    host = mest.estimate(NANO_FACTS, Options(4096, mmap=mmap, backend=backend), n_devices=n_devices)["host"]
     assert host["pinned"] is pinned and host["mmap"] is mmap
 
 

@@ -15,33 +15,20 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_f
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import LLAMA_MAX_LAYERS
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 from tests.helpers.memory_models import (
-    NANO_ATTENTION, NANO_MAMBA, T, decoder, f32, facts_of, gemma3_270m, kv_mib, mamba2_from_shapes, mamba_model,
-    nano_facts, qkv_model, rwkv, synthetic_nemotron, transformer)
+    NANO_ATTENTION, NANO_MAMBA, T, decoder, decoder_header, f32, facts_of, gemma3_270m, kv_mib, mamba2_from_shapes,
+    mamba_model, nano_facts, qkv_model, rwkv, transformer)
 
-
-@pytest.fixture(scope="module")
-def nano():
-    return nano_facts()
+NANO_FACTS = nano_facts()
 
 
 def test_metadata_fallback_to_tensor_shapes_with_warnings():
-    drop = ("nemotron_h_moe.attention.key_length", "nemotron_h_moe.attention.value_length",
-            "nemotron_h_moe.ssm.conv_kernel", "nemotron_h_moe.ssm.inner_size", "nemotron_h_moe.ssm.state_size",
-            "nemotron_h_moe.ssm.group_count", "nemotron_h_moe.embedding_length", "nemotron_h_moe.vocab_size")
-    facts = facts_of(*synthetic_nemotron(drop=drop))
-    full = facts_of(*synthetic_nemotron())
-    assert facts.kv_blocks == full.kv_blocks
-    assert facts.recurrent_blocks == full.recurrent_blocks
+    facts = nano_facts(drop=("attention.key_length", "attention.value_length", "ssm.conv_kernel", "ssm.inner_size",
+                             "ssm.state_size", "ssm.group_count", "embedding_length", "vocab_size"))
+    assert facts.kv_blocks == NANO_FACTS.kv_blocks
+    assert facts.recurrent_blocks == NANO_FACTS.recurrent_blocks
     assert (facts.n_embd, facts.n_vocab) == (2688, 131072)
     text = " ".join(facts.warnings)
     assert "attn_k/attn_v" in text and "ssm" in text and "embedding_length" in text and "vocabulary" in text
-
-
-def test_missing_everything_is_a_clear_error():
-    md, ts = synthetic_nemotron("M*", drop=("nemotron_h_moe.ssm.conv_kernel",))
-    ts = [t for t in ts if "ssm_conv1d" not in t.name]
-    with pytest.raises(mfacts.MemoryModelError, match="ssm_conv1d"):
-        facts_of(md, ts)
 
 
 def test_wrongly_shaped_tensors_give_a_clear_error():
@@ -72,6 +59,7 @@ def test_recurrent_shapes_with_a_zero_group_count():
 
 @pytest.mark.parametrize("ssm, reason", [
     ([("ssm_conv1d.weight", (4,)), ("ssm_out.weight", (64, 64))], "ssm_conv1d/ssm_out"),
+    ([("ssm_out.weight", (64, 64))], "ssm_conv1d/ssm_out"),
     ([("ssm_conv1d.weight", (4, 64)), ("ssm_out.weight", (64, 64))], "state size"),
 ])
 def test_recurrent_shapes_that_give_no_state(ssm, reason):
@@ -92,16 +80,9 @@ def test_model_facts_keep_the_layout_the_path_the_warnings_and_count_the_vocabul
     """The vocabulary is the tokenizer's token list (llama.cpp's n_vocab = its length), before ``vocab_size`` and
     the embedding's shape; the tensor classes and the layout's and reader's warnings are kept; the path is "" when
     none is given."""
-    tensors = [f32("token_embd.weight", 64, 512), f32("output.weight", 64, 512)]
-    for b in range(2):
-        p = "blk.%d." % b
-        tensors += [f32(p + "attn_q.weight", 64, 64), f32(p + "attn_k.weight", 64, 32), f32(p + "attn_v.weight", 64, 32),
-                    f32(p + "attn_output.weight", 64, 64), f32(p + "ffn_up.weight", 64, 128),
-                    f32(p + "ffn_down.weight", 128, 64)]
+    md, tensors = decoder_header("llama", 2, 64, 4, 2, 16)
     tensors.append(f32("blk.7.attn_q.weight", 64, 64))  # a block past block_count: the layout warns
-    md = {"general.architecture": "llama", "llama.block_count": 2, "llama.embedding_length": 64,
-          "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2,
-          "tokenizer.ggml.tokens": ["t%d" % i for i in range(77)]}
+    md["tokenizer.ggml.tokens"] = ["t%d" % i for i in range(77)]
     layout = classify_model("llama", md, tensors)
     assert layout.warnings
     found = mfacts.model_facts(md, tensors, layout, warnings=["from the reader"])
@@ -134,33 +115,27 @@ def test_shared_experts_with_a_gate_are_gated_per_block_and_attention_without_q_
     assert found.q_width == {0: 64, 1: 64}
 
 
-def test_routed_experts_with_a_gate_projection_are_gated(nano):
+def test_routed_experts_with_a_gate_projection_are_gated():
     """llama.cpp's build_moe_ffn multiplies a gate (ffn_gate_exps, or the gate half of ffn_gate_up_exps) with up
     when the model has one (Qwen3-MoE, gpt-oss); Nemotron-H's experts have up and down only (relu squared)."""
-    assert nano.experts_gated is False
+    assert NANO_FACTS.experts_gated is False
     for gate in ("ffn_gate_exps", "ffn_gate_up_exps"):
-        tensors = [f32("token_embd.weight", 64, 512), f32("blk.0.ffn_gate_inp.weight", 64, 4),
-                   f32("blk.0.%s.weight" % gate, 64, 32, 4), f32("blk.0.ffn_down_exps.weight", 32, 64, 4)]
-        if gate == "ffn_gate_exps":
-            tensors.append(f32("blk.0.ffn_up_exps.weight", 64, 32, 4))
-        md = {"general.architecture": "qwen3moe", "qwen3moe.block_count": 1, "qwen3moe.embedding_length": 64,
-              "qwen3moe.expert_count": 4, "qwen3moe.expert_used_count": 2, "qwen3moe.vocab_size": 512}
-        assert mfacts.model_facts(md, tensors, classify_model("qwen3moe", md, tensors)).experts_gated is True
+        md, tensors = decoder_header("qwen3moe", 1, 64, 4, 2, 16, experts=4, n_ff=32)
+        if gate == "ffn_gate_up_exps":
+            tensors = [t for t in tensors if "ffn_up_exps" not in t.name]
+        tensors.append(f32("blk.0.%s.weight" % gate, 64, 32, 4))
+        assert facts_of(md, tensors).experts_gated is True
 
 
-def test_the_facts_mark_the_routed_experts_and_count_the_used_ones_and_the_selection_bias(nano):
+def test_the_facts_mark_the_routed_experts_and_count_the_used_ones_and_the_selection_bias():
     """Each tensor's facts say whether it is a routed expert (the layout's list); the experts used per token and
     a selection bias (blk.N.exp_probs_b.bias, llama.cpp's exp_probs_b) come with them."""
-    assert nano.expert_used_count == 6 and nano.expert_probs_bias is False
-    experts = set(t.name for t in nano.tensors if t.expert)
-    assert experts == set(n for names in nano.expert_tensors_by_block.values() for n in names)
+    assert NANO_FACTS.expert_used_count == 6 and NANO_FACTS.expert_probs_bias is False
+    experts = set(t.name for t in NANO_FACTS.tensors if t.expert)
+    assert experts == set(n for names in NANO_FACTS.expert_tensors_by_block.values() for n in names)
     assert len(experts) == 2 * 23 and all(".ffn_up_exps." in n or ".ffn_down_exps." in n for n in experts)
-    tensors = [f32("token_embd.weight", 64, 512), f32("blk.0.ffn_gate_inp.weight", 64, 4),
-               f32("blk.0.exp_probs_b.bias", 4), f32("blk.0.ffn_up_exps.weight", 64, 32, 4),
-               f32("blk.0.ffn_down_exps.weight", 32, 64, 4)]
-    md = {"general.architecture": "deepseek2", "deepseek2.block_count": 1, "deepseek2.embedding_length": 64,
-          "deepseek2.expert_count": 4, "deepseek2.expert_used_count": 2, "deepseek2.vocab_size": 512}
-    biased = mfacts.model_facts(md, tensors, classify_model("deepseek2", md, tensors))
+    md, tensors = decoder_header("deepseek2", 1, 64, 4, 2, 16, experts=4, n_ff=32)
+    biased = facts_of(md, tensors + [f32("blk.0.exp_probs_b.bias", 4)])
     assert biased.expert_probs_bias is True and biased.expert_used_count == 2
 
 
@@ -210,7 +185,7 @@ def test_tensors_without_a_type_and_a_model_without_an_architecture_name():
 def test_the_expert_width_comes_from_the_down_experts_when_the_metadata_lacks_it():
     """``expert_feed_forward_length`` (1856 in Nano), else ``ne[0]`` of ``ffn_down_exps`` ({n_ff_exp, n_embd,
     n_expert} in llama.cpp's nemotron_h_moe tensors)."""
-    assert nano_facts().n_ff_exp == 1856
+    assert NANO_FACTS.n_ff_exp == 1856
     assert nano_facts(drop=("expert_feed_forward_length",)).n_ff_exp == 1856
 
 
@@ -237,30 +212,24 @@ def test_an_up_projection_twice_as_wide_as_down_s_input_holds_the_gate_too():
     assert ffn(256, 128, gate=256) == ({0: 256, 1: 256}, frozenset(), frozenset({0, 1}))
 
 
-@pytest.mark.parametrize("period, blocks, sliding", [
-    (4, 8, {0, 1, 2, 4, 5, 6}),  # il % 4 < 3: the last block of every period keeps a full cache
-    (6, 12, {0, 1, 2, 3, 4, 6, 7, 8, 9, 10}),
-    (2, 5, {0, 2, 4}),
-    (1, 3, set()),  # il % 1 < 0 never holds: no block slides
-    (0, 3, {0, 1, 2}),  # period 0: every block slides
-    (4, 0, set()),
+@pytest.mark.parametrize("period, blocks, dense_first, sliding", [
+    (4, 8, False, {0, 1, 2, 4, 5, 6}),  # il % 4 < 3: the last block of every period keeps a full cache
+    (6, 12, False, {0, 1, 2, 3, 4, 6, 7, 8, 9, 10}),
+    (2, 5, False, {0, 2, 4}),
+    (1, 3, False, set()),  # il % 1 < 0 never holds: no block slides
+    (0, 3, False, {0, 1, 2}),  # period 0: every block slides
+    (4, 0, False, set()),
+    (4, 8, True, {1, 2, 3, 5, 6, 7}),  # il % 4 != 0: the first block of every period keeps a full cache
+    (2, 5, True, {1, 3}),
+    (1, 3, True, set()),
+    (0, 3, True, {0, 1, 2}),
 ])
-def test_swa_pattern_without_dense_first_is_llama_cpp_set_swa_pattern(period, blocks, sliding):
-    """src/llama-hparams.cpp llama_hparams::set_swa_pattern(n_pattern, dense_first=false):
-    is_swa = n_pattern == 0 || il % n_pattern < n_pattern - 1; dense_first is off unless asked for."""
-    assert mfacts.swa_pattern(period, blocks) == frozenset(sliding)
-    assert mfacts.swa_pattern(period, blocks, False) == frozenset(sliding)
-
-
-@pytest.mark.parametrize("period, blocks, sliding", [
-    (4, 8, {1, 2, 3, 5, 6, 7}),  # il % 4 != 0: the first block of every period keeps a full cache
-    (2, 5, {1, 3}),
-    (1, 3, set()),
-    (0, 3, {0, 1, 2}),
-])
-def test_swa_pattern_dense_first(period, blocks, sliding):
-    """set_swa_pattern(n_pattern, dense_first=true): is_swa = n_pattern == 0 || il % n_pattern != 0."""
-    assert mfacts.swa_pattern(period, blocks, dense_first=True) == frozenset(sliding)
+def test_swa_pattern_is_llama_cpp_set_swa_pattern(period, blocks, dense_first, sliding):
+    """src/llama-hparams.cpp llama_hparams::set_swa_pattern(n_pattern, dense_first): is_swa = n_pattern == 0 ||
+    il % n_pattern < n_pattern - 1, or il % n_pattern != 0 with dense_first; dense_first is off unless asked for."""
+    assert mfacts.swa_pattern(period, blocks, dense_first=dense_first) == frozenset(sliding)
+    if not dense_first:
+        assert mfacts.swa_pattern(period, blocks) == frozenset(sliding)
 
 
 @pytest.mark.parametrize("arch, blocks, meta, expected", [
@@ -270,7 +239,16 @@ def test_swa_pattern_dense_first(period, blocks, sliding):
      ("standard", 4096, {1, 2, 3, 5, 6, 7}, "set_swa_pattern(4, dense_first) of smallthinker")),
     ("llama4", 8, {"attention__sliding_window": 1024},  # chunks of 8192 whatever the key says
      ("chunked", 8192, {0, 1, 2, 4, 5, 6}, "set_swa_pattern(4) of llama4")),
+    ("llama4", 8, {"attention__sliding_window_pattern": 2},
+     ("chunked", 8192, {0, 2, 4, 6}, "set_swa_pattern(2) from llama4.attention.sliding_window_pattern of llama4")),
     ("gemma2", 4, {}, ("standard", 4096, {0, 2}, "set_swa_pattern(2) of gemma2")),  # n_swa 4096 without the key
+    ("gemma2", 4, {"attention__sliding_window": 1024}, ("standard", 1024, {0, 2}, "set_swa_pattern(2) of gemma2")),
+    ("cohere2", 8, {"attention__sliding_window": 4096},
+     ("standard", 4096, {0, 1, 2, 4, 5, 6}, "set_swa_pattern(4) of cohere2")),
+    ("olmo2", 8, {"attention__sliding_window": 4096}, ("standard", 4096, {0, 1, 2, 4, 5, 6}, "set_swa_pattern(4) of olmo2")),
+    ("exaone4", 64, {}, ("standard", 4096, set(range(64)) - set(range(3, 64, 4)), "set_swa_pattern(4) of exaone4")),
+    ("gemma3n", 10, {"attention__sliding_window": 512},
+     ("standard", 512, {0, 1, 2, 3, 5, 6, 7, 8}, "set_swa_pattern(5) of gemma3n")),
     ("cohere2", 6, {"attention__sliding_window": 2048, "attention__sliding_window_pattern": 3},
      ("standard", 2048, {0, 1, 3, 4}, "set_swa_pattern(3) from cohere2.attention.sliding_window_pattern of cohere2")),
     ("cohere2", 4, {"attention__sliding_window": 2048, "attention__sliding_window_pattern": 0},
@@ -290,10 +268,14 @@ def test_sliding_window_layout_of_each_rule(arch, blocks, meta, expected):
 
 
 @pytest.mark.parametrize("arch, blocks, meta", [
+    ("gemma3", 6, {}),  # no window key: llama.cpp keeps every layer full
     ("gemma3", 6, {"attention__sliding_window": 0}),  # found_swa && n_swa > 0 only
+    ("olmo2", 8, {}),
+    ("qwen3moe", 4, {}),
     ("gemma3", 6, {"attention__sliding_window": -512}),
     ("llama4", 8, {"attention__sliding_window": 0}),  # found_swa && n_swa == 0: no chunking
     ("exaone4", 8, {}),  # exaone4 slides only with 64 blocks
+    ("exaone4", 30, {"attention__sliding_window": 4096}),
     ("phi3", 4, {"attention__sliding_window": 2047}),
     ("cohere2", 4, {"attention__sliding_window": 2048, "attention__sliding_window_pattern": [0, 0, 0, 0]}),
     ("mymodel", 4, {"attention__sliding_window": -64, "attention__sliding_window_pattern": [1, 1, 1, 0]}),
@@ -310,6 +292,7 @@ def test_an_unknown_architecture_with_a_window_but_no_pattern_is_sized_full_with
     assert facts_.warnings == [
         "mymodel.attention.sliding_window is 256 but llama.cpp's layer pattern for mymodel is not known here: every "
         "attention block is sized for the full context (an over-estimate)"]
+    assert kv_mib(facts_, 4096) == common.mib(4 * 4096 * 2 * 32 * 2)
 
 
 def test_a_rule_without_period_and_without_pattern_is_sized_full_with_a_warning():
@@ -325,25 +308,26 @@ def test_a_pattern_that_is_not_one_flag_per_block_is_refused():
         transformer("gemma4", 4, attention__sliding_window=64, attention__sliding_window_pattern=[1, 0, "x", 1])
     assert str(info.value) == ("gemma4.attention.sliding_window_pattern has 4 entries, not one flag for each of the 4 "
                                "blocks")
-    with pytest.raises(mfacts.MemoryModelError, match="has 5 entries, not one flag for each of the 4 blocks"):
-        transformer("gemma4", 4, attention__sliding_window=64, attention__sliding_window_pattern=[1, 0, 1, 1, 0])
+    for pattern in ([1, 0, 1, 1, 0], [1, 0, 1]):
+        with pytest.raises(mfacts.MemoryModelError, match="has %d entries, not one flag for each of the 4 blocks" % len(pattern)):
+            transformer("gemma4", 4, attention__sliding_window=64, attention__sliding_window_pattern=pattern)
 
 
-def test_nano_attention_blocks_cache_two_kv_heads_of_128(nano):
+def test_nano_attention_blocks_cache_two_kv_heads_of_128():
     """Nano's GGUF metadata: 6 attention blocks, 2 KV heads, head dim 128: n_embd_k_gqa = n_embd_v_gqa = 256."""
-    assert nano.kv_blocks == dict((b, (256, 256)) for b in NANO_ATTENTION)
-    assert nano.kv_heads == dict((b, 2) for b in NANO_ATTENTION)
-    assert nano.n_head == dict((b, 32) for b in NANO_ATTENTION)
-    assert nano.memory == "hybrid" and nano.sliding_window is None and nano.kv_reused == ()
-    assert (nano.n_embd, nano.n_vocab, nano.context_length) == (2688, 131072, 1048576)
-    assert nano.warnings == []
+    assert NANO_FACTS.kv_blocks == dict((b, (256, 256)) for b in NANO_ATTENTION)
+    assert NANO_FACTS.kv_heads == dict((b, 2) for b in NANO_ATTENTION)
+    assert NANO_FACTS.n_head == dict((b, 32) for b in NANO_ATTENTION)
+    assert NANO_FACTS.memory == "hybrid" and NANO_FACTS.sliding_window is None and NANO_FACTS.kv_reused == ()
+    assert (NANO_FACTS.n_embd, NANO_FACTS.n_vocab, NANO_FACTS.context_length) == (2688, 131072, 1048576)
+    assert NANO_FACTS.warnings == []
 
 
-def test_nano_recurrent_state_widths(nano):
+def test_nano_recurrent_state_widths():
     """llama_hparams::n_embd_r() = (d_conv - 1) * (d_inner + 2 * n_group * d_state) = 3 * (4096 + 2048) = 18432 and
     n_embd_s() = d_state * d_inner = 524288 F32 elements per Mamba block."""
-    assert nano.recurrent_blocks == dict((b, (18432, 524288)) for b in NANO_MAMBA)
-    assert nano.ssm == {"d_conv": 4, "d_inner": 4096, "d_state": 128, "n_group": 8, "n_head": 64}
+    assert NANO_FACTS.recurrent_blocks == dict((b, (18432, 524288)) for b in NANO_MAMBA)
+    assert NANO_FACTS.ssm == {"d_conv": 4, "d_inner": 4096, "d_state": 128, "n_group": 8, "n_head": 64}
 
 
 def test_the_ssm_widths_come_from_the_tensor_shapes_when_the_metadata_lacks_them():
@@ -378,7 +362,6 @@ def test_the_memory_kind_follows_the_blocks():
     assert transformer("qwen3", 2).memory == "kv"
     assert transformer("gemma3", 6, attention__sliding_window=512).memory == "iswa"
     assert transformer("bert", 2).memory == "none" and transformer("bert", 2).kv_blocks == {}
-    assert nano_facts().memory == "hybrid"
     mamba = [f32("token_embd.weight", 64, 32), f32("blk.0.ssm_in.weight", 64, 256)]
     md = {"mamba.embedding_length": 64, "mamba.ssm.conv_kernel": 4, "mamba.ssm.inner_size": 128,
           "mamba.ssm.state_size": 16}
@@ -426,11 +409,12 @@ def test_facts_without_embedding_width_or_vocabulary_are_refused():
                                "token_embd/output tensor")
 
 
-@pytest.mark.parametrize("d_state", [1, 16])
-def test_a_state_size_of_one_from_the_shapes_is_a_state(d_state):
+@pytest.mark.parametrize("channels, d_state", [(64 + 2 * 2, 1), (64 + 2 * 2 * 16, 16), (64 + 2 * 2 * 16 + 3, 16)])
+def test_the_state_size_from_the_shapes_is_a_whole_count_from_1(channels, d_state):
     """conv channels = d_inner + 2 * n_group * d_state (llama-model.cpp: ssm_conv1d {d_conv, d_inner + 2*ng*d_state}):
-    d_state 1 is the smallest state there is, not a missing one."""
-    facts = mamba2_from_shapes(64 + 2 * 2 * d_state)
+    d_state 1 is the smallest state there is, not a missing one, and channels that do not divide give
+    (channels - d_inner) // (2 * n_group), never a fraction."""
+    facts = mamba2_from_shapes(channels)
     assert facts.ssm["d_state"] == d_state and isinstance(facts.ssm["d_state"], int)
     assert facts.recurrent_blocks == {0: (3 * (64 + 4 * d_state), d_state * 64)}
 
@@ -442,12 +426,6 @@ def test_shapes_that_leave_no_room_for_a_state_are_refused_with_the_shapes():
                                  "give a state size (conv channels 64, inner size 64)")
 
 
-def test_conv_channels_that_do_not_divide_give_a_whole_state_size():
-    """d_state is a count of values: (channels - d_inner) // (2 * n_group), never a fraction."""
-    facts = mamba2_from_shapes(64 + 2 * 2 * 16 + 3)
-    assert facts.ssm["d_state"] == 16 and isinstance(facts.ssm["d_state"], int)
-
-
 @pytest.mark.parametrize("ctx, parallel, measured", [(4096, 1, 27.0), (4096, 4, 72.0), (32768, 1, 111.0),
                                                      (32768, 4, 156.0)])
 def test_gemma3_270m_kv_as_llama_server_allocates_it(ctx, parallel, measured):
@@ -456,49 +434,6 @@ def test_gemma3_270m_kv_as_llama_server_allocates_it(ctx, parallel, measured):
     assert sorted(set(range(18)) - facts.swa_blocks) == [5, 11, 17]  # set_swa_pattern(6)
     assert facts.sliding_window.window == 512
     assert kv_mib(facts, ctx, parallel) == measured
-
-
-@pytest.mark.parametrize("arch, blocks, meta, full, window", [
-    ("gemma2", 4, {}, [1, 3], 4096),  # n_swa = 4096 unless the key says otherwise
-    ("gemma2", 4, {"attention__sliding_window": 1024}, [1, 3], 1024),
-    ("cohere2", 8, {"attention__sliding_window": 4096}, [3, 7], 4096),
-    ("cohere2", 6, {"attention__sliding_window": 4096, "attention__sliding_window_pattern": 3}, [2, 5], 4096),
-    ("olmo2", 8, {"attention__sliding_window": 4096}, [3, 7], 4096),
-    ("exaone4", 64, {}, list(range(3, 64, 4)), 4096),  # the 32B only
-    ("smallthinker", 8, {"attention__sliding_window": 1024}, [0, 4], 4096),  # set_swa_pattern(4, true), 4096
-    ("gemma3n", 10, {"attention__sliding_window": 512}, [4, 9], 512),
-    ("gemma4", 4, {"attention__sliding_window": 1024, "attention__sliding_window_pattern": [True, False, True, True]},
-     [1], 1024),
-    ("mymodel", 4, {"attention__sliding_window": 256, "attention__sliding_window_pattern": [1, 1, 0, 1]}, [2], 256),
-])
-def test_sliding_layouts_of_each_architecture(arch, blocks, meta, full, window):
-    facts = decoder(arch, blocks, 64, 4, 2, 16, **meta)
-    assert sorted(b for b in facts.kv_blocks if b not in facts.swa_blocks) == full
-    assert facts.sliding_window.window == window
-
-
-@pytest.mark.parametrize("arch, blocks, meta", [
-    ("gemma3", 6, {}),  # no window key: llama.cpp keeps every layer full
-    ("olmo2", 8, {}),
-    ("exaone4", 30, {"attention__sliding_window": 4096}),  # only the 64-block model slides
-    ("qwen3moe", 4, {}),
-])
-def test_no_sliding_window_without_the_key_or_the_block_count(arch, blocks, meta):
-    facts = decoder(arch, blocks, 64, 4, 2, 16, **meta)
-    assert facts.sliding_window is None and facts.memory == "kv" and not facts.warnings
-
-
-def test_an_unknown_layout_is_sized_full_with_a_warning():
-    facts = decoder("mymodel", 4, 64, 4, 2, 16, attention__sliding_window=256)
-    assert facts.sliding_window is None
-    assert any("not known here" in w and "over-estimate" in w for w in facts.warnings)
-    assert kv_mib(facts, 4096) == common.mib(4 * 4096 * 2 * 32 * 2)
-
-
-def test_a_pattern_of_the_wrong_length_is_a_clear_error():
-    with pytest.raises(mfacts.MemoryModelError, match="sliding_window_pattern has 3 entries"):
-        decoder("gemma4", 4, 64, 4, 2, 16, attention__sliding_window=64,
-                attention__sliding_window_pattern=[True, False, True])
 
 
 def test_gemma3n_late_blocks_reuse_earlier_caches():
