@@ -46,28 +46,6 @@ def test_meminfo_of_a_copy(tmp_path):
                                          "swap_total_mib": 8192.0, "swap_free_mib": 8192.0}
 
 
-def test_cgroup_v2_limit(tmp_path):
-    write(tmp_path, "proc/self/cgroup", "0::/user.slice/user-1000.slice/session-3.scope\n")
-    write(tmp_path, "sys/fs/cgroup/user.slice/user-1000.slice/session-3.scope/memory.max", "34359738368\n")
-    write(tmp_path, "sys/fs/cgroup/user.slice/user-1000.slice/session-3.scope/memory.current", "1269301248\n")
-    assert hm.cgroup_memory(str(tmp_path)) == {"version": 2, "path": "/user.slice/user-1000.slice/session-3.scope",
-                                               "limit_mib": 32768.0, "usage_mib": 1210.5}
-    write(tmp_path, "sys/fs/cgroup/user.slice/user-1000.slice/session-3.scope/memory.max", "max\n")
-    assert hm.cgroup_memory(str(tmp_path)) is None
-
-
-def test_cgroup_v1_limit_and_this_machine(tmp_path):
-    write(tmp_path, "proc/self/cgroup", "9:name=systemd:/\n4:memory:/docker/abc\n0::/\n")
-    write(tmp_path, "sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "17179869184\n")
-    write(tmp_path, "sys/fs/cgroup/memory/docker/abc/memory.usage_in_bytes", "104857600\n")
-    assert hm.cgroup_memory(str(tmp_path)) == {"version": 1, "path": "/docker/abc", "limit_mib": 16384.0,
-                                               "usage_mib": 100.0}
-    write(tmp_path, "sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "9223372036854771712\n")
-    assert hm.cgroup_memory(str(tmp_path)) is None  # v1's "no limit"
-    mine = hm.cgroup_memory()
-    assert mine is None or mine["limit_mib"] > 0
-
-
 @pytest.fixture
 def tree():
     """A real process tree: a Python parent with two children, one of which has a child."""
@@ -112,20 +90,6 @@ def test_a_gone_process_is_its_own_tree():
     assert hm.process_memory([gone.pid]) == {"rss_anon_mib": 0.0, "rss_file_mib": 0.0, "rss_shmem_mib": 0.0}
 
 
-def test_gather_takes_a_tree_already_walked():
-    """llm_server_service_info walks the container's tree once and hands it to the host memory read: the memory of
-    exactly those processes counts (here this test's process alone, not its child)."""
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    try:
-        walked = hm.gather(pid=os.getpid())
-        given = hm.gather(pid=os.getpid(), pids=[os.getpid()])
-        assert child.pid in walked["process_tree"]["pids"]
-        assert given["process_tree"]["pids"] == [os.getpid()]
-    finally:
-        child.kill()
-        child.wait()
-
-
 # Above any pid this machine gives out (/proc/sys/kernel/pid_max is at most 4194304): a tree of the real /proc
 # would be the pid alone.
 PARENT, CHILD = 4194301, 4194302
@@ -158,6 +122,11 @@ def test_gather_reads_everything_from_the_root_it_is_given(tmp_path):
                                       "rss_file_mib": 9.0, "rss_shmem_mib": 2.0}
     # anonymous + shared: 6 + 2 MiB; the 9 MiB of file pages stay in the page cache
     assert result["memory_held_by_pid_mib"] == 8.0
+    # llm_server_service_info walks the container's tree once and hands it over: exactly those processes count
+    given = hm.gather(str(tmp_path), pid=str(PARENT), pids=[PARENT])
+    assert given["process_tree"] == {"pid": PARENT, "pids": [PARENT], "rss_anon_mib": 2.0, "rss_file_mib": 1.0,
+                                     "rss_shmem_mib": 0.5}
+    assert given["memory_held_by_pid_mib"] == 2.5
 
 
 def test_gather_without_pid_has_no_tree(tmp_path):
@@ -169,31 +138,18 @@ def test_gather_without_pid_has_no_tree(tmp_path):
 
 def test_meminfo_errors_name_the_file(tmp_path):
     missing = tmp_path / "nothing"
-    try:
+    with pytest.raises(hm.HostMemoryError) as raised:
         hm.meminfo(str(missing))
-    except hm.HostMemoryError as exc:
-        assert str(exc) == "cannot read %s/proc/meminfo: No such file or directory" % missing
-    else:
-        raise AssertionError("no error for a missing /proc/meminfo")
-    write(tmp_path, "proc/meminfo", "MemTotal:       65755304 kB\n")
-    try:
-        hm.meminfo(str(tmp_path))
-    except hm.HostMemoryError as exc:
-        assert str(exc) == ("%s/proc/meminfo has no MemTotal/MemAvailable line (a kernel older than 3.14?)"
-                            % tmp_path)
-    else:
-        raise AssertionError("no error without MemAvailable")
+    assert str(raised.value) == "cannot read %s/proc/meminfo: No such file or directory" % missing
+    for text in ("MemTotal:       65755304 kB\n", "MemTotal:       65755304 kB\nMemAvailable:\nSwapTotal:  n/a kB\n"):
+        write(tmp_path, "proc/meminfo", text)  # MemAvailable missing, or without a number: no value
+        with pytest.raises(hm.HostMemoryError) as raised:
+            hm.meminfo(str(tmp_path))
+        assert str(raised.value) == "%s/proc/meminfo has no MemTotal/MemAvailable line (a kernel older than 3.14?)" % tmp_path
 
 
 def test_a_line_without_a_number_is_no_value(tmp_path):
     """A key line whose value is empty or not a number gives no value (the key is then missing), not a crash."""
-    write(tmp_path, "proc/meminfo", "MemTotal:       65755304 kB\nMemAvailable:\nSwapTotal:  n/a kB\n")
-    try:
-        hm.meminfo(str(tmp_path))
-    except hm.HostMemoryError as exc:
-        assert "no MemTotal/MemAvailable line" in str(exc)
-    else:
-        raise AssertionError("no error for an empty MemAvailable")
     write(tmp_path, "proc/meminfo", "MemTotal:       65755304 kB\nMemAvailable:  1024 kB\nSwapTotal:  n/a kB\n")
     assert hm.meminfo(str(tmp_path)) == {"memory_total_mib": 64214.16, "memory_available_mib": 1.0}
 

@@ -19,22 +19,39 @@ def fixture(name):
     return (DATA / name).read_text()
 
 
-def fake_run(name, rc_by_mode=None):
-    """A ``run(args)`` that answers like the nvidia-smi test double does, recording the calls."""
+def fake_run(name):
+    """A ``run(args)`` that answers every query from the fixtures of ``name``, recording the calls."""
     calls = []
 
     def run(args):
         calls.append(list(args))
-        joined = " ".join(args)
-        for failing, rc in (("driver_mismatch", 18), ("no_driver", 9)):
-            if name == failing:
-                return rc, fixture(name + ".txt"), ""
-        if "--query-gpu=" in joined and "compute_cap" in joined and (DATA / (name + ".invalid_field.txt")).exists():
-            return 2, fixture(name + ".invalid_field.txt"), ""
-        suffix = ".apps.txt" if "--query-compute-apps" in joined else ".list.txt" if args == ["-L"] else ".txt"
+        suffix = ".apps.txt" if args[0].startswith("--query-compute-apps=") else ".list.txt" if args == ["-L"] else ".txt"
         path = DATA / (name + suffix)
         return 0, path.read_text() if path.exists() else "", ""
     return run, calls
+
+
+def answers(by_args):
+    """A ``run(args)`` for gather that answers each query (the key: the first argument's start) with its
+    ``(rc, stdout, stderr)``, and records the calls."""
+    calls = []
+
+    def run(args):
+        calls.append(list(args))
+        for start, answer in by_args.items():
+            if args[0].startswith(start):
+                return answer
+        raise AssertionError("unexpected query %r" % (args,))
+    return run, calls
+
+
+A5500 = "GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60"
+A4000 = "GPU-c05e7d29-4a18-3b6f-90d2-18e4a7f65c0b"
+MISMATCH = ("nvidia-smi failed (rc=18): Failed to initialize NVML: Driver/library version mismatch / NVML library "
+            "version: 550.127. This means the NVIDIA kernel driver and the user-space NVML library differ (typically "
+            "after a driver upgrade without a reboot): reboot or reload the nvidia kernel modules.")
+NO_DRIVER_WORDS = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+                   "latest NVIDIA driver is installed and running.")
 
 
 @pytest.mark.parametrize("name, gpu_name, total, free, cc", [
@@ -82,40 +99,6 @@ def test_unavailable_fields_are_none_with_a_warning(name, marker):
     assert gpus[0]["memory_free_mib"] is None
     assert gpus[0]["memory_used_mib"] is None
     assert len(warnings) == 1 and marker in warnings[0] and "memory_free_mib" in warnings[0]
-
-
-@pytest.mark.parametrize("name, rc, words, meaning", [
-    ("driver_mismatch", 18, "Failed to initialize NVML: Driver/library version mismatch", "reboot"),
-    ("no_driver", 9, "couldn't communicate with the NVIDIA driver", "not loaded"),
-])
-def test_failures_keep_nvidia_smis_words(name, rc, words, meaning):
-    message = smi.failure_message(rc, fixture(name + ".txt"), "")
-    assert words in message and meaning in message and "rc=%d" % rc in message
-    run = fake_run(name)[0]
-    with pytest.raises(smi.NvidiaSmiError, match="rc=%d" % rc):
-        smi.gather(run)
-
-
-def test_old_driver_without_compute_cap_is_asked_again():
-    run, calls = fake_run("legacy_470")
-    result = smi.gather(run)
-    assert calls[0][0].endswith(",compute_cap") and "compute_cap" not in calls[1][0]
-    assert result["gpus"][0]["name"] == "NVIDIA GeForce RTX 3090"
-    assert result["gpus"][0]["compute_capability"] is None
-    assert result["gpus"][0]["memory_free_mib"] == 24263
-    assert any("compute_cap" in w for w in result["warnings"])
-
-
-def test_gather_exact_query_and_mig():
-    run, calls = fake_run("mig_a100")
-    result = smi.gather(run)
-    assert calls[0] == ["--query-gpu=index,name,uuid,pci.bus_id,memory.total,memory.used,memory.free,"
-                        "driver_version,compute_cap", "--format=csv,noheader,nounits"]
-    assert calls[1] == ["-L"]
-    assert [d["profile"] for d in result["gpus"][0]["mig_devices"]] == ["3g.20gb", "2g.10gb", "1g.5gb"]
-    assert result["gpus"][0]["mig_devices"][0]["uuid"] == "MIG-4a7f2c90-d1e8-5b36-a0c4-9e2f71b8d653"
-    assert any("MIG mode" in w for w in result["warnings"])
-    assert "processes" not in result
 
 
 def test_processes():
@@ -172,10 +155,10 @@ def test_read_with_a_pid_counts_its_tree_and_asks_for_processes():
 
 
 def test_read_fails_with_the_program_it_ran():
-    run = fake_run("driver_mismatch")[0]
+    run = answers({"--query-gpu=": (18, fixture("driver_mismatch.txt"), "")})[0]
     with pytest.raises(smi.NvidiaSmiError) as failed:
         smi.read(lambda name: "/opt/nv/nvidia-smi", lambda argv: run(argv[1:]))
-    assert failed.value.binary == "/opt/nv/nvidia-smi" and "Failed to initialize NVML" in str(failed.value)
+    assert failed.value.binary == "/opt/nv/nvidia-smi" and str(failed.value) == MISMATCH
     assert smi.NvidiaSmiError("x").binary is None
 
 
@@ -185,10 +168,6 @@ def test_read_takes_a_tree_already_walked():
     result = smi.read(lambda name: "/x/nvidia-smi", lambda argv: run(argv[1:]), pid=52001, pids=[52001, 52017])
     assert result["process_tree"] == {"pid": 52001, "pids": [52001, 52017]}
     assert [g["memory_held_by_pid_mib"] for g in result["gpus"]] == [20988, 13314]
-
-
-A5500 = "GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60"
-A4000 = "GPU-c05e7d29-4a18-3b6f-90d2-18e4a7f65c0b"
 
 
 def gpus_of(name):
@@ -266,27 +245,6 @@ def test_invalid_field_of_nothing_is_none():
     assert smi.invalid_field('Field "compute_cap" is not a valid field to query.') == "compute_cap"
 
 
-MISMATCH = ("nvidia-smi failed (rc=18): Failed to initialize NVML: Driver/library version mismatch / NVML library "
-            "version: 550.127. This means the NVIDIA kernel driver and the user-space NVML library differ (typically "
-            "after a driver upgrade without a reboot): reboot or reload the nvidia kernel modules.")
-NO_DRIVER_WORDS = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
-                   "latest NVIDIA driver is installed and running.")
-
-
-def answers(by_args):
-    """A ``run(args)`` for gather that answers each query (the key: the first argument's start) with its
-    ``(rc, stdout, stderr)``, and records the calls."""
-    calls = []
-
-    def run(args):
-        calls.append(list(args))
-        for start, answer in by_args.items():
-            if args[0].startswith(start):
-                return answer
-        raise AssertionError("unexpected query %r" % (args,))
-    return run, calls
-
-
 def test_failure_messages_word_for_word():
     assert smi.failure_message(18, fixture("driver_mismatch.txt"), "") == MISMATCH
     assert smi.failure_message(1, "", "") == "nvidia-smi failed (rc=1): no output"
@@ -334,9 +292,11 @@ def test_a_rejected_field_is_asked_again_without_it(rc):
         result = smi.gather(run)
         assert result["warnings"] == ["this driver does not know the field compute_cap (drivers before 510 lack "
                                       "compute_cap): compute_capability is left empty"]
-        assert [c[0] for c in calls] == [
-            "--query-gpu=index,name,uuid,pci.bus_id,memory.total,memory.used,memory.free,driver_version,compute_cap",
-            "--query-gpu=index,name,uuid,pci.bus_id,memory.total,memory.used,memory.free,driver_version", "-L"]
+        fields = "index,name,uuid,pci.bus_id,memory.total,memory.used,memory.free,driver_version"
+        assert calls == [["--query-gpu=%s,compute_cap" % fields, "--format=csv,noheader,nounits"],
+                         ["--query-gpu=%s" % fields, "--format=csv,noheader,nounits"], ["-L"]]
+        gpu = result["gpus"][0]
+        assert (gpu["name"], gpu["compute_capability"], gpu["memory_free_mib"]) == ("NVIDIA GeForce RTX 3090", None, 24263)
 
 
 def test_a_failure_is_not_asked_again_and_keeps_its_words():
@@ -352,8 +312,10 @@ def test_a_failure_is_not_asked_again_and_keeps_its_words():
 def test_mig_devices_only_from_a_list_that_succeeded():
     a100 = fixture("mig_a100.txt")
     mig_list = fixture("mig_a100.list.txt")
-    result = smi.gather(answers({"--query-gpu=": (0, a100, ""), "-L": (0, mig_list, "")})[0])
-    assert result["topology"] == "single"
+    run, calls = answers({"--query-gpu=": (0, a100, ""), "-L": (0, mig_list, "")})
+    result = smi.gather(run)
+    assert calls[1] == ["-L"] and result["topology"] == "single" and "processes" not in result
+    assert result["gpus"][0]["mig_devices"] == smi.parse_list(mig_list)["GPU-e3a91c57-2b0f-8d46-a5c1-7f9b03d2e864"]
     assert result["warnings"] == ["GPU 0 (NVIDIA A100-SXM4-40GB) is in MIG mode: CUDA sees its 3 MIG devices "
                                   "(3g.20gb, 2g.10gb, 1g.5gb), each with a slice of the memory, not the whole GPU"]
     failed = smi.gather(answers({"--query-gpu=": (0, a100, ""), "-L": (15, mig_list, "")})[0])
