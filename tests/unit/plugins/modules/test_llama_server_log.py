@@ -85,7 +85,10 @@ def test_expect_pattern_with_gguf_in_check_mode(ansible_module, tiny):
     assert r["failed"] and "not a valid regular expression" in r["msg"]
 
 
-def test_load_error_fails_with_the_message(ansible_module):
+def test_a_load_error_or_a_crash_fails_without_any_expectation(ansible_module):
+    r = ansible_module("llama_server_log", {"path": str(PUBLIC / "b10586_crash_after_load.log")})
+    assert r["failed"] and r["crash"] == "CUDA error: an illegal memory access was encountered"
+    assert r["server_ready"] is False and r["verified"] is False
     log = ("0.00.005.352 E llama_model_load: error loading model: llama_model_loader: failed to load model from "
            "/models/broken.gguf\n0.00.005.832 E srv  llama_server: exiting due to model loading error\n")
     r = ansible_module("llama_server_log", {"content": log})
@@ -192,9 +195,3 @@ def test_require_ready(ansible_module):
     assert ansible_module("llama_server_log", args)["verified"] is True  # an excerpt: not required by default
     r = ansible_module("llama_server_log", dict(args, require_ready=True))
     assert r["failed"] and "does not show the server ready" in r["msg"]
-
-
-def test_a_crash_fails_without_any_expectation(ansible_module):
-    r = ansible_module("llama_server_log", {"path": str(PUBLIC / "b10586_crash_after_load.log")})
-    assert r["failed"] and r["crash"] == "CUDA error: an illegal memory access was encountered"
-    assert r["server_ready"] is False and r["verified"] is False
