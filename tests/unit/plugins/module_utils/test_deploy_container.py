@@ -65,35 +65,29 @@ def recording_run(failing=()):
     return probe, calls
 
 
-def test_the_compose_tools_are_tried_in_the_documented_order():
+ALL = {"podman": "/usr/bin/podman", "podman-compose": "/usr/bin/podman-compose", "docker": "/usr/bin/docker",
+       "docker-compose": "/usr/bin/docker-compose"}
+NO_PODMAN_COMPOSE = {"podman": "/usr/bin/podman", "docker": "/usr/bin/docker", "docker-compose": "/usr/bin/dc"}
+
+
+@pytest.mark.parametrize("found, failing, given, command, probed", [
+    (ALL, (), None, ["podman", "compose"], ["/usr/bin/podman"]),  # asked by the path `which` found
+    # a compose subcommand that fails its version probe is passed over; a standalone tool is not probed
+    (NO_PODMAN_COMPOSE, ("/usr/bin/podman",), None, ["docker", "compose"], ["/usr/bin/podman", "/usr/bin/docker"]),
+    (NO_PODMAN_COMPOSE, ("/usr/bin/podman", "/usr/bin/docker"), None, ["docker-compose"],
+     ["/usr/bin/podman", "/usr/bin/docker"]),
+    ({"podman-compose": "/venv/bin/podman-compose"}, (), None, ["podman-compose"], []),
+    ({"docker-compose": "/usr/bin/docker-compose"}, (), None, ["docker-compose"], []),
+    ({}, (), None, None, []),
+    ({}, (), ["podman-compose", "--verbose"], ["podman-compose", "--verbose"], []),
+    ({}, (), [], None, []),  # an empty command is no command
+])
+def test_the_compose_tools_are_tried_in_the_documented_order(found, failing, given, command, probed):
     assert COMPOSE_CANDIDATES == (("podman", "compose"), ("podman-compose",), ("docker", "compose"),
                                   ("docker-compose",))
-    everything = {"podman": "/usr/bin/podman", "podman-compose": "/usr/bin/podman-compose",
-                  "docker": "/usr/bin/docker", "docker-compose": "/usr/bin/docker-compose"}
-    probe, calls = recording_run()
-    assert find_compose(probe, everything.get) == ["podman", "compose"]
-    assert calls == [["/usr/bin/podman", "compose", "version"]]  # asked by the path `which` found
-
-
-def test_a_compose_subcommand_that_fails_its_version_probe_is_passed_over():
-    everything = {"podman": "/usr/bin/podman", "docker": "/usr/bin/docker", "docker-compose": "/usr/bin/dc"}
-    probe, calls = recording_run(failing=("/usr/bin/podman",))
-    assert find_compose(probe, everything.get) == ["docker", "compose"]
-    assert calls == [["/usr/bin/podman", "compose", "version"], ["/usr/bin/docker", "compose", "version"]]
-    probe, calls = recording_run(failing=("/usr/bin/podman", "/usr/bin/docker"))
-    assert find_compose(probe, everything.get) == ["docker-compose"]  # a standalone tool is not probed
-    assert calls == [["/usr/bin/podman", "compose", "version"], ["/usr/bin/docker", "compose", "version"]]
-
-
-def test_a_standalone_compose_tool_on_path_is_taken_without_a_probe():
-    probe, calls = recording_run()
-    assert find_compose(probe, {"podman-compose": "/venv/bin/podman-compose"}.get) == ["podman-compose"]
-    assert calls == []
-    assert find_compose(probe, {"docker-compose": "/usr/bin/docker-compose"}.get) == ["docker-compose"]
-    assert find_compose(probe, {}.get) is None
-    assert find_compose(probe, {}.get, given=["podman-compose", "--verbose"]) == ["podman-compose", "--verbose"]
-    assert find_compose(probe, {}.get, given=[]) is None  # an empty command is no command
-    assert calls == []
+    probe, calls = recording_run(failing)
+    assert find_compose(probe, found.get, given=given) == command
+    assert calls == [[program, "compose", "version"] for program in probed]
 
 
 COMPOSE = """services:
@@ -181,32 +175,28 @@ def test_the_log_tail_keeps_stderr_then_stdout_without_blank_lines_and_only_the_
     assert len(log_tail(replying(0, "\n".join(str(i) for i in range(100))), "podman", "x")) == 40
 
 
-def test_the_cause_is_a_crash_line_before_an_earlier_generic_error():
-    """ggml.c ggml_abort prints ``<file>:<line>: GGML_ASSERT(x) failed``; an earlier line with "error" in it
-    (a failed request) is not why the server died."""
-    lines = ["srv  log_server_r: request: POST /completion 127.0.0.1 500 error",
-             "/src/llama.cpp/ggml/src/ggml-cpu/ops.cpp:4321: GGML_ASSERT(ne00 % 32 == 0) failed",
-             "#0  0x00007f in ggml_print_backtrace () from libggml-base.so"]
-    assert exit_cause(lines) == lines[1]
-
-
-def test_model_descriptions_are_not_causes():
-    lines = ["print_info: rope type = unknown",
-             "llama_model_loader: - kv  12: general.unknown_key str = x", "bye"]
-    assert exit_cause(lines) == "bye"
-    assert exit_cause(["  starting  ", "  Segmentation fault (core dumped)  ", "illegal hardware instruction"]) == \
-        "Segmentation fault (core dumped)"
-
-
-def test_exiting_due_to_repeats_the_cause_printed_before_it():
-    """tools/server/server-http.cpp prints "couldn't bind HTTP server socket, hostname: %s, port: %d" and then
-    server.cpp "exiting due to HTTP server error": the first one is why."""
-    lines = ["srv    start: couldn't bind HTTP server socket, hostname: 0.0.0.0, port: 8080",
-             "srv    operator(): cleaning up before exit...",
-             "srv    main: exiting due to HTTP server error"]
-    assert exit_cause(lines) == lines[0]
-    assert exit_cause(["main: exiting due to HTTP server error", "bye"]) == "bye"
-    assert exit_cause([]) == ""
+@pytest.mark.parametrize("lines, cause", [
+    # ggml.c ggml_abort prints ``<file>:<line>: GGML_ASSERT(x) failed``; an earlier line with "error" in it (a
+    # failed request) is not why the server died
+    (["srv  log_server_r: request: POST /completion 127.0.0.1 500 error",
+      "/src/llama.cpp/ggml/src/ggml-cpu/ops.cpp:4321: GGML_ASSERT(ne00 % 32 == 0) failed",
+      "#0  0x00007f in ggml_print_backtrace () from libggml-base.so"],
+     "/src/llama.cpp/ggml/src/ggml-cpu/ops.cpp:4321: GGML_ASSERT(ne00 % 32 == 0) failed"),
+    # model descriptions are not causes
+    (["print_info: rope type = unknown", "llama_model_loader: - kv  12: general.unknown_key str = x", "bye"], "bye"),
+    (["  starting  ", "  Segmentation fault (core dumped)  ", "illegal hardware instruction"],
+     "Segmentation fault (core dumped)"),
+    # tools/server/server-http.cpp prints "couldn't bind HTTP server socket, hostname: %s, port: %d" and then
+    # server.cpp "exiting due to HTTP server error": the first one is why
+    (["srv    start: couldn't bind HTTP server socket, hostname: 0.0.0.0, port: 8080",
+      "srv    operator(): cleaning up before exit...",
+      "srv    main: exiting due to HTTP server error"],
+     "srv    start: couldn't bind HTTP server socket, hostname: 0.0.0.0, port: 8080"),
+    (["main: exiting due to HTTP server error", "bye"], "bye"),
+    ([], ""),
+])
+def test_the_exit_cause_is_the_line_that_says_why_llama_server_stopped(lines, cause):
+    assert exit_cause(lines) == cause
 
 
 def test_the_run_that_ended_is_the_last_unless_the_last_is_still_loading():
