@@ -22,7 +22,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values im
 
 PREFIX = {"little": "<", "big": ">"}
 U8, I8, U16, I16, U32, I32, F32V, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)
-F32, F16, Q8_0 = 0, 1, 8  # ggml type ids (ggml.h enum ggml_type)
+F32, Q8_0 = 0, 8  # ggml type ids (ggml.h enum ggml_type)
 MIB = 1 << 20
 # A value of every scalar type: (value type, struct code, value), each at or near its type's limits.
 SCALARS = [(U8, "B", 200), (I8, "b", -100), (U16, "H", 60000), (I16, "h", -30000), (U32, "I", 4000000000),
@@ -196,7 +196,7 @@ def _has_float(value):
     return isinstance(value, float) or (isinstance(value, list) and any(isinstance(v, float) for v in value))
 
 
-def field_offsets(path, endian="little"):
+def field_offsets(path):
     """Byte offsets of the fields of ``path`` as gguf-py's GGUFReader finds them (for patching)."""
     ref = gguf.GGUFReader(path)
     kv = {name: f.offset for name, f in ref.fields.items()}
@@ -215,12 +215,6 @@ def patch(path, offset, fmt, value, endian="little"):
     with open(path, "r+b") as f:
         f.seek(offset)
         f.write(struct.pack(PREFIX[endian] + fmt, value))
-
-
-def patch_bytes(path, offset, data):
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        f.write(data)
 
 
 def expect_error_like(path, offset=None, reason=None, reader=read_gguf, in_file=None):

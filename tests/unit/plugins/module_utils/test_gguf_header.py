@@ -21,7 +21,6 @@ import errno
 import os
 import socket
 import stat
-import struct
 import threading
 import tracemalloc
 from pathlib import Path
@@ -37,11 +36,11 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_header im
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values import GGUFError, SkippedArray
 from tests.helpers.gguf_files import (
     ALL_SCALARS,
+    ARRAY,
     BIG_ARRAYS,
     F32,
     I32,
     Q8_0,
-    SCALARS,
     SMALL_ARRAYS,
     SOME_TENSORS,
     STRING,
@@ -110,16 +109,6 @@ def test_a_small_file_reads_back_field_by_field(tmp_path, endian):
     assert (ref.data_offset, [int(t.n_bytes) for t in ref.tensors]) == (gf.data_offset, [64, 34])
 
 
-def test_every_scalar_type_in_both_byte_orders(tmp_path, endian):
-    g = Gguf(endian)
-    values = SCALARS
-    kvs = [g.kv("k%d" % t, t, g.pack(code, v)) for t, code, v in values]
-    path = write(tmp_path / "s.gguf", g.header(0, len(kvs)) + b"".join(kvs))
-    gf = read_gguf(path)
-    assert gf.metadata == {"k%d" % t: v for t, _c, v in values}
-    assert gf.value_types == {"k%d" % t: t for t, _c, _v in values}
-
-
 @pytest.fixture
 def full_file(tmp_path, endian):
     """A file with every value type, small, nested and large arrays and tensors of several types."""
@@ -143,19 +132,10 @@ def test_every_value_type_reads_back(full_file, endian):
             assert gf.metadata[key] == SkippedArray(int(VT.INT32), len(value))
         else:
             assert gf.metadata[key] == value, key
+    for kv in BIG_ARRAYS:  # longer than the reader keeps: skipped, not built
+        assert gf.metadata[kv[0]] == SkippedArray(int(kv[3]) if len(kv) > 3 else int(VT.ARRAY), len(kv[1]))
     assert gf.metadata["general.architecture"] == "testarch"
     cross_check(full_file, gf)
-
-
-def test_large_arrays_are_skipped_not_built(full_file):
-    md = read_gguf(full_file).metadata
-    assert md["tokenizer.ggml.tokens"] == SkippedArray(int(VT.STRING), 3000)
-    assert md["tokenizer.ggml.merges"] == SkippedArray(int(VT.STRING), 1400)
-    assert md["tokenizer.ggml.scores"] == SkippedArray(int(VT.FLOAT32), 5000)
-    assert md["tokenizer.ggml.token_type"] == SkippedArray(int(VT.INT32), 5000)
-    assert md["a.many_lists"] == SkippedArray(int(VT.ARRAY), 100)
-    assert len(md["tokenizer.ggml.tokens"]) == 3000
-    assert md["tokenizer.ggml.tokens"].item_type_name == "string"
 
 
 def test_tensor_infos(full_file):
@@ -172,41 +152,13 @@ def test_tensor_infos(full_file):
     assert gf.file_size == os.path.getsize(full_file)
 
 
-def test_custom_alignment(tmp_path, endian):
-    path = write_gguf(tmp_path / "align.gguf", [], SOME_TENSORS, endian=endian, alignment=256)[0]
-    gf = read_gguf(path)
-    assert gf.alignment == 256 and gf.data_offset % 256 == 0
-    assert all(t.offset % 256 == 0 for t in gf.tensors)
-    cross_check(path, gf)
-
-
-def test_version_2_reads_like_3(tmp_path, endian):
-    path = write_gguf(tmp_path / "v2.gguf", ALL_SCALARS, SOME_TENSORS, endian=endian)[0]
-    patch(path, 4, "I", 2, endian)
-    gf = read_gguf(path)
-    assert gf.version == 2 and gf.byte_order == endian
-    assert [t.name for t in gf.tensors] == [t[0] for t in SOME_TENSORS]
-    cross_check(path, gf)
-
-
-def test_file_without_tensors(tmp_path):
-    path = write_gguf(tmp_path / "empty.gguf", ALL_SCALARS)[0]
-    gf = read_gguf(path)
-    assert gf.tensors == [] and gf.metadata["t.u8"] == 255
-
-
 def test_empty_array_and_zero_dim_tensor(tmp_path):
     """Things GGUFWriter refuses to write, assembled by hand: an empty array, a 0-dim tensor."""
-    s = Gguf().s
-    body = b"GGUF" + struct.pack("<IQQ", 3, 2, 2)
-    body += s("general.architecture") + struct.pack("<I", 8) + s("x")
-    body += s("empty") + struct.pack("<IIQ", 9, 4, 0)
-    body += s("scalar") + struct.pack("<IIQ", 0, 0, 0)
-    body += s("nothing") + struct.pack("<IqI", 1, 0, 0) + struct.pack("<Q", 32)
-    data_offset = -(-len(body) // 32) * 32
-    path = tmp_path / "hand.gguf"
-    path.write_bytes(body + b"\0" * (data_offset - len(body) + 64))
-    gf = read_gguf(path)
+    g = Gguf()
+    head = g.header(2, 2) + g.kv("general.architecture", STRING, g.s("x")) + g.kv("empty", ARRAY, g.arr(U32, 0, b""))
+    head += g.info("scalar", (), F32, 0) + g.info("nothing", (0,), F32, 32)
+    data_offset = pad(len(head))
+    gf = read_gguf(write(tmp_path / "hand.gguf", head.ljust(data_offset + 64, b"\0")))
     assert gf.metadata["empty"] == []
     scalar, nothing = gf.tensors
     assert (scalar.shape, scalar.nbytes, nothing.shape, nothing.nbytes) == ((), 4, (0,), 0)
@@ -237,6 +189,10 @@ def test_bad_magic_is_named(tmp_path):
     (4, "unsupported GGUF version 4 (only versions 2 and 3)"),
     (0xFFFF, "unsupported GGUF version 65535 (only versions 2 and 3)"),
     (0, "unsupported GGUF version 0 (only versions 2 and 3)"),
+    # the low 8 bits zero but not the low 16: not the mark of the other byte order
+    (256, "unsupported GGUF version 256 (only versions 2 and 3)"),
+    (0x0300, "unsupported GGUF version 768 (only versions 2 and 3)"),
+    (0xFF00, "unsupported GGUF version 65280 (only versions 2 and 3)"),
 ])
 def test_versions_refused(tmp_path, endian, version, reason):
     path = write(tmp_path / "m.gguf", Gguf(endian).header(0, 0, version))
@@ -247,16 +203,6 @@ def test_versions_refused(tmp_path, endian, version, reason):
 def test_versions_read_in_either_byte_order(tmp_path, endian, version):
     gf = read_gguf(write(tmp_path / "m.gguf", Gguf(endian).header(0, 0, version)))
     assert (gf.version, gf.byte_order) == (version, endian)
-
-
-@pytest.mark.parametrize("version", [256, 0x0300, 0xFF00])
-def test_a_version_with_low_16_bits_set_is_this_byte_order(small_file, endian, version):
-    """The low 8 bits zero but not the low 16: not the mark of the other byte order."""
-    patch(small_file, 4, "I", version, endian)
-    with pytest.raises(GGUFError) as raised:
-        read_gguf(small_file)
-    assert (raised.value.offset, raised.value.reason) == (4, "unsupported GGUF version %d (only versions 2 and 3)"
-                                                          % version)
 
 
 def test_a_pair_count_is_bounded_at_13_bytes_a_pair(tmp_path):
@@ -288,12 +234,9 @@ def test_the_pair_count_is_checked_before_the_tensor_count(tmp_path):
     expect_error(path, 16, "5 key/value pairs claimed, but only 10 bytes left in the file")
 
 
-@pytest.mark.parametrize("field,offset_of", [
-    ("tensor_count", lambda kv, t: 8), ("kv_count", lambda kv, t: 16),
-])
-def test_huge_counts_fail_at_once(small_file, endian, field, offset_of):
-    kv, tensors = field_offsets(small_file, endian)
-    patch(small_file, offset_of(kv, tensors), "Q", 2 ** 60, endian)
+@pytest.mark.parametrize("offset", [8, 16])  # the tensor count, the key/value count
+def test_huge_counts_fail_at_once(small_file, endian, offset):
+    patch(small_file, offset, "Q", 2 ** 60, endian)
     tracemalloc.start()
     try:
         err = expect_error_like(small_file, None, "claimed")
@@ -313,21 +256,16 @@ def test_every_truncation_fails_cleanly(small_file):
         assert 0 <= err.offset <= max(length, 0) + 8
 
 
-def test_duplicate_key_and_unknown_value_type(tmp_path, endian):
+@pytest.mark.parametrize("second, at, reason", [
+    (("k", U8, b"\x02"), 0, "duplicate key 'k'"),
+    (("", U8, b"\x02"), 0, "key 1 is empty"),  # (gguf_init_from_file_impl: "key %d is empty")
+    (("j", 13, b"\0" * 8), 9, "key 'j': unknown value type 13"),  # at the type, after the 9-byte key
+])
+def test_keys_refused(tmp_path, endian, second, at, reason):
     g = Gguf(endian)
     first = g.kv("k", U8, b"\x01")
-    path = write(tmp_path / "m.gguf", g.header(0, 2) + first + g.kv("k", U8, b"\x02"))
-    expect_error(path, 24 + len(first), "duplicate key 'k'")
-    write(path, g.header(0, 2) + first + g.kv("j", 13, b"\0" * 8))
-    expect_error(path, 24 + len(first) + 9, "key 'j': unknown value type 13")
-
-
-def test_an_empty_key_is_refused(tmp_path, endian):
-    """ggml/src/gguf.cpp gguf_init_from_file_impl: "key %d is empty"."""
-    g = Gguf(endian)
-    first = g.kv("k", U8, b"\x01")
-    path = write(tmp_path / "m.gguf", g.header(0, 2) + first + g.kv("", U8, b"\x02"))
-    expect_error(path, 24 + len(first), "key 1 is empty")
+    path = write(tmp_path / "m.gguf", g.header(0, 2) + first + g.kv(*second))
+    expect_error(path, 24 + len(first) + at, reason)
 
 
 # --------------------------------------------------------------------------- alignment
@@ -442,7 +380,7 @@ def test_an_unknown_type_id_is_size_unknown(tmp_path):
 def test_removed_type_id_is_refused_like_llama_cpp(small_file, endian, type_id, name):
     """ggml gives the removed types blck_size 0 (ggml/src/ggml.c type_traits) and gguf_init_from_file_impl
     (ggml/src/gguf.cpp) refuses a tensor whose blck_size is 0: the file does not load, so it is an error here."""
-    _kv, tensors = field_offsets(small_file, endian)
+    _kv, tensors = field_offsets(small_file)
     info = tensors["output.weight"]
     patch(small_file, info["type"], "I", type_id, endian)
     reason = ("tensor 'output.weight': ggml type %d (%s) was removed from ggml; llama.cpp refuses files that use it "
@@ -529,7 +467,6 @@ def test_what_cannot_be_opened_is_named(tmp_path, monkeypatch):
         sock.bind("s.gguf")
         # open(2) refuses a socket itself (ENXIO); fstat would name it
         expect_error("s.gguf", 0, "cannot open: %s" % os.strerror(errno.ENXIO))
-        assert header._file_kind(os.stat("s.gguf").st_mode) == "a socket"
     if os.path.exists("/dev/null"):
         expect_error("/dev/null", 0, "cannot open: not a regular file (a character device)")
 
