@@ -47,40 +47,6 @@ def test_nemotron_nano_has_401_tensors_46_experts_and_23_23_6_layer_kinds():
     assert layout.warnings == []
 
 
-def test_nemotron_kinds_come_from_metadata_not_names():
-    """Per-layer arrays decide: a block named like Mamba but with KV heads is attention."""
-    metadata, tensors = nemotron_nano()
-    metadata["nemotron_h_moe.attention.head_count_kv"][0] = 2
-    layout = classify_model("nemotron_h_moe", metadata, tensors)
-    assert layout.block_kinds[0] == ["attention"]
-    assert 0 not in layout.layer_kinds["recurrent"]
-
-
-def test_nemotron_without_arrays_falls_back_to_names_with_a_warning():
-    metadata, tensors = nemotron_nano()
-    metadata["nemotron_h_moe.attention.head_count_kv"] = 2  # a scalar, not a per-layer array
-    layout = classify_model("nemotron_h_moe", metadata, tensors)
-    assert len(layout.layer_kinds["recurrent"]) == 23
-    assert len(layout.layer_kinds["moe"]) == 23
-    assert len(layout.layer_kinds["attention"]) == 6
-    assert any("per-layer" in w for w in layout.warnings)
-
-
-def test_dense_nemotron_h_ffn_blocks_are_dense():
-    arch = "nemotron_h"
-    kinds = "M-M*"
-    tensors = [T("token_embd.weight", (8, 16), 512)]
-    for i, k in enumerate(kinds):
-        names = {"M": ["ssm_in.weight"], "-": ["ffn_up.weight", "ffn_down.weight"], "*": ["attn_q.weight"]}[k]
-        tensors += [T("blk.%d.%s" % (i, n), (8, 8), 256) for n in names]
-    metadata = {arch + ".block_count": 4,
-                arch + ".attention.head_count_kv": [0, 0, 0, 2],
-                arch + ".feed_forward_length": [0, 32, 0, 0]}
-    layout = classify_model(arch, metadata, tensors)
-    assert layout.layer_kinds == {"attention": [3], "recurrent": [0, 2], "moe": [], "dense_ffn": [1]}
-    assert layout.expert_tensors == [] and layout.expert_count == 0
-
-
 def _layout(arch, names, metadata=None, nbytes=100):
     return classify_model(arch, metadata or {}, [T(n, (4, 4), nbytes) for n in names])
 
@@ -115,24 +81,6 @@ def test_unknown_architecture_following_conventions_and_inferred_counts():
     assert layout.layer_kinds["moe"] == [0, 1] and layout.layer_kinds["attention"] == [0, 1]
     assert layout.expert_count == 16  # ne[2] of the stacked experts
     assert layout.expert_shared_count == 1  # shared-expert tensors without a count key
-
-
-def test_dense_model_has_no_experts():
-    names = ["token_embd.weight", "output.weight"] + [
-        "blk.%d.%s" % (i, s) for i in range(3) for s in ("attn_q.weight", "ffn_up.weight", "ffn_norm.weight")]
-    layout = _layout("llama", names, {"llama.block_count": 3})
-    assert layout.expert_tensors == [] and layout.expert_tensors_by_block == {}
-    assert layout.layer_kinds == {"attention": [0, 1, 2], "recurrent": [], "moe": [], "dense_ffn": [0, 1, 2]}
-    assert layout.bytes_by_class["routed_experts"] == 0
-
-
-def test_unknown_sizes_count_zero_with_a_warning():
-    tensors = [T("blk.0.ffn_up_exps.weight", (32, 8, 4), None), T("blk.0.attn_q.weight", (8, 8), 256)]
-    layout = classify_model("qwen3moe", {}, tensors)
-    assert layout.total_bytes == 256
-    assert layout.bytes_by_class["routed_experts"] == 0
-    assert layout.expert_tensors == ["blk.0.ffn_up_exps.weight"]
-    assert any("unknown size" in w and "blk.0.ffn_up_exps.weight" in w for w in layout.warnings)
 
 
 # common/common.h LLM_FFN_EXPS_REGEX: what llama-server's --cpu-moe moves to host memory.
@@ -330,13 +278,6 @@ def test_tensors_of_unknown_size_count_zero_and_five_are_named(unknown, listed):
 
 
 # ---- the expert counts ----
-def test_expert_count_from_the_metadata():
-    tensors = [T("blk.0.ffn_up_exps.weight", (8, 16, 32), 1)]
-    metadata = {"qwen3moe.expert_count": 128, "qwen3moe.expert_used_count": 8, "qwen3moe.expert_shared_count": 2}
-    layout = classify_model("qwen3moe", metadata, tensors)
-    assert (layout.expert_count, layout.expert_used_count, layout.expert_shared_count) == (128, 8, 2)
-
-
 def test_expert_count_from_the_first_stacked_expert_tensor_when_the_metadata_has_none():
     """ne[2] of a stacked expert tensor is the number of experts; a 3-D tensor of another class (deepseek2's
     attn_k_b) and a per-expert 2-D tensor do not count."""
@@ -436,14 +377,13 @@ def test_block_kinds_from_the_tensor_classes(suffixes, kinds):
 
 
 # ---- block kinds of nemotron_h / nemotron_h_moe from the per-layer metadata ----
-def _nemotron(arch, layers, metadata=None, expert_count=8):
+def _nemotron(arch, layers, expert_count=8):
     """layers: (head_count_kv, feed_forward_length, tensor suffixes) per block."""
     tensors = [T("blk.%d.%s" % (i, s), (8, 8), 1) for i, (_kv, _ff, suffixes) in enumerate(layers) for s in suffixes]
     meta = {arch + ".block_count": len(layers),
             arch + ".attention.head_count_kv": [kv for kv, _ff, _s in layers],
             arch + ".feed_forward_length": [ff for _kv, ff, _s in layers],
             arch + ".expert_count": expert_count}
-    meta.update(metadata or {})
     return classify_model(arch, meta, tensors)
 
 
