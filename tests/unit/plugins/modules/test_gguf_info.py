@@ -5,44 +5,18 @@ from __future__ import annotations
 import os
 import re
 
-import gguf
-import numpy as np
 import pytest
 
 from tests.helpers import gguf_layouts
 from tests.helpers.module_runs import assert_clean_failure
-from tools.gguf_models import write_model, write_nemotron_nano_30b, write_tiny_nemotron_h_moe
+from tools.gguf_models import write_tiny_nemotron_h_moe
 
 NANO = r"\.ffn_.*_exps\.weight"
-
-
-def write_names(path, arch, names):
-    """A small GGUF whose tensors have the given names (4x4 f32 each, 4x4x2 for experts)."""
-    writer = gguf.GGUFWriter(str(path), arch)
-    writer.add_block_count(1 + max([int(n.split(".")[1]) for n in names if n.startswith("blk.")] or [-1]))
-    for name in names:
-        shape = (2, 4, 4) if "_exps" in name else (4, 4)
-        writer.add_tensor(name, np.zeros(shape, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return str(path)
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     return write_tiny_nemotron_h_moe(tmp_path_factory.mktemp("tiny") / "tiny-nemotron.gguf")
-
-
-@pytest.fixture(scope="module")
-def nano(tmp_path_factory):
-    return write_nemotron_nano_30b(tmp_path_factory.mktemp("nano"), shards=6)
-
-
-@pytest.fixture(scope="module")
-def dense(tmp_path_factory):
-    return write_model("dense_llama", tmp_path_factory.mktemp("dense") / "dense.gguf")
 
 
 def test_tiny_nemotron(ansible_module, tiny):
@@ -108,88 +82,28 @@ def test_pattern_check_bad(ansible_module, tiny, pattern, classes, verdict):
     assert {item["class"] for item in check["non_expert"]} == classes
 
 
-def test_dense_model_has_nothing_to_offload(ansible_module, dense):
-    result = ansible_module("gguf_info", {"path": dense})
-    assert result["failed"] is False
-    assert result["offload_pattern"] == "" and result["offload_pattern_matches"] == []
-    assert result["expert_tensors"] == [] and result["tensors"] == []
-    assert "nothing to offload" in result["msg"]
-    assert result["layer_kinds"] == {"attention": [0, 1], "recurrent": [], "moe": [], "dense_ffn": [0, 1]}
-    assert result["bytes"]["routed_experts"] == 0 and result["expert_count"] == 0
-
-
-def test_six_shard_nemotron_nano_header(ansible_module, nano):
-    result = ansible_module("gguf_info", {"path": nano[2], "tensors": "none"})
-    assert result["failed"] is False
-    assert result["files"] == nano
-    assert result["tensor_count"] == 401 and result["block_count"] == 52
-    assert len(result["expert_tensors"]) == 46
-    assert result["offload_pattern"] == NANO and len(result["offload_pattern_matches"]) == 46
-    assert [len(result["layer_kinds"][k]) for k in ("recurrent", "moe", "attention")] == [23, 23, 6]
-    assert result["layer_kinds"]["attention"] == [5, 12, 19, 26, 33, 42]
-    assert (result["expert_count"], result["expert_used_count"], result["expert_shared_count"]) == (128, 6, 1)
-    mib = 1024 ** 2
-    # reference: routed experts about 21,772 MiB, the rest about 1,600 MiB
-    assert abs(result["bytes"]["routed_experts"] / mib - 21772) < 50
-    assert abs((result["tensor_bytes"] - result["bytes"]["routed_experts"]) / mib - 1600) < 50
-    assert result["file_bytes"] > result["tensor_bytes"]
-
-
-def test_malformed_file_fails_with_file_offset_and_reason(ansible_module, tiny, tmp_path):
-    broken = tmp_path / "broken.gguf"
-    broken.write_bytes(open(tiny, "rb").read()[:200])
-    result = ansible_module("gguf_info", {"path": str(broken)})
-    assert_clean_failure(result)
-    assert re.match(r"^%s: at byte [0-9]+: " % re.escape(str(broken)), result["msg"]), result["msg"]
-    assert result["path"] == str(broken) and isinstance(result["offset"], int) and result["reason"]
-
-
-def test_not_a_gguf_file(ansible_module, tmp_path):
-    text = tmp_path / "model.gguf"
-    text.write_text("this is not a model\n")
-    result = ansible_module("gguf_info", {"path": str(text)})
-    assert_clean_failure(result)
-    assert str(text) in result["msg"] and "at byte 0" in result["msg"]
-
-
-def test_missing_file_and_directory(ansible_module, tmp_path):
-    result = ansible_module("gguf_info", {"path": str(tmp_path / "nope.gguf")})
-    assert_clean_failure(result)
-    assert result["msg"] == "%s: no such file" % (tmp_path / "nope.gguf")
-    result = ansible_module("gguf_info", {"path": str(tmp_path)})
-    assert_clean_failure(result)
-    assert "is a directory" in result["msg"]
-
-
-def test_unknown_moe_architecture_following_the_conventions(ansible_module, tmp_path):
-    names = ["token_embd.weight", "output.weight"] + [
-        "blk.%d.%s" % (i, s) for i in range(12)
-        for s in ("attn_q.weight", "ffn_gate_inp.weight", "ffn_gate_up_exps.weight", "ffn_gate_up_exps.bias",
-                  "ffn_down_chexps.weight", "ffn_up_shexp.weight")]
-    path = write_names(tmp_path / "brand-new.gguf", "brand_new_moe", names)
-    result = ansible_module("gguf_info", {"path": path, "tensors": "none"})
-    assert len(result["expert_tensors"]) == 36
-    assert result["offload_pattern_matches"] == result["expert_tensors"]
-    assert result["expert_count"] == 2 and result["expert_shared_count"] == 1
-    assert result["layer_kinds"]["moe"] == list(range(12))
-
-
-@pytest.mark.parametrize("kind, pattern", [
-    ("qwen3moe", NANO),
-    ("deepseek2", NANO),
-    ("gpt-oss", r"\.ffn_.*_exps\."),
-    ("chexps", r"\.ffn_.*_(ch)?exps\.weight"),
+@pytest.mark.parametrize("kind, message", [
+    ("text", "%s: at byte 0: file of 20 bytes is too short for a GGUF header (24 bytes)"),
+    ("missing", "%s: no such file"),
+    ("directory", "%s: is a directory, not a .gguf file"),
+    ("fifo", "%s: at byte 0: cannot open: not a regular file (a FIFO)"),
+    ("loop", "%s: a broken symbolic link or a symlink loop"),
 ])
-def test_other_architectures(ansible_module, tmp_path, kind, pattern):
-    path = write_model(kind, tmp_path / (kind + ".gguf"), endian="big")
-    result = ansible_module("gguf_info", {"path": path})
-    assert result["failed"] is False
-    assert result["offload_pattern"] == pattern
-    assert result["offload_pattern_matches"] == result["expert_tensors"]
-    assert sorted(t["name"] for t in result["tensors"]) == result["expert_tensors"]
-    if kind == "gpt-oss":
-        assert {t["type"] for t in result["tensors"] if t["name"].endswith(".weight")} == {"mxfp4"}
-        assert any(t["name"].endswith(".bias") for t in result["tensors"])
+def test_paths_that_are_not_models(ansible_module, tmp_path, kind, message):
+    path = tmp_path / "model.gguf"
+    if kind == "text":
+        path.write_text("this is not a model\n")
+    elif kind == "directory":
+        path = tmp_path
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "loop":
+        os.symlink(path, path)
+    result = ansible_module("gguf_info", {"path": str(path)})
+    assert_clean_failure(result)
+    assert result["msg"] == message % path
+    if kind in ("text", "fifo"):  # the reader's error: its path, byte and reason come as fields too
+        assert "%s: at byte %d: %s" % (result["path"], result["offset"], result["reason"]) == result["msg"]
 
 
 @pytest.mark.parametrize("arch, shards, endian", [
@@ -202,20 +116,3 @@ def test_gguf_info_on_other_architectures_shards_and_endianness(ansible_module, 
     assert result["expert_tensors"] == layout.experts
     assert sorted(n for n in layout.names if re.search(result["offload_pattern"], n)) == layout.experts
     assert sum(result["bytes"].values()) == layout.total_bytes
-
-
-def test_gguf_info_on_a_fifo_and_a_symlink_loop(ansible_module, tmp_path):
-    fifo = tmp_path / "model.gguf"
-    os.mkfifo(fifo)
-    assert_clean_failure(ansible_module("gguf_info", {"path": str(fifo)}), "not a regular file (a FIFO)")
-    loop = tmp_path / "loop.gguf"
-    os.symlink(loop, loop)
-    assert_clean_failure(ansible_module("gguf_info", {"path": str(loop)}), "symlink loop")
-
-
-def test_an_implausible_block_number_is_reported(ansible_module, tmp_path):
-    layout = gguf_layouts.make_layout("qwen3moe", 4)
-    layout.tensors.append(("blk.4000000000.ffn_up_exps.weight", (256, 256, 2), gguf.GGMLQuantizationType.F16))
-    files = gguf_layouts.write_layout(layout, tmp_path, 4, shards=2)
-    info = ansible_module("gguf_info", {"path": files[0], "tensors": "none"})
-    assert info["failed"] is False and info["block_count"] == 4000000001
