@@ -101,8 +101,7 @@ def status(anon_kib, file_kib, shmem_kib):
 
 
 def host(root):
-    write(root, "proc/meminfo", "MemTotal:       65755304 kB\nMemAvailable:   61656276 kB\n"
-                                "SwapTotal:       0 kB\nSwapFree:        0 kB\n")
+    write(root, "proc/meminfo", MEMINFO)
     write(root, "proc/self/cgroup", "0::/system.slice/ai-llm.scope\n")
     write(root, "sys/fs/cgroup/system.slice/ai-llm.scope/memory.max", "34359738368\n")
     write(root, "sys/fs/cgroup/system.slice/ai-llm.scope/memory.current", "1073741824\n")

@@ -286,21 +286,16 @@ def test_no_sliding_window(arch, blocks, meta):
     assert facts_.sliding_window is None and facts_.memory == "kv" and facts_.warnings == []
 
 
-def test_an_unknown_architecture_with_a_window_but_no_pattern_is_sized_full_with_a_warning():
-    facts_ = transformer("mymodel", 4, attention__sliding_window=256)
-    assert facts_.sliding_window is None
-    assert facts_.warnings == [
-        "mymodel.attention.sliding_window is 256 but llama.cpp's layer pattern for mymodel is not known here: every "
-        "attention block is sized for the full context (an over-estimate)"]
+@pytest.mark.parametrize("arch, window, warning", [
+    ("mymodel", 256, "mymodel.attention.sliding_window is 256 but llama.cpp's layer pattern for mymodel is not known "
+                     "here: every attention block is sized for the full context (an over-estimate)"),
+    ("gemma4", 1024, "gemma4 uses a sliding window of 1024 but its sliding_window_pattern is missing: every attention "
+                     "block is sized for the full context (an over-estimate)"),
+])
+def test_a_window_without_a_known_layout_is_sized_full_with_a_warning(arch, window, warning):
+    facts_ = transformer(arch, 4, attention__sliding_window=window)
+    assert facts_.sliding_window is None and facts_.memory == "kv" and facts_.warnings == [warning]
     assert kv_mib(facts_, 4096) == common.mib(4 * 4096 * 2 * 32 * 2)
-
-
-def test_a_rule_without_period_and_without_pattern_is_sized_full_with_a_warning():
-    facts_ = transformer("gemma4", 4, attention__sliding_window=1024)
-    assert facts_.sliding_window is None and facts_.memory == "kv"
-    assert facts_.warnings == [
-        "gemma4 uses a sliding window of 1024 but its sliding_window_pattern is missing: every attention block is "
-        "sized for the full context (an over-estimate)"]
 
 
 def test_a_pattern_that_is_not_one_flag_per_block_is_refused():
@@ -323,20 +318,20 @@ def test_nano_attention_blocks_cache_two_kv_heads_of_128():
     assert NANO_FACTS.warnings == []
 
 
-def test_nano_recurrent_state_widths():
+@pytest.mark.parametrize("drop, warnings", [
+    ((), []),
+    (("ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.group_count"),
+     ["nemotron_h_moe.ssm.* metadata missing: d_conv=4 d_inner=4096 d_state=128 n_group=8 taken from the ssm tensor "
+      "shapes"]),
+])
+def test_nano_recurrent_state_widths_from_the_metadata_or_the_tensor_shapes(drop, warnings):
     """llama_hparams::n_embd_r() = (d_conv - 1) * (d_inner + 2 * n_group * d_state) = 3 * (4096 + 2048) = 18432 and
-    n_embd_s() = d_state * d_inner = 524288 F32 elements per Mamba block."""
-    assert NANO_FACTS.recurrent_blocks == dict((b, (18432, 524288)) for b in NANO_MAMBA)
-    assert NANO_FACTS.ssm == {"d_conv": 4, "d_inner": 4096, "d_state": 128, "n_group": 8, "n_head": 64}
-
-
-def test_the_ssm_widths_come_from_the_tensor_shapes_when_the_metadata_lacks_them():
-    """ssm_conv1d {d_conv, d_inner + 2 * n_group * d_state}, ssm_out {d_inner, n_embd}, ssm_norm {., n_group}."""
-    got = nano_facts(drop=("ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.group_count"))
+    n_embd_s() = d_state * d_inner = 524288 F32 elements per Mamba block; without the ssm.* metadata from
+    ssm_conv1d {d_conv, d_inner + 2 * n_group * d_state}, ssm_out {d_inner, n_embd}, ssm_norm {., n_group}."""
+    got = nano_facts(drop=drop)
     assert got.recurrent_blocks == dict((b, (18432, 524288)) for b in NANO_MAMBA)
     assert got.ssm == {"d_conv": 4, "d_inner": 4096, "d_state": 128, "n_group": 8, "n_head": 64}
-    assert got.warnings == ["nemotron_h_moe.ssm.* metadata missing: d_conv=4 d_inner=4096 d_state=128 n_group=8 "
-                            "taken from the ssm tensor shapes"]
+    assert got.warnings == warnings
 
 
 @pytest.mark.parametrize("group_count, r", [(None, 3 * 4096), (-1, 3 * 4096), (0, 3 * 4096), (1, 3 * (4096 + 256))])
