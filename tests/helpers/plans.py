@@ -1,6 +1,6 @@
-"""Builders for the planner's tests: a small MoE model of exact sizes, the bytes one GPU needs with chosen
-blocks in host memory, GPU rows as gpu_info gives them (or as the planner holds them), the tensors a plan's pattern
-moves, and the model summary gguf_info gives for the real Gemma 3 270M Q4_K_M."""
+"""Builders for the planner's tests: the 30B Nemotron Nano (generated GGUF files), a small qwen3moe of exact sizes,
+the bytes one GPU needs with chosen blocks in host memory, GPU rows as gpu_info gives them (or as the planner holds
+them), the tensors a pattern moves, and the model summary gguf_info gives for the real Gemma 3 270M Q4_K_M."""
 from __future__ import annotations
 
 import re
@@ -13,28 +13,20 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _plan_in
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 from tests.helpers.memory_models import f32
-
-
-def card(free, name="GPU", total=None):
-    return {"name": name, "memory_total_mib": total or free, "memory_free_mib": free}
-
-
-def need_mib(facts, blocks, **kw):
-    cpu = [n for b in blocks for n in facts.expert_tensors_by_block[b]]
-    result = mest.estimate(facts, Options(**kw), cpu_tensors=cpu)
-    return max(g["total"] for g in result["gpus"]) / float(common.MIB)
-
-
-def moved(result, names):
-    return set(n for n in names if re.search(result["pattern"], n))
-
+from tools import gguf_models
 
 SIZING = dict(backend="rpc", op_offload=False, margin_mib=0)  # exact bytes: no CUDA padding, no reserved copy
 
 
-def moe_model(kinds="DEEE", context_length=4096):
-    """A qwen3moe: attention in every block (4 heads, 2 KV heads of 16), a dense FFN in the ``D`` blocks and 8 routed
-    experts of 64 (256 KiB a block) in the ``E`` blocks."""
+def nemotron_nano_30b(tmp_path_factory):
+    """The facts of the generated Nemotron-3-Nano-30B-A3B in six shards (23 MoE blocks of 52, Mamba and
+    attention blocks between them)."""
+    return pin.load_facts(gguf_models.write_nemotron_nano_30b(tmp_path_factory.mktemp("nano"), shards=6)[0])
+
+
+def exact_moe(kinds="DEEE", context_length=4096):
+    """A qwen3moe of exact sizes: attention in every block (4 heads, 2 KV heads of 16), a dense FFN in the ``D``
+    blocks and 8 routed experts of 64 (256 KiB a block) in the ``E`` blocks; ``"DD"`` is a dense model."""
     arch = "qwen3moe"
     tensors = [f32("token_embd.weight", 64, 512), f32("output.weight", 64, 512), f32("output_norm.weight", 64)]
     for b, kind in enumerate(kinds):
@@ -53,32 +45,28 @@ def moe_model(kinds="DEEE", context_length=4096):
     return mfacts.model_facts(md, tensors, classify_model(arch, md, tensors))
 
 
-def need(facts, blocks, ctx=4096, parallel=1, **kw):
-    """Bytes the one GPU needs with the experts of ``blocks`` in host memory."""
-    args = dict(SIZING)
-    args.update(kw)
+def need(facts, blocks, ctx=4096, parallel=1, sizing=SIZING, **kw):
+    """Bytes the one GPU needs with the experts of ``blocks`` in host memory (``sizing={}``: llama-server's
+    defaults)."""
     cpu = [n for b in blocks for n in facts.expert_tensors_by_block[b]]
-    return mest.estimate(facts, Options(ctx, parallel, **args), cpu_tensors=cpu)["gpus"][0]["total"]
+    return mest.estimate(facts, Options(ctx, parallel, **dict(sizing, **kw)), cpu_tensors=cpu)["gpus"][0]["total"]
 
 
-def numbered_card(free_mib, index=0, name="GPU0"):
-    return {"name": name, "memory_total_mib": 100000, "memory_free_mib": free_mib, "index": index}
+def gpu(free, index=0, name=None, total=None):
+    """A row of gpu_info: ``free`` MiB free (of ``total``, default ``free``)."""
+    return {"name": name or "GPU%d" % index, "memory_total_mib": total or free, "memory_free_mib": free,
+            "index": index, "uuid": "GPU-%d" % index}
 
 
 def sizer(facts, free_mib, available_mib=None):
-    options = Options(4096, margin_mib=0, op_offload=False, backend="rpc")
     host = None if available_mib is None else pin.Host(available_mib, None, 0, "MemAvailable")
     gpus = [pin.Gpu("GPU0", 0, None, None, free_mib)]
-    return op._Sizer(facts, gpus, None, options, host)  # pylint: disable=protected-access
+    return op._Sizer(facts, gpus, None, Options(4096, **SIZING), host)  # pylint: disable=protected-access
 
 
 def plan_gpu(free, index):
+    """A GPU as the planner holds it (``_plan_inputs.Gpu``)."""
     return pin.Gpu("GPU%d" % index, index, None, None, free)
-
-
-def gpu(free, index, name=None):
-    return {"name": name or "GPU%d" % index, "memory_total_mib": free, "memory_free_mib": free, "index": index,
-            "uuid": "GPU-%d" % index}
 
 
 def moved_by(pattern, names):
@@ -90,14 +78,13 @@ def host_expert_mib(facts, result):
     return sum(sizes[b] for b in result["cpu_expert_layers"]) / float(common.MIB)
 
 
-def gemma_summary(window_key=True):
+def gemma_summary():
     """The model summary gguf_info gives for the real Gemma 3 270M Q4_K_M (shapes and metadata of that file)."""
     md = {"general.architecture": "gemma3", "gemma3.context_length": 32768, "gemma3.embedding_length": 640,
           "gemma3.block_count": 18, "gemma3.feed_forward_length": 2048, "gemma3.attention.head_count": 4,
           "gemma3.attention.key_length": 256, "gemma3.attention.value_length": 256,
-          "gemma3.attention.head_count_kv": 1, "tokenizer.ggml.tokens": {"count": 262144}}
-    if window_key:
-        md["gemma3.attention.sliding_window"] = 512
+          "gemma3.attention.head_count_kv": 1, "gemma3.attention.sliding_window": 512,
+          "tokenizer.ggml.tokens": {"count": 262144}}
     tensors = [["token_embd.weight", 8, [640, 262144], 178257920], ["output_norm.weight", 0, [640], 2560]]
     for b in range(18):
         p = "blk.%d." % b

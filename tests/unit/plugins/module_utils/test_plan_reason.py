@@ -2,75 +2,69 @@
 and the split and block lists as the plan writes them."""
 from __future__ import annotations
 
-import math
-import re
 from collections import namedtuple
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _offload_plan as op
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _plan_inputs as pin
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _plan_reason as prs
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
-from tools import gguf_models
 from tests.helpers.memory_models import MIB
-from tests.helpers.plans import (
-    SIZING, card, gpu, moe_model, need, numbered_card)
+from tests.helpers.plans import SIZING, exact_moe, gpu, need, nemotron_nano_30b
 
 
 @pytest.fixture(scope="module")
 def nano(tmp_path_factory):
-    return load_facts(gguf_models.write_nemotron_nano_30b(tmp_path_factory.mktemp("nano"), shards=6)[0])
+    return nemotron_nano_30b(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def moe():
-    return moe_model()
+    return exact_moe()
 
 
-@pytest.fixture(scope="module")
-def dense(tmp_path_factory):
-    path = tmp_path_factory.mktemp("dense") / "dense.gguf"
-    return load_facts(gguf_models.write_dense_llama(str(path), n_blocks=4, n_embd=256, n_ff=1024))
-
-
-def test_does_not_fit_says_how_much_is_missing(nano):
+def test_a_nano_plan_that_does_not_fit_names_what_to_lower(nano):
+    """262144 tokens for 4 slots on a 4 GiB card, short even with every expert on the host: a model with recurrent
+    state can lower parallel, and CUDA's op offload reserves the room of the largest host-resident block's experts."""
     with pytest.raises(PlanError) as info:
-        plan(nano, [card(4096)], None, Options(262144, 4))
-    message = str(info.value)
-    missing = re.search(r"(\d+) MiB are missing", message)
-    assert missing and int(missing.group(1)) > 0
-    assert "ctx_size" in message and "cache_type_k" in message and "--no-op-offload" in message
-    assert info.value.details["fits"] is False
-    assert info.value.details["memory"]["gpus"][0]["free_after_mib"] == -int(missing.group(1)) or \
-        math.isclose(-info.value.details["memory"]["gpus"][0]["free_after_mib"], int(missing.group(1)), abs_tol=1)
+        plan(nano, [gpu(4096)], None, Options(262144, 4))
+    details = info.value.details
+    (short,) = details["memory"]["gpus"]
+    assert details["fits"] is False and short["free_after_mib"] < 0
+    assert str(info.value) == (
+        "Does not fit on GPU0 (4096 MiB free): with the experts of 23 block(s) on CPU the plan needs %.0f MiB and "
+        "%.0f MiB are missing on GPU0. Lower ctx_size (at most %d fits with all experts on CPU), parallel, "
+        "cache_type_k/cache_type_v (q8_0 halves the KV cache), margin_mib, ubatch, op_offload (false, with "
+        "llama-server --no-op-offload, frees the %.0f MiB the GPU reserves to compute on host-resident experts, at "
+        "the cost of slower prompt processing), or use a larger GPU." % (
+            short["total_mib"], -short["free_after_mib"], details["headroom"]["all_experts_on_cpu"]["max_ctx_size"],
+            max(nano.expert_bytes_by_block().values()) / MIB))
 
 
 @pytest.mark.parametrize("shares, text", [([3, 1], "0.75,0.25"), ([1, 1, 1], "0.333,0.333,0.333"), ([0, 2], "0,1"),
                                           ([2, 0], "1,0"), ([24148, 15746], "0.605,0.395")])
 def test_split_text_is_each_share_of_the_whole(shares, text):
-    assert prs.split_text(shares) == text  # pylint: disable=protected-access
+    assert prs.split_text(shares) == text
 
 
 def test_the_reason_of_mode_all_names_the_blocks_the_card_and_the_saving(moe):
-    result = op.plan(moe, [numbered_card(need(moe, []) / MIB)], None, Options(4096, mode="all", **SIZING))
-    plan_gpu, here = result["memory"]["gpus"][0], result["headroom"]["this_plan"]
+    result = plan(moe, [gpu(need(moe, []) / MIB)], None, Options(4096, mode="all", **SIZING))
+    used, here = result["memory"]["gpus"][0], result["headroom"]["this_plan"]
     assert result["reason"] == (
         "All routed experts (3 MoE blocks) go to host memory: as mode all asks, on GPU0 (8 MiB free). With this "
         "plan the GPU side needs %.0f MiB (%.0f MiB saved); every attention, router and shared-expert tensor stays "
         "on the GPU, and %.0f MiB of weights are read from host memory, in the page cache of the model file (mmap). "
         "The whole context searched (4096 tokens, the training context) fits with 1 slot(s), and at most %d slot(s) "
         "at this context. Host memory was not checked (give host, the result of host_info)." % (
-            plan_gpu["total_mib"], result["vram_saved_mib"], result["memory"]["host"]["model_mib"], here["max_parallel"]))
+            used["total_mib"], result["vram_saved_mib"], result["memory"]["host"]["model_mib"], here["max_parallel"]))
 
 
 def test_two_short_gpus_name_the_split_and_the_one_most_short(moe):
     """The split is each card's share of the free memory (3 : 2); both cards are short, the missing MiB are
     those of the card most short; the largest context that fits with every expert on the host is named."""
-    with pytest.raises(pin.PlanError) as info:
-        op.plan(moe, [numbered_card(3, 0, "GPU0"), numbered_card(2, 1, "GPU1")], None, Options(4096, split="auto", **SIZING))
+    with pytest.raises(PlanError) as info:
+        plan(moe, [gpu(3, 0, "GPU0"), gpu(2, 1, "GPU1")], None, Options(4096, split="auto", **SIZING))
     gpus = info.value.details["memory"]["gpus"]
     worst = min(gpus, key=lambda g: g["free_after_mib"])
     assert max(g["free_after_mib"] for g in gpus) < 0 and len(set(g["free_after_mib"] for g in gpus)) == 2
@@ -85,8 +79,8 @@ def test_two_short_gpus_name_the_split_and_the_one_most_short(moe):
 def test_a_short_gpu_with_op_offload_names_the_copy_it_reserves(moe):
     """CUDA with op offload reserves the room of the largest host-resident block's experts (up and down,
     64 x 64 x 8 F32 each: 0.25 MiB); --no-op-offload frees it."""
-    with pytest.raises(pin.PlanError) as info:
-        op.plan(moe, [numbered_card(1)], None, Options(4096, backend="cuda", margin_mib=0, op_offload=True))
+    with pytest.raises(PlanError) as info:
+        plan(moe, [gpu(1)], None, Options(4096, backend="cuda", margin_mib=0, op_offload=True))
     assert str(info.value).endswith(
         "Lower ctx_size, cache_type_k/cache_type_v (q8_0 halves the KV cache), margin_mib, ubatch, op_offload "
         "(false, with llama-server --no-op-offload, frees the %.0f MiB the GPU reserves to compute on host-resident "
@@ -94,7 +88,7 @@ def test_a_short_gpu_with_op_offload_names_the_copy_it_reserves(moe):
 
 
 def test_the_reason_of_a_host_without_gpu_gives_the_memory_available(moe):
-    result = op.plan(moe, [], {"memory_available_mib": 100000}, Options(4096, **SIZING))
+    result = plan(moe, [], {"memory_available_mib": 100000}, Options(4096, **SIZING))
     host = result["memory"]["host"]
     assert result["reason"].startswith(
         "No GPU: llama-server computes on the CPU and keeps everything in host memory: the weights, the KV cache for "
@@ -105,7 +99,7 @@ def test_the_reason_of_a_host_without_gpu_gives_the_memory_available(moe):
 def test_the_reason_of_a_given_pattern_that_moves_no_expert_counts_what_it_moves(moe):
     """``output\\.weight`` moves output.weight and every attn_output.weight (a search, as llama.cpp's
     std::regex_search), no expert: the head counts those tensors and gives the check's verdict."""
-    result = op.plan(moe, [numbered_card(need(moe, []) / MIB)], None, Options(4096, pattern=r"output\.weight", **SIZING))
+    result = plan(moe, [gpu(need(moe, []) / MIB)], None, Options(4096, pattern=r"output\.weight", **SIZING))
     check = result["pattern_check"]
     assert result["cpu_expert_layers"] == [] and check["matched"] == 0 and len(check["non_expert"]) == 5
     assert result["reason"].startswith("The given pattern moves 5 tensor(s) to host memory (%s): as the given "
@@ -113,7 +107,7 @@ def test_the_reason_of_a_given_pattern_that_moves_no_expert_counts_what_it_moves
 
 
 def test_blocks_text():
-    assert prs.blocks_text([]) == "none" and prs.blocks_text([1, 3]) == "1, 3"  # pylint: disable=protected-access
+    assert prs.blocks_text([]) == "none" and prs.blocks_text([1, 3]) == "1, 3"
 
 
 @pytest.mark.parametrize("kv, recurrent, text", [
@@ -135,29 +129,27 @@ def test_the_plan_says_what_it_counts_and_names_only_what_the_model_has(kv, recu
     assert prs._contents(facts, {"kv_cache": kv, "n_ctx": 8192}, 2) == text  # pylint: disable=protected-access
 
 
-def test_dense_model_plain_words_and_the_largest_context(dense):
-    fits = plan(dense, [gpu(2000, 0)], None, Options(4096, 2, margin_mib=256))
-    reason = fits["reason"]
-    assert fits["offload"] is False and fits["pattern"] == "" and fits["device_overrides"] == []
-    assert "expert" not in reason and "recurrent" not in reason
-    assert reason.startswith("Everything fits on GPU0 (2000 MiB free): the weights, the KV cache for 4096 tokens "
-                             "and the compute buffer need ")
-    here = fits["headroom"]["this_plan"]
-    assert here == {"max_ctx_size": 4096, "max_parallel": 256, "ctx_size_capped_at": 4096}
-    assert reason.endswith("The whole context searched (4096 tokens, the training context) fits with 2 slot(s), and "
-                           "256 slots or more at this context. Host memory was not checked (give host, the result of "
-                           "host_info).")
-    tight = plan(dense, [gpu(272, 0)], None, Options(1024, 2, margin_mib=256))
+def test_a_dense_model_in_plain_words_with_the_largest_context():
+    """No expert and no recurrent state to name: what fits, the largest context and slot count, what is short."""
+    dense = exact_moe("DD")
+    roomy = plan(dense, [gpu(100)], None, Options(4096, 2, **SIZING))
+    assert roomy["offload"] is False and roomy["pattern"] == "" and roomy["device_overrides"] == []
+    assert roomy["headroom"]["this_plan"] == {"max_ctx_size": 4096, "max_parallel": 256, "ctx_size_capped_at": 4096}
+    assert roomy["reason"] == (
+        "Everything fits on GPU0 (100 MiB free): the weights, the KV cache for 4096 tokens and the compute buffer "
+        "need %.0f MiB including the 0 MiB margin. The whole context searched (4096 tokens, the training context) "
+        "fits with 2 slot(s), and 256 slots or more at this context. Host memory was not checked (give host, the "
+        "result of host_info)." % roomy["memory"]["gpus"][0]["total_mib"])
+    tight = plan(dense, [gpu(need(dense, [], 2048, 2) / MIB)], None, Options(1024, 2, **SIZING))
     here = tight["headroom"]["this_plan"]
-    assert "At most %d tokens of context fit with 2 slot(s), and at most %d slot(s) at this context." % (
-        here["max_ctx_size"], here["max_parallel"]) in tight["reason"]
-    assert 1024 <= here["max_ctx_size"] < 4096 and 2 <= here["max_parallel"] < 256
+    assert here["max_ctx_size"] == 2048 and 2 <= here["max_parallel"] < 256
+    assert ("At most 2048 tokens of context fit with 2 slot(s), and at most %d slot(s) at this context. Host memory"
+            % here["max_parallel"]) in tight["reason"]
     with pytest.raises(PlanError) as info:
-        plan(dense, [gpu(300, 0)], None, Options(32768, 1, margin_mib=256))
-    message = str(info.value)
-    assert "expert" not in message and "recurrent" not in message
-    assert re.search(r"Does not fit on GPU0 \(300 MiB free\): the weights, the KV cache for 32768 tokens and the "
-                     r"compute buffer need \d+ MiB and \d+ MiB are missing on GPU0\. Lower ctx_size \(at most \d+ "
-                     r"fits\)", message)
-    with pytest.raises(PlanError, match="no routed experts"):
-        plan(dense, [gpu(2000, 0)], None, Options(4096, mode="all"))
+        plan(dense, [gpu(need(dense, []) / MIB - 1)], None, Options(4096, **SIZING))
+    (short,) = info.value.details["memory"]["gpus"]
+    assert str(info.value) == (
+        "Does not fit on GPU0 (%d MiB free): the weights, the KV cache for 4096 tokens and the compute buffer need "
+        "%.0f MiB and 1 MiB are missing on GPU0. Lower ctx_size (at most %d fits), cache_type_k/cache_type_v (q8_0 "
+        "halves the KV cache), margin_mib, ubatch, or use a larger GPU." % (
+            short["free_mib"], short["total_mib"], info.value.details["headroom"]["all_experts_on_cpu"]["max_ctx_size"]))
