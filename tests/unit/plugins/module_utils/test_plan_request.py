@@ -45,7 +45,7 @@ def test_a_gguf_info_result_or_its_model_is_in_hand(nano):
 
 
 def test_the_same_plan_from_the_file_and_from_the_result_without_the_file(nano, tmp_path):
-    path, info = nano
+    path, _info = nano
     args = dict(gpus=[A5500], ctx_size=65536, parallel=2, host={"memory_available_mib": 64000})
     from_file, warnings_file = run(params(gguf=path, **args))
     copy = tmp_path / "copy.gguf"
@@ -77,15 +77,18 @@ def test_cpu_expert_layers_that_are_not_numbers_are_refused(nano):
                                              "['x']"} and warnings == []
 
 
-def test_a_plan_that_does_not_fit_returns_its_numbers_only(nano):
+def test_a_refused_plan_returns_its_numbers_and_keeps_its_warnings(nano):
+    """A context beyond the training context warns (llama.cpp warns too: n_ctx_seq > n_ctx_train); when that plan
+    does not fit, the warning still reaches the user beside the refusal and the plan's numbers."""
     _path, info = nano
     small = {"name": "RTX 4060", "memory_total_mib": 8188, "memory_free_mib": 3000}
-    result, _warnings = run(params(gguf=info, gpus=[small], ctx_size=262144, parallel=4))
+    result, warnings = run(params(gguf=info, gpus=[small], ctx_size=1048576 * 2, parallel=1))
     assert result["failed"] is True and result["fits"] is False and "MiB are missing" in result["msg"]
     assert set(result) <= set(FAILURE_KEYS) | {"failed", "msg"} and "memory" in result
-    bad, _warnings = run(params(gguf={"files": []}, gpus=[A5500], ctx_size=8192))
+    assert warnings == ["ctx_size 2097152 is beyond the model's training context of 1048576 tokens"]
+    bad, warnings = run(params(gguf={"files": []}, gpus=[A5500], ctx_size=8192))
     assert bad == {"failed": True, "msg": "gguf is a dict without files or model: pass a path or the registered "
-                                          "result of gguf_info"}
+                                          "result of gguf_info"} and warnings == []
 
 
 def test_the_options_refuse_what_the_module_refuses():
@@ -100,13 +103,3 @@ def test_the_options_refuse_what_the_module_refuses():
         1, 1024, 1024, 512)
     assert (defaults["mode"], defaults["flash_attn"], defaults["mmap"], defaults["experts_per_gpu"]) == (
         "auto", "auto", True, True)
-
-
-def test_a_refused_plan_keeps_its_warnings(nano):
-    """A context beyond the training context warns (llama.cpp warns too: n_ctx_seq > n_ctx_train); when that plan
-    does not fit, the warning still reaches the user beside the refusal."""
-    _path, info = nano
-    small = {"name": "RTX 4060", "memory_total_mib": 8188, "memory_free_mib": 3000}
-    result, warnings = run(params(gguf=info, gpus=[small], ctx_size=1048576 * 2, parallel=1))
-    assert result["failed"] is True and result["fits"] is False
-    assert any("beyond the model's training context" in w for w in warnings), warnings
