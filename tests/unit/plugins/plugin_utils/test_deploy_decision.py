@@ -121,19 +121,20 @@ CREATED = "the ai-llm container %s does not exist: it is created from the config
 
 
 @pytest.mark.parametrize("service, name, reason", [
-    (found("missing"), "ai-llm", CREATED % "ai-llm"),
+    (found("missing"), None, CREATED % "ai-llm"),
     (found("missing"), "llm-2", CREATED % "llm-2"),
-    ({}, "ai-llm", CREATED % "ai-llm"),
+    ({}, None, CREATED % "ai-llm"),
     # the exit code is told for an exited container only
     (found("exited", exit_code=137), "llm-2",
      "ai-llm (llm-2) is exited (exit code 137): it is recreated with the configuration on disk"),
-    (found("paused", exit_code=1), "ai-llm", "ai-llm (ai-llm) is paused: it is recreated with the configuration on disk"),
-    (found("stopped"), "ai-llm", "ai-llm (ai-llm) is stopped: it is recreated with the configuration on disk"),
-    (found("restarting"), "ai-llm", "ai-llm (ai-llm) is restarting: it is recreated with the configuration on disk"),
-    (found("created"), "ai-llm", "ai-llm (ai-llm) is created: it is recreated with the configuration on disk"),
+    (found("paused", exit_code=1), None, "ai-llm (ai-llm) is paused: it is recreated with the configuration on disk"),
+    (found("stopped"), None, "ai-llm (ai-llm) is stopped: it is recreated with the configuration on disk"),
+    (found("restarting"), None, "ai-llm (ai-llm) is restarting: it is recreated with the configuration on disk"),
+    (found("created"), None, "ai-llm (ai-llm) is created: it is recreated with the configuration on disk"),
 ])
 def test_a_container_that_is_missing_or_does_not_run_is_recreated_under_its_name(service, name, reason):
-    assert decide(service, written(), container_name=name) == recreated(reason)
+    named = {"container_name": name} if name else {}      # None: the default name
+    assert decide(service, written(), **named) == recreated(reason)
 
 
 def test_a_container_created_from_another_configuration_is_recreated():

@@ -2,73 +2,67 @@
 the parity line."""
 from __future__ import annotations
 
+import pytest
+
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text import failure_cause, parity_text
 
-
-def test_a_failed_command_is_told_by_its_last_three_printed_lines():
-    result = {"msg": "non-zero return code", "rc": 2, "cmd": "podman pull x", "stdout": "a\n\n  b  \nc\nd\n"}
-    assert failure_cause(result) == "podman pull x failed (rc=2): b | c | d"
-
-
-def test_stderr_comes_before_module_stderr_and_stdout():
-    result = {"msg": "non-zero return code 125", "rc": 125, "cmd": ["podman", "run"], "stderr": "Error: e",
-              "module_stderr": "m", "stdout": "o"}
-    assert failure_cause(result) == "podman run failed (rc=125): Error: e"
-    assert failure_cause(dict(result, stderr="")) == "podman run failed (rc=125): m"
-    assert failure_cause(dict(result, stderr="", module_stderr=None)) == "podman run failed (rc=125): o"
+PRINTED = {"msg": "non-zero return code 125", "rc": 125, "cmd": ["podman", "run"], "stderr": "Error: e",
+           "module_stderr": "m", "stdout": "o"}
+MODULE_FAILURE = {"msg": "MODULE FAILURE", "rc": 1, "module_stderr": "Traceback\nKeyError: 'x'\n"}
 
 
-def test_a_module_failure_is_named_by_the_task_or_as_a_command():
-    result = {"msg": "MODULE FAILURE", "rc": 1, "module_stderr": "Traceback\nKeyError: 'x'\n"}
-    assert failure_cause(result, {"name": "Read the host"}) == "Read the host failed (rc=1): Traceback | KeyError: 'x'"
-    assert failure_cause(result) == "a command failed (rc=1): Traceback | KeyError: 'x'"
-    assert failure_cause(dict(result, cmd="podman ps"), {"name": "Read"}) == (
-        "podman ps failed (rc=1): Traceback | KeyError: 'x'")
+@pytest.mark.parametrize("result, task, cause", [
+    # a failed command is told by its last three printed lines: stderr, else module_stderr, else stdout
+    ({"msg": "non-zero return code", "rc": 2, "cmd": "podman pull x", "stdout": "a\n\n  b  \nc\nd\n"}, None,
+     "podman pull x failed (rc=2): b | c | d"),
+    (PRINTED, None, "podman run failed (rc=125): Error: e"),
+    (dict(PRINTED, stderr=""), None, "podman run failed (rc=125): m"),
+    (dict(PRINTED, stderr="", module_stderr=None), None, "podman run failed (rc=125): o"),
+    # a module failure is named by its command, else the task, else as a command
+    (MODULE_FAILURE, {"name": "Read the host"}, "Read the host failed (rc=1): Traceback | KeyError: 'x'"),
+    (MODULE_FAILURE, None, "a command failed (rc=1): Traceback | KeyError: 'x'"),
+    (dict(MODULE_FAILURE, cmd="podman ps"), {"name": "Read"}, "podman ps failed (rc=1): Traceback | KeyError: 'x'"),
+    # a command is shown up to 120 characters
+    ({"rc": 1, "cmd": ["p" * 59, "q" * 60], "stderr": "boom"}, None, "%s %s failed (rc=1): boom" % ("p" * 59, "q" * 60)),
+    ({"rc": 1, "cmd": "r" * 121, "stderr": "boom"}, None, "%s... failed (rc=1): boom" % ("r" * 117)),
+    # a message is the cause, without the role's prefix
+    ({"msg": "  llm_server: refused x  ", "stderr": "ignored"}, None, "refused x"),
+    ({"msg": "Could not find image", "stderr": "e", "rc": 1}, None, "Could not find image"),
+    ({"msg": "say llm_server: x"}, None, "say llm_server: x"),
+    # a cause given by the module comes first
+    ({"msg": "llm_server: x", "cause": "llama-server exited: boom"}, None, "llama-server exited: boom"),
+    ({"msg": "non-zero return code", "stderr": "e", "cause": 7}, None, "7"),
+    # without message or output, the task is named
+    ({"msg": "non-zero return code", "rc": 1, "stderr": " \n"}, None, "non-zero return code"),
+    ({}, {"name": "Write"}, "the task Write failed"),
+    (None, None, "the task ? failed"),
+    ({"msg": "  "}, {}, "the task ? failed"),
+])
+def test_failure_cause(result, task, cause):
+    assert failure_cause(result, task) == cause
 
 
-def test_a_command_is_shown_up_to_120_characters():
-    exact = ["p" * 59, "q" * 60]
-    assert failure_cause({"rc": 1, "cmd": exact, "stderr": "boom"}) == "%s failed (rc=1): boom" % " ".join(exact)
-    longer = "r" * 121
-    assert failure_cause({"rc": 1, "cmd": longer, "stderr": "boom"}) == "%s... failed (rc=1): boom" % ("r" * 117)
+NO_BASELINE = "no baseline (nothing served before this deploy)"
+ON = {"parity_check": True}
 
 
-def test_a_message_is_the_cause_without_the_roles_prefix():
-    assert failure_cause({"msg": "  llm_server: refused x  ", "stderr": "ignored"}) == "refused x"
-    assert failure_cause({"msg": "Could not find image", "stderr": "e", "rc": 1}) == "Could not find image"
-    assert failure_cause({"msg": "say llm_server: x"}) == "say llm_server: x"
+@pytest.mark.parametrize("settings, parity, note, line", [
+    # off unless asked for
+    ({}, {"after": {"tokens": [1], "content": "x"}}, None, "off"),
+    ({"parity_check": False}, {"after": {"tokens": [1], "content": "x"}}, None, "off"),
+    # the tokens counted and the text shown
+    (ON, {"before": {"tokens": [1, 2, 3]}, "after": {"tokens": [1, 2, 3], "content": "Hi \"you\""}}, None,
+     'identical: 3 tokens "Hi \\"you\\""'),
+    (ON, {"after": {"tokens": None, "content": None, "x": 1}}, None, 'identical: 0 tokens ""'),
+    # without an answer after, why
+    (ON, None, None, NO_BASELINE),
+    (ON, {"before": {"tokens": [1]}}, None, NO_BASELINE),
+    (ON, {}, "the server did not answer", "the server did not answer"),
+])
+def test_parity_text(settings, parity, note, line):
+    assert parity_text(settings, parity, note) == line
 
 
-def test_a_cause_given_by_the_module_comes_first():
-    assert failure_cause({"msg": "llm_server: x", "cause": "llama-server exited: boom"}) == "llama-server exited: boom"
-    assert failure_cause({"msg": "non-zero return code", "stderr": "e", "cause": 7}) == "7"
-
-
-def test_without_message_or_output_the_task_is_named():
-    assert failure_cause({"msg": "non-zero return code", "rc": 1, "stderr": " \n"}) == "non-zero return code"
-    assert failure_cause({}, {"name": "Write"}) == "the task Write failed"
-    assert failure_cause(None) == "the task ? failed"
-    assert failure_cause({"msg": "  "}, {}) == "the task ? failed"
-
-
-# parity_text
-
-
-def test_the_parity_line_is_off_unless_asked_for():
-    after = {"after": {"tokens": [1], "content": "x"}}
-    assert parity_text({}, after) == "off"
-    assert parity_text({"parity_check": False}, after) == "off"
-
-
-def test_the_parity_line_counts_the_tokens_and_shows_the_text():
-    parity = {"before": {"tokens": [1, 2, 3]}, "after": {"tokens": [1, 2, 3], "content": "Hi \"you\""}}
-    assert parity_text({"parity_check": True}, parity) == 'identical: 3 tokens "Hi \\"you\\""'
-    assert parity_text({"parity_check": True}, {"after": {"tokens": None, "content": None, "x": 1}}) == (
-        'identical: 0 tokens ""')
-
-
-def test_without_an_answer_after_the_parity_line_says_why():
-    assert parity_text({"parity_check": True}, None) == "no baseline (nothing served before this deploy)"
-    assert parity_text({"parity_check": True}, {"before": {"tokens": [1]}}) == (
-        "no baseline (nothing served before this deploy)")
-    assert parity_text({"parity_check": True}, {}, "the server did not answer") == "the server did not answer"
+def test_without_the_task_or_a_note():
+    assert failure_cause({}) == "the task ? failed"
+    assert parity_text(ON, None) == NO_BASELINE

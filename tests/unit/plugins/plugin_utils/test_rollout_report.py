@@ -129,14 +129,7 @@ def test_host_row_of_a_host_never_run():
     assert row["ansible"] == {"outcome": "ok", "phase": None, "msg": None}
 
 
-def test_host_row_carries_the_pattern_and_the_result_verbatim():
-    result = {"status": "changed", "message": "m", "pattern": "blk\\.1\\.", "pattern_source": "plan",
-              "config_hash": "c" * 64, "extra": [1]}
-    assert host_row(HostRun("h", batch=2, result=result, result_phase="deploy")) == {
-        "host": "h", "batch": 2, "status": "changed", "message": "m", "pattern": "blk\\.1\\.",
-        "pattern_source": "plan", "config_hash": "c" * 64, "ansible": {"outcome": "ok", "phase": None, "msg": None},
-        "result_from": "deploy", "result": result}
-    # an empty pattern is no pattern
+def test_host_row_of_an_empty_pattern_has_no_pattern():
     row = host_row(HostRun("h", result={"status": "checked", "pattern": ""}, result_phase="preflight"))
     assert row["pattern"] is None and row["pattern_source"] is None and row["config_hash"] is None
     assert row["result_from"] == "preflight"
