@@ -138,6 +138,8 @@ def test_mode_none_keeps_every_expert_on_the_gpu_even_when_it_does_not_fit(moe):
     free = details["memory"]["gpus"][0]["free_mib"]
     total = details["memory"]["gpus"][0]["total_mib"]
     at_most = details["headroom"]["all_experts_on_cpu"]["max_ctx_size"]
+    every = sizer(moe, (everything - common.MIB) / common.MIB).largest([1, 2, 3], {}, 4096, 1)
+    assert at_most == every["max_ctx_size"] > details["headroom"]["this_plan"]["max_ctx_size"]
     assert str(info.value) == (
         "Does not fit on GPU0 (%d MiB free): with everything on the GPU the plan needs %.0f MiB and 1 MiB are missing "
         "on GPU0. Lower mode (auto or all moves more experts), ctx_size (at most %d fits with all experts on CPU), "
