@@ -238,9 +238,6 @@ def test_the_offloaded_layers_check():
                         msg="offloaded layers: 5, expected 4")
     v = verify_placement(log(BUF_CUDA0, READY), expect_offloaded_layers=5)
     assert (v["verified"], v["checks"]) == (False, [check("offloaded layers", 5, None, False, "5")])
-    v = verify_placement(log(*DEVICES_LOG), expect_offloaded_layers=5)
-    assert v == verdict(verified=True, gpu_model_mib=2181.93, checks=[check("offloaded layers", 5, 5, True, "5")],
-                        msg="1 buffer and layer checks match")
 
 
 def test_an_rpc_device_is_named_without_its_endpoint_when_it_has_one_buffer():
@@ -322,7 +319,6 @@ def test_host_buffers_alone_prove_a_host_without_gpu():
                         "evidence); 1 buffer and layer checks match")
     bad = verify_placement(log(*HOST_ONLY), None, expect_kv_buffers={"CPU": 0.5}, expect_compute_buffers={"CPU": 5.0})
     assert not bad["verified"] and "KV buffer CPU" in bad["msg"]
-    assert verify_placement(log(*HOST_ONLY), None)["evidence"] == "none"
 
 
 @pytest.mark.parametrize("kwargs", [
