@@ -62,6 +62,8 @@ from tests.helpers.gguf_files import (
     write_gguf,
 )
 
+G = Gguf()
+
 
 @pytest.fixture(params=["little", "big"])
 def endian(request):
@@ -69,7 +71,7 @@ def endian(request):
 
 
 def test_gguf_file_and_model_repr_and_tensor_names(tmp_path):
-    path, data_offset, _o = model_file(tmp_path / "m.gguf", [("general.architecture", STRING, Gguf().s("llama"))],
+    path, data_offset, _o = model_file(tmp_path / "m.gguf", [("general.architecture", STRING, G.s("llama"))],
                                        [("a", (8,)), ("b", (16,))])
     gf = read_gguf(path)
     assert repr(gf) == "GGUFFile(path=%r, version=3, byte_order='little', 1 keys, 2 tensors)" % path
@@ -142,21 +144,28 @@ def test_a_missing_shard_is_named(tmp_path):
     expect_error(files[0], 0, "shard 3 of 3 is missing: %s" % files[2], reader=find_split_files)
 
 
-def test_split_keys_must_match_the_file_name(tmp_path):
-    g = Gguf()
-    base = tmp_path / "m-00001-of-00002.gguf"
-    second = shard(tmp_path / "m-00002-of-00002.gguf", 1, 2, ["b"])
-    first = shard(base, 0, 2, ["a"], keys=[("split.no", U16, g.pack("H", 0))])
-    expect_error(first, 0, "split.count is missing; the file name says shard 1 of 2", reader=read_model)
-    first = shard(base, 0, 2, ["a"], keys=[("split.count", U32, g.pack("I", 3))])
-    expect_error(first, 24, "split.count is 3 but the file name says shard 1 of 2", reader=read_model)
-    count_kv = g.kv("split.count", U8, b"\2")
-    first = shard(base, 0, 2, ["a"], keys=[("split.count", U8, b"\2"), ("split.no", I64, g.pack("q", 1))])
-    expect_error(first, 24 + len(count_kv), "split.no is 1 but the file name says shard 1 of 2 (split.no is 0-based)",
-                 reader=read_model)
-    first = shard(base, 0, 2, ["a"], keys=[("split.count", U8, b"\2"), ("split.no", I64, g.pack("q", 0))])
-    model = read_model(first)
-    assert (model.files, model.warnings) == ([first, second], ["%s: no string general.architecture" % first])
+COUNT_1, COUNT_2 = ("split.count", U16, G.pack("H", 1)), ("split.count", U8, b"\2")
+
+
+@pytest.mark.parametrize("count, keys, bad, reason", [
+    (2, [("split.no", U16, G.pack("H", 0))], None, "split.count is missing; the file name says shard 1 of 2"),
+    (2, [("split.count", U32, G.pack("I", 3))], 0, "split.count is 3 but the file name says shard 1 of 2"),
+    (2, [COUNT_2, ("split.no", I64, G.pack("q", 1))], 1,
+     "split.no is 1 but the file name says shard 1 of 2 (split.no is 0-based)"),
+    (1, [COUNT_1, ("split.no", U16, G.pack("H", 1))], 1,
+     "split.no is 1 but the file name says shard 1 of 1 (split.no is 0-based)"),
+    (1, [("split.count", F32V, G.pack("f", 2.0))], 0, "split.count must be an integer, not float32"),
+    (1, [("split.count", F64, G.pack("d", 2.0))], 0, "split.count must be an integer, not float64"),
+    (1, [("split.count", ARRAY, G.arr(U8, 1, b"\2"))], 0, "split.count must be an integer, not array"),
+    (1, [("split.count", STRING, G.s("2"))], 0, "split.count must be an integer, not string"),
+    (1, [("split.count", BOOL, b"\1")], 0, "split.count must be an integer, not bool"),
+])
+def test_split_keys_must_match_the_file_name(tmp_path, count, keys, bad, reason):
+    """The first shard's keys against its name: ``bad`` is the refused key (None: the missing one)."""
+    first = split_model(tmp_path, [["a"], ["b"]][:count])[0]
+    shard(first, 0, count, ["a"], keys=keys)
+    at = 0 if bad is None else 24 + sum(len(G.kv(*kv)) for kv in keys[:bad])
+    expect_error(first, at, reason, reader=read_model)
 
 
 def test_split_count_must_match_the_name(split_files, endian):
@@ -170,47 +179,31 @@ def test_split_count_must_match_the_name(split_files, endian):
 @pytest.mark.parametrize("vtype,code", [(U8, "B"), (I8, "b"), (U16, "H"), (I16, "h"), (U32, "I"), (I32, "i"),
                                         (U64, "Q"), (I64, "q")])
 def test_split_keys_may_be_of_any_integer_type(tmp_path, vtype, code):
-    g = Gguf()
     first = shard(tmp_path / "m-00001-of-00002.gguf", 0, 2, ["a"],
-                  keys=[("split.count", vtype, g.pack(code, 2)), ("split.no", vtype, g.pack(code, 0))])
+                  keys=[("split.count", vtype, G.pack(code, 2)), ("split.no", vtype, G.pack(code, 0))])
     second = shard(tmp_path / "m-00002-of-00002.gguf", 1, 2, ["b"],
-                   keys=[("split.count", vtype, g.pack(code, 2)), ("split.no", vtype, g.pack(code, 1))])
+                   keys=[("split.count", vtype, G.pack(code, 2)), ("split.no", vtype, G.pack(code, 1))])
     assert [t.name for t in read_model(first).tensors] == ["a", "b"]
     assert read_model(second).files == [first, second]
 
 
-@pytest.mark.parametrize("vtype,payload,name", [(F32V, struct.pack("<f", 2.0), "float32"),
-                                                (F64, struct.pack("<d", 2.0), "float64"),
-                                                (ARRAY, struct.pack("<IQB", U8, 1, 2), "array"),
-                                                (STRING, Gguf().s("2"), "string"), (BOOL, b"\1", "bool")])
-def test_split_keys_that_are_not_integers_are_refused(tmp_path, vtype, payload, name):
-    path = shard(tmp_path / "m-00001-of-00001.gguf", 0, 1, ["a"], keys=[("split.count", vtype, payload)])
-    expect_error(path, 24, "split.count must be an integer, not %s" % name, reader=read_model)
-
-
 def test_a_single_shard_name_checks_split_keys_only_when_present(tmp_path):
-    g = Gguf()
     path = shard(tmp_path / "m-00001-of-00001.gguf", 0, 1, ["a"], keys=[])
     assert [t.name for t in read_model(path).tensors] == ["a"]
-    shard(path, 0, 1, ["a"], keys=[("split.count", U16, g.pack("H", 1)), ("split.no", U16, g.pack("H", 0))])
+    shard(path, 0, 1, ["a"], keys=[COUNT_1, ("split.no", U16, G.pack("H", 0))])
     assert read_model(path).metadata == {"split.count": 1, "split.no": 0}
-    no_kv = ("split.no", U16, g.pack("H", 1))
-    shard(path, 0, 1, ["a"], keys=[("split.count", U16, g.pack("H", 1)), no_kv])
-    expect_error(path, 24 + len(g.kv("split.count", U16, g.pack("H", 1))),
-                 "split.no is 1 but the file name says shard 1 of 1 (split.no is 0-based)", reader=read_model)
 
 
 @pytest.mark.parametrize("claimed,ok", [(None, True), (0, True), (1, True), (2, False)])
 def test_a_plain_name_with_split_count(tmp_path, claimed, ok):
-    g = Gguf()
-    keys = [("general.architecture", STRING, g.s("llama"))]
+    keys = [("general.architecture", STRING, G.s("llama"))]
     if claimed is not None:
-        keys.append(("split.count", U16, g.pack("H", claimed)))
+        keys.append(("split.count", U16, G.pack("H", claimed)))
     path = shard(tmp_path / "m.gguf", 0, 1, ["a"], keys=keys)
     if ok:
         assert read_model(path).files == [path]
     else:
-        expect_error(path, 24 + len(g.kv(*keys[0])), "split.count is 2 but the file name has no -NNNNN-of-MMMMM "
+        expect_error(path, 24 + len(G.kv(*keys[0])), "split.count is 2 but the file name has no -NNNNN-of-MMMMM "
                      "part, so the other shards cannot be found", reader=read_model)
 
 
@@ -222,21 +215,19 @@ def test_a_tensor_in_two_shards_is_refused(tmp_path):
 
 
 def test_split_tensors_count_is_checked_for_several_shards(tmp_path):
-    g = Gguf()
     files = split_model(tmp_path, [["a", "b"], ["c"]])
-    keys = [("split.no", U16, g.pack("H", 0)), ("split.count", U16, g.pack("H", 2)),
-            ("split.tensors.count", I32, g.pack("i", 4))]
+    keys = [("split.no", U16, G.pack("H", 0)), ("split.count", U16, G.pack("H", 2)),
+            ("split.tensors.count", I32, G.pack("i", 4))]
     shard(files[0], 0, 2, ["a", "b"], keys=keys)
-    expect_error(files[0], 24 + len(g.kv(*keys[0])) + len(g.kv(*keys[1])),
+    expect_error(files[0], 24 + len(G.kv(*keys[0])) + len(G.kv(*keys[1])),
                  "split.tensors.count is 4 but the 2 shards hold 3 tensors", reader=read_model)
     # one file: the count is not checked
-    single = shard(tmp_path / "one.gguf", 0, 1, ["a"], keys=[("split.tensors.count", I32, g.pack("i", 4))])
+    single = shard(tmp_path / "one.gguf", 0, 1, ["a"], keys=[("split.tensors.count", I32, G.pack("i", 4))])
     assert [t.name for t in read_model(single).tensors] == ["a"]
 
 
 def test_architecture_must_be_a_string(tmp_path):
-    g = Gguf()
-    path = shard(tmp_path / "m.gguf", 0, 1, ["a"], keys=[("general.architecture", U32, g.pack("I", 5))])
+    path = shard(tmp_path / "m.gguf", 0, 1, ["a"], keys=[("general.architecture", U32, G.pack("I", 5))])
     model = read_model(path)
     assert (model.architecture, model.warnings) == (None, ["%s: no string general.architecture" % path])
     shard(path, 0, 1, ["a"], keys=[])
@@ -244,13 +235,12 @@ def test_architecture_must_be_a_string(tmp_path):
 
 
 def test_model_warnings_gather_every_shard_then_the_architecture(tmp_path):
-    g = Gguf()
     first = model_file(tmp_path / "m-00001-of-00002.gguf",
-                       [("split.no", U16, g.pack("H", 0)), ("split.count", U16, g.pack("H", 2)),
-                        ("s", STRING, g.s(b"\xff"))], [("a", (8,))])[0]
+                       [("split.no", U16, G.pack("H", 0)), ("split.count", U16, G.pack("H", 2)),
+                        ("s", STRING, G.s(b"\xff"))], [("a", (8,))])[0]
     second = model_file(tmp_path / "m-00002-of-00002.gguf",
-                        [("split.no", U16, g.pack("H", 1)), ("split.count", U16, g.pack("H", 2)),
-                         ("t", STRING, g.s(b"\xfe"))], [("b", (8,))])[0]
+                        [("split.no", U16, G.pack("H", 1)), ("split.count", U16, G.pack("H", 2)),
+                         ("t", STRING, G.s(b"\xfe"))], [("b", (8,))])[0]
     assert read_model(second).warnings == [
         "key 's': a string value is not valid UTF-8 (decoded with replacement characters)",
         "key 't': a string value is not valid UTF-8 (decoded with replacement characters)",

@@ -61,6 +61,8 @@ from tests.helpers.gguf_files import (
     write_gguf,
 )
 
+G = Gguf()
+
 
 @pytest.fixture(params=["little", "big"])
 def endian(request):
@@ -154,9 +156,8 @@ def test_tensor_infos(full_file):
 
 def test_empty_array_and_zero_dim_tensor(tmp_path):
     """Things GGUFWriter refuses to write, assembled by hand: an empty array, a 0-dim tensor."""
-    g = Gguf()
-    head = g.header(2, 2) + g.kv("general.architecture", STRING, g.s("x")) + g.kv("empty", ARRAY, g.arr(U32, 0, b""))
-    head += g.info("scalar", (), F32, 0) + g.info("nothing", (0,), F32, 32)
+    head = G.header(2, 2) + G.kv("general.architecture", STRING, G.s("x")) + G.kv("empty", ARRAY, G.arr(U32, 0, b""))
+    head += G.info("scalar", (), F32, 0) + G.info("nothing", (0,), F32, 32)
     data_offset = pad(len(head))
     gf = read_gguf(write(tmp_path / "hand.gguf", head.ljust(data_offset + 64, b"\0")))
     assert gf.metadata["empty"] == []
@@ -169,18 +170,17 @@ def test_empty_array_and_zero_dim_tensor(tmp_path):
 
 
 def test_24_bytes_is_the_shortest_header(tmp_path):
-    g = Gguf()
-    expect_error(write(tmp_path / "short.gguf", g.header(0, 0)[:23]), 0,
+    expect_error(write(tmp_path / "short.gguf", G.header(0, 0)[:23]), 0,
                  "file of 23 bytes is too short for a GGUF header (24 bytes)")
     expect_error(write(tmp_path / "empty.gguf", b""), 0, "file of 0 bytes is too short for a GGUF header (24 bytes)")
-    path = write(tmp_path / "ok.gguf", g.header(0, 0))
+    path = write(tmp_path / "ok.gguf", G.header(0, 0))
     gf = read_gguf(path)
     assert (gf.metadata, gf.tensors, gf.file_size, gf.alignment) == ({}, [], 24, 32)
     assert gf.data_offset == gguf.GGUFReader(path).data_offset == 32
 
 
 def test_bad_magic_is_named(tmp_path):
-    path = write(tmp_path / "m.gguf", b"GGML" + Gguf().pack("IQQ", 3, 0, 0))
+    path = write(tmp_path / "m.gguf", b"GGML" + G.pack("IQQ", 3, 0, 0))
     expect_error(path, 0, "bad magic b'GGML': not a GGUF file")
 
 
@@ -207,25 +207,23 @@ def test_versions_read_in_either_byte_order(tmp_path, endian, version):
 
 def test_a_pair_count_is_bounded_at_13_bytes_a_pair(tmp_path):
     """The shortest pair is a key length (8), a value type (4) and a one-byte value: 13 bytes."""
-    g = Gguf()
-    pair_without_value = g.s("k") + g.pack("I", U8)  # 13 bytes: the count check lets it through
-    path = write(tmp_path / "m.gguf", g.header(0, 1) + pair_without_value)
+    pair_without_value = G.s("k") + G.pack("I", U8)  # 13 bytes: the count check lets it through
+    path = write(tmp_path / "m.gguf", G.header(0, 1) + pair_without_value)
     expect_error(path, 37, "unexpected end of file: 1 bytes needed, 0 left")
-    write(path, g.header(0, 1) + pair_without_value[:12])
+    write(path, G.header(0, 1) + pair_without_value[:12])
     expect_error(path, 16, "1 key/value pairs claimed, but only 12 bytes left in the file")
-    write(path, g.header(0, 2) + pair_without_value + b"\x07")
+    write(path, G.header(0, 2) + pair_without_value + b"\x07")
     expect_error(path, 16, "2 key/value pairs claimed, but only 14 bytes left in the file")
 
 
 def test_a_tensor_count_is_bounded_at_24_bytes_an_info(tmp_path):
     """The shortest tensor info is a name length (8), n_dims (4), a type (4) and an offset (8): 24 bytes."""
-    g = Gguf()
-    info = g.info("t", (), F32, 0)[:24]  # 25 bytes with its 1-byte name: the offset lacks a byte
-    path = write(tmp_path / "m.gguf", g.header(1, 0) + info)
+    info = G.info("t", (), F32, 0)[:24]  # 25 bytes with its 1-byte name: the offset lacks a byte
+    path = write(tmp_path / "m.gguf", G.header(1, 0) + info)
     expect_error(path, 41, "unexpected end of file: 8 bytes needed, 7 left")
-    write(path, g.header(1, 0) + info[:23])
+    write(path, G.header(1, 0) + info[:23])
     expect_error(path, 8, "1 tensors claimed, but only 23 bytes left in the file")
-    write(path, g.header(3, 0) + info + b"\0" * 47)
+    write(path, G.header(3, 0) + info + b"\0" * 47)
     expect_error(path, 8, "3 tensors claimed, but only 71 bytes left in the file")
 
 
@@ -273,9 +271,8 @@ def test_keys_refused(tmp_path, endian, second, at, reason):
 
 @pytest.mark.parametrize("alignment", [1, 2, 64, 2 ** 31])
 def test_alignment_powers_of_two_are_taken(tmp_path, alignment):
-    g = Gguf()
-    kv = g.kv("general.alignment", U32, g.pack("I", alignment))
-    head = g.header(1, 1) + kv + g.info("t", (8,), F32, 0)
+    kv = G.kv("general.alignment", U32, G.pack("I", alignment))
+    head = G.header(1, 1) + kv + G.info("t", (8,), F32, 0)
     data_offset = pad(len(head), alignment)
     if alignment > 64:
         path = tmp_path / "m.gguf"
@@ -289,28 +286,16 @@ def test_alignment_powers_of_two_are_taken(tmp_path, alignment):
 
 @pytest.mark.parametrize("alignment", [0, 3, 6, 48, 2 ** 31 + 1])
 def test_alignment_not_a_power_of_two_is_refused(tmp_path, alignment):
-    g = Gguf()
-    first = g.kv("general.architecture", STRING, g.s("x"))
-    path = write(tmp_path / "m.gguf", g.header(0, 2) + first
-                 + g.kv("general.alignment", U32, g.pack("I", alignment)))
+    first = G.kv("general.architecture", STRING, G.s("x"))
+    path = write(tmp_path / "m.gguf", G.header(0, 2) + first
+                 + G.kv("general.alignment", U32, G.pack("I", alignment)))
     expect_error(path, 24 + len(first), "general.alignment %d is not a power of two" % alignment)
 
 
 @pytest.mark.parametrize("vtype,code,name", [(I32, "i", "int32"), (U64, "Q", "uint64"), (U16, "H", "uint16")])
 def test_alignment_must_be_a_uint32(tmp_path, vtype, code, name):
-    g = Gguf()
-    path = write(tmp_path / "m.gguf", g.header(0, 1) + g.kv("general.alignment", vtype, g.pack(code, 32)))
+    path = write(tmp_path / "m.gguf", G.header(0, 1) + G.kv("general.alignment", vtype, G.pack(code, 32)))
     expect_error(path, 24, "general.alignment must be a uint32, not %s" % name)
-
-
-def test_the_default_alignment_is_32(tmp_path):
-    g = Gguf()
-    head = g.header(1, 0) + g.info("t", (8,), F32, 32)  # 57 bytes: data at 64, the tensor at 64 + 32
-    path = write(tmp_path / "m.gguf", head.ljust(128, b"\0"))
-    gf = read_gguf(path)
-    assert (gf.alignment, gf.data_offset) == (32, 64)
-    write(path, (g.header(1, 0) + g.info("t", (8,), F32, 16)).ljust(128, b"\0"))
-    expect_error(path, 24, "tensor 't': offset 16 is not a multiple of the alignment 32")
 
 
 def test_pad_rounds_up_to_the_alignment():
@@ -322,55 +307,78 @@ def test_pad_rounds_up_to_the_alignment():
 # --------------------------------------------------------------------------- tensor infos
 
 
-def test_n_dims_up_to_4(tmp_path, endian):
+def _tensor_file(path, infos, size, endian):
+    """A header of ``infos`` ((name, shape, ggml type id, data offset)) and no keys, zeros up to ``size`` bytes;
+    returns the path and the byte where each tensor info starts."""
     g = Gguf(endian)
-    head = g.header(1, 0) + g.info("t", (32, 1, 1, 2), F32, 0)
-    path = write(tmp_path / "m.gguf", head.ljust(pad(len(head)) + 256, b"\0"))
-    assert read_gguf(path).tensors[0].shape == (32, 1, 1, 2)
-    head = g.header(1, 0) + g.info("t", (32, 1, 1, 2, 1), F32, 0)
-    write(path, head.ljust(pad(len(head)) + 256, b"\0"))
-    expect_error(path, 33, "tensor 't': n_dims 5 is more than 4")
+    raw = [g.info(*info) for info in infos]
+    head = g.header(len(raw), 0) + b"".join(raw)
+    return write(path, head.ljust(size, b"\0")), [24 + sum(len(r) for r in raw[:i]) for i in range(len(raw))]
 
 
-def test_dimensions_may_be_zero_not_negative(tmp_path, endian):
-    g = Gguf(endian)
-    head = g.header(1, 0) + g.info("t", (0, 2 ** 62, 2 ** 62, 2 ** 62), F32, 0)
-    path = write(tmp_path / "m.gguf", head.ljust(pad(len(head)), b"\0"))
-    t = read_gguf(path).tensors[0]
-    assert (t.shape, t.nbytes, t.n_elements) == ((0, 2 ** 62, 2 ** 62, 2 ** 62), 0, 0)
-    write(path, (g.header(1, 0) + g.info("t", (32, -1), F32, 0)).ljust(128, b"\0"))
-    expect_error(path, 37, "tensor 't': negative dimension -1 in shape (32, -1)")
+@pytest.mark.parametrize("infos, size, read", [
+    # up to GGML_MAX_DIMS (4) dimensions
+    ([("t", (32, 1, 1, 2), F32, 0)], 352, [("t", (32, 1, 1, 2), 0, 256)]),
+    # a dimension may be zero (no elements, no bytes), whatever the others
+    ([("t", (0, 2 ** 62, 2 ** 62, 2 ** 62), F32, 0)], 96, [("t", (0, 2 ** 62, 2 ** 62, 2 ** 62), 0, 0)]),
+    # 57 bytes of header: the data starts at 64 (the default alignment 32) and may end at the end of the file
+    ([("t", (8,), F32, 0)], 96, [("t", (8,), 0, 32)]),
+    ([("t", (8,), F32, 32)], 128, [("t", (8,), 32, 32)]),
+    # a name of 63 bytes: fewer than GGML_MAX_NAME (64)
+    ([("t" * 63, (8,), F32, 0)], 256, [("t" * 63, (8,), 0, 32)]),
+    # tensors may touch
+    ([("a", (16,), F32, 0), ("b", (8,), F32, 64), ("c", (8,), F32, 96)], 256,
+     [("a", (16,), 0, 64), ("b", (8,), 64, 32), ("c", (8,), 96, 32)]),
+    # gguf_init_from_file_impl lays a tensor of zero elements at the offset of the next one (padded size 0): a
+    # tensor of zero bytes overlaps nothing, before or after the other tensor at its offset
+    ([("z", (0,), F32, 0), ("a", (8,), F32, 0)], 128, [("z", (0,), 0, 0), ("a", (8,), 0, 32)]),
+    ([("a", (8,), F32, 0), ("z", (0,), F32, 0)], 128, [("a", (8,), 0, 32), ("z", (0,), 0, 0)]),
+    # a tensor of unknown size counts no bytes for the overlap and end-of-file checks
+    ([("u", (8,), 99, 32), ("a", (8,), F32, 32)], 160, [("u", (8,), 32, None), ("a", (8,), 32, 32)]),
+])
+def test_tensor_infos_read(tmp_path, endian, infos, size, read):
+    path, _starts = _tensor_file(tmp_path / "m.gguf", infos, size, endian)
+    assert [(t.name, t.shape, t.offset, t.nbytes) for t in read_gguf(path).tensors] == read
 
 
-def test_a_shape_of_int64_max_elements_passes_that_check_one_more_does_not(tmp_path):
-    """gguf_init_from_file_impl refuses a shape when INT64_MAX / ne[i] < the elements so far: (2**63-1,) is
-    representable (the data then lies beyond the file), (2**32, 2**31) is 2**63 elements."""
-    g = Gguf()
-    path = write(tmp_path / "m.gguf", (g.header(1, 0) + g.info("t", (2 ** 63 - 1,), F32, 0)).ljust(96, b"\0"))
-    expect_error(path, 24, "tensor 't': data at bytes 64..%d lies beyond the end of the file (96 bytes)"
-                 % (64 + 4 * (2 ** 63 - 1)))
-    write(path, (g.header(1, 0) + g.info("t", (2 ** 32, 2 ** 31), F32, 0)).ljust(96, b"\0"))
-    expect_error(path, 37, "tensor 't': shape (4294967296, 2147483648) has more than 2**63-1 elements")
+NAME_64 = "tensor info 0: the name %r is 64 bytes long, llama.cpp loads names of fewer than 64"
 
 
-def test_tensor_data_may_end_exactly_at_the_end_of_the_file(tmp_path, endian):
-    path, data_offset, _o = model_file(tmp_path / "m.gguf", [], [("t", (8,))], endian=endian)
-    assert (data_offset, os.path.getsize(path)) == (64, 96)
-    assert read_gguf(path).tensors[0].nbytes == 32
-    os.truncate(path, 95)
-    expect_error(path, 24, "tensor 't': data at bytes 64..96 lies beyond the end of the file (95 bytes)")
-
-
-def test_ne0_must_be_a_multiple_of_the_block_size(tmp_path):
-    g = Gguf()
-    path = write(tmp_path / "m.gguf", (g.header(1, 0) + g.info("q", (48, 2), Q8_0, 0)).ljust(256, b"\0"))
-    expect_error(path, 24, "tensor 'q': ne0 = 48 is not a multiple of the Q8_0 block size 32")
+@pytest.mark.parametrize("infos, size, at, reason", [
+    # at (the tensor info, bytes into it): its name (8 + 1 bytes), n_dims (4), the dimensions
+    ([("t", (32, 1, 1, 2, 1), F32, 0)], 352, (0, 9), "tensor 't': n_dims 5 is more than 4"),
+    ([("t", (32, -1), F32, 0)], 128, (0, 13), "tensor 't': negative dimension -1 in shape (32, -1)"),
+    # gguf_init_from_file_impl refuses a shape when INT64_MAX / ne[i] < the elements so far: (2**63-1,) is
+    # representable (the data then lies beyond the file), (2**32, 2**31) is 2**63 elements
+    ([("t", (2 ** 63 - 1,), F32, 0)], 96, (0, 0),
+     "tensor 't': data at bytes 64..%d lies beyond the end of the file (96 bytes)" % (64 + 4 * (2 ** 63 - 1))),
+    ([("t", (2 ** 32, 2 ** 31), F32, 0)], 96, (0, 13),
+     "tensor 't': shape (4294967296, 2147483648) has more than 2**63-1 elements"),
+    ([("t", (8,), F32, 0)], 95, (0, 0), "tensor 't': data at bytes 64..96 lies beyond the end of the file (95 bytes)"),
+    ([("t", (8,), F32, 16)], 128, (0, 0), "tensor 't': offset 16 is not a multiple of the alignment 32"),
+    ([("q", (48, 2), Q8_0, 0)], 256, (0, 0), "tensor 'q': ne0 = 48 is not a multiple of the Q8_0 block size 32"),
+    ([("t", (8,), F32, 0), ("t", (8,), F32, 32)], 256, (1, 0), "duplicate tensor name 't'"),
+    # gguf_init_from_file_impl: name.length() >= GGML_MAX_NAME (64) is "too long"; bytes count, not characters
+    ([("t" * 64, (8,), F32, 0)], 256, (0, 0), NAME_64 % ("t" * 64)),
+    ([("\u00e9" * 32, (8,), F32, 0)], 256, (0, 0), NAME_64 % ("\u00e9" * 32)),
+    # a tensor of 32 bytes at 32 lies inside a (0..64), whatever order the infos come in
+    ([("b", (8,), F32, 32), ("a", (16,), F32, 0)], 256, (0, 0),
+     "tensor 'b' (data offset 32) overlaps tensor 'a' (data offset 0, 64 bytes)"),
+    ([("a", (64,), F32, 0), ("b", (8,), F32, 32), ("c", (8,), F32, 128)], 512, (1, 0),
+     "tensor 'b' (data offset 32) overlaps tensor 'a' (data offset 0, 256 bytes)"),
+    # at one offset: a tensor of unknown size (0 bytes for the checks), one I8 element (1 byte, ggml type 24), one
+    # F32 element (4 bytes): the F32 one overlaps the I8 one, which ends last among those before it
+    ([("u", (8,), 99, 0), ("t", (1,), 24, 0), ("a", (1,), F32, 0)], 160, (2, 0),
+     "tensor 'a' (data offset 0) overlaps tensor 't' (data offset 0, 1 bytes)"),
+])
+def test_tensor_infos_refused(tmp_path, endian, infos, size, at, reason):
+    path, starts = _tensor_file(tmp_path / "m.gguf", infos, size, endian)
+    expect_error(path, starts[at[0]] + at[1], reason)
 
 
 def test_an_unknown_type_id_is_size_unknown(tmp_path):
-    g = Gguf()
-    infos = g.info("q", (32,), 99, 0) + g.info("r", (8,), F32, 0)
-    path = write(tmp_path / "m.gguf", (g.header(2, 0) + infos).ljust(256, b"\0"))
+    infos = G.info("q", (32,), 99, 0) + G.info("r", (8,), F32, 0)
+    path = write(tmp_path / "m.gguf", (G.header(2, 0) + infos).ljust(256, b"\0"))
     gf = read_gguf(path)
     assert [(t.name, t.type_name, t.nbytes) for t in gf.tensors] == [("q", "unknown(99)", None), ("r", "F32", 32)]
     assert gf.warnings == ["%s: tensor 'q' has unknown ggml type id 99: size unknown" % path]
@@ -389,68 +397,17 @@ def test_removed_type_id_is_refused_like_llama_cpp(small_file, endian, type_id, 
     expect_error(small_file, info["info"], reason, reader=read_model)
 
 
-def test_duplicate_tensor_name(tmp_path):
-    g = Gguf()
-    first = g.info("t", (8,), F32, 0)
-    path = write(tmp_path / "m.gguf", (g.header(2, 0) + first + g.info("t", (8,), F32, 32)).ljust(256, b"\0"))
-    expect_error(path, 24 + len(first), "duplicate tensor name 't'")
-
-
-def test_a_tensor_name_of_64_bytes_is_refused_63_is_read(tmp_path):
-    """ggml/src/gguf.cpp gguf_init_from_file_impl: name.length() >= GGML_MAX_NAME (64) is "too long"."""
-    g = Gguf()
-    ok = "t" * 63
-    path = write(tmp_path / "m.gguf", (g.header(1, 0) + g.info(ok, (8,), F32, 0)).ljust(256, b"\0"))
-    assert read_gguf(path).tensors[0].name == ok
-    path = write(tmp_path / "m.gguf", (g.header(1, 0) + g.info("t" * 64, (8,), F32, 0)).ljust(256, b"\0"))
-    expect_error(path, 24, "tensor info 0: the name %r is 64 bytes long, llama.cpp loads names of fewer than 64"
-                 % ("t" * 64))
-    name = "\u00e9" * 32  # 64 bytes in UTF-8: bytes count, not characters
-    path = write(tmp_path / "m.gguf", (g.header(1, 0) + g.info(name, (8,), F32, 0)).ljust(256, b"\0"))
-    expect_error(path, 24, "tensor info 0: the name %r is 64 bytes long, llama.cpp loads names of fewer than 64"
-                 % name)
-
-
-def test_tensors_may_touch_but_not_overlap(tmp_path, endian):
-    g = Gguf(endian)
-    infos = g.info("a", (16,), F32, 0) + g.info("b", (8,), F32, 64) + g.info("c", (8,), F32, 96)
-    path = write(tmp_path / "m.gguf", (g.header(3, 0) + infos).ljust(256, b"\0"))
-    assert [(t.offset, t.nbytes) for t in read_gguf(path).tensors] == [(0, 64), (64, 32), (96, 32)]
-    # a tensor of 32 bytes at 32 lies inside a (0..64), whatever order the infos come in
-    first = g.info("b", (8,), F32, 32)
-    write(path, (g.header(2, 0) + first + g.info("a", (16,), F32, 0)).ljust(256, b"\0"))
-    expect_error(path, 24, "tensor 'b' (data offset 32) overlaps tensor 'a' (data offset 0, 64 bytes)")
-    # c starts past b's end but inside a, which ends last: still an overlap
-    infos = g.info("a", (64,), F32, 0) + g.info("b", (8,), F32, 32) + g.info("c", (8,), F32, 128)
-    write(path, (g.header(3, 0) + infos).ljust(512, b"\0"))
-    expect_error(path, 24 + len(g.info("a", (64,), F32, 0)),
-                 "tensor 'b' (data offset 32) overlaps tensor 'a' (data offset 0, 256 bytes)")
-
-
-def test_a_tensor_of_zero_bytes_overlaps_nothing(tmp_path):
-    """gguf_init_from_file_impl lays a tensor of zero elements at the offset of the next one (padded size 0)."""
-    g = Gguf()
-    for infos in (g.info("z", (0,), F32, 0) + g.info("a", (8,), F32, 0),
-                  g.info("a", (8,), F32, 0) + g.info("z", (0,), F32, 0)):
-        path = write(tmp_path / "m.gguf", (g.header(2, 0) + infos).ljust(128, b"\0"))
-        assert sorted((t.name, t.offset, t.nbytes) for t in read_gguf(path).tensors) == [("a", 0, 32), ("z", 0, 0)]
-
-
-def test_a_tensor_of_unknown_size_counts_no_bytes_for_the_checks(tmp_path):
-    g = Gguf()
-    infos = g.info("u", (8,), 99, 32) + g.info("a", (8,), F32, 32)
-    path = write(tmp_path / "m.gguf", (g.header(2, 0) + infos).ljust(128 + 32, b"\0"))
-    assert [(t.name, t.nbytes) for t in read_gguf(path).tensors] == [("u", None), ("a", 32)]
-
-
-def test_the_tensor_that_ends_last_is_the_one_an_overlap_is_checked_against(tmp_path):
-    """At one offset: a tensor of unknown size (0 bytes for the checks), one I8 element (1 byte, ggml type 24),
-    one F32 element (4 bytes): the F32 one overlaps the I8 one, which ends last among those before it."""
-    g = Gguf()
-    infos = [g.info("u", (8,), 99, 0), g.info("t", (1,), 24, 0), g.info("a", (1,), F32, 0)]
-    path = write(tmp_path / "m.gguf", (g.header(3, 0) + b"".join(infos)).ljust(160, b"\0"))
-    expect_error(path, 24 + len(infos[0]) + len(infos[1]),
-                 "tensor 'a' (data offset 0) overlaps tensor 't' (data offset 0, 1 bytes)")
+@pytest.mark.parametrize("type_id,name", sorted(REMOVED_TYPE_NAMES.items()))
+def test_removed_type_id_is_refused_like_llama_cpp(small_file, endian, type_id, name):
+    """ggml gives the removed types blck_size 0 (ggml/src/ggml.c type_traits) and gguf_init_from_file_impl
+    (ggml/src/gguf.cpp) refuses a tensor whose blck_size is 0: the file does not load, so it is an error here."""
+    _kv, tensors = field_offsets(small_file)
+    info = tensors["output.weight"]
+    patch(small_file, info["type"], "I", type_id, endian)
+    reason = ("tensor 'output.weight': ggml type %d (%s) was removed from ggml; llama.cpp refuses files that use it "
+              "(convert the model again)" % (type_id, name))
+    expect_error(small_file, info["info"], reason)
+    expect_error(small_file, info["info"], reason, reader=read_model)
 
 
 # --------------------------------------------------------------------------- what is not a regular file
@@ -474,7 +431,7 @@ def test_what_cannot_be_opened_is_named(tmp_path, monkeypatch):
 def test_an_io_error_is_a_gguf_error_at_the_byte_reached(tmp_path, monkeypatch):
     """A disk's I/O error (EIO, which no test machine's disk gives on demand: injected into fstat and pread) is
     a GGUFError with the exception's type and text, at byte 0 before the reading starts, else where it was."""
-    path, _offset, _offsets = model_file(tmp_path / "m.gguf", [("general.architecture", STRING, Gguf().s("llama"))],
+    path, _offset, _offsets = model_file(tmp_path / "m.gguf", [("general.architecture", STRING, G.s("llama"))],
                                          [("a", (8,))])
     eio = OSError(errno.EIO, os.strerror(errno.EIO))
     reason = "OSError: [Errno %d] %s" % (errno.EIO, os.strerror(errno.EIO))
