@@ -61,17 +61,6 @@ def test_every_moe_architecture_of_gguf_py(tmp_path, arch, seed):
     assert result["expert_count"] == layout.metadata["%s.expert_count" % arch][0]
 
 
-@pytest.mark.parametrize("shards, endian", [(1, "big"), (3, "big"), (5, "little"), (4, "big")])
-@pytest.mark.parametrize("arch", ["qwen3next", "gpt-oss", "deepseek2", "jamba", "granitehybrid", "lfm2moe",
-                                  "grovemoe", "arctic", "llama4", "gemma4"])
-def test_shards_and_byte_orders(tmp_path, arch, shards, endian):
-    layout = H.make_layout(arch, shards * 7)
-    files = H.write_layout(layout, tmp_path, shards * 7, shards=shards, endian=endian)
-    assert len(files) == shards
-    check_layout(layout, files)
-    assert all(g.byte_order == endian for g in read_model(files[0]).shards)
-
-
 @pytest.mark.parametrize("arch", H.dense_architectures()[::3] + ["llama", "deepseek2", "nemotron_h"])
 def test_dense_models_get_an_empty_pattern(tmp_path, arch):
     layout = H.make_layout(arch, 5, moe=False)
@@ -79,22 +68,6 @@ def test_dense_models_get_an_empty_pattern(tmp_path, arch):
     result = check_layout(layout, files)
     assert result["expert_tensors"] == [] and result["offload_pattern"] == ""
     assert "nothing to offload" in result["msg"]
-
-
-def test_legacy_per_expert_tensors(tmp_path):
-    """Old Mixtral conversions: one tensor per expert, blk.N.ffn_{gate,up,down}.E.weight."""
-    tensors = [("token_embd.weight", (256, 64), H.gguf.GGMLQuantizationType.F16)]
-    experts = []
-    for b in range(12):
-        tensors += [("blk.%d.attn_q.weight" % b, (256, 256), H.gguf.GGMLQuantizationType.Q8_0),
-                    ("blk.%d.ffn_gate_inp.weight" % b, (256, 8), H.gguf.GGMLQuantizationType.F32)]
-        for e in range(8):
-            for part in ("gate", "up", "down"):
-                experts.append("blk.%d.ffn_%s.%d.weight" % (b, part, e))
-                tensors.append((experts[-1], (256, 256), H.gguf.GGMLQuantizationType.Q4_K))
-    layout = H.Layout("llama", tensors, 12, dict((b, {"attention", "moe"}) for b in range(12)), sorted(experts),
-                      {"llama.block_count": (12, H.gguf.GGUFValueType.UINT32)})
-    check_layout(layout, H.write_layout(layout, tmp_path, 1, shards=2, endian="big"))
 
 
 def test_implausible_block_numbers_do_not_hang(tmp_path):
