@@ -108,27 +108,24 @@ def test_the_tensors_are_expected_where_the_log_can_show_them(topology, verbosit
 # verification_problem
 
 OK_LOG = {"verified": True, "per_tensor_lines_visible": True, "overridden": [{"tensor": "t"}]}
+NOT_VERIFIED = "llama_server_log did not verify the placement"
+NOTHING = dict(OK_LOG, overridden=[])
 
 
-def test_a_load_error_is_the_first_problem():
-    log = dict(OK_LOG, load_error="tensor 'x' has wrong shape", failed=True, msg="other")
-    assert verification_problem(log, "p") == "the model failed to load: tensor 'x' has wrong shape"
-
-
-def test_no_overridden_tensor_is_a_problem_only_for_a_pattern_with_per_tensor_lines_shown():
-    nothing = dict(OK_LOG, overridden=[])
-    assert verification_problem(nothing, "") == ""
-    assert verification_problem(nothing, None) == ""
-    assert verification_problem(dict(nothing, per_tensor_lines_visible=False), "blk") == ""
-    assert verification_problem(nothing, r"blk\.9") == (
-        "the pattern matched no tensors: llama-server's log shows no tensor overridden to CPU for \"blk\\\\.9\"")
-
-
-def test_a_log_that_did_not_verify_gives_its_message():
-    assert verification_problem(dict(OK_LOG, failed=True, msg="no CUDA0 buffer"), "p") == "no CUDA0 buffer"
-    assert verification_problem(dict(OK_LOG, failed=True), "p") == "llama_server_log did not verify the placement"
-    assert verification_problem({"verified": False}, "p") == "llama_server_log did not verify the placement"
-    assert verification_problem(None, "") == "llama_server_log did not verify the placement"
+@pytest.mark.parametrize("log, pattern, problem", [
+    # a load error is the first problem
+    (dict(OK_LOG, load_error="tensor 'x' has wrong shape", failed=True, msg="other"), "p",
+     "the model failed to load: tensor 'x' has wrong shape"),
+    # no overridden tensor is a problem only for a pattern with the per-tensor lines shown
+    (NOTHING, "", ""), (NOTHING, None, ""), (dict(NOTHING, per_tensor_lines_visible=False), "blk", ""),
+    (NOTHING, r"blk\.9",
+     "the pattern matched no tensors: llama-server's log shows no tensor overridden to CPU for \"blk\\\\.9\""),
+    # a log that did not verify gives its message
+    (dict(OK_LOG, failed=True, msg="no CUDA0 buffer"), "p", "no CUDA0 buffer"), (dict(OK_LOG, failed=True), "p", NOT_VERIFIED),
+    ({"verified": False}, "p", NOT_VERIFIED), (None, "", NOT_VERIFIED),
+])
+def test_the_log_s_problem_comes_first(log, pattern, problem):
+    assert verification_problem(log, pattern) == problem
 
 
 def test_each_gpu_far_from_the_plan_is_named_with_the_tolerance():
@@ -137,17 +134,12 @@ def test_each_gpu_far_from_the_plan_is_named_with_the_tolerance():
             {"index": 2, "planned_mib": 500, "used_mib": 10, "ok": False}]
     text = ("GPU memory taken by ai-llm is far from the plan (tolerance %s MiB): GPU 1: 4000 MiB used, 1000 MiB "
             "planned; GPU 2: 10 MiB used, 500 MiB planned")
-    assert verification_problem(OK_LOG, "p", rows) == text % 0
+    # judged before the parity
+    assert verification_problem(OK_LOG, "p", rows, {"before": {"tokens": [1]}, "after": {"tokens": [2]}}) == text % 0
     assert verification_problem(OK_LOG, "p", rows, tolerance_mib=512) == text % 512
     assert verification_problem(OK_LOG, "p", rows[:1]) == ""
     assert verification_problem(OK_LOG, "p", [dict(rows[0], ok=None)]) == (
         "GPU memory taken by ai-llm is far from the plan (tolerance 0 MiB): GPU 0: 2000 MiB used, 2000 MiB planned")
-
-
-def test_the_gpu_memory_is_judged_before_the_parity():
-    rows = [{"index": 1, "planned_mib": 1000, "used_mib": 4000, "ok": False}]
-    parity = {"before": {"tokens": [1]}, "after": {"tokens": [2]}}
-    assert verification_problem(OK_LOG, "p", rows, parity).startswith("GPU memory taken by ai-llm")
 
 
 def test_different_answers_before_and_after_are_a_parity_failure():
