@@ -74,13 +74,7 @@ def model_names(blocks, suffixes, extra=()):
 
 def qwen3moe_names(blocks):
     """(names, routed-expert names) of a qwen3moe model of ``blocks``."""
-    names = ["token_embd.weight", "output_norm.weight", "output.weight"]
-    for b in blocks:
-        names += ["blk.%d.%s" % (b, s) for s in (
-            "attn_norm.weight", "attn_q.weight", "ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
-            "ffn_down_exps.weight")]
-    experts = [n for n in names if "_exps." in n]
-    return names, experts
+    return model_names(blocks, ARCH_SUFFIXES["qwen3moe"][0])
 
 
 ARCH_SUFFIXES = {

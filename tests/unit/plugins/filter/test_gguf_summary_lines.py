@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import struct
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -15,9 +14,8 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.ai_llm.moe_offload.plugins.filter.gguf_summary_lines import FilterModule, gguf_summary_lines
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
+from tests.helpers.gguf_files import field_offsets, patch
 from tools.gguf_models import write_dense_llama, write_mixtral, write_nemotron_nano_30b
-
-UNKNOWN_TYPE_ID = 99
 
 
 def gguf_info(path, tensors="experts", pattern=None):
@@ -26,22 +24,11 @@ def gguf_info(path, tensors="experts", pattern=None):
     return json.loads(json.dumps(dict(result, changed=False)))
 
 
-def set_unknown_type(path, tensor):
-    """Give ``tensor`` a ggml type id that no ggml version knows (gguf_info: size unknown)."""
-    data = bytearray(open(path, "rb").read())
-    name = tensor.encode()
-    start = data.index(struct.pack("<Q", len(name)) + name) + 8 + len(name)
-    n_dims = struct.unpack_from("<I", data, start)[0]
-    struct.pack_into("<I", data, start + 4 + 8 * n_dims, UNKNOWN_TYPE_ID)
-    with open(path, "wb") as out:
-        out.write(data)
-
-
 @pytest.fixture(scope="module")
 def mixtral(tmp_path_factory):
     """A Mixtral-style MoE (3 blocks of 8 experts, q8_0) whose last expert tensor has an unknown type."""
     path = write_mixtral(tmp_path_factory.mktemp("mixtral") / "mixtral.gguf", n_embd=1024, n_ff_exp=2048)
-    set_unknown_type(path, "blk.2.ffn_down_exps.weight")
+    patch(path, field_offsets(path)[1]["blk.2.ffn_down_exps.weight"]["type"], "I", 99)  # no ggml knows type 99
     return path
 
 

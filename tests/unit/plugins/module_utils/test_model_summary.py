@@ -29,30 +29,22 @@ def model(request, tmp_path_factory):
     return request.param, path, _gguf.read_model(path)
 
 
-def test_the_summary_is_the_arch_metadata_and_every_tensor(model):
+def test_the_summary_is_the_arch_metadata_and_every_tensor_and_reads_back_unchanged(model):
     arch, path, read = model
     fields, rows = truth(path)
     summary = ms.summarize(read)
     assert summary["version"] == ms.SUMMARY_VERSION == 1
     assert summary["architecture"] == arch and summary["files"] == [path] and summary["warnings"] == []
     wanted = dict((k, v) for k, v in fields.items() if k == "general.architecture" or k.startswith(arch + "."))
-    wanted["tokenizer.ggml.tokens"] = {"count": len(fields["tokenizer.ggml.tokens"])}
-    assert summary["metadata"] == wanted
+    assert summary["metadata"] == dict(wanted, **{"tokenizer.ggml.tokens": {"count": len(fields["tokenizer.ggml.tokens"])}})
     assert any(isinstance(v, list) for v in wanted.values()) == (arch == "nemotron_h_moe")  # per-layer arrays
     assert summary["tensors"] == rows
     assert json.loads(json.dumps(summary)) == summary
-
-
-def test_a_summary_reads_back_unchanged(model):
-    arch, path, read = model
-    fields, rows = truth(path)
-    summary = json.loads(json.dumps(ms.summarize(read)))
-    back_arch, metadata, tensors, files, warnings = ms.read_summary(summary)
+    back_arch, metadata, tensors, files, warnings = ms.read_summary(json.loads(json.dumps(summary)))
     assert (back_arch, files, warnings) == (arch, [path], [])
     tokens = metadata.pop("tokenizer.ggml.tokens")
     assert isinstance(tokens, ms.CountedArray) and len(tokens) == len(fields["tokenizer.ggml.tokens"])
-    assert metadata == dict((k, v) for k, v in fields.items()
-                            if k == "general.architecture" or k.startswith(arch + "."))
+    assert metadata == wanted
     assert [[t.name, t.type_id, list(t.shape), t.nbytes] for t in tensors] == rows
     assert all(isinstance(t.shape, tuple) for t in tensors)
 
