@@ -170,10 +170,6 @@ def test_read_takes_a_tree_already_walked():
     assert [g["memory_held_by_pid_mib"] for g in result["gpus"]] == [20988, 13314]
 
 
-def gpus_of(name):
-    return smi.parse_gpus((DATA / (name + ".txt")).read_text())[0]
-
-
 def test_the_process_query_asks_for_bare_csv():
     """``nvidia-smi --help-query-compute-apps``: the fields by name; ``--format=csv,noheader,nounits`` prints the
     bare values (no header line, ``20988`` instead of ``20988 MiB``), which is what parse_apps reads."""
@@ -205,7 +201,7 @@ def test_a_process_line_of_one_field_is_refused_unless_it_says_no_running():
 def test_the_no_running_note_is_skipped_not_the_end():
     """Old drivers print a note instead of rows; a row after it is still read."""
     apps = smi.parse_apps("No running processes found\n%s, 52017, /usr/local/bin/llama-server, 20988\n" % A5500,
-                          gpus_of("dual_a5500_a4000"))
+                          smi.parse_gpus(fixture("dual_a5500_a4000.txt"))[0])
     assert [(a["pid"], a["gpu_index"], a["used_memory_mib"]) for a in apps] == [(52017, 0, 20988)]
 
 
@@ -234,7 +230,7 @@ def test_the_memory_of_a_tree_adds_up_on_one_gpu():
     give (``[N/A]``) adds nothing."""
     apps = smi.parse_apps("%s, 10, llama-server, 1000\n%s, 11, llama-server, 234\n%s, 12, llama-server, [N/A]\n"
                           "%s, 13, llama-server, [N/A]\n%s, 99, other, 5000\n" % (A5500, A5500, A5500, A4000, A5500),
-                          gpus_of("dual_a5500_a4000"))
+                          smi.parse_gpus(fixture("dual_a5500_a4000.txt"))[0])
     assert smi.held_by(apps, [10, 11, 12, 13]) == {0: 1234, 1: 0}
     assert smi.held_by(apps, [12]) == {0: 0}
     assert smi.held_by(apps, []) == {}
