@@ -1,8 +1,8 @@
 """Shared pytest set-up.
 
 Makes ``ansible_collections.ai_llm.moe_offload`` importable from this checkout (the
-``.collections`` link made by ``scripts/setup.sh``) and offers fixtures that run modules
-through Ansible itself.
+``.collections`` link made by ``scripts/setup.sh``) and offers a fixture that runs a module in a
+process of its own and returns its result.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,12 +27,19 @@ if str(ROOT) not in sys.path:
 
 
 def run_ansible_module(module, args, check=False, extra_env=None):
-    """Run ``ai_llm.moe_offload.<module>`` (or a FQCN) on localhost through ``ansible``.
+    """Run ``ai_llm.moe_offload.<module>`` (or another FQCN) on localhost; returns its result dict (``failed`` and
+    ``msg`` on a failure).
 
-    Returns the module's result dict (with ``failed``/``msg`` on failure).
+    A module of this collection without an action plugin runs as Ansible's developer guide runs a module by hand:
+    ``python -m <module> <args file>``, a process of its own that reads ``ANSIBLE_MODULE_ARGS`` and prints its JSON
+    result (a traceback prints no result: an AssertionError here). A module with an action plugin, or one of
+    another collection, runs through ``ansible`` itself, where the action runs on the controller.
     """
     fqcn = module if "." in module else "ai_llm.moe_offload." + module
     env = dict(os.environ)
+    name = fqcn.rpartition(".")[2]
+    if fqcn.startswith("ai_llm.moe_offload.") and not (ROOT / "plugins" / "action" / (name + ".py")).exists():
+        return _run_module_process(name, args, check, dict(env, **(extra_env or {})))
     env.update({
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
         "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
@@ -56,6 +64,25 @@ def run_ansible_module(module, args, check=False, extra_env=None):
         result.setdefault("failed", match.group(1).endswith("!"))
         return result
     raise AssertionError("ansible printed no result (rc=%s):\n%s\n%s" % (proc.returncode, proc.stdout, proc.stderr))
+
+
+def _run_module_process(name, args, check, env):
+    """``python -m`` the collection's module ``name`` with an arguments file, as Ansible's executor hands them."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump({"ANSIBLE_MODULE_ARGS": dict(args or {}, _ansible_check_mode=bool(check))}, handle)
+    try:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(COLLECTIONS), env.get("PYTHONPATH")]))
+        proc = subprocess.run([sys.executable, "-m", "ansible_collections.ai_llm.moe_offload.plugins.modules." + name,
+                               handle.name], capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300,
+                              check=False)
+    finally:
+        os.unlink(handle.name)
+    start = proc.stdout.find("{")
+    if start < 0:
+        raise AssertionError("%s printed no result (rc=%s):\n%s\n%s" % (name, proc.returncode, proc.stdout, proc.stderr))
+    result = json.JSONDecoder().raw_decode(proc.stdout[start:])[0]
+    result.setdefault("failed", False)
+    return result
 
 
 @pytest.fixture
