@@ -217,21 +217,6 @@ def patch(path, offset, fmt, value, endian="little"):
         f.write(struct.pack(PREFIX[endian] + fmt, value))
 
 
-def expect_error_like(path, offset=None, reason=None, reader=read_gguf, in_file=None):
-    """``reader(path)`` raises a GGUFError naming ``in_file`` (default ``path``) at ``offset`` (when given) whose
-    reason holds ``reason`` (when given)."""
-    with pytest.raises(GGUFError) as info:
-        reader(path)
-    err = info.value
-    assert err.path == str(in_file or path)
-    assert str(err) == "%s: at byte %d: %s" % (err.path, err.offset, err.reason)
-    if offset is not None:
-        assert err.offset == offset, str(err)
-    if reason is not None:
-        assert reason in err.reason, str(err)
-    return err
-
-
 ALL_SCALARS = [
     ("t.u8", 255, VT.UINT8), ("t.i8", -128, VT.INT8), ("t.u16", 65535, VT.UINT16), ("t.i16", -32768, VT.INT16),
     ("t.u32", 2 ** 32 - 1, VT.UINT32), ("t.i32", -2 ** 31, VT.INT32), ("t.f32", 0.5, VT.FLOAT32),

@@ -53,7 +53,6 @@ from tests.helpers.gguf_files import (
     Gguf,
     cross_check,
     expect_error,
-    expect_error_like,
     field_offsets,
     model_file,
     patch,
@@ -172,8 +171,8 @@ def test_split_count_must_match_the_name(split_files, endian):
     kv, _t = field_offsets(split_files[2])
     # key: u64 length + "split.count" (11 bytes); then u32 type, then the u16 value
     patch(split_files[2], kv["split.count"] + 8 + 11 + 4, "H", 4, endian)
-    expect_error_like(split_files[0], kv["split.count"], "split.count is 4 but the file name says shard 3 of 3",
-                      reader=read_model, in_file=split_files[2])
+    expect_error(split_files[0], kv["split.count"], "split.count is 4 but the file name says shard 3 of 3",
+                 reader=read_model, in_file=split_files[2])
 
 
 @pytest.mark.parametrize("vtype,code", [(U8, "B"), (I8, "b"), (U16, "H"), (I16, "h"), (U32, "I"), (I32, "i"),

@@ -203,10 +203,13 @@ ELEMENT_BYTES = [(U8, 1, "uint8"), (I8, 1, "int8"), (U16, 2, "uint16"), (I16, 2,
 
 @pytest.mark.parametrize("itype,size,name", ELEMENT_BYTES)
 def test_an_array_may_need_exactly_the_rest_of_the_file(tmp_path, endian, itype, size, name):
-    """The count is checked at the least size of an element; a count that fits exactly passes that check."""
+    """The count is checked at the least size of an element; a count that fits exactly passes that check. An
+    empty array (which GGUFWriter does not write) is an empty list."""
     g = Gguf(endian)
+    path = write(tmp_path / "m.gguf", g.header(0, 1) + g.kv("a", ARRAY, g.pack("IQ", itype, 0)))
+    assert read_gguf(path).metadata == {"a": []}
     head = g.header(0, 1) + g.kv("a", ARRAY, g.pack("IQ", itype, 3))
-    path = write(tmp_path / "m.gguf", head + b"\0" * (3 * size))
+    write(path, head + b"\0" * (3 * size))
     assert read_gguf(path).metadata == {"a": [{STRING: "", ARRAY: [], BOOL: False}.get(itype, 0)] * 3}
     write(path, head + b"\0" * (3 * size - 1))
     expect_error(path, 24 + 9 + 4, "key 'a': array of 3 %s elements needs at least %d bytes, only %d left in the file"

@@ -265,18 +265,15 @@ def test_shared_expert_count_is_inferred_only_when_the_metadata_has_none():
 
 
 # ---- the block count ----
-def test_block_count_from_the_tensor_names_without_metadata():
-    layout = classify_model("llama", {}, [T("blk.%d.attn_q.weight" % i, (8, 8), 1) for i in (0, 2)])
-    assert layout.block_count == 3 and layout.warnings == []
-    assert layout.block_kinds == {0: ["attention"], 1: [], 2: ["attention"]}
-
-
-def test_block_count_from_the_metadata_lists_blocks_without_tensors():
-    layout = classify_model("llama", {"llama.block_count": 4}, [T("blk.1.attn_q.weight", (8, 8), 1)])
-    assert layout.block_count == 4 and layout.warnings == []
-    assert layout.block_kinds == {0: [], 1: ["attention"], 2: [], 3: []}
-    layout = classify_model("llama", {"llama.block_count": 0}, [T("output.weight", (8, 8), 1)])
-    assert (layout.block_count, layout.block_kinds, layout.warnings) == (0, {}, [])
+@pytest.mark.parametrize("metadata, blocks, kinds", [
+    ({}, (0, 2), {0: ["attention"], 1: [], 2: ["attention"]}),  # from the tensor names
+    ({"llama.block_count": 4}, (1,), {0: [], 1: ["attention"], 2: [], 3: []}),  # with blocks that hold no tensor
+    ({"llama.block_count": 0}, (), {}),
+])
+def test_block_count_from_the_metadata_or_the_tensor_names(metadata, blocks, kinds):
+    tensors = [T("blk.%d.attn_q.weight" % i, (8, 8), 1) for i in blocks] + [T("output.weight", (8, 8), 1)]
+    layout = classify_model("llama", metadata, tensors)
+    assert (layout.block_count, layout.block_kinds, layout.warnings) == (len(kinds), kinds, [])
 
 
 @pytest.mark.parametrize("block_count, last_block, warnings", [
