@@ -371,19 +371,6 @@ def test_removed_type_id_is_refused_like_llama_cpp(small_file, endian, type_id, 
     expect_error(small_file, info["info"], reason, reader=read_model)
 
 
-@pytest.mark.parametrize("type_id,name", sorted(REMOVED_TYPE_NAMES.items()))
-def test_removed_type_id_is_refused_like_llama_cpp(small_file, endian, type_id, name):
-    """ggml gives the removed types blck_size 0 (ggml/src/ggml.c type_traits) and gguf_init_from_file_impl
-    (ggml/src/gguf.cpp) refuses a tensor whose blck_size is 0: the file does not load, so it is an error here."""
-    _kv, tensors = field_offsets(small_file)
-    info = tensors["output.weight"]
-    patch(small_file, info["type"], "I", type_id, endian)
-    reason = ("tensor 'output.weight': ggml type %d (%s) was removed from ggml; llama.cpp refuses files that use it "
-              "(convert the model again)" % (type_id, name))
-    expect_error(small_file, info["info"], reason)
-    expect_error(small_file, info["info"], reason, reader=read_model)
-
-
 # --------------------------------------------------------------------------- what is not a regular file
 
 
