@@ -208,7 +208,7 @@ def test_a_placement_that_fits_wins_over_one_that_does_not_whatever_it_moves(moe
     """mode none moves nothing anywhere, so every placement keeps the same expert bytes on the host (none): the
     8 MiB card alone is 0.04 MiB short, the two cards split fit, and the split is the plan."""
     assert 8 * common.MIB < need(moe, []) < 8.1 * common.MIB
-    result = plan(moe, [gpu(8, 0, "GPU0"), gpu(7, 1, "GPU1")], None, Options(4096, mode="none", **SIZING))
+    result = plan(moe, [gpu(8, 0), gpu(7, 1)], None, Options(4096, mode="none", **SIZING))
     assert result["fits"] is True and result["placement"] == "split" and result["cpu_expert_layers"] == []
     assert result["reason"].startswith("Everything fits on GPU0 (8 MiB free) + GPU1 (7 MiB free), split 0.533,0.467:")
 

@@ -64,7 +64,7 @@ def test_two_short_gpus_name_the_split_and_the_one_most_short(moe):
     """The split is each card's share of the free memory (3 : 2); both cards are short, the missing MiB are
     those of the card most short; the largest context that fits with every expert on the host is named."""
     with pytest.raises(PlanError) as info:
-        plan(moe, [gpu(3, 0, "GPU0"), gpu(2, 1, "GPU1")], None, Options(4096, split="auto", **SIZING))
+        plan(moe, [gpu(3, 0), gpu(2, 1)], None, Options(4096, split="auto", **SIZING))
     gpus = info.value.details["memory"]["gpus"]
     worst = min(gpus, key=lambda g: g["free_after_mib"])
     assert max(g["free_after_mib"] for g in gpus) < 0 and len(set(g["free_after_mib"] for g in gpus)) == 2
