@@ -18,6 +18,7 @@ from pathlib import Path
 import gguf
 from gguf.constants import MODEL_ARCH_NAMES, MODEL_TENSOR as T, MODEL_TENSORS, TENSOR_NAMES
 
+from tests.helpers.gguf_files import nbytes
 from tools import gguf_models
 
 EXPERT_KINDS = frozenset((T.FFN_GATE_EXP, T.FFN_UP_EXP, T.FFN_DOWN_EXP, T.FFN_GATE_UP_EXP,
@@ -99,14 +100,6 @@ class Layout(object):
     @property
     def total_bytes(self):
         return sum(nbytes(ne, q) for _n, ne, q in self.tensors)
-
-
-def nbytes(ne, qtype):
-    block, size = gguf.GGML_QUANT_SIZES[qtype]
-    n = 1
-    for d in ne:
-        n *= d
-    return n // block * size
 
 
 def make_layout(arch_name, seed, moe=True):
