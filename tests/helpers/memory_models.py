@@ -95,8 +95,10 @@ def attention_model(arch="qwen3moe", blocks=2, **meta):
     return mfacts.model_facts(metadata, tensors, classify_model(arch, metadata, tensors))
 
 
-def mamba_model(arch, meta, ssm_tensors):
-    tensors = [f32("token_embd.weight", 64, 32)] + [f32("blk.0." + n, *s) for n, s in ssm_tensors]
+def recurrent_model(arch, meta, block_tensors):
+    """One block of ``arch`` (n_embd 64) with metadata ``meta`` (names after the architecture's prefix) and
+    ``block_tensors`` (name after ``blk.0.``, shape)."""
+    tensors = [f32("token_embd.weight", 64, 32)] + [f32("blk.0." + n, *s) for n, s in block_tensors]
     metadata = dict((arch + "." + k, v) for k, v in meta.items())
     metadata[arch + ".embedding_length"] = 64
     return mfacts.model_facts(metadata, tensors, classify_model(arch, metadata, tensors))
@@ -156,13 +158,6 @@ def qkv_model(md_extra=(), heads=4, attn=("attn_q", 64), attn_k=None, n_embd=64)
     md.update(md_extra)
     md = dict((k, v) for k, v in md.items() if v is not None)
     return mfacts.model_facts(md, tensors, classify_model("llama", md, tensors))
-
-
-def rwkv(**meta):
-    tensors = [f32("token_embd.weight", 64, 32), f32("blk.0.time_mix_key.weight", 64, 64)]
-    md = {"rwkv7.embedding_length": 64, "rwkv7.wkv.head_size": 16}
-    md.update(dict(("rwkv7." + k, v) for k, v in meta.items()))
-    return mfacts.model_facts(md, tensors, classify_model("rwkv7", md, tensors)).recurrent_blocks
 
 
 def weights_model():

@@ -16,7 +16,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import LL
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 from tests.helpers.memory_models import (
     NANO_ATTENTION, NANO_MAMBA, T, decoder, decoder_header, f32, facts_of, gemma3_270m, kv_mib, mamba2_from_shapes,
-    mamba_model, nano_facts, qkv_model, rwkv, transformer)
+    nano_facts, qkv_model, recurrent_model, transformer)
 
 NANO_FACTS = nano_facts()
 
@@ -41,17 +41,17 @@ def test_wrongly_shaped_tensors_give_a_clear_error():
 
 def test_mamba1_has_no_groups():
     """Mamba-1 (jamba, mamba) writes no ssm.group_count: llama.cpp's n_group is 0, conv channels = d_inner."""
-    facts = mamba_model("jamba", {"ssm.conv_kernel": 4, "ssm.inner_size": 128, "ssm.state_size": 16},
-                        [("ssm_in.weight", (64, 256)), ("ssm_x.weight", (128, 36))])
+    facts = recurrent_model("jamba", {"ssm.conv_kernel": 4, "ssm.inner_size": 128, "ssm.state_size": 16},
+                            [("ssm_in.weight", (64, 256)), ("ssm_x.weight", (128, 36))])
     assert facts.recurrent_blocks == {0: (3 * 128, 16 * 128)}
-    mamba2 = mamba_model("granitehybrid", {"ssm.conv_kernel": 4, "ssm.inner_size": 128, "ssm.state_size": 16,
-                                           "ssm.group_count": 2}, [("ssm_in.weight", (64, 256))])
+    mamba2 = recurrent_model("granitehybrid", {"ssm.conv_kernel": 4, "ssm.inner_size": 128, "ssm.state_size": 16,
+                                               "ssm.group_count": 2}, [("ssm_in.weight", (64, 256))])
     assert mamba2.recurrent_blocks == {0: (3 * (128 + 2 * 2 * 16), 16 * 128)}
 
 
 def test_recurrent_shapes_with_a_zero_group_count():
     """An ssm_norm of {64, 0} gives no group count: it is ignored (one group), never divided by."""
-    facts = mamba_model("nemotron_h", {"ssm.conv_kernel": -4}, [
+    facts = recurrent_model("nemotron_h", {"ssm.conv_kernel": -4}, [
         ("ssm_conv1d.weight", (4, 96)), ("ssm_out.weight", (64, 64)), ("ssm_norm.weight", (64, 0))])
     assert facts.recurrent_blocks == {0: (3 * 96, 16 * 64)}
     assert any("taken from the ssm tensor shapes" in w for w in facts.warnings)
@@ -64,7 +64,7 @@ def test_recurrent_shapes_with_a_zero_group_count():
 ])
 def test_recurrent_shapes_that_give_no_state(ssm, reason):
     with pytest.raises(mfacts.MemoryModelError, match=reason):
-        mamba_model("nemotron_h", {"ssm.conv_kernel": -4}, ssm)
+        recurrent_model("nemotron_h", {"ssm.conv_kernel": -4}, ssm)
 
 
 def test_implausible_block_count_is_refused():
@@ -349,7 +349,8 @@ def test_the_conv_state_counts_the_groups_given(group_count, r):
 ])
 def test_rwkv_state_is_token_shift_count_times_n_embd_and_n_embd_times_head_size(meta, widths):
     """llama_hparams::n_embd_r() = token_shift_count * n_embd, n_embd_s() = n_embd * wkv_head_size."""
-    assert rwkv(**meta) == {0: widths}
+    rwkv = recurrent_model("rwkv7", dict(meta, **{"wkv.head_size": 16}), [("time_mix_key.weight", (64, 64))])
+    assert rwkv.recurrent_blocks == {0: widths}
 
 
 def test_the_memory_kind_follows_the_blocks():
