@@ -454,13 +454,9 @@ def test_corrupted_model_on_the_second_host_stops_the_rollout():
     assert report["outcome"] == "stopped"
     assert [(r["host"], r["batch"], r["status"]) for r in report["hosts"]] == [
         ("h1", 1, "changed"), ("h2", 2, "rolled_back"), ("h3", None, "not_reached"), ("h4", None, "not_reached")]
-    assert report["summary"] == {"changed": 1, "rolled_back": 1, "not_reached": 2}
     assert report["reason"] == ("batch 2: h2 rolled_back (1 of 1 hosts); Ansible stops the rollout when more than "
                                 "llm_rollout_max_fail_percentage (0%) of a batch fails, or all of it")
-    assert report["batches"] == [{"batch": 1, "hosts": ["h1"], "seconds": None},
-                                 {"batch": 2, "hosts": ["h2"], "seconds": None}]
     h2 = report["hosts"][1]
-    assert h2["result"]["rollback"]["serving"] is True and h2["result_from"] == "deploy"
     assert h2["pattern"] == samples.PATTERN_2            # what serves again: the restored configuration's pattern
     assert h2["ansible"] == {"outcome": "failed", "phase": "deploy", "msg": "rolled back"}
     assert report["hosts"][2]["result_from"] == "preflight"
