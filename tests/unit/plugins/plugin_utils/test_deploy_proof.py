@@ -180,5 +180,5 @@ def test_a_parity_answer_is_kept_only_when_it_is_200():
     assert parity_answer(None) is None
     assert parity_note({"status": 401}) == "no baseline: the old configuration answered /completion with 401"
     assert parity_note({"status": 200}) == ""
-    assert parity_note({"skipped": True, "changed": False}) == ""
+    assert parity_note({"skipped": True, "changed": False, "status": 401}) == ""
     assert parity_note(None) == ""
