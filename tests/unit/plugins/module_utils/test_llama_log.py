@@ -146,7 +146,8 @@ ONE_LINE = [
     ("0.00.019.329 I srv    load_model: loading model 'tiny.gguf'", {"server_ready": False}),
     (META, {"loads": 1}), (TENSORS, {"loads": 1}), ([META, TENSORS], {"loads": 1}),
     ("llm_load_tensors: loading model tensors, this can take a while... (mmap = true)", {"loads": 1}),
-    ("0.00.011.100 D create_tensor: loading tensor blk.0.attn_q.weight", {"per_tensor_lines_visible": True}),
+    # the loader's DEBUG line shows the per-tensor lines by itself (--no-log-prefix prints no level letter)
+    ("create_tensor: loading tensor blk.0.attn_q.weight", {"per_tensor_lines_visible": True}),
     # the load errors: the most specific message, cut where the message ends
     ("0.00.005.832 E srv  llama_server: exiting due to model loading error",
      {"load_error": "exiting due to model loading error"}),
