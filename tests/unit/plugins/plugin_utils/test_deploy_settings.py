@@ -43,6 +43,8 @@ def test_the_api_key_is_templated_checked_and_never_returned():
     assert "s3cret-key" not in repr(settings)
     settings, failure = role_settings(lambda v: None if v == "" else v, dict(BASE, llm_server_api_key=""))
     assert failure is None and settings["api_key_set"] is False
+    no_key = {name: value for name, value in BASE.items() if name != "llm_server_api_key"}
+    assert role_settings(plain, no_key)[0]["api_key_set"] is False
 
 
 def test_a_refusal_names_the_host_and_every_problem_with_its_variable():
