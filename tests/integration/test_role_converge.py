@@ -1,7 +1,11 @@
 """Every run converges, on a real local deploy (podman, podman-compose, the CPU image, the real llama-server):
 whatever state a deploy finds (a run killed after .env was written, killed during the health wait, the
-container removed, stopped or paused by hand, two deploys at once), the next run serves the configuration on
-disk, the run after it changes nothing, and verification.json describes what runs.
+container removed, stopped or paused by hand, one that compose's own stop and rm cannot remove, two deploys at
+once), the next run serves the configuration on disk, the run after it changes nothing, and verification.json
+describes what runs.
+
+One deploy for the module: each test starts from the verified deploy the one before left, and a test that changes
+the inventory's values changes them in ``base_vars`` (the inventory every later run is given).
 
 Run under the podman lock: ``flock /tmp/ai-llm-podman.lock python -m pytest tests/integration/test_role_converge.py``.
 """
@@ -14,7 +18,7 @@ import time
 
 import pytest
 
-from tests.helpers.llm_deploy import local_deploy, recap, result
+from tests.helpers.llm_deploy import local_deploy, recap, result, write_wrong_shape
 
 BLOCK_1 = r"blk\.1\.ffn_(up|down)_exps"
 BLOCK_4 = r"blk\.4\.ffn_(up|down)_exps"
@@ -22,9 +26,9 @@ EXPERTS = ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight", "blk.4.ffn_
            "blk.4.ffn_up_exps.weight"]
 
 
-@pytest.fixture
-def local(tmp_path):
-    with local_deploy(tmp_path, "ai-llm-converge") as deploy:
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    with local_deploy(tmp_path_factory.mktemp("converge"), "ai-llm-converge") as deploy:
         run = deploy.playbook("deploy")
         assert run.returncode == 0, run.stdout[-5000:]
         yield deploy
@@ -74,37 +78,41 @@ def kill(proc):
 
 def test_killed_after_env_was_written_then_rerun(local):
     before = local.container()
-    proc = local.start("deploy", llm_server_ctx_size=1024)
+    served = container_env(local)["CTX_SIZE"]
+    local.base_vars["llm_server_ctx_size"] = 1024
+    proc = local.start("deploy")
     wait_for(lambda: local.env_value("LLM_CTX_SIZE") == "1024")
     os.killpg(proc.pid, signal.SIGSTOP)  # frozen the moment .env holds the new value
     assert local.container()["id"] == before["id"], "the run got to the recreate before it was stopped"
     kill(proc)
-    assert container_env(local)["CTX_SIZE"] == "512"  # what the killed run left: drift
+    assert served != "1024" and container_env(local)["CTX_SIZE"] == served  # what the killed run left: drift
     assert (local.project / ".llm_server.lock").exists()
 
-    run = local.playbook("deploy", llm_server_ctx_size=1024)
+    run = local.playbook("deploy")
     assert run.returncode == 0, run.stdout[-5000:]
     shown = result(run.stdout)
     assert shown["status"] == "changed"
     assert "an earlier run stopped before it recreated ai-llm" in shown["message"]
     assert "took over the lock left by ansible-playbook (pid %d)" % proc.pid in run.stdout, run.stdout
-    assert_converged(local, llm_server_ctx_size=1024)
+    assert_converged(local)
     assert container_env(local)["CTX_SIZE"] == "1024"
 
 
 def test_killed_during_the_health_wait_then_rerun_verifies(local):
     before = local.container()
-    proc = local.start("deploy", llm_server_ctx_size=1024)
+    local.base_vars["llm_server_ctx_size"] = 768
+    proc = local.start("deploy")
     wait_for(lambda: (local.container() or before)["id"] != before["id"])
     kill(proc)
     assert local.verification()["config_hash"] != local.env_value("LLM_CONFIG_HASH")  # never verified
 
-    run = local.playbook("deploy", llm_server_ctx_size=1024)
+    run = local.playbook("deploy")
     assert run.returncode == 0, run.stdout[-5000:]
     shown = result(run.stdout)
     assert shown["status"] == "changed" and "was never verified" in shown["message"], shown["message"]
     assert sorted(shown["tensors_moved"]) == EXPERTS and shown["evidence"] == "per_tensor"
-    assert_converged(local, llm_server_ctx_size=1024)
+    assert_converged(local)
+    assert container_env(local)["CTX_SIZE"] == "768"
 
 
 def test_an_unverified_forced_pattern_left_by_a_killed_run_is_rolled_back(local):
@@ -137,6 +145,42 @@ def test_a_container_removed_stopped_or_paused_by_hand_comes_back_as_a_change(lo
     assert shown["status"] == "changed" and words in shown["message"], shown["message"]
     assert "Rolled back" not in run.stdout
     assert_converged(local)
+
+
+def assert_new_container_serves(deploy, run, old_id):
+    assert run.returncode == 0, run.stdout[-5000:]
+    assert "Rolled back" not in run.stdout
+    shown = result(run.stdout)
+    assert shown["status"] == "changed" and shown["timings"]["recreate"] is not None
+    now = deploy.container()
+    assert now["id"] != old_id and now["status"] == "running" and now["restarts"] == 0
+    assert deploy.health() == 200
+
+
+def test_the_recreate_replaces_a_container_compose_cannot_remove(local):
+    """Paused (compose's stop and rm refuse it every time), then crash-looping by its restart policy (stop finds
+    it exited between two restarts, the restart brings it back, rm fails "as it is running" while compose exits 0
+    and the old container stays): the recreate replaces it all the same."""
+    subprocess.run(["podman", "pause", local.name], check=True, capture_output=True, timeout=60)
+    paused = local.container()
+    assert paused["status"] == "paused"
+    local.base_vars["llm_server_ctx_size"] = 1024
+    run = local.playbook("deploy")
+    assert_new_container_serves(local, run, paused["id"])
+    assert container_env(local)["CTX_SIZE"] == "1024"
+
+    # the running configuration broken by hand, restarted by its restart policy
+    wrong = write_wrong_shape(local.model, local.models / "wrong-shape.gguf")
+    local.set_env("LLM_MODEL_PATH", "'/models/%s'" % wrong.name)
+    assert local.compose("up", "-d", "--force-recreate", "ai-llm").returncode == 0
+    deadline = time.monotonic() + 30
+    while (local.container() or {}).get("restarts", 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    looping = local.container()
+    assert looping["restarts"] >= 2, looping
+    run = local.playbook("deploy")
+    assert_new_container_serves(local, run, looping["id"])
+    assert container_env(local)["MODEL_PATH"] == "/models/demo.gguf"
 
 
 def test_two_deploys_at_once_queue(local):
