@@ -128,9 +128,8 @@ def load_lines(names, gpu_mib, marker=True, debug=True):
     name, the offloaded layers, a CUDA0 model buffer of ``gpu_mib``, a KV and a compute buffer."""
     lines = [META, TENSORS] if marker else []
     lines += [LAYER] if debug else []
-    lines += ["tensor %s (1 MiB f16) buffer type overridden to CPU" % t for t in names]
-    return lines + ["load_tensors: offloaded 3/3 layers to GPU", model_buf("CUDA0", gpu_mib), kv_buf("CUDA0", 1.0),
-                    "sched_reserve:      CUDA0 compute buffer size =     2.00 MiB"]
+    lines += [override(t, "CPU", 1, "f16") for t in names]
+    return lines + [offloaded(3, 3), model_buf("CUDA0", gpu_mib), kv_buf("CUDA0", 1.0), compute_buf("CUDA0", 2.0)]
 
 
 # Two GPUs at the default verbosity: every buffer line, no per-tensor line.

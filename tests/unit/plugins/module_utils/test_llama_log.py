@@ -410,8 +410,8 @@ def test_a_big_log_streams_in_bounded_memory_and_what_is_kept_is_bounded(tmp_pat
     assert tensors(p) == [UP1] and p["per_tensor_lines_visible"] and p["failure"] is None
     # what is kept is bounded
     monkeypatch.setattr(_llama_log, "MAX_OVERRIDES", 10)
-    lines = ["tensor blk.%d.ffn_up_exps.weight (1 MiB f32) buffer type overridden to CPU" % i for i in range(25)]
-    p = parse_log("\n".join(lines + ["load_tensors:   DEV%d model buffer size = 1.00 MiB" % i for i in range(200)]))
+    lines = [override("blk.%d.ffn_up_exps.weight" % i, "CPU", 1, "f32") for i in range(25)]
+    p = parse_log("\n".join(lines + [model_buf("DEV%d" % i, 1.0) for i in range(200)]))
     assert len(p["overridden"]) == 10 and p["overridden_dropped"] == 15
     assert len(p["model_buffers"]) == _llama_log.MAX_BUFFER_NAMES
     p = parse_log("llama_model_load: error loading model: " + "x" * 100_000)
