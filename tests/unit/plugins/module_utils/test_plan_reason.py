@@ -96,6 +96,17 @@ def test_the_reason_of_a_host_without_gpu_gives_the_memory_available(moe):
         "whole context" % host["total_mib"])
 
 
+def test_a_short_host_in_mode_auto_is_not_told_to_use_mode_auto(moe):
+    with pytest.raises(PlanError) as info:
+        plan(moe, [gpu(100)], {"memory_available_mib": 1000}, Options(4096, **SIZING))
+    host = info.value.details["memory"]["host"]
+    assert str(info.value) == (
+        "The host cannot hold its part: %.0f MiB of weights, %.0f MiB of compute and output buffers and the 1024 MiB "
+        "host margin need %.0f MiB, but 1000 MiB are available (MemAvailable), so %.0f MiB are missing. Free host "
+        "memory, or keep more of the model on the GPUs (a larger GPU, a smaller ctx_size)." % (
+            host["model_mib"], host["compute_mib"] + host["output_mib"], host["total_mib"], -host["free_after_mib"]))
+
+
 def test_the_reason_of_a_given_pattern_that_moves_no_expert_counts_what_it_moves(moe):
     """``output\\.weight`` moves output.weight and every attn_output.weight (a search, as llama.cpp's
     std::regex_search), no expert: the head counts those tensors and gives the check's verdict."""
