@@ -141,6 +141,8 @@ def test_the_host_inputs_hold_the_rotation_matrices_of_a_quantized_cache():
     assert cbuf.host_compute_bytes(f, Options(256, cache_type_k="q8_0")) - plain == 128 * 128 * F32
     assert cbuf.host_compute_bytes(f, Options(256, cache_type_k="q4_0", cache_type_v="q4_0")) - plain == \
         (128 * 128 + 64 * 64) * F32
+    assert cbuf.cpu_compute_bytes(f, Options(256, cache_type_k="q8_0")) - cbuf.cpu_compute_bytes(f, Options(256)) == \
+        128 * 128 * F32
     unnamed = facts(block_count=1, n_embd=128, kv_blocks={0: (128, 128)})  # no KV head count: one KV head, of 128
     assert cbuf.host_compute_bytes(unnamed, Options(256, cache_type_k="q8_0")) - cbuf.host_compute_bytes(unnamed, Options(256)) == \
         128 * 128 * F32
@@ -182,6 +184,20 @@ def test_from_32_tokens_the_gpu_computes_the_host_experts_from_a_copy():
                                                       remote_expert_blocks=[0, 1])
 
 
+def test_experts_moved_to_another_gpu_are_computed_there():
+    """``-ot ...=CUDA1`` on block 0's experts, whose layer is on GPU 0: GPU 1 computes their products (the
+    foreign expert blocks of its compute buffer) from copies of the normed input [16, T] and of the argsort
+    [8, T], with gate, up and their GLU [64, 4, T]; the routing stays with the layer."""
+    facts = two_moe_blocks()
+    moved = dict((n, 1) for n in facts.expert_tensors_by_block[0])
+    result = mest.estimate(facts, Options(256, 1), split=[1, 1], n_devices=2, device_tensors=moved)
+    assert result["devices_by_block"] == [0, 0] and result["output_device"] == 1
+    gpu1 = result["gpus"][1]["compute"]
+    assert gpu1 == cbuf.compute_buffer_bytes(facts, Options(256, 1), [], True, foreign_expert_blocks=[0])
+    foreign = cbuf.compute_buffer_bytes(facts, Options(256, 1), [], False, foreign_expert_blocks=[0])
+    assert foreign - cbuf.compute_buffer_bytes(facts, Options(256, 1), [], False) == (16 + 8 + 3 * 64 * 4) * 256 * F32
+
+
 def test_without_a_q_width_q_is_the_heads_times_the_k_head_size():
     """8 query heads over 2 KV heads of K width 64 (32 a head): Q is 8 x 32 wide, F32 for 3 tokens."""
     f = facts(block_count=1, kv_blocks={0: (64, 64)}, n_head={0: 8}, kv_heads={0: 2})
@@ -196,6 +212,8 @@ def test_mla_attention_works_in_the_latent_space_of_the_cached_head():
     tokens = 8
     normed, q, q_latent, k = 64 * tokens * F32, 192 * tokens * F32, 4 * 32 * tokens * F32, 32 * tokens * F32
     assert cbuf._attention_peak(f, 0, micro_shape(tokens, 1), True) == normed + q + 2 * q_latent + 2 * k
+    one_head = facts(block_count=1, kv_blocks={0: (32, 0)}, q_width={0: 192}, mla=True)  # no head counts: one head
+    assert cbuf._attention_peak(one_head, 0, micro_shape(tokens, 1), True) == normed + q + 2 * k + 2 * k
 
 
 def test_a_quantized_v_cache_adds_v_s_hadamard_product_beside_the_projections():
@@ -206,6 +224,9 @@ def test_a_quantized_v_cache_adds_v_s_hadamard_product_beside_the_projections():
     normed, q, k, v = 128 * tokens * F32, 64 * tokens * F32, 64 * tokens * F32, 256 * tokens * F32
     assert cbuf._attention_peak(f, 0, micro_shape(tokens, 1), True, (0, 64)) == normed + q + k + v + v
     assert cbuf._attention_peak(f, 0, micro_shape(tokens, 1), True) == normed + q + k + v  # f16 V: no product
+    wide_k = facts(block_count=1, n_embd=16, kv_blocks={0: (256, 64)}, n_head={0: 4}, kv_heads={0: 4})
+    q, k, v = 256 * tokens * F32, 256 * tokens * F32, 64 * tokens * F32  # a K wider than the input: Q, V, V's product, 2 x K
+    assert cbuf._attention_peak(wide_k, 0, micro_shape(tokens, 1), True, (0, 16)) == q + v + v + 2 * k
 
 
 def test_a_block_without_attention_is_another_kind_and_one_reading_another_s_cache_is_not():
@@ -228,6 +249,24 @@ def test_head_counts_default_to_one_and_a_block_reading_another_s_cache_projects
     peak = cbuf._attention_peak(f, 0, cbuf.GraphShape(2, 1, 1, cells), False)
     flash = cbuf._attention_peak(f, 0, cbuf.GraphShape(2, 1, 1, cells), True)
     assert peak == max(flash, 64 * 2 * F32 + 64 * 2 * F32 + 64 * 2 * F32 + 32 * 2 * F32 + 256 * 2 * F32)
+
+
+def test_without_flash_attention_wide_v_heads_make_the_scores_beside_two_outputs_the_peak():
+    """8 query heads over one KV head of K 16 and V 256, 2 tokens, 256 cells: the KQ scores of every head
+    [256, T, 8] beside the heads' output [8 x 256, T] and its contiguous copy outgrow the projections."""
+    f = facts(block_count=1, kv_blocks={0: (16, 256)}, n_head={0: 8}, kv_heads={0: 1})
+    shape = cbuf.GraphShape(2, 1, 1, kvc.CacheCells(256, 256, 1, 0, 2))
+    scores, out = 256 * 2 * 8 * F32, 8 * 256 * 2 * F32
+    assert cbuf._attention_peak(f, 0, shape, False) == scores + 2 * out
+
+
+def test_mla_writes_no_v_rows_into_the_cache():
+    """llama-kv-cache.cpp build_input_k_idxs / build_input_v_idxs: one I64 row index a token for K; MLA caches no
+    V, so none for V, with or without flash attention (the KQ mask: F16, or F32 without)."""
+    mla = facts(kv_blocks={0: (64, 0)}, mla=True)
+    shape = cbuf.GraphShape(8, 1, 1, kvc.CacheCells(256, 256, 1, 0, 8))
+    assert cbuf._cache_inputs(mla, shape, True, False) == 256 * 8 * 2 + 8 * 8
+    assert cbuf._cache_inputs(mla, shape, False, False) == 256 * 8 * F32 + 8 * 8
 
 
 def test_cpu_compute_buffer_holds_the_graph_inputs_the_embedding_rows_and_the_worst_node():

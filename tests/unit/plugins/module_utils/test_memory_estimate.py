@@ -136,6 +136,7 @@ def test_tied_embeddings_copy_token_embd_to_the_output_device():
     f = weights_model()
     tied = facts(tensors=f.tensors[:-1], expert_tensors_by_block=f.expert_tensors_by_block)
     assert mest.weight_bytes(tied, backend="cpu")[:2] == ([11424 + 10752 + 4352 + 2176 + 2856000], 2856000)
+    assert mest.weight_bytes(tied)[0] == [11904 + 10752 + 4352 + 2176 + 2856448]  # the copy padded like output.weight
 
 
 @pytest.mark.parametrize("flash_attn, on", [(True, True), ("on", True), ("auto", True), ("true", True),
