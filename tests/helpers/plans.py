@@ -45,9 +45,10 @@ def exact_moe(kinds="DEEE", context_length=4096):
     return mfacts.model_facts(md, tensors, classify_model(arch, md, tensors))
 
 
-def need(facts, blocks, ctx=4096, parallel=1, sizing=SIZING, **kw):
-    """Bytes the one GPU needs with the experts of ``blocks`` in host memory (``sizing={}``: llama-server's
-    defaults)."""
+def need(facts, blocks, ctx=4096, parallel=1, sizing=None, **kw):
+    """Bytes the one GPU needs with the experts of ``blocks`` in host memory (``sizing`` SIZING unless given;
+    ``sizing={}``: llama-server's defaults)."""
+    sizing = SIZING if sizing is None else sizing
     cpu = [n for b in blocks for n in facts.expert_tensors_by_block[b]]
     return mest.estimate(facts, Options(ctx, parallel, **dict(sizing, **kw)), cpu_tensors=cpu)["gpus"][0]["total"]
 

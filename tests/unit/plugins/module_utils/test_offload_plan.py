@@ -11,7 +11,6 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _common 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _kv_cache as kvc
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_estimate as mest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _offload_plan as op
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _plan_inputs as pin
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_check import check_pattern
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts

@@ -17,11 +17,11 @@ DOUBLES = Path(__file__).resolve().parents[3] / "doubles"
 GPU_ENV = {"PATH": "%s:%s" % (DOUBLES, os.environ["PATH"]), "NVIDIA_SMI_FIXTURE": "dual_a5500_a4000"}
 
 
-def read(ansible_module, tmp_path, model, env=GPU_ENV):
+def read(ansible_module, tmp_path, model, env=None):
     args = {"project_dir": str(tmp_path / "ai-llm"), "container_name": "ai-llm-absent-" + tmp_path.name[-8:],
             "compose_command": ["podman-compose"], "gpus": True, "host_memory": True, "model_path": model,
             "model_dir": os.path.dirname(model), "lock_path": str(tmp_path / "ai-llm" / ".llm_server.lock")}
-    return ansible_module("llm_server_service_info", args, extra_env=env)
+    return ansible_module("llm_server_service_info", args, extra_env=GPU_ENV if env is None else env)
 
 
 def test_one_call_reads_what_the_three_modules_read(ansible_module, tmp_path):
