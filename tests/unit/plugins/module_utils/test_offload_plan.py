@@ -121,6 +121,12 @@ def test_the_host_fits_with_exactly_what_it_needs(moe):
     assert unchecked["host"]["available_mib"] is None
 
 
+def test_a_block_without_routed_experts_moves_nothing(moe):
+    """Block 0 holds no routed experts: naming it for the host or for another GPU sizes the same plan."""
+    one = sizer(moe, 100)
+    assert one.estimate([0], {0: 0}) == one.estimate([])
+
+
 def test_the_gpu_free_after_is_free_memory_minus_the_total(moe):
     gpu_total = need(moe, [2])
     result = sizer(moe, gpu_total / common.MIB + 3).estimate([2])

@@ -45,6 +45,8 @@ def test_normalize_gpus_counts_the_running_servers_memory_as_free():
      "gpus[0]: memory_used_mib 101 is more than memory_total_mib 100"),
     ([{"name": "GB10", "memory_total_mib": 100}],
      "gpus[0] (GB10) reports no free memory (nvidia-smi printed [N/A]?): give memory_free_mib in a gpus list"),
+    ([{"memory_total_mib": 100}],
+     "gpus[0] (unnamed) reports no free memory (nvidia-smi printed [N/A]?): give memory_free_mib in a gpus list"),
     ([{"memory_free_mib": 100, "mig_devices": [{}]}],
      "gpus[0] (None) is in MIG mode: plan for one MIG device by passing a gpus list with its memory"),
 ])

@@ -42,6 +42,22 @@ def test_a_nano_plan_that_does_not_fit_names_what_to_lower(nano):
             max(nano.expert_bytes_by_block().values()) / MIB))
 
 
+def test_a_nano_plan_on_an_a5500_names_the_blocks_it_moves_and_what_stays_on_the_gpu(nano):
+    """The A5500 (24148 MiB free) at 32K with two slots: the experts of two blocks go to host memory, the Nano's
+    recurrent (Mamba) tensors stay on the GPU with its attention."""
+    result = plan(nano, [gpu(24148)], None, Options(32768, 2))
+    used, here = result["memory"]["gpus"][0], result["headroom"]["this_plan"]
+    assert result["reason"] == (
+        "The routed experts of 2 of the 23 MoE blocks (1, 3) go to host memory: everything on the GPU would need "
+        "%.0f MiB, more than GPU0 (24148 MiB free) offers. With this plan the GPU side needs %.0f MiB (%.0f MiB "
+        "saved); every attention, recurrent, router and shared-expert tensor stays on the GPU, and %.0f MiB of "
+        "weights are read from host memory, in the page cache of the model file (mmap). At most %d tokens of context "
+        "fit with 2 slot(s), and at most %d slot(s) at this context. Host memory was not checked (give host, the "
+        "result of host_info)." % (
+            used["total_mib"] + result["vram_saved_mib"], used["total_mib"], result["vram_saved_mib"],
+            result["memory"]["host"]["model_mib"], here["max_ctx_size"], here["max_parallel"]))
+
+
 @pytest.mark.parametrize("shares, text", [([3, 1], "0.75,0.25"), ([1, 1, 1], "0.333,0.333,0.333"), ([0, 2], "0,1"),
                                           ([2, 0], "1,0"), ([24148, 15746], "0.605,0.395")])
 def test_split_text_is_each_share_of_the_whole(shares, text):
