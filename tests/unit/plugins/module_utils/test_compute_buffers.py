@@ -133,16 +133,16 @@ def test_the_host_computes_its_experts_under_32_tokens_even_with_op_offload():
 
 def test_the_host_inputs_hold_the_rotation_matrices_of_a_quantized_cache():
     """llama-kv-cache.cpp: a quantized K cache of head size 128 adds attn_rot_k [128, 128] (the largest power of
-    two from 64 that divides the head size), a quantized V cache attn_rot_v [64, 64]; F32, graph inputs, so on
-    the host."""
+    two from 64 that divides the head size), a quantized V cache attn_rot_v [64, 64]; F32 graph inputs: on the
+    host, in the input copies of a device's graph and in a CPU host's buffer."""
     f = facts(block_count=1, n_embd=128, kv_blocks={0: (128, 128)}, n_head={0: 1}, kv_heads={0: 1})
     plain = cbuf.host_compute_bytes(f, Options(256))
     assert cbuf.host_compute_bytes(f, Options(256, cache_type_v="q8_0")) - plain == 64 * 64 * F32
     assert cbuf.host_compute_bytes(f, Options(256, cache_type_k="q8_0")) - plain == 128 * 128 * F32
     assert cbuf.host_compute_bytes(f, Options(256, cache_type_k="q4_0", cache_type_v="q4_0")) - plain == \
         (128 * 128 + 64 * 64) * F32
-    assert cbuf.cpu_compute_bytes(f, Options(256, cache_type_k="q8_0")) - cbuf.cpu_compute_bytes(f, Options(256)) == \
-        128 * 128 * F32
+    for estimate in (cbuf.compute_buffer_bytes, cbuf.cpu_compute_bytes):
+        assert estimate(f, Options(256, cache_type_k="q8_0")) - estimate(f, Options(256)) == 128 * 128 * F32
     unnamed = facts(block_count=1, n_embd=128, kv_blocks={0: (128, 128)})  # no KV head count: one KV head, of 128
     assert cbuf.host_compute_bytes(unnamed, Options(256, cache_type_k="q8_0")) - cbuf.host_compute_bytes(unnamed, Options(256)) == \
         128 * 128 * F32

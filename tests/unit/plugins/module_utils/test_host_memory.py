@@ -38,8 +38,13 @@ def test_meminfo_of_this_machine():
         total_kib = int([line for line in handle if line.startswith("MemTotal:")][0].split()[1])
     assert values["memory_total_mib"] == round(total_kib / 1024.0, 2)
     assert 0 < values["memory_available_mib"] <= values["memory_total_mib"]
-    mine = hm.cgroup_memory()
-    assert mine is None or mine["limit_mib"] > 0
+
+
+def test_the_cgroup_read_by_default_is_this_process_s_on_this_machine(monkeypatch):
+    read = []
+    monkeypatch.setattr(hm, "_read", lambda root, *parts: read.append((root,) + parts) or "0::/\n")
+    assert hm.cgroup_memory() is None
+    assert read[0] == ("/", "proc/self/cgroup")
 
 
 def test_meminfo_of_a_copy(tmp_path):

@@ -373,14 +373,21 @@ def test_shared_kv_layers_own_no_cache():
         assert sorted(transformer("qwen3", 4, attention__shared_kv_layers=shared).kv_blocks) == [0, 1, 2, 3]
 
 
-def test_missing_embedding_and_vocabulary_are_read_from_token_embd():
-    tensors = [f32("token_embd.weight", 64, 500), f32("blk.0.attn_k.weight", 64, 32),
+@pytest.mark.parametrize("embedding", ["token_embd.weight", "output.weight"])
+def test_missing_embedding_and_vocabulary_are_read_from_token_embd_else_output(embedding):
+    tensors = [f32(embedding, 64, 500), f32("blk.0.attn_k.weight", 64, 32),
                f32("blk.0.attn_v.weight", 64, 32), f32("blk.0.attn_q.weight", 64, 64)]
     got = mfacts.model_facts({}, tensors, classify_model("x", {}, tensors))
     assert (got.n_embd, got.n_vocab) == (64, 500)
     assert got.warnings[:2] == ["x.embedding_length missing: 64 taken from the embedding tensor",
                                 "vocabulary size missing: 500 taken from the embedding tensor"]
     assert got.kv_blocks == {0: (32, 32)}
+
+
+def test_a_one_dimensional_embedding_gives_the_width_but_no_vocabulary():
+    one_dim = [f32("token_embd.weight", 64)]
+    got = mfacts.model_facts({"x.vocab_size": 500}, one_dim, classify_model("x", {}, one_dim))
+    assert (got.n_embd, got.n_vocab) == (64, 500)
 
 
 def test_unknown_tensor_sizes_are_counted_as_zero_with_a_warning():
