@@ -26,9 +26,7 @@ def test_read_bytes_reads_the_file_and_gives_none_for_a_missing_one(tmp_path):
     (tmp_path / "f").write_bytes(b"\x00ab\n")
     assert read_bytes(str(tmp_path / "f")) == b"\x00ab\n"
     assert read_bytes(tmp_path / "missing") is None
-
-
-def test_read_bytes_takes_a_directory_for_none_only_when_missing_says_so(tmp_path):
+    # a directory is None only when ``missing`` says so
     with pytest.raises(IsADirectoryError):
         read_bytes(tmp_path)
     assert read_bytes(tmp_path, missing=(OSError,)) is None

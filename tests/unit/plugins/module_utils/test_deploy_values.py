@@ -19,11 +19,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values 
 )
 from tests.helpers.role_vars import role_values
 
-BASE = role_values({
-    "llm_server_model_path": "/srv/models/x.gguf",
-    "llm_server_project_dir": "/srv/ai-llm",
-    "llm_server_compose_project": "ai-llm",
-})
+BASE = role_values(llm_server_model_path="/srv/models/x.gguf")
 
 DOLLAR_BRACE = "it holds '${', which podman-compose's .env parser (python-dotenv) expands even inside quotes"
 PROJECT_NAME = ("a compose project name (lower-case letters, digits, '_' and '-', starting with a letter or digit; "
@@ -54,20 +50,16 @@ def settings(**values):
 # --- SettingsError and the checker ----------------------------------------------------------------------------------
 
 
-def test_input_error_joins_variable_and_message_pairs():
+def test_input_error_joins_variable_and_message_pairs_of_any_iterable():
     exc = SettingsError([("llm_server_port", "0 is out of range"), ("llm_server_image", "bad")])
     assert exc.problems == [("llm_server_port", "0 is out of range"), ("llm_server_image", "bad")]
     assert str(exc) == "llm_server_port: 0 is out of range; llm_server_image: bad"
     assert exc.lines() == ["llm_server_port: 0 is out of range", "llm_server_image: bad"]
     assert exc.refusal("h1") == ("llm_server: these values cannot be deployed on h1: llm_server_port: 0 is out of "
                                  "range; llm_server_image: bad. Nothing was changed.")
-    assert SettingsError([("a", "x")]).refusal("h2") == (
-        "llm_server: this value cannot be deployed on h2: a: x. Nothing was changed.")
-
-
-def test_input_error_takes_any_iterable_of_pairs():
     exc = SettingsError(iter([("a", "x")]))
     assert (exc.problems, str(exc), exc.lines()) == ([("a", "x")], "a: x", ["a: x"])
+    assert exc.refusal("h2") == "llm_server: this value cannot be deployed on h2: a: x. Nothing was changed."
     assert SettingsError([]).lines() == []
 
 
@@ -160,9 +152,7 @@ def test_base_url_brackets_ipv6_and_maps_wildcards_to_loopback():
     assert base_url("0.0.0.0", 8080) == "http://127.0.0.1:8080"
     assert base_url("::", 80) == "http://[::1]:80"
     assert base_url("10.1.2.3", 8080) == "http://10.1.2.3:8080"
-    assert base_url("::1", 8080) == "http://[::1]:8080"
     assert base_url("fd00::5", 1) == "http://[fd00::5]:1"
-    assert base_url("127.0.0.1", 65535) == "http://127.0.0.1:65535"
 
 
 @pytest.mark.parametrize("values, api_key, address", [
@@ -289,6 +279,7 @@ REFUSED = [
     _bad("moe_offload_pattern", "x" * 119 + "${", '"%s..." cannot be deployed: %s' % ("x" * 117, DOLLAR_BRACE)),
     _bad("moe_offload_pattern", "blk\n", '"blk\\n" cannot be deployed: it holds control characters (\\n), which a '
                                          '.env line cannot carry'),
+    _bad("moe_offload_pattern", "a" * (10 ** 7 + 1), "10000001 characters is longer than the 10000000 allowed"),
 ]
 
 
@@ -297,11 +288,6 @@ REFUSED = [
 def test_each_value_that_cannot_be_deployed_is_refused_by_name_with_the_value(values, variable, message):
     given = {"llm_server_" + name: value for name, value in values.items()}
     assert problems(**given) == {"llm_server_" + variable: message}
-
-
-def test_the_users_pattern_is_limited_to_ten_million_characters():
-    assert problems(llm_server_moe_offload_pattern="a" * (10 ** 7 + 1)) == {
-        "llm_server_moe_offload_pattern": "10000001 characters is longer than the 10000000 allowed"}
 
 
 def _kept(variable, *values):
@@ -397,16 +383,13 @@ INTEGERS = [
 
 
 @pytest.mark.parametrize("variable, low, high, extra", INTEGERS)
-def test_integers_are_accepted_at_both_limits(variable, low, high, extra):
+def test_integers_are_accepted_at_both_limits_and_refused_by_name_one_past(variable, low, high, extra):
     name = "llm_server_" + variable
     assert getattr(settings(**dict(extra, **{name: low})), variable) == low
     assert getattr(settings(**dict(extra, **{name: high})), variable) == high
     assert getattr(settings(**dict(extra, **{name: " %d " % high})), variable) == high
-
-
-@pytest.mark.parametrize("variable, low, high, extra", [row for row in INTEGERS if row[0] != "lock_lease"])
-def test_integers_one_past_either_limit_are_refused_by_name(variable, low, high, extra):
-    name = "llm_server_" + variable
+    if variable == "lock_lease":
+        return  # its range is 60 to 604800 and the health timeout sets its lowest: REFUSED has both messages
     for value in (low - 1, high + 1):
         assert problems(**dict(extra, **{name: value})) == {
             name: "%d is out of range: an integer from %d to %d" % (value, low, high)}

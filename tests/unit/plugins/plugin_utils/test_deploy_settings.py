@@ -9,11 +9,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_settings import role_settings
 from tests.helpers.role_vars import role_values
 
-BASE = role_values({
-    "llm_server_model_path": "/srv/models/x.gguf",
-    "llm_server_project_dir": "/srv/ai-llm",
-    "llm_server_compose_project": "ai-llm",
-})
+BASE = role_values(llm_server_model_path="/srv/models/x.gguf")
 
 
 def plain(value):
@@ -60,14 +56,12 @@ def test_a_refusal_names_the_host_and_every_problem_with_its_variable():
                               + "; ".join(failure["problems"]) + ". Nothing was changed.")
 
 
-def test_a_host_without_its_name_is_refused_as_question_mark():
-    failure = role_settings(plain, dict(BASE, llm_server_port=0))[1]
-    assert failure["msg"].startswith("llm_server: this value cannot be deployed on ?: llm_server_port: ")
-
-
-def test_the_rollback_entry_needs_no_model():
+def test_the_rollback_entry_needs_no_model_and_a_host_without_its_name_is_refused_as_question_mark():
     no_model = dict(BASE, llm_server_model_path="")
-    assert role_settings(plain, no_model)[1]["problems"] == [
+    failure = role_settings(plain, no_model)[1]
+    assert failure["problems"] == [
         "llm_server_model_path: it is required: the GGUF on the host (the first shard of a split model)"]
+    assert failure["msg"] == ("llm_server: this value cannot be deployed on ?: " + failure["problems"][0]
+                              + ". Nothing was changed.")
     settings, failure = role_settings(plain, no_model, entry="rollback")
     assert failure is None and settings["model_path"] == ""
