@@ -38,8 +38,8 @@ def facts_of(md, ts):
     return mfacts.model_facts(md, ts, classify_model(md.get("general.architecture"), md, ts))
 
 
-def nano_header(pattern=NANO, drop=(), **extra):
-    """Metadata and tensor infos of Nemotron-3-Nano-30B-A3B (its GGUF metadata, no file), or of a Nemotron-H MoE
+def nano_facts(pattern=NANO, drop=(), **extra):
+    """The facts of Nemotron-3-Nano-30B-A3B (its GGUF metadata and tensor infos, no file), or of a Nemotron-H MoE
     of another block ``pattern``: hidden 2688, vocab 131072, 32 heads, 2 KV heads of 128, 128 experts (6 used) of
     1856, Mamba inner 4096, state 128, 8 groups, conv 4; Q8_0 matrices, F32 norms and router. ``drop`` removes
     metadata keys and ``extra`` sets them (names after ``nemotron_h_moe.``)."""
@@ -75,11 +75,7 @@ def nano_header(pattern=NANO, drop=(), **extra):
                    tensor(p + "ffn_up_shexp.weight", (2688, 3712), TYPE_Q8_0),
                    tensor(p + "ffn_down_shexp.weight", (3712, 2688), TYPE_Q8_0)]
     ts += [f32("output_norm.weight", 2688), tensor("output.weight", (2688, 131072), TYPE_Q8_0)]
-    return md, ts
-
-
-def nano_facts(pattern=NANO, drop=(), **extra):
-    return facts_of(*nano_header(pattern, drop, **extra))
+    return facts_of(md, ts)
 
 
 def attention_model(arch="qwen3moe", blocks=2, **meta):
@@ -175,16 +171,6 @@ def attention_only(n_vocab=1000000):
     """One attention block: 4 query heads of 64 on one KV head of 64, embedding 64, and a large vocabulary."""
     return facts(block_count=1, n_embd=64, n_vocab=n_vocab, kv_blocks={0: (64, 64)}, n_head={0: 4},
                  kv_heads={0: 1}, q_width={0: 256})
-
-
-def mamba2_from_shapes(conv_channels, d_inner=64, n_group=2):
-    """A one-block mamba2 model without ssm.* metadata: the widths come from ssm_conv1d {d_conv, conv channels},
-    ssm_out {d_inner, n_embd} and ssm_norm {d_inner / n_group, n_group} (src/llama-model.cpp, LLM_ARCH_MAMBA2)."""
-    tensors = [f32("token_embd.weight", 32, 100), f32("blk.0.ssm_in.weight", 32, 2 * d_inner),
-               f32("blk.0.ssm_conv1d.weight", 4, conv_channels),
-               f32("blk.0.ssm_norm.weight", d_inner // n_group, n_group), f32("blk.0.ssm_out.weight", d_inner, 32)]
-    md = {"mamba2.block_count": 1, "mamba2.embedding_length": 32}
-    return mfacts.model_facts(md, tensors, classify_model("mamba2", md, tensors))
 
 
 MODELS = {"A": {}, "B": {"n_embd": 128, "n_ff_exp": 64, "n_expert": 16, "n_expert_used": 4},

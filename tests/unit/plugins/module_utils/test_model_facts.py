@@ -15,56 +15,37 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_f
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import LLAMA_MAX_LAYERS
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 from tests.helpers.memory_models import (
-    NANO_ATTENTION, NANO_MAMBA, T, decoder, decoder_header, f32, facts_of, gemma3_270m, kv_mib, mamba2_from_shapes,
-    nano_facts, qkv_model, recurrent_model, transformer)
+    NANO_ATTENTION, NANO_MAMBA, T, decoder_header, f32, facts_of, gemma3_270m, kv_mib, nano_facts,
+    qkv_model, recurrent_model, transformer)
 
 NANO_FACTS = nano_facts()
-
-
-def test_metadata_fallback_to_tensor_shapes_with_warnings():
-    facts = nano_facts(drop=("attention.key_length", "attention.value_length", "ssm.conv_kernel", "ssm.inner_size",
-                             "ssm.state_size", "ssm.group_count", "embedding_length", "vocab_size"))
-    assert facts.kv_blocks == NANO_FACTS.kv_blocks
-    assert facts.recurrent_blocks == NANO_FACTS.recurrent_blocks
-    assert (facts.n_embd, facts.n_vocab) == (2688, 131072)
-    text = " ".join(facts.warnings)
-    assert "attn_k/attn_v" in text and "ssm" in text and "embedding_length" in text and "vocabulary" in text
 
 
 def test_wrongly_shaped_tensors_give_a_clear_error():
     tensors = [f32("token_embd.weight", 64, 32), f32("blk.0.attn_q.weight", 64, 64), f32("blk.0.attn_k.weight", 64),
                f32("blk.0.attn_v.weight", 64)]
     metadata = {"x.embedding_length": 64}
-    with pytest.raises(mfacts.MemoryModelError, match="KV width"):
+    with pytest.raises(mfacts.MemoryModelError) as info:
         mfacts.model_facts(metadata, tensors, classify_model("x", metadata, tensors))
+    assert str(info.value) == ("block 0 is an attention block but neither the metadata (x.attention.head_count_kv, "
+                               "key_length, value_length) nor attn_k/attn_v tensors give its KV width")
 
 
-def test_mamba1_has_no_groups():
-    """Mamba-1 (jamba, mamba) writes no ssm.group_count: llama.cpp's n_group is 0, conv channels = d_inner."""
-    facts = recurrent_model("jamba", {"ssm.conv_kernel": 4, "ssm.inner_size": 128, "ssm.state_size": 16},
-                            [("ssm_in.weight", (64, 256)), ("ssm_x.weight", (128, 36))])
-    assert facts.recurrent_blocks == {0: (3 * 128, 16 * 128)}
-    mamba2 = recurrent_model("granitehybrid", {"ssm.conv_kernel": 4, "ssm.inner_size": 128, "ssm.state_size": 16,
-                                               "ssm.group_count": 2}, [("ssm_in.weight", (64, 256))])
-    assert mamba2.recurrent_blocks == {0: (3 * (128 + 2 * 2 * 16), 16 * 128)}
+NO_SSM_TENSORS = ("the recurrent blocks lack nemotron_h.ssm.conv_kernel/inner_size/state_size and the ssm_conv1d/ssm_out "
+                  "tensors to read them from")
 
 
-def test_recurrent_shapes_with_a_zero_group_count():
-    """An ssm_norm of {64, 0} gives no group count: it is ignored (one group), never divided by."""
-    facts = recurrent_model("nemotron_h", {"ssm.conv_kernel": -4}, [
-        ("ssm_conv1d.weight", (4, 96)), ("ssm_out.weight", (64, 64)), ("ssm_norm.weight", (64, 0))])
-    assert facts.recurrent_blocks == {0: (3 * 96, 16 * 64)}
-    assert any("taken from the ssm tensor shapes" in w for w in facts.warnings)
-
-
-@pytest.mark.parametrize("ssm, reason", [
-    ([("ssm_conv1d.weight", (4,)), ("ssm_out.weight", (64, 64))], "ssm_conv1d/ssm_out"),
-    ([("ssm_out.weight", (64, 64))], "ssm_conv1d/ssm_out"),
-    ([("ssm_conv1d.weight", (4, 64)), ("ssm_out.weight", (64, 64))], "state size"),
+@pytest.mark.parametrize("ssm, message", [
+    ([("ssm_conv1d.weight", (4,)), ("ssm_out.weight", (64, 64))], NO_SSM_TENSORS),
+    ([("ssm_out.weight", (64, 64))], NO_SSM_TENSORS),
+    ([("ssm_conv1d.weight", (4, 64)), ("ssm_out.weight", (64, 64))],  # no room for a state beside d_inner
+     "the recurrent blocks lack nemotron_h.ssm.* metadata and the ssm tensor shapes do not give a state size (conv "
+     "channels 64, inner size 64)"),
 ])
-def test_recurrent_shapes_that_give_no_state(ssm, reason):
-    with pytest.raises(mfacts.MemoryModelError, match=reason):
+def test_recurrent_shapes_that_give_no_state(ssm, message):
+    with pytest.raises(mfacts.MemoryModelError) as info:
         recurrent_model("nemotron_h", {"ssm.conv_kernel": -4}, ssm)
+    assert str(info.value) == message
 
 
 def test_implausible_block_count_is_refused():
@@ -97,20 +78,12 @@ def test_shared_experts_with_a_gate_are_gated_per_block_and_attention_without_q_
     """Qwen2-MoE's shared expert (llama.cpp: ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp of {n_embd, n_ff_shexp})
     is gated; Nemotron-H's (up and down only) is not. A block without ``attn_q`` (fused ``attn_qkv``) has a Q of
     n_head x key_length."""
-    tensors = [f32("token_embd.weight", 64, 512), f32("output.weight", 64, 512)]
+    md, tensors = decoder_header("qwen2moe", 2, 64, 4, 2, 16, experts=4, n_ff=32)
+    tensors = [t for t in tensors if ".attn_q." not in t.name] + [f32("blk.1.ffn_gate_shexp.weight", 64, 96)]
     for b in range(2):
-        p = "blk.%d." % b
-        tensors += [f32(p + "attn_qkv.weight", 64, 128), f32(p + "attn_output.weight", 64, 64),
-                    f32(p + "ffn_gate_inp.weight", 64, 4), f32(p + "ffn_up_exps.weight", 64, 32, 4),
-                    f32(p + "ffn_gate_exps.weight", 64, 32, 4), f32(p + "ffn_down_exps.weight", 32, 64, 4),
-                    f32(p + "ffn_up_shexp.weight", 64, 96), f32(p + "ffn_down_shexp.weight", 96, 64)]
-        if b == 1:
-            tensors.append(f32(p + "ffn_gate_shexp.weight", 64, 96))
-    a = "qwen2moe."
-    md = {"general.architecture": "qwen2moe", a + "block_count": 2, a + "embedding_length": 64,
-          a + "attention.head_count": 4, a + "attention.head_count_kv": 2, a + "attention.key_length": 16,
-          a + "attention.value_length": 16, a + "expert_count": 4, a + "expert_used_count": 2, a + "vocab_size": 512}
-    found = mfacts.model_facts(md, tensors, classify_model("qwen2moe", md, tensors))
+        tensors += [f32("blk.%d.attn_qkv.weight" % b, 64, 128), f32("blk.%d.ffn_up_shexp.weight" % b, 64, 96),
+                    f32("blk.%d.ffn_down_shexp.weight" % b, 96, 64)]
+    found = facts_of(md, tensors)
     assert found.shexp == {0: 96, 1: 96} and found.shexp_gated == frozenset({1})
     assert found.q_width == {0: 64, 1: 64}
 
@@ -139,29 +112,25 @@ def test_the_facts_mark_the_routed_experts_and_count_the_used_ones_and_the_selec
     assert biased.expert_probs_bias is True and biased.expert_used_count == 2
 
 
-def test_head_count_kv_defaults_to_head_count():
-    """llama.cpp: ``hparams.n_head_kv_arr = hparams.n_head_arr`` before the optional head_count_kv is read; with
-    key and value lengths the metadata is complete, so attn_k/attn_v's shapes are not needed."""
-    found = qkv_model({"llama.attention.key_length": 16, "llama.attention.value_length": 16}, attn_k=64)
-    assert found.kv_heads == {0: 4} and found.kv_blocks == {0: (64, 64)} and found.warnings == []
+LENGTHS = {"llama.attention.key_length": 16, "llama.attention.value_length": 16}
 
 
-def test_the_head_size_is_n_embd_over_the_heads_rounded_down():
-    """Without key_length llama.cpp's n_embd_head_k is n_embd / n_head in integers: 100 / 8 = 12 per head, 2 KV
-    heads: 24 wide (a fused attn_qkv, so no attn_k shape to read)."""
-    found = qkv_model({"llama.attention.head_count_kv": 2}, heads=8, attn=("attn_qkv", 148), n_embd=100)
-    assert found.kv_blocks == {0: (24, 24)} and found.q_width == {0: 96}
-
-
-def test_the_q_width_is_attn_q_s_shape_else_the_heads_times_the_k_head_size():
-    """attn_q's shape gives the Q projection (96 wide here, not 4 heads x 16); without attn_q and key_length the
-    head size is the K width per KV head, in integers (30 / 4 = 7)."""
-    md = {"llama.attention.head_count_kv": 2, "llama.attention.key_length": 16, "llama.attention.value_length": 16}
-    assert qkv_model(md, attn=("attn_q", 96)).q_width == {0: 96}
-    fallback = qkv_model({"llama.attention.head_count_kv": 4}, attn=("attn_qkv", 128), attn_k=30)
-    assert fallback.kv_blocks == {0: (30, 30)} and fallback.q_width == {0: 28}
-    assert fallback.warnings == ["KV widths of blocks 0 taken from the attn_k/attn_v tensor shapes (metadata "
-                                 "incomplete)"]
+@pytest.mark.parametrize("md, model, kv_heads, width, q_width, warnings", [
+    # hparams.n_head_kv_arr = hparams.n_head_arr before the optional head_count_kv is read; with key and value
+    # lengths the metadata is complete, so attn_k/attn_v's shapes are not needed
+    (LENGTHS, dict(attn_k=64), 4, 64, 64, []),
+    # without key_length n_embd_head_k is n_embd / n_head in integers: 100 / 8 = 12 per head (a fused attn_qkv)
+    ({"llama.attention.head_count_kv": 2}, dict(heads=8, attn=("attn_qkv", 148), n_embd=100), 2, 24, 96, []),
+    # attn_q's shape gives the Q projection: 96 wide, not 4 heads x 16
+    (dict(LENGTHS, **{"llama.attention.head_count_kv": 2}), dict(attn=("attn_q", 96)), 2, 32, 96, []),
+    # without attn_q and key_length the head size is the K width per KV head, in integers (30 / 4 = 7)
+    ({"llama.attention.head_count_kv": 4}, dict(attn=("attn_qkv", 128), attn_k=30), 4, 30, 28,
+     ["KV widths of blocks 0 taken from the attn_k/attn_v tensor shapes (metadata incomplete)"]),
+])
+def test_the_kv_heads_and_widths_and_the_q_width_of_an_attention_block(md, model, kv_heads, width, q_width, warnings):
+    found = qkv_model(md, **model)
+    assert (found.kv_heads, found.kv_blocks, found.q_width) == ({0: kv_heads}, {0: (width, width)}, {0: q_width})
+    assert found.warnings == warnings
 
 
 def test_an_attention_block_without_any_kv_width_is_refused():
@@ -182,34 +151,18 @@ def test_tensors_without_a_type_and_a_model_without_an_architecture_name():
         ("token_embd.weight", None, (64, 512)), ("blk.0.ffn_up.weight", None, (64, 128))]
 
 
-def test_the_expert_width_comes_from_the_down_experts_when_the_metadata_lacks_it():
-    """``expert_feed_forward_length`` (1856 in Nano), else ``ne[0]`` of ``ffn_down_exps`` ({n_ff_exp, n_embd,
-    n_expert} in llama.cpp's nemotron_h_moe tensors)."""
-    assert NANO_FACTS.n_ff_exp == 1856
-    assert nano_facts(drop=("expert_feed_forward_length",)).n_ff_exp == 1856
-
-
 def test_an_up_projection_twice_as_wide_as_down_s_input_holds_the_gate_too():
     """Phi-3 (llama.cpp src/llama-model.cpp, LLM_ARCH_PHI3): ``ffn_up`` of {n_embd, 2 * n_ff} and no ``ffn_gate``,
     the gate and up halves split in the graph; ``ffn_down`` of {n_ff, n_embd}. Up as wide as down's input is a
     plain up projection; up and gate tensors make a gated FFN."""
-    def ffn(up, down, gate=None):
-        tensors = [f32("token_embd.weight", 64, 512), f32("output.weight", 64, 512)]
-        for b in range(2):
-            p = "blk.%d." % b
-            tensors += [f32(p + "attn_q.weight", 64, 64), f32(p + "attn_k.weight", 64, 32),
-                        f32(p + "attn_v.weight", 64, 32), f32(p + "attn_output.weight", 64, 64),
-                        f32(p + "ffn_up.weight", 64, up), f32(p + "ffn_down.weight", down, 64)]
-            if gate:
-                tensors.append(f32(p + "ffn_gate.weight", 64, gate))
-        md = {"general.architecture": "phi3", "phi3.block_count": 2, "phi3.embedding_length": 64,
-              "phi3.attention.head_count": 4, "phi3.attention.head_count_kv": 2, "phi3.vocab_size": 512}
-        found = mfacts.model_facts(md, tensors, classify_model("phi3", md, tensors))
+    def ffn(up, gate=False):
+        md, tensors = decoder_header("phi3", 2, 64, 4, 2, 16, n_ff=128, gate=gate)  # ffn_down {128, 64}
+        found = facts_of(md, [f32(t.name, 64, up) if ".ffn_up." in t.name else t for t in tensors])
         return found.ffn, found.ffn_fused, found.ffn_gated
 
-    assert ffn(256, 128) == ({0: 256, 1: 256}, frozenset({0, 1}), frozenset())
-    assert ffn(128, 128) == ({0: 128, 1: 128}, frozenset(), frozenset())
-    assert ffn(256, 128, gate=256) == ({0: 256, 1: 256}, frozenset(), frozenset({0, 1}))
+    assert ffn(256) == ({0: 256, 1: 256}, frozenset({0, 1}), frozenset())
+    assert ffn(128) == ({0: 128, 1: 128}, frozenset(), frozenset())
+    assert ffn(256, gate=True) == ({0: 256, 1: 256}, frozenset(), frozenset({0, 1}))
 
 
 @pytest.mark.parametrize("period, blocks, dense_first, sliding", [
@@ -267,76 +220,76 @@ def test_sliding_window_layout_of_each_rule(arch, blocks, meta, expected):
     assert got == mfacts.SlidingWindow(expected[0], expected[1], frozenset(expected[2]), expected[3])
 
 
-@pytest.mark.parametrize("arch, blocks, meta", [
-    ("gemma3", 6, {}),  # no window key: llama.cpp keeps every layer full
-    ("gemma3", 6, {"attention__sliding_window": 0}),  # found_swa && n_swa > 0 only
-    ("olmo2", 8, {}),
-    ("qwen3moe", 4, {}),
-    ("gemma3", 6, {"attention__sliding_window": -512}),
-    ("llama4", 8, {"attention__sliding_window": 0}),  # found_swa && n_swa == 0: no chunking
-    ("exaone4", 8, {}),  # exaone4 slides only with 64 blocks
-    ("exaone4", 30, {"attention__sliding_window": 4096}),
-    ("phi3", 4, {"attention__sliding_window": 2047}),
-    ("cohere2", 4, {"attention__sliding_window": 2048, "attention__sliding_window_pattern": [0, 0, 0, 0]}),
-    ("mymodel", 4, {"attention__sliding_window": -64, "attention__sliding_window_pattern": [1, 1, 1, 0]}),
-    ("mymodel", 4, {"attention__sliding_window": 0}),  # an unknown architecture: no window, nothing to warn of
+@pytest.mark.parametrize("arch, blocks, meta, warnings", [
+    ("gemma3", 6, {}, []),  # no window key: llama.cpp keeps every layer full
+    ("gemma3", 6, {"attention__sliding_window": 0}, []),  # found_swa && n_swa > 0 only
+    ("olmo2", 8, {}, []),
+    ("qwen3moe", 4, {}, []),
+    ("gemma3", 6, {"attention__sliding_window": -512}, []),
+    ("llama4", 8, {"attention__sliding_window": 0}, []),  # found_swa && n_swa == 0: no chunking
+    ("exaone4", 8, {}, []),  # exaone4 slides only with 64 blocks
+    ("exaone4", 30, {"attention__sliding_window": 4096}, []),
+    ("phi3", 4, {"attention__sliding_window": 2047}, []),
+    ("cohere2", 4, {"attention__sliding_window": 2048, "attention__sliding_window_pattern": [0, 0, 0, 0]}, []),
+    ("mymodel", 4, {"attention__sliding_window": -64, "attention__sliding_window_pattern": [1, 1, 1, 0]}, []),
+    ("mymodel", 4, {"attention__sliding_window": 0}, []),  # an unknown architecture: no window, nothing to warn of
+    ("mymodel", 4, {"attention__sliding_window": 256},
+     ["mymodel.attention.sliding_window is 256 but llama.cpp's layer pattern for mymodel is not known here: every "
+      "attention block is sized for the full context (an over-estimate)"]),
+    ("gemma4", 4, {"attention__sliding_window": 1024},
+     ["gemma4 uses a sliding window of 1024 but its sliding_window_pattern is missing: every attention block is "
+      "sized for the full context (an over-estimate)"]),
 ])
-def test_no_sliding_window(arch, blocks, meta):
+def test_no_sliding_window_sizes_every_block_for_the_full_context(arch, blocks, meta, warnings):
     facts_ = transformer(arch, blocks, **meta)
-    assert facts_.sliding_window is None and facts_.memory == "kv" and facts_.warnings == []
+    assert facts_.sliding_window is None and facts_.memory == "kv" and facts_.warnings == warnings
+    assert kv_mib(facts_, 4096) == common.mib(blocks * 4096 * 2 * 32 * 2)
 
 
-@pytest.mark.parametrize("arch, window, warning", [
-    ("mymodel", 256, "mymodel.attention.sliding_window is 256 but llama.cpp's layer pattern for mymodel is not known "
-                     "here: every attention block is sized for the full context (an over-estimate)"),
-    ("gemma4", 1024, "gemma4 uses a sliding window of 1024 but its sliding_window_pattern is missing: every attention "
-                     "block is sized for the full context (an over-estimate)"),
-])
-def test_a_window_without_a_known_layout_is_sized_full_with_a_warning(arch, window, warning):
-    facts_ = transformer(arch, 4, attention__sliding_window=window)
-    assert facts_.sliding_window is None and facts_.memory == "kv" and facts_.warnings == [warning]
-    assert kv_mib(facts_, 4096) == common.mib(4 * 4096 * 2 * 32 * 2)
-
-
-def test_a_pattern_that_is_not_one_flag_per_block_is_refused():
+@pytest.mark.parametrize("pattern", [[1, 0, "x", 1], [1, 0, 1, 1, 0], [1, 0, 1]])
+def test_a_pattern_that_is_not_one_flag_per_block_is_refused(pattern):
     with pytest.raises(mfacts.MemoryModelError) as info:
-        transformer("gemma4", 4, attention__sliding_window=64, attention__sliding_window_pattern=[1, 0, "x", 1])
-    assert str(info.value) == ("gemma4.attention.sliding_window_pattern has 4 entries, not one flag for each of the 4 "
-                               "blocks")
-    for pattern in ([1, 0, 1, 1, 0], [1, 0, 1]):
-        with pytest.raises(mfacts.MemoryModelError, match="has %d entries, not one flag for each of the 4 blocks" % len(pattern)):
-            transformer("gemma4", 4, attention__sliding_window=64, attention__sliding_window_pattern=pattern)
+        transformer("gemma4", 4, attention__sliding_window=64, attention__sliding_window_pattern=pattern)
+    assert str(info.value) == ("gemma4.attention.sliding_window_pattern has %d entries, not one flag for each of the 4 "
+                               "blocks" % len(pattern))
 
 
-def test_nano_attention_blocks_cache_two_kv_heads_of_128():
-    """Nano's GGUF metadata: 6 attention blocks, 2 KV heads, head dim 128: n_embd_k_gqa = n_embd_v_gqa = 256."""
-    assert NANO_FACTS.kv_blocks == dict((b, (256, 256)) for b in NANO_ATTENTION)
-    assert NANO_FACTS.kv_heads == dict((b, 2) for b in NANO_ATTENTION)
-    assert NANO_FACTS.n_head == dict((b, 32) for b in NANO_ATTENTION)
-    assert NANO_FACTS.memory == "hybrid" and NANO_FACTS.sliding_window is None and NANO_FACTS.kv_reused == ()
-    assert (NANO_FACTS.n_embd, NANO_FACTS.n_vocab, NANO_FACTS.context_length) == (2688, 131072, 1048576)
-    assert NANO_FACTS.warnings == []
+SSM_WARNING = ("nemotron_h_moe.ssm.* metadata missing: d_conv=4 d_inner=4096 d_state=128 n_group=8 taken from the ssm "
+               "tensor shapes")
 
 
 @pytest.mark.parametrize("drop, warnings", [
     ((), []),
-    (("ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.group_count"),
-     ["nemotron_h_moe.ssm.* metadata missing: d_conv=4 d_inner=4096 d_state=128 n_group=8 taken from the ssm tensor "
-      "shapes"]),
+    (("ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.group_count"), [SSM_WARNING]),
+    (("expert_feed_forward_length",), []),
+    (("attention.key_length", "attention.value_length", "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size",
+      "ssm.group_count", "embedding_length", "vocab_size", "expert_feed_forward_length"),
+     ["nemotron_h_moe.embedding_length missing: 2688 taken from the embedding tensor",
+      "vocabulary size missing: 131072 taken from the embedding tensor",
+      "KV widths of blocks 5, 12, 19, 26, 33, 42 taken from the attn_k/attn_v tensor shapes (metadata incomplete)",
+      SSM_WARNING]),
 ])
-def test_nano_recurrent_state_widths_from_the_metadata_or_the_tensor_shapes(drop, warnings):
-    """llama_hparams::n_embd_r() = (d_conv - 1) * (d_inner + 2 * n_group * d_state) = 3 * (4096 + 2048) = 18432 and
+def test_nano_facts_from_the_metadata_or_the_tensor_shapes(drop, warnings):
+    """Nano's GGUF metadata: 2 KV heads of 128 (n_embd_k_gqa = n_embd_v_gqa = 256) in 6 attention blocks;
+    llama_hparams::n_embd_r() = (d_conv - 1) * (d_inner + 2 * n_group * d_state) = 3 * (4096 + 2048) = 18432 and
     n_embd_s() = d_state * d_inner = 524288 F32 elements per Mamba block; without the ssm.* metadata from
-    ssm_conv1d {d_conv, d_inner + 2 * n_group * d_state}, ssm_out {d_inner, n_embd}, ssm_norm {., n_group}."""
+    ssm_conv1d {d_conv, d_inner + 2 * n_group * d_state}, ssm_out {d_inner, n_embd}, ssm_norm {., n_group}; without
+    expert_feed_forward_length n_ff_exp is ne[0] of ffn_down_exps {n_ff_exp, n_embd, n_expert}."""
     got = nano_facts(drop=drop)
+    assert got.kv_blocks == dict((b, (256, 256)) for b in NANO_ATTENTION)
+    assert got.kv_heads == dict((b, 2) for b in NANO_ATTENTION) and got.n_head == dict((b, 32) for b in NANO_ATTENTION)
+    assert got.memory == "hybrid" and got.sliding_window is None and got.kv_reused == ()
     assert got.recurrent_blocks == dict((b, (18432, 524288)) for b in NANO_MAMBA)
     assert got.ssm == {"d_conv": 4, "d_inner": 4096, "d_state": 128, "n_group": 8, "n_head": 64}
+    assert (got.n_embd, got.n_vocab, got.context_length, got.n_ff_exp) == (2688, 131072, 1048576, 1856)
     assert got.warnings == warnings
 
 
-@pytest.mark.parametrize("group_count, r", [(None, 3 * 4096), (-1, 3 * 4096), (0, 3 * 4096), (1, 3 * (4096 + 256))])
+@pytest.mark.parametrize("group_count, r", [(None, 3 * 4096), (-1, 3 * 4096), (0, 3 * 4096), (1, 3 * (4096 + 256)),
+                                           (2, 3 * (4096 + 2 * 2 * 128))])
 def test_the_conv_state_counts_the_groups_given(group_count, r):
-    """n_group is 0 without ssm.group_count (Mamba-1 has no groups) and never negative."""
+    """Mamba-1 (jamba, mamba) writes no ssm.group_count: llama.cpp's n_group is 0 (conv channels = d_inner), and
+    never negative."""
     got = nano_facts(drop=("ssm.group_count",), **({} if group_count is None else {"ssm.group_count": group_count}))
     assert got.recurrent_blocks[0] == (r, 524288)
 
@@ -358,19 +311,24 @@ def test_the_memory_kind_follows_the_blocks():
     assert transformer("qwen3", 2).memory == "kv"
     assert transformer("gemma3", 6, attention__sliding_window=512).memory == "iswa"
     assert transformer("bert", 2).memory == "none" and transformer("bert", 2).kv_blocks == {}
-    mamba = [f32("token_embd.weight", 64, 32), f32("blk.0.ssm_in.weight", 64, 256)]
-    md = {"mamba.embedding_length": 64, "mamba.ssm.conv_kernel": 4, "mamba.ssm.inner_size": 128,
-          "mamba.ssm.state_size": 16}
-    only = mfacts.model_facts(md, mamba, classify_model("mamba", md, mamba))
+    only = recurrent_model("mamba", {"ssm.conv_kernel": 4, "ssm.inner_size": 128, "ssm.state_size": 16},
+                           [("ssm_in.weight", (64, 256))])
     assert only.memory == "recurrent" and only.recurrent_blocks == {0: (3 * 128, 16 * 128)}
 
 
-def test_shared_kv_layers_own_no_cache():
+@pytest.mark.parametrize("arch, blocks, meta, owners", [
+    ("qwen3", 4, {"attention__shared_kv_layers": 1}, 3),
+    ("qwen3", 4, {"attention__shared_kv_layers": 0}, 4),
+    ("qwen3", 4, {"attention__shared_kv_layers": 4}, 4),
+    ("qwen3", 4, {"attention__shared_kv_layers": -1}, 4),
+    ("gemma3n", 30, {"attention__sliding_window": 512}, 20),  # gemma3n: blocks from 20 on own no cache
+    ("gemma4", 6, {"attention__sliding_window": 64, "attention__shared_kv_layers": 2,
+                   "attention__sliding_window_pattern": [True] * 5 + [False]}, 4),
+])
+def test_shared_kv_layers_own_no_cache(arch, blocks, meta, owners):
     """llama_hparams::has_kv: blocks from n_layer - shared_kv_layers on read an earlier block's cache."""
-    got = transformer("qwen3", 4, attention__shared_kv_layers=1)
-    assert sorted(got.kv_blocks) == [0, 1, 2] and got.kv_reused == (3,)
-    for shared in (0, 4, -1):
-        assert sorted(transformer("qwen3", 4, attention__shared_kv_layers=shared).kv_blocks) == [0, 1, 2, 3]
+    got = transformer(arch, blocks, **meta)
+    assert sorted(got.kv_blocks) == list(range(owners)) and got.kv_reused == tuple(range(owners, blocks))
 
 
 @pytest.mark.parametrize("embedding", ["token_embd.weight", "output.weight"])
@@ -382,12 +340,6 @@ def test_missing_embedding_and_vocabulary_are_read_from_token_embd_else_output(e
     assert got.warnings[:2] == ["x.embedding_length missing: 64 taken from the embedding tensor",
                                 "vocabulary size missing: 500 taken from the embedding tensor"]
     assert got.kv_blocks == {0: (32, 32)}
-
-
-def test_a_one_dimensional_embedding_gives_the_width_but_no_vocabulary():
-    one_dim = [f32("token_embd.weight", 64)]
-    got = mfacts.model_facts({"x.vocab_size": 500}, one_dim, classify_model("x", {}, one_dim))
-    assert (got.n_embd, got.n_vocab) == (64, 500)
 
 
 def test_unknown_tensor_sizes_are_counted_as_zero_with_a_warning():
@@ -405,28 +357,32 @@ def test_facts_without_embedding_width_or_vocabulary_are_refused():
     with pytest.raises(mfacts.MemoryModelError) as info:
         mfacts.model_facts({}, tensors, classify_model("x", {}, tensors))
     assert str(info.value) == "x.embedding_length is missing and there is no token_embd/output tensor to read it from"
-    one_dim = [f32("token_embd.weight", 64)]
+    one_dim = [f32("token_embd.weight", 64)]  # the width, but no vocabulary
     with pytest.raises(mfacts.MemoryModelError) as info:
         mfacts.model_facts({"x.embedding_length": 64}, one_dim, classify_model("x", {}, one_dim))
     assert str(info.value) == ("the vocabulary size is unknown: no tokenizer.ggml.tokens, no x.vocab_size and no "
                                "token_embd/output tensor")
+    got = mfacts.model_facts({"x.vocab_size": 500}, one_dim, classify_model("x", {}, one_dim))
+    assert (got.n_embd, got.n_vocab) == (64, 500)
 
 
-@pytest.mark.parametrize("channels, d_state", [(64 + 2 * 2, 1), (64 + 2 * 2 * 16, 16), (64 + 2 * 2 * 16 + 3, 16)])
-def test_the_state_size_from_the_shapes_is_a_whole_count_from_1(channels, d_state):
-    """conv channels = d_inner + 2 * n_group * d_state (llama-model.cpp: ssm_conv1d {d_conv, d_inner + 2*ng*d_state}):
-    d_state 1 is the smallest state there is, not a missing one, and channels that do not divide give
-    (channels - d_inner) // (2 * n_group), never a fraction."""
-    facts = mamba2_from_shapes(channels)
+@pytest.mark.parametrize("channels, norm, n_group, d_state", [
+    (64 + 2 * 2, (32, 2), 2, 1),  # d_state 1 is the smallest state there is, not a missing one
+    (64 + 2 * 2 * 16, (32, 2), 2, 16),
+    (64 + 2 * 2 * 16 + 3, (32, 2), 2, 16),  # channels that do not divide: (channels - d_inner) // (2 * n_group)
+    (64 + 2 * 16, (64, 0), 1, 16),  # an ssm_norm of {64, 0} gives no group count: one group, never divided by
+])
+def test_the_ssm_widths_from_the_shapes_are_whole_counts(channels, norm, n_group, d_state):
+    """Without ssm.* metadata (a negative conv_kernel is none) the shapes of src/llama-model.cpp LLM_ARCH_MAMBA2
+    give them: ssm_conv1d {d_conv, d_inner + 2 * n_group * d_state}, ssm_out {d_inner, n_embd}, ssm_norm
+    {d_inner / n_group, n_group}."""
+    facts = recurrent_model("mamba2", {"ssm.conv_kernel": -4}, [
+        ("ssm_conv1d.weight", (4, channels)), ("ssm_out.weight", (64, 64)), ("ssm_norm.weight", norm)])
     assert facts.ssm["d_state"] == d_state and isinstance(facts.ssm["d_state"], int)
-    assert facts.recurrent_blocks == {0: (3 * (64 + 4 * d_state), d_state * 64)}
-
-
-def test_shapes_that_leave_no_room_for_a_state_are_refused_with_the_shapes():
-    with pytest.raises(mfacts.MemoryModelError) as raised:
-        mamba2_from_shapes(64)
-    assert str(raised.value) == ("the recurrent blocks lack mamba2.ssm.* metadata and the ssm tensor shapes do not "
-                                 "give a state size (conv channels 64, inner size 64)")
+    assert facts.recurrent_blocks == {0: (3 * (64 + 2 * n_group * d_state), d_state * 64)}
+    assert facts.warnings == ["vocabulary size missing: 32 taken from the embedding tensor",
+                              "mamba2.ssm.* metadata missing: d_conv=4 d_inner=64 d_state=%d n_group=%d taken from "
+                              "the ssm tensor shapes" % (d_state, n_group)]
 
 
 @pytest.mark.parametrize("ctx, parallel, measured", [(4096, 1, 27.0), (4096, 4, 72.0), (32768, 1, 111.0),
@@ -438,11 +394,3 @@ def test_gemma3_270m_kv_as_llama_server_allocates_it(ctx, parallel, measured):
     assert facts.sliding_window.window == 512
     assert kv_mib(facts, ctx, parallel) == measured
 
-
-def test_gemma3n_late_blocks_reuse_earlier_caches():
-    """llama_hparams::has_kv: gemma3n's blocks from 20 on own no cache."""
-    facts = decoder("gemma3n", 30, 64, 4, 2, 16, attention__sliding_window=512)
-    assert sorted(facts.kv_blocks) == list(range(20)) and facts.kv_reused == tuple(range(20, 30))
-    shared = decoder("gemma4", 6, 64, 4, 2, 16, attention__sliding_window=64, attention__shared_kv_layers=2,
-                     attention__sliding_window_pattern=[True] * 5 + [False])
-    assert sorted(shared.kv_blocks) == [0, 1, 2, 3]
