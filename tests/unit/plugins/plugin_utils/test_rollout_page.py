@@ -76,31 +76,23 @@ LABELS_OF_PLANNED = ('<text x="39.0" y="254" text-anchor="middle">planned</text>
                      '<text class="total" x="39.0" y="268" text-anchor="middle">151 MiB</text>')
 
 
-def test_text_is_escaped_with_quotes_and_none_is_empty():
-    assert rp._e(None) == ""
-    assert rp._e("") == ""
-    assert rp._e(0) == "0"
-    assert rp._e('<a href="x">&\'') == "&lt;a href=&quot;x&quot;&gt;&amp;&#x27;"
+@pytest.mark.parametrize("render, value, text", [
+    # text is escaped with its quotes, None is empty
+    (rp._e, None, ""), (rp._e, "", ""), (rp._e, 0, "0"), (rp._e, '<a href="x">&\'', "&lt;a href=&quot;x&quot;&gt;&amp;&#x27;"),
+    # MiB are a whole number with thousands, or a dash
+    (rp._mib, None, "-"), (rp._mib, 0, "0 MiB"), (rp._mib, 0.4, "0 MiB"), (rp._mib, 1234.6, "1,235 MiB"),
+    (rp._mib, 24148.0, "24,148 MiB")])
+def test_text_and_mib(render, value, text):
+    assert render(value) == text
 
 
-def test_mib_is_a_whole_number_with_thousands_or_a_dash():
-    assert rp._mib(None) == "-"
-    assert rp._mib(0) == "0 MiB"
-    assert rp._mib(0.4) == "0 MiB"
-    assert rp._mib(1234.6) == "1,235 MiB"
-    assert rp._mib(24148.0) == "24,148 MiB"
-
-
-@pytest.mark.parametrize("status, color", [
-    ("changed", "#2e7d32"), ("unchanged", "#546e7a"), ("checked", "#1565c0"), ("rolled_back", "#e65100"),
-    ("failed", "#c62828"), ("unreachable", "#6a1b9a"), ("not_reached", "#8d8d8d")])
-def test_a_status_is_a_chip_in_its_own_color(status, color):
-    assert rp._status(status) == '<span class="status s-%s" style="background:%s">%s</span>' % (status, color, status)
-
-
-def test_an_unknown_status_is_a_grey_chip_escaped():
-    assert rp._status("odd<1>") == ('<span class="status s-odd&lt;1&gt;" style="background:#555">'
-                                    'odd&lt;1&gt;</span>')
+@pytest.mark.parametrize("status, shown, color", [
+    ("changed", "changed", "#2e7d32"), ("unchanged", "unchanged", "#546e7a"), ("checked", "checked", "#1565c0"),
+    ("rolled_back", "rolled_back", "#e65100"), ("failed", "failed", "#c62828"),
+    ("unreachable", "unreachable", "#6a1b9a"), ("not_reached", "not_reached", "#8d8d8d"),
+    ("odd<1>", "odd&lt;1&gt;", "#555")])             # an unknown status is a grey chip, escaped
+def test_a_status_is_a_chip_in_its_own_color(status, shown, color):
+    assert rp._status(status) == '<span class="status s-%s" style="background:%s">%s</span>' % (shown, color, shown)
 
 
 def test_labels_name_and_total_sit_centred_under_the_column():
@@ -400,7 +392,7 @@ def test_the_whole_page_of_a_report():
                             config_hash="0123456789abcdef", tensors_moved=["t"], timings={"total": 2.0})
     result_c = _plan_result([gpu_c])
     rows = [_row("a&1", 1, "changed", "moved <2>", "blk\\.1\\.ffn_.*", "plan", result_a),
-            _row("b", None, "failed", "no plan"),
+            _row("b", 0, "failed", "no plan", "p"),
             _row("c", 2, "failed", "x", None, "none", result_c)]
     views_a, views_c = memory_views(result_a, "a&1"), memory_views(result_c, "c")
     expected = "\n".join([
@@ -414,8 +406,8 @@ def test_the_whole_page_of_a_report():
         TABLE_HEAD,
         '<tr data-host="a&amp;1"><td><a href="#host-a&amp;1">a&amp;1</a></td><td>1</td><td>%s</td>'
         "<td><code>blk\\.1\\.ffn_.*</code></td><td>moved &lt;2&gt;</td></tr>" % rp._status("changed"),
-        '<tr data-host="b"><td><a href="#host-b">b</a></td><td>-</td><td>%s</td><td>-</td><td>no plan</td></tr>'
-        % rp._status("failed"),
+        '<tr data-host="b"><td><a href="#host-b">b</a></td><td>-</td><td>%s</td><td><code>p</code></td>'
+        "<td>no plan</td></tr>" % rp._status("failed"),
         '<tr data-host="c"><td><a href="#host-c">c</a></td><td>2</td><td>%s</td><td>-</td><td>x</td></tr>'
         % rp._status("failed"),
         "</tbody></table>",
@@ -429,7 +421,7 @@ def test_the_whole_page_of_a_report():
         "</section>",
         '<section class="host" id="host-b" data-host="b" data-status="failed"><header><h2>b</h2>'
         '%s<span class="batch">no batch</span></header>' % rp._status("failed"),
-        '<div class="pattern">pattern: <span class="none">none</span></div>',
+        '<div class="pattern">pattern: <code>p</code></div>',
         '<p class="message">no plan</p>',
         '<p class="none">no memory plan published for this host</p>',
         "</section>",
@@ -444,27 +436,14 @@ def test_the_whole_page_of_a_report():
 
 
 def test_a_page_with_its_own_title_without_reason_or_times():
-    rows = [_row("h", 0, "not_reached", "not touched", "p", None)]
-    expected = "\n".join([
+    report = _report([], outcome="completed", summary={"not_reached": 1}, batches=[], started=None, finished="",
+                     seconds=None)
+    assert page(report, title="my <fleet>") == "\n".join([
         HEAD + "<title>my &lt;fleet&gt;: completed</title><style>%s</style></head><body>" % rp.STYLE,
         '<h1>my &lt;fleet&gt;: <span class="outcome">completed</span></h1>',
         '<p class="summary"><span class="chip" style="background:#8d8d8d">not_reached 1</span></p>',
         "<p>rollout completed: not_reached 1. Batches as Ansible ran them: none. Started -, finished -.</p>",
-        TABLE_HEAD,
-        '<tr data-host="h"><td><a href="#host-h">h</a></td><td>-</td><td>%s</td><td><code>p</code></td>'
-        "<td>not touched</td></tr>" % rp._status("not_reached"),
-        "</tbody></table>",
-        rp._legend(),
-        '<section class="host" id="host-h" data-host="h" data-status="not_reached"><header><h2>h</h2>'
-        '%s<span class="batch">no batch</span></header>' % rp._status("not_reached"),
-        '<div class="pattern">pattern: <code>p</code></div>',
-        '<p class="message">not touched</p>',
-        '<p class="none">no memory plan published for this host</p>',
-        "</section>",
-        "</body></html>\n"])
-    report = _report(rows, outcome="completed", summary={"not_reached": 1}, batches=[], started=None, finished="",
-                     seconds=None)
-    assert page(report, title="my <fleet>") == expected
+        TABLE_HEAD, "</tbody></table>", rp._legend(), "</body></html>\n"])
 
 
 def test_a_result_whose_plan_has_no_gpu_and_no_host_ram_has_no_chart():
