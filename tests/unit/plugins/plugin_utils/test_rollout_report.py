@@ -21,27 +21,13 @@ ROLE_STATUS_LIST = "changed, unchanged, failed, rolled_back, checked"
 SKIP_HINT = "nothing was restarted (llm_rollout_skip_refused_hosts: true rolls out the other hosts)"
 
 
-def rollout(hosts, batches, max_fail=0, **kw):
-    return Rollout(hosts=hosts, report_dir="r", serial=[1, "34%", "100%"], max_fail_percentage=max_fail,
-                   batches=batches, **kw)
-
-
-def deployed(host, batch, result):
-    return HostRun(host, batch=batch, result=result, result_phase="deploy")
-
-
 @pytest.mark.parametrize("text, limit, expected", [
     ("  the model\n\tfailed   to load \r\n", 600, "the model failed to load"), (None, 600, ""), ("", 600, ""),
     (42, 600, "42"), ("abcdef", 6, "abcdef"), ("abcdefg", 6, "abc..."),
-    ("a  b  c  d", 7, "a b c d")])                   # folded first, then measured
+    ("a  b  c  d", 7, "a b c d"),                     # folded first, then measured
+    ("x" * 600, None, "x" * 600), ("x" * 601, None, "x" * 597 + "...")])      # None: the default limit, 600
 def test_one_line_folds_whitespace_runs_then_cuts_to_the_limit_ellipsis_included(text, limit, expected):
-    assert one_line(text, limit) == expected
-
-
-def test_one_line_keeps_600_characters_by_default_and_cuts_longer_text_with_an_ellipsis():
-    assert one_line("x" * 600) == "x" * 600
-    assert one_line("x" * 601) == "x" * 597 + "..."
-    assert len(one_line("y" * 5000)) == 600
+    assert (one_line(text) if limit is None else one_line(text, limit)) == expected
 
 
 def test_check_result_returns_the_result_with_a_known_status():
@@ -145,9 +131,6 @@ def test_host_row_says_what_ansible_did():
     assert ansible(HostRun("h", failure="plan\nrefused", failure_phase="preflight")) == {
         "outcome": "failed", "phase": "preflight", "msg": "plan refused"}
     assert ansible(HostRun("h", batch=1)) == {"outcome": "ok", "phase": None, "msg": None}
-    assert ansible(HostRun("h", batch=1, result={"status": "changed"}, result_phase="deploy")) == {
-        "outcome": "ok", "phase": None, "msg": None}
-    assert ansible(HostRun("h")) == {"outcome": "not_run", "phase": None, "msg": None}
 
 
 def result(status, message="m", **kw):
@@ -228,15 +211,6 @@ def test_a_result_the_report_cannot_read_fails_its_host_in_the_phase_that_publis
         "ansible": {"outcome": "failed", "phase": "preflight", "msg": error}, "result_from": None, "result": None}]
     assert report["outcome"] == "stopped"
     assert report["reason"] == "preflight: p (failed); " + SKIP_HINT
-
-
-def test_a_result_the_report_cannot_read_keeps_the_host_unreachable_and_its_batch():
-    run = HostRun("u", batch=1, result="oops", result_phase="deploy", unreachable="gone", unreachable_phase="deploy")
-    report = build_report(Rollout(hosts=["u"], batches=[["u"]]), [run])
-    assert report["errors"] == ["u: llm_server_result is str, not a dict"]
-    row = report["hosts"][0]
-    assert (row["batch"], row["status"], row["message"]) == (1, "unreachable", "unreachable in the deploy: gone")
-    assert row["ansible"] == {"outcome": "unreachable", "phase": "deploy", "msg": "gone"}
 
 
 def max_fail(value):
@@ -362,20 +336,34 @@ GPU_RESULT = {
 
 
 def test_markdown_whole_text_of_a_stopped_rollout():
-    rollout = Rollout(hosts=["g_1", "c"], serial=[1, "50%"], check_mode=True, batches=[["g_1"]], seconds=12.0)
-    report = build_report(rollout, [HostRun("g_1", batch=1, result=GPU_RESULT, result_phase="deploy")])
-    assert markdown(report) == "\n".join([
+    """A host without a plan has no memory table, and the hosts after it have theirs: one planned and measured,
+    one planned only, one of host RAM only."""
+    planned_only = {"status": "changed", "message": "a|b `c` d\\e",
+                    "plan": {"gpus": [{"index": 1, "model_mib": 1234567.89, "free_mib": 2000000}],
+                             "host": {"experts_mib": 4, "available_mib": 2048}}}
+    cpu_only = {"status": "unchanged", "message": "ok", "pattern": "x",
+                "plan": {"gpus": [], "host": {"available_mib": 2048}}}
+    rollout = Rollout(hosts=["g_1", "none", "gpu", "cpu", "c"], serial=[1, "50%"], check_mode=True, seconds=12.0,
+                      batches=[["g_1", "none", "gpu", "cpu"]])
+    report = build_report(rollout, [
+        HostRun("g_1", 1, GPU_RESULT, "deploy"), HostRun("none", 1, {"status": "changed", "message": "m"}, "deploy"),
+        HostRun("gpu", 1, planned_only, "deploy"), HostRun("cpu", 1, cpu_only, "deploy")])
+    stopped = "\nStopped: the run ended after batch 1 without reaching c.\n"
+    text = "\n".join([
         "# ai-llm rollout: stopped",
         "",
-        "rollout stopped (check mode): checked 1, not\\_reached 1 in 12.0 s.",
+        "rollout stopped (check mode): changed 2, unchanged 1, checked 1, not\\_reached 1 in 12.0 s.",
         "",
         "Stopped: the run ended after batch 1 without reaching c.",
         "",
-        'Batches as Ansible ran them (serial [1, "50%"], llm_rollout_max_fail_percentage 0): 1: g\\_1.',
+        'Batches as Ansible ran them (serial [1, "50%"], llm_rollout_max_fail_percentage 0): 1: g\\_1, none, gpu, cpu.',
         "",
         "| host | batch | status | pattern | message |",
         "|---|---|---|---|---|",
         "| g\\_1 | 1 | **checked** | `` blk\\.1\\.ffn_'x' `` | serves \\*new\\* &lt;config> |",
+        "| none | 1 | **changed** | - | m |",
+        "| gpu | 1 | **changed** | - | a\\|b \\`c\\` d\\\\e |",
+        "| cpu | 1 | **unchanged** | `` x `` | ok |",
         "| c | - | **not_reached** | - | %s |" % NOT_REACHED,
         "",
         "## g\\_1 (checked)",
@@ -391,31 +379,6 @@ def test_markdown_whole_text_of_a_stopped_rollout():
         "| other (CUDA context...) | - | 500.0 |",
         "| free | 2,000.0 | 2,000.0 |",
         "| **host RAM** (available: 8,000.0) | experts 1,500.0 | CPU model buffers 1,510.5 |",
-    ]) + "\n"
-
-
-def test_markdown_whole_text_of_a_completed_rollout_with_a_plan_not_measured():
-    """A host without a plan has no memory table, and the hosts after it have theirs."""
-    planned_only = {"status": "changed", "message": "a|b `c` d\\e",
-                    "plan": {"gpus": [{"index": 1, "model_mib": 1234567.89, "free_mib": 2000000}],
-                             "host": {"experts_mib": 4, "available_mib": 2048}}}
-    cpu_only = {"status": "unchanged", "message": "ok", "pattern": "x",
-                "plan": {"gpus": [], "host": {"available_mib": 2048}}}
-    rollout = Rollout(hosts=["none", "gpu", "cpu"], batches=[["none", "gpu", "cpu"]])
-    report = build_report(rollout, [HostRun("none", 1, {"status": "changed", "message": "m"}, "deploy"),
-                                    HostRun("gpu", 1, planned_only, "deploy"), HostRun("cpu", 1, cpu_only, "deploy")])
-    assert markdown(report) == "\n".join([
-        "# ai-llm rollout: completed",
-        "",
-        "rollout completed: changed 2, unchanged 1.",
-        "",
-        "Batches as Ansible ran them (serial null, llm_rollout_max_fail_percentage 0): 1: none, gpu, cpu.",
-        "",
-        "| host | batch | status | pattern | message |",
-        "|---|---|---|---|---|",
-        "| none | 1 | **changed** | - | m |",
-        "| gpu | 1 | **changed** | - | a\\|b \\`c\\` d\\\\e |",
-        "| cpu | 1 | **unchanged** | `` x `` | ok |",
         "",
         "## gpu (changed)",
         "",
@@ -436,6 +399,10 @@ def test_markdown_whole_text_of_a_completed_rollout_with_a_plan_not_measured():
         "|---|---|---|",
         "| **host RAM** (available: 2,048.0) | experts - | CPU model buffers - |",
     ]) + "\n"
+    assert markdown(report) == text
+    # without a reason, no "Stopped:" paragraph; the serial as JSON
+    assert markdown(dict(report, reason=None, serial=None)) == text.replace(stopped, "").replace(
+        'serial [1, "50%"]', "serial null")
 
 
 def test_markdown_names_the_host_whose_plan_is_malformed():
@@ -447,10 +414,10 @@ def test_markdown_names_the_host_whose_plan_is_malformed():
 def test_corrupted_model_on_the_second_host_stops_the_rollout():
     """Canary h1 changed, h2 rolled back, 0% allowed: Ansible stopped before h3 and h4."""
     hosts = ["h1", "h2", "h3", "h4"]
-    runs = [deployed("h1", 1, samples.changed_single()), deployed("h2", 2, samples.rolled_back_busy()),
+    runs = [HostRun("h1", 1, samples.changed_single(), "deploy"), HostRun("h2", 2, samples.rolled_back_busy(), "deploy"),
             HostRun("h3", result=samples.checked_cpu(), result_phase="preflight"), HostRun("h4")]
     runs[1].failure, runs[1].failure_phase = "rolled back", "deploy"
-    report = build_report(rollout(hosts, [["h1"], ["h2"]]), runs)
+    report = build_report(Rollout(hosts=hosts, batches=[["h1"], ["h2"]]), runs)
     assert report["outcome"] == "stopped"
     assert [(r["host"], r["batch"], r["status"]) for r in report["hosts"]] == [
         ("h1", 1, "changed"), ("h2", 2, "rolled_back"), ("h3", None, "not_reached"), ("h4", None, "not_reached")]
@@ -464,13 +431,16 @@ def test_corrupted_model_on_the_second_host_stops_the_rollout():
     assert json.loads(to_json(report)) == json.loads(json.dumps(report))
 
 
-def test_bad_input_names_the_host_and_the_field():
-    # a result the report cannot read makes its host failed, says why, and the others are reported as usual
-    report = build_report(rollout(["h1", "h2", "h3"], [["h1", "h2", "h3"]]), [
-        deployed("h1", 1, samples.changed_single()), deployed("h2", 1, dict(samples.changed_single(), status="done")),
-        deployed("h3", 1, [])])
-    assert [row["status"] for row in report["hosts"]] == ["changed", "failed", "failed"]
-    assert report["errors"] == [
-        "h2: llm_server_result.status is 'done', not one of changed, unchanged, failed, rolled_back, checked",
-        "h3: llm_server_result is list, not a dict"]
-    assert report["hosts"][1]["message"] == report["errors"][0] and report["hosts"][1]["result"] is None
+def test_a_result_the_report_cannot_read_fails_its_host_and_keeps_it_unreachable_and_its_batch():
+    """The other hosts are reported as usual."""
+    good = samples.changed_single()
+    runs = [HostRun("h1", 1, good, "deploy"), HostRun("h2", 1, dict(good, status="done"), "deploy"),
+            HostRun("h3", 1, [], "deploy"),
+            HostRun("u", 1, "oops", "deploy", unreachable="gone", unreachable_phase="deploy")]
+    report = build_report(Rollout(hosts=["h1", "h2", "h3", "u"], batches=[["h1", "h2", "h3", "u"]]), runs)
+    assert report["errors"] == ["h2: llm_server_result.status is 'done', not one of " + ROLE_STATUS_LIST,
+                                "h3: llm_server_result is list, not a dict", "u: llm_server_result is str, not a dict"]
+    assert [(row["batch"], row["status"], row["message"], row["result"]) for row in report["hosts"]] == [
+        (1, "changed", good["message"], good), (1, "failed", report["errors"][0], None),
+        (1, "failed", report["errors"][1], None), (1, "unreachable", "unreachable in the deploy: gone", None)]
+    assert report["hosts"][3]["ansible"] == {"outcome": "unreachable", "phase": "deploy", "msg": "gone"}
