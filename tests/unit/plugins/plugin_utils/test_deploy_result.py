@@ -36,12 +36,11 @@ def test_the_result_has_the_keys_the_readme_documents_and_no_other():
     assert documented == set(build({}, now=0.0))
 
 
-def test_ran_is_a_result_that_is_there_and_not_skipped():
-    assert _ran(None) is False
-    assert _ran({}) is False
-    assert _ran({"skipped": True, "changed": False}) is False
-    assert _ran({"skipped": False, "changed": False}) is True
-    assert _ran({"changed": False}) is True
+@pytest.mark.parametrize("registered, ran", [
+    (None, False), ({}, False), ({"skipped": True, "changed": False}, False), ({"skipped": False, "changed": False}, True),
+    ({"changed": False}, True)])
+def test_ran_is_a_result_that_is_there_and_not_skipped(registered, ran):
+    assert _ran(registered) is ran
 
 
 def test_plan_summary_takes_every_documented_key_of_a_plan():
@@ -309,12 +308,11 @@ def test_auth_is_what_this_run_proved_else_what_the_service_showed_else_whether_
     assert result["auth"] == auth
 
 
-@pytest.mark.parametrize("status, changed", [("changed", True), ("rolled_back", True), ("unchanged", False),
-                                             ("failed", False), ("checked", False)])
-def test_changed_is_true_for_a_change_or_a_rollback_only(status, changed):
-    runs = {"changed": {"changes": [True]}, "rolled_back": {"status": "rolled_back"}, "unchanged": {},
-            "failed": {"failure": "boom"}, "checked": {"check_mode": True}}
-    result = build(runs[status])
+@pytest.mark.parametrize("parts, status, changed", [
+    ({"changes": [True]}, "changed", True), ({"status": "rolled_back"}, "rolled_back", True), ({}, "unchanged", False),
+    ({"failure": "boom"}, "failed", False), ({"check_mode": True}, "checked", False)])
+def test_changed_is_true_for_a_change_or_a_rollback_only(parts, status, changed):
+    result = build(parts)
     assert (result["status"], result["changed"]) == (status, changed)
     assert status in STATUSES
 

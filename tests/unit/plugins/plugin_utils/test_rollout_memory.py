@@ -104,34 +104,32 @@ def test_memory_views_measured_from_the_buffers_and_the_vram_the_container_took(
         measured_total=300.0, used=300.0, vram_ok=False)
 
 
-def test_memory_views_other_is_only_what_the_vram_used_exceeds_the_buffers():
-    def measured(used):
-        res = {"plan": {"gpus": [{"index": 0, "free_mib": 1000}]}, "buffers": {"model": {"CUDA0": 100}},
-               "vram": [{"index": 0, "used_mib": used}]}
-        gpu = memory_views(res)["gpus"][0]
-        return gpu["measured"], gpu["measured_total"]
-    zeros = [("kv", 0.0), ("recurrent", 0.0), ("compute", 0.0)]
-    assert measured(101) == ([("model", 100.0)] + zeros + [("other", 1.0), ("free", 899.0)], 101.0)
-    assert measured(100) == ([("model", 100.0)] + zeros + [("free", 900.0)], 100.0)
-    assert measured(80) == ([("model", 100.0)] + zeros + [("free", 920.0)], 80.0)
+ZEROS = [("kv", 0.0), ("recurrent", 0.0), ("compute", 0.0)]
 
 
-def test_memory_views_measured_free_is_never_negative():
-    res = {"plan": {"gpus": [{"index": 0, "free_mib": 1000}]}, "vram": [{"index": 0, "used_mib": 1500}]}
-    assert memory_views(res)["gpus"][0]["measured"] == [
-        ("model", 0.0), ("kv", 0.0), ("recurrent", 0.0), ("compute", 0.0), ("other", 1500.0), ("free", 0.0)]
-    res["vram"][0]["used_mib"] = 1000
-    assert dict(memory_views(res)["gpus"][0]["measured"])["free"] == 0.0
+@pytest.mark.parametrize("free, buffers, used, measured, total", [
+    # other: only what the vram used exceeds the buffers
+    (1000, {"model": {"CUDA0": 100}}, 101, [("model", 100.0)] + ZEROS + [("other", 1.0), ("free", 899.0)], 101.0),
+    (1000, {"model": {"CUDA0": 100}}, 100, [("model", 100.0)] + ZEROS + [("free", 900.0)], 100.0),
+    (1000, {"model": {"CUDA0": 100}}, 80, [("model", 100.0)] + ZEROS + [("free", 920.0)], 80.0),
+    # the measured free memory is never negative
+    (1000, None, 1500, [("model", 0.0)] + ZEROS + [("other", 1500.0), ("free", 0.0)], 1500.0),
+    (1000, None, 1000, [("model", 0.0)] + ZEROS + [("other", 1000.0), ("free", 0.0)], 1000.0),
+    # without free memory, no free part
+    (None, None, 7, [("model", 0.0)] + ZEROS + [("other", 7.0)], 7.0),
+])
+def test_memory_views_measured_other_and_free(free, buffers, used, measured, total):
+    res = {"plan": {"gpus": [{"index": 0, "free_mib": free}]}, "buffers": buffers,
+           "vram": [{"index": 0, "used_mib": used}]}
+    gpu = memory_views(res)["gpus"][0]
+    assert (gpu["measured"], gpu["measured_total"]) == (measured, total)
 
 
-def test_memory_views_measured_without_vram_or_free_memory():
+def test_memory_views_measured_without_vram():
     res = {"plan": {"gpus": [{"index": 0}]}, "buffers": {"CUDA0": {"model": 10, "compute": 2}}}
     gpu = memory_views(res)["gpus"][0]
     assert gpu == gpu_view(0, None, None, planned(), 0.0, measured=[
         ("model", 10.0), ("kv", 0.0), ("recurrent", 0.0), ("compute", 2.0)], measured_total=12.0)
-    res = {"plan": {"gpus": [{"index": 0}]}, "vram": [{"index": 0, "used_mib": 7}]}
-    assert memory_views(res)["gpus"][0]["measured"] == [
-        ("model", 0.0), ("kv", 0.0), ("recurrent", 0.0), ("compute", 0.0), ("other", 7.0)]
 
 
 def test_memory_views_the_ith_gpu_of_the_plan_gets_the_buffers_of_device_i():
