@@ -60,9 +60,6 @@ def test_the_container_the_role_deploys_passes_model_path():
     assert container_model(OURS) == {
         "container": "ai-llm", "container_path": "/models/nano.gguf", "source": "MODEL_PATH",
         "host_path": "/srv/models/nano.gguf", "error": ""}
-
-
-def test_an_extra_model_argument_of_the_compose_command_wins_over_model_path():
     # start-llama-server appends the compose `command:` after its own --model "$MODEL_PATH": the last -m wins
     ours = copy.deepcopy(OURS)
     ours["Args"] = ["-m", "/models/other.gguf"]

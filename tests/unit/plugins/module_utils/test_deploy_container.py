@@ -1,13 +1,7 @@
-"""The container reads of plugins/module_utils/_deploy_container.py that need no running container: which engine a
-compose command belongs to, the compose tool found, compose's own check of the files (the real podman-compose of
-the virtual environment), a missing container as podman reports it (real podman), the log tail and the line that
-says why llama-server stopped (llama.cpp's own words), and the rules of the wait for /health that hold whatever
-the engine and the server answer (given by the test: the bounds of one probe, a container that can no longer be read).
-
-The running-container paths (state of a real container, the wait for /health) are in
-tests/integration/test_role_container.py; /health and the API key probe on a real llama-server in
-tests/integration/test_container_http.py.
-"""
+"""The container reads of plugins/module_utils/_deploy_container.py that need no running container (the real
+podman-compose and podman where their own answers count, llama.cpp's own log lines). The running-container paths are
+in tests/integration/test_role_container.py; /health and the API key probe on a real llama-server in
+tests/integration/test_container_http.py."""
 from __future__ import annotations
 
 import json

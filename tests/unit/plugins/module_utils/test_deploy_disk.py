@@ -11,7 +11,6 @@ import os
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import unchanged
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import (
     api_key_bytes,
     model_outside_dir,
@@ -172,10 +171,14 @@ def test_a_file_the_writer_would_change_is_not_proved(project, damage, key, read
 def test_a_lock_file_and_the_last_records_are_read(project):
     settings, digest = project
     open(settings["paths"]["lock"], "w", encoding="utf-8").close()
+    files = {".env": b"A=1\n", settings["compose_file"]: b"services: {}\n"}
+    save_snapshot(settings["rollback_dir"], files, "1" * 64)
+    save_snapshot(settings["rollback_dir"], dict(files, **{".env": b"A=2\n"}), digest)
     with open(os.path.join(settings["project_dir"], "verification.json"), "w", encoding="utf-8") as f:
         json.dump({"config_hash": digest, "status": "changed"}, f)
     disk = disk_of(settings)
     assert disk["lock_file"] is True and disk["verification"] == {"config_hash": digest, "status": "changed"}
+    assert (disk["snapshot_hash"], disk["previous_snapshot_hash"]) == (digest, "1" * 64)
     with open(os.path.join(settings["project_dir"], "verification.json"), "w", encoding="utf-8") as f:
         f.write("[1, 2]")
     assert disk_of(settings)["verification"] is None
@@ -219,15 +222,6 @@ def test_each_file_is_looked_for_where_the_role_writes_it(project):
     assert read_disk(settings["project_dir"], "compose.yml", settings["rollback_dir"])["compose_exists"] is True
 
 
-def test_the_last_and_previous_snapshots_are_read_from_the_rollback_dir(project):
-    settings, digest = project
-    files = {".env": b"A=1\n", settings["compose_file"]: b"services: {}\n"}
-    save_snapshot(settings["rollback_dir"], files, "1" * 64)
-    save_snapshot(settings["rollback_dir"], dict(files, **{".env": b"A=2\n"}), digest)
-    disk = disk_of(settings)
-    assert (disk["snapshot_hash"], disk["previous_snapshot_hash"]) == (digest, "1" * 64)
-
-
 def test_the_lock_file_and_the_model_are_read_only_when_asked(project):
     """The model only with both paths; not asked: no answer, and no proof."""
     settings, _digest = project
@@ -236,35 +230,6 @@ def test_the_lock_file_and_the_model_are_read_only_when_asked(project):
                          model_path)
         assert "model_outside_dir" not in disk and "lock_file" not in disk
         assert written_config(disk, settings, PLACEMENT, KEY, "podman") is None
-
-
-def test_a_run_has_nothing_to_do_only_when_everything_holds(project):
-    """_deploy_decision.unchanged on the disk as read here: the files proved, the container runs and answers this
-    configuration, verified, its snapshot kept, no lock file. The disk's part missing sends the run the way of a
-    change, with the reason (every other state: tests/unit/plugins/plugin_utils/test_deploy_decision.py)."""
-    settings, digest = project
-    service = {"engine": "podman", "disk": disk_of(settings), "health": 200, "auth": {"checked": True, "enforced": True},
-               "container": {"exists": True, "running": True, "status": "running", "config_hash": digest}}
-    service["disk"].update(verification={"config_hash": digest, "status": "unchanged"}, snapshot_hash=digest)
-    settings = dict(settings, rollback=True, verify_always=False)
-    done = unchanged(service, settings, PLACEMENT, KEY)
-    assert done == {"unchanged": True, "config": proof(settings),
-                    "converge": {"recreate": False, "verify": False, "wait": False, "reason": ""}}
-
-    def reason(**changes):
-        changed = dict(service, **{k: v for k, v in changes.items() if k != "disk"})
-        changed["disk"] = dict(service["disk"], **changes.get("disk", {}))
-        answer = unchanged(changed, settings, PLACEMENT, KEY)
-        assert answer["unchanged"] is False and set(answer) == {"unchanged", "reason"}
-        return answer["reason"]
-
-    assert reason(disk={"lock_file": True}) == "the project directory's lock file exists"
-    assert reason(disk={"compose_sha256": "0" * 64}) == "the files on disk are not those of this configuration"
-    assert reason(engine="docker") == "the files on disk are not those of this configuration"
-    assert reason(disk={"verification": {"config_hash": digest, "status": "failed"}}) == (
-        "the configuration %s that ai-llm runs was never verified (an earlier run stopped before its verification): "
-        "it is verified now" % digest[:12])
-    assert reason(disk={"snapshot_hash": None}) == "the last snapshot is not this configuration"
 
 
 def test_a_directory_in_place_of_a_file_is_read_as_no_file(project):

@@ -35,20 +35,6 @@ def leftovers(directory):
                   if files.TMP_MARK in p)
 
 
-def test_atomic_write_replaces_and_leaves_nothing_when_it_fails(tmp_path, monkeypatch):
-    target = tmp_path / ".env"
-    atomic_write(str(target), b"one", 0o600)
-    assert target.read_bytes() == b"one" and oct(target.stat().st_mode & 0o777) == "0o600"
-
-    def full(*_args):
-        raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(files.os, "fsync", full)
-    with pytest.raises(OSError):
-        atomic_write(str(target), b"two", 0o600)
-    assert target.read_bytes() == b"one"
-    assert leftovers(tmp_path) == []
-
-
 def test_snapshots_rotate_last_to_previous_and_report_the_links(tmp_path):
     rollback = str(tmp_path / ".rollback")
     changed, details = save_snapshot(rollback, config(1), "h1")
@@ -62,28 +48,10 @@ def test_snapshots_rotate_last_to_previous_and_report_the_links(tmp_path):
     assert save_snapshot(rollback, config(2), "h2") == (False, {"last": second, "previous": first})
     assert (snapshot_hash(rollback, "last"), snapshot_hash(rollback, "previous")) == ("h2", "h1")
     assert read_snapshot(rollback, "previous")[0] == config(1)
-    assert (tmp_path / ".rollback" / "previous" / ".env").read_bytes() == config(1)[".env"]
     save_snapshot(rollback, config(3), "h3")
     assert len(os.listdir(os.path.join(rollback, "snapshots"))) == 2  # h1 is gone: nothing points to it
     assert save_snapshot(rollback, config(3), "h3b")[0] is True  # the same files with another hash: a new snapshot
     assert (snapshot_hash(rollback), snapshot_hash(rollback, "previous")) == ("h3b", "h3")
-
-
-def test_a_changed_or_cut_snapshot_is_refused_naming_the_file(tmp_path):
-    rollback = str(tmp_path / ".rollback")
-    save_snapshot(rollback, config(1), "h1")
-    link = os.path.join(rollback, "last")
-    path = read_snapshot(rollback, "last")[2]
-    with open(os.path.join(path, COMPOSE), "ab") as f:
-        f.write(b"image: [edited by hand\n")
-    with pytest.raises(SnapshotError) as info:
-        read_snapshot(rollback, "last")
-    assert str(info.value) == ("%s: %s does not match the sha256 recorded with the snapshot (changed or cut since "
-                               "it was kept)" % (link, COMPOSE))
-    os.unlink(os.path.join(path, ".env"))
-    with pytest.raises(SnapshotError) as info:
-        read_snapshot(rollback, "last")
-    assert str(info.value) == "%s: .env is missing" % link
 
 
 @pytest.mark.parametrize("kill_at", range(6))
@@ -167,8 +135,8 @@ def make_snapshot(rollback, which, data, manifest):
     return str(rollback / which), str(directory)
 
 
-def test_atomic_write_is_private_by_default(tmp_path):
-    """Without a mode the file is 0600 (it may hold secrets), whatever the umask and the old file's mode."""
+def test_atomic_write_is_private_by_default_and_a_failed_write_leaves_the_old_file_alone(tmp_path, monkeypatch):
+    """Without a mode the file is 0600 (it may hold secrets), whatever the old file's mode."""
     target = tmp_path / ".env"
     target.write_bytes(b"old")
     os.chmod(str(target), 0o644)
@@ -176,11 +144,19 @@ def test_atomic_write_is_private_by_default(tmp_path):
     assert target.read_bytes() == b"new" and mode_of(str(target)) == 0o600
     atomic_write(str(target), b"public", 0o644)
     assert target.read_bytes() == b"public" and mode_of(str(target)) == 0o644
+
+    def full(*_args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(files.os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        atomic_write(str(target), b"two", 0o600)
+    assert target.read_bytes() == b"public"
     assert os.listdir(str(tmp_path)) == [".env"]
 
 
-def recorded_renames(monkeypatch):
-    """The (source, target) of every os.rename that _deploy_files makes from now on; the renames still happen."""
+def test_a_write_renames_a_marked_temporary_file_or_directory_next_to_its_target(tmp_path, monkeypatch):
+    """In the target's directory (a rename within one file system), with the leftover mark: a killed write leaves
+    nothing that ``remove_leftovers`` (a hidden file) or ``prepare`` (a half-written snapshot) does not clear."""
     renames = []
     real_rename = os.rename
 
@@ -188,19 +164,17 @@ def recorded_renames(monkeypatch):
         renames.append((src, dst))
         real_rename(src, dst)
     monkeypatch.setattr(files.os, "rename", rename)
-    return renames
-
-
-def test_atomic_write_renames_a_marked_temporary_file_next_to_the_target(tmp_path, monkeypatch):
-    """The temporary file is hidden, in the target's directory (a rename within one file system) and carries the
-    leftover mark, so that a killed write leaves nothing ``remove_leftovers`` does not clear."""
-    renames = recorded_renames(monkeypatch)
     target = str(tmp_path / "compose.yml")
     atomic_write(target, b"services: {}\n")
     ((src, dst),) = renames
     assert dst == target
     assert os.path.dirname(src) == str(tmp_path)
     assert os.path.basename(src).startswith(".compose.yml" + files.TMP_MARK)
+    rollback = str(tmp_path / ".rollback")
+    save_snapshot(rollback, config(1), "h1")
+    src, dst = renames[1]
+    assert os.path.dirname(src) == rollback and os.path.basename(src).startswith(files.TMP_MARK)
+    assert dst == os.path.join(rollback, os.readlink(os.path.join(rollback, "last")))
 
 
 def test_remove_leftovers_returns_the_paths_it_removed(tmp_path):
@@ -209,21 +183,14 @@ def test_remove_leftovers_returns_the_paths_it_removed(tmp_path):
     half_dir = tmp_path / (files.TMP_MARK + "dir")
     (half_dir / "sub").mkdir(parents=True)
     (half_dir / "sub" / "f").write_text("f")
-    (tmp_path / "keep").write_text("k")
-    assert sorted(remove_leftovers(str(tmp_path))) == sorted([str(half_file), str(half_dir)])
-    assert os.listdir(str(tmp_path)) == ["keep"]
+    (tmp_path / "keep").mkdir()
+    (tmp_path / "keep" / "data").write_text("d")
+    link = tmp_path / (".last" + files.TMP_MARK + "ab12")  # unlinked, not followed
+    os.symlink(str(tmp_path / "keep"), str(link))
+    assert sorted(remove_leftovers(str(tmp_path))) == sorted([str(half_file), str(half_dir), str(link)])
+    assert os.listdir(str(tmp_path)) == ["keep"] and (tmp_path / "keep" / "data").read_text() == "d"
     assert remove_leftovers(str(tmp_path)) == []
     assert remove_leftovers(str(tmp_path / "missing")) == []
-
-
-def test_remove_leftovers_unlinks_a_marked_link_without_following_it(tmp_path):
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    (elsewhere / "data").write_text("d")
-    link = tmp_path / ("." + "last" + files.TMP_MARK + "ab12")
-    os.symlink(str(elsewhere), str(link))
-    assert remove_leftovers(str(tmp_path)) == [str(link)]
-    assert not os.path.lexists(str(link)) and (elsewhere / "data").read_text() == "d"
 
 
 def test_a_leftover_directory_that_cannot_be_removed_does_not_stop_the_run(tmp_path, monkeypatch):
@@ -252,48 +219,39 @@ def test_ensure_dir_creates_parents_with_the_mode_and_reports_it(tmp_path):
         files.ensure_dir(str(tmp_path / "file"), 0o700)
 
 
-def test_read_snapshot_returns_the_files_the_manifest_and_the_real_path(tmp_path):
-    data = config(1)
-    manifest = {"config_hash": "h1", "files": {n: hashlib.sha256(d).hexdigest() for n, d in data.items()}}
-    _link, directory = make_snapshot(tmp_path, "last", data, manifest)
-    assert read_snapshot(str(tmp_path), "last") == (data, manifest, os.path.realpath(directory))
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
 
 
-def test_read_snapshot_of_a_missing_link_says_which(tmp_path):
-    with pytest.raises(SnapshotError) as info:
-        read_snapshot(str(tmp_path), "previous")
-    assert str(info.value) == "there is no previous snapshot in %s" % tmp_path
+NOT_A_FILE = "{link}: the manifest names %r, not a file of the snapshot"
 
 
-def test_read_snapshot_without_a_manifest(tmp_path):
-    link, directory = make_snapshot(tmp_path, "last", config(1), None)
-    with pytest.raises(SnapshotError) as info:
-        read_snapshot(str(tmp_path), "last")
-    assert str(info.value) == "%s (%s) has no manifest.json" % (link, os.path.realpath(directory))
-
-
-@pytest.mark.parametrize("manifest", ["not json", "[1]", "{}", '{"files": 3}', b"\xff\xfe"])
-def test_read_snapshot_of_an_unreadable_manifest(tmp_path, manifest):
-    link, _directory = make_snapshot(tmp_path, "last", config(1), manifest)
-    with pytest.raises(SnapshotError) as info:
-        read_snapshot(str(tmp_path), "last")
-    assert str(info.value).startswith("%s: manifest.json cannot be read: " % link)
-
-
-@pytest.mark.parametrize("name", ["a/b", "../outside", "", ".", ".."])
-def test_read_snapshot_refuses_a_manifest_naming_something_else_than_a_file_of_it(tmp_path, name):
-    (tmp_path / "outside").write_bytes(b"x")
-    link, _directory = make_snapshot(tmp_path, "last", {"a": b"x"}, {"files": {name: hashlib.sha256(b"x").hexdigest()}})
+@pytest.mark.parametrize("data, manifest, message", [
+    (None, None, "there is no last snapshot in {rollback}"),
+    ({"a": b"x"}, None, "{link} ({path}) has no manifest.json"),
+    # the exception's own words follow the file's name
+    ({"a": b"x"}, "not json", "{link}: manifest.json cannot be read: Expecting value: line 1 column 1 (char 0)"),
+    ({"a": b"x"}, "[1]", "{link}: manifest.json cannot be read: list indices must be integers or slices, not str"),
+    ({"a": b"x"}, "{}", "{link}: manifest.json cannot be read: 'files'"),
+    ({"a": b"x"}, '{"files": 3}', "{link}: manifest.json cannot be read: 'int' object is not iterable"),
+    ({"a": b"x"}, b"\xff\xfe",
+     "{link}: manifest.json cannot be read: 'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"),
+    ({"a": b"x", "b": b"y"}, {"files": {"a": sha(b"x"), "b": sha(b"y\n")}},
+     "{link}: b does not match the sha256 recorded with the snapshot (changed or cut since it was kept)"),
+    ({"a": b"x"}, {"files": {"a": sha(b"x"), "b": sha(b"y")}}, "{link}: b is missing"),
+    ({"a": b"x"}, {"files": {"a/b": sha(b"x")}}, NOT_A_FILE % "a/b"),
+    ({"a": b"x"}, {"files": {"../a": sha(b"x")}}, NOT_A_FILE % "../a"),
+    ({"a": b"x"}, {"files": {"": sha(b"x")}}, NOT_A_FILE % ""),
+    ({"a": b"x"}, {"files": {".": sha(b"x")}}, NOT_A_FILE % "."),
+    ({"a": b"x"}, {"files": {"..": sha(b"x")}}, NOT_A_FILE % ".."),
+])
+def test_a_snapshot_that_cannot_be_read_whole_is_refused_saying_why(tmp_path, data, manifest, message):
+    link, path = str(tmp_path / "last"), ""
+    if data is not None:
+        link, path = make_snapshot(tmp_path, "last", data, manifest)
     with pytest.raises(SnapshotError) as info:
         read_snapshot(str(tmp_path), "last")
-    assert str(info.value) == "%s: the manifest names %r, not a file of the snapshot" % (link, name)
-
-
-def test_snapshot_hash_reads_last_by_default(tmp_path):
-    make_snapshot(tmp_path, "last", {}, {"config_hash": "h2", "files": {}})
-    make_snapshot(tmp_path, "previous", {}, {"config_hash": "h1", "files": {}})
-    assert snapshot_hash(str(tmp_path)) == "h2"
-    assert snapshot_hash(str(tmp_path), "previous") == "h1"
+    assert str(info.value) == message.format(link=link, path=os.path.realpath(path), rollback=tmp_path)
 
 
 @pytest.mark.parametrize("manifest", ["not json", "[1]", '"text"', '{"files": {}}', '{"config_hash": null}',
@@ -327,17 +285,7 @@ def test_a_saved_snapshot_holds_the_files_and_a_readable_manifest(tmp_path, sour
         ' "source": "%s"\n}\n' % (
             created, hashlib.sha256(config(1)[".env"]).hexdigest(), COMPOSE,
             hashlib.sha256(config(1)[COMPOSE]).hexdigest(), recorded))
-
-
-def test_a_snapshot_is_written_in_a_marked_directory_of_the_rollback_directory(tmp_path, monkeypatch):
-    """Then renamed into ``snapshots/``: a killed run leaves the half-written directory where ``prepare`` clears
-    it."""
-    renames = recorded_renames(monkeypatch)
-    rollback = str(tmp_path / ".rollback")
-    save_snapshot(rollback, config(1), "h1")
-    src, dst = renames[0]
-    assert os.path.dirname(src) == rollback and os.path.basename(src).startswith(files.TMP_MARK)
-    assert dst == os.path.join(rollback, os.readlink(os.path.join(rollback, "last")))
+    assert read_snapshot(rollback, "last") == (config(1), json.loads(text), os.path.realpath(directory))
 
 
 def test_a_broken_last_snapshot_does_not_become_previous(tmp_path):
@@ -354,21 +302,15 @@ def test_a_broken_last_snapshot_does_not_become_previous(tmp_path):
         os.path.basename(os.readlink(os.path.join(rollback, n))) for n in ("last", "previous"))
 
 
-def test_prepare_creates_a_private_rollback_directory(tmp_path):
-    rollback = str(tmp_path / "project" / ".rollback")
+def test_prepare_makes_a_private_directory_and_clears_the_leftovers_and_the_snapshots_no_link_points_to(tmp_path):
+    rollback = tmp_path / "project" / ".rollback"
     old = os.umask(0)
     try:
-        assert prepare(rollback) == []
-        assert mode_of(rollback) == 0o700
-        save_snapshot(rollback, config(1), "h1")
-        assert mode_of(os.path.join(rollback, "snapshots")) == 0o700
+        assert prepare(str(rollback)) == []
+        save_snapshot(str(rollback), config(1), "h1")
     finally:
         os.umask(old)
-
-
-def test_prepare_returns_the_leftovers_and_the_snapshots_no_link_points_to(tmp_path):
-    rollback = tmp_path / ".rollback"
-    save_snapshot(str(rollback), config(1), "h1")
+    assert mode_of(str(rollback)) == 0o700 and mode_of(str(rollback / "snapshots")) == 0o700
     half = rollback / (".last" + files.TMP_MARK + "0000")
     half.write_text("x")
     (rollback / "snapshots" / "20000101T000000-deadbeef").mkdir()

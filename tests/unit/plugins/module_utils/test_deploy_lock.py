@@ -29,14 +29,19 @@ def owner(pid=None):
 
 
 def test_one_owner_at_a_time_and_only_the_owner_gives_it_back(tmp_path):
+    """The lock names the owner (controller, user, pid): 0600 in a 0750 project directory, as the role's files."""
     path = str(tmp_path / "project" / ".llm_server.lock")
+    assert release(path, "t") is False  # no directory yet
     first = acquire(path, owner(), 3600)
-    assert first["acquired"] and first["created_dir"]
+    assert first["acquired"] is True and first["created_dir"] is True and first["took_over"] is None
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o750
     second = acquire(path, owner(), 3600)
     assert not second["acquired"] and second["holder"]["token"] == first["token"]
     assert "pid %d" % os.getpid() in describe(second["holder"])
     assert release(path, "not-the-token") is False
     assert release(path, first["token"]) is True
+    assert release(path, first["token"]) is False  # the lock file is gone
     assert acquire(path, owner(), 3600)["acquired"]
 
 
@@ -102,20 +107,6 @@ def test_an_unreadable_lock_file_is_taken_over(tmp_path, content):
     taken = acquire(str(path), owner(), 60)
     assert taken["acquired"] is True
     assert taken["took_over"] == {"token": None, "broken": True, "reason": "the lock file was unreadable"}
-
-
-def test_the_lock_file_and_its_directory_are_private(tmp_path):
-    """The lock names the owner (controller, user, pid): 0600 in a 0750 project directory, as the role's files."""
-    path = tmp_path / "new-project" / ".llm_server.lock"
-    first = acquire(str(path), owner(), 60)
-    assert first["created_dir"] is True and first["took_over"] is None
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o750
-
-
-def test_giving_back_a_lock_that_is_gone(tmp_path):
-    assert release(str(tmp_path / "no-dir" / ".llm_server.lock"), "t") is False
-    assert release(str(tmp_path / ".llm_server.lock"), "t") is False
 
 
 def test_the_owner_in_words():

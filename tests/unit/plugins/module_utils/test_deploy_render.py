@@ -37,16 +37,23 @@ HOSTILE = {
     "llm_server_extra_args": ["--alias", "a$b${HOME}`id`'\"", "--api-prefix", "$$"],
     "llm_server_log_verbosity": 5,
 }
+PLAIN = {
+    "llm_server_model_path": "/srv/models/m.gguf",
+    "llm_server_ctx_size": 4096,
+    "llm_server_parallel": 2,
+    "llm_server_n_gpu_layers": 40,
+    "llm_server_port": 8081,
+}
 PLACEMENT = {"pattern": r"blk\.(3|4)\.ffn_.*_exps\.weight$", "device_overrides": [r"blk\.5\.ffn_.*_exps=CUDA1"],
              "gpu_devices": [0, 1], "tensor_split": "0.6,0.4", "topology": "dual"}
 
 
-def settings(**values):
-    return check_settings(role_values(HOSTILE, **values)).as_dict()
+def settings(base=PLAIN, **values):
+    return check_settings(role_values(base, **values)).as_dict()
 
 
 def test_the_env_block_reads_back_through_python_dotenv():
-    s = settings()
+    s = settings(HOSTILE)
     values = env_values(s, PLACEMENT)
     block = env_block(values, config_hash(values, "compose"))
     read = dotenv.dotenv_values(stream=io.StringIO(block))
@@ -62,7 +69,7 @@ def test_a_value_with_a_unicode_line_separator_reads_back_whole(separator):
     """python-dotenv cuts .env lines at \\r\\n, \\n and \\r only; the role reads its block back the same way (not
     with str.splitlines(), which also cuts at U+2028 and U+2029 and read the value as two lines)."""
     path = "/models/a%sb #c.gguf" % separator
-    values = env_values(settings(llm_server_model_path="/srv/models/a%sb #c.gguf" % separator), PLACEMENT)
+    values = env_values(settings(HOSTILE, llm_server_model_path="/srv/models/a%sb #c.gguf" % separator), PLACEMENT)
     assert values["LLM_MODEL_PATH"] == path
     text, _dropped = merge_env("OTHER=1\n", env_block(values, "h"))
     assert dotenv.dotenv_values(stream=io.StringIO(text))["LLM_MODEL_PATH"] == path
@@ -73,7 +80,9 @@ def test_a_value_with_a_unicode_line_separator_reads_back_whole(separator):
 
 def test_the_compose_file_holds_every_value_encoded():
     """Read by PyYAML; the whole text of each kind of compose file is in the tests further down."""
-    service = yaml.safe_load(render_compose(settings(), PLACEMENT, "podman"))["services"]["ai-llm"]
+    compose = render_compose(settings(HOSTILE, llm_server_restart_policy="no"), PLACEMENT, "podman")
+    service = yaml.safe_load(compose)["services"]["ai-llm"]
+    assert service["restart"] == "no"  # a string, not YAML's false
     # $ is doubled for compose: after compose's own unescaping the values are the literal ones
     assert service["command"] == ["--alias", "a$$b$${HOME}`id`'\"", "--api-prefix", "$$$$"]
     assert service["volumes"][0] == {"type": "bind", "source": "/srv/mo dels", "target": "/models", "read_only": True}
@@ -81,15 +90,10 @@ def test_the_compose_file_holds_every_value_encoded():
     assert service["labels"] == {HASH_LABEL: "${LLM_CONFIG_HASH:-}"}
 
 
-def test_restart_no_stays_a_string():
-    service = yaml.safe_load(render_compose(settings(llm_server_restart_policy="no"), PLACEMENT, "podman"))
-    assert service["services"]["ai-llm"]["restart"] == "no"
-
-
 @pytest.mark.skipif(not shutil.which("podman-compose"), reason="podman-compose is not installed")
 def test_podman_compose_reads_every_value_back(tmp_path):
     """podman-compose 1.6.0's own reading (.env through python-dotenv, then compose interpolation)."""
-    s = settings()
+    s = settings(HOSTILE)
     values = env_values(s, PLACEMENT)
     compose = render_compose(s, PLACEMENT, "podman")
     (tmp_path / ".env").write_text(env_block(values, config_hash(values, compose)))
@@ -106,25 +110,14 @@ def test_podman_compose_reads_every_value_back(tmp_path):
 
 # --- the whole contract of each file, value by value ---------------------------------------------------------
 
-PLAIN = {
-    "llm_server_model_path": "/srv/models/m.gguf",
-    "llm_server_ctx_size": 4096,
-    "llm_server_parallel": 2,
-    "llm_server_n_gpu_layers": 40,
-    "llm_server_port": 8081,
-}
 ROLE_KEYS = ["LLM_MOE_OFFLOAD_PATTERN", "LLM_DEVICE_OVERRIDES", "LLM_CTX_SIZE", "LLM_PARALLEL", "LLM_N_GPU_LAYERS",
              "LLM_MODEL_PATH", "LLM_BIND_ADDRESS", "LLM_PORT", "LLM_GPU_DEVICES", "LLM_TENSOR_SPLIT",
              "LLM_LOG_VERBOSITY"]
 CPU = {"topology": "cpu"}
 
 
-def plain(**values):
-    return check_settings(role_values(PLAIN, **values)).as_dict()
-
-
 def cpu_block():
-    return env_block(env_values(plain(), CPU), "h")
+    return env_block(env_values(settings(), CPU), "h")
 
 
 @pytest.mark.parametrize("verbosity, placement, placed", [
@@ -137,7 +130,7 @@ def cpu_block():
      {}),
 ])
 def test_env_values_hold_every_key_in_order(verbosity, placement, placed):
-    values = env_values(plain(llm_server_log_verbosity=verbosity), placement)
+    values = env_values(settings(llm_server_log_verbosity=verbosity), placement)
     expected = dict.fromkeys(ROLE_KEYS, "")
     expected.update({"LLM_CTX_SIZE": "4096", "LLM_PARALLEL": "2", "LLM_N_GPU_LAYERS": "40",
                      "LLM_MODEL_PATH": "/models/m.gguf", "LLM_BIND_ADDRESS": "127.0.0.1", "LLM_PORT": "8081"}, **placed)
@@ -145,40 +138,35 @@ def test_env_values_hold_every_key_in_order(verbosity, placement, placed):
     assert list(values) == ROLE_KEYS
 
 
-@pytest.mark.parametrize("placement, key, text", [
+@pytest.mark.parametrize("placement, values, key, text", [
     # GPU devices are written only for a GPU topology; a placement without ``topology`` is a CPU one
-    ({"topology": "single", "gpu_devices": [2]}, "LLM_GPU_DEVICES", "2"),
-    ({"topology": "multi", "gpu_devices": [0, 1, 3]}, "LLM_GPU_DEVICES", "0,1,3"),
-    ({"topology": "dual"}, "LLM_GPU_DEVICES", ""),
-    ({"topology": "dual", "gpu_devices": []}, "LLM_GPU_DEVICES", ""),
-    ({"topology": "cpu", "gpu_devices": [0, 1]}, "LLM_GPU_DEVICES", ""),
-    ({"gpu_devices": [0, 1]}, "LLM_GPU_DEVICES", ""),
+    ({"topology": "single", "gpu_devices": [2]}, {}, "LLM_GPU_DEVICES", "2"),
+    ({"topology": "multi", "gpu_devices": [0, 1, 3]}, {}, "LLM_GPU_DEVICES", "0,1,3"),
+    ({"topology": "dual"}, {}, "LLM_GPU_DEVICES", ""),
+    ({"topology": "dual", "gpu_devices": []}, {}, "LLM_GPU_DEVICES", ""),
+    ({"topology": "cpu", "gpu_devices": [0, 1]}, {}, "LLM_GPU_DEVICES", ""),
+    ({"gpu_devices": [0, 1]}, {}, "LLM_GPU_DEVICES", ""),
     # the tensor split, comma-separated
-    ({"topology": "dual", "tensor_split": "0.6,0.4"}, "LLM_TENSOR_SPLIT", "0.6,0.4"),
-    ({"topology": "dual", "tensor_split": [0.6, 0.4]}, "LLM_TENSOR_SPLIT", "0.6,0.4"),
-    ({"topology": "dual", "tensor_split": (3, 1)}, "LLM_TENSOR_SPLIT", "3,1"),
-    ({"topology": "dual", "tensor_split": []}, "LLM_TENSOR_SPLIT", ""),
-    ({"topology": "dual", "tensor_split": ""}, "LLM_TENSOR_SPLIT", ""),
-    ({"topology": "dual", "tensor_split": None}, "LLM_TENSOR_SPLIT", ""),
-    ({"topology": "dual"}, "LLM_TENSOR_SPLIT", ""),
+    ({"topology": "dual", "tensor_split": "0.6,0.4"}, {}, "LLM_TENSOR_SPLIT", "0.6,0.4"),
+    ({"topology": "dual", "tensor_split": [0.6, 0.4]}, {}, "LLM_TENSOR_SPLIT", "0.6,0.4"),
+    ({"topology": "dual", "tensor_split": (3, 1)}, {}, "LLM_TENSOR_SPLIT", "3,1"),
+    ({"topology": "dual", "tensor_split": []}, {}, "LLM_TENSOR_SPLIT", ""),
+    ({"topology": "dual", "tensor_split": ""}, {}, "LLM_TENSOR_SPLIT", ""),
+    ({"topology": "dual", "tensor_split": None}, {}, "LLM_TENSOR_SPLIT", ""),
+    ({"topology": "dual"}, {}, "LLM_TENSOR_SPLIT", ""),
     # llama-server's --override-tensor takes ``<pattern>=<buffer type>,...``: one comma-separated value
-    ({"topology": "dual", "device_overrides": ["a=CUDA0", "b=CUDA1"]}, "LLM_DEVICE_OVERRIDES", "a=CUDA0,b=CUDA1"),
-])
-def test_a_placement_value_in_env(placement, key, text):
-    assert env_values(plain(), placement)[key] == text
-
-
-@pytest.mark.parametrize("values, key, text", [
+    ({"topology": "dual", "device_overrides": ["a=CUDA0", "b=CUDA1"]}, {}, "LLM_DEVICE_OVERRIDES",
+     "a=CUDA0,b=CUDA1"),
     # level 0 is a level (llama-server's -lv 0), not "unset"
-    ({"llm_server_log_verbosity": None}, "LLM_LOG_VERBOSITY", ""),
-    ({"llm_server_log_verbosity": ""}, "LLM_LOG_VERBOSITY", ""),
-    ({"llm_server_log_verbosity": 0}, "LLM_LOG_VERBOSITY", "0"),
-    ({"llm_server_log_verbosity": 9}, "LLM_LOG_VERBOSITY", "9"),
-    ({"llm_server_n_gpu_layers": "all"}, "LLM_N_GPU_LAYERS", "all"),
-    ({"llm_server_parallel": 256}, "LLM_PARALLEL", "256"),
+    (CPU, {"llm_server_log_verbosity": None}, "LLM_LOG_VERBOSITY", ""),
+    (CPU, {"llm_server_log_verbosity": ""}, "LLM_LOG_VERBOSITY", ""),
+    (CPU, {"llm_server_log_verbosity": 0}, "LLM_LOG_VERBOSITY", "0"),
+    (CPU, {"llm_server_log_verbosity": 9}, "LLM_LOG_VERBOSITY", "9"),
+    (CPU, {"llm_server_n_gpu_layers": "all"}, "LLM_N_GPU_LAYERS", "all"),
+    (CPU, {"llm_server_parallel": 256}, "LLM_PARALLEL", "256"),
 ])
-def test_a_setting_in_env(values, key, text):
-    assert env_values(plain(**values), CPU)[key] == text
+def test_a_value_in_env(placement, values, key, text):
+    assert env_values(settings(**values), placement)[key] == text
 
 
 CONTROL = "it holds control characters (\\n), which a .env line cannot carry"
@@ -196,7 +184,7 @@ CONTROL = "it holds control characters (\\n), which a .env line cannot carry"
 ])
 def test_a_value_the_placement_cannot_write_is_refused_with_its_key_and_value(placement, message):
     with pytest.raises(RenderError) as info:
-        env_values(plain(), dict(CPU, **placement))
+        env_values(settings(), dict(CPU, **placement))
     assert str(info.value) == message
 
 
@@ -293,9 +281,9 @@ DOCKER_LOGGING = """\
 
 
 def test_the_compose_file_for_podman_on_gpus_with_published_ports():
-    s = plain(llm_server_service_name="llm", llm_server_container_name="llm-1", llm_server_restart_policy="always",
-              llm_server_image="registry.example/llm:v1", llm_server_container_port=9000,
-              llm_server_log_max_size="10m", llm_server_extra_args=["--alias", "x"])
+    s = settings(llm_server_service_name="llm", llm_server_container_name="llm-1", llm_server_restart_policy="always",
+                 llm_server_image="registry.example/llm:v1", llm_server_container_port=9000,
+                 llm_server_log_max_size="10m", llm_server_extra_args=["--alias", "x"])
     expected = HEAD + """\
   "llm":
     image: "registry.example/llm:v1"
@@ -325,7 +313,7 @@ def test_the_compose_file_for_podman_on_gpus_with_published_ports():
 
 def test_the_compose_file_for_docker_on_the_host_network_without_gpu():
     """Host networking: no ports, and llama-server listens on the .env address and port itself."""
-    s = plain(llm_server_network_mode="host", llm_server_log_max_file=7)
+    s = settings(llm_server_network_mode="host", llm_server_log_max_file=7)
     expected = HEAD + """\
   "ai-llm":
     image: "localhost/ai-llm:cuda"
@@ -344,7 +332,7 @@ def test_the_compose_file_for_docker_on_the_host_network_without_gpu():
 
 
 def test_the_compose_file_for_docker_reserves_the_gpus():
-    text = render_compose(plain(), {"topology": "single", "gpu_devices": [3]}, "docker")
+    text = render_compose(settings(), {"topology": "single", "gpu_devices": [3]}, "docker")
     assert text.endswith("""\
       NVIDIA_VISIBLE_DEVICES: "${LLM_GPU_DEVICES:-}"
 """ + VOLUMES + """\
