@@ -107,10 +107,8 @@ def test_control_chars_are_c0_del_and_c1_as_sorted_escapes():
 
 
 @pytest.mark.parametrize("value, message", [
-    ("a\tb\n", CONTROL % "\\n, \\t"),
+    ("a\tb\n", CONTROL % "\\n, \\t"),    # a newline would add keys to .env
     ("${\n", CONTROL % "\\n"),
-    ("two\nlines", CONTROL % "\\n"),     # a newline would add keys to .env
-    ("tab\there", CONTROL % "\\t"),
     ("nul\x00", CONTROL % "\\x00"),
     ("sk-${HOME}", DOLLAR_BRACE),        # python-dotenv expands it even inside single quotes
     ("${\\\\", DOLLAR_BRACE),

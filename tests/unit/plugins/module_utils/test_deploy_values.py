@@ -110,19 +110,10 @@ def test_project_paths_are_the_files_under_the_project_dir():
         "api_key": "/p/secrets/api-key", "lock": "/p/.llm_server.lock", "rollback": "/r"}
 
 
-def test_an_empty_compose_project_is_the_project_dirs_basename():
-    values = role_values(llm_server_model_path="/srv/models/x.gguf", llm_server_project_dir="/opt/my-llm_1/")
-    assert check_settings(values).compose_project == "my-llm_1"
-    assert check_settings(dict(values, llm_server_compose_project="")).compose_project == "my-llm_1"
-    with pytest.raises(SettingsError) as caught:
-        check_settings(dict(values, llm_server_project_dir="/opt/My-LLM", llm_server_compose_project=""))
-    assert caught.value.problems == [("llm_server_compose_project", '"My-LLM" is not ' + PROJECT_NAME)]
-    with pytest.raises(SettingsError) as caught:  # a bad project dir leaves no name to take
-        check_settings(dict(values, llm_server_project_dir="rel", llm_server_compose_project=""))
-    assert caught.value.problems == [
-        ("llm_server_project_dir", '"rel" is not an absolute path'),
-        ("llm_server_compose_project", '"" is not ' + PROJECT_NAME),
-    ]
+def test_a_bad_project_dir_leaves_no_compose_project_name_to_take():
+    assert problems(llm_server_project_dir="rel", llm_server_compose_project="") == {
+        "llm_server_project_dir": '"rel" is not an absolute path',
+        "llm_server_compose_project": '"" is not ' + PROJECT_NAME}
 
 
 def test_paths_are_compared_as_paths():
@@ -198,6 +189,7 @@ REFUSED = [
     *_not("rollback_to", 'one of "previous", "none"', "all"),
     *_not("compose_file", "a file name ending in .yml or .yaml", "compose.json", ".compose.yml", "sub/compose.yml"),
     *_not("compose_project", PROJECT_NAME, "AI-LLM", "-llm", "a" * 254),
+    ({"project_dir": "/opt/My-LLM", "compose_project": ""}, "compose_project", '"My-LLM" is not ' + PROJECT_NAME),
     *_not("service_name", "a compose service name (letters, digits, '.', '_' and '-')", "ai llm", "a" * 254),
     *_not("container_name", "a container name (letters, digits, '_', '.' and '-', starting with a letter or digit)",
           "-ai", "ai llm", "a" * 254),
@@ -338,6 +330,8 @@ COMBINED = [
      {"project_dir": "/opt/llm", "compose_file": "compose.yaml", "rollback_dir": "/var/backups/llm",
       "paths": project_paths("/opt/llm", "compose.yaml", "/var/backups/llm")}),
     ({"project_dir": "/opt/p", "rollback_dir": ""}, {"rollback_dir": "/opt/p/.rollback"}),
+    # an empty compose project is the project dir's basename
+    ({"project_dir": "/opt/my-llm_1/", "compose_project": ""}, {"compose_project": "my-llm_1"}),
     # paths are normalised, and dotted names are not parent segments
     ({"project_dir": "/srv//ai-llm/./", "model_path": "/srv/models/..x/a..b.gguf", "model_dir": "/srv/models/..x"},
      {"project_dir": "/srv/ai-llm", "model_path": "/srv/models/..x/a..b.gguf",
@@ -449,7 +443,6 @@ def test_a_placement_without_problems_gives_none():
 @pytest.mark.parametrize("pattern, source, what, shown", [
     ("blk${X}", "plan", "the pattern the plan built from the model's tensor names", "blk${X}"),
     ("blk${X}", "model", "the pattern gguf_info built from the model's tensor names", "blk${X}"),
-    ("blk${X}", "user", "the pattern", "blk${X}"),
     ("blk${X}", None, "the pattern", "blk${X}"),
     ("y" * 118 + "${", "user", "the pattern", "y" * 118 + "${"),  # shown up to 120 characters
     ("y" * 119 + "${", "user", "the pattern", "y" * 117 + "..."),
