@@ -132,10 +132,11 @@ def load_lines(names, gpu_mib, marker=True, debug=True):
     return lines + [offloaded(3, 3), model_buf("CUDA0", gpu_mib), kv_buf("CUDA0", 1.0), compute_buf("CUDA0", 2.0)]
 
 
+BUF_CUDA0 = model_buf("CUDA0", 1369.43)
 # Two GPUs at the default verbosity: every buffer line, no per-tensor line.
 DEVICES_LOG = [
     offloaded(5, 5),
-    model_buf("CUDA0", 1369.43),
+    BUF_CUDA0,
     model_buf("CUDA1", 812.5),
     model_buf("CPU_Mapped", 10240.0),
     kv_buf("CUDA0", 96.0),
@@ -189,58 +190,56 @@ RPC_ABORT = [
     "/app/llama-server(+0x9e3a1)[0x55d6b2e3f3a1]",
 ]
 _WAIT4 = "#0  0x00007f8d3c0ea42f in __GI___wait4 (pid=1235) at ../sysdeps/unix/sysv/linux/wait4.c:30"
-_GDB_WAIT4 = ("#0  0x00007fd6e02f0c7a in __GI___wait4 (pid=8930, stat_loc=0x0, options=0, usage=0x0) at "
-              "../sysdeps/unix/sysv/linux/wait4.c:30")
 _ASSERT = "/src/llama.cpp/ggml/src/ggml-cpu/ops.cpp:4321: GGML_ASSERT(ne00 % 32 == 0) failed"
 _RPC_509 = "ggml-rpc.cpp:509: Remote RPC server crashed or returned malformed response"
 _CUDA = "CUDA error: an illegal memory access was encountered"
-_SYCL = "SYCL error: CHECK_TRY_ERROR(stream->wait()): Exception caught in this line of code."
-_BAD_ALLOC = "terminate called after throwing an instance of 'std::bad_alloc'"
 _RUNTIME_ERROR = "terminate called after throwing an instance of 'std::runtime_error'"
-_BACKTRACE_FD = "/opt/llama.cpp/libggml-base.so(ggml_print_backtrace+0x1f)[0x7fd6e0616a8b]"
+_ABORT_WORDS = "llama-server aborted (GGML_ABORT)"
+
+
+def alone(line, cause, backtrace=False, crash=None):
+    """A crash form of one line, which is the crash (``crash``: the line as it is reported, when it differs)."""
+    return [line], crash or line, cause, backtrace
+
+
 CRASHES = [
-    (["0.00.500.000 E CUDA error: out of memory"], "CUDA error: out of memory", GPU_WORDS, False),
-    (["0.00.500.000 E ROCm error: invalid device function"], "ROCm error: invalid device function", GPU_WORDS, False),
-    (["0.00.500.000 E MUSA error: out of memory"], "MUSA error: out of memory", GPU_WORDS, False),
-    ([_SYCL], _SYCL, GPU_WORDS, False),
+    alone("0.00.500.000 E CUDA error: out of memory", GPU_WORDS, crash="CUDA error: out of memory"),
+    alone("0.00.500.000 E ROCm error: invalid device function", GPU_WORDS, crash="ROCm error: invalid device function"),
+    alone("0.00.500.000 E MUSA error: out of memory", GPU_WORDS, crash="MUSA error: out of memory"),
+    alone("SYCL error: CHECK_TRY_ERROR(stream->wait()): Exception caught in this line of code.", GPU_WORDS),
     (["E " + _CUDA, "E   current device: 0, in function ggml_backend_cuda_synchronize at ggml-cuda.cu:2628",
       "/src/ggml/src/ggml-cuda/ggml-cuda.cu:88: CUDA error"], _CUDA, GPU_WORDS, False),
     # the abort of ggml_cuda_error alone (its "CUDA error: ..." line lost): the message holds no "error: "
-    (["/src/ggml/src/ggml-cuda/ggml-cuda.cu:88: CUDA error"], "/src/ggml/src/ggml-cuda/ggml-cuda.cu:88: CUDA error",
-     "llama-server aborted (GGML_ABORT)", False),
-    (["0.01.000.000 E CUDA error: out of memory  "], "CUDA error: out of memory", GPU_WORDS, False),
-    ([_BAD_ALLOC], _BAD_ALLOC, EXCEPTION_WORDS, False),
-    (["terminate called without an active exception"], "terminate called without an active exception",
-     EXCEPTION_WORDS, False),
+    alone("/src/ggml/src/ggml-cuda/ggml-cuda.cu:88: CUDA error", _ABORT_WORDS),
+    alone("0.01.000.000 E CUDA error: out of memory  ", GPU_WORDS, crash="CUDA error: out of memory"),
+    alone("terminate called after throwing an instance of 'std::bad_alloc'", EXCEPTION_WORDS),
+    alone("terminate called without an active exception", EXCEPTION_WORDS),
     ([_RUNTIME_ERROR, "  what():  tensor 'blk.0.attn_q.weight' has wrong shape"], _RUNTIME_ERROR,
      EXCEPTION_WORDS + ": tensor 'blk.0.attn_q.weight' has wrong shape", False),
-    (["/src/ggml/src/ggml.c:1715: GGML_ASSERT(ggml_can_mul_mat(a, b)) failed"],
-     "/src/ggml/src/ggml.c:1715: GGML_ASSERT(ggml_can_mul_mat(a, b)) failed", ASSERT_WORDS, False),
+    alone("/src/ggml/src/ggml.c:1715: GGML_ASSERT(ggml_can_mul_mat(a, b)) failed", ASSERT_WORDS),
     ([_ASSERT, "[New LWP 1234]", "[Thread debugging using libthread_db enabled]",
       "0x00007f8d3c0ea42f in __GI___wait4 (pid=1235, stat_loc=0x0, options=0, usage=0x0) at wait4.c:30",
       _WAIT4, "#1  0x00007f8d3c5a1b6b in ggml_print_backtrace () from /app/libggml-base.so",
       "[Inferior 1 (process 1) detached]"], _ASSERT, ASSERT_WORDS, True),
-    (["/app/ggml/src/ggml.c:1651: fatal error"], "/app/ggml/src/ggml.c:1651: fatal error",
-     "llama-server aborted (GGML_ABORT)", False),
-    ([RPC_LINE], RPC_LINE, RPC_WORDS, False),
+    alone("/app/ggml/src/ggml.c:1651: fatal error", _ABORT_WORDS),
+    alone(RPC_LINE, RPC_WORDS),
     (RPC_ABORT, RPC_ABORT[0], RPC_WORDS, True),
     (["E send failed (bytes_sent=0, size_to_send=8)", _RPC_509], _RPC_509, RPC_WORDS, False),
-    ([_WAIT4], _WAIT4, BACKTRACE_WORDS, True),
-    ([_GDB_WAIT4], _GDB_WAIT4, BACKTRACE_WORDS, True),
-    ([RPC_ABORT[3]], RPC_ABORT[3], BACKTRACE_WORDS, True),
-    ([_BACKTRACE_FD], _BACKTRACE_FD, BACKTRACE_WORDS, True),
-    (["[Inferior 1 (process 8927) detached]"], "[Inferior 1 (process 8927) detached]", BACKTRACE_WORDS, True),
-    (["Segmentation fault (core dumped)"], "Segmentation fault (core dumped)", SIGSEGV_WORDS, False),
-    (["Segmentation fault (core dumped) \t"], "Segmentation fault (core dumped)", SIGSEGV_WORDS, False),
-    (["Aborted (core dumped)"], "Aborted (core dumped)",
-     "llama-server aborted itself (GGML_ABORT, a failed GGML_ASSERT or an uncaught C++ exception)", False),
-    (["Illegal instruction (core dumped)"], "Illegal instruction (core dumped)", ILLEGAL_WORDS, False),
-    (["Bus error (core dumped)"], "Bus error (core dumped)",
-     "a memory-mapped file went away or was truncated while in use (the model file?)", False),
-    (["Floating point exception (core dumped)"], "Floating point exception (core dumped)",
-     "an arithmetic error (division by zero)", False),
-    (["Killed"], "Killed", KILLED_WORDS, False),
-    (["Killed   "], "Killed", KILLED_WORDS, False),
+    alone(_WAIT4, BACKTRACE_WORDS, True),
+    alone("#0  0x00007fd6e02f0c7a in __GI___wait4 (pid=8930, stat_loc=0x0, options=0, usage=0x0) at "
+          "../sysdeps/unix/sysv/linux/wait4.c:30", BACKTRACE_WORDS, True),
+    alone(RPC_ABORT[3], BACKTRACE_WORDS, True),
+    alone("/opt/llama.cpp/libggml-base.so(ggml_print_backtrace+0x1f)[0x7fd6e0616a8b]", BACKTRACE_WORDS, True),
+    alone("[Inferior 1 (process 8927) detached]", BACKTRACE_WORDS, True),
+    alone("Segmentation fault (core dumped)", SIGSEGV_WORDS),
+    alone("Segmentation fault (core dumped) \t", SIGSEGV_WORDS, crash="Segmentation fault (core dumped)"),
+    alone("Aborted (core dumped)",
+          "llama-server aborted itself (GGML_ABORT, a failed GGML_ASSERT or an uncaught C++ exception)"),
+    alone("Illegal instruction (core dumped)", ILLEGAL_WORDS),
+    alone("Bus error (core dumped)", "a memory-mapped file went away or was truncated while in use (the model file?)"),
+    alone("Floating point exception (core dumped)", "an arithmetic error (division by zero)"),
+    alone("Killed", KILLED_WORDS),
+    alone("Killed   ", KILLED_WORDS, crash="Killed"),
 ]
 
 # Exit codes of a process killed by a signal (128 + N as a shell or podman reports it, -N as Python's subprocess),

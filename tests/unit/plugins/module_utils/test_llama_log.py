@@ -19,14 +19,13 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log impo
     signal_of_exit_code,
 )
 from tests.helpers.llama_logs import (
-    BUILD, CONTEXT_ERROR, CRASHES, DATA, FIT, GOOD_LOAD, IK_CPU, ILLEGAL_WORDS, LAYER, LOADING, LV4, META, MMAP,
+    BUF_CUDA0, BUILD, CONTEXT_ERROR, CRASHES, DATA, FIT, GOOD_LOAD, IK_CPU, ILLEGAL_WORDS, LAYER, LOADING, LV4, META, MMAP,
     NAME_WITH_D, NEMOTRON_EXPERTS, OOM, PAD_TOKEN, PUBLIC_LOGS, QUEUE_DEBUG, QWEN3_EXPERTS, READY, RPC_LINE, RPC_WORDS,
     SIGNAL_EXITS, SYSTEM_INFO, TENSORS, UP1, VERBOSITY, VK_CONTEXT, VK_LIMIT, kv_buf, load_lines, model_buf, override,
     read, tensors,
 )
 
 RPC_ABORT = "/app/ggml/src/ggml-rpc/ggml-rpc.cpp:%d: Remote RPC server crashed or returned malformed response"
-BUF_CUDA0 = model_buf("CUDA0", 1369.43)
 
 
 def parse(lines, exit_code=None, end="\n"):
@@ -77,17 +76,15 @@ OLDER_LOGS = [
 ]
 
 
-def test_the_override_lines_reserves_and_crash_of_the_older_builds_logs():
+def test_the_override_lines_and_reserves_of_the_older_builds_logs():
     p = parse_log(LV4.read_text())
     assert p["overridden"][0] == {"tensor": "blk.1.ffn_up_exps.weight", "mib": 418, "type": "q5_0",
                                   "buffer": "CUDA_Host"}
     assert {o["type"] for o in p["overridden"]} == {"q5_0", "q8_0"}
     p = parse_log(read("b5200_load_tensors_overriden_nosize_qwen3moe.log"))
     assert all(o["mib"] is None and o["type"] is None and o["buffer"] == "CPU" for o in p["overridden"])
-    # a second reserve logs the compute buffers it now holds; the RPC abort ends a good run
-    rpc = read("b10435_rpc_server_killed_lv4.log")
-    assert parse_log(rpc[:rpc.index("/build/llama.cpp/ggml/src/ggml-rpc")])["crash"] is None
-    lines = rpc.splitlines()
+    # a second reserve logs the compute buffers it now holds
+    lines = read("b10435_rpc_server_killed_lv4.log").splitlines()
     start = next(i for i, x in enumerate(lines) if "sched_reserve: reserving" in x)
     end = next(i for i, x in enumerate(lines) if "sched_reserve: reserve took" in x)
     again = [x.replace("1.66 MiB", "3.25 MiB").replace("1.15 MiB", "0.50 MiB") for x in lines[start:end + 1]]

@@ -14,11 +14,10 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proo
     verify_placement,
 )
 from tests.helpers.llama_logs import (
-    DEFAULT, DEVICES_LOG, DOWN1, IK_CPU, LV4, NEMOTRON_EXPERTS, PUBLIC_LOGS, QWEN3_EXPERTS, READY, UP1, UP2,
+    BUF_CUDA0, DEFAULT, DEVICES_LOG, DOWN1, IK_CPU, LV4, NEMOTRON_EXPERTS, PUBLIC_LOGS, QWEN3_EXPERTS, READY, UP1, UP2,
     compute_buf, kv_buf, load_lines, model_buf, offloaded, override, read, rs_buf, text,
 )
 
-BUF_CUDA0 = model_buf("CUDA0", 1369.43)
 HIDDEN = "the log's verbosity hides the per-tensor override lines (use -lv 5 or -v); "
 NO_BUFFER_LINES = "and the log has no model buffer lines either (verbosity too low?): not verified"
 PLAN = {"CUDA0": 1369.43, "CUDA1": 812.5}
