@@ -172,16 +172,13 @@ def test_candidates_are_the_conventions_then_those_derived_from_the_names():
      [r"\.ffn_(gate|up)\.[0-9]+\.weight$", r"\.(ffn_gate\.0\.weight|ffn_up\.7\.weight)$"]),
     ({"blk.0.ffn_up_exps.weight", "blk.0.ffn_up.0.weight"}, [r"\.(ffn_up\.0\.weight|ffn_up_exps\.weight)$"]),
     ({"blk.0.ffn_up_exps.a=b"}, [r"\.ffn_up_exps\.", r"\.ffn_up_exps\.a.b$", r"\.ffn_up_exps\.a.b$"]),
+    # the list of stems only under the length limit
+    ({"blk.0." + "a" * 16383}, [r"\." + "a" * 16383 + "$"]), ({"blk.0." + "a" * 16384}, []),
 ])
 def test_derived_candidates(wanted, expected):
     """Stacked experts (ffn_<part>_(ch)exps.<suffix>), the old one-tensor-per-expert layout
     (ffn_<part>.<expert>.<suffix>), and a mix of both that only the list of stems describes."""
     assert list(_derived_candidates(wanted)) == expected
-
-
-def test_the_list_of_stems_is_a_candidate_only_under_the_length_limit():
-    assert list(_derived_candidates({"blk.0." + "a" * 16383})) == [r"\." + "a" * 16383 + "$"]
-    assert list(_derived_candidates({"blk.0." + "a" * 16384})) == []
 
 
 # ---- expert_pattern and block_expert_pattern ----
@@ -266,12 +263,6 @@ def _chain(count):
     return ["blk.0.ffn_up_exps.weight" + "_" * k for k in range(count)]
 
 
-def test_the_list_nests_64_groups():
-    other = "blk.1.ffn_up_exps.weight"
-    assert expert_pattern(_chain(65) + [other], _chain(65)) == (
-        r"^blk\.0\.ffn_up_exps\.weight" + "(_" * 64 + ")?" * 64 + "$")
-
-
 def _refused_list_of(size):
     """66 nested names and others that make their list ``size`` bytes long."""
     fill = ["blk.%d.ffn_up_exps." % b + "x" * 200 for b in range(1, 75)]
@@ -282,7 +273,9 @@ def _refused_list_of(size):
     return wanted
 
 
-def test_a_list_of_exactly_the_limit_nested_65_deep_is_refused_for_its_nesting_and_one_byte_more_for_its_length():
+def test_the_list_nests_64_groups_65_are_refused_at_the_length_limit_and_one_byte_over_for_the_length():
+    assert expert_pattern(_chain(65) + ["blk.1.ffn_up_exps.weight"], _chain(65)) == (
+        r"^blk\.0\.ffn_up_exps\.weight" + "(_" * 64 + ")?" * 64 + "$")
     other = "blk.999.ffn_up_exps.weight"
     wanted = _refused_list_of(16384)
     with pytest.raises(PatternError) as error:
