@@ -16,30 +16,31 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof i
 
 # vram_rows
 
-def test_each_gpu_row_compares_what_ai_llm_took_with_the_plan_without_its_margin():
-    plan = {"gpus": [{"index": 0, "total_mib": 3024.4, "margin_mib": 1024}, {"index": 1, "total_mib": 1000}]}
-    rows = vram_rows(["0", 1, 2], [{"index": 0, "memory_used_mib": 500}, {"index": 1, "memory_used_mib": None}],
-                     [{"index": 0, "memory_used_mib": 2500}, {"index": 1, "memory_used_mib": 1000},
-                      {"index": 2, "memory_used_mib": 300}], plan, 100)
-    assert rows == [{"index": 0, "planned_mib": 2000, "used_mib": 2000, "ok": True},
-                    {"index": 1, "planned_mib": 1000, "used_mib": 1000, "ok": True},
-                    {"index": 2, "planned_mib": None, "used_mib": 300, "ok": True}]
+def row(index, planned, used, ok):
+    return {"index": index, "planned_mib": planned, "used_mib": used, "ok": ok}
 
 
-@pytest.mark.parametrize("used, ok", [(2100, True), (2101, False), (1900, True), (1899, False), (2000, True)])
-def test_a_gpu_row_is_ok_within_the_tolerance_included(used, ok):
-    plan = {"gpus": [{"index": 0, "total_mib": 2500, "margin_mib": 500}]}
-    assert vram_rows([0], [], [{"index": 0, "memory_used_mib": used}], plan, "100") == [
-        {"index": 0, "planned_mib": 2000, "used_mib": used, "ok": ok}]
+def reading(*used):
+    """gpu_info's GPUs: (index, memory used in MiB) each."""
+    return [{"index": i, "memory_used_mib": mib} for i, mib in used]
 
 
-def test_without_a_plan_or_a_reading_the_rows_say_what_is_known_and_the_plan_is_rounded():
-    assert vram_rows([0], None, None, None, 0) == [{"index": 0, "planned_mib": None, "used_mib": 0, "ok": True}]
-    assert vram_rows(None, [], [], {}, 0) == []
-    assert vram_rows([0], [], [{"index": 0, "memory_used_mib": 2001}], {"gpus": [{"index": 0, "total_mib": 2000.6}]},
-                     0.5) == [{"index": 0, "planned_mib": 2001, "used_mib": 2001, "ok": True}]
-    assert vram_rows([1], [{"index": 1, "memory_used_mib": 700}], [], {"gpus": [{"index": 1, "total_mib": None}]},
-                     0) == [{"index": 1, "planned_mib": 0, "used_mib": -700, "ok": False}]
+@pytest.mark.parametrize("devices, baseline, after, plan, tolerance, rows", [
+    # what ai-llm took (the reading after less the one before) against the plan without its margin
+    (["0", 1, 2], reading((0, 500), (1, None)), reading((0, 2500), (1, 1000), (2, 300)),
+     {"gpus": [{"index": 0, "total_mib": 3024.4, "margin_mib": 1024}, {"index": 1, "total_mib": 1000}]}, 100,
+     [row(0, 2000, 2000, True), row(1, 1000, 1000, True), row(2, None, 300, True)]),
+    # ok within the tolerance included
+    *[([0], [], reading((0, used)), {"gpus": [{"index": 0, "total_mib": 2500, "margin_mib": 500}]}, "100",
+       [row(0, 2000, used, ok)]) for used, ok in ((2100, True), (2101, False), (1900, True), (1899, False), (2000, True))],
+    # without a plan or a reading the rows say what is known; the plan is rounded
+    ([0], None, None, None, 0, [row(0, None, 0, True)]), (None, [], [], {}, 0, []),
+    ([0], [], reading((0, 2001)), {"gpus": [{"index": 0, "total_mib": 2000.6}]}, 0.5, [row(0, 2001, 2001, True)]),
+    ([1], reading((1, 700)), [], {"gpus": [{"index": 1, "total_mib": None}]}, 0, [row(1, 0, -700, False)]),
+])
+def test_each_gpu_row_compares_what_ai_llm_took_with_the_plan_without_its_margin(devices, baseline, after, plan,
+                                                                                 tolerance, rows):
+    assert vram_rows(devices, baseline, after, plan, tolerance) == rows
 
 
 # log_expectations
@@ -129,16 +130,14 @@ def test_the_log_s_problem_comes_first(log, pattern, problem):
 
 
 def test_each_gpu_far_from_the_plan_is_named_with_the_tolerance():
-    rows = [{"index": 0, "planned_mib": 2000, "used_mib": 2000, "ok": True},
-            {"index": 1, "planned_mib": 1000, "used_mib": 4000, "ok": False},
-            {"index": 2, "planned_mib": 500, "used_mib": 10, "ok": False}]
+    rows = [row(0, 2000, 2000, True), row(1, 1000, 4000, False), row(2, 500, 10, False)]
     text = ("GPU memory taken by ai-llm is far from the plan (tolerance %s MiB): GPU 1: 4000 MiB used, 1000 MiB "
             "planned; GPU 2: 10 MiB used, 500 MiB planned")
     # judged before the parity
     assert verification_problem(OK_LOG, "p", rows, {"before": {"tokens": [1]}, "after": {"tokens": [2]}}) == text % 0
     assert verification_problem(OK_LOG, "p", rows, tolerance_mib=512) == text % 512
     assert verification_problem(OK_LOG, "p", rows[:1]) == ""
-    assert verification_problem(OK_LOG, "p", [dict(rows[0], ok=None)]) == (
+    assert verification_problem(OK_LOG, "p", [row(0, 2000, 2000, None)]) == (
         "GPU memory taken by ai-llm is far from the plan (tolerance 0 MiB): GPU 0: 2000 MiB used, 2000 MiB planned")
 
 
