@@ -109,18 +109,13 @@ def test_the_forms_of_the_upstream_image(container, source, host):
 NO_MODEL = "no -m/--model argument and no LLAMA_ARG_MODEL or MODEL variable"
 
 
-def ours_without_model_path():
-    ours = copy.deepcopy(OURS)
-    ours["Config"]["Env"] = [e for e in ours["Config"]["Env"] if not e.startswith("MODEL_PATH=")]
-    return ours
-
-
 @pytest.mark.parametrize("container, source, error", [
     # another image's MODEL_PATH means nothing to llama-server
     (upstream(env=["MODEL_PATH=/models/a.gguf"]), "", NO_MODEL),
     (upstream(["--model=/models/a.gguf"]), "", NO_MODEL),
     ({}, "", NO_MODEL),
-    (ours_without_model_path(), "", "no -m/--model argument and no MODEL_PATH, LLAMA_ARG_MODEL or MODEL variable"),
+    (dict(OURS, Config=dict(OURS["Config"], Env=["LLAMA_SERVER_BIN=/opt/llama/bin/llama-server"])), "",
+     "no -m/--model argument and no MODEL_PATH, LLAMA_ARG_MODEL or MODEL variable"),
     (upstream(["-hf", "ggml-org/gemma-3-1b-it-GGUF"]), "", NO_MODEL + " (llama-server downloads its model: -hf)"),
     (upstream(env=["LLAMA_ARG_MODEL_URL=https://example.org/m.gguf"]), "",
      NO_MODEL + " (llama-server downloads its model: LLAMA_ARG_MODEL_URL)"),

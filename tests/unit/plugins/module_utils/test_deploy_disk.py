@@ -81,6 +81,8 @@ def test_the_files_as_written_are_proved_with_their_hash(project):
     settings, digest = project
     disk = disk_of(settings)
     assert disk["env_config_hash"] == digest and disk["env_settled"] is True and disk["secrets_dir"] is True
+    # llama-server reads --api-key-file line by line (common/arg.cpp): one key, one line
+    assert api_key_bytes(KEY) == b"sk-disk-0001\n"
     assert disk["api_key_sha256"] == hashlib.sha256(b"sk-disk-0001\n").hexdigest()
     with open(settings["paths"]["compose"], "rb") as f:
         assert disk["compose_sha256"] == hashlib.sha256(f.read()).hexdigest()
@@ -98,13 +100,11 @@ def test_another_configuration_key_or_engine_is_not_proved(project):
     assert proof(settings, engine="docker") is None  # another compose file (device reservations, json-file logs)
 
 
-def test_without_a_key_there_must_be_no_key_file(tmp_path):
-    (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "x.gguf").write_bytes(b"GGUF")
-    settings = check_settings(role_values({"llm_server_project_dir": str(tmp_path / "p"),
-                                           "llm_server_model_path": str(tmp_path / "m" / "x.gguf")})).as_dict()
+def test_without_a_key_there_must_be_no_key_file(project):
+    settings, _digest = project
+    os.unlink(settings["paths"]["api_key"])
     digest = write(settings, "")
-    assert disk_of(settings)["api_key_file"] is False
+    assert api_key_bytes("") == b"" and disk_of(settings)["api_key_file"] is False
     assert proof(settings, key="")["config_hash"] == digest
     assert proof(settings, key=KEY) is None
     atomic_write(settings["paths"]["api_key"], b"", 0o600)  # an empty key file is still a file to remove
@@ -200,12 +200,6 @@ def test_the_model_must_resolve_inside_its_directory(tmp_path, project):
     assert disk_of(settings)["model_outside_dir"] == message and proof(settings) is None
     # a sibling whose name starts with the directory's is outside too (compared as paths)
     assert model_outside_dir(str(tmp_path / "mod"), str(tmp_path / "models" / "x.gguf")) is not None
-
-
-def test_the_key_file_holds_the_key_and_a_line_end():
-    """llama-server reads --api-key-file line by line (common/arg.cpp): one key, one line."""
-    assert api_key_bytes("sk-1") == b"sk-1\n"
-    assert api_key_bytes("") == b""
 
 
 def test_each_file_is_looked_for_where_the_role_writes_it(project):
