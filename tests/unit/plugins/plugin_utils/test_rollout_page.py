@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_page import BAR_HEIGHT, CSP, page
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_page import CSP, page
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils import _rollout_page as rp
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_memory import memory_views
 from tests.helpers import rollout_samples as samples
@@ -40,20 +40,6 @@ def test_the_page_fetches_nothing(html):
     urls = {v for t, a in tags for v in a.values() if v and re.match(r"\w+://", v)}
     assert urls == {"http://www.w3.org/2000/svg"}
     assert all(a["href"].startswith("#host-") for t, a in tags if t == "a")
-
-
-def test_segments_stack_to_scale(html):
-    """Each rect's height is its MiB at one scale for every GPU column of the page; the stack is contiguous."""
-    rects = [a for t, a in Elements(html).tags if t == "rect" and "data-kind" in a and "data-overlay" not in a]
-    gpu_scale = BAR_HEIGHT / 24148.0      # the largest GPU figure of the page: the cards with 24,148 MiB free
-    ram_scale = BAR_HEIGHT / 122880.0     # the largest host RAM: the dual host's
-    for rect in rects:
-        scale = ram_scale if rect["data-group"] == "host" else gpu_scale
-        assert float(rect["height"]) == pytest.approx(float(rect["data-mib"]) * scale, abs=0.06), rect
-    first = rects[:6]                          # gpu-box-1's planned column, bottom up
-    assert [a["data-kind"] for a in first] == ["model", "kv", "recurrent", "compute", "margin", "free"]
-    for lower, upper in zip(first, first[1:]):
-        assert float(upper["y"]) + float(upper["height"]) == pytest.approx(float(lower["y"]), abs=0.02)
 
 
 def test_a_plan_that_does_not_fit_shows_the_missing_part_over_its_stack(html):
@@ -117,6 +103,9 @@ def test_a_column_stacks_its_segments_bottom_up_and_skips_the_empty_ones():
         'x="10" y="164.50" width="58" height="25.00" fill="#f4f6f8" stroke="#c3c9cf">'
         '<title>planned free: 50 MiB</title></rect>'
         + LABELS_OF_PLANNED + '</g>')
+    # without segments it keeps its labels
+    assert rp._column(10, "planned", [], 1.0, "gpu0", "151 MiB") == (
+        '<g class="column" data-column="planned" data-group="gpu0">' + LABELS_OF_PLANNED + "</g>")
 
 
 def test_a_column_escapes_its_name_and_group():
@@ -127,11 +116,6 @@ def test_a_column_escapes_its_name_and_group():
         '<title>a&amp;b routed experts: 2,048 MiB</title></rect>'
         '<text x="29.0" y="254" text-anchor="middle">a&amp;b</text>'
         '<text class="total" x="29.0" y="268" text-anchor="middle">2,048 MiB</text></g>')
-
-
-def test_a_column_without_segments_keeps_its_labels():
-    assert rp._column(10, "planned", [], 1.0, "gpu0", "151 MiB") == (
-        '<g class="column" data-column="planned" data-group="gpu0">' + LABELS_OF_PLANNED + "</g>")
 
 
 def test_an_empty_column_is_a_dashed_frame_with_a_vertical_note_and_no_total():
@@ -181,12 +165,8 @@ def test_a_gpu_plan_that_does_not_fit_draws_the_missing_part_above_the_free_line
         + rp._empty_column(78, "measured", "gpu0", "not measured")
         + '<line class="available" x1="7" x2="139" y1="190.00" y2="190.00" stroke="#37414a" '
           'stroke-dasharray="3 2"/></g>')
-
-
-@pytest.mark.parametrize("overflow, drawn", [(0.0, False), (0.5, True), (1.0, True)])
-def test_any_missing_memory_is_drawn_none_is_not(overflow, drawn):
-    html = rp._gpu_group(10, _gpu_view(overflow=overflow), 0.1)
-    assert ('data-overlay="1"' in html) is drawn
+    # any missing memory is drawn, half a MiB too (none is not: the GPU that fits, above)
+    assert 'data-overlay="1"' in rp._gpu_group(10, _gpu_view(overflow=0.5), 0.1)
 
 
 def test_a_gpu_without_free_figure_or_name_has_no_free_line():
@@ -239,9 +219,7 @@ def test_a_chart_has_one_group_per_gpu_then_the_host_ram_each_180_px_wide():
         'role="img" aria-label="memory of a&amp;b">'
         + rp._gpu_group(10, first, 0.1) + rp._gpu_group(190, second, 0.1) + rp._ram_group(370, ram, 0.05)
         + "</svg>")
-
-
-def test_a_chart_without_host_ram_or_without_gpus():
+    # without host RAM, or without GPUs
     gpu = _gpu_view()
     assert rp._chart("h", {"gpus": [gpu], "host": None}, 0.1, 0.05) == (
         '<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="190" height="276" viewBox="0 0 190 276" '
@@ -270,9 +248,7 @@ def test_the_numbers_table_has_planned_and_measured_per_kind_and_gpu():
         "<td>4 MiB / 14 MiB</td><td>5 MiB / -</td><td>- / 15 MiB</td><td>6 MiB / 16 MiB</td></tr>"
         "<tr><th>GPU &lt;1&gt;</th><td>1,500 MiB / -</td>" + "<td>- / -</td>" * 6 + "</tr>"
         "</table></details>")
-
-
-def test_no_gpu_no_numbers_table():
+    # no GPU, no numbers table
     assert rp._numbers({"gpus": [], "host": {"available": 1.0, "planned": 1.0, "measured": None}}) == ""
 
 
@@ -288,7 +264,6 @@ def test_no_gpu_no_numbers_table():
     ({"tensors_moved": ["blk.1.ffn_up_exps.weight"]}, ["1 tensor on the CPU (llama-server's log)"]),
     # tensors moved count only as a non-empty list
     ({"tensors_moved": []}, []), ({"tensors_moved": "blk.1"}, []), ({"tensors_moved": None}, []),
-    ({"tensors_moved": {"a": 1}}, []),
     # a rollback without its snapshot path names the snapshot; one not performed is no fact
     ({"rollback": {"performed": True}}, ["rolled back from the snapshot"]),
     ({"rollback": {"performed": True, "restored_from": ""}}, ["rolled back from the snapshot"]),
