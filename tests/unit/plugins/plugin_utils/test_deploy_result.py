@@ -99,21 +99,21 @@ def test_seconds_sums_the_deltas_there_are_and_is_none_without_any():
     assert _seconds("0:01:00", "0:00:02.5") == 62.5
 
 
-def test_rollback_text_says_what_the_rollback_did():
-    settings = {"base_url": BASE_URL}
-    assert rollback_text({}) == ""
-    assert rollback_text({"settings": settings, "rollback": {}}) == ""
-    serving = {"performed": True, "serving": True, "reason": ROLLED_BACK, "error": "ignored"}
-    assert rollback_text({"settings": settings, "rollback": serving}) == SERVES_AGAIN
-    assert rollback_text({"settings": settings, "rollback": dict(serving, serving=False)}) == \
-        "The rollback failed too: ignored"
-    assert rollback_text({"settings": settings, "rollback": {"performed": True, "reason": ROLLED_BACK}}) == ROLLED_BACK
-    assert rollback_text({"settings": settings, "rollback": {"serving": True, "reason": ROLLED_BACK}}) == ROLLED_BACK
-    assert rollback_text({"settings": settings, "rollback": {"error": "no snapshot", "reason": ROLLED_BACK}}) == \
-        "The rollback failed too: no snapshot"
-
-
 SERVING = {"performed": True, "serving": True, "reason": ROLLED_BACK}
+
+
+@pytest.mark.parametrize("rollback, text", [
+    (None, ""), ({}, ""),
+    # serving again, whatever the error says; else the error, else the reason
+    (dict(SERVING, error="ignored"), SERVES_AGAIN),
+    (dict(SERVING, serving=False, error="ignored"), "The rollback failed too: ignored"),
+    ({"performed": True, "reason": ROLLED_BACK}, ROLLED_BACK), ({"serving": True, "reason": ROLLED_BACK}, ROLLED_BACK),
+    ({"error": "no snapshot", "reason": ROLLED_BACK}, "The rollback failed too: no snapshot"),
+])
+def test_rollback_text_says_what_the_rollback_did(rollback, text):
+    assert rollback_text({"settings": {"base_url": BASE_URL}, "rollback": rollback}) == text
+
+
 FILES_ONLY = "updated files that do not change what ai-llm runs"
 VERIFY = {"recreate": False, "verify": True, "reason": ""}
 
@@ -141,7 +141,6 @@ VERIFY = {"recreate": False, "verify": True, "reason": ""}
     ({"check_mode": True, "converge": VERIFY, "log": LOG, "changes": [False, True]},
      ("checked", "check mode: the configuration files would change (nothing was changed)")),
     ({"check_mode": True, "converge": VERIFY, "changes": [False, False]}, ("checked", "check mode: nothing would change")),
-    ({"check_mode": True}, ("checked", "check mode: nothing would change")),
     ({"check_mode": True, "changes": [True], "converge": {"recreate": True, "reason": "the image changed"}},
      ("checked", "check mode: the image changed (nothing was changed)")),
     # a verified run: its reason and what the log proved
@@ -156,7 +155,6 @@ VERIFY = {"recreate": False, "verify": True, "reason": ""}
       "snapshot": {"changed": True}}, ("changed", "kept the snapshot of the verified configuration")),
     ({"converge": {"verify": False}, "log": LOG, "changes": [True], "snapshot": {"skipped": True}},
      ("changed", FILES_ONLY)),
-    ({"changes": [True]}, ("changed", FILES_ONLY)),
     # no change: the first twelve characters of the hash
     ({"config": {"config_hash": "0123456789abcdef"}, "changes": [False, False]},
      ("unchanged", "ai-llm serves the configuration on disk (0123456789ab); nothing to change")),

@@ -167,17 +167,15 @@ def test_build_report_defaults_of_an_empty_rollout():
         "hosts": [], "errors": []}
 
 
-def test_build_report_outcome_is_completed_only_when_every_host_is_ok():
-    for status in ("changed", "unchanged", "checked"):
-        report = build_report(Rollout(hosts=["a"], batches=[["a"]]), [HostRun("a", 1, result(status), "deploy")])
-        assert (report["outcome"], report["reason"]) == ("completed", None)
-    for status in ("failed", "rolled_back"):
-        report = build_report(Rollout(hosts=["a"], batches=[["a"]], max_fail_percentage=100),
-                              [HostRun("a", 1, result(status), "deploy")])
-        assert (report["outcome"], report["reason"]) == ("completed_with_failures", None)
-    report = build_report(Rollout(hosts=["a"], batches=[["a"]]),
-                          [HostRun("a", 1, unreachable="gone", unreachable_phase="deploy")])
-    assert (report["outcome"], report["errors"]) == ("completed_with_failures", [])
+@pytest.mark.parametrize("run, outcome", [
+    (HostRun("a", 1, result("changed"), "deploy"), "completed"), (HostRun("a", 1, result("unchanged"), "deploy"), "completed"),
+    (HostRun("a", 1, result("checked"), "deploy"), "completed"),
+    (HostRun("a", 1, result("failed"), "deploy"), "completed_with_failures"),
+    (HostRun("a", 1, result("rolled_back"), "deploy"), "completed_with_failures"),
+    (HostRun("a", 1, unreachable="gone", unreachable_phase="deploy"), "completed_with_failures")])
+def test_build_report_outcome_is_completed_only_when_every_host_is_ok(run, outcome):
+    report = build_report(Rollout(hosts=["a"], batches=[["a"]]), [run])
+    assert (report["outcome"], report["reason"], report["errors"]) == (outcome, None, [])
 
 
 def test_build_report_summary_counts_follow_the_order_of_the_statuses():
