@@ -127,8 +127,6 @@ CREATED = "the ai-llm container %s does not exist: it is created from the config
     (found("exited", exit_code=137), "llm-2",
      "ai-llm (llm-2) is exited (exit code 137): it is recreated with the configuration on disk"),
     (found("paused", exit_code=1), None, "ai-llm (ai-llm) is paused: it is recreated with the configuration on disk"),
-    (found("stopped"), None, "ai-llm (ai-llm) is stopped: it is recreated with the configuration on disk"),
-    (found("restarting"), None, "ai-llm (ai-llm) is restarting: it is recreated with the configuration on disk"),
     (found("created"), None, "ai-llm (ai-llm) is created: it is recreated with the configuration on disk"),
 ])
 def test_a_container_that_is_missing_or_does_not_run_is_recreated_under_its_name(service, name, reason):

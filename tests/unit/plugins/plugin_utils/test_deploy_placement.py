@@ -121,14 +121,6 @@ def test_a_plan_that_does_not_fit_is_refused_unless_forced(nano):
               report(nano), answer, A5500_BUSY)
 
 
-def test_a_context_beyond_the_training_context_is_refused(demo):
-    model = report(demo)  # gguf_info's model summary: nemotron_h_moe.context_length 4096
-    with pytest.raises(PlacementRefused, match="llm_server_ctx_size: 8192 is more than the model's training context "
-                                               "4096"):
-        place(settings(demo, llm_server_ctx_size=8192), model, None, {"topology": "cpu"})
-    assert place(settings(demo, llm_server_ctx_size=4096), model, None, {"topology": "cpu"})["pattern"]
-
-
 @pytest.mark.parametrize("pattern", ["blk\\.1\n\\.ffn", "blk${X}", "x" * 20000])
 def test_a_pattern_derived_from_crafted_tensor_names_gets_the_same_checks(demo, pattern):
     model = dict(report(demo), offload_pattern=pattern, offload_pattern_matches=EXPERTS)
@@ -213,8 +205,12 @@ def test_the_expected_tensors_of_a_plan_pattern_without_its_check(demo):
     assert (empty["pattern"], empty["pattern_source"], empty["expected_tensors"]) == ("", "none", [])
 
 
-def test_the_training_context_from_the_report_or_its_metadata(demo):
-    model = report(demo)
+def test_a_context_beyond_the_training_context_of_the_report_its_metadata_or_the_plan_is_refused(demo):
+    model = report(demo)  # gguf_info's model summary: nemotron_h_moe.context_length 4096
+    with pytest.raises(PlacementRefused, match="llm_server_ctx_size: 8192 is more than the model's training context "
+                                               "4096"):
+        place(settings(demo, llm_server_ctx_size=8192), model, None, {"topology": "cpu"})
+    assert place(settings(demo, llm_server_ctx_size=4096), model, None, {"topology": "cpu"})["pattern"]
     with pytest.raises(PlacementRefused, match="more than the model's training context 1000"):
         place(settings(demo, llm_server_ctx_size=2048), dict(model, context_length=1000), None, {"topology": "cpu"})
     for value in (0, "4096", None, -1):
