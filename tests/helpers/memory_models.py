@@ -107,12 +107,6 @@ def moe_facts(n_embd, n_expert, used, n_ff_exp, gated=False, bias=False):
                  expert_tensors_by_block={0: ["blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"]})
 
 
-def expert_weights_bytes(used, tokens):
-    """ffn_moe_weights (the probabilities of the selected experts, get_rows) and ffn_moe_weights_norm, then
-    ffn_moe_weights_sum and its clamp: 2 x [used, T] + 2 x [1, T]."""
-    return 2 * used * tokens * F32 + 2 * tokens * F32
-
-
 def ssm_facts(d_inner, n_group, d_state, n_head, n_embd=32):
     return facts(block_count=1, n_embd=n_embd, n_vocab=100, recurrent_blocks={0: (0, 0)},
                  ssm={"d_conv": 4, "d_inner": d_inner, "d_state": d_state, "n_group": n_group, "n_head": n_head})

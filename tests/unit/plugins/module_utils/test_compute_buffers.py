@@ -28,7 +28,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import re
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from tools.gguf_models import write_tiny_nemotron_h_moe
 from tests.helpers.memory_models import (
-    F32, MEASURED, MIB, MODELS, T, attention_only, decoder, expert_weights_bytes, facts, facts_of, gemma3_270m,
+    F32, MEASURED, MIB, MODELS, T, attention_only, decoder, facts, facts_of, gemma3_270m,
     micro_shape, moe_facts, nano_facts, ssm_facts, transformer, two_moe_blocks)
 
 NANO_FACTS = nano_facts()
@@ -78,7 +78,9 @@ def test_compute_grows_with_context_and_with_op_offload_copy():
      (64 + 16 * 8) * 32 * F32),
 ])
 def test_the_largest_node_of_the_experts_beside_the_normed_input_and_the_weights(model, tokens, normed, where, live):
-    expected = normed + expert_weights_bytes(model["used"], tokens) + live
+    # ffn_moe_weights (the selected experts' probabilities, get_rows), ffn_moe_weights_norm, ffn_moe_weights_sum
+    # and its clamp: 2 x [used, T] + 2 x [1, T]
+    expected = normed + 2 * model["used"] * tokens * F32 + 2 * tokens * F32 + live
     assert cbuf._moe_peak(moe_facts(**model), tokens, normed, **where) == expected
 
 
@@ -93,26 +95,19 @@ def test_a_device_computing_another_device_s_experts_holds_copies_of_its_inputs(
     assert cbuf._moe_peak(facts, tokens, 0, routed_here=False) == copies + live
 
 
-def test_mamba2_the_convolution_is_the_peak_of_wide_groups():
-    """d_inner 32, 4 groups of d_state 16 (xBC: 32 + 2 x 4 x 16 = 160 wide), 4 heads, 64 tokens of one sequence.
-    Beside the residual [32, T] and ssm_in's output (z [32, T], xBC [160, T], dt [4, T]): the conv states of the
-    sequence [3, 160], their concatenation with xBC [160, 3 + T] and ggml_ssm_conv's output [160, T]."""
-    tokens = 64
-    facts = ssm_facts(d_inner=32, n_group=4, d_state=16, n_head=4)
-    residual, in_proj = 32 * tokens * F32, (32 + 160 + 4) * tokens * F32
-    states, concat, conv = 3 * 160 * F32, 160 * (3 + tokens) * F32, 160 * tokens * F32
-    assert cbuf._ssm_peak(facts, micro_shape(tokens, 1)) == residual + in_proj + states + concat + conv
-
-
-def test_mamba2_the_scan_is_the_peak_of_a_large_state():
-    """d_inner 64, 1 group of d_state 128 (xBC 320 wide), 4 heads, 8 tokens: beside ssm_in's output, the conv
-    output [320, T], dt [4, T], ggml_ssm_scan's output (y [64, T] and the final states [128, 64] of the sequence)
-    and x * D [64, T]."""
-    tokens = 8
-    facts = ssm_facts(d_inner=64, n_group=1, d_state=128, n_head=4)
-    residual, in_proj = 32 * tokens * F32, (64 + 320 + 4) * tokens * F32
-    conv, dt, scan, x_d = 320 * tokens * F32, 4 * tokens * F32, (64 * tokens + 128 * 64) * F32, 64 * tokens * F32
-    assert cbuf._ssm_peak(facts, micro_shape(tokens, 1)) == residual + in_proj + conv + dt + scan + x_d
+@pytest.mark.parametrize("d_inner, n_group, d_state, tokens, live", [
+    # the convolution is the peak of wide groups (xBC: 32 + 2 x 4 x 16 = 160 wide): the conv states of the sequence
+    # [3, 160], their concatenation with xBC [160, 3 + T] and ggml_ssm_conv's output [160, T]
+    (32, 4, 16, 64, (3 * 160 + 160 * (3 + 64) + 160 * 64) * F32),
+    # the scan is the peak of a large state (xBC 320 wide): the conv output [320, T], dt [4, T], ggml_ssm_scan's
+    # output (y [64, T] and the final states [128, 64] of the sequence) and x * D [64, T]
+    (64, 1, 128, 8, (320 * 8 + 4 * 8 + 64 * 8 + 128 * 64 + 64 * 8) * F32),
+])
+def test_the_mamba2_peak_beside_the_residual_and_ssm_in_s_output(d_inner, n_group, d_state, tokens, live):
+    """4 heads, one sequence; the residual [32, T] and ssm_in's output (z [d_inner, T], xBC, dt [4, T])."""
+    facts = ssm_facts(d_inner=d_inner, n_group=n_group, d_state=d_state, n_head=4)
+    residual, in_proj = 32 * tokens * F32, (2 * d_inner + 2 * n_group * d_state + 4) * tokens * F32
+    assert cbuf._ssm_peak(facts, micro_shape(tokens, 1)) == residual + in_proj + live
 
 
 def test_the_host_computes_its_experts_under_32_tokens_even_with_op_offload():
@@ -198,12 +193,6 @@ def test_experts_moved_to_another_gpu_are_computed_there():
     assert foreign - cbuf.compute_buffer_bytes(facts, Options(256, 1), [], False) == (16 + 8 + 3 * 64 * 4) * 256 * F32
 
 
-def test_without_a_q_width_q_is_the_heads_times_the_k_head_size():
-    """8 query heads over 2 KV heads of K width 64 (32 a head): Q is 8 x 32 wide, F32 for 3 tokens."""
-    f = facts(block_count=1, kv_blocks={0: (64, 64)}, n_head={0: 8}, kv_heads={0: 2})
-    assert cbuf._attention_bytes(f, 0, 3) == (8 * 32 * 3 * F32, 64 * 3 * F32, 64 * 3 * F32, 8 * 32 * 3 * F32)
-
-
 def test_mla_attention_works_in_the_latent_space_of_the_cached_head():
     """MLA (deepseek2 with *_mla keys; flash attention): beside the normed input [64, T] and Q [192, T], Q absorbed
     into the latent space of the one cached head, 4 heads x 32 (the product and its copy), and the latent K
@@ -239,9 +228,12 @@ def test_a_block_without_attention_is_another_kind_and_one_reading_another_s_cac
 
 
 def test_head_counts_default_to_one_and_a_block_reading_another_s_cache_projects_no_k_or_v():
-    """Facts given without head counts (one head, one KV head): Q is the K width; block 1 reads block 0's cache
-    (kv_reused): its K and V are not projected. Without flash attention the scores of the one head span the
-    cache's cells, after the projections."""
+    """Without a Q width Q is the heads times the K head size: 8 query heads over 2 KV heads of K width 64 (32 a
+    head) for 3 tokens; facts given without head counts (one head, one KV head): Q is the K width; block 1 reads
+    block 0's cache (kv_reused): its K and V are not projected. Without flash attention the scores of the one head
+    span the cache's cells, after the projections."""
+    eight = facts(block_count=1, kv_blocks={0: (64, 64)}, n_head={0: 8}, kv_heads={0: 2})
+    assert cbuf._attention_bytes(eight, 0, 3) == (8 * 32 * 3 * F32, 64 * 3 * F32, 64 * 3 * F32, 8 * 32 * 3 * F32)
     f = facts(kv_blocks={0: (64, 32)}, kv_reused=(1,))
     assert cbuf._attention_bytes(f, 0, 2) == (64 * 2 * F32, 64 * 2 * F32, 32 * 2 * F32, 32 * 2 * F32)
     assert cbuf._attention_bytes(f, 1, 2) == (0, 0, 0, 0)
@@ -296,6 +288,9 @@ def test_cpu_compute_buffer_is_the_host_inputs_plus_the_worst_node_of_the_model(
     assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2)) == host + worst
     assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2)) > cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 1))
     assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2, kv_unified=True)) > cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2))
+    # with every block on one device the GPU's buffer is the inputs and the worst node; the host adds the token ids
+    # and the embedding rows it looks up (512 tokens: 512 x 4 + 2688 x 512 x 4 bytes)
+    assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096)) - cbuf.compute_buffer_bytes(NANO_FACTS, Options(4096)) == 512 * 4 + 2688 * 512 * 4
 
 
 def test_graph_shape_rounds_the_micro_batch_up_to_the_slots():
@@ -314,22 +309,12 @@ def test_pipeline_copies_multiply_the_device_inputs():
     assert cbuf.compute_buffer_bytes(f, Options(512), copies=4) - cbuf.compute_buffer_bytes(f, Options(512)) == 3 * inputs
 
 
-def test_a_cpu_host_holds_the_token_ids_and_embedding_rows_beside_what_one_gpu_would():
-    """With every block on one device, the GPU's buffer is the graph inputs and the worst node (holes of a hybrid
-    model included); a host without GPU holds the same plus the token ids and the embedding rows it looks up
-    (512 tokens: 512 x 4 + 2688 x 512 x 4 bytes). cpu_compute_bytes is the figure checked against llama-server."""
-    assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096)) - cbuf.compute_buffer_bytes(NANO_FACTS, Options(4096)) == 512 * 4 + 2688 * 512 * 4
-
-
-def test_the_slots_and_a_full_sliding_window_cache_reach_the_host_compute():
+def test_the_slots_a_full_sliding_window_cache_and_a_unified_cache_reach_the_host_compute():
+    """-kvu: one stream of 2 x 2048 cells instead of two of 2048: the host holds the graph inputs, whose masks
+    follow the streams."""
     assert cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 2)) != cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 1))
     swa = transformer("gemma3", 6, attention__sliding_window=512)
     assert cbuf.host_compute_bytes(swa, Options(8192)) != cbuf.host_compute_bytes(swa, Options(8192, swa_full=True))
-
-
-def test_a_unified_cache_reaches_the_host_compute_estimate():
-    """-kvu: one stream of 2 x 2048 cells instead of two of 2048: the host holds the graph inputs, whose masks
-    follow the streams."""
     unified = mest.estimate(NANO_FACTS, Options(4096, 2, kv_unified=True))["host"]["compute"]
     assert unified == cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 2, kv_unified=True))
     assert unified != cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 2))

@@ -47,10 +47,16 @@ def test_the_cgroup_read_by_default_is_this_process_s_on_this_machine(monkeypatc
     assert read[0] == ("/", "proc/self/cgroup")
 
 
-def test_meminfo_of_a_copy(tmp_path):
-    write(tmp_path, "proc/meminfo", MEMINFO)
-    assert hm.meminfo(str(tmp_path)) == {"memory_total_mib": 64214.16, "memory_available_mib": 60211.21,
-                                         "swap_total_mib": 8192.0, "swap_free_mib": 8192.0}
+@pytest.mark.parametrize("text, values", [
+    (MEMINFO, {"memory_total_mib": 64214.16, "memory_available_mib": 60211.21, "swap_total_mib": 8192.0,
+               "swap_free_mib": 8192.0}),
+    # a key line whose value is empty or not a number gives no value (the key is then missing), not a crash
+    ("MemTotal:       65755304 kB\nMemAvailable:  1024 kB\nSwapTotal:  n/a kB\n",
+     {"memory_total_mib": 64214.16, "memory_available_mib": 1.0}),
+])
+def test_meminfo_of_a_copy(tmp_path, text, values):
+    write(tmp_path, "proc/meminfo", text)
+    assert hm.meminfo(str(tmp_path)) == values
 
 
 @pytest.fixture
@@ -133,13 +139,9 @@ def test_gather_reads_everything_from_the_root_it_is_given(tmp_path):
     assert given["process_tree"] == {"pid": PARENT, "pids": [PARENT], "rss_anon_mib": 2.0, "rss_file_mib": 1.0,
                                      "rss_shmem_mib": 0.5}
     assert given["memory_held_by_pid_mib"] == 2.5
-
-
-def test_gather_without_pid_has_no_tree(tmp_path):
-    host(tmp_path)
-    result = hm.gather(str(tmp_path))
-    assert "process_tree" not in result and "memory_held_by_pid_mib" not in result
-    assert result["cgroup"]["limit_mib"] == 32768.0
+    alone = hm.gather(str(tmp_path))
+    assert "process_tree" not in alone and "memory_held_by_pid_mib" not in alone
+    assert alone["cgroup"]["limit_mib"] == 32768.0
 
 
 def test_meminfo_errors_name_the_file(tmp_path):
@@ -154,12 +156,6 @@ def test_meminfo_errors_name_the_file(tmp_path):
         assert str(raised.value) == "%s/proc/meminfo has no MemTotal/MemAvailable line (a kernel older than 3.14?)" % tmp_path
 
 
-def test_a_line_without_a_number_is_no_value(tmp_path):
-    """A key line whose value is empty or not a number gives no value (the key is then missing), not a crash."""
-    write(tmp_path, "proc/meminfo", "MemTotal:       65755304 kB\nMemAvailable:  1024 kB\nSwapTotal:  n/a kB\n")
-    assert hm.meminfo(str(tmp_path)) == {"memory_total_mib": 64214.16, "memory_available_mib": 1.0}
-
-
 def limits(root, cgroup_lines, files):
     write(root, "proc/self/cgroup", "".join(line + "\n" for line in cgroup_lines))
     for path, text in files.items():
@@ -167,22 +163,17 @@ def limits(root, cgroup_lines, files):
     return hm.cgroup_memory(str(root))
 
 
-def test_cgroup_figures_in_mib_to_two_decimals(tmp_path):
-    found = limits(tmp_path, ["0::/ai.slice"], {"ai.slice/memory.max": str((1536 << 20) + 12345),
-                                                "ai.slice/memory.current": str((10240 << 20) + 12345)})
-    assert found == {"version": 2, "path": "/ai.slice", "limit_mib": 1536.01, "usage_mib": 10240.01}
-    found = limits(tmp_path, ["0::/ai.slice"], {"ai.slice/memory.max": str(1 << 30), "ai.slice/memory.current": ""})
-    assert found == {"version": 2, "path": "/ai.slice", "limit_mib": 1024.0, "usage_mib": None}
-
-
-@pytest.mark.parametrize("value, limit_mib", [
-    ("max", None), ("", None), ("not a number", None), (str(1 << 60), None), (str((1 << 60) - (1 << 20)),
-                                                                              (1 << 40) - 1)])
-def test_what_is_no_limit(tmp_path, value, limit_mib):
+@pytest.mark.parametrize("limit, usage, mib", [
+    (str((1536 << 20) + 12345), str((10240 << 20) + 12345), (1536.01, 10240.01)),  # MiB to two decimals
+    (str(1 << 30), "", (1024.0, None)),
+    (str((1 << 60) - (1 << 20)), "0", ((1 << 40) - 1, 0.0)),
+    ("max", "0", None), ("", "0", None), ("not a number", "0", None), (str(1 << 60), "0", None),
+])
+def test_the_limit_and_usage_of_a_cgroup_and_what_is_no_limit(tmp_path, limit, usage, mib):
     """v2 writes ``max``, v1 a page-aligned 2**63 - 4096 for no limit; from 2**60 bytes (1 EiB) up, or a value
-    that is not a byte count, is no limit either."""
-    found = limits(tmp_path, ["0::/ai.slice"], {"ai.slice/memory.max": value, "ai.slice/memory.current": "0"})
-    assert (found and found["limit_mib"]) == limit_mib
+    that is not a byte count, is no limit either: no cgroup figures."""
+    found = limits(tmp_path, ["0::/ai.slice"], {"ai.slice/memory.max": limit, "ai.slice/memory.current": usage})
+    assert found == (mib and {"version": 2, "path": "/ai.slice", "limit_mib": mib[0], "usage_mib": mib[1]})
 
 
 def test_the_cgroup_lines_as_the_kernel_writes_them(tmp_path):

@@ -15,16 +15,14 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _common 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _kv_cache as kvc
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_facts as mfacts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 from tests.helpers.memory_models import (
-    MIB, NANO_ATTENTION, NANO_MAMBA, attention_model, decoder, f16, facts, gemma3_270m, kv_mib, nano_facts, window)
+    NANO_ATTENTION, NANO_MAMBA, attention_model, decoder, decoder_header, f16, facts, facts_of, gemma3_270m, kv_mib,
+    nano_facts, window)
 
 NANO_FACTS = nano_facts()
 
 
 def test_row_bytes_refuse_a_partial_block_and_an_unknown_type():
-    with pytest.raises(mfacts.MemoryModelError, match="not a multiple of the 32-element blocks"):
-        kvc.row_bytes("q8_0", 80)
     with pytest.raises(mfacts.MemoryModelError) as info:
         kvc.row_bytes("q4_0", 33)
     assert str(info.value) == ("a KV row of 33 elements is not a multiple of the 32-element blocks of q4_0: llama.cpp "
@@ -36,15 +34,19 @@ def test_row_bytes_refuse_a_partial_block_and_an_unknown_type():
 
 
 def test_mla_caches_only_the_compressed_k():
-    """deepseek2 with *_mla keys: V is a view of K (llama-server logs V (f16): 0.00 MiB)."""
-    facts = attention_model("deepseek2", attention__head_count_kv=1, attention__key_length=64,
-                            attention__value_length=32, attention__key_length_mla=48,
-                            attention__value_length_mla=32)
-    assert facts.kv_blocks == {0: (64, 0), 1: (64, 0)} and facts.mla is True
-    assert sum(kvc.kv_cache_bytes(facts, Options(2000, 1)).values()) == 2 * 64 * 2 * 2048
+    """deepseek2 with *_mla keys: V is a view of K (llama-server logs V (f16): 0.00 MiB); llama_kv_cache: has_v =
+    !is_mla, with or without flash attention, and K (kv_lora_rank + rope dims) has the K cache's type."""
+    mla = attention_model("deepseek2", attention__head_count_kv=1, attention__key_length=64,
+                          attention__value_length=32, attention__key_length_mla=48, attention__value_length_mla=32)
+    assert mla.kv_blocks == {0: (64, 0), 1: (64, 0)} and mla.mla is True
+    assert sum(kvc.kv_cache_bytes(mla, Options(2000, 1)).values()) == 2 * 64 * 2 * 2048
     old = attention_model("deepseek2", attention__head_count_kv=4, attention__key_length=24,
                           attention__value_length=16)  # converted before MLA caching: K and V per head
     assert old.kv_blocks[0] == (96, 64) and old.mla is False
+    f = facts(kv_blocks={0: (576, 0), 1: (576, 0)}, kv_heads={0: 1, 1: 1}, mla=True)
+    assert kvc.kv_cache_bytes(f, Options(512)) == {0: 576 * 2 * 512, 1: 576 * 2 * 512}
+    assert kvc.kv_cache_bytes(f, Options(512, flash_attn=False)) == {0: 576 * 2 * 512, 1: 576 * 2 * 512}
+    assert kvc.kv_cache_bytes(f, Options(512, cache_type_k="q8_0")) == {0: 576 // 32 * 34 * 512, 1: 576 // 32 * 34 * 512}
 
 
 @pytest.mark.parametrize("meta", [
@@ -83,10 +85,8 @@ def test_row_bytes_are_ggml_row_size(name, n, expected):
     assert kvc.row_bytes(name, n) == expected
 
 
-def test_pad_and_mib():
+def test_pad():
     assert [kvc.pad(v, 256) for v in (0, 1, 255, 256, 257, 512)] == [0, 256, 256, 256, 512, 512]
-    assert common.mib(MIB) == 1.0 and common.mib(6144 * 32768) == 192.0 and common.mib(23 * 2170880) == 47.62
-    assert common.mib(MIB + 5243) == 1.01 and common.mib(MIB + 5242) == 1.0
 
 
 @pytest.mark.parametrize("ctx, parallel, unified, expected", [
@@ -150,7 +150,9 @@ def test_swa_cells(size, ctx, parallel, kw, swa_cells):
     (Options(4096, cache_type_k="f32", cache_type_v="f32"), 2048, 4096),
     (Options(4096, cache_type_k="q8_0"), 272 + 512, 4096), (Options(4096, cache_type_v="q4_0"), 512 + 144, 4096),
     (Options(4096, cache_type_k="bf16", cache_type_v="q8_0"), 512 + 272, 4096),
-    (Options(32768, 2), 1024, 32768),  # 2 streams of 16384 cells: the bytes of 1 stream of 32768
+    # 2 streams of 16384 cells: the bytes of 1 stream of 32768, 192.00 MiB over the 6 blocks as llama-server b10435
+    # logged it for Nano at -c 32768 -np 2
+    (Options(32768, 2), 1024, 32768),
     (Options(1025, 4), 1024, 2048),  # 4 streams of 512 cells, not 1025 nor 1280
     (Options(1025, 4, kv_unified=True), 1024, 1280),
 ])
@@ -158,11 +160,6 @@ def test_nano_kv_bytes_per_cell_cache_type_and_padded_slot(options, per_cell, ce
     """llama-kv-cache.cpp llama_kv_cache: per attention block K [n_embd_k_gqa = 256, kv_size, n_stream] of type_k
     and V [256, kv_size, n_stream] of type_v; f16 gives 6 x 1024 = 6144 bytes a token."""
     assert kvc.kv_cache_bytes(NANO_FACTS, options) == dict((b, per_cell * cells) for b in NANO_ATTENTION)
-
-
-def test_nano_kv_is_the_192_mib_llama_server_logged_at_32k():
-    """llama-server b10435 logged 192.00 MiB of KV for Nano at -c 32768 -np 2."""
-    assert common.mib(sum(kvc.kv_cache_bytes(NANO_FACTS, Options(32768, 2)).values())) == 192.0
 
 
 def test_kv_bytes_of_sliding_blocks_use_the_swa_cells():
@@ -180,36 +177,22 @@ def test_without_flash_attention_every_v_row_is_the_widest():
     assert kvc.kv_cache_bytes(f, Options(256, flash_attn=False)) == {0: (64 + 128) * 2 * 256, 1: (64 + 128) * 2 * 256}
 
 
-def test_mla_has_no_v_cache_even_without_flash_attention():
-    """llama_kv_cache: has_v = !is_mla; only the compressed K (kv_lora_rank + rope dims) is cached."""
-    f = facts(kv_blocks={0: (576, 0), 1: (576, 0)}, kv_heads={0: 1, 1: 1}, mla=True)
-    assert kvc.kv_cache_bytes(f, Options(512)) == {0: 576 * 2 * 512, 1: 576 * 2 * 512}
-    assert kvc.kv_cache_bytes(f, Options(512, flash_attn=False)) == {0: 576 * 2 * 512, 1: 576 * 2 * 512}
-    assert kvc.kv_cache_bytes(f, Options(512, cache_type_k="q8_0")) == {0: 576 // 32 * 34 * 512, 1: 576 // 32 * 34 * 512}
-
-
-def test_a_model_without_cache_has_no_kv_bytes():
-    assert kvc.kv_cache_bytes(facts(), Options(4096, 4)) == {}
-
-
-def test_the_head_size_must_be_whole_blocks_of_the_cache_type():
+@pytest.mark.parametrize("widths, side, refused, head, other, other_bytes", [
+    ((32, 64), "k", "q8_0", 16, "v", (64 + 68) * 512),  # head_k 16, head_v 32: a q8_0 V cache fits
+    ((64, 48), "v", "q4_0", 24, "k", (36 + 96) * 512),  # head_k 32, head_v 24: a q4_0 K cache fits
+])
+def test_the_head_size_must_be_whole_blocks_of_the_cache_type(widths, side, refused, head, other, other_bytes):
     """llama-context.cpp llama_init_from_model refuses a K (V) cache type whose block does not divide
     n_embd_head_k (n_embd_head_v): "K cache type q8_0 with block size 32 does not divide n_embd_head_k=16"
     (llama-server b10435); the head size is the first attention block's width over its KV heads."""
-    f = facts(kv_blocks={0: (32, 64)}, kv_heads={0: 2})  # head_k 16, head_v 32
+    f = facts(kv_blocks={0: widths}, kv_heads={0: 2})
     with pytest.raises(mfacts.MemoryModelError) as info:
-        kvc.kv_cache_bytes(f, Options(512, cache_type_k="q8_0"))
+        kvc.kv_cache_bytes(f, Options(512, **{"cache_type_" + side: refused}))
     assert str(info.value) == (
-        "K cache type q8_0 with block size 32 does not divide the head size 16 (n_embd_head_k): a head is not a "
-        "multiple of its blocks, and llama.cpp refuses to create the context; use another cache_type_k")
-    assert kvc.kv_cache_bytes(f, Options(512, cache_type_v="q8_0")) == {0: (64 + 68) * 512}
-    g = facts(kv_blocks={0: (64, 48)}, kv_heads={0: 2})  # head_k 32, head_v 24
-    with pytest.raises(mfacts.MemoryModelError) as info:
-        kvc.kv_cache_bytes(g, Options(512, cache_type_v="q4_0"))
-    assert str(info.value) == (
-        "V cache type q4_0 with block size 32 does not divide the head size 24 (n_embd_head_v): a head is not a "
-        "multiple of its blocks, and llama.cpp refuses to create the context; use another cache_type_v")
-    assert kvc.kv_cache_bytes(g, Options(512, cache_type_k="q4_0")) == {0: (36 + 96) * 512}
+        "%s cache type %s with block size 32 does not divide the head size %d (n_embd_head_%s): a head is not a "
+        "multiple of its blocks, and llama.cpp refuses to create the context; use another cache_type_%s"
+        % (side.upper(), refused, head, side, side))
+    assert kvc.kv_cache_bytes(f, Options(512, **{"cache_type_" + other: refused})) == {0: other_bytes}
 
 
 def test_output_buffer_is_one_row_of_logits_per_slot():
@@ -278,20 +261,10 @@ def test_swa_head_dims_and_v_rows_without_flash_attention():
 
 def test_hybrid_with_a_sliding_window():
     """A hybrid (recurrent + attention) with SWA uses llama_memory_hybrid_iswa: the same two caches."""
-    tensors = [f16("token_embd.weight", 64, 512)]
-    for b in range(4):
-        p = "blk.%d." % b
-        if b % 2:
-            tensors += [f16(p + "attn_q.weight", 64, 64), f16(p + "attn_k.weight", 64, 32),
-                        f16(p + "attn_v.weight", 64, 32)]
-        else:
-            tensors += [f16(p + "shortconv.in_proj.weight", 64, 192)]
-    md = {"myhybrid.block_count": 4, "myhybrid.embedding_length": 64, "myhybrid.attention.head_count": 4,
-          "myhybrid.attention.head_count_kv": 2, "myhybrid.attention.key_length": 16,
-          "myhybrid.attention.value_length": 16, "myhybrid.shortconv.l_cache": 3,
-          "myhybrid.attention.sliding_window": 128, "myhybrid.attention.sliding_window_pattern": [0, 1, 0, 0],
-          "myhybrid.vocab_size": 512}
-    facts = mfacts.model_facts(md, tensors, classify_model("myhybrid", md, tensors))
+    md, tensors = decoder_header("myhybrid", 4, 64, 4, 2, 16, shortconv__l_cache=3, attention__sliding_window=128,
+                                 attention__sliding_window_pattern=[0, 1, 0, 0])
+    tensors = [t for t in tensors if not t.name.startswith(("blk.0.attn", "blk.2.attn"))]  # blocks 0 and 2: LFM2
+    facts = facts_of(md, tensors + [f16("blk.%d.shortconv.in_proj.weight" % b, 64, 192) for b in (0, 2)])
     assert facts.memory == "hybrid_iswa" and facts.swa_blocks == {1} and sorted(facts.kv_blocks) == [1, 3]
     assert facts.recurrent_blocks == {0: (128, 0), 2: (128, 0)}
     kv = kvc.kv_cache_bytes(facts, Options(8192, 1))

@@ -285,8 +285,8 @@ def test_nano_facts_from_the_metadata_or_the_tensor_shapes(drop, warnings):
     assert got.warnings == warnings
 
 
-@pytest.mark.parametrize("group_count, r", [(None, 3 * 4096), (-1, 3 * 4096), (0, 3 * 4096), (1, 3 * (4096 + 256)),
-                                           (2, 3 * (4096 + 2 * 2 * 128))])
+@pytest.mark.parametrize("group_count, r", [
+    (None, 3 * 4096), (-1, 3 * 4096), (0, 3 * 4096), (1, 3 * (4096 + 256)), (2, 3 * (4096 + 2 * 2 * 128))])
 def test_the_conv_state_counts_the_groups_given(group_count, r):
     """Mamba-1 (jamba, mamba) writes no ssm.group_count: llama.cpp's n_group is 0 (conv channels = d_inner), and
     never negative."""
@@ -393,4 +393,3 @@ def test_gemma3_270m_kv_as_llama_server_allocates_it(ctx, parallel, measured):
     assert sorted(set(range(18)) - facts.swa_blocks) == [5, 11, 17]  # set_swa_pattern(6)
     assert facts.sliding_window.window == 512
     assert kv_mib(facts, ctx, parallel) == measured
-

@@ -93,12 +93,21 @@ def test_topologies():
     assert smi.topology(quad) == "multi" and len(quad) == 4
 
 
-@pytest.mark.parametrize("name, marker", [("gb10_na", "[N/A]"), ("gtx1650_not_supported", "[Not Supported]")])
-def test_unavailable_fields_are_none_with_a_warning(name, marker):
-    gpus, warnings = smi.parse_gpus(fixture(name + ".txt"))
-    assert gpus[0]["memory_free_mib"] is None
-    assert gpus[0]["memory_used_mib"] is None
-    assert len(warnings) == 1 and marker in warnings[0] and "memory_free_mib" in warnings[0]
+@pytest.mark.parametrize("text, missing, warning", [
+    (fixture("gb10_na.txt"), ["memory_total_mib", "memory_used_mib", "memory_free_mib"],
+     "GPU 0 (NVIDIA GB10): nvidia-smi gives no value for memory_total_mib, memory_used_mib, memory_free_mib ([N/A])"),
+    (fixture("gtx1650_not_supported.txt"), ["memory_used_mib", "memory_free_mib"],
+     "GPU 0 (NVIDIA GeForce GTX 1650): nvidia-smi gives no value for memory_used_mib, memory_free_mib ([Not Supported])"),
+    ("0, NVIDIA RTX A5500, %s, 00000000:01:00.0, 24564, 416, 24148, , 8.6\n" % A5500, ["driver_version"],
+     "GPU 0 (NVIDIA RTX A5500): nvidia-smi gives no value for driver_version ()"),
+    ("0, NVIDIA GB10, GPU-7a0e4d3b-95c2-1f86-e4b7-3c8d20a9f5e1, 0000000F:01:00.0, [N/A], [N/A], , 580.95.05, 12.1",
+     ["memory_total_mib", "memory_used_mib", "memory_free_mib"],
+     "GPU 0 (NVIDIA GB10): nvidia-smi gives no value for memory_total_mib, memory_used_mib, memory_free_mib (, [N/A])"),
+])
+def test_a_value_nvidia_smi_cannot_give_is_none_with_a_warning_naming_it(text, missing, warning):
+    """``[N/A]``, ``[Not Supported]`` and a field left empty (``, ,``) are no value."""
+    gpus, warnings = smi.parse_gpus(text)
+    assert [k for k, v in gpus[0].items() if v is None] == missing and warnings == [warning]
 
 
 def test_processes():
@@ -152,6 +161,11 @@ def test_read_with_a_pid_counts_its_tree_and_asks_for_processes():
     assert result["gpus"][0]["memory_held_by_pid_mib"] == 0  # this test's process holds nothing on the card
     cpu = smi.read(lambda name: None, lambda argv: (127, "", ""), pid=os.getpid())
     assert cpu["process_tree"]["pid"] == os.getpid() and cpu["gpus"] == []
+    # llm_server_service_info walks the container's tree once and hands it to the GPU read
+    run = fake_run("dual_a5500_a4000_busy")[0]
+    given = smi.read(lambda name: "/x/nvidia-smi", lambda argv: run(argv[1:]), pid=52001, pids=[52001, 52017])
+    assert given["process_tree"] == {"pid": 52001, "pids": [52001, 52017]}
+    assert [g["memory_held_by_pid_mib"] for g in given["gpus"]] == [20988, 13314]
 
 
 def test_read_fails_with_the_program_it_ran():
@@ -160,14 +174,6 @@ def test_read_fails_with_the_program_it_ran():
         smi.read(lambda name: "/opt/nv/nvidia-smi", lambda argv: run(argv[1:]))
     assert failed.value.binary == "/opt/nv/nvidia-smi" and str(failed.value) == MISMATCH
     assert smi.NvidiaSmiError("x").binary is None
-
-
-def test_read_takes_a_tree_already_walked():
-    """llm_server_service_info walks the container's tree once and hands it to the GPU read."""
-    run = fake_run("dual_a5500_a4000_busy")[0]
-    result = smi.read(lambda name: "/x/nvidia-smi", lambda argv: run(argv[1:]), pid=52001, pids=[52001, 52017])
-    assert result["process_tree"] == {"pid": 52001, "pids": [52001, 52017]}
-    assert [g["memory_held_by_pid_mib"] for g in result["gpus"]] == [20988, 13314]
 
 
 def test_the_process_query_asks_for_bare_csv():
@@ -179,17 +185,6 @@ def test_the_process_query_asks_for_bare_csv():
     assert smi.list_args() == ["-L"]
 
 
-def test_an_empty_field_is_missing_like_na():
-    """A field nvidia-smi leaves empty (``, ,``) is no value, as ``[N/A]`` is: None and a warning naming it."""
-    line = "0, NVIDIA RTX A5500, %s, 00000000:01:00.0, 24564, 416, 24148, , 8.6\n" % A5500
-    gpus, warnings = smi.parse_gpus(line)
-    assert gpus[0]["driver_version"] is None
-    assert gpus[0]["memory_total_mib"] == 24564
-    assert len(warnings) == 1 and "driver_version" in warnings[0]
-    gpus, warnings = smi.parse_gpus(line.replace(", , 8.6", ", 550.54.15, 8.6"))
-    assert gpus[0]["driver_version"] == "550.54.15" and warnings == []
-
-
 def test_a_process_line_of_one_field_is_refused_unless_it_says_no_running():
     with pytest.raises(smi.NvidiaSmiError) as raised:
         smi.parse_apps("something else\n")
@@ -198,18 +193,14 @@ def test_a_process_line_of_one_field_is_refused_unless_it_says_no_running():
         smi.parse_apps("%s, 52017\n" % A5500)
 
 
-def test_the_no_running_note_is_skipped_not_the_end():
+def test_the_no_running_note_is_skipped_not_the_end_and_a_number_nvidia_smi_cannot_give_is_none():
     """Old drivers print a note instead of rows; a row after it is still read."""
-    apps = smi.parse_apps("No running processes found\n%s, 52017, /usr/local/bin/llama-server, 20988\n" % A5500,
-                          smi.parse_gpus(fixture("dual_a5500_a4000.txt"))[0])
-    assert [(a["pid"], a["gpu_index"], a["used_memory_mib"]) for a in apps] == [(52017, 0, 20988)]
-
-
-def test_a_number_nvidia_smi_cannot_give_is_none():
-    apps = smi.parse_apps("%s, 52017, llama-server, [N/A]\n%s, 77, llama-server, 12 MiB\n" % (A5500, A4000))
-    assert [a["used_memory_mib"] for a in apps] == [None, None]
-    assert [a["pid"] for a in apps] == [52017, 77]
-    assert [a["gpu_index"] for a in apps] == [None, None]  # no GPU list given: no index
+    text = ("No running processes found\n%s, 52017, /usr/local/bin/llama-server, 20988\n%s, 77, llama-server, [N/A]\n"
+            "%s, 78, llama-server, 12 MiB\n" % (A5500, A4000, A5500))
+    apps = smi.parse_apps(text, smi.parse_gpus(fixture("dual_a5500_a4000.txt"))[0])
+    assert [(a["pid"], a["gpu_index"], a["used_memory_mib"]) for a in apps] == [(52017, 0, 20988), (77, 1, None),
+                                                                                (78, 0, None)]
+    assert [a["gpu_index"] for a in smi.parse_apps(text)] == [None, None, None]  # no GPU list given: no index
 
 
 def test_list_lines_before_any_gpu_and_other_lines_are_ignored():
@@ -241,24 +232,23 @@ def test_invalid_field_of_nothing_is_none():
     assert smi.invalid_field('Field "compute_cap" is not a valid field to query.') == "compute_cap"
 
 
-def test_failure_messages_word_for_word():
-    assert smi.failure_message(18, fixture("driver_mismatch.txt"), "") == MISMATCH
-    assert smi.failure_message(1, "", "") == "nvidia-smi failed (rc=1): no output"
-    assert smi.failure_message(1, None, None) == "nvidia-smi failed (rc=1): no output"
-    assert smi.failure_message(2, "out line\n", "err line\n") == "nvidia-smi failed (rc=2): out line / err line"
-    assert smi.failure_message(2, None, "err line") == "nvidia-smi failed (rc=2): err line"
-    assert smi.failure_message(2, "out line", None) == "nvidia-smi failed (rc=2): out line"
-    assert smi.failure_message(9, "", NO_DRIVER_WORDS) == (
-        "nvidia-smi failed (rc=9): %s. This means the NVIDIA kernel driver is not loaded: install it or load the "
-        "nvidia kernel module." % NO_DRIVER_WORDS)
-
-
-def test_nvidia_smis_failure_words_fail_even_with_rc_0():
-    """Only nvidia-smi's own failure words count: the explanation we add is not one of them."""
-    assert smi.failure_message(0, "No devices were found\n", "") == (
-        "nvidia-smi failed (rc=0): No devices were found. This means the driver is loaded but sees no GPU.")
-    assert smi.failure_message(0, "the driver is loaded but sees no GPU", "") is None
-    assert smi.failure_message(0, fixture("h100.txt"), "") is None
+@pytest.mark.parametrize("rc, out, err, message", [
+    (18, fixture("driver_mismatch.txt"), "", MISMATCH),
+    (1, "", "", "nvidia-smi failed (rc=1): no output"),
+    (1, None, None, "nvidia-smi failed (rc=1): no output"),
+    (2, "out line\n", "err line\n", "nvidia-smi failed (rc=2): out line / err line"),
+    (2, None, "err line", "nvidia-smi failed (rc=2): err line"),
+    (2, "out line", None, "nvidia-smi failed (rc=2): out line"),
+    (9, "", NO_DRIVER_WORDS, "nvidia-smi failed (rc=9): %s. This means the NVIDIA kernel driver is not loaded: install "
+                             "it or load the nvidia kernel module." % NO_DRIVER_WORDS),
+    # with rc 0 only nvidia-smi's own failure words fail: the explanation added to them is not one of them
+    (0, "No devices were found\n", "",
+     "nvidia-smi failed (rc=0): No devices were found. This means the driver is loaded but sees no GPU."),
+    (0, "the driver is loaded but sees no GPU", "", None),
+    (0, fixture("h100.txt"), "", None),
+])
+def test_failure_messages_word_for_word(rc, out, err, message):
+    assert smi.failure_message(rc, out, err) == message
 
 
 def test_parse_errors_and_warnings_word_for_word():
@@ -270,10 +260,6 @@ def test_parse_errors_and_warnings_word_for_word():
     with pytest.raises(smi.NvidiaSmiError) as raised:
         smi.parse_gpus(fixture("rtx_a5500.txt").replace("24564", "lots"))
     assert str(raised.value) == "nvidia-smi printed 'lots' for memory_total_mib on line 1: not a number"
-    line = ("0, NVIDIA GB10, GPU-7a0e4d3b-95c2-1f86-e4b7-3c8d20a9f5e1, 0000000F:01:00.0, [N/A], [N/A], , 580.95.05, "
-            "12.1")
-    assert smi.parse_gpus(line)[1] == [
-        "GPU 0 (NVIDIA GB10): nvidia-smi gives no value for memory_total_mib, memory_used_mib, memory_free_mib (, [N/A])"]
 
 
 @pytest.mark.parametrize("rc", [1, 2])
