@@ -15,11 +15,15 @@ from tools import gguf_models
 from tests.helpers.plans import gpu
 
 
-@pytest.mark.parametrize("wrong", [42, ""])
-def test_gguf_must_be_a_path_or_a_gguf_info_result(wrong):
+@pytest.mark.parametrize("given, message", [
+    (42, "gguf must be a path or the result of gguf_info, got 42"),
+    ("", "gguf must be a path or the result of gguf_info, got ''"),
+    ({"files": [], "size": 1}, "gguf is a dict without files or model: pass a path or the registered result of gguf_info"),
+])
+def test_gguf_must_be_a_path_or_a_gguf_info_result(given, message):
     with pytest.raises(PlanError) as info:
-        load_facts(wrong)
-    assert str(info.value) == "gguf must be a path or the result of gguf_info, got %r" % (wrong,)
+        load_facts(given)
+    assert str(info.value) == message
 
 
 def test_normalize_gpus_counts_the_running_servers_memory_as_free():
@@ -31,40 +35,34 @@ def test_normalize_gpus_counts_the_running_servers_memory_as_free():
     assert pin.normalize_gpus([gpu(1000, 0), gpu(2000, 1)], [1]) == [pin.Gpu("GPU1", 1, "GPU-1", 2000, 2000, 0)]
 
 
-@pytest.mark.parametrize("gpus, message", [
-    ({"topology": "cpu"}, "gpus is a dict without a gpus list: pass the registered result of gpu_info or a list"),
-    ("GPU0", "gpus must be the registered result of gpu_info or a list of {name, memory_total_mib, memory_free_mib}, "
-             "got 'GPU0'"),
-    (["x"], "gpus[0] must be a dict with name, memory_total_mib and memory_free_mib"),
-    ([{"memory_free_mib": -1}], "gpus[0].memory_free_mib must be a number of MiB >= 0, got -1"),
-    ([{"memory_free_mib": True}], "gpus[0].memory_free_mib must be a number of MiB >= 0, got True"),
-    ([{"memory_free_mib": float("inf")}], "gpus[0].memory_free_mib must be a number of MiB >= 0, got inf"),
-    ([{"memory_free_mib": "lots"}], "gpus[0].memory_free_mib must be a number of MiB >= 0, got 'lots'"),
-    ([{"memory_total_mib": 100, "memory_used_mib": "a"}], "gpus[0].memory_used_mib must be a number of MiB >= 0, got 'a'"),
-    ([{"memory_total_mib": 100, "memory_used_mib": 101}],
+@pytest.mark.parametrize("gpus, devices, message", [
+    ({"topology": "cpu"}, None, "gpus is a dict without a gpus list: pass the registered result of gpu_info or a list"),
+    ("GPU0", None, "gpus must be the registered result of gpu_info or a list of {name, memory_total_mib, "
+                   "memory_free_mib}, got 'GPU0'"),
+    (["x"], None, "gpus[0] must be a dict with name, memory_total_mib and memory_free_mib"),
+    ([{"memory_free_mib": -1}], None, "gpus[0].memory_free_mib must be a number of MiB >= 0, got -1"),
+    ([{"memory_free_mib": True}], None, "gpus[0].memory_free_mib must be a number of MiB >= 0, got True"),
+    ([{"memory_free_mib": float("inf")}], None, "gpus[0].memory_free_mib must be a number of MiB >= 0, got inf"),
+    ([{"memory_free_mib": "lots"}], None, "gpus[0].memory_free_mib must be a number of MiB >= 0, got 'lots'"),
+    ([{"memory_total_mib": 100, "memory_used_mib": "a"}], None,
+     "gpus[0].memory_used_mib must be a number of MiB >= 0, got 'a'"),
+    ([{"memory_total_mib": 100, "memory_used_mib": 101}], None,
      "gpus[0]: memory_used_mib 101 is more than memory_total_mib 100"),
-    ([{"name": "GB10", "memory_total_mib": 100}],
+    ([{"name": "GB10", "memory_total_mib": 100}], None,
      "gpus[0] (GB10) reports no free memory (nvidia-smi printed [N/A]?): give memory_free_mib in a gpus list"),
-    ([{"memory_total_mib": 100}],
+    ([{"memory_total_mib": 100}], None,
      "gpus[0] (unnamed) reports no free memory (nvidia-smi printed [N/A]?): give memory_free_mib in a gpus list"),
-    ([{"memory_free_mib": 100, "mig_devices": [{}]}],
+    ([{"memory_free_mib": 100, "mig_devices": [{}]}], None,
      "gpus[0] (None) is in MIG mode: plan for one MIG device by passing a gpus list with its memory"),
+    ([{"memory_free_mib": 1, "vram": 2}], None,
+     "gpus[0] has unknown field(s) vram (known: %s)" % ", ".join(pin.GPU_INPUT_KEYS)),
+    ([gpu(1000, 0), gpu(1000, 1)], [1, 4, 5], "gpu_devices 4, 5 are not among the GPUs (0, 1)"),
+    ([], [0], "gpu_devices 0 are not among the GPUs (none)"),
 ])
-def test_normalize_gpus_errors(gpus, message):
+def test_normalize_gpus_errors(gpus, devices, message):
     with pytest.raises(pin.PlanError) as info:
-        pin.normalize_gpus(gpus)
+        pin.normalize_gpus(gpus, devices)
     assert str(info.value) == message
-
-
-def test_normalize_gpus_unknown_fields_and_indices():
-    with pytest.raises(pin.PlanError, match=r"^gpus\[0\] has unknown field\(s\) vram \(known: "):
-        pin.normalize_gpus([{"memory_free_mib": 1, "vram": 2}])
-    with pytest.raises(pin.PlanError) as info:
-        pin.normalize_gpus([gpu(1000, 0), gpu(1000, 1)], [1, 4, 5])
-    assert str(info.value) == "gpu_devices 4, 5 are not among the GPUs (0, 1)"
-    with pytest.raises(pin.PlanError) as info:
-        pin.normalize_gpus([], [0])
-    assert str(info.value) == "gpu_devices 0 are not among the GPUs (none)"
 
 
 def test_normalize_host_takes_the_smaller_of_memavailable_and_the_cgroup_room():
@@ -98,34 +96,21 @@ def test_normalize_host_errors(host, message):
 
 def test_a_gguf_info_result_is_not_read_again(tmp_path):
     """gguf_info's result, or its model summary, gives every fact the file gives (its path, tensors, caches and
-    warnings), also once the file is gone."""
+    warnings), also once the file is gone; without the summary its ``files`` (the first) or ``path`` name the file."""
     path = gguf_models.write_tiny_nemotron_h_moe(str(tmp_path / "tiny.gguf"))
     from_file = load_facts(path)
+    assert from_file.path == path and from_file.recurrent_blocks and from_file.kv_blocks
+    for given in ({"files": [path, str(tmp_path / "unread.gguf")]}, {"path": path}, {"files": [], "path": path}):
+        assert load_facts(given) == from_file
     info, _warnings = describe(read_model(path), "none")
     os.unlink(path)
     for given in (info, info["model"]):
         assert load_facts(given) == from_file
-    assert from_file.path == path and from_file.recurrent_blocks and from_file.kv_blocks
+    assert load_facts(dict(info["model"], files=[])).path == "gguf.model"
     with pytest.raises(PlanError, match=r"gguf.model.tensors\[0\] must be"):
         load_facts(dict(info["model"], tensors=[["x", 0, [-1], 4]]))
     with pytest.raises(PlanError, match="gguf.model.version"):
         load_facts(dict(info["model"], version=7))
-
-
-def test_a_gguf_info_result_without_its_summary_is_read_from_its_first_file(tmp_path):
-    """``{files: [...]}`` and ``{path: ...}`` (gguf_info's keys) name the file to read; a summary that lists no file
-    is named ``gguf.model`` in messages; a dict with neither is refused."""
-    path = gguf_models.write_tiny_nemotron_h_moe(str(tmp_path / "tiny.gguf"))
-    from_path = load_facts(path)
-    for given in ({"files": [path, str(tmp_path / "unread.gguf")]}, {"path": path}, {"files": [], "path": path}):
-        facts = load_facts(given)
-        assert facts.path == path
-        assert [(t.name, t.nbytes) for t in facts.tensors] == [(t.name, t.nbytes) for t in from_path.tensors]
-    info, _warnings = describe(read_model(path), "none")
-    assert load_facts(dict(info["model"], files=[])).path == "gguf.model"
     with pytest.raises(PlanError) as error:
-        load_facts({"files": [], "size": 1})
-    assert str(error.value) == "gguf is a dict without files or model: pass a path or the registered result of gguf_info"
-    with pytest.raises(PlanError) as error:
-        load_facts({"path": str(tmp_path / "missing.gguf")})
-    assert str(error.value) == "%s: at byte 0: cannot open: %s" % (tmp_path / "missing.gguf", os.strerror(2))
+        load_facts({"path": path})
+    assert str(error.value) == "%s: at byte 0: cannot open: %s" % (path, os.strerror(2))

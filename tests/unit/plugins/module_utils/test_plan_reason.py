@@ -92,17 +92,6 @@ def test_two_short_gpus_name_the_split_and_the_one_most_short(moe):
             info.value.details["headroom"]["all_experts_on_cpu"]["max_ctx_size"]))
 
 
-def test_a_short_gpu_with_op_offload_names_the_copy_it_reserves(moe):
-    """CUDA with op offload reserves the room of the largest host-resident block's experts (up and down,
-    64 x 64 x 8 F32 each: 0.25 MiB); --no-op-offload frees it."""
-    with pytest.raises(PlanError) as info:
-        plan(moe, [gpu(1)], None, Options(4096, backend="cuda", margin_mib=0, op_offload=True))
-    assert str(info.value).endswith(
-        "Lower ctx_size, cache_type_k/cache_type_v (q8_0 halves the KV cache), margin_mib, ubatch, op_offload "
-        "(false, with llama-server --no-op-offload, frees the %.0f MiB the GPU reserves to compute on host-resident "
-        "experts, at the cost of slower prompt processing), or use a larger GPU." % (2 * 64 * 64 * 8 * 4 / MIB))
-
-
 def test_the_reason_of_a_host_without_gpu_gives_the_memory_available(moe):
     result = plan(moe, [], {"memory_available_mib": 100000}, Options(4096, **SIZING))
     host = result["memory"]["host"]
@@ -112,15 +101,27 @@ def test_the_reason_of_a_host_without_gpu_gives_the_memory_available(moe):
         "whole context" % host["total_mib"])
 
 
-def test_a_short_host_in_mode_auto_is_not_told_to_use_mode_auto(moe):
+@pytest.mark.parametrize("model, gpus, available, mode, parts, advice", [
+    ("nano", [], 16000, "auto", "{weights} MiB of weights, {state} MiB of KV cache and recurrent state",
+     "lower ctx_size or parallel."),
+    ("moe", [gpu(100)], 1000, "all", "{weights} MiB of weights",
+     "keep more of the model on the GPUs (mode auto, a larger GPU, a smaller ctx_size)."),
+    ("moe", [gpu(100)], 1000, "auto", "{weights} MiB of weights",
+     "keep more of the model on the GPUs (a larger GPU, a smaller ctx_size)."),
+])
+def test_a_short_host_names_the_parts_it_keeps_and_what_to_change(request, model, gpus, available, mode, parts, advice):
+    """The caches are a host part only on a CPU host (a GPU keeps them otherwise); mode auto is advised only where
+    another mode was asked."""
     with pytest.raises(PlanError) as info:
-        plan(moe, [gpu(100)], {"memory_available_mib": 1000}, Options(4096, **SIZING))
+        plan(request.getfixturevalue(model), gpus, {"memory_available_mib": available}, Options(4096, mode=mode, **SIZING))
     host = info.value.details["memory"]["host"]
+    assert info.value.details["fits"] is False
+    figures = {"weights": "%.0f" % host["model_mib"], "state": "%.0f" % (host["kv_mib"] + host["recurrent_mib"])}
     assert str(info.value) == (
-        "The host cannot hold its part: %.0f MiB of weights, %.0f MiB of compute and output buffers and the 1024 MiB "
-        "host margin need %.0f MiB, but 1000 MiB are available (MemAvailable), so %.0f MiB are missing. Free host "
-        "memory, or keep more of the model on the GPUs (a larger GPU, a smaller ctx_size)." % (
-            host["model_mib"], host["compute_mib"] + host["output_mib"], host["total_mib"], -host["free_after_mib"]))
+        "The host cannot hold its part: %s, %.0f MiB of compute and output buffers and the 1024 MiB host margin need "
+        "%.0f MiB, but %d MiB are available (MemAvailable), so %.0f MiB are missing. Free host memory, or %s" % (
+            parts.format(**figures), host["compute_mib"] + host["output_mib"], host["total_mib"], available,
+            -host["free_after_mib"], advice))
 
 
 def test_the_reason_of_a_given_pattern_that_moves_no_expert_counts_what_it_moves(moe):
