@@ -64,103 +64,50 @@ def test_every_real_block_tensor_is_a_routed_expert_exactly_when_llama_cpp_moves
     assert {classify_tensor(n) for n in names} <= set(TENSOR_CLASSES)
 
 
-@pytest.mark.parametrize("name, cls", [
-    # stacked routed experts beyond llama.cpp's real names (those: the test above): biases, no suffix at all
-    ("blk.3.ffn_down_exps.bias", "routed_experts"),
-    ("blk.3.ffn_up_exps.bias", "routed_experts"),
-    ("blk.3.ffn_up_exps", "routed_experts"),
-    ("blk.12.ffn_down_exps.weight", "routed_experts"),
-    ("blk.3.ffn_gate.7.weight", "routed_experts"),
+# The class of block tensors "blk.3.<suffix>", by class.
+BLOCK_SUFFIXES = {
+    # stacked routed experts beyond llama.cpp's real names (those: the test above): biases, no suffix at all; and
+    # the old one-tensor-per-expert layout
+    "routed_experts": ["ffn_down_exps.bias", "ffn_up_exps.bias", "ffn_up_exps", "ffn_gate.7.weight"],
     # shared experts, including the shared expert's gate
-    ("blk.3.ffn_gate_shexp.weight", "shared_experts"),
-    ("blk.3.ffn_up_shexp.weight", "shared_experts"),
-    ("blk.3.ffn_down_shexp.weight", "shared_experts"),
-    ("blk.3.ffn_gate_inp_shexp.weight", "shared_experts"),
+    "shared_experts": ["ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
+                       "ffn_gate_inp_shexp.weight"],
     # the router and its selection bias
-    ("blk.3.ffn_gate_inp.weight", "router"),
-    ("blk.3.ffn_gate_inp.bias", "router"),
-    ("blk.3.exp_probs_b.bias", "router"),
-    # norms: any '_'-separated word ending in "norm", before attention, recurrent and dense-FFN prefixes
-    ("blk.3.ffn_norm_exps.weight", "norm"),
-    ("blk.3.attn_norm.weight", "norm"),
-    ("blk.3.attn_norm_2.weight", "norm"),
-    ("blk.3.attn_k_norm.weight", "norm"),
-    ("blk.3.attn_q_norm.weight", "norm"),
-    ("blk.3.post_attention_norm.weight", "norm"),
-    ("blk.3.attn_kv_a_norm.weight", "norm"),
-    ("blk.3.ssm_norm.weight", "norm"),
-    ("blk.3.ssm_b_norm.weight", "norm"),
-    ("blk.3.ffn_norm.weight", "norm"),
-    ("blk.3.ffn_sub_norm.weight", "norm"),
-    ("blk.3.post_ffw_norm_1.weight", "norm"),
-    ("blk.3.layer_output_norm.weight", "norm"),
-    ("blk.3.altup_router_norm.weight", "norm"),
-    # multi-token-prediction sub-layers keep their names after "nextn."
-    ("blk.3.nextn.enorm.weight", "norm"),
-    ("blk.3.nextn.hnorm.weight", "norm"),
-    ("blk.3.nextn.shared_head_norm.weight", "norm"),
-    ("blk.3.nextn.eh_proj.weight", "other"),
-    ("blk.3.nextn.embed_tokens.weight", "other"),
-    ("blk.3.nextn.shared_head_head.weight", "other"),
-    # attention
-    ("blk.3.attn_q.weight", "attention"),
-    ("blk.3.attn_qkv.weight", "attention"),
-    ("blk.3.attn_output.weight", "attention"),
-    ("blk.3.attn_output.bias", "attention"),
-    ("blk.3.attn_kv_a_mqa.weight", "attention"),
-    ("blk.3.attn_k_b.weight", "attention"),
-    ("blk.3.attn_sinks.weight", "attention"),
-    ("blk.3.attn_gate.weight", "attention"),
-    # recurrent: Mamba, RWKV time mix, LFM2 short convolution
-    ("blk.3.ssm_in.weight", "recurrent"),
-    ("blk.3.ssm_a", "recurrent"),
-    ("blk.3.ssm_d", "recurrent"),
-    ("blk.3.ssm_conv1d.bias", "recurrent"),
-    ("blk.3.time_mix_key.weight", "recurrent"),
-    ("blk.3.time_mix_ln.weight", "recurrent"),
-    ("blk.3.shortconv.conv.weight", "recurrent"),
-    ("blk.3.shortconv.in_proj.weight", "recurrent"),
-    # dense feed-forward: ffn_* that is no expert, router or norm, and the RWKV channel mix
-    ("blk.3.ffn_up.weight", "dense_ffn"),
-    ("blk.3.ffn_gate.weight", "dense_ffn"),
-    ("blk.3.ffn_down.bias", "dense_ffn"),
-    ("blk.3.ffn_latent_up.weight", "dense_ffn"),
-    ("blk.3.channel_mix_key.weight", "dense_ffn"),
-    ("blk.3.channel_mix_receptance.weight", "dense_ffn"),
-    # anything else in a block
-    ("blk.3.layer_output_scale.weight", "other"),
-    ("blk.3.altup_router.weight", "other"),
-    ("blk.3.inp_gate.weight", "other"),
-    ("blk.3.laurel_l.weight", "other"),
-    ("blk.3.indexer.k_norm.weight", "other"),
-    ("blk.3.vis_gate.weight", "other"),
-])
-def test_classify_block_tensor(name, cls):
-    assert classify_tensor(name) == cls
+    "router": ["ffn_gate_inp.weight", "ffn_gate_inp.bias", "exp_probs_b.bias"],
+    # any '_'-separated word ending in "norm", before attention, recurrent and dense-FFN prefixes; multi-token
+    # prediction sub-layers keep their names after "nextn."
+    "norm": ["ffn_norm_exps.weight", "attn_norm.weight", "attn_norm_2.weight", "attn_k_norm.weight",
+             "attn_q_norm.weight", "post_attention_norm.weight", "attn_kv_a_norm.weight", "ssm_norm.weight",
+             "ssm_b_norm.weight", "ffn_norm.weight", "ffn_sub_norm.weight", "post_ffw_norm_1.weight",
+             "layer_output_norm.weight", "altup_router_norm.weight", "nextn.enorm.weight", "nextn.hnorm.weight",
+             "nextn.shared_head_norm.weight"],
+    "attention": ["attn_q.weight", "attn_qkv.weight", "attn_output.weight", "attn_output.bias",
+                  "attn_kv_a_mqa.weight", "attn_k_b.weight", "attn_sinks.weight", "attn_gate.weight"],
+    # Mamba, RWKV time mix, LFM2 short convolution
+    "recurrent": ["ssm_in.weight", "ssm_a", "ssm_d", "ssm_conv1d.bias", "time_mix_key.weight", "time_mix_ln.weight",
+                  "shortconv.conv.weight", "shortconv.in_proj.weight"],
+    # ffn_* that is no expert, router or norm, and the RWKV channel mix
+    "dense_ffn": ["ffn_up.weight", "ffn_gate.weight", "ffn_down.bias", "ffn_latent_up.weight",
+                  "channel_mix_key.weight", "channel_mix_receptance.weight"],
+    "other": ["nextn.eh_proj.weight", "nextn.embed_tokens.weight", "nextn.shared_head_head.weight",
+              "layer_output_scale.weight", "altup_router.weight", "inp_gate.weight", "laurel_l.weight",
+              "indexer.k_norm.weight", "vis_gate.weight"],
+}
+# Names outside "blk.N." (the vision tower, an encoder's blocks) are classed by their first part.
+WHOLE_NAMES = {
+    "routed_experts": ["blk.12.ffn_down_exps.weight"],
+    "token_embd": ["token_embd.weight", "per_layer_token_embd.weight", "token_types.weight", "position_embd.weight"],
+    "output": ["output.weight", "output.bias"],
+    "norm": ["output_norm.weight", "output_norm.bias", "token_embd_norm.weight", "per_layer_proj_norm.weight",
+             "output_hc_norm.weight"],
+    "other": ["output_hc_fn.weight", "rope_freqs.weight", "altup_proj.weight", "cls.output.weight",
+              "v.blk.3.ffn_up.weight", "dec.blk.3.attn_q.weight", "blk.x.ffn_up_exps.weight"],
+}
 
 
-@pytest.mark.parametrize("name, cls", [
-    ("token_embd.weight", "token_embd"),
-    ("per_layer_token_embd.weight", "token_embd"),
-    ("token_types.weight", "token_embd"),
-    ("position_embd.weight", "token_embd"),
-    ("output.weight", "output"),
-    ("output.bias", "output"),
-    ("output_norm.weight", "norm"),
-    ("output_norm.bias", "norm"),
-    ("token_embd_norm.weight", "norm"),
-    ("per_layer_proj_norm.weight", "norm"),
-    ("output_hc_norm.weight", "norm"),
-    ("output_hc_fn.weight", "other"),
-    ("rope_freqs.weight", "other"),
-    ("altup_proj.weight", "other"),
-    ("cls.output.weight", "other"),
-    ("v.blk.3.ffn_up.weight", "other"),
-    ("dec.blk.3.attn_q.weight", "other"),
-    ("blk.x.ffn_up_exps.weight", "other"),
-])
-def test_classify_global_tensor(name, cls):
-    """Names outside ``blk.N.`` (the vision tower, an encoder's blocks) are classed by their first part."""
+@pytest.mark.parametrize("name, cls", [("blk.3." + s, c) for c, suffixes in BLOCK_SUFFIXES.items() for s in suffixes]
+                         + [(n, c) for c, names in WHOLE_NAMES.items() for n in names])
+def test_classify_tensor(name, cls):
     assert classify_tensor(name) == cls
 
 
