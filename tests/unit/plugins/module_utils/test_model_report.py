@@ -19,6 +19,7 @@ def demo(tmp_path_factory):
 def test_the_report_of_a_path_is_the_description_of_its_model(demo, tensors):
     assert report(demo, tensors) == describe(read_model(demo), tensors)
     assert ("tensors" in report(demo, tensors)[0]) is (tensors != "none")
+    assert report(demo) == report(demo, "experts")  # what gguf_info's tensors option defaults to
 
 
 def test_a_users_pattern_is_checked(demo):
