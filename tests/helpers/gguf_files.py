@@ -5,6 +5,7 @@ offsets that gguf-py's ``GGUFReader`` locates (``field_offsets``, ``patch``) and
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import struct
 from pathlib import Path
@@ -62,15 +63,6 @@ class Gguf:
             self.pack("IQ", type_id, offset)
 
 
-def nbytes(shape, type_id):
-    """Bytes of a tensor, from gguf-py's table of block sizes (GGML_QUANT_SIZES)."""
-    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(type_id)]
-    count = 1
-    for n in shape:
-        count *= n
-    return count // block * size
-
-
 def pad(n, alignment=32):
     return -(-n // alignment) * alignment
 
@@ -80,20 +72,19 @@ def write(path, data):
     return str(path)
 
 
-def model_file(path, kvs=(), tensors=(), *, endian="little", alignment=32, extra=0):
+def model_file(path, kvs=(), tensors=(), *, endian="little"):
     """A file of ``kvs`` ((key, vtype, payload)) and F32 ``tensors`` ((name, shape)) laid out one after the other
-    at aligned offsets; ``extra`` bytes more (or fewer) than the data needs. Returns (path, data_offset, offsets)."""
+    at offsets aligned to 32 bytes. Returns (path, data_offset, offsets)."""
     g = Gguf(endian)
     offsets = []
-    at = 0
+    end = 0
     for _name, shape in tensors:
-        offsets.append(at)
-        at = pad(at + nbytes(shape, F32), alignment)
-    end = offsets[-1] + nbytes(tensors[-1][1], F32) if tensors else 0
+        offsets.append(pad(end))
+        end = offsets[-1] + 4 * math.prod(shape)
     head = g.header(len(tensors), len(kvs)) + b"".join(g.kv(*kv) for kv in kvs)
     head += b"".join(g.info(name, shape, F32, off) for (name, shape), off in zip(tensors, offsets))
-    data_offset = pad(len(head), alignment)
-    return write(path, head.ljust(data_offset + end + extra, b"\0")), data_offset, offsets
+    data_offset = pad(len(head))
+    return write(path, head.ljust(data_offset + end, b"\0")), data_offset, offsets
 
 
 @contextlib.contextmanager
@@ -197,17 +188,14 @@ def _has_float(value):
 
 
 def field_offsets(path):
-    """Byte offsets of the fields of ``path`` as gguf-py's GGUFReader finds them (for patching)."""
+    """Byte offsets of the fields of ``path`` as gguf-py's GGUFReader finds them (for patching): ``{key: offset}``
+    and ``{tensor name: {"info": its tensor info, "type": its ggml type}}``."""
     ref = gguf.GGUFReader(path)
     kv = {name: f.offset for name, f in ref.fields.items()}
     tensors = {}
     for t in ref.tensors:
-        start = t.field.offset
-        name_len = len(t.name.encode())
-        n_dims = len(t.shape)
-        dims = start + 8 + name_len + 4
-        tensors[t.name] = {"info": start, "n_dims": dims - 4, "ne": dims, "type": dims + 8 * n_dims,
-                           "offset": dims + 8 * n_dims + 4}
+        start = t.field.offset  # then the name (u64 length and bytes), n_dims (u32), ne (u64 each), the type
+        tensors[t.name] = {"info": start, "type": start + 8 + len(t.name.encode()) + 4 + 8 * len(t.shape)}
     return kv, tensors
 
 

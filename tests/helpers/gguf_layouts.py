@@ -1,5 +1,4 @@
-"""Random GGUF layouts for every MoE architecture gguf-py knows (helper of test_models_every_moe_arch,
-test_gguf_info and test_moe_offload_plan).
+"""Random GGUF layouts for every MoE architecture gguf-py knows.
 
 For each architecture of ``gguf.constants.MODEL_TENSORS`` with routed-expert tensor kinds
 (``FFN_{GATE,UP,DOWN}_EXP``, ``FFN_GATE_UP_EXP``, ``FFN_*_CHEXP``) a random model is written with the
@@ -13,12 +12,12 @@ The expected answer is computed from gguf-py's own tensor kinds, never from the 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
 from gguf.constants import MODEL_ARCH_NAMES, MODEL_TENSOR as T, MODEL_TENSORS, TENSOR_NAMES
 
-from tests.helpers.gguf_files import nbytes
 from tools import gguf_models
 
 EXPERT_KINDS = frozenset((T.FFN_GATE_EXP, T.FFN_UP_EXP, T.FFN_DOWN_EXP, T.FFN_GATE_UP_EXP,
@@ -32,6 +31,9 @@ METADATA_KIND_ARCHS = ("nemotron_h", "nemotron_h_moe")
 
 N_EMBD = 256
 N_FF = 256
+# a block's part -> its block kind, and the tensor families that make it
+PART_KINDS = {"attention": "attention", "recurrent": "recurrent", "moe": "moe", "dense": "dense_ffn"}
+PART_FAMILIES = {"attention": ["attention"], "recurrent": ["recurrent"], "moe": ["experts", "moe"], "dense": ["dense"]}
 
 
 def moe_architectures():
@@ -42,14 +44,9 @@ def moe_architectures():
 
 def dense_architectures():
     """Text architectures without any MoE tensor kind (attention + dense FFN)."""
-    result = []
-    for a, kinds in MODEL_TENSORS.items():
-        kinds = set(kinds)
-        if (kinds & EXPERT_KINDS or kinds & MOE_COMPANIONS or T.ATTN_Q not in kinds
-                or not {T.FFN_UP, T.FFN_DOWN} <= kinds or MODEL_ARCH_NAMES[a] == "clip"):
-            continue
-        result.append(MODEL_ARCH_NAMES[a])
-    return sorted(result)
+    return sorted(MODEL_ARCH_NAMES[a] for a, kinds in MODEL_TENSORS.items()
+                  if not set(kinds) & (EXPERT_KINDS | MOE_COMPANIONS) and T.ATTN_Q in kinds
+                  and {T.FFN_UP, T.FFN_DOWN} <= set(kinds) and MODEL_ARCH_NAMES[a] != "clip")
 
 
 def _arch(name):
@@ -82,16 +79,16 @@ def _qtype(rng, ne0):
             return q
 
 
-class Layout(object):
+@dataclass
+class Layout:
     """What a random model is and what gguf_info must say about it."""
 
-    def __init__(self, arch, tensors, blocks, kinds, experts, metadata):
-        self.arch = arch
-        self.tensors = tensors      # [(name, ne, qtype)]
-        self.blocks = blocks
-        self.kinds = kinds          # {block: set of kinds}
-        self.experts = experts      # sorted names
-        self.metadata = metadata    # {key: (value, GGUFValueType or None)}
+    arch: str
+    tensors: list   # [(name, ne, qtype)]
+    blocks: int
+    kinds: dict     # {block: set of kinds}
+    experts: list   # sorted names
+    metadata: dict  # {key: (value, GGUFValueType or None)}
 
     @property
     def names(self):
@@ -99,7 +96,7 @@ class Layout(object):
 
     @property
     def total_bytes(self):
-        return sum(nbytes(ne, q) for _n, ne, q in self.tensors)
+        return sum(gguf_models.tensor_nbytes(ne, q) for _n, ne, q in self.tensors)
 
 
 def make_layout(arch_name, seed, moe=True):
@@ -152,21 +149,8 @@ def make_layout(arch_name, seed, moe=True):
     for b in range(n_blocks):
         choice = plan[b]
         parts = [choice] if metadata_kinds else [p for p in choice if p]
-        want = set()
-        fams = ["common"]
-        for part in parts:
-            if part == "attention":
-                fams.append("attention")
-                want.add("attention")
-            elif part == "recurrent":
-                fams.append("recurrent")
-                want.add("recurrent")
-            elif part == "moe":
-                fams += ["experts", "moe"]
-                want.add("moe")
-            elif part == "dense":
-                fams.append("dense")
-                want.add("dense_ffn")
+        want = {PART_KINDS[part] for part in parts}
+        fams = ["common"] + [fam for part in parts for fam in PART_FAMILIES[part]]
         if b == n_blocks - 1:
             fams.append("nextn")
         expected_kinds[b] = want

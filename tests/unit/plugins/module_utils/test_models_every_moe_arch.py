@@ -44,7 +44,7 @@ def check_layout(layout, files):
     assert "," not in pattern and "=" not in pattern
     assert result["tensor_bytes"] == layout.total_bytes == sum(result["bytes"].values())
     assert result["bytes"]["routed_experts"] == sum(
-        H.nbytes(ne, q) for n, ne, q in layout.tensors if n in set(layout.experts))
+        H.gguf_models.tensor_nbytes(ne, q) for n, ne, q in layout.tensors if n in set(layout.experts))
     assert result["block_count"] == layout.blocks
     got = kinds_by_block(result)
     assert dict((b, got.get(b, set())) for b in range(layout.blocks)) == layout.kinds
