@@ -16,6 +16,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options i
 from tests.helpers.plans import (
     SIZING, exact_moe, gemma_summary, gpu, host_expert_mib, moved_by, need, nemotron_nano_30b, plan_gpu, sizer)
 
+NOT_A_COUNT = "cpu_expert_layers must be a count from 0 to 3 (the MoE blocks) or a list of block indices, got %r"
+
 
 @pytest.fixture(scope="module")
 def nano(tmp_path_factory):
@@ -128,19 +130,13 @@ def test_mode_none_keeps_every_expert_on_the_gpu_even_when_it_does_not_fit(moe):
 @pytest.mark.parametrize("mode, layers, blocks, n_cpu_moe", [
     ("all", None, [1, 2, 3], 4), ("layers", [3, 1, 3], [1, 3], None), ("layers", [2, 2], [2], None),
     ("layers", [1, 2], [1, 2], 3), ("layers", [], [], 0), ("layers", 0, [], 0), ("layers", 2, [1, 2], 3),
-    ("layers", 3, [1, 2, 3], 4)])
+    ("layers", 3, [1, 2, 3], 4), ("layers", [1], [1], 2), ("layers", [2, 3], [2, 3], None)])
 def test_mode_all_moves_every_moe_block_and_layers_a_sorted_list_or_the_first_blocks_of_a_count(
         moe, mode, layers, blocks, n_cpu_moe):
+    """n_cpu_moe only where --n-cpu-moe N (block indices 0..N-1; block 0 here has no experts) moves exactly them."""
     result = plan(moe, [gpu(100000)], None, Options(4096, mode=mode, cpu_expert_layers=layers, **SIZING))
     assert result["cpu_expert_layers"] == blocks and result["n_cpu_moe"] == n_cpu_moe
     assert result["offload"] is bool(blocks)
-
-
-@pytest.mark.parametrize("blocks, n", [([], 0), ([1], 2), ([1, 2], 3), ([1, 2, 3], 4), ([2], None), ([1, 3], None),
-                                       ([2, 3], None)])
-def test_n_cpu_moe_is_given_only_when_it_moves_exactly_the_blocks(moe, blocks, n):
-    """--n-cpu-moe N moves the experts of block indices 0..N-1 (block 0 here has none)."""
-    assert op._n_cpu_moe(moe, blocks) == n  # pylint: disable=protected-access
 
 
 def test_headroom_is_the_largest_multiple_of_256_and_slot_count_that_fit(moe):
@@ -151,6 +147,10 @@ def test_headroom_is_the_largest_multiple_of_256_and_slot_count_that_fit(moe):
     assert need(moe, [], ctx=3328) > free
     slots = here["max_parallel"]
     assert need(moe, [], ctx=1024, parallel=slots) <= free < need(moe, [], ctx=1024, parallel=slots + 1)
+    # each slot needs at least one cell: at 256 slots the smallest context is 256, and it counts when it fits
+    least = plan(moe, [gpu(need(moe, [], ctx=256, parallel=256) / common.MIB)], None, Options(256, 256, mode="none", **SIZING))
+    assert need(moe, [], ctx=512, parallel=256) > need(moe, [], ctx=256, parallel=256)
+    assert least["headroom"]["this_plan"]["max_ctx_size"] == 256
 
 
 def test_headroom_reaches_the_training_context_or_the_asked_one(moe):
@@ -191,13 +191,6 @@ def test_a_placement_that_fits_wins_over_one_that_does_not_whatever_it_moves(moe
     assert result["reason"].startswith("Everything fits on GPU0 (8 MiB free) + GPU1 (7 MiB free), split 0.533,0.467:")
 
 
-def test_the_largest_context_may_equal_the_slots(moe):
-    """Each slot needs at least one cell: at 256 slots the smallest context is 256, and it counts when it fits."""
-    result = plan(moe, [gpu(need(moe, [], ctx=256, parallel=256) / common.MIB)], None, Options(256, 256, mode="none", **SIZING))
-    assert need(moe, [], ctx=512, parallel=256) > need(moe, [], ctx=256, parallel=256)
-    assert result["headroom"]["this_plan"]["max_ctx_size"] == 256
-
-
 def test_the_cache_options_reach_the_plan(moe):
     """V as f32 with K f16: 2 + 4 instead of 2 + 2 bytes an element; -kvu: one stream of 4096 cells instead of two of
     2048, as the estimate sizes it."""
@@ -209,15 +202,13 @@ def test_the_cache_options_reach_the_plan(moe):
     assert unified["total_mib"] != common.mib(need(moe, [], parallel=2))
 
 
-def test_an_unusable_pattern_is_refused_with_its_check_and_the_warnings(moe):
+def test_a_refusal_before_any_sizing_keeps_its_check_and_the_warnings(moe):
+    """An unusable pattern, and options the estimate refuses."""
     with pytest.raises(PlanError) as info:
         plan(moe, [gpu(100)], None, Options(4096, pattern="", **SIZING))
     assert str(info.value) == "pattern '' cannot be used: %s" % info.value.details["pattern_check"]["verdict"]
     assert set(info.value.details) == {"pattern_check", "warnings"}
     assert info.value.details["pattern_check"]["ok"] is False and info.value.details["warnings"] == []
-
-
-def test_options_the_estimate_refuses_are_a_plan_error_with_the_warnings(moe):
     with pytest.raises(PlanError) as info:
         plan(moe, [gpu(100)], None, Options(8192, cache_type_v="q8_0", flash_attn="off", **SIZING))
     assert str(info.value) == ("a quantized V cache (cache_type_v=q8_0) needs flash attention: set flash_attn to on or "
@@ -300,12 +291,9 @@ def test_placement_errors(gpus, index, split, message):
     (dict(mode="layers"), "mode layers needs cpu_expert_layers: a count of MoE blocks or a list of block indices"),
     (dict(mode="layers", cpu_expert_layers=[0, 2, 9]),
      "cpu_expert_layers names block(s) 0, 9 that hold no routed experts (MoE blocks: 1, 2, 3)"),
-    (dict(mode="layers", cpu_expert_layers=4),
-     "cpu_expert_layers must be a count from 0 to 3 (the MoE blocks) or a list of block indices, got 4"),
-    (dict(mode="layers", cpu_expert_layers=-1),
-     "cpu_expert_layers must be a count from 0 to 3 (the MoE blocks) or a list of block indices, got -1"),
-    (dict(mode="layers", cpu_expert_layers=True),
-     "cpu_expert_layers must be a count from 0 to 3 (the MoE blocks) or a list of block indices, got True"),
+    (dict(mode="layers", cpu_expert_layers=4), NOT_A_COUNT % 4),
+    (dict(mode="layers", cpu_expert_layers=-1), NOT_A_COUNT % -1),
+    (dict(mode="layers", cpu_expert_layers=True), NOT_A_COUNT % True),
     (dict(mode="auto", cpu_expert_layers=1), "cpu_expert_layers only goes with mode layers"),
 ])
 def test_bad_options_are_refused_with_what_to_change(moe, kwargs, message):
@@ -320,7 +308,6 @@ def test_a_dense_model_has_no_experts_to_move():
         with pytest.raises(PlanError) as info:
             plan(dense, [gpu(100000)], None, Options(4096, mode=mode, cpu_expert_layers=layers))
         assert str(info.value) == "the model has no routed experts: there is nothing to move (use mode none or auto)"
-    assert plan(dense, [gpu(100000)], None, Options(4096, **SIZING))["cpu_expert_layers"] == []
 
 
 def test_experts_per_gpu_fill_a_card_the_split_leaves_room_on(nano):

@@ -65,20 +65,20 @@ def test_normalize_gpus_errors(gpus, devices, message):
     assert str(info.value) == message
 
 
-def test_normalize_host_takes_the_smaller_of_memavailable_and_the_cgroup_room():
-    assert pin.normalize_host(None) is None
-    assert pin.normalize_host({"memory_available_mib": 1000.004, "memory_total_mib": 2000}) == pin.Host(
-        1000.0, 2000, 0, "MemAvailable")
-    held = pin.normalize_host({"memory_available_mib": 1000, "memory_held_by_pid_mib": 500})
-    assert held == pin.Host(1500, None, 500, "MemAvailable")
-    limited = pin.normalize_host({"memory_available_mib": 60000, "memory_held_by_pid_mib": 500,
-                                 "cgroup": {"limit_mib": 20000, "usage_mib": 1000}})
-    assert limited == pin.Host(19500, None, 500, "the cgroup limit of 20000 MiB")
-    roomy = {"memory_available_mib": 1000, "cgroup": {"limit_mib": 20000, "usage_mib": 1000}}
-    assert pin.normalize_host(roomy) == pin.Host(1000, None, 0, "MemAvailable")
-    equal = {"memory_available_mib": 19000, "cgroup": {"limit_mib": 20000, "usage_mib": 1000}}
-    assert pin.normalize_host(equal).limited_by == "MemAvailable"
-    assert pin.normalize_host({"memory_available_mib": 10, "cgroup": {"limit_mib": None}}).limited_by == "MemAvailable"
+@pytest.mark.parametrize("host, normal", [
+    (None, None),
+    ({"memory_available_mib": 1000.004, "memory_total_mib": 2000}, pin.Host(1000.0, 2000, 0, "MemAvailable")),
+    ({"memory_available_mib": 1000, "memory_held_by_pid_mib": 500}, pin.Host(1500, None, 500, "MemAvailable")),
+    ({"memory_available_mib": 60000, "memory_held_by_pid_mib": 500, "cgroup": {"limit_mib": 20000, "usage_mib": 1000}},
+     pin.Host(19500, None, 500, "the cgroup limit of 20000 MiB")),
+    ({"memory_available_mib": 1000, "cgroup": {"limit_mib": 20000, "usage_mib": 1000}},
+     pin.Host(1000, None, 0, "MemAvailable")),
+    ({"memory_available_mib": 19000, "cgroup": {"limit_mib": 20000, "usage_mib": 1000}},
+     pin.Host(19000, None, 0, "MemAvailable")),
+    ({"memory_available_mib": 10, "cgroup": {"limit_mib": None}}, pin.Host(10, None, 0, "MemAvailable")),
+])
+def test_normalize_host_takes_the_smaller_of_memavailable_and_the_cgroup_room(host, normal):
+    assert pin.normalize_host(host) == normal
 
 
 @pytest.mark.parametrize("host, message", [
