@@ -38,16 +38,16 @@ def facts_of(md, ts):
     return mfacts.model_facts(md, ts, classify_model(md.get("general.architecture"), md, ts))
 
 
-def nano_facts(pattern=NANO, drop=(), **extra):
-    """The facts of Nemotron-3-Nano-30B-A3B (its GGUF metadata and tensor infos, no file), or of a Nemotron-H MoE
-    of another block ``pattern``: hidden 2688, vocab 131072, 32 heads, 2 KV heads of 128, 128 experts (6 used) of
-    1856, Mamba inner 4096, state 128, 8 groups, conv 4; Q8_0 matrices, F32 norms and router. ``drop`` removes
-    metadata keys and ``extra`` sets them (names after ``nemotron_h_moe.``)."""
+def nano_facts(drop=(), **extra):
+    """The facts of Nemotron-3-Nano-30B-A3B (its GGUF metadata and tensor infos, no file): hidden 2688, vocab
+    131072, 32 heads, 2 KV heads of 128, 128 experts (6 used) of 1856, Mamba inner 4096, state 128, 8 groups, conv
+    4; Q8_0 matrices, F32 norms and router. ``drop`` removes metadata keys and ``extra`` sets them (names after
+    ``nemotron_h_moe.``)."""
     a = "nemotron_h_moe."
-    md = {"general.architecture": "nemotron_h_moe", a + "block_count": len(pattern), a + "embedding_length": 2688,
+    md = {"general.architecture": "nemotron_h_moe", a + "block_count": len(NANO), a + "embedding_length": 2688,
           a + "context_length": 1048576, a + "attention.head_count": 32,
-          a + "attention.head_count_kv": [2 if c == "*" else 0 for c in pattern],
-          a + "feed_forward_length": [1856 if c == "E" else 0 for c in pattern], a + "attention.key_length": 128,
+          a + "attention.head_count_kv": [2 if c == "*" else 0 for c in NANO],
+          a + "feed_forward_length": [1856 if c == "E" else 0 for c in NANO], a + "attention.key_length": 128,
           a + "attention.value_length": 128, a + "ssm.conv_kernel": 4, a + "ssm.inner_size": 4096,
           a + "ssm.state_size": 128, a + "ssm.group_count": 8, a + "ssm.time_step_rank": 64,
           a + "expert_count": 128, a + "expert_used_count": 6, a + "expert_feed_forward_length": 1856,
@@ -56,7 +56,7 @@ def nano_facts(pattern=NANO, drop=(), **extra):
         md.pop(a + key)
     md.update(dict((a + k, v) for k, v in extra.items()))
     ts = [tensor("token_embd.weight", (2688, 131072), TYPE_Q8_0)]
-    for i, c in enumerate(pattern):
+    for i, c in enumerate(NANO):
         p = "blk.%d." % i
         ts.append(f32(p + "attn_norm.weight", 2688))
         if c == "M":

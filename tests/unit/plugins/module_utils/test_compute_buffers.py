@@ -54,6 +54,10 @@ def test_compute_grows_with_context_and_with_op_offload_copy():
     assert with_copy - small == copy
     assert cbuf.compute_buffer_bytes(NANO_FACTS, Options(4096, op_offload=False), cpu_expert_bytes_max=copy) == small
     assert cbuf.compute_buffer_bytes(NANO_FACTS, Options(4096, ubatch=16), cpu_expert_bytes_max=copy) < small
+    swa = gemma3_270m()  # on a sliding-window model only the full mask grows: the SWA mask stays 1024 cells
+    base = cbuf.compute_buffer_bytes(swa, Options(4096, 1))
+    assert cbuf.compute_buffer_bytes(swa, Options(8192, 1)) - base == (8192 - 4096) * 512 * 2
+    assert cbuf.compute_buffer_bytes(swa, Options(4096, 1), blocks=[0], has_output=False) < base
 
 
 @pytest.mark.parametrize("model, tokens, normed, where, live", [
@@ -156,7 +160,8 @@ def test_an_unknown_cache_type_is_named_by_every_compute_estimate(estimate, side
 def test_under_32_tokens_only_the_blocks_of_host_experts_leave_their_products_to_the_host():
     """At -ub 16 (under CUDA's op-offload minimum of 32, ggml-cuda.cu min_batch_size) the GPU reserves no copy of
     block 0's host-resident experts and only routes them, and the host computes them; block 1's experts are on the
-    GPU and it computes them: its peak stays the device's."""
+    GPU and it computes them: its peak stays the device's. At -ub 32 the GPU computes every block's experts, the
+    host-resident ones from a copy of the largest block's weights (3 x 16 x 64 x 8 F32)."""
     facts = two_moe_blocks()
     cpu = facts.expert_tensors_by_block[0]
     result = mest.estimate(facts, Options(256, 1, ubatch=16), cpu_tensors=cpu)
@@ -165,12 +170,6 @@ def test_under_32_tokens_only_the_blocks_of_host_experts_leave_their_products_to
     assert gpu["compute"] > cbuf.compute_buffer_bytes(facts, Options(256, 1, ubatch=16), remote_expert_blocks=[0, 1])
     host = cbuf.host_compute_bytes(facts, Options(256, 1, ubatch=16), cpu_expert_blocks=[0])
     assert result["host"]["compute"] == host > cbuf.host_compute_bytes(facts, Options(256, 1, ubatch=16))
-
-
-def test_from_32_tokens_the_gpu_computes_the_host_experts_from_a_copy():
-    """At -ub 32 the GPU computes every block's experts, the host-resident ones from a copy of the largest block's
-    weights (3 x 16 x 64 x 8 F32)."""
-    facts = two_moe_blocks()
     cpu = facts.expert_tensors_by_block[0] + facts.expert_tensors_by_block[1]
     gpu = mest.estimate(facts, Options(256, 1, ubatch=32), cpu_tensors=cpu)["gpus"][0]
     assert gpu["compute"] == cbuf.compute_buffer_bytes(facts, Options(256, 1, ubatch=32), cpu_expert_bytes_max=3 * 16 * 64 * 8 * F32)
@@ -193,29 +192,34 @@ def test_experts_moved_to_another_gpu_are_computed_there():
     assert foreign - cbuf.compute_buffer_bytes(facts, Options(256, 1), [], False) == (16 + 8 + 3 * 64 * 4) * 256 * F32
 
 
-def test_mla_attention_works_in_the_latent_space_of_the_cached_head():
-    """MLA (deepseek2 with *_mla keys; flash attention): beside the normed input [64, T] and Q [192, T], Q absorbed
-    into the latent space of the one cached head, 4 heads x 32 (the product and its copy), and the latent K
-    [32, T] twice (its projection and its normed, rotated copy)."""
-    f = facts(block_count=1, kv_blocks={0: (32, 0)}, n_head={0: 4}, kv_heads={0: 1}, q_width={0: 192}, mla=True)
-    tokens = 8
-    normed, q, q_latent, k = 64 * tokens * F32, 192 * tokens * F32, 4 * 32 * tokens * F32, 32 * tokens * F32
-    assert cbuf._attention_peak(f, 0, micro_shape(tokens, 1), True) == normed + q + 2 * q_latent + 2 * k
-    one_head = facts(block_count=1, kv_blocks={0: (32, 0)}, q_width={0: 192}, mla=True)  # no head counts: one head
-    assert cbuf._attention_peak(one_head, 0, micro_shape(tokens, 1), True) == normed + q + 2 * k + 2 * k
+V_256 = dict(n_embd=128, kv_blocks={0: (64, 256)}, n_head={0: 4}, kv_heads={0: 4})
 
 
-def test_a_quantized_v_cache_adds_v_s_hadamard_product_beside_the_projections():
-    """Q, K and V beside the normed input [128, T], and with a quantized V cache of head size 64 V's product with
-    attn_rot_v [256, T] (4 KV heads of 64 values, 16 of keys)."""
-    f = facts(block_count=1, n_embd=128, kv_blocks={0: (64, 256)}, n_head={0: 4}, kv_heads={0: 4})
-    tokens = 8
-    normed, q, k, v = 128 * tokens * F32, 64 * tokens * F32, 64 * tokens * F32, 256 * tokens * F32
-    assert cbuf._attention_peak(f, 0, micro_shape(tokens, 1), True, (0, 64)) == normed + q + k + v + v
-    assert cbuf._attention_peak(f, 0, micro_shape(tokens, 1), True) == normed + q + k + v  # f16 V: no product
-    wide_k = facts(block_count=1, n_embd=16, kv_blocks={0: (256, 64)}, n_head={0: 4}, kv_heads={0: 4})
-    q, k, v = 256 * tokens * F32, 256 * tokens * F32, 64 * tokens * F32  # a K wider than the input: Q, V, V's product, 2 x K
-    assert cbuf._attention_peak(wide_k, 0, micro_shape(tokens, 1), True, (0, 16)) == q + v + v + 2 * k
+@pytest.mark.parametrize("model, tokens, flash, rotations, live", [
+    # MLA (deepseek2 with *_mla keys; flash attention): beside the normed input [64, T] and Q [192, T], Q absorbed
+    # into the latent space of the one cached head, 4 heads x 32 (the product and its copy), and the latent K
+    # [32, T] twice (its projection and its normed, rotated copy); without head counts one head
+    (dict(kv_blocks={0: (32, 0)}, n_head={0: 4}, kv_heads={0: 1}, q_width={0: 192}, mla=True), 8, True, (0, 0),
+     64 + 192 + 2 * 4 * 32 + 2 * 32),
+    (dict(kv_blocks={0: (32, 0)}, q_width={0: 192}, mla=True), 8, True, (0, 0), 64 + 192 + 2 * 32 + 2 * 32),
+    # Q, K and V beside the normed input [128, T], and with a quantized V cache of head size 64 V's product with
+    # attn_rot_v [256, T] (4 KV heads of 64 values, 16 of keys); none with an f16 V
+    (V_256, 8, True, (0, 64), 128 + 64 + 64 + 2 * 256),
+    (V_256, 8, True, (0, 0), 128 + 64 + 64 + 256),
+    # a K wider than the input: Q, V, V's product, 2 x K
+    (dict(n_embd=16, kv_blocks={0: (256, 64)}, n_head={0: 4}, kv_heads={0: 4}), 8, True, (0, 16), 256 + 2 * 64 + 2 * 256),
+    # without flash attention 8 query heads over one KV head of K 16 and V 256, 256 cells: the KQ scores of every
+    # head [256, T, 8] beside the heads' output [8 x 256, T] and its contiguous copy outgrow the projections
+    (dict(kv_blocks={0: (16, 256)}, n_head={0: 8}, kv_heads={0: 1}), 2, False, (0, 0), 256 * 8 + 2 * 8 * 256),
+    # no head counts: one head, one KV head, Q as wide as K; the scores of the one head over the 256 cells come
+    # after the projections (the normed input [64, T], Q, K and V)
+    (dict(kv_blocks={0: (64, 32)}), 2, False, (0, 0), 64 + 64 + 64 + 32 + 256),
+])
+def test_the_largest_node_of_an_attention_block(model, tokens, flash, rotations, live):
+    """``live``: the F32 elements a token keeps at that node."""
+    f = facts(block_count=1, **model)
+    shape = cbuf.GraphShape(tokens, 1, 1, kvc.CacheCells(256, 256, 1, 0, tokens))
+    assert cbuf._attention_peak(f, 0, shape, flash, rotations) == live * tokens * F32
 
 
 def test_a_block_without_attention_is_another_kind_and_one_reading_another_s_cache_is_not():
@@ -230,26 +234,12 @@ def test_a_block_without_attention_is_another_kind_and_one_reading_another_s_cac
 def test_head_counts_default_to_one_and_a_block_reading_another_s_cache_projects_no_k_or_v():
     """Without a Q width Q is the heads times the K head size: 8 query heads over 2 KV heads of K width 64 (32 a
     head) for 3 tokens; facts given without head counts (one head, one KV head): Q is the K width; block 1 reads
-    block 0's cache (kv_reused): its K and V are not projected. Without flash attention the scores of the one head
-    span the cache's cells, after the projections."""
+    block 0's cache (kv_reused): its K and V are not projected."""
     eight = facts(block_count=1, kv_blocks={0: (64, 64)}, n_head={0: 8}, kv_heads={0: 2})
     assert cbuf._attention_bytes(eight, 0, 3) == (8 * 32 * 3 * F32, 64 * 3 * F32, 64 * 3 * F32, 8 * 32 * 3 * F32)
     f = facts(kv_blocks={0: (64, 32)}, kv_reused=(1,))
     assert cbuf._attention_bytes(f, 0, 2) == (64 * 2 * F32, 64 * 2 * F32, 32 * 2 * F32, 32 * 2 * F32)
     assert cbuf._attention_bytes(f, 1, 2) == (0, 0, 0, 0)
-    cells = kvc.CacheCells(256, 256, 1, 0, 2)
-    peak = cbuf._attention_peak(f, 0, cbuf.GraphShape(2, 1, 1, cells), False)
-    flash = cbuf._attention_peak(f, 0, cbuf.GraphShape(2, 1, 1, cells), True)
-    assert peak == max(flash, 64 * 2 * F32 + 64 * 2 * F32 + 64 * 2 * F32 + 32 * 2 * F32 + 256 * 2 * F32)
-
-
-def test_without_flash_attention_wide_v_heads_make_the_scores_beside_two_outputs_the_peak():
-    """8 query heads over one KV head of K 16 and V 256, 2 tokens, 256 cells: the KQ scores of every head
-    [256, T, 8] beside the heads' output [8 x 256, T] and its contiguous copy outgrow the projections."""
-    f = facts(block_count=1, kv_blocks={0: (16, 256)}, n_head={0: 8}, kv_heads={0: 1})
-    shape = cbuf.GraphShape(2, 1, 1, kvc.CacheCells(256, 256, 1, 0, 2))
-    scores, out = 256 * 2 * 8 * F32, 8 * 256 * 2 * F32
-    assert cbuf._attention_peak(f, 0, shape, False) == scores + 2 * out
 
 
 def test_mla_writes_no_v_rows_into_the_cache():
@@ -320,15 +310,6 @@ def test_the_slots_a_full_sliding_window_cache_and_a_unified_cache_reach_the_hos
     assert unified != cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 2))
 
 
-def test_a_cpu_host_holds_the_caches():
-    result = mest.estimate(NANO_FACTS, Options(4096, 2), n_devices=0)
-    assert result["gpus"] == [] and result["output_device"] is None
-    host = result["host"]
-    assert host["kv"] == 6144 * 4096 and host["recurrent"] == 2 * 23 * 2170880
-    assert host["compute"] == cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2))
-    assert host["pinned"] is False
-
-
 def test_the_last_block_s_experts_see_only_the_output_rows_where_the_graph_keeps_them():
     """src/models/qwen3moe.cpp: ``if (il == n_layer - 1 && inp_out_ids)`` keeps only the output rows before the last
     block's feed-forward part, so its experts compute ``outputs`` rows; nemotron-h.cpp runs the whole micro-batch
@@ -370,13 +351,6 @@ def test_gemma3_compute_is_never_under_what_llama_server_reserves(ctx, measured)
     KQ masks (llm_graph_input_attn_kv_iswa) are what the old estimate (11.25 / 39.25 MiB) missed."""
     predicted = common.mib(cbuf.compute_buffer_bytes(gemma3_270m(), Options(ctx, 1)))
     assert measured <= predicted <= measured * 1.1
-
-
-def test_compute_grows_with_the_full_mask_only_on_a_sliding_window_model():
-    facts = gemma3_270m()
-    base = cbuf.compute_buffer_bytes(facts, Options(4096, 1))
-    assert cbuf.compute_buffer_bytes(facts, Options(8192, 1)) - base == (8192 - 4096) * 512 * 2  # the SWA mask stays 1024
-    assert cbuf.compute_buffer_bytes(facts, Options(4096, 1), blocks=[0], has_output=False) < base
 
 
 def test_compute_of_a_dense_ffn_holds_up_gate_and_activation():

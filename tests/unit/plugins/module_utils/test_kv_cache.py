@@ -116,13 +116,9 @@ def test_micro_batch_is_min_of_ubatch_batch_and_context(args, expected):
     assert kvc.micro_batch(*args) == expected
 
 
-def test_cache_cells_without_a_sliding_window_have_no_swa_cells():
-    assert kvc.cache_cells(facts(), Options(4096)) == kvc.CacheCells(4096, 4096, 1, 0, 512)
-    assert kvc.cache_cells(facts(), Options(1000, 3, ubatch=128)) == kvc.CacheCells(1536, 512, 3, 0, 128)
-    assert kvc.cache_cells(facts(), Options(300, 2, kv_unified=True)) == kvc.CacheCells(512, 512, 1, 0, 300)
-
-
 @pytest.mark.parametrize("size, ctx, parallel, kw, swa_cells", [
+    (None, 4096, 1, {}, 0), (None, 1000, 3, {"ubatch": 128}, 0),  # no sliding window: no SWA cells
+    (None, 300, 2, {"kv_unified": True}, 0),
     (512, 4096, 1, {}, 1024),  # pad(min(4096, 512 + 512), 256)
     (500, 4096, 1, {}, 1024),  # 1012 -> 1024
     (513, 4096, 1, {}, 1280),  # 1025 -> 1280
@@ -136,12 +132,12 @@ def test_cache_cells_without_a_sliding_window_have_no_swa_cells():
     (512, 4096, 3, {"swa_full": True}, 1536),  # --swa-full: as many as the full cache
     (512, 4096, 2, {"swa_full": True, "kv_unified": True}, 4096),
 ])
-def test_swa_cells(size, ctx, parallel, kw, swa_cells):
+def test_cache_cells(size, ctx, parallel, kw, swa_cells):
     """llama-kv-cache-iswa.cpp llama_kv_cache_iswa: size_swa = GGML_PAD(min(size_base, n_swa * (unified ?
     n_seq_max : 1) + n_ubatch), 256); size_base with swa_full."""
-    cells = kvc.cache_cells(facts(sliding_window=window(size, {0})), Options(ctx, parallel, **kw))
-    assert cells.swa_cells == swa_cells
-    assert (cells.n_ctx, cells.cells, cells.streams) == kvc.context_cells(ctx, parallel, kw.get("kv_unified", False))
+    cells = kvc.cache_cells(facts(sliding_window=size and window(size, {0})), Options(ctx, parallel, **kw))
+    full = kvc.context_cells(ctx, parallel, kw.get("kv_unified", False))
+    assert cells == kvc.CacheCells(*full, swa_cells, kvc.micro_batch(ctx, kw.get("ubatch", 512), kw.get("batch", 2048)))
 
 
 @pytest.mark.parametrize("options, per_cell, cells", [

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _common as common
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _compute_buffers as cbuf
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _kv_cache as kvc
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_estimate as mest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_facts as mfacts
@@ -54,10 +55,6 @@ def test_real_nano_header(nano_file):
     assert gpu["model"] == non_expert - embd
     assert 1360 < gpu["model_mib"] < 1380  # llama-server b10435 on an RPC device: 1369.17 MiB (plan_accuracy.py)
     assert 21700 < common.mib(result["host"]["model"] - embd) < 21850  # routed experts: about 21,772 MiB
-
-
-def test_the_context_is_padded_for_every_slot():
-    assert mest.estimate(attention_model(), Options(513, 2, backend="rpc"))["n_ctx"] == 1024
 
 
 @pytest.mark.parametrize("split, n, cumulative", [
@@ -125,11 +122,16 @@ def test_weights_of_cpu_tensors_go_to_the_host_and_moved_tensors_to_their_device
     assert moved == [11424 + 10752 + 2176, 4352 + 2856000]
 
 
-def test_a_cpu_host_keeps_every_weight():
+def test_a_cpu_host_keeps_every_weight_and_the_caches():
     f = weights_model()
     total = sum(t.nbytes for t in f.tensors)
     assert mest.weight_bytes(f, n_devices=0) == ([], total, {"devices_by_block": [], "output_device": None,
                                                              "host_expert_bytes": 4352})
+    result = mest.estimate(NANO_FACTS, Options(4096, 2), n_devices=0)
+    assert result["gpus"] == [] and result["output_device"] is None
+    host = result["host"]
+    assert host["kv"] == 6144 * 4096 and host["recurrent"] == 2 * 23 * 2170880
+    assert host["compute"] == cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2))
 
 
 def test_tied_embeddings_copy_token_embd_to_the_output_device():
@@ -171,6 +173,7 @@ def test_estimate_adds_up_each_gpu_and_the_host():
     assert host["total"] == host["model"] + host["output"] + host["compute"] + host["margin"]
     assert host["output_mib"] == 1.0 and host["mmap"] is True and host["pinned"] is False
     assert result["n_ctx"] == 32768 and result["cells"] == kvc.CacheCells(32768, 16384, 2, 0, 512)
+    assert mest.estimate(attention_model(), Options(513, 2, backend="rpc"))["n_ctx"] == 1024  # padded for each slot
     assert result["devices_by_block"] == [0] * 52 and result["output_device"] == 0 and result["warnings"] == []
 
 

@@ -21,16 +21,6 @@ from tests.helpers.memory_models import (
 NANO_FACTS = nano_facts()
 
 
-def test_wrongly_shaped_tensors_give_a_clear_error():
-    tensors = [f32("token_embd.weight", 64, 32), f32("blk.0.attn_q.weight", 64, 64), f32("blk.0.attn_k.weight", 64),
-               f32("blk.0.attn_v.weight", 64)]
-    metadata = {"x.embedding_length": 64}
-    with pytest.raises(mfacts.MemoryModelError) as info:
-        mfacts.model_facts(metadata, tensors, classify_model("x", metadata, tensors))
-    assert str(info.value) == ("block 0 is an attention block but neither the metadata (x.attention.head_count_kv, "
-                               "key_length, value_length) nor attn_k/attn_v tensors give its KV width")
-
-
 NO_SSM_TENSORS = ("the recurrent blocks lack nemotron_h.ssm.conv_kernel/inner_size/state_size and the ssm_conv1d/ssm_out "
                   "tensors to read them from")
 
@@ -88,21 +78,18 @@ def test_shared_experts_with_a_gate_are_gated_per_block_and_attention_without_q_
     assert found.q_width == {0: 64, 1: 64}
 
 
-def test_routed_experts_with_a_gate_projection_are_gated():
-    """llama.cpp's build_moe_ffn multiplies a gate (ffn_gate_exps, or the gate half of ffn_gate_up_exps) with up
-    when the model has one (Qwen3-MoE, gpt-oss); Nemotron-H's experts have up and down only (relu squared)."""
-    assert NANO_FACTS.experts_gated is False
+def test_the_facts_mark_the_routed_experts_their_gate_the_used_ones_and_the_selection_bias():
+    """Each tensor's facts say whether it is a routed expert (the layout's list); the experts used per token and
+    a selection bias (blk.N.exp_probs_b.bias, llama.cpp's exp_probs_b) come with them. llama.cpp's build_moe_ffn
+    multiplies a gate (ffn_gate_exps, or the gate half of ffn_gate_up_exps) with up when the model has one
+    (Qwen3-MoE, gpt-oss); Nemotron-H's experts have up and down only (relu squared)."""
     for gate in ("ffn_gate_exps", "ffn_gate_up_exps"):
         md, tensors = decoder_header("qwen3moe", 1, 64, 4, 2, 16, experts=4, n_ff=32)
         if gate == "ffn_gate_up_exps":
             tensors = [t for t in tensors if "ffn_up_exps" not in t.name]
         tensors.append(f32("blk.0.%s.weight" % gate, 64, 32, 4))
         assert facts_of(md, tensors).experts_gated is True
-
-
-def test_the_facts_mark_the_routed_experts_and_count_the_used_ones_and_the_selection_bias():
-    """Each tensor's facts say whether it is a routed expert (the layout's list); the experts used per token and
-    a selection bias (blk.N.exp_probs_b.bias, llama.cpp's exp_probs_b) come with them."""
+    assert NANO_FACTS.experts_gated is False
     assert NANO_FACTS.expert_used_count == 6 and NANO_FACTS.expert_probs_bias is False
     experts = set(t.name for t in NANO_FACTS.tensors if t.expert)
     assert experts == set(n for names in NANO_FACTS.expert_tensors_by_block.values() for n in names)
@@ -134,10 +121,17 @@ def test_the_kv_heads_and_widths_and_the_q_width_of_an_attention_block(md, model
 
 
 def test_an_attention_block_without_any_kv_width_is_refused():
+    """No head count, and no attn_k/attn_v: none at all, or one-dimensional (no shape to read a width from)."""
     with pytest.raises(mfacts.MemoryModelError) as info:
         qkv_model({"llama.attention.head_count_kv": 2}, heads=None, attn=("attn_qkv", 128))
     assert str(info.value) == ("block 0 is an attention block but neither the metadata (llama.attention."
                                "head_count_kv, key_length, value_length) nor attn_k/attn_v tensors give its KV width")
+    tensors = [f32("token_embd.weight", 64, 32), f32("blk.0.attn_q.weight", 64, 64), f32("blk.0.attn_k.weight", 64),
+               f32("blk.0.attn_v.weight", 64)]
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        mfacts.model_facts({"x.embedding_length": 64}, tensors, classify_model("x", {}, tensors))
+    assert str(info.value) == ("block 0 is an attention block but neither the metadata (x.attention.head_count_kv, "
+                               "key_length, value_length) nor attn_k/attn_v tensors give its KV width")
 
 
 def test_tensors_without_a_type_and_a_model_without_an_architecture_name():

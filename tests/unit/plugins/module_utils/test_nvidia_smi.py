@@ -19,18 +19,6 @@ def fixture(name):
     return (DATA / name).read_text()
 
 
-def fake_run(name):
-    """A ``run(args)`` that answers every query from the fixtures of ``name``, recording the calls."""
-    calls = []
-
-    def run(args):
-        calls.append(list(args))
-        suffix = ".apps.txt" if args[0].startswith("--query-compute-apps=") else ".list.txt" if args == ["-L"] else ".txt"
-        path = DATA / (name + suffix)
-        return 0, path.read_text() if path.exists() else "", ""
-    return run, calls
-
-
 def answers(by_args):
     """A ``run(args)`` for gather that answers each query (the key: the first argument's start) with its
     ``(rc, stdout, stderr)``, and records the calls."""
@@ -43,6 +31,13 @@ def answers(by_args):
                 return answer
         raise AssertionError("unexpected query %r" % (args,))
     return run, calls
+
+
+def fake_run(name):
+    """A ``run(args)`` that answers every query from the fixtures of ``name`` (none: no output)."""
+    files = {"--query-compute-apps=": ".apps.txt", "-L": ".list.txt", "--query-gpu=": ".txt"}
+    return answers(dict((start, (0, fixture(name + suffix) if (DATA / (name + suffix)).exists() else "", ""))
+                        for start, suffix in files.items()))
 
 
 A5500 = "GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60"
@@ -227,11 +222,6 @@ def test_the_memory_of_a_tree_adds_up_on_one_gpu():
     assert smi.held_by(apps, []) == {}
 
 
-def test_invalid_field_of_nothing_is_none():
-    assert smi.invalid_field(None) is None and smi.invalid_field("") is None
-    assert smi.invalid_field('Field "compute_cap" is not a valid field to query.') == "compute_cap"
-
-
 @pytest.mark.parametrize("rc, out, err, message", [
     (18, fixture("driver_mismatch.txt"), "", MISMATCH),
     (1, "", "", "nvidia-smi failed (rc=1): no output"),
@@ -286,6 +276,7 @@ def test_a_failure_is_not_asked_again_and_keeps_its_words():
     with pytest.raises(smi.NvidiaSmiError) as raised:
         smi.gather(run)
     assert str(raised.value) == MISMATCH and len(calls) == 1
+    assert smi.invalid_field(None) is None and smi.invalid_field("") is None  # no output names no field
     run, calls = answers({"--query-gpu=": (9, "", NO_DRIVER_WORDS)})
     with pytest.raises(smi.NvidiaSmiError, match="^nvidia-smi failed \\(rc=9\\): NVIDIA-SMI has failed because"):
         smi.gather(run)

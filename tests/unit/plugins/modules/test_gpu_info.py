@@ -16,13 +16,18 @@ def env_with_double(fixture, **extra):
     return env
 
 
-def test_single_a5500(ansible_module):
-    result = ansible_module("gpu_info", {"processes": False}, extra_env=env_with_double("rtx_a5500"))
+@pytest.mark.parametrize("fixture, gpu_name, total, free", [
+    ("rtx_a5500", "NVIDIA RTX A5500", 24564, 24148),
+    # [N/A] fields: the warning goes to the callback's [WARNING] lines (test_nvidia_smi checks its text)
+    ("gb10_na", "NVIDIA GB10", None, None),
+])
+def test_a_single_gpu(ansible_module, fixture, gpu_name, total, free):
+    result = ansible_module("gpu_info", {"processes": False}, extra_env=env_with_double(fixture))
     assert result["failed"] is False and result["changed"] is False
     assert result["topology"] == "single"
     assert result["nvidia_smi"] == str(DOUBLES / "nvidia-smi")
     gpu = result["gpus"][0]
-    assert (gpu["name"], gpu["memory_total_mib"], gpu["memory_free_mib"]) == ("NVIDIA RTX A5500", 24564, 24148)
+    assert (gpu["name"], gpu["memory_total_mib"], gpu["memory_free_mib"]) == (gpu_name, total, free)
     assert gpu["mig_devices"] == []
     assert "processes" not in result
 
@@ -50,14 +55,6 @@ def test_broken_nvidia_smi_fails_with_its_words(ansible_module, fixture, words):
     assert result["failed"] is True
     assert words in result["msg"]
     assert "Traceback" not in result.get("module_stderr", "")
-
-
-def test_not_available_fields_warn(ansible_module):
-    result = ansible_module("gpu_info", {"processes": False}, extra_env=env_with_double("gb10_na"))
-    assert result["failed"] is False
-    # The warning itself goes to the callback's [WARNING] lines (test_nvidia_smi checks its text).
-    assert result["gpus"][0]["memory_free_mib"] is None and result["gpus"][0]["memory_total_mib"] is None
-    assert result["gpus"][0]["name"] == "NVIDIA GB10" and result["topology"] == "single"
 
 
 def test_no_nvidia_smi_is_a_cpu_host(ansible_module, tmp_path):
