@@ -49,10 +49,6 @@ def dense_architectures():
                   and {T.FFN_UP, T.FFN_DOWN} <= set(kinds) and MODEL_ARCH_NAMES[a] != "clip")
 
 
-def _arch(name):
-    return next(a for a, n in MODEL_ARCH_NAMES.items() if n == name)
-
-
 def family(kind):
     """The block family of a tensor kind: experts, moe, dense, attention, recurrent, nextn, common."""
     name = TENSOR_NAMES[kind]
@@ -102,7 +98,7 @@ class Layout:
 def make_layout(arch_name, seed, moe=True):
     """A random model of ``arch_name`` (its real tensor names) and its expected classification."""
     rng = random.Random(seed)
-    kinds = MODEL_TENSORS[_arch(arch_name)]
+    kinds = MODEL_TENSORS[next(a for a, n in MODEL_ARCH_NAMES.items() if n == arch_name)]
     by_family = {}
     globals_ = []
     for kind in kinds:
@@ -129,10 +125,7 @@ def make_layout(arch_name, seed, moe=True):
             plan.append((rng.choice(mixers) if mixers else None, rng.choice(ffns)))
     if moe:  # at least one MoE block
         b = rng.randrange(n_blocks)
-        if metadata_kinds:
-            plan[b] = "moe"
-        else:
-            plan[b] = (plan[b][0], "moe")
+        plan[b] = "moe" if metadata_kinds else (plan[b][0], "moe")
     tensors = []
     expected_kinds = {}
     experts = []
@@ -142,18 +135,14 @@ def make_layout(arch_name, seed, moe=True):
         tensors.append((name, tuple(ne), q or (_qtype(rng, ne[0]) if len(ne) > 1 else gguf.GGMLQuantizationType.F32)))
 
     for name in globals_:
-        if name.startswith(("token_embd", "output", "per_layer_token_embd")) and "norm" not in name:
-            add(name + ".weight", (N_EMBD, 512))
-        else:
-            add(name + ".weight", (N_EMBD,))
+        matrix = name.startswith(("token_embd", "output", "per_layer_token_embd")) and "norm" not in name
+        add(name + ".weight", (N_EMBD, 512) if matrix else (N_EMBD,))
     for b in range(n_blocks):
-        choice = plan[b]
-        parts = [choice] if metadata_kinds else [p for p in choice if p]
-        want = {PART_KINDS[part] for part in parts}
+        parts = [plan[b]] if metadata_kinds else [p for p in plan[b] if p]
+        expected_kinds[b] = {PART_KINDS[part] for part in parts}
         fams = ["common"] + [fam for part in parts for fam in PART_FAMILIES[part]]
         if b == n_blocks - 1:
             fams.append("nextn")
-        expected_kinds[b] = want
         seen = set()
         for fam in fams:
             for kind in by_family.get(fam, ()):

@@ -109,14 +109,10 @@ def test_a_small_file_reads_back_field_by_field(tmp_path, endian):
     assert (ref.data_offset, [int(t.n_bytes) for t in ref.tensors]) == (gf.data_offset, [64, 34])
 
 
-@pytest.fixture
-def full_file(tmp_path, endian):
-    """A file with every value type, small, nested and large arrays and tensors of several types."""
-    return write_gguf(tmp_path / "full.gguf", ALL_SCALARS + SMALL_ARRAYS + BIG_ARRAYS, SOME_TENSORS,
-                      endian=endian)[0]
-
-
-def test_every_value_type_reads_back(full_file, endian):
+def test_every_value_type_reads_back(tmp_path, endian):
+    """Every value type, small, nested and large arrays and tensors of several types."""
+    full_file = write_gguf(tmp_path / "full.gguf", ALL_SCALARS + SMALL_ARRAYS + BIG_ARRAYS, SOME_TENSORS,
+                           endian=endian)[0]
     gf = read_gguf(full_file)
     assert (gf.version, gf.byte_order, gf.path) == (3, endian, full_file)
     for key, value, vtype in ALL_SCALARS:

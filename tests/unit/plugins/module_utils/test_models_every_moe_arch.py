@@ -24,14 +24,6 @@ SEEDS = (11, 12)
 GPU = [{"name": "test card", "memory_total_mib": 24564, "memory_free_mib": 20000}]
 
 
-def kinds_by_block(result):
-    kinds = {}
-    for kind, blocks in result["layer_kinds"].items():
-        for block in blocks:
-            kinds.setdefault(block, set()).add(kind)
-    return kinds
-
-
 def check_layout(layout, files):
     model = read_model(files[-1])  # any shard finds the others
     result, _warnings = describe(model, "all")
@@ -46,8 +38,8 @@ def check_layout(layout, files):
     assert result["bytes"]["routed_experts"] == sum(
         H.gguf_models.tensor_nbytes(ne, q) for n, ne, q in layout.tensors if n in set(layout.experts))
     assert result["block_count"] == layout.blocks
-    got = kinds_by_block(result)
-    assert dict((b, got.get(b, set())) for b in range(layout.blocks)) == layout.kinds
+    kinds = result["layer_kinds"]
+    assert {b: {k for k in kinds if b in kinds[k]} for b in range(layout.blocks)} == layout.kinds
     return result
 
 

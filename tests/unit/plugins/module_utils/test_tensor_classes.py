@@ -1,9 +1,6 @@
-"""Tensor classes and block kinds (plugins/module_utils/_tensor_classes.py).
-
-The whole contract of plugins/module_utils/_tensor_classes.py: the class of every llama.cpp tensor name
-(src/llama-arch.cpp ``LLM_TENSOR_NAMES``, gguf-py ``TENSOR_NAMES``), the kinds of every block, the counts read
-from the metadata or inferred, and the warnings, each with its exact text.
-"""
+"""Tensor classes and block kinds (plugins/module_utils/_tensor_classes.py): the class of every llama.cpp tensor
+name (src/llama-arch.cpp ``LLM_TENSOR_NAMES``, gguf-py ``TENSOR_NAMES``), the kinds of every block, the counts read
+from the metadata or inferred, and the warnings, each with its exact text."""
 from __future__ import annotations
 
 import re
