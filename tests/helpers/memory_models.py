@@ -79,16 +79,8 @@ def nano_facts(drop=(), **extra):
 
 
 def attention_model(arch="qwen3moe", blocks=2, **meta):
-    tensors = [f32("token_embd.weight", 64, 32), f32("output.weight", 64, 32)]
-    for b in range(blocks):
-        tensors += [f32("blk.%d.attn_q.weight" % b, 64, 64), f32("blk.%d.attn_k.weight" % b, 64, 32),
-                    f32("blk.%d.attn_v.weight" % b, 64, 16), f32("blk.%d.ffn_up_exps.weight" % b, 64, 32, 4)]
-    metadata = {arch + ".block_count": blocks, arch + ".embedding_length": 64, arch + ".attention.head_count": 4,
-                arch + ".attention.head_count_kv": 2, arch + ".attention.key_length": 16,
-                arch + ".attention.value_length": 8}
-    metadata.update(dict((arch + "." + k.replace("__", "."), v) for k, v in meta.items()))
-    metadata = dict((k, v) for k, v in metadata.items() if v is not None)
-    return mfacts.model_facts(metadata, tensors, classify_model(arch, metadata, tensors))
+    """Routed experts and attention (4 heads, 2 KV heads: K 2 x 16, V 2 x 8) in every block."""
+    return decoder(arch, blocks, 64, 4, 2, 16, head_dim_v=8, experts=4, n_ff=32, **meta)
 
 
 def recurrent_model(arch, meta, block_tensors):
@@ -194,16 +186,17 @@ MEASURED = [
 
 
 def decoder_header(arch, blocks, n_embd, n_head, n_head_kv, head_dim, n_vocab=512, experts=0, n_ff=64, gate=False,
-                   **meta):
-    """Metadata and tensor infos of a decoder (no file): attention in every block, dense FFN (with a gate
-    projection when ``gate``) or experts."""
+                   head_dim_v=None, **meta):
+    """Metadata and tensor infos of a decoder (no file): attention in every block (values of ``head_dim_v`` when
+    given), dense FFN (with a gate projection when ``gate``) or experts."""
+    head_dim_v = head_dim_v or head_dim
     tensors = [f16("token_embd.weight", n_embd, n_vocab), f16("output.weight", n_embd, n_vocab)]
     for b in range(blocks):
         p = "blk.%d." % b
         tensors += [f16(p + "attn_q.weight", n_embd, n_head * head_dim),
                     f16(p + "attn_k.weight", n_embd, n_head_kv * head_dim),
-                    f16(p + "attn_v.weight", n_embd, n_head_kv * head_dim),
-                    f16(p + "attn_output.weight", n_head * head_dim, n_embd)]
+                    f16(p + "attn_v.weight", n_embd, n_head_kv * head_dim_v),
+                    f16(p + "attn_output.weight", n_head * head_dim_v, n_embd)]
         if experts:
             tensors += [f16(p + "ffn_gate_inp.weight", n_embd, experts),
                         f16(p + "ffn_up_exps.weight", n_embd, n_ff, experts),
@@ -214,7 +207,7 @@ def decoder_header(arch, blocks, n_embd, n_head, n_head_kv, head_dim, n_vocab=51
                 tensors.append(f16(p + "ffn_gate.weight", n_embd, n_ff))
     metadata = {"general.architecture": arch, arch + ".block_count": blocks, arch + ".embedding_length": n_embd,
                 arch + ".attention.head_count": n_head, arch + ".attention.head_count_kv": n_head_kv,
-                arch + ".attention.key_length": head_dim, arch + ".attention.value_length": head_dim,
+                arch + ".attention.key_length": head_dim, arch + ".attention.value_length": head_dim_v,
                 arch + ".context_length": 131072, arch + ".vocab_size": n_vocab}
     if experts:
         metadata.update({arch + ".expert_count": experts, arch + ".expert_used_count": 2,

@@ -80,23 +80,18 @@ def test_compute_grows_with_context_and_with_op_offload_copy():
     # larger than down's output beside the sum
     (dict(n_embd=16, n_expert=64, used=8, n_ff_exp=512, gated=True), 32, 100, {"experts_here": False},
      (64 + 16 * 8) * 32 * F32),
+    # a device computing another device's experts (routed_here=False) holds the copies of the normed input
+    # [n_embd, T] and of the argsort [n_expert, T] the scheduler brings it, then gate, up and their GLU (gated), or
+    # the activation beside down's output [n_embd, 4, T] (without gate); the weights stay with the router
+    (dict(n_embd=16, n_expert=8, used=4, n_ff_exp=64, gated=True), 32, 0, {"routed_here": False},
+     (16 + 8 + 3 * 64 * 4) * 32 * F32),
+    (dict(n_embd=16, n_expert=8, used=4, n_ff_exp=64), 32, 0, {"routed_here": False}, (16 + 8 + (64 + 16) * 4) * 32 * F32),
 ])
 def test_the_largest_node_of_the_experts_beside_the_normed_input_and_the_weights(model, tokens, normed, where, live):
     # ffn_moe_weights (the selected experts' probabilities, get_rows), ffn_moe_weights_norm, ffn_moe_weights_sum
-    # and its clamp: 2 x [used, T] + 2 x [1, T]
-    expected = normed + 2 * model["used"] * tokens * F32 + 2 * tokens * F32 + live
-    assert cbuf._moe_peak(moe_facts(**model), tokens, normed, **where) == expected
-
-
-@pytest.mark.parametrize("gated, live", [(True, 3 * 64 * 4 * 32 * F32), (False, (64 + 16) * 4 * 32 * F32)])
-def test_a_device_computing_another_device_s_experts_holds_copies_of_its_inputs(gated, live):
-    """``routed_here=False``: the copies of the normed input [n_embd, T] and of the argsort [n_expert, T] that
-    the scheduler brings to the device of the experts, then gate, up and their GLU (gated), or the activation
-    beside down's output [n_embd, 4, T] (without gate). The weights stay with the router."""
-    tokens = 32
-    facts = moe_facts(n_embd=16, n_expert=8, used=4, n_ff_exp=64, gated=gated)
-    copies = 16 * tokens * F32 + 8 * tokens * F32
-    assert cbuf._moe_peak(facts, tokens, 0, routed_here=False) == copies + live
+    # and its clamp: 2 x [used, T] + 2 x [1, T], where the experts are routed
+    weights = 2 * model["used"] * tokens * F32 + 2 * tokens * F32 if where.get("routed_here", True) else 0
+    assert cbuf._moe_peak(moe_facts(**model), tokens, normed, **where) == normed + weights + live
 
 
 @pytest.mark.parametrize("d_inner, n_group, d_state, tokens, live", [

@@ -1,11 +1,8 @@
-"""The context and the caches (``_kv_cache``): ggml row sizes per cache type, the padding of every slot's context,
-the cells of the full and the sliding-window cache (SWA/iSWA, chunked attention, ``--swa-full``, unified), KV bytes
-per block (variable V widths without flash attention, MLA, shared KV layers, hybrids, models without any cache), the
-recurrent state and the logits buffer, and the limits on the input.
-
-Each figure comes from llama.cpp's source (cited beside it), from the GGUF metadata of Nemotron-3-Nano-30B-A3B (as
-tools/gguf_models.py write_nemotron_nano_30b writes it) or, for Gemma 3 270M, from llama-server b10434 on an RPC
-device: 27/72/111/156 MiB of KV at ctx/slots 4096/1, 4096/4, 32768/1, 32768/4.
+"""The context and the caches (``_kv_cache``): row sizes, the cells of the full and the sliding-window cache, KV
+bytes per block, the recurrent state, the logits buffer and the limits on the input. Each figure comes from
+llama.cpp's source (cited beside it), from the GGUF metadata of Nemotron-3-Nano-30B-A3B (as tools/gguf_models.py
+write_nemotron_nano_30b writes it) or, for Gemma 3 270M, from llama-server b10434 on an RPC device: 27/72/111/156
+MiB of KV at ctx/slots 4096/1, 4096/4, 32768/1, 32768/4.
 """
 from __future__ import annotations
 
@@ -34,8 +31,7 @@ def test_row_bytes_refuse_a_partial_block_and_an_unknown_type():
 
 
 def test_mla_caches_only_the_compressed_k():
-    """deepseek2 with *_mla keys: V is a view of K (llama-server logs V (f16): 0.00 MiB); llama_kv_cache: has_v =
-    !is_mla, with or without flash attention, and K (kv_lora_rank + rope dims) has the K cache's type."""
+    """deepseek2 with *_mla keys: V is a view of K (llama-server logs V (f16): 0.00 MiB)."""
     mla = attention_model("deepseek2", attention__head_count_kv=1, attention__key_length=64,
                           attention__value_length=32, attention__key_length_mla=48, attention__value_length_mla=32)
     assert mla.kv_blocks == {0: (64, 0), 1: (64, 0)} and mla.mla is True
@@ -43,10 +39,6 @@ def test_mla_caches_only_the_compressed_k():
     old = attention_model("deepseek2", attention__head_count_kv=4, attention__key_length=24,
                           attention__value_length=16)  # converted before MLA caching: K and V per head
     assert old.kv_blocks[0] == (96, 64) and old.mla is False
-    f = facts(kv_blocks={0: (576, 0), 1: (576, 0)}, kv_heads={0: 1, 1: 1}, mla=True)
-    assert kvc.kv_cache_bytes(f, Options(512)) == {0: 576 * 2 * 512, 1: 576 * 2 * 512}
-    assert kvc.kv_cache_bytes(f, Options(512, flash_attn=False)) == {0: 576 * 2 * 512, 1: 576 * 2 * 512}
-    assert kvc.kv_cache_bytes(f, Options(512, cache_type_k="q8_0")) == {0: 576 // 32 * 34 * 512, 1: 576 // 32 * 34 * 512}
 
 
 @pytest.mark.parametrize("meta", [
@@ -158,19 +150,26 @@ def test_nano_kv_bytes_per_cell_cache_type_and_padded_slot(options, per_cell, ce
     assert kvc.kv_cache_bytes(NANO_FACTS, options) == dict((b, per_cell * cells) for b in NANO_ATTENTION)
 
 
-def test_kv_bytes_of_sliding_blocks_use_the_swa_cells():
-    f = facts(kv_blocks={0: (64, 64), 1: (64, 64)}, kv_heads={0: 1, 1: 1}, sliding_window=window(512, {0}))
-    per_cell = 2 * 64 * 2
-    assert kvc.kv_cache_bytes(f, Options(8192, 2)) == {0: per_cell * 1024 * 2, 1: per_cell * 4096 * 2}
-    assert kvc.kv_cache_bytes(f, Options(8192, 2, kv_unified=True)) == {0: per_cell * 1536, 1: per_cell * 8192}
+SLIDING = dict(kv_blocks={0: (64, 64), 1: (64, 64)}, sliding_window=window(512, {0}))
+V_32_128 = dict(kv_blocks={0: (64, 32), 1: (64, 128)})
+MLA = dict(kv_blocks={0: (576, 0), 1: (576, 0)}, mla=True)
 
 
-def test_without_flash_attention_every_v_row_is_the_widest():
-    """llama-kv-cache.cpp: n_embd_v_gqa = !v_trans ? n_embd_v_gqa(il) : n_embd_v_gqa_max() (v_trans without flash
-    attention); flash attention is the default."""
-    f = facts(kv_blocks={0: (64, 32), 1: (64, 128)}, kv_heads={0: 1, 1: 1})
-    assert kvc.kv_cache_bytes(f, Options(256)) == {0: (64 + 32) * 2 * 256, 1: (64 + 128) * 2 * 256}
-    assert kvc.kv_cache_bytes(f, Options(256, flash_attn=False)) == {0: (64 + 128) * 2 * 256, 1: (64 + 128) * 2 * 256}
+@pytest.mark.parametrize("model, options, block_bytes", [
+    # a sliding block's cells: pad(512 + 512, 256) a stream, 512 x 2 + 512 a unified stream
+    (SLIDING, Options(8192, 2), (2 * 64 * 2 * 1024 * 2, 2 * 64 * 2 * 4096 * 2)),
+    (SLIDING, Options(8192, 2, kv_unified=True), (2 * 64 * 2 * 1536, 2 * 64 * 2 * 8192)),
+    # n_embd_v_gqa = !v_trans ? n_embd_v_gqa(il) : n_embd_v_gqa_max() (v_trans without flash attention, the default)
+    (V_32_128, Options(256), ((64 + 32) * 2 * 256, (64 + 128) * 2 * 256)),
+    (V_32_128, Options(256, flash_attn=False), ((64 + 128) * 2 * 256, (64 + 128) * 2 * 256)),
+    # llama_kv_cache: has_v = !is_mla, with or without flash attention; K (kv_lora_rank + rope dims) of the K type
+    (MLA, Options(512), (576 * 2 * 512,) * 2),
+    (MLA, Options(512, flash_attn=False), (576 * 2 * 512,) * 2),
+    (MLA, Options(512, cache_type_k="q8_0"), (576 // 32 * 34 * 512,) * 2),
+])
+def test_kv_bytes_of_each_block(model, options, block_bytes):
+    """llama-kv-cache.cpp llama_kv_cache: one KV head of each block's widths, f16."""
+    assert kvc.kv_cache_bytes(facts(kv_heads={0: 1, 1: 1}, **model), options) == dict(enumerate(block_bytes))
 
 
 @pytest.mark.parametrize("widths, side, refused, head, other, other_bytes", [
@@ -213,6 +212,16 @@ def test_validate_context_needs_a_padded_context_cell_per_slot():
     with pytest.raises(mfacts.MemoryModelError) as info:
         kvc.validate_context(256, 257)
     assert str(info.value) == "ctx_size 256 cannot hold 257 parallel slots"
+
+
+@pytest.mark.parametrize("ctx, parallel, measured", [(4096, 1, 27.0), (4096, 4, 72.0), (32768, 1, 111.0),
+                                                     (32768, 4, 156.0)])
+def test_gemma3_270m_kv_as_llama_server_allocates_it(ctx, parallel, measured):
+    facts = gemma3_270m()
+    assert facts.memory == "iswa"
+    assert sorted(set(range(18)) - facts.swa_blocks) == [5, 11, 17]  # set_swa_pattern(6)
+    assert facts.sliding_window.window == 512
+    assert kv_mib(facts, ctx, parallel) == measured
 
 
 def test_gemma3_swa_cells_follow_the_slots_of_a_unified_cache_and_swa_full():

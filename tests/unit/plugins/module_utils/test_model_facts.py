@@ -1,8 +1,7 @@
-"""The facts of a model (``_model_facts``): widths, heads and caches per block, the sliding-window layout of each
-architecture's rules, recurrent state widths (Mamba-1 and -2, LFM2 short convolutions, RWKV), FFN and expert shapes,
-the fallbacks to tensor shapes (with a warning) and metadata that is negative, zero or shaped wrong (a clear error
-or a fallback, never a traceback). Figures from llama.cpp's hyperparameter loaders (cited beside each case) and the
-GGUF metadata of Nemotron-3-Nano-30B-A3B.
+"""The facts of a model (``_model_facts``): widths, heads and caches per block, sliding-window layouts, recurrent
+state widths, FFN and expert shapes, the fallbacks to tensor shapes (with a warning) and metadata that is negative,
+zero or shaped wrong (a clear error or a fallback, never a traceback). Figures from llama.cpp's hyperparameter
+loaders (cited beside each case) and the GGUF metadata of Nemotron-3-Nano-30B-A3B.
 """
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_f
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import LLAMA_MAX_LAYERS
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 from tests.helpers.memory_models import (
-    NANO_ATTENTION, NANO_MAMBA, T, decoder_header, f32, facts_of, gemma3_270m, kv_mib, nano_facts,
+    NANO_ATTENTION, NANO_MAMBA, T, decoder_header, f32, facts_of, kv_mib, nano_facts,
     qkv_model, recurrent_model, transformer)
 
 NANO_FACTS = nano_facts()
@@ -377,13 +376,3 @@ def test_the_ssm_widths_from_the_shapes_are_whole_counts(channels, norm, n_group
     assert facts.warnings == ["vocabulary size missing: 32 taken from the embedding tensor",
                               "mamba2.ssm.* metadata missing: d_conv=4 d_inner=64 d_state=%d n_group=%d taken from "
                               "the ssm tensor shapes" % (d_state, n_group)]
-
-
-@pytest.mark.parametrize("ctx, parallel, measured", [(4096, 1, 27.0), (4096, 4, 72.0), (32768, 1, 111.0),
-                                                     (32768, 4, 156.0)])
-def test_gemma3_270m_kv_as_llama_server_allocates_it(ctx, parallel, measured):
-    facts = gemma3_270m()
-    assert facts.memory == "iswa"
-    assert sorted(set(range(18)) - facts.swa_blocks) == [5, 11, 17]  # set_swa_pattern(6)
-    assert facts.sliding_window.window == 512
-    assert kv_mib(facts, ctx, parallel) == measured

@@ -59,16 +59,12 @@ NO_DRIVER_WORDS = ("NVIDIA-SMI has failed because it couldn't communicate with t
 ])
 def test_single_cards(name, gpu_name, total, free, cc):
     gpus, warnings = smi.parse_gpus(fixture(name + ".txt"))
-    assert warnings == []
-    assert len(gpus) == 1
-    gpu = gpus[0]
-    assert gpu["index"] == 0
-    assert gpu["name"] == gpu_name
+    (gpu,) = gpus
+    assert warnings == [] and smi.topology(gpus) == "single"
+    assert (gpu["index"], gpu["name"], gpu["compute_capability"]) == (0, gpu_name, cc)
     assert gpu["uuid"].startswith("GPU-") and len(gpu["uuid"]) == 40
     assert gpu["memory_total_mib"] == total and gpu["memory_free_mib"] == free
-    assert gpu["compute_capability"] == cc
     assert isinstance(gpu["memory_used_mib"], int)
-    assert smi.topology(gpus) == "single"
 
 
 def test_a5500_fields_in_order():
