@@ -271,20 +271,30 @@ def test_cpu_compute_buffer_is_the_host_inputs_plus_the_worst_node_of_the_model(
     shape = cbuf.graph_shape(NANO_FACTS, Options(4096, 2))
     worst = max([cbuf.block_peak(NANO_FACTS, b, shape, True, (0, 0), True, True) for b in range(52)] + [output])
     assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2)) == host + worst
-    assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2)) > cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 1))
-    assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2, kv_unified=True)) > cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2))
     # with every block on one device the GPU's buffer is the inputs and the worst node; the host adds the token ids
     # and the embedding rows it looks up (512 tokens: 512 x 4 + 2688 x 512 x 4 bytes)
     assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096)) - cbuf.compute_buffer_bytes(NANO_FACTS, Options(4096)) == 512 * 4 + 2688 * 512 * 4
 
 
-def test_graph_shape_rounds_the_micro_batch_up_to_the_slots():
-    """llama_context::graph_reserve: n_tokens a multiple of n_seqs; one output row per slot (n_outputs_max)."""
+def test_graph_shape_rounds_the_micro_batch_up_to_the_slots_and_the_last_block_s_experts_see_the_output_rows():
+    """llama_context::graph_reserve: n_tokens a multiple of n_seqs; one output row per slot (n_outputs_max).
+    src/models/qwen3moe.cpp: ``if (il == n_layer - 1 && inp_out_ids)`` keeps only the output rows before the last
+    block's feed-forward part, so its experts compute ``outputs`` rows; nemotron-h.cpp runs the whole micro-batch
+    through every block."""
     shape = cbuf.graph_shape(facts(), Options(1536, 3, ubatch=100, batch=300))
     assert (shape.tokens, shape.seqs, shape.outputs) == (102, 3, 3)
     assert shape.cells == kvc.cache_cells(facts(), Options(1536, 3, ubatch=100, batch=300))
     small = cbuf.graph_shape(facts(), Options(256, 1, ubatch=4))
     assert (small.tokens, small.seqs, small.outputs) == (4, 1, 1)
+    tensors = [T("blk.%d.ffn_up_exps.weight" % b, (64, 32, 4), 64 * 32 * 4 * 4, 0) for b in range(3)]
+    tensors += [T("token_embd.weight", (64, 32), 64 * 32 * 4, 0)]
+    for arch, last_rows in (("qwen3moe", "outputs"), ("nemotron_h_moe", "tokens")):
+        md = {"general.architecture": arch, arch + ".block_count": 3, arch + ".embedding_length": 64,
+              arch + ".expert_count": 4, arch + ".expert_used_count": 2}
+        moe = facts_of(md, tensors)
+        shape = cbuf.graph_shape(moe, Options(4096, 1, kv_unified=False, ubatch=512, batch=2048, swa_full=False))
+        assert (shape.tokens, shape.outputs) == (512, 1)
+        assert [cbuf._expert_tokens(moe, shape, b) for b in range(3)] == [512, 512, getattr(shape, last_rows)]
 
 
 def test_pipeline_copies_multiply_the_device_inputs():
@@ -296,8 +306,10 @@ def test_pipeline_copies_multiply_the_device_inputs():
 
 def test_the_slots_a_full_sliding_window_cache_and_a_unified_cache_reach_the_host_compute():
     """-kvu: one stream of 2 x 2048 cells instead of two of 2048: the host holds the graph inputs, whose masks
-    follow the streams."""
+    follow the streams; so does the CPU buffer of a host without GPU."""
     assert cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 2)) != cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 1))
+    assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2)) > cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 1))
+    assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2, kv_unified=True)) > cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2))
     swa = transformer("gemma3", 6, attention__sliding_window=512)
     assert cbuf.host_compute_bytes(swa, Options(8192)) != cbuf.host_compute_bytes(swa, Options(8192, swa_full=True))
     unified = mest.estimate(NANO_FACTS, Options(4096, 2, kv_unified=True))["host"]["compute"]
@@ -305,22 +317,7 @@ def test_the_slots_a_full_sliding_window_cache_and_a_unified_cache_reach_the_hos
     assert unified != cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 2))
 
 
-def test_the_last_block_s_experts_see_only_the_output_rows_where_the_graph_keeps_them():
-    """src/models/qwen3moe.cpp: ``if (il == n_layer - 1 && inp_out_ids)`` keeps only the output rows before the last
-    block's feed-forward part, so its experts compute ``outputs`` rows; nemotron-h.cpp runs the whole micro-batch
-    through every block."""
-    tensors = [T("blk.%d.ffn_up_exps.weight" % b, (64, 32, 4), 64 * 32 * 4 * 4, 0) for b in range(3)]
-    tensors += [T("token_embd.weight", (64, 32), 64 * 32 * 4, 0)]
-    for arch, last_rows in (("qwen3moe", "outputs"), ("nemotron_h_moe", "tokens")):
-        md = {"general.architecture": arch, arch + ".block_count": 3, arch + ".embedding_length": 64,
-              arch + ".expert_count": 4, arch + ".expert_used_count": 2}
-        facts = facts_of(md, tensors)
-        shape = cbuf.graph_shape(facts, Options(4096, 1, kv_unified=False, ubatch=512, batch=2048, swa_full=False))
-        assert (shape.tokens, shape.outputs) == (512, 1)
-        assert [cbuf._expert_tokens(facts, shape, b) for b in range(3)] == [512, 512, getattr(shape, last_rows)]
-
-
-def test_the_logits_are_counted_only_on_the_output_device():
+def test_the_logits_are_counted_only_on_the_output_device_and_a_dense_ffn_holds_up_gate_and_activation():
     """The output layer runs on the device that holds ``output.weight`` (llama-model.cpp: dev_output); the logits,
     n_vocab x n_outputs floats, are in that device's compute buffer and in no other's."""
     vocab = 1000000
@@ -330,6 +327,9 @@ def test_the_logits_are_counted_only_on_the_output_device():
     with_output = cbuf.compute_buffer_bytes(facts, Options(4096, 64, ubatch=512), has_output=True)
     without = cbuf.compute_buffer_bytes(facts, Options(4096, 64, ubatch=512), has_output=False)
     assert shape.outputs == 64 and with_output >= logits > without
+    # llm_graph_context::build_ffn: up, gate and the activation of the whole micro-batch live together
+    dense = decoder("llama", 2, 256, 4, 4, 64, n_ff=4096, gate=True)
+    assert cbuf.compute_buffer_bytes(dense, Options(4096), has_output=False) >= 3 * 4096 * 512 * 4
 
 
 @pytest.mark.parametrize("model, ctx, parallel, ubatch, batch, flash_attn, logged", MEASURED)
@@ -346,10 +346,3 @@ def test_gemma3_compute_is_never_under_what_llama_server_reserves(ctx, measured)
     KQ masks (llm_graph_input_attn_kv_iswa) included."""
     predicted = common.mib(cbuf.compute_buffer_bytes(gemma3_270m(), Options(ctx, 1)))
     assert measured <= predicted <= measured * 1.1
-
-
-def test_compute_of_a_dense_ffn_holds_up_gate_and_activation():
-    """llm_graph_context::build_ffn: up, gate and the activation of the whole micro-batch live together."""
-    facts = decoder("llama", 2, 256, 4, 4, 64, n_ff=4096, gate=True)
-    tokens = 512
-    assert cbuf.compute_buffer_bytes(facts, Options(4096), has_output=False) >= 3 * 4096 * tokens * 4

@@ -37,13 +37,26 @@ def test_recurrent_shapes_that_give_no_state(ssm, message):
     assert str(info.value) == message
 
 
-def test_implausible_block_count_is_refused():
-    tensors = [f32("token_embd.weight", 64, 32), f32("blk.1000000.attn_q.weight", 64, 64)]
-    layout = classify_model("x", {}, tensors)
-    with pytest.raises(mfacts.MemoryModelError) as error:
-        mfacts.model_facts({"x.embedding_length": 64}, tensors, layout)
-    assert str(error.value) == ("1000001 blocks is implausible (llama.cpp loads at most %d): check x.block_count and "
-                                "the blk.N tensor names" % LLAMA_MAX_LAYERS)
+NO_KV_WIDTH = ("block 0 is an attention block but neither the metadata (%s.attention.head_count_kv, key_length, "
+               "value_length) nor attn_k/attn_v tensors give its KV width")
+
+
+@pytest.mark.parametrize("md, tensors, message", [
+    ({"x.embedding_length": 64}, [f32("token_embd.weight", 64, 32), f32("blk.1000000.attn_q.weight", 64, 64)],
+     "1000001 blocks is implausible (llama.cpp loads at most %d): check x.block_count and the blk.N tensor names"
+     % LLAMA_MAX_LAYERS),
+    ({}, [f32("blk.0.attn_q.weight", 64, 64)],
+     "x.embedding_length is missing and there is no token_embd/output tensor to read it from"),
+    ({"x.embedding_length": 64}, [f32("token_embd.weight", 64)],  # the width, but no vocabulary
+     "the vocabulary size is unknown: no tokenizer.ggml.tokens, no x.vocab_size and no token_embd/output tensor"),
+    # no head count, and attn_k/attn_v of one dimension: no shape to read a width from
+    ({"x.embedding_length": 64}, [f32("token_embd.weight", 64, 32), f32("blk.0.attn_q.weight", 64, 64),
+                                  f32("blk.0.attn_k.weight", 64), f32("blk.0.attn_v.weight", 64)], NO_KV_WIDTH % "x"),
+])
+def test_facts_the_metadata_and_the_shapes_cannot_give_are_refused(md, tensors, message):
+    with pytest.raises(mfacts.MemoryModelError) as info:
+        mfacts.model_facts(md, tensors, classify_model("x", md, tensors))
+    assert str(info.value) == message
 
 
 def test_model_facts_keep_the_layout_the_path_the_warnings_and_count_the_vocabulary_tokens():
@@ -120,17 +133,9 @@ def test_the_kv_heads_and_widths_and_the_q_width_of_an_attention_block(md, model
 
 
 def test_an_attention_block_without_any_kv_width_is_refused():
-    """No head count, and no attn_k/attn_v: none at all, or one-dimensional (no shape to read a width from)."""
     with pytest.raises(mfacts.MemoryModelError) as info:
         qkv_model({"llama.attention.head_count_kv": 2}, heads=None, attn=("attn_qkv", 128))
-    assert str(info.value) == ("block 0 is an attention block but neither the metadata (llama.attention."
-                               "head_count_kv, key_length, value_length) nor attn_k/attn_v tensors give its KV width")
-    tensors = [f32("token_embd.weight", 64, 32), f32("blk.0.attn_q.weight", 64, 64), f32("blk.0.attn_k.weight", 64),
-               f32("blk.0.attn_v.weight", 64)]
-    with pytest.raises(mfacts.MemoryModelError) as info:
-        mfacts.model_facts({"x.embedding_length": 64}, tensors, classify_model("x", {}, tensors))
-    assert str(info.value) == ("block 0 is an attention block but neither the metadata (x.attention.head_count_kv, "
-                               "key_length, value_length) nor attn_k/attn_v tensors give its KV width")
+    assert str(info.value) == NO_KV_WIDTH % "llama"
 
 
 def test_tensors_without_a_type_and_a_model_without_an_architecture_name():
@@ -345,16 +350,8 @@ def test_unknown_tensor_sizes_are_counted_as_zero_with_a_warning():
             "blk.0.ffn_up.2.weight): the weights are underestimated") in got.warnings
 
 
-def test_facts_without_embedding_width_or_vocabulary_are_refused():
-    tensors = [f32("blk.0.attn_q.weight", 64, 64)]
-    with pytest.raises(mfacts.MemoryModelError) as info:
-        mfacts.model_facts({}, tensors, classify_model("x", {}, tensors))
-    assert str(info.value) == "x.embedding_length is missing and there is no token_embd/output tensor to read it from"
-    one_dim = [f32("token_embd.weight", 64)]  # the width, but no vocabulary
-    with pytest.raises(mfacts.MemoryModelError) as info:
-        mfacts.model_facts({"x.embedding_length": 64}, one_dim, classify_model("x", {}, one_dim))
-    assert str(info.value) == ("the vocabulary size is unknown: no tokenizer.ggml.tokens, no x.vocab_size and no "
-                               "token_embd/output tensor")
+def test_a_one_dimensional_embedding_gives_the_width_but_no_vocabulary():
+    one_dim = [f32("token_embd.weight", 64)]
     got = mfacts.model_facts({"x.vocab_size": 500}, one_dim, classify_model("x", {}, one_dim))
     assert (got.n_embd, got.n_vocab) == (64, 500)
 
