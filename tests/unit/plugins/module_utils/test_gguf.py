@@ -12,7 +12,6 @@ import tempfile
 import tracemalloc
 from pathlib import Path
 
-import gguf
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -327,10 +326,7 @@ def test_random_valid_files_read_back(kvs, tensors, endian, alignment):
             assert gf.metadata[kv[0]] == expected_value(*kv[1:]), kv[0]
             assert gf.value_types[kv[0]] == kv[2]
         assert [(t.name, t.shape, t.type_id) for t in gf.tensors] == [tuple(t) for t in tensors]
-        for t in gf.tensors:
-            block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(t.type_id)]
-            assert t.nbytes == t.n_elements // block * size
-        cross_check(path, gf)
+        cross_check(path, gf)  # the sizes too
     finally:
         shutil.rmtree(folder)
 
