@@ -20,29 +20,16 @@ from tests.helpers.memory_models import (
 NANO_FACTS = nano_facts()
 
 
-NO_SSM_TENSORS = ("the recurrent blocks lack nemotron_h.ssm.conv_kernel/inner_size/state_size and the ssm_conv1d/ssm_out "
-                  "tensors to read them from")
-
-
-@pytest.mark.parametrize("ssm, message", [
-    ([("ssm_conv1d.weight", (4,)), ("ssm_out.weight", (64, 64))], NO_SSM_TENSORS),
-    ([("ssm_out.weight", (64, 64))], NO_SSM_TENSORS),
-    ([("ssm_conv1d.weight", (4, 64)), ("ssm_out.weight", (64, 64))],  # no room for a state beside d_inner
-     "the recurrent blocks lack nemotron_h.ssm.* metadata and the ssm tensor shapes do not give a state size (conv "
-     "channels 64, inner size 64)"),
-])
-def test_recurrent_shapes_that_give_no_state(ssm, message):
-    with pytest.raises(mfacts.MemoryModelError) as info:
-        recurrent_model("nemotron_h", {"ssm.conv_kernel": -4}, ssm)
-    assert str(info.value) == message
-
-
+EMBD = [f32("token_embd.weight", 64, 32)]
+SSM = {"x.embedding_length": 64, "x.ssm.conv_kernel": -4}  # a negative conv_kernel is none: ssm.* is missing
+NO_SSM_TENSORS = ("the recurrent blocks lack x.ssm.conv_kernel/inner_size/state_size and the ssm_conv1d/ssm_out tensors "
+                  "to read them from")
 NO_KV_WIDTH = ("block 0 is an attention block but neither the metadata (%s.attention.head_count_kv, key_length, "
                "value_length) nor attn_k/attn_v tensors give its KV width")
 
 
 @pytest.mark.parametrize("md, tensors, message", [
-    ({"x.embedding_length": 64}, [f32("token_embd.weight", 64, 32), f32("blk.1000000.attn_q.weight", 64, 64)],
+    ({"x.embedding_length": 64}, EMBD + [f32("blk.1000000.attn_q.weight", 64, 64)],
      "1000001 blocks is implausible (llama.cpp loads at most %d): check x.block_count and the blk.N tensor names"
      % LLAMA_MAX_LAYERS),
     ({}, [f32("blk.0.attn_q.weight", 64, 64)],
@@ -50,8 +37,13 @@ NO_KV_WIDTH = ("block 0 is an attention block but neither the metadata (%s.atten
     ({"x.embedding_length": 64}, [f32("token_embd.weight", 64)],  # the width, but no vocabulary
      "the vocabulary size is unknown: no tokenizer.ggml.tokens, no x.vocab_size and no token_embd/output tensor"),
     # no head count, and attn_k/attn_v of one dimension: no shape to read a width from
-    ({"x.embedding_length": 64}, [f32("token_embd.weight", 64, 32), f32("blk.0.attn_q.weight", 64, 64),
-                                  f32("blk.0.attn_k.weight", 64), f32("blk.0.attn_v.weight", 64)], NO_KV_WIDTH % "x"),
+    ({"x.embedding_length": 64}, EMBD + [f32("blk.0.attn_q.weight", 64, 64), f32("blk.0.attn_k.weight", 64),
+                                         f32("blk.0.attn_v.weight", 64)], NO_KV_WIDTH % "x"),
+    (SSM, EMBD + [f32("blk.0.ssm_conv1d.weight", 4), f32("blk.0.ssm_out.weight", 64, 64)], NO_SSM_TENSORS),
+    (SSM, EMBD + [f32("blk.0.ssm_out.weight", 64, 64)], NO_SSM_TENSORS),
+    (SSM, EMBD + [f32("blk.0.ssm_conv1d.weight", 4, 64), f32("blk.0.ssm_out.weight", 64, 64)],  # no room for a state
+     "the recurrent blocks lack x.ssm.* metadata and the ssm tensor shapes do not give a state size (conv channels "
+     "64, inner size 64)"),
 ])
 def test_facts_the_metadata_and_the_shapes_cannot_give_are_refused(md, tensors, message):
     with pytest.raises(mfacts.MemoryModelError) as info:
