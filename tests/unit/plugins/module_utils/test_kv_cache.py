@@ -235,21 +235,18 @@ def test_gemma3_swa_cells_follow_the_slots_of_a_unified_cache_and_swa_full():
     assert kv_mib(facts, 32768, 4, swa_full=True) == 576.0
 
 
-def test_gpt_oss_moe_with_a_window_of_128():
-    """gpt-oss: set_swa_pattern(2), even blocks slide; 128 + 512 tokens padded to 768 cells."""
+def test_gpt_oss_s_window_of_128_and_llama4_s_chunks_of_8192():
+    """gpt-oss: set_swa_pattern(2), even blocks slide; 128 + 512 tokens padded to 768 cells. llama4: chunked
+    attention of 8192 tokens (its layout: test_model_facts), 8192 + 512 cells."""
     facts = decoder("gpt-oss", 4, 64, 8, 2, 16, experts=4, attention__sliding_window=128)
     assert facts.memory == "iswa" and sorted(facts.swa_blocks) == [0, 2]
     kv = kvc.kv_cache_bytes(facts, Options(8192, 2))
     per_cell = 2 * 16 * 2 * 2
     assert kv[0] == kv[2] == 768 * 2 * per_cell and kv[1] == kv[3] == 4096 * 2 * per_cell
     assert not facts.dense and facts.expert_blocks == [0, 1, 2, 3]
-
-
-def test_llama4_s_chunks_of_8192_tokens_hold_a_chunk_and_a_micro_batch():
-    """llama4: chunked attention of 8192 tokens (its layout: test_model_facts), 8192 + 512 cells."""
-    facts = decoder("llama4", 8, 64, 8, 2, 16, experts=4)
-    assert kvc.cache_cells(facts, Options(32768, 1)).swa_cells == 8704
-    assert kvc.cache_cells(facts, Options(4096, 1)).swa_cells == 4096
+    llama4 = decoder("llama4", 8, 64, 8, 2, 16, experts=4)
+    assert kvc.cache_cells(llama4, Options(32768, 1)).swa_cells == 8704
+    assert kvc.cache_cells(llama4, Options(4096, 1)).swa_cells == 4096
 
 
 def test_swa_head_dims_and_v_rows_without_flash_attention():

@@ -126,6 +126,13 @@ def test_memory_held_by_a_process_tree_on_each_gpu():
         0: 512, 1: 310}
     idle = smi.gather(fake_run("dual_a5500_a4000")[0], pids=[52001])
     assert [g["memory_held_by_pid_mib"] for g in idle["gpus"]] == [0, 0]
+    # two processes of the tree on the same card add up; one whose memory nvidia-smi cannot give adds nothing
+    apps = smi.parse_apps("%s, 10, llama-server, 1000\n%s, 11, llama-server, 234\n%s, 12, llama-server, [N/A]\n"
+                          "%s, 13, llama-server, [N/A]\n%s, 99, other, 5000\n" % (A5500, A5500, A5500, A4000, A5500),
+                          smi.parse_gpus(fixture("dual_a5500_a4000.txt"))[0])
+    assert smi.held_by(apps, [10, 11, 12, 13]) == {0: 1234, 1: 0}
+    assert smi.held_by(apps, [12]) == {0: 0}
+    assert smi.held_by(apps, []) == {}
 
 
 def test_read_finds_nvidia_smi_and_runs_it_with_its_path(tmp_path):
@@ -142,6 +149,11 @@ def test_read_finds_nvidia_smi_and_runs_it_with_its_path(tmp_path):
     assert "process_tree" not in result and "processes" not in result and result["warnings"] == []
     cpu = smi.read(lambda name: None, lambda argv: (127, "", ""))
     assert cpu == {"gpus": [], "topology": "cpu", "warnings": [], "nvidia_smi": None}
+    failing = answers({"--query-gpu=": (18, fixture("driver_mismatch.txt"), "")})[0]
+    with pytest.raises(smi.NvidiaSmiError) as failed:  # a failure names the program it ran
+        smi.read(lambda name: "/opt/nv/nvidia-smi", lambda argv: failing(argv[1:]))
+    assert failed.value.binary == "/opt/nv/nvidia-smi" and str(failed.value) == MISMATCH
+    assert smi.NvidiaSmiError("x").binary is None
 
 
 def test_read_with_a_pid_counts_its_tree_and_asks_for_processes():
@@ -157,14 +169,6 @@ def test_read_with_a_pid_counts_its_tree_and_asks_for_processes():
     given = smi.read(lambda name: "/x/nvidia-smi", lambda argv: run(argv[1:]), pid=52001, pids=[52001, 52017])
     assert given["process_tree"] == {"pid": 52001, "pids": [52001, 52017]}
     assert [g["memory_held_by_pid_mib"] for g in given["gpus"]] == [20988, 13314]
-
-
-def test_read_fails_with_the_program_it_ran():
-    run = answers({"--query-gpu=": (18, fixture("driver_mismatch.txt"), "")})[0]
-    with pytest.raises(smi.NvidiaSmiError) as failed:
-        smi.read(lambda name: "/opt/nv/nvidia-smi", lambda argv: run(argv[1:]))
-    assert failed.value.binary == "/opt/nv/nvidia-smi" and str(failed.value) == MISMATCH
-    assert smi.NvidiaSmiError("x").binary is None
 
 
 def test_the_process_query_asks_for_bare_csv():
@@ -197,17 +201,6 @@ def test_list_lines_before_any_gpu_and_other_lines_are_ignored():
         {"index": 2, "profile": "1g.5gb", "uuid": "MIG-0d9c63a4-f7b2-51e8-9c40-b3a8e5d17f26"}]}
     assert smi.parse_list(fixture("dual_a5500_a4000.list.txt")) == {A5500: [], A4000: []}
     assert smi.parse_list(None) == {} and smi.parse_list("") == {}
-
-
-def test_the_memory_of_a_tree_adds_up_on_one_gpu():
-    """Two processes of the tree on the same card: their memory adds up; a process whose memory nvidia-smi cannot
-    give (``[N/A]``) adds nothing."""
-    apps = smi.parse_apps("%s, 10, llama-server, 1000\n%s, 11, llama-server, 234\n%s, 12, llama-server, [N/A]\n"
-                          "%s, 13, llama-server, [N/A]\n%s, 99, other, 5000\n" % (A5500, A5500, A5500, A4000, A5500),
-                          smi.parse_gpus(fixture("dual_a5500_a4000.txt"))[0])
-    assert smi.held_by(apps, [10, 11, 12, 13]) == {0: 1234, 1: 0}
-    assert smi.held_by(apps, [12]) == {0: 0}
-    assert smi.held_by(apps, []) == {}
 
 
 @pytest.mark.parametrize("rc, out, err, message", [
