@@ -92,6 +92,18 @@ def test_two_short_gpus_name_the_split_and_the_one_most_short(moe):
             info.value.details["headroom"]["all_experts_on_cpu"]["max_ctx_size"]))
 
 
+def test_a_gpu_too_small_for_any_context_names_ctx_size_without_a_figure(moe):
+    """No context fits 1 MiB; CUDA with op offload reserves the room of the largest host-resident block's experts
+    (up and down, 64 x 64 x 8 F32 each: 0.25 MiB), which --no-op-offload frees."""
+    with pytest.raises(PlanError) as info:
+        plan(moe, [gpu(1)], None, Options(4096, backend="cuda", margin_mib=0, op_offload=True))
+    assert info.value.details["headroom"]["all_experts_on_cpu"]["max_ctx_size"] == 0
+    assert str(info.value).endswith(
+        "Lower ctx_size, cache_type_k/cache_type_v (q8_0 halves the KV cache), margin_mib, ubatch, op_offload "
+        "(false, with llama-server --no-op-offload, frees the %.0f MiB the GPU reserves to compute on host-resident "
+        "experts, at the cost of slower prompt processing), or use a larger GPU." % (2 * 64 * 64 * 8 * 4 / MIB))
+
+
 def test_the_reason_of_a_host_without_gpu_gives_the_memory_available(moe):
     result = plan(moe, [], {"memory_available_mib": 100000}, Options(4096, **SIZING))
     host = result["memory"]["host"]
