@@ -261,7 +261,7 @@ def test_dual_gpu_one_chosen_card_is_planned_alone(deploy, models):
     assert_untouched(run, None, deploy.name)
 
 
-def test_a_chosen_gpu_the_host_lacks_fails_the_preflight(deploy, models):
+def test_a_chosen_gpu_the_host_lacks_is_refused_before_anything_changes(deploy, models):
     run = deploy("dual_a5500_a4000", models["nano"], llm_server_gpu_devices=[2])
     assert run.proc.returncode != 0
     msg = run.result["message"]
