@@ -69,6 +69,13 @@ def model(tmp_path_factory):
     return path, [t.name for t in gguf.tensors], layout.expert_tensors
 
 
+@pytest.fixture(scope="module")
+def one_block_model(tmp_path_factory):
+    """The bound tests' model: llama.cpp compiles each ``-ot`` pattern again for every tensor it places, so a
+    pattern of the bound costs its compile once per tensor; one block keeps that to a few tensors."""
+    return write_tiny_qwen3moe(tmp_path_factory.mktemp("q1") / "qwen3moe-1.gguf", n_blocks=1)
+
+
 def python_matches(pattern, names):
     found = {n for n in names if re.search(pattern, n)}
     assert found == {n for n in names if matcher(pattern)(n)}  # the proof's reading agrees on these names
@@ -153,26 +160,24 @@ def _run_with_pattern(model, pattern, timeout, port):
 
 
 @pytest.mark.parametrize("kind", ["nested groups", "alternation", "literal", "listed names"])
-def test_a_pattern_at_the_bound_loads(model, kind):
+def test_a_pattern_at_the_bound_loads(one_block_model, kind):
     """Every shape at MAX_PATTERN_BYTES loads (even nested groups, which pattern_problem refuses for their depth)."""
-    path, _names, _experts = model
     pattern = _shape(kind, MAX_PATTERN_BYTES)
     assert len(pattern) <= MAX_PATTERN_BYTES
     if kind == "nested groups":
         assert "nested more than %d deep" % MAX_GROUP_DEPTH in pattern_problem(pattern)
     else:
         assert pattern_problem(pattern) is None
-    exited, err = run_with_pattern(path, pattern)
+    exited, err = run_with_pattern(one_block_model, pattern)
     assert exited is None, "llama-server ended (%s) on a %d-byte pattern:\n%s" % (exited, len(pattern), err[-2000:])
 
 
-def test_a_pattern_far_over_the_bound_crashes_llama_server_and_is_refused(model):
+def test_a_pattern_far_over_the_bound_crashes_llama_server_and_is_refused(one_block_model):
     """Nested groups of 64 KiB overflow std::regex's recursive compiler: a real SIGSEGV (or SIGABRT), which the
     log parser reports from the exit code, and a pattern pattern_problem() refuses in the first place."""
-    path, _names, _experts = model
     pattern = _shape("nested groups", 64 << 10)
     assert "bytes long and at most %d are deployed" % MAX_PATTERN_BYTES in pattern_problem(pattern)
-    exited, err = run_with_pattern(path, pattern)
+    exited, err = run_with_pattern(one_block_model, pattern)
     assert exited is not None and exited < 0, "llama-server survived a 64 KiB pattern"
     p = parse_log(err, exit_code=exited)
     assert p["crash"].startswith("exit code %d (SIG" % exited) and p["failure"]
