@@ -18,17 +18,17 @@ declare -A result
 status=0
 results="$ROOT/.cache/test-results"
 rm -rf "$results" && mkdir -p "$results"
-for stage in "${stages[@]}"; do
-  start=$(date +%s)
-  echo "=== test stage: $stage"
+# run_stage STAGE: one stage in the foreground; its exit status is the stage's
+run_stage() {
+  local stage="$1" rc=0
   case "$stage" in
     lint)
-      ansible-lint --offline --profile production || status=1 ;;
+      ansible-lint --offline --profile production || rc=1 ;;
     sanity)
-      bash scripts/sanity.sh || status=1 ;;
+      bash scripts/sanity.sh || rc=1 ;;
     compat)
       # requirements/compat.txt: each ansible-core release in its own venv under .cache/compat
-      python scripts/compat.py 2>&1 | tee "$results/compat.log" || status=1 ;;
+      python scripts/compat.py 2>&1 | tee "$results/compat.log" || rc=1 ;;
     pytest)
       # three workers (pytest-xdist), each test file on one worker in order (a module's fixtures, such as the test
       # fleet, are made once): the integration tests mostly wait on servers, containers and ssh. The longest files
@@ -45,15 +45,47 @@ for stage in "${stages[@]}"; do
       done
       python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --no-loadscope-reorder --durations=20 \
         --junitxml="$results/pytest.xml" "${files[@]}" tests/unit \
-        || status=1 ;;
+        || rc=1 ;;
     mutation-fast)
       # the utils changed since the last release tag (a fixed sample without one): >= min_score % killed
-      python benchmarks/mutation.py --fast || status=1 ;;
+      python benchmarks/mutation.py --fast || rc=1 ;;
     mutation)
-      python benchmarks/mutation.py || status=1 ;;
+      python benchmarks/mutation.py || rc=1 ;;
+  esac
+  return $rc
+}
+
+# lint, sanity and compat run side by side: each is mostly one core at a time (pylint alone outlasts the other
+# sanity tests; compat's two releases at a time wait on their playbooks), so together they fill both cores.
+# Their output is buffered and printed in stage order when they end; pytest and mutation-fast, which use every
+# core, then run one after the other.
+side_by_side=(lint sanity compat)
+declare -A pid
+for stage in "${stages[@]}"; do
+  case "$stage" in
+    lint|sanity|compat|pytest|mutation-fast|mutation) ;;
     *) echo "unknown stage: $stage" >&2; exit 2 ;;
   esac
-  took[$stage]=$(( $(date +%s) - start ))
+done
+for stage in "${stages[@]}"; do
+  [[ " ${side_by_side[*]} " == *" $stage "* ]] || continue
+  ( start=$(date +%s); rc=0; run_stage "$stage" >"$results/$stage.out" 2>&1 || rc=$?
+    echo "$(( $(date +%s) - start )) $rc" >"$results/$stage.took" ) &
+  pid[$stage]=$!
+done
+for stage in "${stages[@]}"; do
+  if [[ -n "${pid[$stage]:-}" ]]; then
+    wait "${pid[$stage]}" || true
+    echo "=== test stage: $stage"
+    cat "$results/$stage.out"
+    read -r took[$stage] rc <"$results/$stage.took"
+  else
+    echo "=== test stage: $stage"
+    start=$(date +%s); rc=0
+    run_stage "$stage" || rc=$?
+    took[$stage]=$(( $(date +%s) - start ))
+  fi
+  [ "$rc" -eq 0 ] || status=1
 done
 for stage in "${stages[@]}"; do echo "stage $stage: ${took[$stage]}s"; done
 # One closing line over pytest's test cases and the compat checks.
