@@ -92,11 +92,13 @@ def test_two_short_gpus_name_the_split_and_the_one_most_short(moe):
             info.value.details["headroom"]["all_experts_on_cpu"]["max_ctx_size"]))
 
 
-def test_a_gpu_too_small_for_any_context_names_ctx_size_without_a_figure(moe):
+@pytest.mark.parametrize("mode", [dict(), dict(mode="layers", cpu_expert_layers=3)])
+def test_a_gpu_too_small_for_any_context_names_ctx_size_without_a_figure(moe, mode):
     """No context fits 1 MiB; CUDA with op offload reserves the room of the largest host-resident block's experts
-    (up and down, 64 x 64 x 8 F32 each: 0.25 MiB), which --no-op-offload frees."""
+    (up and down, 64 x 64 x 8 F32 each: 0.25 MiB), which --no-op-offload frees; mode layers that moves every block
+    is not told to lower mode."""
     with pytest.raises(PlanError) as info:
-        plan(moe, [gpu(1)], None, Options(4096, backend="cuda", margin_mib=0, op_offload=True))
+        plan(moe, [gpu(1)], None, Options(4096, backend="cuda", margin_mib=0, op_offload=True, **mode))
     assert info.value.details["headroom"]["all_experts_on_cpu"]["max_ctx_size"] == 0
     assert str(info.value).endswith(
         "Lower ctx_size, cache_type_k/cache_type_v (q8_0 halves the KV cache), margin_mib, ubatch, op_offload "
