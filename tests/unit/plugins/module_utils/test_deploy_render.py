@@ -48,8 +48,8 @@ PLACEMENT = {"pattern": r"blk\.(3|4)\.ffn_.*_exps\.weight$", "device_overrides":
              "gpu_devices": [0, 1], "tensor_split": "0.6,0.4", "topology": "dual"}
 
 
-def settings(base=PLAIN, **values):
-    return check_settings(role_values(base, **values)).as_dict()
+def settings(base=None, **values):
+    return check_settings(role_values(PLAIN if base is None else base, **values)).as_dict()
 
 
 def test_the_env_block_reads_back_through_python_dotenv():
