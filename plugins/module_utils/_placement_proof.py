@@ -304,6 +304,8 @@ def _placement(parsed, res, want, failed_checks):
 
 def _host_buffers(res):
     """No tensor and no model-buffer expectation: host buffers only are evidence (a host without GPU below -lv 5)."""
+    if not res["checks"]:
+        return False, "the expectations given name no buffer to check: not verified"
     host_checks = [c for c in res["checks"] if c["check"].startswith(HOST_BUFFER_CHECKS)
                    and not is_device_buffer(c["check"].split()[-1])]
     if not host_checks or len(host_checks) != len(res["checks"]):

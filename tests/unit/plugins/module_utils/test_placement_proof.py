@@ -328,7 +328,8 @@ def test_host_buffers_alone_prove_a_host_without_gpu(lines, kwargs, result):
 
 def test_no_check_at_all_is_no_host_buffer_evidence():
     v = verify_placement(log(kv_buf("CPU", 0.25), READY), expect_kv_buffers={})
-    assert (v["evidence"], v["checks"], v["msg"]) == ("none", [], "")
+    assert (v["verified"], v["evidence"], v["checks"]) == (False, "none", [])
+    assert v["msg"] == "the expectations given name no buffer to check: not verified"
 
 
 # ---------------------------------------------------------------- the per-tensor lines
