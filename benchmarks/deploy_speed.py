@@ -7,7 +7,7 @@ with its own project directory, compose project, container and loopback port:
 
   (a) a first deploy (not timed);
   (b) no-change runs, interleaved: of the role alone (a playbook of one play with the role) and of
-      ``playbooks/deploy.yml`` (this checkout's holds a preflight play too): the wall time of ``ansible-playbook``,
+      ``playbooks/deploy.yml`` (a preflight play only with several hosts: one here): the wall time of ``ansible-playbook``,
       the tasks the run went through (the TASK lines: run or skipped), and that nothing changed (PLAY RECAP
       changed=0);
   (c) this checkout only: ``<compose> up -d --force-recreate`` until ``/health`` answers 200.
