@@ -87,6 +87,9 @@ def test_normalize_host_takes_the_smaller_of_memavailable_and_the_cgroup_room(ho
     ({"memory_available_mib": -5}, "host.memory_available_mib must be a number of MiB >= 0, got -5"),
     ({"memory_available_mib": 5, "cgroup": {"limit_mib": "x"}},
      "host.cgroup.limit_mib must be a number of MiB >= 0, got 'x'"),
+    ({"memory_available_mib": 5, "cgroup": {"limit_mib": 10, "usage_mib": "x"}},
+     "host.cgroup.usage_mib must be a number of MiB >= 0, got 'x'"),
+    ({"memory_available_mib": 5, "memory_total_mib": -1}, "host.memory_total_mib must be a number of MiB >= 0, got -1"),
 ])
 def test_normalize_host_errors(host, message):
     with pytest.raises(pin.PlanError) as info:
