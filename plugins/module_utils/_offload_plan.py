@@ -108,11 +108,11 @@ class _Sizer:
                           n_devices=len(self.gpus), device_tensors=device_tensors)
         for gpu, entry in zip(self.gpus, result["gpus"]):
             entry["free_after"] = int(gpu.memory_free_mib * MIB) - entry["total"]
-            entry["free_after_mib"] = mib(entry["free_after"])
+            entry["free_after_mib"] = _free_after_mib(entry["free_after"])
         host = result["host"]
         host["available_mib"] = self.host.available_mib if self.host else None
         host["free_after"] = int(self.host.available_mib * MIB) - host["total"] if self.host else None
-        host["free_after_mib"] = mib(host["free_after"]) if self.host else None
+        host["free_after_mib"] = _free_after_mib(host["free_after"]) if self.host else None
         return result
 
     @staticmethod
@@ -402,6 +402,13 @@ def _device_overrides(facts, moved, gpus, names):
                           "blocks": blocks, "tensors": sorted(n for b in blocks
                                                               for n in facts.expert_tensors_by_block[b])})
     return overrides
+
+
+def _free_after_mib(nbytes):
+    """``free_after`` in MiB for the report and the reason: a device short by less than 0.005 MiB reads -0.01, not
+    0.0, so that what the plan says agrees with the byte count it decided by."""
+    value = mib(nbytes)
+    return -0.01 if nbytes < 0 and value >= 0 else value
 
 
 def _n_cpu_moe(facts, blocks):

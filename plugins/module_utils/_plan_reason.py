@@ -113,8 +113,13 @@ def _gpu_short_text(facts, answer, candidate, options):
     if not facts.dense:
         what = "with %s the plan needs %.0f MiB" % (
             "the experts of %d block(s) on CPU" % len(blocks) if blocks else "everything on the GPU", need)
-    return ("Does not fit on %s: %s and %.0f MiB are missing on %s. Lower %s, or use a larger GPU." % (
-        _where(candidate), what, -worst["free_after_mib"], worst["name"], ", ".join(lower)))
+    return ("Does not fit on %s: %s and %s MiB are missing on %s. Lower %s, or use a larger GPU." % (
+        _where(candidate), what, _missing(-worst["free_after_mib"]), worst["name"], ", ".join(lower)))
+
+
+def _missing(value):
+    """MiB that are missing: whole MiB, or two decimals below 1 MiB (never "0 MiB are missing")."""
+    return "%.0f" % value if value >= 1 else "%.2f" % value
 
 
 def _host_short_text(answer, candidate, host, mode):
@@ -132,8 +137,8 @@ def _host_short_text(answer, candidate, host, mode):
         advice = "Free host memory, or keep more of the model on the GPUs (%sa larger GPU, a smaller ctx_size)." % (
             "mode auto, " if mode != "auto" else "")
     numbers = (", ".join(kept[:-1]), kept[-1], host_report["total_mib"], host.available_mib, host.limited_by,
-               -host_report["free_after_mib"], advice)
-    return "The host cannot hold its part: %s and %s need %.0f MiB, but %.0f MiB are available (%s), so %.0f " \
+               _missing(-host_report["free_after_mib"]), advice)
+    return "The host cannot hold its part: %s and %s need %.0f MiB, but %.0f MiB are available (%s), so %s " \
         "MiB are missing. %s" % numbers
 
 

@@ -434,3 +434,12 @@ def test_warnings_reach_the_user_on_failure_too():
     with pytest.raises(PlanError) as info:
         plan(facts, [gpu(1000, 0)], None, Options(32768, 1))
     assert warning in info.value.details["warnings"]
+
+
+@pytest.mark.parametrize("short, missing", [(1, "0.01"), (common.MIB // 2, "0.50"), (common.MIB, "1")])
+def test_a_gpu_short_by_less_than_a_mib_is_told_short(moe, short, missing):
+    """The decision counts bytes: a GPU one byte short is refused, and its report and reason say it is short."""
+    with pytest.raises(PlanError) as info:
+        plan(moe, [gpu((need(moe, []) - short) / common.MIB)], None, Options(4096, mode="none", **SIZING))
+    assert info.value.details["memory"]["gpus"][0]["free_after_mib"] == -float(missing)
+    assert (" and %s MiB are missing on GPU0. " % missing) in str(info.value)
