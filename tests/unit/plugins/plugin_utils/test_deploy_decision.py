@@ -3,8 +3,6 @@ wait or nothing, and the exact reason it gives, for every state a run can find; 
 has nothing to do at all."""
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import (
@@ -15,13 +13,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decisio
     return_due,
     unchanged,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (
-    config_hash,
-    env_block,
-    env_values,
-    render_compose,
-)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from tests.helpers.deploy_hosts import holding, proved
 from tests.helpers.role_vars import role_values
 
 H = "a" * 64
@@ -195,27 +188,8 @@ SETTINGS = check_settings(role_values({"llm_server_project_dir": "/srv/ai-llm",
                                        "llm_server_container_name": "llm-2"})).as_dict()
 
 
-def on_host(settings=None, key=b"", container=None, **disk):
-    """``llm_server_service_info``'s result for a host holding exactly the files of ``settings``, no lock file, the
-    container running that configuration (unless ``container``), verified and snapshotted. Returns it and the
-    configuration hash."""
-    settings = settings or SETTINGS
-    values = env_values(settings, PLACEMENT)
-    compose = render_compose(settings, PLACEMENT, "podman")
-    digest = config_hash(values, compose, key)
-    held = {"lock_file": False, "api_key_sha256": hashlib.sha256(key).hexdigest() if key else None,
-            "env_settled": True, "secrets_dir": True, "leftovers": False, "model_outside_dir": None,
-            "env_block": env_block(values, digest), "compose_sha256": hashlib.sha256(compose.encode()).hexdigest(),
-            "verification": {"config_hash": digest, "status": "changed"}, "snapshot_hash": digest}
-    held.update(disk)
-    service = {"engine": "podman", "disk": held, "health": 200, "auth": {"checked": True, "enforced": True},
-               "container": container or {"exists": True, "running": True, "status": "running", "config_hash": digest}}
-    return service, digest
-
-
-def proved(digest):
-    return {"changed": False, "config_hash": digest, "changed_keys": [], "files_changed": [], "dropped_keys": [],
-            "diff": []}
+def on_host(**held):
+    return holding(SETTINGS, PLACEMENT, **held)
 
 
 def test_nothing_to_do_for_the_configuration_on_disk_that_runs_verified_and_snapshotted():

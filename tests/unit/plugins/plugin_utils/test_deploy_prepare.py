@@ -15,6 +15,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare
     prepare,
     service_args,
 )
+from tests.helpers.deploy_hosts import holding, proved
 from tests.helpers.role_vars import role_values
 from tools.gguf_models import write_demo_model
 
@@ -74,7 +75,9 @@ def test_a_missing_gpu_skips_the_plan_and_is_refused_by_the_placement(demo):
     assert (plan, missing) == ({"skipped": True, "changed": False}, [3])
     with pytest.raises(Refused) as refused:
         prepare(settings(demo, llm_server_gpu_devices=[3]), service(demo, ONE_GPU), host="h1")
-    assert "llm_server_gpu_devices [3] names GPUs that h1 does not have" in refused.value.result["msg"]
+    msg = ("llm_server: llm_server_gpu_devices [3] names GPUs that h1 does not have (nvidia-smi indices: [0]). "
+           "Nothing was changed.")
+    assert (refused.value.result, str(refused.value)) == ({"failed": True, "msg": msg}, msg)
     assert refused.value.parts["plan"] == {"skipped": True, "changed": False}
 
 
@@ -95,6 +98,11 @@ def test_a_planner_failure_other_than_the_fit_is_a_refusal_in_the_planners_words
         make_plan(settings(demo), found)
     assert refused.value.result["failed"] is True and refused.value.result["msg"]
     assert refused.value.parts["plan"] is refused.value.result
+    # options the planner's argument spec refuses, in its own words
+    with pytest.raises(Refused) as refused:
+        make_plan(dict(settings(demo), ctx_size="many"), found)
+    assert refused.value.result == {"failed": True, "msg": "argument 'ctx_size' is of type str and we were unable to "
+                                                           "convert to int: \"'many'\" cannot be converted to an int"}
 
 
 def test_a_deployable_host_gets_its_plan_placement_and_decision(demo):
@@ -103,3 +111,9 @@ def test_a_deployable_host_gets_its_plan_placement_and_decision(demo):
     assert prepared["placement"]["pattern_source"] == "plan"
     assert sorted(prepared["placement"]["expected_tensors"]) == EXPERTS
     assert prepared["decision"] == {"unchanged": False, "reason": "the files on disk are not those of this configuration"}
+    assert prepared["warnings"] == []
+    # a host that holds, runs and proved this configuration: nothing to do
+    held, digest = holding(settings(demo, llm_server_moe_offload_mode="all"), prepared["placement"])
+    again = prepare(settings(demo, llm_server_moe_offload_mode="all"), dict(service(demo), **held))
+    assert again["decision"] == {"unchanged": True, "config": proved(digest), "converge": {
+        "recreate": False, "verify": False, "wait": False, "reason": ""}}
