@@ -33,6 +33,24 @@ def test_split_puts_kv_and_state_on_the_layer_device():
     assert sum(g["recurrent"] for g in result["gpus"]) == 2 * 23 * 2170880
 
 
+def test_several_cuda_gpus_without_tensor_overrides_keep_four_copies_of_the_inputs():
+    """llama-context.cpp: several devices, every layer offloaded and no tensor override run pipeline-parallel with
+    GGML_SCHED_MAX_COPIES (4) copies of each split's inputs ("pipeline parallelism enabled (n_copies=4)" in
+    llama-server's log); over RPC, or with -ot ...=CPU, one copy."""
+    def computes(backend, cpu=()):
+        result = mest.estimate(NANO_FACTS, Options(4096, backend=backend), cpu, split=[1, 1], n_devices=2)
+        devices = result["devices_by_block"]
+        expected = [cbuf.compute_buffer_bytes(NANO_FACTS, Options(4096), [b for b in range(52) if devices[b] == d],
+                                              d == result["output_device"], copies=4 if backend == "cuda" else 1)
+                    for d in (0, 1)]
+        return [g["compute"] for g in result["gpus"]], expected, result["host"]["compute"]
+    for backend in ("cuda", "rpc"):
+        got, expected, host = computes(backend)
+        assert got == expected and host == cbuf.host_compute_bytes(NANO_FACTS, Options(4096), copies=4 if backend == "cuda" else 1)
+    experts = NANO_FACTS.expert_tensors_by_block[1]
+    assert computes("cuda", experts)[0] == computes("rpc", experts)[0]
+
+
 @pytest.mark.parametrize("ctx, parallel", [(0, 1), (4096, 0), (-1, 1), (256, 512)])
 def test_bad_context(ctx, parallel):
     with pytest.raises(mfacts.MemoryModelError):
