@@ -15,11 +15,6 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import re
 from tests.helpers.gguf_files import cross_check, write_gguf
 
 
-@pytest.fixture(params=["little", "big"])
-def endian(request):
-    return request.param
-
-
 def test_type_table_is_gguf_py_table():
     """Every id of ggml's type table (ggml.h enum ggml_type), with the block sizes llama.cpp's gguf-py uses."""
     assert set(GGML_TYPES) == {int(q) for q in gguf.GGML_QUANT_SIZES}

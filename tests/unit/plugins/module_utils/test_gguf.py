@@ -63,11 +63,6 @@ from tests.helpers.gguf_files import (
 G = Gguf()
 
 
-@pytest.fixture(params=["little", "big"])
-def endian(request):
-    return request.param
-
-
 def test_gguf_file_and_model_repr_and_tensor_names(tmp_path):
     path, data_offset, _o = model_file(tmp_path / "m.gguf", [("general.architecture", STRING, G.s("llama"))],
                                        [("a", (8,)), ("b", (16,))])

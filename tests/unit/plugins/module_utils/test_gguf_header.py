@@ -62,11 +62,6 @@ from tests.helpers.gguf_files import (
 G = Gguf()
 
 
-@pytest.fixture(params=["little", "big"])
-def endian(request):
-    return request.param
-
-
 @pytest.fixture
 def small_file(tmp_path, endian):
     return write_gguf(tmp_path / "small.gguf", ALL_SCALARS + SMALL_ARRAYS[:3] + BIG_ARRAYS[:1], SOME_TENSORS,

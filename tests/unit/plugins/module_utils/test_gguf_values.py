@@ -53,11 +53,6 @@ from tests.helpers.gguf_files import (
 G = Gguf()
 
 
-@pytest.fixture(params=["little", "big"])
-def endian(request):
-    return request.param
-
-
 # --------------------------------------------------------------------------- the result types
 
 

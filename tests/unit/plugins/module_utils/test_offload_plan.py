@@ -14,19 +14,9 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan i
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from tests.helpers.plans import (
-    SIZING, exact_moe, gemma_summary, gpu, host_expert_mib, moved_by, need, nemotron_nano_30b, plan_gpu, sizer)
+    SIZING, exact_moe, gemma_summary, gpu, host_expert_mib, moved_by, need, plan_gpu, sizer)
 
 NOT_A_COUNT = "cpu_expert_layers must be a count from 0 to 3 (the MoE blocks) or a list of block indices, got %r"
-
-
-@pytest.fixture(scope="module")
-def nano(tmp_path_factory):
-    return nemotron_nano_30b(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def moe():
-    return exact_moe()
 
 
 @pytest.mark.parametrize("free, ctx, parallel", [(24148, 32768, 2), (15746, 65536, 1), (11804, 32768, 4),

@@ -11,17 +11,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan i
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from tests.helpers.memory_models import MIB
-from tests.helpers.plans import SIZING, exact_moe, gpu, need, nemotron_nano_30b
-
-
-@pytest.fixture(scope="module")
-def nano(tmp_path_factory):
-    return nemotron_nano_30b(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def moe():
-    return exact_moe()
+from tests.helpers.plans import SIZING, exact_moe, gpu, need
 
 
 def test_a_nano_plan_that_does_not_fit_names_what_to_lower(nano):
