@@ -14,7 +14,6 @@ bash scripts/setup.sh
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(lint sanity compat pytest mutation-fast)
 declare -A took
-declare -A result
 status=0
 results="$ROOT/.cache/test-results"
 rm -rf "$results" && mkdir -p "$results"
@@ -67,10 +66,15 @@ for stage in "${stages[@]}"; do
     *) echo "unknown stage: $stage" >&2; exit 2 ;;
   esac
 done
+# timed_stage STAGE: run_stage, then "<seconds> <exit status>" in $results/STAGE.took
+timed_stage() {
+  local start=$SECONDS rc=0
+  run_stage "$1" || rc=$?
+  echo "$((SECONDS - start)) $rc" >"$results/$1.took"
+}
 for stage in "${stages[@]}"; do
   [[ " ${side_by_side[*]} " == *" $stage "* ]] || continue
-  ( start=$(date +%s); rc=0; run_stage "$stage" >"$results/$stage.out" 2>&1 || rc=$?
-    echo "$(( $(date +%s) - start )) $rc" >"$results/$stage.took" ) &
+  timed_stage "$stage" >"$results/$stage.out" 2>&1 &
   pid[$stage]=$!
 done
 for stage in "${stages[@]}"; do
@@ -78,13 +82,11 @@ for stage in "${stages[@]}"; do
     wait "${pid[$stage]}" || true
     echo "=== test stage: $stage"
     cat "$results/$stage.out"
-    read -r took[$stage] rc <"$results/$stage.took"
   else
     echo "=== test stage: $stage"
-    start=$(date +%s); rc=0
-    run_stage "$stage" || rc=$?
-    took[$stage]=$(( $(date +%s) - start ))
+    timed_stage "$stage"
   fi
+  read -r took[$stage] rc <"$results/$stage.took"
   [ "$rc" -eq 0 ] || status=1
 done
 for stage in "${stages[@]}"; do echo "stage $stage: ${took[$stage]}s"; done
