@@ -109,6 +109,10 @@ class _Checker:
             return self.fail(name, "%s is out of range: an integer from %d to %d" % (shorten(value, 40), low, high))
         return value
 
+    def optional_integer(self, name, low, high):
+        """``integer``, or ``None`` for an empty value."""
+        return None if self.raw(name) in (None, "") else self.integer(name, low, high)
+
     def gpu_layers(self, name):
         """llama-server's -ngl: a count, or auto / all (common/arg.cpp ``--gpu-layers``)."""
         value = self.raw(name)
@@ -291,65 +295,47 @@ _PROJECT_NAME = ("a compose project name (lower-case letters, digits, '_' and '-
 _MODEL_REQUIRED = "it is required: the GGUF on the host (the first shard of a split model)"
 
 
-def _integer(low, high):
-    return lambda c, name: c.integer(name, low, high)
-
-
-def _matching(regex, what):
-    return lambda c, name: c.matching(name, regex, what)
-
-
-def _choice(choices):
-    return lambda c, name: c.choice(name, choices)
-
-
-def _boolean(c, name):
-    return c.boolean(name)
-
-
-def _log_verbosity(c, name):
-    """llama-server's ``-lv``; empty leaves llama-server's own default."""
-    return None if c.raw(name) in (None, "") else c.integer(name, 0, 9)
-
-
-# The values checked one by one, in the order their problems are listed: variable (without the prefix) and its
-# check. The argument spec (meta/argument_specs.yml) gives the types and defaults; these add the formats and
-# ranges. The rules between variables follow in check_settings.
+# The values checked one by one, in the order their problems are listed: variable (without the prefix), the
+# ``_Checker`` method that checks it, and that method's arguments. The argument spec (meta/argument_specs.yml)
+# gives the types and defaults; these add the formats and ranges. The rules between variables follow in
+# check_settings.
 _VALUES = (
-    ("project_dir", lambda c, name: c.path(name, mounted=True)),
-    ("compose_file", _matching(_FILE_NAME_RE, "a file name ending in .yml or .yaml")),
-    ("service_name", _matching(_SERVICE_NAME_RE, "a compose service name (letters, digits, '.', '_' and '-')")),
-    ("container_name", _matching(_CONTAINER_NAME_RE, "a container name (letters, digits, '_', '.' and '-', "
-                                                     "starting with a letter or digit)")),
-    ("image", _matching(_IMAGE_RE, "an image reference ([registry/]name[:tag][@digest])")),
-    ("restart_policy", _choice(RESTART_POLICIES)),
-    ("network_mode", _choice(NETWORK_MODES)),
-    ("port", _integer(1, 65535)),
-    ("container_port", _integer(1, 65535)),
-    ("log_max_size", _matching(_LOG_SIZE_RE, "a size such as 50m (digits and k, m or g)")),
-    ("log_max_file", _integer(1, 100)),
-    ("log_verbosity", _log_verbosity),
-    ("extra_args", lambda c, name: c.string_list(name)),
-    ("allow_unauthenticated", _boolean),
-    ("ctx_size", _integer(1, INT32_MAX)),
-    ("parallel", _integer(1, LLAMA_MAX_SEQ)),
-    ("n_gpu_layers", lambda c, name: c.gpu_layers(name)),
-    ("gpu_devices", lambda c, name: c.int_list(name, 0, 1023)),
-    ("moe_offload_mode", _choice(MODES)),
-    ("cpu_expert_layers", lambda c, name: c.int_list(name, 0, MAX_BLOCKS - 1)),
-    ("moe_offload_force", _boolean),
-    ("health_timeout", _integer(1, 86400)),
-    ("verify_always", _boolean),
-    ("vram_check", _boolean),
-    ("vram_tolerance_mib", _integer(0, 1048576)),
-    ("parity_check", _boolean),
-    ("parity_prompt", lambda c, name: c.string(name, allow_control=True, max_len=65536)),
-    ("parity_n_predict", _integer(1, 4096)),
-    ("parity_seed", _integer(0, 2 ** 32 - 1)),
-    ("rollback", _boolean),
-    ("rollback_to", _choice(ROLLBACK_TO)),
-    ("lock_timeout", _integer(0, 86400)),
-    ("lock_lease", _integer(60, 7 * 86400)),
+    ("project_dir", "path", {"mounted": True}),
+    ("compose_file", "matching", {"regex": _FILE_NAME_RE, "what": "a file name ending in .yml or .yaml"}),
+    ("service_name", "matching", {"regex": _SERVICE_NAME_RE,
+                                  "what": "a compose service name (letters, digits, '.', '_' and '-')"}),
+    ("container_name", "matching", {"regex": _CONTAINER_NAME_RE, "what": "a container name (letters, digits, '_', "
+                                    "'.' and '-', starting with a letter or digit)"}),
+    ("image", "matching", {"regex": _IMAGE_RE, "what": "an image reference ([registry/]name[:tag][@digest])"}),
+    ("restart_policy", "choice", {"choices": RESTART_POLICIES}),
+    ("network_mode", "choice", {"choices": NETWORK_MODES}),
+    ("port", "integer", {"low": 1, "high": 65535}),
+    ("container_port", "integer", {"low": 1, "high": 65535}),
+    ("log_max_size", "matching", {"regex": _LOG_SIZE_RE, "what": "a size such as 50m (digits and k, m or g)"}),
+    ("log_max_file", "integer", {"low": 1, "high": 100}),
+    # llama-server's -lv; empty leaves llama-server's own default
+    ("log_verbosity", "optional_integer", {"low": 0, "high": 9}),
+    ("extra_args", "string_list", {}),
+    ("allow_unauthenticated", "boolean", {}),
+    ("ctx_size", "integer", {"low": 1, "high": INT32_MAX}),
+    ("parallel", "integer", {"low": 1, "high": LLAMA_MAX_SEQ}),
+    ("n_gpu_layers", "gpu_layers", {}),
+    ("gpu_devices", "int_list", {"low": 0, "high": 1023}),
+    ("moe_offload_mode", "choice", {"choices": MODES}),
+    ("cpu_expert_layers", "int_list", {"low": 0, "high": MAX_BLOCKS - 1}),
+    ("moe_offload_force", "boolean", {}),
+    ("health_timeout", "integer", {"low": 1, "high": 86400}),
+    ("verify_always", "boolean", {}),
+    ("vram_check", "boolean", {}),
+    ("vram_tolerance_mib", "integer", {"low": 0, "high": 1048576}),
+    ("parity_check", "boolean", {}),
+    ("parity_prompt", "string", {"allow_control": True, "max_len": 65536}),
+    ("parity_n_predict", "integer", {"low": 1, "high": 4096}),
+    ("parity_seed", "integer", {"low": 0, "high": 2 ** 32 - 1}),
+    ("rollback", "boolean", {}),
+    ("rollback_to", "choice", {"choices": ROLLBACK_TO}),
+    ("lock_timeout", "integer", {"low": 0, "high": 86400}),
+    ("lock_lease", "integer", {"low": 60, "high": 7 * 86400}),
 )
 
 
@@ -472,7 +458,7 @@ def check_settings(values, api_key=None, entry="main"):
     model: its variables are only checked when it is set.
     """
     c = _Checker(values)
-    s = {key: check(c, PREFIX + key) for key, check in _VALUES}
+    s = {key: getattr(c, check)(PREFIX + key, **args) for key, check, args in _VALUES}
     _project(c, s)
     _api_key(c, s, api_key)
     _bind_address(c, s)
@@ -487,7 +473,7 @@ def check_settings(values, api_key=None, entry="main"):
 
 
 # Every variable check_settings reads (the API key apart: it is passed on its own).
-VARIABLES = tuple(PREFIX + key for key, _check in _VALUES) + tuple(
+VARIABLES = tuple(PREFIX + key for key, _check, _args in _VALUES) + tuple(
     PREFIX + key for key in ("compose_project", "compose_command", "bind_address", "model_path", "model_dir",
                              "model_mount", "moe_offload_pattern", "rollback_dir"))
 
