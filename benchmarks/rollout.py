@@ -35,9 +35,6 @@ def run(fleet, name, forks, serial):
     """One rollout: (wall seconds, rollout.json, ok+changed tasks of the busiest host, return code)."""
     report_dir = fleet.base / ("report-" + name)
     env = fleet.ansible_env()
-    env.update(ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"),
-               ANSIBLE_CALLBACKS_ENABLED="ai_llm.moe_offload.rollout_report", ANSIBLE_NOCOLOR="1",
-               ANSIBLE_RETRY_FILES_ENABLED="0")
     cmd = [str(BIN / "ansible-playbook"), "-i", str(fleet.base / "hosts.yml"), str(ROOT / "playbooks" / "deploy.yml"),
            "--forks", str(forks), "-e", "llm_rollout_report_dir=%s" % report_dir]
     if serial:

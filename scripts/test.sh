@@ -13,7 +13,7 @@ bash scripts/setup.sh
 
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(lint sanity compat pytest mutation-fast)
-declare -A took
+declare -A took cpu
 status=0
 results="$ROOT/.cache/test-results"
 rm -rf "$results" && mkdir -p "$results"
@@ -54,42 +54,64 @@ run_stage() {
   return $rc
 }
 
-# lint, sanity and compat run side by side: each is mostly one core at a time (pylint alone outlasts the other
-# sanity tests; compat's two releases at a time wait on their playbooks), so together they fill both cores.
-# Their output is buffered and printed in stage order when they end; pytest and mutation-fast, which use every
-# core, then run one after the other.
-side_by_side=(lint sanity compat)
-declare -A pid
 for stage in "${stages[@]}"; do
   case "$stage" in
     lint|sanity|compat|pytest|mutation-fast|mutation) ;;
     *) echo "unknown stage: $stage" >&2; exit 2 ;;
   esac
 done
-# timed_stage STAGE: run_stage, then "<seconds> <exit status>" in $results/STAGE.took
+# timed_stage STAGE: run_stage in a subshell, then "<seconds> <exit status> <CPU seconds>" in $results/STAGE.took
+# (CPU: user + system of the stage's processes, as the subshell's `times` counts them; containers started by
+# podman are not its children and are not counted). With a second argument, the stage runs at that niceness.
 timed_stage() {
-  local start=$SECONDS rc=0
-  run_stage "$1" || rc=$?
-  echo "$((SECONDS - start)) $rc" >"$results/$1.took"
+  local start=$SECONDS
+  (
+    rc=0
+    [ -z "${2:-}" ] || renice -n "$2" -p "$BASHPID" >/dev/null
+    run_stage "$1" || rc=$?
+    times >"$results/$1.times"   # (not in a pipe: a pipe's subshell has no children of its own)
+    awk -v took="$((SECONDS - start))" -v rc="$rc" 'NR == 2 {
+      split($1 " " $2, t, "[ms ]+"); printf "%d %d %d\n", took, rc, t[1] * 60 + t[2] + t[3] * 60 + t[4] }' \
+      "$results/$1.times" >"$results/$1.took"
+    exit "$rc"
+  ) || true
 }
-for stage in "${stages[@]}"; do
-  [[ " ${side_by_side[*]} " == *" $stage "* ]] || continue
-  timed_stage "$stage" >"$results/$stage.out" 2>&1 &
-  pid[$stage]=$!
+
+# The stages run side by side, each with its output in $results/STAGE.out, printed whole when the stage ends.
+# pytest is the longest and spends much of its time waiting (servers loading, containers, ssh), so it starts
+# first and keeps the normal priority; lint, sanity and compat (each mostly one core at a time) fill the cores
+# around it at a lower priority, and the mutation stage, which keeps both cores busy, starts when they have ended.
+declare -A pid stage_of
+start_stage() {
+  timed_stage "$1" "${2:-}" >"$results/$1.out" 2>&1 &
+  pid[$1]=$!
+  stage_of[$!]=$1
+  echo "test stage started: $1"
+}
+want() { [[ " ${stages[*]} " == *" $1 "* ]]; }
+want pytest && start_stage pytest
+for stage in lint sanity compat; do
+  if want "$stage"; then start_stage "$stage" 10; fi
 done
-for stage in "${stages[@]}"; do
-  if [[ -n "${pid[$stage]:-}" ]]; then
-    wait "${pid[$stage]}" || true
-    echo "=== test stage: $stage"
-    cat "$results/$stage.out"
-  else
-    echo "=== test stage: $stage"
-    timed_stage "$stage"
+running() { local s; for s in "$@"; do [[ -n "${pid[$s]:-}" && -z "${took[$s]:-}" ]] && return 0; done; return 1; }
+while :; do
+  if ! running lint sanity compat; then
+    for stage in mutation-fast mutation; do
+      if want "$stage" && [[ -z "${pid[$stage]:-}" ]]; then start_stage "$stage"; fi
+    done
   fi
-  read -r took[$stage] rc <"$results/$stage.took"
+  live=()
+  for stage in "${!pid[@]}"; do running "$stage" && live+=("${pid[$stage]}"); done
+  ((${#live[@]})) || break
+  wait -n -p ended "${live[@]}" || true
+  stage="${stage_of[$ended]}"
+  echo "=== test stage: $stage"
+  cat "$results/$stage.out"
+  read -r took[$stage] rc cpu[$stage] <"$results/$stage.took"
+  echo "(stage $stage: ${took[$stage]}s)"
   [ "$rc" -eq 0 ] || status=1
 done
-for stage in "${stages[@]}"; do echo "stage $stage: ${took[$stage]}s"; done
+for stage in "${stages[@]}"; do echo "stage $stage: ${took[$stage]}s (CPU ${cpu[$stage]}s)"; done
 # One closing line over pytest's test cases and the compat checks.
 python - "$results" "${stages[@]}" <<'PY'
 import re, sys, xml.etree.ElementTree as ET

@@ -481,13 +481,12 @@ class Fleet:
         return Path(path)
 
     def ansible_env(self):
-        """Environment for ansible/ansible-playbook against the fleet: known_hosts checked, our ControlPath dir."""
-        env = dict(os.environ)
-        env.update({
-            "ANSIBLE_HOST_KEY_CHECKING": "True",
-            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(self.control_dir),
-        })
-        return env
+        """Environment for ansible/ansible-playbook against the fleet: this checkout's ansible.cfg and collection,
+        the rollout report, no colours, known_hosts checked, our ControlPath dir."""
+        return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"),
+                    ANSIBLE_CALLBACKS_ENABLED="ai_llm.moe_offload.rollout_report", ANSIBLE_NOCOLOR="1",
+                    ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_HOST_KEY_CHECKING="True",
+                    ANSIBLE_SSH_CONTROL_PATH_DIR=str(self.control_dir))
 
     # ------------------------------------------------------------------ teardown
     def down(self):

@@ -83,20 +83,6 @@ def inventory_with(fleet, name, host_vars=None, **group_vars):
     return fleet.inventory(fleet.base / name, group_vars=dict(fleet.group_vars, **group_vars), host_vars=host_vars)
 
 
-def ansible_env(fleet):
-    env = fleet.ansible_env()
-    env.update({
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
-        "ANSIBLE_CALLBACKS_ENABLED": "ai_llm.moe_offload.rollout_report",
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_LOCALHOST_WARNING": "0",
-        "ANSIBLE_RETRY_FILES_ENABLED": "0",
-    })
-    return env
-
-
 def rollout_command(fleet, name, *args, inventory=None, playbook=None):
     return [str(BIN / "ansible-playbook"), "-i", str(inventory or fleet.base / "hosts.yml"),
             playbook or str(ROOT / "playbooks" / "deploy.yml"),
@@ -112,7 +98,7 @@ def finish(fleet, name, proc):
 def rollout(fleet, name, *args, inventory=None, playbook=None):
     """Run the rollout; returns (process, rollout.json as a dict)."""
     proc = subprocess.run(rollout_command(fleet, name, *args, inventory=inventory, playbook=playbook),
-                          capture_output=True, text=True, env=ansible_env(fleet), cwd=str(fleet.base), timeout=900,
+                          capture_output=True, text=True, env=fleet.ansible_env(), cwd=str(fleet.base), timeout=900,
                           check=False)
     return proc, finish(fleet, name, proc)
 
@@ -165,7 +151,7 @@ def test_a_fleet_whose_network_has_leading_zeros_answers_ssh_with_host_key_check
         fl.up()
         inventory = fl.inventory(fl.base / "hosts.yml")
         proc = subprocess.run([str(BIN / "ansible"), "-i", str(inventory), "all", "-m", "ansible.builtin.ping"],
-                              capture_output=True, text=True, env=ansible_env(fl), timeout=120, check=False)
+                              capture_output=True, text=True, env=fl.ansible_env(), timeout=120, check=False)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert sorted(re.findall(r"^(z\d) \| SUCCESS", proc.stdout, re.MULTILINE)) == ["z1", "z2"], proc.stdout
         assert [line.split()[0] for line in fl.known_hosts.read_text().splitlines()] == [
@@ -180,7 +166,7 @@ def test_a_fleet_whose_network_has_leading_zeros_answers_ssh_with_host_key_check
 
 
 def test_ansible_reaches_every_host_over_ssh(fleet):
-    env = ansible_env(fleet)
+    env = fleet.ansible_env()
     proc = subprocess.run([str(BIN / "ansible"), "-i", str(fleet.base / "hosts.yml"), "all", "-m", "ansible.builtin.ping"],
                           capture_output=True, text=True, env=env, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -367,7 +353,7 @@ def test_sshd_killed_in_the_middle_of_a_rollout(fleet):
     name = "sshd-h3"
     output = fleet.base / ("output-%s.log" % name)
     with output.open("w") as sink, subprocess.Popen(rollout_command(fleet, name, inventory=inv), stdout=sink,
-                                                    stderr=subprocess.STDOUT, text=True, env=ansible_env(fleet),
+                                                    stderr=subprocess.STDOUT, text=True, env=fleet.ansible_env(),
                                                     cwd=str(fleet.base)) as run:
         try:
             deadline = time.monotonic() + 600
