@@ -10,18 +10,10 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _compute
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _kv_cache as kvc
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_estimate as mest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_facts as mfacts
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
-from tools import gguf_models
 from tests.helpers.memory_models import MIB, NANO_ATTENTION, attention_model, attention_only, facts, nano_facts, weights_model
 
 NANO_FACTS = nano_facts()
-
-
-@pytest.fixture(scope="module")
-def nano_file(tmp_path_factory):
-    return gguf_models.write_nemotron_nano_30b(tmp_path_factory.mktemp("nano"), shards=6)
 
 
 def test_split_puts_kv_and_state_on_the_layer_device():
@@ -57,19 +49,16 @@ def test_bad_context(ctx, parallel):
         mest.estimate(NANO_FACTS, Options(ctx, parallel))
 
 
-def test_real_nano_header(nano_file):
-    model = read_model(nano_file[0])
-    layout = classify_model(model.architecture, model.metadata, model.tensors)
-    facts = mfacts.model_facts(model.metadata, model.tensors, layout)
-    assert facts.warnings == []
-    assert facts.n_vocab == 131072  # from the skipped token array's count
-    result = mest.estimate(facts, Options(32768, 2, backend="cpu"), cpu_tensors=layout.expert_tensors)
+def test_real_nano_header(nano):
+    assert nano.warnings == []
+    assert nano.n_vocab == 131072  # from the skipped token array's count
+    result = mest.estimate(nano, Options(32768, 2, backend="cpu"), cpu_tensors=nano.expert_names)
     gpu = result["gpus"][0]
     assert gpu["kv_mib"] == 192.00
     assert gpu["recurrent_mib"] == 95.23
     assert gpu["kv"] == 6144 * 32768 and gpu["recurrent"] == 2 * 23 * 2170880
-    non_expert = sum(t.nbytes for t in model.tensors if t.name not in set(layout.expert_tensors))
-    embd = [t.nbytes for t in model.tensors if t.name == "token_embd.weight"][0]
+    non_expert = sum(t.nbytes for t in nano.tensors if t.name not in set(nano.expert_names))
+    embd = [t.nbytes for t in nano.tensors if t.name == "token_embd.weight"][0]
     assert gpu["model"] == non_expert - embd
     assert 1360 < gpu["model_mib"] < 1380  # llama-server b10435 on an RPC device: 1369.17 MiB (plan_accuracy.py)
     assert 21700 < common.mib(result["host"]["model"] - embd) < 21850  # routed experts: about 21,772 MiB
