@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections import namedtuple
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _common as common
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _compute_buffers as cbuf
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _kv_cache as kvc
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_facts as mfacts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import tensor_nbytes
@@ -97,15 +96,6 @@ def moe_facts(n_embd, n_expert, used, n_ff_exp, gated=False, bias=False):
     return facts(block_count=1, n_embd=n_embd, n_vocab=100, n_expert=n_expert, expert_used_count=used,
                  n_ff_exp=n_ff_exp, experts_gated=gated, expert_probs_bias=bias,
                  expert_tensors_by_block={0: ["blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"]})
-
-
-def ssm_facts(d_inner, n_group, d_state, n_head, n_embd=32):
-    return facts(block_count=1, n_embd=n_embd, n_vocab=100, recurrent_blocks={0: (0, 0)},
-                 ssm={"d_conv": 4, "d_inner": d_inner, "d_state": d_state, "n_group": n_group, "n_head": n_head})
-
-
-def micro_shape(tokens, seqs):
-    return cbuf.GraphShape(tokens, seqs, seqs, None)
 
 
 def two_moe_blocks():

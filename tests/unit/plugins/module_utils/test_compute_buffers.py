@@ -29,7 +29,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options i
 from tools.gguf_models import write_tiny_nemotron_h_moe
 from tests.helpers.memory_models import (
     F32, MEASURED, MIB, MODELS, T, attention_only, decoder, facts, facts_of, gemma3_270m,
-    micro_shape, moe_facts, nano_facts, ssm_facts, transformer, two_moe_blocks)
+    moe_facts, nano_facts, transformer, two_moe_blocks)
 
 NANO_FACTS = nano_facts()
 
@@ -104,9 +104,10 @@ def test_the_largest_node_of_the_experts_beside_the_normed_input_and_the_weights
 ])
 def test_the_mamba2_peak_beside_the_residual_and_ssm_in_s_output(d_inner, n_group, d_state, tokens, live):
     """4 heads, one sequence; the residual [32, T] and ssm_in's output (z [d_inner, T], xBC, dt [4, T])."""
-    facts = ssm_facts(d_inner=d_inner, n_group=n_group, d_state=d_state, n_head=4)
+    f = facts(block_count=1, n_embd=32, n_vocab=100, recurrent_blocks={0: (0, 0)},
+              ssm={"d_conv": 4, "d_inner": d_inner, "d_state": d_state, "n_group": n_group, "n_head": 4})
     residual, in_proj = 32 * tokens * F32, (2 * d_inner + 2 * n_group * d_state + 4) * tokens * F32
-    assert cbuf._ssm_peak(facts, micro_shape(tokens, 1)) == residual + in_proj + live
+    assert cbuf._ssm_peak(f, cbuf.GraphShape(tokens, 1, 1, None)) == residual + in_proj + live
 
 
 def test_the_host_computes_its_experts_under_32_tokens_even_with_op_offload():
