@@ -292,7 +292,6 @@ def test_a_signal_exit_code_is_a_crash_after_a_good_log_named_by_its_last_line_t
 @pytest.mark.parametrize("code, signal", [(0, None), (1, None), (2, None), (127, None), (128, None), (160, None), (255, None),
                                           (None, None), (129, 1), (134, 6), (137, 9), (139, 11), (159, 31), (-9, 9), (-1, 1)])
 def test_a_shell_s_128_plus_n_and_python_s_minus_n_name_signal_n(code, signal):
-    """A shell (and podman) reports a process killed by signal N as 128 + N; Python's subprocess as -N."""
     assert signal_of_exit_code(code) == signal
 
 
@@ -405,7 +404,6 @@ def test_a_big_log_streams_in_bounded_memory_and_what_is_kept_is_bounded(tmp_pat
         p, peak = traced(parse_log, f)
     assert p["runs"] > 1000 and p["server_ready"] and peak < 32 << 20
     assert tensors(p) == [UP1] and p["per_tensor_lines_visible"] and p["failure"] is None
-    # what is kept is bounded
     monkeypatch.setattr(_llama_log, "MAX_OVERRIDES", 10)
     lines = [override("blk.%d.ffn_up_exps.weight" % i, "CPU", 1, "f32") for i in range(25)]
     p = parse_log("\n".join(lines + [model_buf("DEV%d" % i, 1.0) for i in range(200)]))
