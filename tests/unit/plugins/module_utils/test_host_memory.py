@@ -1,10 +1,5 @@
 """Host memory from /proc and /sys/fs/cgroup: this machine's own files, a real process tree, and copies of the
 files as other kernels write them (cgroup v1 and v2, a kernel without MemAvailable).
-
-gather() on a copy of /proc and /sys/fs/cgroup as a cgroup v2 host writes them: every figure comes from the
-copy given as ``root`` (never from this machine's own files), and the memory a process tree gives back when it
-stops is its anonymous plus its shared resident memory (the kernel's RssAnon and RssShmem of
-/proc/<pid>/status; RssFile is page cache of mapped files, such as the model).
 """
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The llama-server log parser (``_llama_log``): lines of every era, runs, loads, errors, crashes, the DEBUG level,
-streaming in bounded memory, public logs, ``parse_command_log`` on a real command. ``parse`` checks that
-``LogParser.feed`` on each line and ``parse_log`` on whole chunks agree. Line formats and log sources: in
-tests/helpers/llama_logs.py; the installed build's real logs: tests/integration/test_llama_log_real_server.py.
-"""
+"""The llama-server log parser (``_llama_log``). Line formats and log sources: in tests/helpers/llama_logs.py; the
+installed build's real logs: tests/integration/test_llama_log_real_server.py."""
 from __future__ import annotations
 
 import io

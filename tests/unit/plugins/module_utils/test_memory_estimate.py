@@ -1,6 +1,4 @@
-"""The memory per GPU and host (``_memory_estimate``): where the weights go (``-ngl all``, ``--tensor-split``,
-``-ot``, CUDA alignment and row padding, tied embeddings, a CPU host) and the sum ``estimate`` gives for one
-placement, on synthetic and real Nano headers."""
+"""The memory per GPU and host (``_memory_estimate``) on synthetic and real Nano headers."""
 from __future__ import annotations
 
 import pytest

@@ -1,8 +1,4 @@
-"""Parsing nvidia-smi output as real cards print it (fixtures in tests/data/nvidia_smi).
-
-The rules of the nvidia-smi parsers one by one: the exact queries, what counts as a missing value, the lines
-that are skipped or refused, and how the memory of a process tree adds up per GPU.
-"""
+"""Parsing nvidia-smi output as real cards print it (fixtures in tests/data/nvidia_smi)."""
 from __future__ import annotations
 
 import os

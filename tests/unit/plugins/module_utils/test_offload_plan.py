@@ -1,6 +1,4 @@
-"""The offload decision (``_offload_plan.plan``) on the generated Nemotron Nano and a small MoE model of exact sizes:
-a plan fits when nothing is left over, auto moves just enough of the lowest blocks, the modes, the placements (one
-GPU, a split, experts per GPU, a CPU host), host memory, a user's pattern, the headroom, reports, refused options."""
+"""The offload decision (``_offload_plan.plan``) on the generated Nemotron Nano and a small MoE model of exact sizes."""
 from __future__ import annotations
 
 import pytest

@@ -1,8 +1,5 @@
-"""The placement proof (``_placement_proof``) on logs parsed by ``_llama_log.parse_log``: every result
-``verify_placement`` returns, the per-tensor, per-device, GPU-sum and host-buffer evidence, the buffer and layer
-checks, and that no log of a failed load, a crash or without evidence verifies. The logs: those of
-tests/data/llama_logs, and lines built with the formats of llama.cpp's source by tests/helpers/llama_logs.py.
-"""
+"""The placement proof (``_placement_proof``) on logs parsed by ``_llama_log.parse_log``: those of
+tests/data/llama_logs, and lines built with the formats of llama.cpp's source by tests/helpers/llama_logs.py."""
 from __future__ import annotations
 
 import pytest

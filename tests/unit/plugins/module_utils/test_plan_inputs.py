@@ -1,6 +1,5 @@
-"""What a plan is made from (``_plan_inputs``): the model's facts from a path or from a ``gguf_info`` result
-(not read again), the GPUs of ``gpu_info`` (the running server's memory counted as free, MIG, unknown fields,
-indices) and the host memory of ``host_info`` (MemAvailable or the cgroup limit), with a clear error for bad input."""
+"""What a plan is made from (``_plan_inputs``): a GGUF path or ``gguf_info`` result, the GPUs of ``gpu_info`` and the
+host memory of ``host_info``."""
 from __future__ import annotations
 
 import os

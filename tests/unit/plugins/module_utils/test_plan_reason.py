@@ -1,5 +1,4 @@
-"""The plan in words (``_plan_reason``): what a plan counts, why it does not fit and what to lower, what goes where,
-and the split and block lists as the plan writes them."""
+"""The plan in words (``_plan_reason``)."""
 from __future__ import annotations
 
 from collections import namedtuple

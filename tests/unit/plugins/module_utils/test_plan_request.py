@@ -1,6 +1,5 @@
 """moe_offload_plan's options and one planner call (plugins/module_utils/_plan_request.py), which the module runs on
-the host and its action plugin on the controller: which models are planned without a file, how cpu_expert_layers
-arrives from YAML, and what a refused plan returns."""
+the host and its action plugin on the controller."""
 from __future__ import annotations
 
 import pytest
