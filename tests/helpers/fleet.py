@@ -528,10 +528,11 @@ class HealthPoller:
     One small process per host (``fleet_poll_health.py``, started with ``nsenter --net``, stopped by its pid) polls
     every ``interval`` seconds, and a thread per host collects its answers: ``samples[host]`` is a list of
     ``(start epoch, HTTP status)``, ``serving()`` the number of hosts answering 200 after each poll of any host.
-    Entering waits until every host has answered once.
+    Entering waits until every host has answered once. A poll that gets no answer in ``timeout`` seconds counts
+    as not serving: the timeout is long enough for a loaded test machine, where a serving host may answer late.
     """
 
-    def __init__(self, hosts, port=8080, interval=0.2, timeout=3.0):
+    def __init__(self, hosts, port=8080, interval=0.2, timeout=10.0):
         self.hosts = list(hosts)
         self.url = "http://127.0.0.1:%d/health" % port
         self.interval, self.timeout = interval, timeout
