@@ -34,7 +34,13 @@ __all__ = [
 _HOST_BUFFER = re.compile(r"(?:CPU.*|.*_Host|AMX|BLAS|KLEIDIAI.*)", re.IGNORECASE)
 HOST_BUFFER_CHECKS = ("KV buffer ", "RS buffer ", "compute buffer ")
 _HIDDEN = "the log's verbosity hides the per-tensor override lines (use -lv 5 or -v); "
-_NO_BUFFER_LINES = "and the log has no model buffer lines either (verbosity too low?): not verified"
+
+
+def _no_buffer_lines(hidden):
+    """The refusal when the log has no model buffer lines, after ``hidden`` (the override lines hidden, or "")."""
+    if hidden:
+        return hidden + "and the log has no model buffer lines either (verbosity too low?): not verified"
+    return "the log has no model buffer lines (verbosity too low?): not verified"
 
 
 def is_device_buffer(name):
@@ -280,7 +286,7 @@ def _placement(parsed, res, want, failed_checks):
     hidden = _HIDDEN if want.of_tensors else ""
     if want.model_buffers is not None:
         if not parsed.get("model_buffers"):
-            return False, hidden + _NO_BUFFER_LINES
+            return False, _no_buffer_lines(hidden)
         res["evidence"] = "device_buffers"
         if any(c["check"].startswith("model buffer") for c in failed_checks):
             return False, hidden + "the per-device model buffers do not match the plan"
@@ -292,7 +298,7 @@ def _placement(parsed, res, want, failed_checks):
         return _host_buffers(res)
     gpu = res["gpu_model_mib"]
     if gpu is None:
-        return False, hidden + _NO_BUFFER_LINES
+        return False, _no_buffer_lines(hidden)
     expect = float(want.gpu_model_mib)
     tol = max(float(want.tolerance_mib), abs(expect) * float(want.tolerance_pct) / 100.0)
     res["gpu_model_tolerance_mib"] = round(tol, 2)
