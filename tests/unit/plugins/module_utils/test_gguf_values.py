@@ -34,20 +34,16 @@ from tests.helpers.gguf_files import (
     I64,
     MIB,
     SCALARS,
-    SOME_TENSORS,
     STRING,
     U8,
     U16,
     U32,
     U64,
-    VT,
     Gguf,
-    cross_check,
     expect_error,
     model_file,
     opened,
     write,
-    write_gguf,
 )
 
 G = Gguf()
@@ -61,7 +57,6 @@ def test_gguf_error_keeps_path_offset_and_reason_as_text_int_text():
     assert (err.path, err.offset, err.reason) == ("/models/m.gguf", 12, "404")
     assert err.args == ("/models/m.gguf", 12, "404")
     assert str(err) == "/models/m.gguf: at byte 12: 404"
-    assert isinstance(err, Exception)
 
 
 def test_skipped_array_names_its_item_type_and_has_its_count_as_length():
@@ -97,12 +92,6 @@ def test_a_string_may_take_exactly_the_rest_of_the_file(tmp_path):
     expect_error(path, 37, "unexpected end of file: 4 bytes needed, 0 left")
     write(path, G.header(0, 1) + G.pack("Q", 6) + b"abcde")
     expect_error(path, 24, "key 0: string length 6 runs past the end of the file (5 bytes left)")
-
-
-def test_a_string_longer_than_a_read_chunk_reads_whole_and_the_next_key_follows(tmp_path):
-    text = "0123456789" * (values.CHUNK // 10 + 7)
-    path = write(tmp_path / "m.gguf", G.header(0, 2) + G.kv("long", STRING, G.s(text)) + G.kv("n", U16, G.pack("H", 9)))
-    assert read_gguf(path).metadata == {"long": text, "n": 9}
 
 
 def test_one_string_is_bounded_by_max_string(tmp_path):
@@ -280,17 +269,6 @@ def test_runs_of_zeros_count_only_whole_empty_elements(tmp_path, endian):
     body = g.kv("s", ARRAY, g.arr(STRING, count, strings)) + g.kv("a", ARRAY, g.arr(ARRAY, count, arrays))
     gf = read_gguf(write(tmp_path / "m.gguf", g.header(0, 3) + body + g.kv("after", U8, b"\x09")))
     assert gf.metadata == {"s": SkippedArray(STRING, count), "a": SkippedArray(ARRAY, count), "after": 9}
-
-
-def test_runs_of_empty_strings_between_real_ones_read_back(tmp_path, endian):
-    """The empty-run skip keeps the count right when empty and non-empty strings alternate (cross-checked)."""
-    tokens = [""] * 500 + ["a"] + [""] * 3 + ["bc"] + [""] * 1000 + ["end"] + [""]
-    path = write_gguf(tmp_path / "empty_runs.gguf", [("tokenizer.ggml.tokens", tokens, VT.ARRAY, VT.STRING),
-                                                     ("after", 9, VT.UINT32)], SOME_TENSORS, endian=endian)[0]
-    gf = read_gguf(path)
-    assert gf.metadata["tokenizer.ggml.tokens"] == SkippedArray(int(VT.STRING), len(tokens))
-    assert gf.metadata["after"] == 9
-    cross_check(path, gf)
 
 
 def test_a_skipped_string_array_that_overruns_the_file_names_the_element(tmp_path):
@@ -494,7 +472,7 @@ def test_next_data_skips_holes_and_stops_at_the_end(tmp_path):
         assert rd.tell() == 0
 
 
-def test_zero_run_counts_zeros_up_to_the_limit_without_moving(tmp_path):
+def test_zero_run_counts_zeros_up_to_the_limit_without_moving_across_reads_and_holes(tmp_path):
     path = write(tmp_path / "f", b"\1" + b"\0" * 10 + b"\2" + b"\0" * 5)
     with opened(path) as rd:
         rd.take(1)
@@ -505,11 +483,8 @@ def test_zero_run_counts_zeros_up_to_the_limit_without_moving(tmp_path):
         rd.seek(12)
         assert rd.zero_run(100) == 5  # up to the end of the file
         assert rd.zero_run(5) == 5 and rd.zero_run(4) == 4
-
-
-def test_zero_run_across_reads_and_holes(tmp_path):
     n = values.CHUNK + 100
-    path = write(tmp_path / "f", b"\1" + b"\0" * n + b"\2")  # zeros stored as data, longer than one read
+    path = write(tmp_path / "g", b"\1" + b"\0" * n + b"\2")  # zeros stored as data, longer than one read
     with opened(path) as rd:
         rd.take(1)
         assert rd.zero_run(10 * n) == n
