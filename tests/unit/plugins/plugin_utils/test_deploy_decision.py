@@ -70,113 +70,75 @@ def test_describe_changes(changes, key_changed, files, text):
 
 
 def test_a_value_is_shown_whole_up_to_60_characters_of_json_then_cut():
-    """60 characters (the quotes included) are shown as they are; one more and the value ends in '...'."""
-    fits, cut = "x" * 58, "y" * 59
+    fits, cut = "x" * 58, "y" * 59           # 60 and 61 characters of JSON, the quotes included
     assert describe_changes([{"key": "K", "old": fits, "new": cut}]) == 'K "%s" -> "%s..."' % (fits, "y" * 55)
 
 
 # decide
 
-
-def test_nothing_is_done_for_the_verified_configuration_that_runs_and_answers():
-    for status in ("changed", "unchanged", "rolled_back"):
-        assert decide(found(verification={"config_hash": H, "status": status}), written()) == NOTHING
-
-
-def test_verify_always_verifies_without_a_recreate_or_a_wait():
-    assert decide(found(), written(), verify_always=True) == {
-        "recreate": False, "verify": True, "wait": False, "reason": ""}
-
-
-@pytest.mark.parametrize("config, key_changed, converge", [
-    (written([{"key": "LLM_CTX_SIZE", "old": "512", "new": "1024"}]), False,
-     recreated('the configuration changed (LLM_CTX_SIZE "512" -> "1024"): ai-llm is recreated')),
-    (written(files=[COMPOSE]), False, recreated("the configuration changed (the compose file): ai-llm is recreated")),
-    (written(files=[ENV]), False, recreated("the configuration changed (the configuration files): ai-llm is recreated")),
-    (written(), True, recreated("the configuration changed (the API key): ai-llm is recreated")),
-    # llm_server_config lists the secrets directory when it only created it: nothing ai-llm reads changed
-    (written(files=["/srv/ai-llm/secrets"]), False, NOTHING),
-    (written(changed_keys=[{"key": ""}]), False, NOTHING),
-])
-def test_a_changed_key_file_or_api_key_recreates_with_what_changed(config, key_changed, converge):
-    assert decide(found(), config, key_changed=key_changed) == converge
-
-
-def test_a_change_is_recreated_whatever_the_container_is():
-    change = written(files=[COMPOSE])
-    reason = "the configuration changed (the compose file): ai-llm is recreated"
-    for service in (found("missing"), found("exited", exit_code=1), found(label="b" * 64), found(health=503), {}):
-        assert decide(service, change) == recreated(reason)
-
-
+CHANGED = "the configuration changed (%s): ai-llm is recreated"
 CREATED = "the ai-llm container %s does not exist: it is created from the configuration on disk"
-
-
-@pytest.mark.parametrize("service, name, reason", [
-    (found("missing"), None, CREATED % "ai-llm"),
-    (found("missing"), "llm-2", CREATED % "llm-2"),
-    ({}, None, CREATED % "ai-llm"),
-    # the exit code is told for an exited container only
-    (found("exited", exit_code=137), "llm-2",
-     "ai-llm (llm-2) is exited (exit code 137): it is recreated with the configuration on disk"),
-    (found("paused", exit_code=1), None, "ai-llm (ai-llm) is paused: it is recreated with the configuration on disk"),
-    (found("created"), None, "ai-llm (ai-llm) is created: it is recreated with the configuration on disk"),
-])
-def test_a_container_that_is_missing_or_does_not_run_is_recreated_under_its_name(service, name, reason):
-    named = {"container_name": name} if name else {}      # None: the default name
-    assert decide(service, written(), **named) == recreated(reason)
-
-
-def test_a_container_created_from_another_configuration_is_recreated():
-    assert decide(found(label="b" * 64), written()) == recreated(
-        "ai-llm runs configuration bbbbbbbbbbbb but aaaaaaaaaaaa is on disk (an earlier run stopped before it "
-        "recreated ai-llm): it is recreated")
-    assert decide(found(label=None), written()) == recreated(
-        "ai-llm runs configuration without the role's label but aaaaaaaaaaaa is on disk (an earlier run stopped "
-        "before it recreated ai-llm): it is recreated")
-    assert decide(found(label=H), written(digest=None)) == recreated(
-        "ai-llm runs configuration aaaaaaaaaaaa but  is on disk (an earlier run stopped before it "
-        "recreated ai-llm): it is recreated")
-
-
-def test_an_api_key_not_in_force_is_recreated_with_what_props_answered():
-    auth = {"checked": True, "enforced": False, "without_key": 200, "with_key": 401}
-    assert decide(found(auth=auth), written()) == recreated(
-        "the API key is not in force (/props answered 200 without it and 401 with it): ai-llm is recreated")
-    # not checked: nothing is known against it
-    assert decide(found(auth={"checked": False, "enforced": False}), written()) == NOTHING
-    assert decide(dict(found(), auth=None), written()) == NOTHING
-
-
-def test_the_label_is_checked_before_the_api_key():
-    auth = {"checked": True, "enforced": False, "without_key": 200, "with_key": 200}
-    assert decide(found(label="b" * 64, auth=auth), written())["reason"].startswith(
-        "ai-llm runs configuration bbbbbbbbbbbb")
-
-
-def test_a_verified_configuration_that_does_not_answer_200_is_recreated():
-    for health in (503, None, -1):
-        assert decide(found(health=health), written()) == recreated(
-            "ai-llm runs the verified configuration but /health answers %s: it is recreated" % health)
-
-
-def test_an_unverified_configuration_is_verified_and_waited_for_only_when_it_does_not_answer():
-    reason = ("the configuration aaaaaaaaaaaa that ai-llm runs was never verified (an earlier run stopped before its "
+RECREATED = "ai-llm (%s) is %s: it is recreated with the configuration on disk"
+OTHER_LABEL = ("ai-llm runs configuration %s but %s is on disk (an earlier run stopped before it recreated ai-llm): "
+               "it is recreated")
+UNVERIFIED = ("the configuration %s that ai-llm runs was never verified (an earlier run stopped before its "
               "verification): it is verified now")
-    for verification in ({"config_hash": "c" * 64, "status": "changed"}, {"config_hash": H, "status": "failed"}, {}):
-        assert decide(found(verification=verification), written()) == {
-            "recreate": False, "verify": True, "wait": False, "reason": reason}
-        assert decide(found(health=503, verification=verification), written()) == {
-            "recreate": False, "verify": True, "wait": True, "reason": reason}
-        assert decide(found(verification=verification), written(), verify_always=True)["reason"] == reason
+NOT_IN_FORCE = {"checked": True, "enforced": False, "without_key": 200, "with_key": 401}
 
 
-def test_an_unverified_configuration_without_a_hash_is_named_empty():
-    service = found(label=None, verification={})
-    assert decide(service, written(digest=None)) == {
-        "recreate": False, "verify": True, "wait": False,
-        "reason": "the configuration  that ai-llm runs was never verified (an earlier run stopped before its "
-                  "verification): it is verified now"}
+def verified(wait, reason=""):
+    return {"recreate": False, "verify": True, "wait": wait, "reason": reason}
+
+
+@pytest.mark.parametrize("service, config, options, converge", [
+    # nothing for the verified configuration that runs and answers; verify_always verifies it without a recreate
+    *[(found(verification={"config_hash": H, "status": status}), written(), {}, NOTHING)
+      for status in ("changed", "unchanged", "rolled_back")],
+    (found(), written(), {"verify_always": True}, verified(False)),
+    # a changed key, file or API key recreates with what changed
+    (found(), written([CTX]), {}, recreated(CHANGED % 'LLM_CTX_SIZE "512" -> "1024"')),
+    (found(), written(files=[COMPOSE]), {}, recreated(CHANGED % "the compose file")),
+    (found(), written(files=[ENV]), {}, recreated(CHANGED % "the configuration files")),
+    (found(), written(), {"key_changed": True}, recreated(CHANGED % "the API key")),
+    # llm_server_config lists the secrets directory when it only created it: nothing ai-llm reads changed
+    (found(), written(files=["/srv/ai-llm/secrets"]), {}, NOTHING),
+    (found(), written(changed_keys=[{"key": ""}]), {}, NOTHING),
+    # a change is recreated whatever the container is
+    *[(service, written(files=[COMPOSE]), {}, recreated(CHANGED % "the compose file"))
+      for service in (found("missing"), found("exited", exit_code=1), found(label="b" * 64), found(health=503), {})],
+    # a container that is missing or does not run is recreated under its name (ai-llm by default)
+    (found("missing"), written(), {}, recreated(CREATED % "ai-llm")),
+    (found("missing"), written(), {"container_name": "llm-2"}, recreated(CREATED % "llm-2")),
+    ({}, written(), {}, recreated(CREATED % "ai-llm")),
+    # the exit code is told for an exited container only
+    (found("exited", exit_code=137), written(), {"container_name": "llm-2"},
+     recreated(RECREATED % ("llm-2", "exited (exit code 137)"))),
+    (found("paused", exit_code=1), written(), {}, recreated(RECREATED % ("ai-llm", "paused"))),
+    (found("created"), written(), {}, recreated(RECREATED % ("ai-llm", "created"))),
+    # a container created from another configuration, checked before the API key
+    (found(label="b" * 64), written(), {}, recreated(OTHER_LABEL % ("bbbbbbbbbbbb", "aaaaaaaaaaaa"))),
+    (found(label="b" * 64, auth=NOT_IN_FORCE), written(), {}, recreated(OTHER_LABEL % ("bbbbbbbbbbbb", "aaaaaaaaaaaa"))),
+    (found(label=None), written(), {}, recreated(OTHER_LABEL % ("without the role's label", "aaaaaaaaaaaa"))),
+    (found(label=H), written(digest=None), {}, recreated(OTHER_LABEL % ("aaaaaaaaaaaa", ""))),
+    # an API key not in force is recreated with what /props answered; not checked, nothing is known against it
+    (found(auth=NOT_IN_FORCE), written(), {}, recreated(
+        "the API key is not in force (/props answered 200 without it and 401 with it): ai-llm is recreated")),
+    (found(auth={"checked": False, "enforced": False}), written(), {}, NOTHING),
+    (dict(found(), auth=None), written(), {}, NOTHING),
+    # a verified configuration that does not answer 200 is recreated
+    *[(found(health=health), written(), {}, recreated(
+        "ai-llm runs the verified configuration but /health answers %s: it is recreated" % health))
+      for health in (503, None, -1)],
+    # an unverified configuration is verified, and waited for only when it does not answer; without a hash, named empty
+    *[row for verification in ({"config_hash": "c" * 64, "status": "changed"}, {"config_hash": H, "status": "failed"}, {})
+      for row in ((found(verification=verification), written(), {}, verified(False, UNVERIFIED % "aaaaaaaaaaaa")),
+                  (found(health=503, verification=verification), written(), {}, verified(True, UNVERIFIED % "aaaaaaaaaaaa")),
+                  (found(verification=verification), written(), {"verify_always": True},
+                   verified(False, UNVERIFIED % "aaaaaaaaaaaa")))],
+    (found(label=None, verification={}), written(digest=None), {}, verified(False, UNVERIFIED % "")),
+])
+def test_decide(service, config, options, converge):
+    assert decide(service, config, **options) == converge
 
 
 # unchanged
@@ -192,42 +154,31 @@ def on_host(**held):
     return holding(SETTINGS, PLACEMENT, **held)
 
 
-def test_nothing_to_do_for_the_configuration_on_disk_that_runs_verified_and_snapshotted():
-    service, digest = on_host()
-    assert unchanged(service, SETTINGS, PLACEMENT) == {"unchanged": True, "config": proved(digest),
-                                                       "converge": NOTHING}
-    # without rollbacks the last snapshot does not matter
-    service, digest = on_host(snapshot_hash="0" * 64)
-    assert unchanged(service, dict(SETTINGS, rollback=False), PLACEMENT) == {
-        "unchanged": True, "config": proved(digest), "converge": NOTHING}
-
-
-def test_nothing_to_do_with_the_api_key_held_on_disk():
-    service, digest = on_host(key=b"sk-1\n")
-    assert unchanged(service, SETTINGS, PLACEMENT, "sk-1") == {"unchanged": True, "config": proved(digest),
-                                                               "converge": NOTHING}
-    assert unchanged(service, SETTINGS, PLACEMENT) == {
-        "unchanged": False, "reason": "the files on disk are not those of this configuration"}
-
-
 LOCKED = "the project directory's lock file exists"
 
 
-@pytest.mark.parametrize("held, settings, reason", [
-    ({"lock_file": True}, {}, LOCKED),
+@pytest.mark.parametrize("held, settings, key, reason", [
+    # nothing to do (None) for the configuration on disk that runs verified and snapshotted, with the API key held on
+    # disk; without rollbacks the last snapshot does not matter
+    ({}, {}, (), None), ({"key": b"sk-1\n"}, {}, ("sk-1",), None),
+    ({"snapshot_hash": "0" * 64}, {"rollback": False}, (), None),
+    # anything else is a change with its reason
+    ({"key": b"sk-1\n"}, {}, (), "the files on disk are not those of this configuration"),
+    ({"lock_file": True}, {}, (), LOCKED),
     # the container is named from the settings
-    ({"container": {"exists": False}}, {},
+    ({"container": {"exists": False}}, {}, (),
      "the ai-llm container llm-2 does not exist: it is created from the configuration on disk"),
-    ({"verification": {"status": "failed"}}, {}, "the configuration {digest} that ai-llm runs was never verified (an "
-                                                 "earlier run stopped before its verification): it is verified now"),
-    ({}, {"verify_always": True}, "a verification is asked for"),
-    ({"snapshot_hash": "0" * 64}, {}, "the last snapshot is not this configuration"),    # with rollbacks, the default
+    ({"verification": {"status": "failed"}}, {}, (), "the configuration {digest} that ai-llm runs was never verified "
+                                                     "(an earlier run stopped before its verification): it is verified now"),
+    ({}, {"verify_always": True}, (), "a verification is asked for"),
+    ({"snapshot_hash": "0" * 64}, {}, (), "the last snapshot is not this configuration"),    # with rollbacks, the default
 ])
-def test_anything_else_is_a_change_with_its_reason(held, settings, reason):
+def test_unchanged(held, settings, key, reason):
     service, digest = on_host(**held)
     assert SETTINGS["rollback"] is True
-    assert unchanged(service, dict(SETTINGS, **settings), PLACEMENT) == {
-        "unchanged": False, "reason": reason.format(digest=digest[:12])}
+    assert unchanged(service, dict(SETTINGS, **settings), PLACEMENT, *key) == (
+        {"unchanged": True, "config": proved(digest), "converge": NOTHING} if reason is None
+        else {"unchanged": False, "reason": reason.format(digest=digest[:12])})
 
 
 def test_no_answer_about_the_lock_file_is_a_change():
