@@ -62,11 +62,6 @@ CPU_ONLY = {"devices": [], "memory": {"gpus": [], "host": {"model_mib": 30.0, "k
                                                            "compute_mib": 22.77}}}
 
 
-def test_every_layer_is_offloaded_by_default():
-    """The role's default -ngl offloads every layer: the plan's buffers are expected without n_gpu_layers set."""
-    assert log_expectations(TWO_GPUS, "multi", {"extra_args": []}) == dict(ON_GPUS, expect_tensors=[])
-
-
 @pytest.mark.parametrize("layers, expected", [("98", False), ("99", True), (" 99 ", True), ("100", True),
                                               (98, False), (99, True), ("all", True), ("-1", False), ("", False),
                                               ("20", False), ("auto", False)])
@@ -113,48 +108,39 @@ NOT_VERIFIED = "llama_server_log did not verify the placement"
 NOTHING = dict(OK_LOG, overridden=[])
 
 
-@pytest.mark.parametrize("log, pattern, problem", [
+FAR = [row(0, 2000, 2000, True), row(1, 1000, 4000, False), row(2, 500, 10, False)]
+FAR_TEXT = ("GPU memory taken by ai-llm is far from the plan (tolerance %s MiB): GPU 1: 4000 MiB used, 1000 MiB "
+            "planned; GPU 2: 10 MiB used, 500 MiB planned")
+SAME = {"tokens": [1, 2], "content": "ab"}
+DIFFERENT = {"before": SAME, "after": {"tokens": [1, 3], "content": "ac"}}
+PARITY_FAILED = "output parity failed: the same prompt (greedy, seed %s) gave [1, 2] before and [1, 3] after"
+
+
+@pytest.mark.parametrize("log, pattern, more, problem", [
     # a load error is the first problem
-    (dict(OK_LOG, load_error="tensor 'x' has wrong shape", failed=True, msg="other"), "p",
+    (dict(OK_LOG, load_error="tensor 'x' has wrong shape", failed=True, msg="other"), "p", {},
      "the model failed to load: tensor 'x' has wrong shape"),
     # no overridden tensor is a problem only for a pattern with the per-tensor lines shown
-    (NOTHING, "", ""), (NOTHING, None, ""), (dict(NOTHING, per_tensor_lines_visible=False), "blk", ""),
-    (NOTHING, r"blk\.9",
+    (NOTHING, "", {}, ""), (NOTHING, None, {}, ""), (dict(NOTHING, per_tensor_lines_visible=False), "blk", {}, ""),
+    (NOTHING, r"blk\.9", {},
      "the pattern matched no tensors: llama-server's log shows no tensor overridden to CPU for \"blk\\\\.9\""),
     # a log that did not verify gives its message
-    (dict(OK_LOG, failed=True, msg="no CUDA0 buffer"), "p", "no CUDA0 buffer"), (dict(OK_LOG, failed=True), "p", NOT_VERIFIED),
-    ({"verified": False}, "p", NOT_VERIFIED), (None, "", NOT_VERIFIED),
+    (dict(OK_LOG, failed=True, msg="no CUDA0 buffer"), "p", {}, "no CUDA0 buffer"), (dict(OK_LOG, failed=True), "p", {}, NOT_VERIFIED),
+    ({"verified": False}, "p", {}, NOT_VERIFIED), (None, "", {}, NOT_VERIFIED),
+    # each GPU far from the plan is named with the tolerance, judged before the parity
+    (OK_LOG, "p", {"vram": FAR, "parity": {"before": {"tokens": [1]}, "after": {"tokens": [2]}}}, FAR_TEXT % 0),
+    (OK_LOG, "p", {"vram": FAR, "tolerance_mib": 512}, FAR_TEXT % 512), (OK_LOG, "p", {"vram": FAR[:1]}, ""),
+    (OK_LOG, "p", {"vram": [row(0, 2000, 2000, None)]},
+     "GPU memory taken by ai-llm is far from the plan (tolerance 0 MiB): GPU 0: 2000 MiB used, 2000 MiB planned"),
+    # different answers before and after are a parity failure; the same answer or no baseline is none
+    (OK_LOG, "p", {"vram": [], "parity": DIFFERENT, "seed": 42}, PARITY_FAILED % 42),
+    (OK_LOG, "p", {"parity": DIFFERENT}, PARITY_FAILED % None),
+    (OK_LOG, "p", {"parity": {"before": SAME, "after": dict(SAME)}}, ""), (OK_LOG, "p", {"parity": {}}, ""),
+    (OK_LOG, "p", {"parity": {"before": None, "after": SAME}}, ""),
+    (OK_LOG, "p", {"parity": {"before": SAME, "after": None}}, ""),
 ])
-def test_the_log_s_problem_comes_first(log, pattern, problem):
-    assert verification_problem(log, pattern) == problem
-
-
-def test_each_gpu_far_from_the_plan_is_named_with_the_tolerance():
-    rows = [row(0, 2000, 2000, True), row(1, 1000, 4000, False), row(2, 500, 10, False)]
-    text = ("GPU memory taken by ai-llm is far from the plan (tolerance %s MiB): GPU 1: 4000 MiB used, 1000 MiB "
-            "planned; GPU 2: 10 MiB used, 500 MiB planned")
-    # judged before the parity
-    assert verification_problem(OK_LOG, "p", rows, {"before": {"tokens": [1]}, "after": {"tokens": [2]}}) == text % 0
-    assert verification_problem(OK_LOG, "p", rows, tolerance_mib=512) == text % 512
-    assert verification_problem(OK_LOG, "p", rows[:1]) == ""
-    assert verification_problem(OK_LOG, "p", [row(0, 2000, 2000, None)]) == (
-        "GPU memory taken by ai-llm is far from the plan (tolerance 0 MiB): GPU 0: 2000 MiB used, 2000 MiB planned")
-
-
-def test_different_answers_before_and_after_are_a_parity_failure():
-    parity = {"before": {"tokens": [1, 2], "content": "ab"}, "after": {"tokens": [1, 3], "content": "ac"}}
-    assert verification_problem(OK_LOG, "p", [], parity, seed=42) == (
-        "output parity failed: the same prompt (greedy, seed 42) gave [1, 2] before and [1, 3] after")
-    assert verification_problem(OK_LOG, "p", parity=parity) == (
-        "output parity failed: the same prompt (greedy, seed None) gave [1, 2] before and [1, 3] after")
-
-
-def test_the_same_answer_or_no_baseline_is_no_parity_problem():
-    same = {"tokens": [1, 2], "content": "ab"}
-    assert verification_problem(OK_LOG, "p", parity={"before": same, "after": dict(same)}) == ""
-    assert verification_problem(OK_LOG, "p", parity={"before": None, "after": same}) == ""
-    assert verification_problem(OK_LOG, "p", parity={"before": same, "after": None}) == ""
-    assert verification_problem(OK_LOG, "p", parity={}) == ""
+def test_verification_problem(log, pattern, more, problem):
+    assert verification_problem(log, pattern, **more) == problem
 
 
 # log_args, parity_answer, parity_note
@@ -162,7 +148,7 @@ def test_the_same_answer_or_no_baseline_is_no_parity_problem():
 
 def test_the_log_is_asked_for_what_the_plan_and_the_placement_expect():
     placement = {"topology": "multi", "expected_tensors": ["t"], "pattern": "p"}
-    args = log_args(TWO_GPUS, placement, {"extra_args": []})
+    args = log_args(TWO_GPUS, placement, {"extra_args": []})      # no n_gpu_layers: the role's default, every layer
     assert args == dict(ON_GPUS, fail_on_mismatch=False, expect_tensors=["t"], expect_gpu_model_mib=2169.73)
     cpu = log_args(CPU_ONLY, {"topology": "cpu", "expected_tensors": ["t"]}, {})
     assert cpu == {"fail_on_mismatch": False, "expect_kv_buffers": {"CPU": 27.0}, "expect_rs_buffers": {"CPU": 0.5},
