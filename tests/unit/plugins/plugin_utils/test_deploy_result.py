@@ -43,39 +43,39 @@ def test_ran_is_a_result_that_is_there_and_not_skipped(registered, ran):
     assert _ran(registered) is ran
 
 
-def test_plan_summary_takes_every_documented_key_of_a_plan():
-    gpu = {"index": 0, "name": "H200", "model_mib": 1000, "kv_mib": 200, "recurrent_mib": 0, "compute_mib": 300,
-           "margin_mib": 512, "total_mib": 2012, "free_mib": 140000, "extra": "dropped"}
-    plan = {"fits": True, "reason": "the experts of 2 blocks go to host RAM", "msg": "not this",
-            "cpu_expert_layers": [3, 4], "placement": "layer", "gpu_devices": [1],
-            "tensor_split": "3,1", "memory": {"gpus": [gpu, {"index": 1}],
-                                              "host": {"model_mib": 1600, "available_mib": 64000}}}
-    assert plan_summary({"moe_offload_mode": "auto"}, plan, {"gpu_devices": [0]}) == {
-        "mode": "auto", "fits": True, "reason": "the experts of 2 blocks go to host RAM", "cpu_expert_layers": [3, 4],
-        "placement": "layer", "gpu_devices": [1], "tensor_split": "3,1",
-        "gpus": [{k: v for k, v in gpu.items() if k != "extra"}, dict({k: None for k in PLAN_GPU_KEYS}, index=1)],
-        "host": {"experts_mib": 1600, "available_mib": 64000}}
+H200 = {"index": 0, "name": "H200", "model_mib": 1000, "kv_mib": 200, "recurrent_mib": 0, "compute_mib": 300,
+        "margin_mib": 512, "total_mib": 2012, "free_mib": 140000}
 
 
-def test_plan_summary_falls_back_to_msg_and_the_placed_gpus_and_counts_the_host_model_size_as_its_experts():
-    plan = {"fits": False, "msg": "does not fit", "cpu_expert_layers": [5],
-            "memory": {"host": {"model_mib": 700, "available_mib": 100}}}
-    assert plan_summary({"moe_offload_mode": "layers"}, plan, {"gpu_devices": [0, 1]}) == {
-        "mode": "layers", "fits": False, "reason": "does not fit", "cpu_expert_layers": [5], "placement": None,
-        "gpu_devices": [0, 1], "tensor_split": "", "gpus": [], "host": {"experts_mib": 700, "available_mib": 100}}
-
-
-def test_plan_summary_of_a_plan_that_did_not_run_is_empty():
-    assert plan_summary({}, None, None) == EMPTY_PLAN
-    assert plan_summary({}, {}, {}) == EMPTY_PLAN
-    skipped = {"skipped": True, "fits": True, "reason": "r", "gpu_devices": [3], "tensor_split": "1,1"}
-    assert plan_summary({"moe_offload_mode": "all"}, skipped, {"gpu_devices": [2]}) == dict(
-        EMPTY_PLAN, mode="all", gpu_devices=[2])
+@pytest.mark.parametrize("settings, plan, placement, summary", [
+    # every documented key of a plan
+    ({"moe_offload_mode": "auto"},
+     {"fits": True, "reason": "the experts of 2 blocks go to host RAM", "msg": "not this", "cpu_expert_layers": [3, 4],
+      "placement": "layer", "gpu_devices": [1], "tensor_split": "3,1",
+      "memory": {"gpus": [dict(H200, extra="dropped"), {"index": 1}], "host": {"model_mib": 1600, "available_mib": 64000}}},
+     {"gpu_devices": [0]},
+     {"mode": "auto", "fits": True, "reason": "the experts of 2 blocks go to host RAM", "cpu_expert_layers": [3, 4],
+      "placement": "layer", "gpu_devices": [1], "tensor_split": "3,1",
+      "gpus": [H200, dict({k: None for k in PLAN_GPU_KEYS}, index=1)],
+      "host": {"experts_mib": 1600, "available_mib": 64000}}),
+    # msg without a reason, the placed GPUs without the plan's; the host's model size counts as its experts
+    ({"moe_offload_mode": "layers"},
+     {"fits": False, "msg": "does not fit", "cpu_expert_layers": [5],
+      "memory": {"host": {"model_mib": 700, "available_mib": 100}}},
+     {"gpu_devices": [0, 1]},
+     {"mode": "layers", "fits": False, "reason": "does not fit", "cpu_expert_layers": [5], "placement": None,
+      "gpu_devices": [0, 1], "tensor_split": "", "gpus": [], "host": {"experts_mib": 700, "available_mib": 100}}),
+    # a plan that did not run is empty
+    ({}, None, None, EMPTY_PLAN), ({}, {}, {}, EMPTY_PLAN),
+    ({"moe_offload_mode": "all"}, {"skipped": True, "fits": True, "reason": "r", "gpu_devices": [3], "tensor_split": "1,1"},
+     {"gpu_devices": [2]}, dict(EMPTY_PLAN, mode="all", gpu_devices=[2])),
+])
+def test_plan_summary(settings, plan, placement, summary):
+    assert plan_summary(settings, plan, placement) == summary
 
 
 def test_buffers_are_the_four_kinds_of_the_log_each_a_dict():
     assert buffers(None) == EMPTY_BUFFERS
-    assert buffers({}) == EMPTY_BUFFERS
     assert buffers({"model_buffers": None, "kv_buffers": {}}) == EMPTY_BUFFERS
     log = {"model_buffers": {"CUDA0": 1.5}, "kv_buffers": {"CUDA0": 0.5}, "rs_buffers": {"CPU": 0.1},
            "compute_buffers": {"CUDA_Host": 2.0}, "other": {"x": 1}}
@@ -315,11 +315,8 @@ def test_changed_is_true_for_a_change_or_a_rollback_only(parts, status, changed)
     assert status in STATUSES
 
 
-def test_the_total_time_is_rounded_to_milliseconds():
+def test_the_total_time_runs_to_now_by_default_rounded_to_milliseconds(monkeypatch):
     assert build({"started": 100.0}, now=100.12345)["timings"]["total"] == 0.123
-
-
-def test_the_total_time_runs_to_now_by_default(monkeypatch):
     monkeypatch.setattr(time, "time", lambda: 160.5)
     assert build({"started": 100.0})["timings"]["total"] == 60.5
 
