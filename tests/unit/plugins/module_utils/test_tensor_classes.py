@@ -178,74 +178,85 @@ def test_tensors_of_unknown_size_count_zero_and_five_are_named(unknown, listed):
 
 
 # ---- the expert counts ----
-def test_expert_count_from_the_first_stacked_expert_tensor_when_the_metadata_has_none():
-    """ne[2] of a stacked expert tensor is the number of experts; a 3-D tensor of another class (deepseek2's
-    attn_k_b) and a per-expert 2-D tensor do not count."""
-    tensors = [T("blk.0.attn_k_b.weight", (128, 512, 16), 1), T("blk.0.ffn_gate.0.weight", (8, 16), 1),
-               T("blk.1.ffn_up_exps.weight", (8, 16, 32), 1), T("blk.2.ffn_up_exps.weight", (8, 16, 64), 1)]
-    assert classify_model("deepseek2", {}, tensors).expert_count == 32
-    assert classify_model("deepseek2", {"deepseek2.expert_count": 0}, tensors).expert_count == 32
-    assert classify_model("deepseek2", {"deepseek2.expert_count": "8"}, tensors).expert_count == 32
-    assert classify_model("deepseek2", {"deepseek2.expert_count": 8}, tensors).expert_count == 8
-    assert classify_model("deepseek2", {}, tensors[:2]).expert_count == 0
-    assert classify_model("deepseek2", {}, [T("blk.0.ffn_up_exps.weight", None, 1)]).expert_count == 0
+# ne[2] of the first stacked expert tensor is the number of experts where the metadata has none (or 0, or not an
+# integer); a 3-D tensor of another class (deepseek2's attn_k_b) and a per-expert 2-D tensor do not count. A bool is
+# a number, a float or a string is ignored. The shared-expert count is inferred only when the metadata has none.
+EXPERT_TENSORS = [T("blk.0.attn_k_b.weight", (128, 512, 16), 1), T("blk.0.ffn_gate.0.weight", (8, 16), 1),
+                  T("blk.1.ffn_up_exps.weight", (8, 16, 32), 1), T("blk.2.ffn_up_exps.weight", (8, 16, 64), 1)]
+UP_EXPS = [T("blk.0.ffn_up_exps.weight", (8, 16, 4), 1)]
+WITH_SHEXP = UP_EXPS + [T("blk.0.ffn_up_shexp.weight", (8, 16), 1)]
 
 
-def test_integer_metadata_reads_booleans_as_numbers_and_ignores_other_types():
-    tensors = [T("blk.0.ffn_up_exps.weight", (8, 16, 4), 1)]
-    layout = classify_model("qwen3moe", {"qwen3moe.expert_used_count": True, "qwen3moe.expert_count": 2.0}, tensors)
-    assert (layout.expert_count, layout.expert_used_count) == (4, 1)
-    assert classify_model("qwen3moe", {"qwen3moe.expert_used_count": "2"}, tensors).expert_used_count == 0
-
-
-def test_shared_expert_count_is_inferred_only_when_the_metadata_has_none():
-    with_shared = [T("blk.0.ffn_up_exps.weight", (8, 16, 4), 1), T("blk.0.ffn_up_shexp.weight", (8, 16), 1)]
-    without = with_shared[:1]
-    assert classify_model("qwen2moe", {}, with_shared).expert_shared_count == 1
-    assert classify_model("qwen2moe", {}, without).expert_shared_count == 0
-    assert classify_model("qwen2moe", {"qwen2moe.expert_shared_count": 0}, with_shared).expert_shared_count == 0
-    assert classify_model("qwen2moe", {"qwen2moe.expert_shared_count": 2}, without).expert_shared_count == 2
-    assert classify_model("qwen2moe", {"qwen2moe.expert_shared_count": "1"}, without).expert_shared_count == 0
-
-
-# ---- the block count ----
-@pytest.mark.parametrize("metadata, blocks, kinds", [
-    ({}, (0, 2), {0: ["attention"], 1: [], 2: ["attention"]}),  # from the tensor names
-    ({"llama.block_count": 4}, (1,), {0: [], 1: ["attention"], 2: [], 3: []}),  # with blocks that hold no tensor
-    ({"llama.block_count": 0}, (), {}),
+@pytest.mark.parametrize("arch, metadata, tensors, counts", [
+    ("deepseek2", {}, EXPERT_TENSORS, (32, 0, 0)),
+    ("deepseek2", {"deepseek2.expert_count": 0}, EXPERT_TENSORS, (32, 0, 0)),
+    ("deepseek2", {"deepseek2.expert_count": "8"}, EXPERT_TENSORS, (32, 0, 0)),
+    ("deepseek2", {"deepseek2.expert_count": 8}, EXPERT_TENSORS, (8, 0, 0)),
+    ("deepseek2", {}, EXPERT_TENSORS[:2], (0, 0, 0)),
+    ("deepseek2", {}, [T("blk.0.ffn_up_exps.weight", None, 1)], (0, 0, 0)),
+    ("qwen3moe", {"qwen3moe.expert_used_count": True, "qwen3moe.expert_count": 2.0}, UP_EXPS, (4, 1, 0)),
+    ("qwen3moe", {"qwen3moe.expert_used_count": "2"}, UP_EXPS, (4, 0, 0)),
+    ("qwen2moe", {}, WITH_SHEXP, (4, 0, 1)),
+    ("qwen2moe", {"qwen2moe.expert_shared_count": 0}, WITH_SHEXP, (4, 0, 0)),
+    ("qwen2moe", {"qwen2moe.expert_shared_count": 2}, UP_EXPS, (4, 0, 2)),
+    ("qwen2moe", {"qwen2moe.expert_shared_count": "1"}, UP_EXPS, (4, 0, 0)),
 ])
-def test_block_count_from_the_metadata_or_the_tensor_names(metadata, blocks, kinds):
-    tensors = [T("blk.%d.attn_q.weight" % i, (8, 8), 1) for i in blocks] + [T("output.weight", (8, 8), 1)]
-    layout = classify_model("llama", metadata, tensors)
-    assert (layout.block_count, layout.block_kinds, layout.warnings) == (len(kinds), kinds, [])
+def test_expert_counts_from_the_metadata_else_the_tensors(arch, metadata, tensors, counts):
+    layout = classify_model(arch, metadata, tensors)
+    assert (layout.expert_count, layout.expert_used_count, layout.expert_shared_count) == counts
 
 
-@pytest.mark.parametrize("block_count, last_block, warnings", [
-    (3, 2, []),
-    (2, 2, ["tensors name blocks up to 2 but glm4moe.block_count is 2"]),
-    (0, 0, ["tensors name blocks up to 0 but glm4moe.block_count is 0"]),
+# ---- the block count; the block kinds from the tensors, or from the per-layer metadata of nemotron_h(_moe) ----
+def _blocks(*tensors):
+    """``blk.N.<suffix>`` tensors of ``(N, suffix)`` pairs."""
+    return [T("blk.%d.%s" % (b, s), (8, 8), 1) for b, s in tensors]
+
+
+def _kinds(count, held):
+    """The block kinds of ``count`` blocks: ``held`` ({block: kinds}), [] for the others."""
+    return {**dict.fromkeys(range(count), []), **held}
+
+
+OUTPUT = [T("output.weight", (8, 8), 1)]
+Q0, NEXTN, SSM_ATTN = (0, "attn_q.weight"), "nextn.eh_proj.weight", ((0, "ssm_in.weight"), (1, "attn_q.weight"))
+IMPLAUSIBLE = "llama.block_count 65537 is implausible (more than 65536): ignored, blocks counted from the tensor names"
+
+
+@pytest.mark.parametrize("arch, metadata, tensors, block_count, kinds, warnings", [
+    # from the tensor names; from the metadata, with blocks that hold no tensor
+    ("llama", {}, _blocks(Q0, (2, "attn_q.weight")) + OUTPUT, 3, {0: ["attention"], 1: [], 2: ["attention"]}, []),
+    ("llama", {"llama.block_count": 4}, _blocks((1, "attn_q.weight")) + OUTPUT, 4, _kinds(4, {1: ["attention"]}), []),
+    ("llama", {"llama.block_count": 0}, OUTPUT, 0, {}, []),
+    # blocks beyond the block count (multi-token prediction, nextn, comes after the counted ones), with a warning
+    ("glm4moe", {"glm4moe.block_count": 3}, _blocks((2, NEXTN)), 3, _kinds(3, {}), []),
+    ("glm4moe", {"glm4moe.block_count": 2}, _blocks((2, NEXTN)), 3, _kinds(3, {}),
+     ["tensors name blocks up to 2 but glm4moe.block_count is 2"]),
+    ("glm4moe", {"glm4moe.block_count": 0}, _blocks((0, NEXTN)), 1, {0: []},
+     ["tensors name blocks up to 0 but glm4moe.block_count is 0"]),
+    # a block count up to 65536 is taken, more is ignored; a block number up to 65535 lists every block
+    ("llama", {"llama.block_count": 65536}, _blocks(Q0), 65536, _kinds(65536, {0: ["attention"]}), []),
+    ("llama", {"llama.block_count": 65537}, _blocks(Q0, (2, "attn_q.weight")), 3, _kinds(3, {0: ["attention"], 2: ["attention"]}),
+     [IMPLAUSIBLE]),
+    ("llama", {}, _blocks((65535, "attn_q.weight")), 65536, _kinds(65536, {65535: ["attention"]}), []),
+    # nemotron_h_moe blocks after the per-layer arrays take their kinds from the tensors
+    ("nemotron_h_moe", {"nemotron_h_moe.block_count": 2, "nemotron_h_moe.attention.head_count_kv": [0, 2],
+                        "nemotron_h_moe.feed_forward_length": [0, 0]},
+     [T("blk.2.ffn_up_exps.weight", (8, 16, 8), 1), T("blk.2.nextn.eh_proj.weight", (8, 8), 1)], 3,
+     {0: ["recurrent"], 1: ["attention"], 2: ["moe"]}, ["tensors name blocks up to 2 but nemotron_h_moe.block_count is 2"]),
+    # without a block count the tensors size the arrays
+    ("nemotron_h", {"nemotron_h.attention.head_count_kv": (0, 0), "nemotron_h.feed_forward_length": (0, 0)},
+     _blocks(*SSM_ATTN), 2, {0: ["recurrent"], 1: ["recurrent"]}, []),
+    # the per-layer arrays of other architectures are not read
+    ("jamba", {"jamba.block_count": 2, "jamba.attention.head_count_kv": [0, 0], "jamba.feed_forward_length": [0, 0]},
+     _blocks(*SSM_ATTN), 2, {0: ["recurrent"], 1: ["attention"]}, []),
+    ("qwen3moe", {}, _blocks(*SSM_ATTN), 2, {0: ["recurrent"], 1: ["attention"]}, []),
 ])
-def test_blocks_beyond_the_block_count_are_counted_with_a_warning(block_count, last_block, warnings):
-    """Multi-token-prediction blocks (nextn) come after the counted ones."""
-    tensors = [T("blk.%d.nextn.eh_proj.weight" % last_block, (8, 8), 1)]
-    layout = classify_model("glm4moe", {"glm4moe.block_count": block_count}, tensors)
-    assert layout.warnings == warnings
-    assert layout.block_count == max(block_count, last_block + 1)
-
-
-def test_a_block_count_up_to_65536_is_taken_and_more_is_ignored():
-    tensors = [T("blk.0.attn_q.weight", (8, 8), 1)]
-    layout = classify_model("llama", {"llama.block_count": 65536}, tensors)
-    assert layout.block_count == 65536 and layout.warnings == [] and len(layout.block_kinds) == 65536
-    layout = classify_model("llama", {"llama.block_count": 65537}, tensors)
-    assert layout.block_count == 1 and layout.block_kinds == {0: ["attention"]}
-    assert layout.warnings == ["llama.block_count 65537 is implausible (more than 65536): ignored, blocks counted "
-                               "from the tensor names"]
+def test_the_block_count_and_the_block_kinds(arch, metadata, tensors, block_count, kinds, warnings):
+    layout = classify_model(arch, metadata, tensors)
+    assert (layout.block_count, layout.block_kinds, layout.warnings) == (block_count, kinds, warnings)
 
 
 def test_a_block_number_over_65535_lists_only_the_blocks_that_hold_tensors():
-    layout = classify_model("llama", {}, [T("blk.65535.attn_q.weight", (8, 8), 1)])
-    assert layout.block_count == 65536 and layout.warnings == [] and len(layout.block_kinds) == 65536
     tensors = [T("blk.1.attn_q.weight", (8, 8), 1), T("blk.65536.ffn_up.weight", (8, 8), 1)]
     layout = classify_model("llama", {}, tensors)
     assert layout.block_count == 65537
@@ -255,7 +266,6 @@ def test_a_block_number_over_65535_lists_only_the_blocks_that_hold_tensors():
                                "that hold tensors are listed"]
 
 
-# ---- block kinds from the tensors ----
 @pytest.mark.parametrize("suffixes, kinds", [
     (["attn_q.weight"], ["attention"]),
     (["ssm_in.weight"], ["recurrent"]),
@@ -273,7 +283,6 @@ def test_block_kinds_from_the_tensor_classes(suffixes, kinds):
     assert layout.block_kinds == {0: kinds}
 
 
-# ---- block kinds of nemotron_h / nemotron_h_moe from the per-layer metadata ----
 def _nemotron(arch, layers, expert_count=8):
     """layers: (head_count_kv, feed_forward_length, tensor suffixes) per block."""
     tensors = [T("blk.%d.%s" % (i, s), (8, 8), 1) for i, (_kv, _ff, suffixes) in enumerate(layers) for s in suffixes]
@@ -287,7 +296,9 @@ def _nemotron(arch, layers, expert_count=8):
 def test_nemotron_kinds_follow_llama_cpps_per_layer_rule():
     """src/models/nemotron-h.cpp load_arch_hparams: a layer is recurrent iff n_head_kv(i) == 0 and n_ff(i) == 0;
     a layer with KV heads is attention; one with an FFN length is MoE when it holds experts or a router, dense
-    when it holds a dense FFN, and otherwise MoE iff the model has experts (load_arch_tensors: n_expert != 0)."""
+    when it holds a dense FFN, and otherwise MoE iff the model has experts (load_arch_tensors: n_expert != 0).
+    load_arch_tensors builds attention only where n_ff(i) == 0, and llama-model.cpp keeps a KV cache only for
+    layers that are neither recurrent nor FFN: KV heads beside an FFN length do not make an attention block."""
     layers = [
         (0, 0, ["ssm_in.weight", "ffn_up.weight"]),
         (0, 1, ["ffn_up_exps.weight"]),
@@ -296,40 +307,17 @@ def test_nemotron_kinds_follow_llama_cpps_per_layer_rule():
         (0, 64, ["ffn_gate_inp.weight", "ffn_up.weight"]),
         (0, 64, []),
         (0, 64, ["attn_norm.weight"]),
+        (2, 64, ["ffn_up_exps.weight"]),
+        (2, 64, ["ffn_up.weight"]),
+        (2, 0, ["attn_q.weight"]),
     ]
     layout = _nemotron("nemotron_h_moe", layers)
     assert layout.block_kinds == {0: ["recurrent"], 1: ["moe"], 2: ["attention"], 3: ["dense_ffn"], 4: ["moe"],
-                                  5: ["moe"], 6: ["moe"]}
+                                  5: ["moe"], 6: ["moe"], 7: ["moe"], 8: ["dense_ffn"], 9: ["attention"]}
     assert layout.warnings == []
     layout = _nemotron("nemotron_h", layers, expert_count=0)
     assert layout.block_kinds[5] == ["dense_ffn"] and layout.block_kinds[1] == ["moe"]
     assert _nemotron("nemotron_h_moe", layers, expert_count=1).block_kinds[5] == ["moe"]
-
-
-def test_a_nemotron_block_with_kv_heads_and_an_ffn_is_an_ffn_block_only():
-    """src/models/nemotron-h.cpp load_arch_tensors builds attention only where n_ff(i) == 0, and llama-model.cpp
-    keeps a KV cache only for layers that are neither recurrent nor FFN: KV heads beside an FFN length do not make
-    the block an attention block."""
-    layers = [(2, 64, ["ffn_up_exps.weight"]), (2, 64, ["ffn_up.weight"]), (2, 0, ["attn_q.weight"])]
-    assert _nemotron("nemotron_h_moe", layers).block_kinds == {0: ["moe"], 1: ["dense_ffn"], 2: ["attention"]}
-
-
-def test_nemotron_blocks_after_the_arrays_take_their_kinds_from_the_tensors():
-    layout = _nemotron("nemotron_h_moe", [(0, 0, []), (2, 0, [])])
-    assert layout.block_kinds == {0: ["recurrent"], 1: ["attention"]}
-    tensors = [T("blk.2.ffn_up_exps.weight", (8, 16, 8), 1), T("blk.2.nextn.eh_proj.weight", (8, 8), 1)]
-    meta = {"nemotron_h_moe.block_count": 2, "nemotron_h_moe.attention.head_count_kv": [0, 2],
-            "nemotron_h_moe.feed_forward_length": [0, 0]}
-    layout = classify_model("nemotron_h_moe", meta, tensors)
-    assert layout.block_kinds == {0: ["recurrent"], 1: ["attention"], 2: ["moe"]}
-    assert layout.warnings == ["tensors name blocks up to 2 but nemotron_h_moe.block_count is 2"]
-
-
-def test_nemotron_arrays_sized_by_the_tensors_without_a_block_count():
-    tensors = [T("blk.0.ssm_in.weight", (8, 8), 1), T("blk.1.attn_q.weight", (8, 8), 1)]
-    meta = {"nemotron_h.attention.head_count_kv": (0, 0), "nemotron_h.feed_forward_length": (0, 0)}
-    layout = classify_model("nemotron_h", meta, tensors)
-    assert layout.block_kinds == {0: ["recurrent"], 1: ["recurrent"]} and layout.warnings == []
 
 
 @pytest.mark.parametrize("head_count_kv, feed_forward_length", [
@@ -351,11 +339,3 @@ def test_nemotron_without_usable_per_layer_arrays_falls_back_to_the_tensor_names
     assert layout.block_kinds == {0: ["recurrent"], 1: ["moe"], 2: ["attention"]}
     assert layout.warnings == ["nemotron_h_moe without per-layer head_count_kv / feed_forward_length arrays: block "
                                "kinds taken from tensor names"]
-
-
-def test_per_layer_arrays_of_other_architectures_are_not_read():
-    tensors = [T("blk.0.ssm_in.weight", (8, 8), 1), T("blk.1.attn_q.weight", (8, 8), 1)]
-    meta = {"jamba.block_count": 2, "jamba.attention.head_count_kv": [0, 0], "jamba.feed_forward_length": [0, 0]}
-    layout = classify_model("jamba", meta, tensors)
-    assert layout.block_kinds == {0: ["recurrent"], 1: ["attention"]} and layout.warnings == []
-    assert classify_model("qwen3moe", {}, tensors).warnings == []
