@@ -92,8 +92,3 @@ def test_mib_text_defaults_to_one_decimal_and_no_unit():
 ])
 def test_shorten_keeps_text_within_the_limit_with_its_marker(text, limit, marker, expected):
     assert shorten(text, limit, marker) == expected
-
-
-def test_shorten_marker_defaults_to_three_dots():
-    assert shorten("x" * 41, 40) == "x" * 37 + "..."
-    assert shorten("x" * 40, 40) == "x" * 40
