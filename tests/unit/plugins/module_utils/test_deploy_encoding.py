@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_encoding import (
     api_key_problem,
     compose_literal,
-    compose_reference,
     control_chars,
     device_overrides_problem,
     dotenv_problem,
@@ -61,9 +60,6 @@ def compose_go_single_quoted(src):
             continue
         return "".join(chars), src[i + 1:]
     raise ValueError("unterminated quoted value")
-
-
-# --- .env ------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("value", [
@@ -133,9 +129,6 @@ def test_dotenv_unquote_reads_the_roles_own_encoding(text, value):
     assert dotenv_unquote(text) == value
 
 
-# --- compose ---------------------------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("value, text", [
     ("", '""'), ("$", '"$$"'), ("a$$b", '"a$$$$b"'), ("a$b${X}", '"a$$b$${X}"'), (8080, '"8080"'),
     ("ünï", '"ünï"'), ("\xa0", '"\xa0"'), ('q"\\', '"q\\"\\\\"'), ("x\nprivileged: true", '"x\\nprivileged: true"'),
@@ -155,14 +148,6 @@ def test_compose_literals_read_back_through_yaml_with_line_separators_and_non_pr
     assert yaml.safe_load("x: " + text) == {"x": value}
     assert json.loads(text) == value
     assert text.isascii() or not set(text) & set("\x85\u2028\u2029\ufeff\x7f")
-
-
-def test_compose_reference_is_the_roles_unescaped_env_reference():
-    assert compose_reference("LLM_PORT") == '"${LLM_PORT:-}"'
-    assert compose_reference("LLM_PORT", "8080") == '"${LLM_PORT:-8080}"'
-
-
-# --- the pattern, the device overrides and the API key -----------------------------------------------------------
 
 
 def test_offload_pattern_problem_limits_the_utf8_bytes_then_checks_env_then_regex():
@@ -189,17 +174,12 @@ BAD_ITEM = "%s is not PATTERN=DEVICE (one '=', no ',')"
     (["ok=CUDA0", "exps"], BAD_ITEM % '"exps"'),
     (["a${=CUDA0"], '"a${=CUDA0": ' + DOLLAR_BRACE),
     (["(?i)x=CUDA0"], '"(?i)x=CUDA0": inline flags such as (?i) are not ECMAScript std::regex syntax'),
+    # together, joined by ',', 16384 bytes at most
+    (["a" * 8185 + "=CUDA0", "b" * 8186 + "=CUDA1"], None),
+    (["a" * 8186 + "=CUDA0", "b" * 8186 + "=CUDA1"], "together 16385 bytes, more than the 16384 llama-server takes"),
 ])
 def test_device_overrides_problem_checks_each_item(overrides, problem):
     assert device_overrides_problem(overrides) == problem
-
-
-def test_device_overrides_together_fit_in_one_pattern():
-    exact = ["a" * 8185 + "=CUDA0", "b" * 8186 + "=CUDA1"]
-    assert len(",".join(exact)) == 16384
-    assert device_overrides_problem(exact) is None
-    over = ["a" * 8186 + "=CUDA0", "b" * 8186 + "=CUDA1"]
-    assert device_overrides_problem(over) == "together 16385 bytes, more than the 16384 llama-server takes"
 
 
 @pytest.mark.parametrize("key, problem", [
