@@ -5,17 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_memory import (
-    KIND_LABELS, device_buffers, memory_views)
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_memory import device_buffers, memory_views
 from tests.helpers import rollout_samples as samples
 from tests.helpers.rollout_samples import error_of
-
-
-def test_every_memory_kind_has_its_label():
-    assert KIND_LABELS == {
-        "model": "weights", "kv": "KV cache", "recurrent": "recurrent state", "compute": "compute",
-        "margin": "margin", "other": "other (CUDA context...)", "free": "free", "overflow": "missing",
-        "experts": "routed experts"}
 
 
 SAME_DEVICES = {"CUDA0": {"model": 10.0, "kv": 2.0, "rs": 1.0, "compute": 3.0}, "CPU_Mapped": {"model": 5.0},
@@ -69,39 +61,43 @@ def planned(model=0.0, kv=0.0, recurrent=0.0, compute=0.0, margin=0.0, free=0.0)
             ("free", free)]
 
 
-def test_memory_views_of_no_result_or_no_plan_is_empty():
-    assert memory_views(None) == {"gpus": [], "host": None}
-    assert memory_views({}) == {"gpus": [], "host": None}
-    assert memory_views({"plan": {"gpus": None, "host": None}, "vram": "not measured"}) == {"gpus": [], "host": None}
+NO_VIEWS = {"gpus": [], "host": None}
 
 
-def test_memory_views_total_mib_of_the_plan_wins_over_the_sum_of_its_parts():
-    views = memory_views({"plan": {"gpus": [{"index": 0, "name": "G", "model_mib": 100, "kv_mib": "50",
-                                             "free_mib": 1000, "total_mib": 400}]}})
-    assert views == {"gpus": [gpu_view(0, "G", 1000.0, planned(100.0, 50.0, free=600.0), 400.0)], "host": None}
-    views = memory_views({"plan": {"gpus": [{"index": 0, "model_mib": 100, "kv_mib": 50, "recurrent_mib": 25,
-                                             "compute_mib": 75, "margin_mib": 250, "free_mib": 1000}]}})
-    assert views["gpus"] == [gpu_view(0, None, 1000.0, planned(100.0, 50.0, 25.0, 75.0, 250.0, 500.0), 500.0)]
-
-
-def test_memory_views_overflow_is_what_the_plan_needs_beyond_the_free_memory():
-    def view(free):
-        return memory_views({"plan": {"gpus": [{"index": 0, "model_mib": 400, "free_mib": free}]}})["gpus"][0]
-    assert (view(401)["overflow"], dict(view(401)["planned"])["free"]) == (0.0, 1.0)
-    assert (view(400)["overflow"], dict(view(400)["planned"])["free"]) == (0.0, 0.0)
-    assert (view(300)["overflow"], dict(view(300)["planned"])["free"]) == (100.0, 0.0)
-    unknown = view(None)
-    assert (unknown["available"], unknown["overflow"], dict(unknown["planned"])["free"]) == (None, 0.0, 0.0)
-
-
-def test_memory_views_measured_from_the_buffers_and_the_vram_the_container_took():
-    res = {"plan": {"gpus": [{"index": 0, "model_mib": 100, "free_mib": 1000}]},
-           "buffers": {"CUDA0": {"model": 90, "kv": 10, "rs": 5, "compute": 20}},
-           "vram": [{"index": 0, "used_mib": 300, "ok": False}]}
-    (gpu,) = memory_views(res)["gpus"]
-    assert gpu == gpu_view(0, None, 1000.0, planned(100.0, free=900.0), 100.0, measured=[
-        ("model", 90.0), ("kv", 10.0), ("recurrent", 5.0), ("compute", 20.0), ("other", 175.0), ("free", 700.0)],
-        measured_total=300.0, used=300.0, vram_ok=False)
+@pytest.mark.parametrize("result, views", [
+    # no result or no plan
+    (None, NO_VIEWS), ({}, NO_VIEWS), ({"plan": {"gpus": None, "host": None}, "vram": "not measured"}, NO_VIEWS),
+    # the total_mib of the plan wins over the sum of its parts
+    ({"plan": {"gpus": [{"index": 0, "name": "G", "model_mib": 100, "kv_mib": "50", "free_mib": 1000, "total_mib": 400}]}},
+     {"gpus": [gpu_view(0, "G", 1000.0, planned(100.0, 50.0, free=600.0), 400.0)], "host": None}),
+    ({"plan": {"gpus": [{"index": 0, "model_mib": 100, "kv_mib": 50, "recurrent_mib": 25, "compute_mib": 75,
+                         "margin_mib": 250, "free_mib": 1000}]}},
+     {"gpus": [gpu_view(0, None, 1000.0, planned(100.0, 50.0, 25.0, 75.0, 250.0, 500.0), 500.0)], "host": None}),
+    # the overflow is what the plan needs beyond the free memory
+    *[({"plan": {"gpus": [{"index": 0, "model_mib": 400, "free_mib": free}]}},
+       {"gpus": [gpu_view(0, None, free, planned(400.0, free=left), 400.0, overflow)], "host": None})
+      for free, left, overflow in ((401, 1.0, 0.0), (400, 0.0, 0.0), (300, 0.0, 100.0), (None, 0.0, 0.0))],
+    # measured from the buffers and the vram the container took, or the buffers alone
+    ({"plan": {"gpus": [{"index": 0, "model_mib": 100, "free_mib": 1000}]},
+      "buffers": {"CUDA0": {"model": 90, "kv": 10, "rs": 5, "compute": 20}},
+      "vram": [{"index": 0, "used_mib": 300, "ok": False}]},
+     {"gpus": [gpu_view(0, None, 1000.0, planned(100.0, free=900.0), 100.0, measured=[
+         ("model", 90.0), ("kv", 10.0), ("recurrent", 5.0), ("compute", 20.0), ("other", 175.0), ("free", 700.0)],
+         measured_total=300.0, used=300.0, vram_ok=False)], "host": None}),
+    ({"plan": {"gpus": [{"index": 0}]}, "buffers": {"CUDA0": {"model": 10, "compute": 2}}},
+     {"gpus": [gpu_view(0, None, None, planned(), 0.0, measured=[
+         ("model", 10.0), ("kv", 0.0), ("recurrent", 0.0), ("compute", 2.0)], measured_total=12.0)], "host": None}),
+    # host RAM from the plan and the host-side model buffers
+    ({"plan": {"host": {"experts_mib": 10}}}, {"gpus": [], "host": {"available": None, "planned": 10.0, "measured": None}}),
+    ({"plan": {"host": {"available_mib": "2048"}}},
+     {"gpus": [], "host": {"available": 2048.0, "planned": None, "measured": None}}),
+    ({"buffers": {"model": {"CPU": 100, "CPU_REPACK": 50.5, "CUDA0": 9}, "compute": {"CUDA_Host": 3}}},
+     {"gpus": [], "host": {"available": None, "planned": None, "measured": 150.5}}),
+    ({"buffers": {"compute": {"CUDA_Host": 3}, "model": {"CUDA0": 9}}}, NO_VIEWS),
+    ({"buffers": {"CPU": {"model": 0}}}, {"gpus": [], "host": {"available": None, "planned": None, "measured": 0.0}}),
+])
+def test_memory_views(result, views):
+    assert memory_views(result) == views
 
 
 ZEROS = [("kv", 0.0), ("recurrent", 0.0), ("compute", 0.0)]
@@ -123,13 +119,6 @@ def test_memory_views_measured_other_and_free(free, buffers, used, measured, tot
            "vram": [{"index": 0, "used_mib": used}]}
     gpu = memory_views(res)["gpus"][0]
     assert (gpu["measured"], gpu["measured_total"]) == (measured, total)
-
-
-def test_memory_views_measured_without_vram():
-    res = {"plan": {"gpus": [{"index": 0}]}, "buffers": {"CUDA0": {"model": 10, "compute": 2}}}
-    gpu = memory_views(res)["gpus"][0]
-    assert gpu == gpu_view(0, None, None, planned(), 0.0, measured=[
-        ("model", 10.0), ("kv", 0.0), ("recurrent", 0.0), ("compute", 2.0)], measured_total=12.0)
 
 
 def test_memory_views_the_ith_gpu_of_the_plan_gets_the_buffers_of_device_i():
@@ -156,19 +145,6 @@ def test_memory_views_vram_rows_are_matched_by_index_then_by_position():
 def test_memory_views_a_gpu_without_index_takes_its_position_and_the_vram_row_in_the_same_place():
     res = {"plan": {"gpus": [{"name": "A"}, {"name": "B"}]}, "vram": [{"used_mib": 1}, {"index": 7, "used_mib": 2}]}
     assert [(g["index"], g["name"], g["used"]) for g in memory_views(res)["gpus"]] == [(0, "A", 1.0), (1, "B", 2.0)]
-
-
-def test_memory_views_host_ram_from_the_plan_and_the_host_side_model_buffers():
-    only_experts = memory_views({"plan": {"host": {"experts_mib": 10}}})
-    assert only_experts == {"gpus": [], "host": {"available": None, "planned": 10.0, "measured": None}}
-    only_available = memory_views({"plan": {"host": {"available_mib": "2048"}}})
-    assert only_available["host"] == {"available": 2048.0, "planned": None, "measured": None}
-    buffers_only = memory_views({"buffers": {"model": {"CPU": 100, "CPU_REPACK": 50.5, "CUDA0": 9},
-                                             "compute": {"CUDA_Host": 3}}})
-    assert buffers_only == {"gpus": [], "host": {"available": None, "planned": None, "measured": 150.5}}
-    assert memory_views({"buffers": {"compute": {"CUDA_Host": 3}, "model": {"CUDA0": 9}}})["host"] is None
-    assert memory_views({"buffers": {"CPU": {"model": 0}}})["host"] == {
-        "available": None, "planned": None, "measured": 0.0}
 
 
 def test_memory_views_errors_name_the_host_and_the_field():
