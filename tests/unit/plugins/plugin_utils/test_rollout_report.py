@@ -4,12 +4,11 @@ Each host's memory (``memory_views``): test_rollout_memory.py."""
 from __future__ import annotations
 
 import datetime
-import json
 
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import (
-    STATUSES, HostRun, Rollout, batch_list, build_report, check_result, host_row, host_status, markdown,
+    HostRun, Rollout, batch_list, build_report, check_result, host_row, host_status, markdown,
     one_line, stop_reason, summary_line, table, to_json)
 from tests.helpers import rollout_samples as samples
 from tests.helpers.rollout_samples import error_of
@@ -30,22 +29,20 @@ def test_one_line_folds_whitespace_runs_then_cuts_to_the_limit_ellipsis_included
     assert (one_line(text) if limit is None else one_line(text, limit)) == expected
 
 
-def test_check_result_returns_the_result_with_a_known_status():
-    assert set(STATUSES) == {"changed", "unchanged", "failed", "rolled_back", "not_reached", "unreachable",
-                             "checked"}
-    for status in ("changed", "unchanged", "failed", "rolled_back", "checked"):
-        result = {"status": status, "message": "m"}
+@pytest.mark.parametrize("result, error", [
+    *[({"status": status, "message": "m"}, None) for status in ("changed", "unchanged", "failed", "rolled_back", "checked")],
+    ("done", "h: llm_server_result is str, not a dict"), (None, "h: llm_server_result is NoneType, not a dict"),
+    ({"status": "ok"}, "h: llm_server_result.status is 'ok', not one of " + ROLE_STATUS_LIST),
+    ({}, "h: llm_server_result.status is None, not one of " + ROLE_STATUS_LIST),
+    # the report's statuses, never the role's
+    ({"status": "unreachable"}, "h: llm_server_result.status is 'unreachable', not one of " + ROLE_STATUS_LIST),
+    ({"status": "not_reached"}, "h: llm_server_result.status is 'not_reached', not one of " + ROLE_STATUS_LIST),
+])
+def test_check_result_returns_a_result_of_a_role_status_or_names_the_host_and_what_is_wrong(result, error):
+    if error is None:
         assert check_result("h", result) is result
-
-
-def test_check_result_names_the_host_and_what_is_wrong():
-    assert error_of(check_result, "h1", "done") == "h1: llm_server_result is str, not a dict"
-    assert error_of(check_result, "h1", None) == "h1: llm_server_result is NoneType, not a dict"
-    assert error_of(check_result, "h2", {"status": "ok"}) == (
-        "h2: llm_server_result.status is 'ok', not one of " + ROLE_STATUS_LIST)
-    assert error_of(check_result, "h3", {}) == "h3: llm_server_result.status is None, not one of " + ROLE_STATUS_LIST
-    for status in ("unreachable", "not_reached"):       # the report's statuses, never the role's
-        assert error_of(check_result, "h", {"status": status}).startswith("h: llm_server_result.status is")
+    else:
+        assert error_of(check_result, "h", result) == error
 
 
 def deploy(status, message="m", **kw):
@@ -93,44 +90,40 @@ LONG = "unreachable in the deploy: " + "z" * (597 - len("unreachable in the depl
     (HostRun("h", batch=1, result_phase="deploy"), ("failed", BATCH_STOPPED)),
     (HostRun("h"), ("not_reached", NOT_REACHED)),
     (HostRun("h", result={"status": "changed"}, result_phase="preflight"), ("not_reached", NOT_REACHED)),
+    # a deploy result gives its status and its message on one line, or the status alone
+    *[row for status in ("changed", "unchanged", "checked", "rolled_back", "failed") for row in (
+        (deploy(status, "line 1\nline 2"), (status, "line 1 line 2")), (deploy(status, ""), (status, status)),
+        (HostRun("h", batch=1, result={"status": status}, result_phase="deploy"), (status, status)))],
 ])
 def test_host_status(run, expected):
     assert host_status(run) == expected
 
 
-@pytest.mark.parametrize("status", ["changed", "unchanged", "checked", "rolled_back", "failed"])
-def test_a_deploy_result_gives_its_status_and_message_on_one_line_or_the_status_alone(status):
-    assert host_status(deploy(status, "line 1\nline 2")) == (status, "line 1 line 2")
-    assert host_status(deploy(status, "")) == (status, status)
-    assert host_status(HostRun("h", batch=1, result={"status": status}, result_phase="deploy")) == (status, status)
+NEVER_RUN = {"host": "h", "batch": None, "status": "not_reached", "message": NOT_REACHED, "pattern": None,
+             "pattern_source": None, "config_hash": None, "ansible": {"outcome": "not_run", "phase": None, "msg": None},
+             "result_from": None, "result": None}
+RAN = {"outcome": "ok", "phase": None, "msg": None}
 
 
-def test_host_row_of_a_host_never_run():
-    assert host_row(HostRun("h")) == {
-        "host": "h", "batch": None, "status": "not_reached", "message": NOT_REACHED, "pattern": None,
-        "pattern_source": None, "config_hash": None, "ansible": {"outcome": "not_run", "phase": None, "msg": None},
-        "result_from": None, "result": None}
-    row = host_row(HostRun("h", result_phase="preflight"))             # a phase without a result
-    assert row["result_from"] is None and row["result"] is None
-    assert row["ansible"] == {"outcome": "ok", "phase": None, "msg": None}
-
-
-def test_host_row_of_an_empty_pattern_has_no_pattern():
-    row = host_row(HostRun("h", result={"status": "checked", "pattern": ""}, result_phase="preflight"))
-    assert row["pattern"] is None and row["pattern_source"] is None and row["config_hash"] is None
-    assert row["result_from"] == "preflight"
-
-
-def test_host_row_says_what_ansible_did():
-    def ansible(run):
-        return host_row(run)["ansible"]
-    assert ansible(HostRun("h", batch=1, unreachable="ssh\n  refused", unreachable_phase="deploy",
-                           failure="boom", failure_phase="deploy")) == {
-        "outcome": "unreachable", "phase": "deploy", "msg": "ssh refused"}
-    assert ansible(HostRun("h", unreachable="gone")) == {"outcome": "unreachable", "phase": None, "msg": "gone"}
-    assert ansible(HostRun("h", failure="plan\nrefused", failure_phase="preflight")) == {
-        "outcome": "failed", "phase": "preflight", "msg": "plan refused"}
-    assert ansible(HostRun("h", batch=1)) == {"outcome": "ok", "phase": None, "msg": None}
+@pytest.mark.parametrize("run, row", [
+    # never run; a phase without a result
+    (HostRun("h"), NEVER_RUN), (HostRun("h", result_phase="preflight"), dict(NEVER_RUN, ansible=RAN)),
+    # an empty pattern is none
+    (HostRun("h", result={"status": "checked", "pattern": ""}, result_phase="preflight"),
+     dict(NEVER_RUN, ansible=RAN, result_from="preflight", result={"status": "checked", "pattern": ""})),
+    # what Ansible did: unreachable wins over a failure; its message on one line
+    (HostRun("h", batch=1, unreachable="ssh\n  refused", unreachable_phase="deploy", failure="boom", failure_phase="deploy"),
+     dict(NEVER_RUN, batch=1, status="unreachable", message="unreachable in the deploy: ssh refused",
+          ansible={"outcome": "unreachable", "phase": "deploy", "msg": "ssh refused"})),
+    (HostRun("h", unreachable="gone"), dict(NEVER_RUN, status="unreachable", message="unreachable in the rollout: gone",
+                                            ansible={"outcome": "unreachable", "phase": None, "msg": "gone"})),
+    (HostRun("h", failure="plan\nrefused", failure_phase="preflight"), dict(
+        NEVER_RUN, status="failed", message="preflight: plan refused",
+        ansible={"outcome": "failed", "phase": "preflight", "msg": "plan refused"})),
+    (HostRun("h", batch=1), dict(NEVER_RUN, batch=1, status="failed", message=BATCH_STOPPED, ansible=RAN)),
+])
+def test_host_row(run, row):
+    assert host_row(run) == row
 
 
 def result(status, message="m", **kw):
@@ -195,7 +188,6 @@ def test_build_report_orders_inventory_hosts_first_then_the_others_sorted():
     report = build_report(Rollout(hosts=["m", "q"], batches=[["m", "z", "b"]]), runs)
     assert [(r["host"], r["status"]) for r in report["hosts"]] == [
         ("m", "changed"), ("q", "not_reached"), ("b", "changed"), ("z", "changed")]
-    assert report["hosts"][1]["ansible"] == {"outcome": "not_run", "phase": None, "msg": None}
 
 
 def test_a_result_the_report_cannot_read_fails_its_host_in_the_phase_that_published_it():
@@ -293,35 +285,25 @@ def test_table_aligns_the_columns_and_ends_with_the_summary_and_the_reason():
         "stopped: R"])
 
 
-def one_row(message="m", pattern="p", *width):
-    """The table line of one host (batch 1, changed) with this message and pattern."""
+START = "h     1      changed  p        "                 # 29 characters and two blanks
+
+
+@pytest.mark.parametrize("message, pattern, width, line", [
+    # only the role's prefix at the start of a message is dropped; no trailing blanks
+    ("llm_server: the deploy on h-1 failed: the model failed", "p", (), START + "the model failed"),
+    ("llm_server: plan refused", "p", (), START + "plan refused"), ("the deploy on h failed: oom", "p", (), START + "oom"),
+    ("see llm_server: x", "p", (), START + "see llm_server: x"), ("llm_server: ", "p", (), "h     1      changed  p"),
+    # the message is cut to the width but keeps at least 20 characters; the default width is 132
+    ("m" * 29, "p", (60,), START + "m" * 29), ("m" * 30, "p", (60,), START + "m" * 26 + "..."),
+    ("m" * 20, "p", (40,), START + "m" * 20), ("m" * 21, "p", (40,), START + "m" * 17 + "..."),
+    ("m" * 101, "p", (), START + "m" * 101), ("m" * 102, "p", (), START + "m" * 98 + "..."),
+    # a pattern longer than 32 characters is cut
+    ("m", "p" * 32, (), "h     1      changed  %s  m" % ("p" * 32)),
+    ("m", "p" * 33, (), "h     1      changed  %s...  m" % ("p" * 29)),
+])
+def test_table_line_of_one_host(message, pattern, width, line):
     report = table_report([{"host": "h", "batch": 1, "status": "changed", "pattern": pattern, "message": message}])
-    return table(report, *width).splitlines()[1]
-
-
-def test_table_drops_only_the_role_prefix_at_the_start_of_a_message():
-    def message(text):
-        return one_row(text)[len("h     1      changed  p        "):]
-    assert message("llm_server: the deploy on h-1 failed: the model failed") == "the model failed"
-    assert message("llm_server: plan refused") == "plan refused"
-    assert message("the deploy on h failed: oom") == "oom"
-    assert message("see llm_server: x") == "see llm_server: x"
-    assert one_row("llm_server: ") == "h     1      changed  p"        # no trailing blanks
-
-
-def test_table_cuts_the_message_to_the_width_but_leaves_at_least_20_characters():
-    start = "h     1      changed  p        "                 # 29 characters and two blanks
-    assert one_row("m" * 29, "p", 60) == start + "m" * 29
-    assert one_row("m" * 30, "p", 60) == start + "m" * 26 + "..."
-    assert one_row("m" * 20, "p", 40) == start + "m" * 20
-    assert one_row("m" * 21, "p", 40) == start + "m" * 17 + "..."
-    assert one_row("m" * 101) == start + "m" * 101                # 132 characters, the default width
-    assert one_row("m" * 102) == start + "m" * 98 + "..."
-
-
-def test_table_cuts_patterns_longer_than_32_characters():
-    assert one_row("m", "p" * 32).split()[3] == "p" * 32
-    assert one_row("m", "p" * 33).split()[3] == "p" * 29 + "..."
+    assert table(report, *width).splitlines()[1] == line
 
 
 GPU_RESULT = {
@@ -421,16 +403,9 @@ def test_corrupted_model_on_the_second_host_stops_the_rollout():
         ("h1", 1, "changed"), ("h2", 2, "rolled_back"), ("h3", None, "not_reached"), ("h4", None, "not_reached")]
     assert report["reason"] == ("batch 2: h2 rolled_back (1 of 1 hosts); Ansible stops the rollout when more than "
                                 "llm_rollout_max_fail_percentage (0%) of a batch fails, or all of it")
-    h2 = report["hosts"][1]
-    assert h2["pattern"] == samples.PATTERN_2            # what serves again: the restored configuration's pattern
-    assert h2["ansible"] == {"outcome": "failed", "phase": "deploy", "msg": "rolled back"}
-    assert report["hosts"][2]["result_from"] == "preflight"
-    # rollout.json is JSON with the same content
-    assert json.loads(to_json(report)) == json.loads(json.dumps(report))
 
 
 def test_a_result_the_report_cannot_read_fails_its_host_and_keeps_it_unreachable_and_its_batch():
-    """The other hosts are reported as usual."""
     good = samples.changed_single()
     runs = [HostRun("h1", 1, good, "deploy"), HostRun("h2", 1, dict(good, status="done"), "deploy"),
             HostRun("h3", 1, [], "deploy"),
