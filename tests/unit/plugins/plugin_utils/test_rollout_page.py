@@ -25,13 +25,8 @@ class Elements(HTMLParser):
         self.tags.append((tag, dict(attrs)))
 
 
-@pytest.fixture(scope="module")
-def html():
-    return page(samples.sample_report())
-
-
-def test_the_page_fetches_nothing(html):
-    tags = Elements(html).tags
+def test_the_page_fetches_nothing():
+    tags = Elements(page(samples.sample_report())).tags
     assert ("meta", {"http-equiv": "Content-Security-Policy", "content": CSP}) in tags
     assert not [t for t, a in tags if t in ("script", "link", "img", "iframe", "object", "embed")]
     assert not [a for t, a in tags if any(k in ("src", "srcset", "action") for k in a)]
