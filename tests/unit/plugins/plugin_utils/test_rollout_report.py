@@ -3,6 +3,7 @@ outcome and its reason, the failure percentage, and the text renderings (summary
 Each host's memory (``memory_views``): test_rollout_memory.py."""
 from __future__ import annotations
 
+import dataclasses
 import datetime
 
 import pytest
@@ -151,6 +152,9 @@ def test_build_report_whole_dict_of_a_rollout_that_completed_with_failures():
         "errors": []}
     assert list(report) == ["outcome", "reason", "check_mode", "summary", "serial", "max_fail_percentage",
                             "batches", "started", "finished", "seconds", "hosts", "errors"]
+    # each batch its own time, in order (batch_seconds[i - 1] of batch i)
+    timed = build_report(dataclasses.replace(rollout, batch_seconds=[3.5, 4.25]), [])
+    assert [batch["seconds"] for batch in timed["batches"]] == [3.5, 4.25]
 
 
 def test_build_report_defaults_of_an_empty_rollout():
