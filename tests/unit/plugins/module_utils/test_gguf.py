@@ -6,7 +6,6 @@ src/llama-model-loader.cpp); and property tests of the whole reader.
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 import tempfile
 import tracemalloc
@@ -37,17 +36,15 @@ from tests.helpers.gguf_files import (
     BOOL,
     F32V,
     F64,
-    I8,
-    I16,
     I32,
     I64,
+    SCALARS,
     SMALL_ARRAYS,
     SOME_TENSORS,
     STRING,
     U8,
     U16,
     U32,
-    U64,
     VT,
     Gguf,
     cross_check,
@@ -170,8 +167,7 @@ def test_split_count_must_match_the_name(split_files, endian):
                  reader=read_model, in_file=split_files[2])
 
 
-@pytest.mark.parametrize("vtype,code", [(U8, "B"), (I8, "b"), (U16, "H"), (I16, "h"), (U32, "I"), (I32, "i"),
-                                        (U64, "Q"), (I64, "q")])
+@pytest.mark.parametrize("vtype,code", [(vtype, code) for vtype, code, _v in SCALARS if code in "bBhHiIqQ"])
 def test_split_keys_may_be_of_any_integer_type(tmp_path, vtype, code):
     first = shard(tmp_path / "m-00001-of-00002.gguf", 0, 2, ["a"],
                   keys=[("split.count", vtype, G.pack(code, 2)), ("split.no", vtype, G.pack(code, 0))])
@@ -312,8 +308,7 @@ def expected_value(value, vtype, sub_type=None):
 @given(kvs=kv_pairs(), tensors=tensor_infos(), endian=st.sampled_from(["little", "big"]),
        alignment=st.sampled_from([None, 1, 8, 64, 4096]))
 def test_random_valid_files_read_back(kvs, tensors, endian, alignment):
-    folder = tempfile.mkdtemp()
-    try:
+    with tempfile.TemporaryDirectory() as folder:
         path = write_gguf(os.path.join(folder, "r.gguf"), kvs, tensors, endian=endian, alignment=alignment)[0]
         gf = read_gguf(path)
         assert gf.byte_order == endian and gf.alignment == (alignment or 32)
@@ -322,8 +317,6 @@ def test_random_valid_files_read_back(kvs, tensors, endian, alignment):
             assert gf.value_types[kv[0]] == kv[2]
         assert [(t.name, t.shape, t.type_id) for t in gf.tensors] == [tuple(t) for t in tensors]
         cross_check(path, gf)  # the sizes too
-    finally:
-        shutil.rmtree(folder)
 
 
 BASES = {}
@@ -332,13 +325,10 @@ BASES = {}
 def base_file(endian):
     """A valid file with scalars, small, nested and skipped arrays and tensors (written once per byte order)."""
     if endian not in BASES:
-        folder = tempfile.mkdtemp(prefix="gguf-mutation-base-")
-        path = write_gguf(os.path.join(folder, "base.gguf"), ALL_SCALARS + SMALL_ARRAYS[:15] + BIG_ARRAYS[:2],
-                          SOME_TENSORS, endian=endian)[0]
-        with open(path, "rb") as f:
-            data = f.read()
-        BASES[endian] = (data, read_gguf(path).data_offset)
-        shutil.rmtree(folder)
+        with tempfile.TemporaryDirectory() as folder:
+            path = write_gguf(os.path.join(folder, "base.gguf"), ALL_SCALARS + SMALL_ARRAYS[:15] + BIG_ARRAYS[:2],
+                              SOME_TENSORS, endian=endian)[0]
+            BASES[endian] = (Path(path).read_bytes(), read_gguf(path).data_offset)
     return BASES[endian]
 
 
@@ -370,11 +360,9 @@ def mutations(draw):
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=mutations())
 def test_mutations_raise_only_gguf_error(data):
-    folder = tempfile.mkdtemp()
-    try:
+    with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "m.gguf")
-        with open(path, "wb") as f:
-            f.write(data)
+        Path(path).write_bytes(data)
         tracemalloc.start()
         try:
             read_model(path)
@@ -385,5 +373,3 @@ def test_mutations_raise_only_gguf_error(data):
             peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
         assert peak < 32 << 20  # bounded: no count from the file was trusted
-    finally:
-        shutil.rmtree(folder)
