@@ -142,35 +142,23 @@ def test_kept_strings_are_bounded_by_max_kept_bytes_keys_included(tmp_path):
 # --------------------------------------------------------------------------- arrays
 
 
-@pytest.mark.parametrize("itype,code", [(U8, "B"), (U16, "H"), (F32V, "f"), (U64, "Q")])
-def test_numeric_arrays_are_kept_up_to_keep_numbers_elements(tmp_path, endian, itype, code):
-    """KEEP_NUMBERS elements are returned as a list, one more is skipped (and the key after it reads right)."""
+@pytest.mark.parametrize("itype, keep, item, encode", [
+    (U8, values.KEEP_NUMBERS, lambda i: i % 100, lambda g, v: g.pack("B", v)),
+    (U16, values.KEEP_NUMBERS, lambda i: i % 100, lambda g, v: g.pack("H", v)),
+    (F32V, values.KEEP_NUMBERS, lambda i: i % 100, lambda g, v: g.pack("f", v)),
+    (U64, values.KEEP_NUMBERS, lambda i: i % 100, lambda g, v: g.pack("Q", v)),
+    (STRING, values.KEEP_LISTS, lambda i: "w%d" % i, lambda g, v: g.s(v)),
+    (ARRAY, values.KEEP_LISTS, lambda i: [i, i + 1], lambda g, v: g.arr(I16, 2, g.pack("2h", *v))),
+])
+def test_arrays_are_kept_up_to_their_limit(tmp_path, endian, itype, keep, item, encode):
+    """KEEP_NUMBERS numbers, or KEEP_LISTS strings or arrays, are returned as a list; one element more is skipped (and
+    the key after it reads right)."""
     g = Gguf(endian)
-    keep = values.KEEP_NUMBERS
-    kept = [i % 100 for i in range(keep)]
-    body = g.kv("kept", ARRAY, g.arr(itype, keep, g.pack("%d%s" % (keep, code), *kept)))
-    body += g.kv("skipped", ARRAY, g.arr(itype, keep + 1, g.pack("%d%s" % (keep + 1, code), *(kept + [1]))))
-    body += g.kv("after", U32, g.pack("I", 7))
-    gf = read_gguf(write(tmp_path / "m.gguf", g.header(0, 3) + body))
-    assert gf.metadata == {"kept": kept, "skipped": SkippedArray(itype, keep + 1), "after": 7}
-
-
-def test_string_and_nested_arrays_are_kept_up_to_keep_lists_elements(tmp_path, endian):
-    g = Gguf(endian)
-    keep = values.KEEP_LISTS
-    words = ["w%d" % i for i in range(keep + 1)]
-    lists = [[i, i + 1] for i in range(keep + 1)]
-
-    def strings(n):
-        return g.arr(STRING, n, b"".join(g.s(w) for w in words[:n]))
-
-    def arrays(n):
-        return g.arr(ARRAY, n, b"".join(g.arr(I16, 2, g.pack("2h", *v)) for v in lists[:n]))
-    body = g.kv("s64", ARRAY, strings(keep)) + g.kv("s65", ARRAY, strings(keep + 1))
-    body += g.kv("a64", ARRAY, arrays(keep)) + g.kv("a65", ARRAY, arrays(keep + 1)) + g.kv("after", I8, b"\xfe")
-    gf = read_gguf(write(tmp_path / "m.gguf", g.header(0, 5) + body))
-    assert gf.metadata == {"s64": words[:keep], "s65": SkippedArray(STRING, keep + 1), "a64": lists[:keep],
-                           "a65": SkippedArray(ARRAY, keep + 1), "after": -2}
+    items = [item(i) for i in range(keep + 1)]
+    kvs = [g.kv(key, ARRAY, g.arr(itype, n, b"".join(encode(g, v) for v in items[:n])))
+           for key, n in (("kept", keep), ("skipped", keep + 1))]
+    gf = read_gguf(write(tmp_path / "m.gguf", g.header(0, 3) + b"".join(kvs) + g.kv("after", U32, g.pack("I", 7))))
+    assert gf.metadata == {"kept": items[:keep], "skipped": SkippedArray(itype, keep + 1), "after": 7}
 
 
 # the least bytes one element takes: sizeof(T) for a number, the length of a string, type + count of an array
