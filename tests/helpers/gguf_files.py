@@ -96,25 +96,23 @@ def opened(path, size=None, flags=0):
         os.close(fd)
 
 
-def shard(path, no, count, tensors, *, total=None, endian="little", arch="llama", keys=None):
-    """One shard as gguf-split writes it: split.no and split.count (uint16), split.tensors.count (int32, first
-    shard only), the model's keys in the first shard only."""
-    g = Gguf(endian)
-    kvs = [] if keys is None else list(keys)
+def shard(path, no, count, tensors, *, total=None, keys=None):
+    """One shard as gguf-split writes it, unless ``keys`` are given: split.no and split.count (uint16),
+    split.tensors.count (int32) and the model's keys (general.architecture llama) in the first shard only."""
+    g = Gguf()
     if keys is None:
-        if no == 0 and arch is not None:
-            kvs.append(("general.architecture", STRING, g.s(arch)))
-        kvs += [("split.no", U16, g.pack("H", no)), ("split.count", U16, g.pack("H", count))]
+        keys = [("general.architecture", STRING, g.s("llama"))] if no == 0 else []
+        keys += [("split.no", U16, g.pack("H", no)), ("split.count", U16, g.pack("H", count))]
         if no == 0:
-            kvs.append(("split.tensors.count", I32, g.pack("i", total)))
-    return model_file(path, kvs, [(name, (8,)) for name in tensors], endian=endian)[0]
+            keys.append(("split.tensors.count", I32, g.pack("i", total)))
+    return model_file(path, keys, [(name, (8,)) for name in tensors])[0]
 
 
-def split_model(tmp_path, layout, endian="little", width=5):
+def split_model(tmp_path, layout, width=5):
     count = len(layout)
     total = sum(len(t) for t in layout)
-    return [shard(tmp_path / ("m-%0*d-of-%0*d.gguf" % (width, i + 1, width, count)), i, count, tensors,
-                  total=total, endian=endian) for i, tensors in enumerate(layout)]
+    return [shard(tmp_path / ("m-%0*d-of-%0*d.gguf" % (width, i + 1, width, count)), i, count, tensors, total=total)
+            for i, tensors in enumerate(layout)]
 
 
 def expect_error(path, offset, reason, reader=read_gguf, in_file=None):
