@@ -47,9 +47,6 @@ def settings(**values):
     return check_settings(dict(BASE, **values))
 
 
-# --- SettingsError and the checker ----------------------------------------------------------------------------------
-
-
 def test_input_error_joins_variable_and_message_pairs_of_any_iterable():
     exc = SettingsError([("llm_server_port", "0 is out of range"), ("llm_server_image", "bad")])
     assert exc.problems == [("llm_server_port", "0 is out of range"), ("llm_server_image", "bad")]
@@ -101,26 +98,13 @@ def test_several_bad_values_give_one_message_each_in_order():
     ]
 
 
-# --- settings: paths -------------------------------------------------------------------------------------------
-
-
-def test_project_paths_are_the_files_under_the_project_dir():
-    assert project_paths("/p", "c.yaml", "/r") == {
-        "env": "/p/.env", "compose": "/p/c.yaml", "verification": "/p/verification.json", "secrets": "/p/secrets",
-        "api_key": "/p/secrets/api-key", "lock": "/p/.llm_server.lock", "rollback": "/r"}
-
-
 def test_a_bad_project_dir_leaves_no_compose_project_name_to_take():
     assert problems(llm_server_project_dir="rel", llm_server_compose_project="") == {
         "llm_server_project_dir": '"rel" is not an absolute path',
         "llm_server_compose_project": '"" is not ' + PROJECT_NAME}
 
 
-def test_paths_are_compared_as_paths():
-    assert container_model_path("/srv/models/x.gguf", "/srv/mod", "/models") is None
-    assert container_model_path("/srv/models/x.gguf", "/srv/models", "/models") == "/models/x.gguf"
-    assert container_model_path("/srv/models/sub/x.gguf", "/srv", "/m") == "/m/models/sub/x.gguf"
-    assert container_model_path("/srv/models", "/srv/models", "/models") is None
+def test_a_relative_model_path_is_outside_any_directory_and_the_root_holds_every_path():
     assert container_model_path("x.gguf", "/srv", "/models") is None
     assert container_model_path("/a/b/c.gguf", "/", "/m") == "/m/a/b/c.gguf"
 
@@ -136,12 +120,8 @@ def test_the_rollback_entry_ignores_the_model_variables_when_no_model_is_given()
         "llm_server_model_mount": HIDE}
 
 
-# --- settings: the address ---------------------------------------------------------------------------------------
-
-
 def test_base_url_brackets_ipv6_and_maps_wildcards_to_loopback():
     assert base_url("0.0.0.0", 8080) == "http://127.0.0.1:8080"
-    assert base_url("::", 80) == "http://[::1]:80"
     assert base_url("10.1.2.3", 8080) == "http://10.1.2.3:8080"
     assert base_url("fd00::5", 1) == "http://[fd00::5]:1"
 
@@ -160,9 +140,6 @@ def test_addresses_that_are_loopback_keyed_or_allowed_are_kept_normalised(values
     assert check_settings(dict(BASE, **values), api_key=api_key).bind_address == address
 
 
-# --- settings: each value refused or kept --------------------------------------------------------------------------
-
-
 def _bad(variable, value, message):
     """A row of ``variable`` refusing ``value`` on its own."""
     return ({variable: value}, variable, message)
@@ -173,10 +150,10 @@ def _not(variable, what, *values):
     return [_bad(variable, value, '"%s" is not %s' % (value, what)) for value in values]
 
 
+BOOLEANS = ["allow_unauthenticated", "moe_offload_force", "verify_always", "vram_check", "parity_check", "rollback"]
 REFUSED = [
     # the values given (variables without the prefix), the variable refused, its message
     _bad("project_dir", "srv/ai-llm", '"srv/ai-llm" is not an absolute path'),
-    _bad("project_dir", "", '"" is not an absolute path'),
     _bad("project_dir", "/srv/../ai-llm", '"/srv/../ai-llm" holds a \'..\' segment: give the path itself'),
     _bad("project_dir", "/srv/a:b", MOUNT % '"/srv/a:b"'), _bad("project_dir", "/srv/a,b", MOUNT % '"/srv/a,b"'),
     _bad("project_dir", 5, "5 is not a string"),
@@ -196,13 +173,11 @@ REFUSED = [
     *_not("image", IMAGE, "Local Host/x", "localhost/AI", "localhost/ai:-tag"),
     *_not("log_max_size", "a size such as 50m (digits and k, m or g)", "0m", "10000000", "50t", ""),
     _bad("log_max_size", '50m"', '"50m\\"" is not a size such as 50m (digits and k, m or g)'),
-    *_not("log_verbosity", "an integer from 0 to 9", "high"),
     # a newline in a value the compose file or .env carries
     _bad("image", "localhost/x:1\n    privileged: true",
          '"localhost/x:1\\n    privileged: true" holds control characters (\\n)'),
     _bad("log_max_size", '50m"\n    cap_add: [ALL]', '"50m\\"\\n    cap_add: [ALL]" holds control characters (\\n)'),
     _bad("restart_policy", "no\nX", '"no\\nX" holds control characters (\\n)'),
-    _bad("bind_address", "127.0.0.1\nLLM_X=1", '"127.0.0.1\\nLLM_X=1" holds control characters (\\n)'),
     _bad("bind_address", "127.0.0.1\n\tX", '"127.0.0.1\\n\\tX" holds control characters (\\n, \\t)'),
     _bad("extra_args", ["--alias", "a\nb"], 'the item "a\\nb" holds control characters (\\n)'),
     _bad("extra_args", ["ok", "a\tb\n"], 'the item "a\\tb\\n" holds control characters (\\n, \\t)'),
@@ -214,7 +189,6 @@ REFUSED = [
     # lists
     _bad("extra_args", "--verbose", "'--verbose' is not a list of strings"),
     _bad("extra_args", None, "None is not a list of strings"),
-    _bad("extra_args", {"a": 1}, "{'a': 1} is not a list of strings"),
     _bad("extra_args", ["a", None], "['a', None] is not a list of strings"),
     _bad("extra_args", ["a", ["b"]], "['a', ['b']] is not a list of strings"),
     _bad("extra_args", ["a", {"b": 1}], "['a', {'b': 1}] is not a list of strings"),
@@ -231,15 +205,23 @@ REFUSED = [
     _bad("gpu_devices", [1.0], INTS % "[1.0]"), _bad("gpu_devices", ["-1"], INTS % "['-1']"),
     _bad("gpu_devices", [-1], "-1 is out of range: integers from 0 to 1023"),
     _bad("gpu_devices", [1, 1024], "1024 is out of range: integers from 0 to 1023"),
-    _bad("gpu_devices", "1024", "1024 is out of range: integers from 0 to 1023"),
     _bad("cpu_expert_layers", [1, -2], "-2 is out of range: integers from 0 to 65535"),
     _bad("cpu_expert_layers", [65536], "65536 is out of range: integers from 0 to 65535"),
     ({"moe_offload_mode": "layers"}, "cpu_expert_layers",
      "mode layers needs the block indices whose experts go to host RAM (or llm_server_moe_offload_pattern)"),
     *[_bad("n_gpu_layers", value, "%r is not a layer count (0 to 100000), auto or all" % (value,))
       for value in ["1234567", 1234567, 100001, "999999", -1, "-1", True, 2.0, None, "AUTO", "", [1], "99\nLLM_X=1"]],
+    # what is not an integer is shown in the message, an integer out of range up to 40 characters
+    *[_bad("port", value, "%s is not an integer from 1 to 65535" % shown) for value, shown in [
+        (True, "True"), (False, "False"), (None, "None"), (512.5, "512.5"), ([1], "[1]"), ({"a": 1}, "{'a': 1}"),
+        ("abc", '"abc"'), ("1.0", '"1.0"'), ("", '""'), ("8080\nX=1", '"8080\\nX=1"'), ("9" * 20, '"' + "9" * 20 + '"'),
+        ("x" * 38, '"' + "x" * 38 + '"'), ("x" * 39, '"' + "x" * 36 + "..."), ("9" * 5000, '"' + "9" * 36 + "...")]],
+    *[_bad("ctx_size", value, "%s is out of range: an integer from 1 to 2147483647" % shown) for value, shown in [
+        (-5, "-5"), ("-5", "-5"), ("9" * 19, "9" * 19), (10 ** 39, "1" + "0" * 39), (10 ** 40, "1" + "0" * 36 + "...")]],
+    # booleans: Ansible's words and 0 or 1 only
+    *[_bad(variable, value, "%r is not a boolean" % (value,)) for variable in BOOLEANS
+      for value in [2, -1, "maybe", "", "y", None, 1.0, [True]]],
     # the lock lease's range and its rule against the health timeout
-    _bad("health_timeout", 0, "0 is out of range: an integer from 1 to 86400"),
     _bad("lock_lease", 59, "59 is out of range: an integer from 60 to 604800"),
     _bad("lock_lease", 604801, "604801 is out of range: an integer from 60 to 604800"),
     ({"lock_lease": 60, "health_timeout": 1}, "lock_lease", HELD % (60, 302)),
@@ -314,13 +296,17 @@ ACCEPTED = [
      ["--temp", "0.5", "-n", "4", "--flag", "true", "false"]),
     ("extra_args", ["x"] * 256, ["x"] * 256),
     ("moe_offload_pattern", None, ""),
+    # booleans take Ansible's words and 0 or 1
+    *[(variable, word, True) for variable in BOOLEANS for word in ("yes", "true", "on", "1", " Yes ", "TRUE", "On", True, 1)],
+    *[(variable, word, False) for variable in BOOLEANS for word in ("no", "false", "off", "0", " NO", "False", "OFF ", False, 0)],
 ]
 
 
 @pytest.mark.parametrize("variable, value, setting", ACCEPTED,
                          ids=["%s-%d" % (row[0], i) for i, row in enumerate(ACCEPTED)])
 def test_each_value_that_can_be_deployed_is_kept_normalised(variable, value, setting):
-    assert getattr(settings(**{"llm_server_" + variable: value}), variable) == setting
+    kept = getattr(settings(**{"llm_server_" + variable: value}), variable)
+    assert (kept, type(kept)) == (setting, type(setting))
 
 
 COMBINED = [
@@ -364,8 +350,6 @@ def test_values_given_together_give_their_settings(values, expected):
     assert {name: getattr(s, name) for name in expected} == expected
 
 
-# --- settings: integers ------------------------------------------------------------------------------------------
-
 INTEGERS = [
     # variable, lowest, highest, values the other limits need
     ("port", 1, 65535, {}), ("container_port", 1, 65535, {}), ("log_max_file", 1, 100, {}),
@@ -389,74 +373,27 @@ def test_integers_are_accepted_at_both_limits_and_refused_by_name_one_past(varia
             name: "%d is out of range: an integer from %d to %d" % (value, low, high)}
 
 
-@pytest.mark.parametrize("value, shown", [
-    (True, "True"), (False, "False"), (None, "None"), (512.5, "512.5"), ([1], "[1]"), ({"a": 1}, "{'a': 1}"),
-    ("abc", '"abc"'), ("1.0", '"1.0"'), ("", '""'), ("8080\nX=1", '"8080\\nX=1"'), ("9" * 20, '"' + "9" * 20 + '"'),
-    ("x" * 38, '"' + "x" * 38 + '"'), ("x" * 39, '"' + "x" * 36 + "..."), ("9" * 5000, '"' + "9" * 36 + "..."),
+PATTERN = "llm_server_moe_offload_pattern"
+
+
+@pytest.mark.parametrize("args, expected", [
+    # pattern, its source, device overrides, context size, the model's training context
+    (("", "plan", [], 0, 0), []),
+    ((None, "plan", None, None, None), []),
+    ((r"blk\.1\.ffn_up_exps", "plan", [r"blk\.0\.ffn=CUDA0"], 8192, 8192), []),
+    (("", "plan", [], 1000000, 0), []),
+    (("", "plan", [], 0, 4096), []),
+    # where the pattern came from; shown up to 120 characters
+    (("blk${X}", "model", [], 0, 0),
+     [(PATTERN, 'the pattern gguf_info built from the model\'s tensor names "blk${X}" cannot be deployed: ' + DOLLAR_BRACE)]),
+    (("blk${X}", None, [], 0, 0), [(PATTERN, 'the pattern "blk${X}" cannot be deployed: ' + DOLLAR_BRACE)]),
+    (("y" * 118 + "${", "user", [], 0, 0), [(PATTERN, 'the pattern "%s${" cannot be deployed: %s' % ("y" * 118, DOLLAR_BRACE))]),
+    (("y" * 119 + "${", "user", [], 0, 0), [(PATTERN, 'the pattern "%s..." cannot be deployed: %s' % ("y" * 117, DOLLAR_BRACE))]),
+    # every problem is listed
+    (("a${", "plan", ["exps"], 8193, 8192), [
+        (PATTERN, "the pattern the plan built from the model's tensor names \"a${\" cannot be deployed: " + DOLLAR_BRACE),
+        (PATTERN, "the plan's device overrides cannot be deployed: \"exps\" is not PATTERN=DEVICE (one '=', no ',')"),
+        ("llm_server_ctx_size", "8193 is more than the model's training context 8192")]),
 ])
-def test_what_is_not_an_integer_is_shown_in_the_message(value, shown):
-    assert problems(llm_server_port=value) == {"llm_server_port": "%s is not an integer from 1 to 65535" % shown}
-
-
-@pytest.mark.parametrize("value, shown", [
-    (-5, "-5"), ("-5", "-5"), ("9" * 19, "9" * 19), (10 ** 39, "1" + "0" * 39), (10 ** 40, "1" + "0" * 36 + "..."),
-])
-def test_out_of_range_integers_are_shown_up_to_40_characters(value, shown):
-    assert problems(llm_server_ctx_size=value) == {
-        "llm_server_ctx_size": "%s is out of range: an integer from 1 to 2147483647" % shown}
-
-
-# --- settings: booleans ----------------------------------------------------------------------------------------
-
-BOOLEANS = [("allow_unauthenticated", False), ("moe_offload_force", False), ("verify_always", False),
-            ("vram_check", True), ("parity_check", False), ("rollback", True)]
-
-
-@pytest.mark.parametrize("variable, default", BOOLEANS)
-def test_booleans_take_ansibles_words_and_0_1(variable, default):
-    name = "llm_server_" + variable
-    assert getattr(settings(), variable) is default
-    for word in ("yes", "true", "on", "1", " Yes ", "TRUE", "On", True, 1):
-        assert getattr(settings(**{name: word}), variable) is True, word
-    for word in ("no", "false", "off", "0", " NO", "False", "OFF ", False, 0):
-        assert getattr(settings(**{name: word}), variable) is False, word
-
-
-@pytest.mark.parametrize("variable", [variable for variable, _default in BOOLEANS])
-@pytest.mark.parametrize("value", [2, -1, "maybe", "", "y", None, 1.0, [True]])
-def test_other_booleans_are_refused_with_the_value(variable, value):
-    name = "llm_server_" + variable
-    assert problems(**{name: value}) == {name: "%r is not a boolean" % (value,)}
-
-
-# --- the placement -------------------------------------------------------------------------------------------------
-
-
-def test_a_placement_without_problems_gives_none():
-    assert check_placement("", "plan", [], 0, 0) == []
-    assert check_placement(None, "plan", None, None, None) == []
-    assert check_placement(r"blk\.1\.ffn_up_exps", "plan", [r"blk\.0\.ffn=CUDA0"], 8192, 8192) == []
-    assert check_placement("", "plan", [], 1000000, 0) == []
-    assert check_placement("", "plan", [], 0, 4096) == []
-
-
-@pytest.mark.parametrize("pattern, source, what, shown", [
-    ("blk${X}", "plan", "the pattern the plan built from the model's tensor names", "blk${X}"),
-    ("blk${X}", "model", "the pattern gguf_info built from the model's tensor names", "blk${X}"),
-    ("blk${X}", None, "the pattern", "blk${X}"),
-    ("y" * 118 + "${", "user", "the pattern", "y" * 118 + "${"),  # shown up to 120 characters
-    ("y" * 119 + "${", "user", "the pattern", "y" * 117 + "..."),
-])
-def test_a_placement_pattern_problem_says_where_the_pattern_came_from(pattern, source, what, shown):
-    assert check_placement(pattern, source, [], 0, 0) == [
-        ("llm_server_moe_offload_pattern", '%s "%s" cannot be deployed: %s' % (what, shown, DOLLAR_BRACE))]
-
-
-def test_every_placement_problem_is_listed():
-    assert check_placement("a${", "plan", ["exps"], 8193, 8192) == [
-        ("llm_server_moe_offload_pattern",
-         "the pattern the plan built from the model's tensor names \"a${\" cannot be deployed: " + DOLLAR_BRACE),
-        ("llm_server_moe_offload_pattern",
-         "the plan's device overrides cannot be deployed: \"exps\" is not PATTERN=DEVICE (one '=', no ',')"),
-        ("llm_server_ctx_size", "8193 is more than the model's training context 8192"),
-    ]
+def test_each_placement_problem_is_listed_with_where_the_pattern_came_from(args, expected):
+    assert check_placement(*args) == expected
