@@ -52,16 +52,6 @@ def settings(base=None, **values):
     return check_settings(role_values(PLAIN if base is None else base, **values)).as_dict()
 
 
-def test_the_env_block_reads_back_through_python_dotenv():
-    s = settings(HOSTILE)
-    values = env_values(s, PLACEMENT)
-    block = env_block(values, config_hash(values, "compose"))
-    read = dotenv.dotenv_values(stream=io.StringIO(block))
-    assert {k: read[k] for k in values} == values
-    assert read["LLM_MODEL_PATH"] == "/models/x$y.gguf"
-    assert parse_env(block) == dict(values, LLM_CONFIG_HASH=read["LLM_CONFIG_HASH"])
-
-
 @pytest.mark.parametrize("separator", ["\u2028", "\u2029"])
 def test_a_value_with_a_unicode_line_separator_reads_back_whole(separator):
     """python-dotenv cuts .env lines at \\r\\n, \\n and \\r only; the role reads its block back the same way (not
@@ -70,7 +60,7 @@ def test_a_value_with_a_unicode_line_separator_reads_back_whole(separator):
     values = env_values(settings(HOSTILE, llm_server_model_path="/srv/models/a%sb #c.gguf" % separator), PLACEMENT)
     assert values["LLM_MODEL_PATH"] == path
     text, _dropped = merge_env("OTHER=1\n", env_block(values, "h"))
-    assert dotenv.dotenv_values(stream=io.StringIO(text))["LLM_MODEL_PATH"] == path
+    assert dotenv.dotenv_values(stream=io.StringIO(text)) == dict(values, OTHER="1", LLM_CONFIG_HASH="h")
     assert parse_env(text)["LLM_MODEL_PATH"] == path
     assert managed_block(text) == env_block(values, "h")
     assert merge_env(text, env_block(values, "h")) == (text, [])
@@ -78,14 +68,11 @@ def test_a_value_with_a_unicode_line_separator_reads_back_whole(separator):
 
 def test_the_compose_file_holds_every_value_encoded():
     """Read by PyYAML; the whole text of each kind of compose file is in the tests further down."""
-    compose = render_compose(settings(HOSTILE, llm_server_restart_policy="no"), PLACEMENT, "podman")
+    compose = render_compose(settings(HOSTILE), PLACEMENT, "podman")
     service = yaml.safe_load(compose)["services"]["ai-llm"]
-    assert service["restart"] == "no"  # a string, not YAML's false
     # $ is doubled for compose: after compose's own unescaping the values are the literal ones
     assert service["command"] == ["--alias", "a$$b$${HOME}`id`'\"", "--api-prefix", "$$$$"]
-    assert service["volumes"][0] == {"type": "bind", "source": "/srv/mo dels", "target": "/models", "read_only": True}
     assert service["volumes"][1]["source"] == "/srv/ai $$llm/secrets"
-    assert service["labels"] == {HASH_LABEL: "${LLM_CONFIG_HASH:-}"}
 
 
 @pytest.mark.skipif(not shutil.which("podman-compose"), reason="podman-compose is not installed")
@@ -105,8 +92,6 @@ def test_podman_compose_reads_every_value_back(tmp_path):
     assert service["volumes"][1]["source"] == "/srv/ai $llm/secrets"
     assert service["labels"][HASH_LABEL] == config_hash(values, compose)
 
-
-# --- the whole contract of each file, value by value ---------------------------------------------------------
 
 ROLE_KEYS = ["LLM_MOE_OFFLOAD_PATTERN", "LLM_DEVICE_OVERRIDES", "LLM_CTX_SIZE", "LLM_PARALLEL", "LLM_N_GPU_LAYERS",
              "LLM_MODEL_PATH", "LLM_BIND_ADDRESS", "LLM_PORT", "LLM_GPU_DEVICES", "LLM_TENSOR_SPLIT",
@@ -145,23 +130,18 @@ def test_env_values_hold_every_key_in_order(verbosity, placement, placed):
     ({"topology": "cpu", "gpu_devices": [0, 1]}, {}, "LLM_GPU_DEVICES", ""),
     ({"gpu_devices": [0, 1]}, {}, "LLM_GPU_DEVICES", ""),
     # the tensor split, comma-separated
-    ({"topology": "dual", "tensor_split": "0.6,0.4"}, {}, "LLM_TENSOR_SPLIT", "0.6,0.4"),
     ({"topology": "dual", "tensor_split": [0.6, 0.4]}, {}, "LLM_TENSOR_SPLIT", "0.6,0.4"),
     ({"topology": "dual", "tensor_split": (3, 1)}, {}, "LLM_TENSOR_SPLIT", "3,1"),
     ({"topology": "dual", "tensor_split": []}, {}, "LLM_TENSOR_SPLIT", ""),
     ({"topology": "dual", "tensor_split": ""}, {}, "LLM_TENSOR_SPLIT", ""),
-    ({"topology": "dual", "tensor_split": None}, {}, "LLM_TENSOR_SPLIT", ""),
-    ({"topology": "dual"}, {}, "LLM_TENSOR_SPLIT", ""),
     # llama-server's --override-tensor takes ``<pattern>=<buffer type>,...``: one comma-separated value
     ({"topology": "dual", "device_overrides": ["a=CUDA0", "b=CUDA1"]}, {}, "LLM_DEVICE_OVERRIDES",
      "a=CUDA0,b=CUDA1"),
     # level 0 is a level (llama-server's -lv 0), not "unset"
     (CPU, {"llm_server_log_verbosity": None}, "LLM_LOG_VERBOSITY", ""),
-    (CPU, {"llm_server_log_verbosity": ""}, "LLM_LOG_VERBOSITY", ""),
     (CPU, {"llm_server_log_verbosity": 0}, "LLM_LOG_VERBOSITY", "0"),
     (CPU, {"llm_server_log_verbosity": 9}, "LLM_LOG_VERBOSITY", "9"),
     (CPU, {"llm_server_n_gpu_layers": "all"}, "LLM_N_GPU_LAYERS", "all"),
-    (CPU, {"llm_server_parallel": 256}, "LLM_PARALLEL", "256"),
 ])
 def test_a_value_in_env(placement, values, key, text):
     assert env_values(settings(**values), placement)[key] == text
@@ -198,7 +178,6 @@ def reference_hash(values, compose_text, key_bytes):
 @pytest.mark.parametrize("values, compose, key, key_bytes", [
     ({"LLM_CTX_SIZE": "4096", "LLM_PORT": "8081"}, "services: {}\n", b"sk-1\n", b"sk-1\n"),
     ({"B": "2", "A": "1"}, "c", b"k", b"k"),  # the items are sorted: the order of the keys does not count
-    ({"LLM_CTX_SIZE": "4096"}, "c", b"", b""),
     ({"LLM_CTX_SIZE": "4096"}, "c", None, b""),  # no API key hashes as an empty key file
 ])
 def test_the_config_hash_is_stable_across_versions(values, compose, key, key_bytes):
@@ -330,7 +309,7 @@ def test_the_compose_file_for_docker_on_the_host_network_without_gpu():
 
 
 def test_the_compose_file_for_docker_reserves_the_gpus():
-    text = render_compose(settings(), {"topology": "single", "gpu_devices": [3]}, "docker")
+    text = render_compose(settings(), {"topology": "dual", "gpu_devices": [3, 1]}, "docker")
     assert text.endswith("""\
       NVIDIA_VISIBLE_DEVICES: "${LLM_GPU_DEVICES:-}"
 """ + VOLUMES + """\
@@ -339,10 +318,9 @@ def test_the_compose_file_for_docker_reserves_the_gpus():
         reservations:
           devices:
             - driver: "nvidia"
-              device_ids: ["3"]
+              device_ids: ["3", "1"]
               capabilities: ["gpu"]
 """ + DOCKER_LOGGING % 3)
-    assert "    ports:\n" in text and "network_mode" not in text
 
 
 @pytest.mark.parametrize("text, lines", [
