@@ -144,27 +144,42 @@ def edit(name, change):
 
 
 def no_secrets(settings):
+    """No secrets directory, and one beside it whose name is not the role's."""
     os.unlink(settings["paths"]["api_key"])
     os.rmdir(settings["paths"]["secrets"])
+    os.mkdir(os.path.join(settings["project_dir"], "secret"))
+
+
+def directory_for(name):
+    """A damage: a directory where the file ``paths[name]`` belongs."""
+    def damage(settings):
+        os.unlink(settings["paths"][name])
+        os.mkdir(settings["paths"][name])
+    return damage
 
 
 @pytest.mark.parametrize("damage, key, read", [
-    (edit("env", lambda text: text + text), KEY, ("env_settled", False)),  # a second block
-    (edit("env", lambda text: text.replace("\n", "\r\n")), KEY, ("env_settled", False)),
-    (edit("env", lambda text: text.rstrip("\n")), KEY, ("env_settled", False)),
-    (edit("env", lambda text: text.replace("LLM_CTX_SIZE='512'", "LLM_CTX_SIZE='513'")), KEY, ("env_settled", True)),
-    (lambda settings: os.unlink(settings["paths"]["env"]), KEY, ("env_block", None)),
-    (edit("compose", lambda text: text + " "), KEY, ("compose_exists", True)),
-    (lambda settings: os.unlink(settings["paths"]["compose"]), KEY, ("compose_exists", False)),
+    (edit("env", lambda text: text + text), KEY, {"env_settled": False}),  # a second block
+    (edit("env", lambda text: text.replace("\n", "\r\n")), KEY, {"env_settled": False}),
+    (edit("env", lambda text: text.rstrip("\n")), KEY, {"env_settled": False}),
+    (edit("env", lambda text: text.replace("LLM_CTX_SIZE='512'", "LLM_CTX_SIZE='513'")), KEY, {"env_settled": True}),
+    (lambda settings: os.unlink(settings["paths"]["env"]), KEY, {"env_block": None}),
+    (edit("compose", lambda text: text + " "), KEY, {"compose_exists": True}),
+    (lambda settings: os.unlink(settings["paths"]["compose"]), KEY, {"compose_exists": False}),
     # a killed atomic_write: the writer removes it
     (lambda settings: open(os.path.join(settings["project_dir"], ".env.llm_server-tmp-x1"), "wb").close(), KEY,
-     ("leftovers", True)),
-    (no_secrets, "", ("secrets_dir", False)),
+     {"leftovers": True}),
+    (no_secrets, "", {"secrets_dir": False, "api_key_file": False}),
+    # a directory where a file belongs reads as no file (no traceback from the host)
+    (directory_for("env"), KEY, {"env_config_hash": None, "env_block": None}),
+    (directory_for("compose"), KEY, {"compose_exists": False, "compose_sha256": None}),
+    (directory_for("api_key"), KEY, {"api_key_file": False, "api_key_sha256": None}),
 ])
 def test_a_file_the_writer_would_change_is_not_proved(project, damage, key, read):
     settings, _digest = project
     damage(settings)
-    assert disk_of(settings)[read[0]] is read[1]
+    disk = disk_of(settings)
+    assert {name: disk[name] for name in read} == read
     assert proof(settings, key=key) is None
 
 
@@ -185,6 +200,9 @@ def test_a_lock_file_and_the_last_records_are_read(project):
     with open(os.path.join(settings["project_dir"], "verification.json"), "wb") as f:
         f.write(b"\xff{")
     assert disk_of(settings)["verification"] == {"unreadable": True}
+    os.unlink(settings["paths"]["verification"])
+    os.mkdir(settings["paths"]["verification"])  # a directory in its place reads as none
+    assert disk_of(settings)["verification"] is None
 
 
 def test_the_model_must_resolve_inside_its_directory(tmp_path, project):
@@ -202,15 +220,8 @@ def test_the_model_must_resolve_inside_its_directory(tmp_path, project):
     assert model_outside_dir(str(tmp_path / "mod"), str(tmp_path / "models" / "x.gguf")) is not None
 
 
-def test_each_file_is_looked_for_where_the_role_writes_it(project):
+def test_the_compose_file_is_looked_for_by_its_name(project):
     settings, _digest = project
-    disk = disk_of(settings)
-    assert disk["compose_exists"] is True and disk["secrets_dir"] is True and disk["api_key_file"] is True
-    os.unlink(settings["paths"]["api_key"])
-    os.rmdir(settings["paths"]["secrets"])
-    os.mkdir(os.path.join(settings["project_dir"], "secret"))
-    disk = disk_of(settings)
-    assert disk["secrets_dir"] is False and disk["api_key_file"] is False and disk["compose_exists"] is True
     os.rename(settings["paths"]["compose"], os.path.join(settings["project_dir"], "compose.yml"))
     assert disk_of(settings)["compose_exists"] is False
     assert read_disk(settings["project_dir"], "compose.yml", settings["rollback_dir"])["compose_exists"] is True
@@ -224,16 +235,3 @@ def test_the_lock_file_and_the_model_are_read_only_when_asked(project):
                          model_path)
         assert "model_outside_dir" not in disk and "lock_file" not in disk
         assert written_config(disk, settings, PLACEMENT, KEY, "podman") is None
-
-
-def test_a_directory_in_place_of_a_file_is_read_as_no_file(project):
-    """A directory where .env, the compose file or the key file belongs: the reading does not fail (no traceback
-    from the host), and nothing is proved."""
-    settings, _digest = project
-    for path in (settings["paths"]["api_key"], settings["paths"]["compose"], settings["paths"]["env"]):
-        os.unlink(path)
-        os.mkdir(path)
-    disk = disk_of(settings)
-    assert (disk["env_config_hash"], disk["env_block"], disk["compose_sha256"], disk["api_key_sha256"]) == (
-        None, None, None, None)
-    assert disk["api_key_file"] is False and disk["compose_exists"] is False and proof(settings) is None
