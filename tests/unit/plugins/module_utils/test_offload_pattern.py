@@ -46,9 +46,6 @@ from tools.gguf_models import write_model
 TOO_DEEP = "its groups are nested more than 64 deep (std::regex compiles each level recursively)"
 
 
-# ---- block_numbers_regex ----
-
-
 @pytest.mark.parametrize("blocks, expected", [
     ({0, 1}, "[01]"),
     ({0, 1, 2}, "[0-2]"),
@@ -76,9 +73,6 @@ def test_block_numbers_regex_matches_exactly_the_numbers(blocks, expected):
     regex = block_numbers_regex(blocks)
     assert regex == expected
     assert {n for n in range(1000) if re.fullmatch(regex, str(n))} == {int(b) for b in blocks}
-
-
-# ---- _factored: the prefix-factored list of names ----
 
 
 FACTORED_CASES = [
@@ -138,9 +132,6 @@ def test_factored_writes_common_prefixes_and_the_common_suffix_once_whatever_the
     assert _factored(words) == pattern
 
 
-# ---- _stem and the candidates ----
-
-
 def test_stem_is_the_name_after_the_block_prefix():
     assert _stem("blk.12.ffn_up_exps.weight") == "ffn_up_exps.weight"
     assert _stem("output.weight") == "output.weight"
@@ -179,17 +170,6 @@ def test_derived_candidates(wanted, expected):
     assert list(_derived_candidates(wanted)) == expected
 
 
-# ---- expert_pattern and block_expert_pattern ----
-
-
-def test_no_expert_tensors_give_an_empty_pattern():
-    assert expert_pattern([], []) == ""
-    names, experts = model_names(range(3), ["attn_q.weight", "ffn_up.weight"])
-    assert experts == []
-    assert expert_pattern(names, experts) == ""
-    assert block_expert_pattern(names, experts, [0, 1]) == ""
-
-
 def test_expert_names_missing_from_the_model_are_named_five_at_most():
     unknown = ["blk.%d.ffn_up_exps.weight" % b for b in range(6)]
     message = "^expert tensors not among the model's tensors: %s$" % re.escape(", ".join(sorted(unknown)[:5]))
@@ -197,13 +177,6 @@ def test_expert_names_missing_from_the_model_are_named_five_at_most():
         expert_pattern(["blk.0.attn_q.weight"], unknown)
     with pytest.raises(PatternError, match=message):
         block_expert_pattern(["blk.0.attn_q.weight"], unknown, [0])
-
-
-def test_the_list_of_names_when_no_convention_is_exact():
-    """Some blocks' up-experts among every block's: anchored at both ends, prefix-factored."""
-    names = ["blk.%d.ffn_up_exps.weight" % b for b in range(12)]
-    wanted = [names[0], names[5], names[10]]
-    assert expert_pattern(names, wanted) == r"^blk\.(0|10|5)\.ffn_up_exps\.weight$"
 
 
 @pytest.mark.parametrize("count, others, blocks, pattern", [
@@ -293,9 +266,6 @@ def test_the_list_nests_64_groups_65_are_refused_at_the_length_limit_and_one_byt
 PORTABLE = re.compile(r"^([A-Za-z0-9_:/ -]|\\[.()\[\]|*+?^$\\]|[.*+?|()^$]|\[[0-9-]+\])*$")
 
 
-# ---- on Nemotron-3-Nano-30B-A3B and models of every architecture's naming conventions ----
-
-
 def assert_proved(pattern, names, wanted):
     assert pattern_problem(pattern) is None, pattern
     assert PORTABLE.match(pattern), pattern
@@ -327,9 +297,6 @@ def test_pattern_per_architecture(arch):
     pattern = expert_pattern(names, experts)
     assert pattern == expected
     assert_proved(pattern, names, experts)
-
-
-# ---- properties: random models that follow llama.cpp's naming conventions ----
 
 
 @settings(max_examples=150, deadline=None)
@@ -392,9 +359,6 @@ def test_real_model_files(tmp_path, kind, endian):
     assert pattern == expected
     if n_experts:
         assert_proved(pattern, names, layout.expert_tensors)
-
-
-# ---- crafted tensor names and the cost of the proof ----
 
 
 CRAFTED = ["\n", "'", "${HOME}", "`id`", ",", "=", '"', "\\", "\r", "\u00e9", "$", "{1,3}"]
