@@ -110,8 +110,6 @@ def test_a_full_disk_leaves_the_snapshots_as_they_were(tmp_path, monkeypatch):
     assert leftovers(rollback) == []
 
 
-# --- the whole contract of each function --------------------------------------------------------------------
-
 def mode_of(path):
     return os.stat(path).st_mode & 0o777
 
