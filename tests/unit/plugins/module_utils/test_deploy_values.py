@@ -72,7 +72,7 @@ def test_only_the_first_message_of_a_variable_is_kept():
 def test_a_missing_variable_is_a_programming_error_not_a_default(name):
     """The role's defaults give every variable a value: check_settings has no defaults of its own."""
     values = {k: v for k, v in BASE.items() if k != name}
-    with pytest.raises(KeyError, match=name + " has no value"):
+    with pytest.raises(KeyError, match=r'^"%s has no value: the role\'s defaults \(defaults/main.yml\) give every variable one"$' % name):
         check_settings(values)
 
 
@@ -98,8 +98,8 @@ def test_several_bad_values_give_one_message_each_in_order():
     ]
 
 
-def test_a_bad_project_dir_leaves_no_compose_project_name_to_take():
-    assert problems(llm_server_project_dir="rel", llm_server_compose_project="") == {
+def test_a_bad_project_dir_leaves_no_compose_project_name_to_take_and_an_empty_rollback_dir_falls_back_to_the_root():
+    assert problems(llm_server_project_dir="rel", llm_server_compose_project="", llm_server_rollback_dir="") == {
         "llm_server_project_dir": '"rel" is not an absolute path',
         "llm_server_compose_project": '"" is not ' + PROJECT_NAME}
 
