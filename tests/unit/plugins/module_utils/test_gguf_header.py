@@ -215,12 +215,8 @@ def test_alignment_powers_of_two_are_taken(tmp_path, alignment):
     kv = G.kv("general.alignment", U32, G.pack("I", alignment))
     head = G.header(1, 1) + kv + G.info("t", (8,), F32, 0)
     data_offset = pad(len(head), alignment)
-    if alignment > 64:
-        path = tmp_path / "m.gguf"
-        write(path, head)
-        os.truncate(path, data_offset + 32)
-    else:
-        path = write(tmp_path / "m.gguf", head.ljust(data_offset + 32, b"\0"))
+    path = write(tmp_path / "m.gguf", head)
+    os.truncate(path, data_offset + 32)  # zeros up to the end of the tensor (a hole for the large alignment)
     gf = read_gguf(path)
     assert (gf.alignment, gf.data_offset, gf.tensors[0].nbytes) == (alignment, data_offset, 32)
 
@@ -387,8 +383,6 @@ def test_file_kinds_by_mode():
     assert header._file_kind(stat.S_IFBLK | 0o660) == "a block device"
     assert header._file_kind(stat.S_IFCHR | 0o666) == "a character device"
     assert header._file_kind(stat.S_IFSOCK | 0o755) == "a socket"
-    assert header._file_kind(stat.S_IFIFO | 0o600) == "a FIFO"
-    assert header._file_kind(stat.S_IFDIR | 0o755) == "a directory"
     assert header._file_kind(stat.S_IFREG | 0o644) == "mode 100644"
 
 
