@@ -22,6 +22,11 @@ def test_the_report_of_a_path_is_the_description_of_its_model(demo, tensors):
     assert report(demo) == report(demo, "experts")  # what gguf_info's tensors option defaults to
 
 
+def test_a_tensor_row_names_its_block_and_its_file(demo):
+    assert report(demo)[0]["tensors"][0] == {"name": "blk.1.ffn_up_exps.weight", "type": "f32", "shape": [256, 128, 8],
+                                             "bytes": 1048576, "block": 1, "file": demo, "class": "routed_experts"}
+
+
 def test_a_users_pattern_is_checked(demo):
     result, _warnings = report(demo, "none", r"blk\.1\.ffn_(up|down)_exps\.weight$")
     assert result["pattern_check"]["matched"] == ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight"]
