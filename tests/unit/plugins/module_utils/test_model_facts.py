@@ -118,6 +118,8 @@ LENGTHS = {"llama.attention.key_length": 16, "llama.attention.value_length": 16}
     # without attn_q and key_length the head size is the K width per KV head, in integers (30 / 4 = 7)
     ({"llama.attention.head_count_kv": 4}, dict(attn=("attn_qkv", 128), attn_k=30), 4, 30, 28,
      ["KV widths of blocks 0 taken from the attn_k/attn_v tensor shapes (metadata incomplete)"]),
+    # one query head and no attn_q: a Q of one head, n_embd wide
+    ({"llama.attention.head_count_kv": 1}, dict(heads=1, attn=("attn_qkv", 192)), 1, 64, 64, []),
 ])
 def test_the_kv_heads_and_widths_and_the_q_width_of_an_attention_block(md, model, kv_heads, width, q_width, warnings):
     found = qkv_model(md, **model)
