@@ -399,6 +399,9 @@ def test_reader_end_of_file_and_short_reads(tmp_path):
         assert failure(lambda: rd.take(1)) == (15, "unexpected end of file: 1 bytes needed, 0 left")
     with opened(path) as rd:
         assert rd.take(11) == b"\1" + b"\0" * 10  # exactly to the end
+    with opened(path) as rd:  # an unknown value type (the header refuses it first), named where its u32 starts
+        rd.u32()
+        assert failure(lambda: rd.value(13, 0, "key 'k'")) == (0, "key 'k': unknown value type 13")
     with opened(path, size=100) as rd:  # the file is shorter than its size said (it changed while reading)
         rd.seek(8)
         with pytest.raises(GGUFError) as raised:
