@@ -29,21 +29,12 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
 from tests.helpers.role_vars import role_values
 
-HOSTILE = {
-    "llm_server_model_path": "/srv/mo dels/x$y.gguf",
-    "llm_server_project_dir": "/srv/ai $llm",
-    "llm_server_compose_project": "ai-llm",
-    "llm_server_image": "localhost/ai-llm:cuda",
-    "llm_server_extra_args": ["--alias", "a$b${HOME}`id`'\"", "--api-prefix", "$$"],
-    "llm_server_log_verbosity": 5,
-}
-PLAIN = {
-    "llm_server_model_path": "/srv/models/m.gguf",
-    "llm_server_ctx_size": 4096,
-    "llm_server_parallel": 2,
-    "llm_server_n_gpu_layers": 40,
-    "llm_server_port": 8081,
-}
+HOSTILE = {"llm_server_model_path": "/srv/mo dels/x$y.gguf", "llm_server_project_dir": "/srv/ai $llm",
+           "llm_server_compose_project": "ai-llm", "llm_server_image": "localhost/ai-llm:cuda",
+           "llm_server_log_verbosity": 5,
+           "llm_server_extra_args": ["--alias", "a$b${HOME}`id`'\"", "--api-prefix", "$$"]}
+PLAIN = {"llm_server_model_path": "/srv/models/m.gguf", "llm_server_ctx_size": 4096, "llm_server_parallel": 2,
+         "llm_server_n_gpu_layers": 40, "llm_server_port": 8081}
 PLACEMENT = {"pattern": r"blk\.(3|4)\.ffn_.*_exps\.weight$", "device_overrides": [r"blk\.5\.ffn_.*_exps=CUDA1"],
              "gpu_devices": [0, 1], "tensor_split": "0.6,0.4", "topology": "dual"}
 
@@ -123,24 +114,18 @@ def test_env_values_hold_every_key_in_order(verbosity, placement, placed):
 
 @pytest.mark.parametrize("placement, values, key, text", [
     # GPU devices are written only for a GPU topology; a placement without ``topology`` is a CPU one
-    ({"topology": "single", "gpu_devices": [2]}, {}, "LLM_GPU_DEVICES", "2"),
-    ({"topology": "multi", "gpu_devices": [0, 1, 3]}, {}, "LLM_GPU_DEVICES", "0,1,3"),
-    ({"topology": "dual"}, {}, "LLM_GPU_DEVICES", ""),
-    ({"topology": "dual", "gpu_devices": []}, {}, "LLM_GPU_DEVICES", ""),
-    ({"topology": "cpu", "gpu_devices": [0, 1]}, {}, "LLM_GPU_DEVICES", ""),
-    ({"gpu_devices": [0, 1]}, {}, "LLM_GPU_DEVICES", ""),
+    *[(placement, {}, "LLM_GPU_DEVICES", text) for placement, text in [
+        ({"topology": "single", "gpu_devices": [2]}, "2"), ({"topology": "multi", "gpu_devices": [0, 1, 3]}, "0,1,3"),
+        ({"topology": "dual"}, ""), ({"topology": "dual", "gpu_devices": []}, ""),
+        ({"topology": "cpu", "gpu_devices": [0, 1]}, ""), ({"gpu_devices": [0, 1]}, "")]],
     # the tensor split, comma-separated
-    ({"topology": "dual", "tensor_split": [0.6, 0.4]}, {}, "LLM_TENSOR_SPLIT", "0.6,0.4"),
-    ({"topology": "dual", "tensor_split": (3, 1)}, {}, "LLM_TENSOR_SPLIT", "3,1"),
-    ({"topology": "dual", "tensor_split": []}, {}, "LLM_TENSOR_SPLIT", ""),
-    ({"topology": "dual", "tensor_split": ""}, {}, "LLM_TENSOR_SPLIT", ""),
+    *[({"topology": "dual", "tensor_split": split}, {}, "LLM_TENSOR_SPLIT", text)
+      for split, text in [([0.6, 0.4], "0.6,0.4"), ((3, 1), "3,1"), ([], ""), ("", "")]],
     # llama-server's --override-tensor takes ``<pattern>=<buffer type>,...``: one comma-separated value
-    ({"topology": "dual", "device_overrides": ["a=CUDA0", "b=CUDA1"]}, {}, "LLM_DEVICE_OVERRIDES",
-     "a=CUDA0,b=CUDA1"),
+    ({"topology": "dual", "device_overrides": ["a=CUDA0", "b=CUDA1"]}, {}, "LLM_DEVICE_OVERRIDES", "a=CUDA0,b=CUDA1"),
     # level 0 is a level (llama-server's -lv 0), not "unset"
-    (CPU, {"llm_server_log_verbosity": None}, "LLM_LOG_VERBOSITY", ""),
-    (CPU, {"llm_server_log_verbosity": 0}, "LLM_LOG_VERBOSITY", "0"),
-    (CPU, {"llm_server_log_verbosity": 9}, "LLM_LOG_VERBOSITY", "9"),
+    *[(CPU, {"llm_server_log_verbosity": level}, "LLM_LOG_VERBOSITY", text)
+      for level, text in [(None, ""), (0, "0"), (9, "9")]],
     (CPU, {"llm_server_n_gpu_layers": "all"}, "LLM_N_GPU_LAYERS", "all"),
 ])
 def test_a_value_in_env(placement, values, key, text):
@@ -324,12 +309,8 @@ def test_the_compose_file_for_docker_reserves_the_gpus():
 
 
 @pytest.mark.parametrize("text, lines", [
-    ("", []),
-    ("A=1", ["A=1"]),
-    ("A=1\n", ["A=1"]),
-    ("A=1\r\nB=2\rC=3\nD=4\n", ["A=1", "B=2", "C=3", "D=4"]),
-    ("A=1\n\nB=2\n", ["A=1", "", "B=2"]),
-    ("A=1\n\n", ["A=1", ""]),
+    ("", []), ("A=1", ["A=1"]), ("A=1\n", ["A=1"]), ("A=1\r\nB=2\rC=3\nD=4\n", ["A=1", "B=2", "C=3", "D=4"]),
+    ("A=1\n\nB=2\n", ["A=1", "", "B=2"]), ("A=1\n\n", ["A=1", ""]),
     ("A='x\u2028y\u2029z\x85'\n", ["A='x\u2028y\u2029z\x85'"]),
 ])
 def test_env_lines_cut_at_the_three_dotenv_line_ends_only(text, lines):
@@ -337,16 +318,8 @@ def test_env_lines_cut_at_the_three_dotenv_line_ends_only(text, lines):
 
 
 def test_parse_env_reads_the_role_keys_only_and_the_last_line_wins():
-    text = "\n".join([
-        "OTHER='x'",
-        "LLM_PORT='1'",
-        "  export LLM_PORT = '2'",
-        "LLM_CTX_SIZE=4096",
-        "# LLM_PARALLEL='3'",
-        "LLM_CONFIG_HASH='it\\'s'",
-        "LLM_PORTS='9'",
-        "",
-    ])
+    text = ("OTHER='x'\nLLM_PORT='1'\n  export LLM_PORT = '2'\nLLM_CTX_SIZE=4096\n# LLM_PARALLEL='3'\n"
+            "LLM_CONFIG_HASH='it\\'s'\nLLM_PORTS='9'\n")
     assert parse_env(text) == {"LLM_PORT": "2", "LLM_CTX_SIZE": "4096", "LLM_CONFIG_HASH": "it's"}
     assert parse_env("") == {}
 
@@ -355,14 +328,9 @@ INDENTED = "  " + BEGIN + "\nLLM_PORT='1'\n" + END + "  \n"
 
 
 @pytest.mark.parametrize("text, block", [
-    ("A=1\n{block}B=2\n", "{block}"),
-    ("A=1\r\n{crlf_block}", "{block}"),
-    (INDENTED, INDENTED),
+    ("A=1\n{block}B=2\n", "{block}"), ("A=1\r\n{crlf_block}", "{block}"), (INDENTED, INDENTED),
     # without both markers, in order, there is no block
-    ("", ""),
-    ("A=1\n", ""),
-    (BEGIN + "\nLLM_PORT='1'\n", ""),
-    ("LLM_PORT='1'\n" + END + "\n", ""),
+    ("", ""), ("A=1\n", ""), (BEGIN + "\nLLM_PORT='1'\n", ""), ("LLM_PORT='1'\n" + END + "\n", ""),
     (END + "\nLLM_PORT='1'\n" + BEGIN + "\n", ""),
 ])
 def test_managed_block_is_the_text_between_the_markers(text, block):

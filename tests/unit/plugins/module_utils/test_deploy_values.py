@@ -11,7 +11,6 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values 
     VARIABLES,
     SettingsError,
     _Checker,
-    base_url,
     check_placement,
     check_settings,
     container_model_path,
@@ -120,22 +119,18 @@ def test_the_rollback_entry_ignores_the_model_variables_when_no_model_is_given()
         "llm_server_model_mount": HIDE}
 
 
-def test_base_url_maps_the_ipv4_wildcard_to_loopback():
-    assert base_url("0.0.0.0", 8080) == "http://127.0.0.1:8080"
-
-
 @pytest.mark.parametrize("values, api_key, address", [
-    ({"llm_server_bind_address": "127.0.0.2"}, None, "127.0.0.2"),
-    ({"llm_server_bind_address": "0.0.0.0"}, "sk-1", "0.0.0.0"),
-    ({"llm_server_bind_address": "0.0.0.0", "llm_server_allow_unauthenticated": True}, None, "0.0.0.0"),
-    ({"llm_server_bind_address": "10.0.0.5"}, "sk-1", "10.0.0.5"),
-    ({"llm_server_bind_address": "10.0.0.5", "llm_server_allow_unauthenticated": "yes"}, None, "10.0.0.5"),
-    ({"llm_server_bind_address": "::1", "llm_server_network_mode": "host"}, None, "::1"),
-    ({"llm_server_bind_address": "::0001", "llm_server_network_mode": "host"}, None, "::1"),
-    ({"llm_server_bind_address": "FD00::5", "llm_server_network_mode": "host"}, "sk-1", "fd00::5"),
+    ({"bind_address": "127.0.0.2"}, None, "127.0.0.2"), ({"bind_address": "0.0.0.0"}, "sk-1", "0.0.0.0"),
+    ({"bind_address": "0.0.0.0", "allow_unauthenticated": True}, None, "0.0.0.0"),
+    ({"bind_address": "10.0.0.5"}, "sk-1", "10.0.0.5"),
+    ({"bind_address": "10.0.0.5", "allow_unauthenticated": "yes"}, None, "10.0.0.5"),
+    ({"bind_address": "::1", "network_mode": "host"}, None, "::1"),
+    ({"bind_address": "::0001", "network_mode": "host"}, None, "::1"),
+    ({"bind_address": "FD00::5", "network_mode": "host"}, "sk-1", "fd00::5"),
 ])
 def test_addresses_that_are_loopback_keyed_or_allowed_are_kept_normalised(values, api_key, address):
-    assert check_settings(dict(BASE, **values), api_key=api_key).bind_address == address
+    given = {"llm_server_" + name: value for name, value in values.items()}
+    assert check_settings(dict(BASE, **given), api_key=api_key).bind_address == address
 
 
 def _bad(variable, value, message):
@@ -154,8 +149,7 @@ REFUSED = [
     _bad("project_dir", "srv/ai-llm", '"srv/ai-llm" is not an absolute path'),
     _bad("project_dir", "/srv/../ai-llm", '"/srv/../ai-llm" holds a \'..\' segment: give the path itself'),
     _bad("project_dir", "/srv/a:b", MOUNT % '"/srv/a:b"'), _bad("project_dir", "/srv/a,b", MOUNT % '"/srv/a,b"'),
-    _bad("project_dir", 5, "5 is not a string"),
-    _bad("rollback_dir", "backups", '"backups" is not an absolute path'),
+    _bad("project_dir", 5, "5 is not a string"), _bad("rollback_dir", "backups", '"backups" is not an absolute path'),
     _bad("rollback_dir", "/srv/ai-llm/", "it must not be llm_server_project_dir itself"),
     _bad("rollback_to", 1, "1 is not a string"),
     *_not("restart_policy", 'one of "no", "always", "on-failure", "unless-stopped"', "never", "No"),
@@ -244,8 +238,7 @@ REFUSED = [
     *[_bad("bind_address", address, "::1 is an IPv6 address: compose port publishing takes IPv4 here; use "
                                     "llm_server_network_mode=host for IPv6") for address in ("::0001", "::1")],
     _bad("bind_address", "localhost", '"localhost" is not an IPv4 or IPv6 address'),
-    _bad("bind_address", None, '"" is not an IPv4 or IPv6 address'),
-    _bad("bind_address", 127, "127 is not a string"),
+    _bad("bind_address", None, '"" is not an IPv4 or IPv6 address'), _bad("bind_address", 127, "127 is not a string"),
     # the user's pattern: the rules of any deployed pattern, shown up to 120 characters
     _bad("moe_offload_pattern", "x" * 118 + "${", '"%s" cannot be deployed: %s' % ("x" * 118 + "${", DOLLAR_BRACE)),
     _bad("moe_offload_pattern", "x" * 119 + "${", '"%s..." cannot be deployed: %s' % ("x" * 117, DOLLAR_BRACE)),
@@ -292,8 +285,7 @@ ACCEPTED = [
     # string lists turn scalars into strings
     ("extra_args", ["--temp", 0.5, "-n", 4, "--flag", True, False],
      ["--temp", "0.5", "-n", "4", "--flag", "true", "false"]),
-    ("extra_args", ["x"] * 256, ["x"] * 256),
-    ("moe_offload_pattern", None, ""),
+    ("extra_args", ["x"] * 256, ["x"] * 256), ("moe_offload_pattern", None, ""),
     # booleans take Ansible's words and 0 or 1
     *[(variable, word, True) for variable in BOOLEANS for word in ("yes", "true", "on", "1", " Yes ", "TRUE", "On", True, 1)],
     *[(variable, word, False) for variable in BOOLEANS for word in ("no", "false", "off", "0", " NO", "False", "OFF ", False, 0)],
@@ -337,8 +329,10 @@ COMBINED = [
      {"moe_offload_pattern": r"blk\.3\.ffn_.*_exps"}),
     ({"cpu_expert_layers": [4]}, {"moe_offload_mode": "auto"}),
     ({"lock_lease": 302, "health_timeout": 1}, {"lock_lease": 302}),
+    # the wildcards are reached on loopback
     ({"bind_address": "::", "network_mode": "host", "port": "9000", "allow_unauthenticated": True},
      {"bind_address": "::", "base_url": "http://[::1]:9000"}),
+    ({"bind_address": "0.0.0.0", "allow_unauthenticated": True}, {"base_url": "http://127.0.0.1:8080"}),
 ]
 
 
@@ -376,10 +370,8 @@ PATTERN = "llm_server_moe_offload_pattern"
 
 @pytest.mark.parametrize("args, expected", [
     # pattern, its source, device overrides, context size, the model's training context
-    (("", "plan", [], 0, 0), []),
-    ((None, "plan", None, None, None), []),
-    ((r"blk\.1\.ffn_up_exps", "plan", [r"blk\.0\.ffn=CUDA0"], 8192, 8192), []),
-    (("", "plan", [], 1000000, 0), []),
+    (("", "plan", [], 0, 0), []), ((None, "plan", None, None, None), []),
+    ((r"blk\.1\.ffn_up_exps", "plan", [r"blk\.0\.ffn=CUDA0"], 8192, 8192), []), (("", "plan", [], 1000000, 0), []),
     (("", "plan", [], 0, 4096), []),
     # where the pattern came from; shown up to 120 characters
     (("blk${X}", "model", [], 0, 0),

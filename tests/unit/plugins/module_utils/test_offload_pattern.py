@@ -47,24 +47,12 @@ TOO_DEEP = "its groups are nested more than 64 deep (std::regex compiles each le
 
 
 @pytest.mark.parametrize("blocks, expected", [
-    ({0, 1}, "[01]"),
-    ({0, 1, 2}, "[0-2]"),
-    ({0, 2}, "[02]"),
-    ({0, 1, 3, 4}, "[0134]"),
-    ({0, 1, 2, 4, 5, 6}, "[0-24-6]"),
-    ({10, 11}, "1[01]"),
-    ({10, 11, 20, 21}, "[12][01]"),
-    ({10, 11, 20, 21, 35}, "([12][01]|35)"),
-    ({15, 20, 21, 30, 31}, "(15|[23][01])"),
-    ({3, 12}, "(3|12)"),
-    ({100, 101, 110, 111}, "1[01][01]"),
-    ({9, 10, 99, 100}, "(9|10|99|100)"),
-    ({20, 21, 22, 23, 24, 25, 26, 27, 28, 29}, "2[0-9]"),
-    (set(range(20, 52)), "([2-4][0-9]|5[01])"),
-    ({1, 2, 20, 21}, "([12]|2[01])"),
-    ({0, 1, 2, 3, 5, 7, 8, 9}, "[0-357-9]"),
-    ({7}, "7"),
-    ({1, 10, 100}, "(1|10|100)"),
+    ({0, 1}, "[01]"), ({0, 1, 2}, "[0-2]"), ({0, 2}, "[02]"), ({0, 1, 3, 4}, "[0134]"),
+    ({0, 1, 2, 4, 5, 6}, "[0-24-6]"), ({10, 11}, "1[01]"), ({10, 11, 20, 21}, "[12][01]"),
+    ({10, 11, 20, 21, 35}, "([12][01]|35)"), ({15, 20, 21, 30, 31}, "(15|[23][01])"), ({3, 12}, "(3|12)"),
+    ({100, 101, 110, 111}, "1[01][01]"), ({9, 10, 99, 100}, "(9|10|99|100)"), (set(range(20, 30)), "2[0-9]"),
+    (set(range(20, 52)), "([2-4][0-9]|5[01])"), ({1, 2, 20, 21}, "([12]|2[01])"),
+    ({0, 1, 2, 3, 5, 7, 8, 9}, "[0-357-9]"), ({7}, "7"), ({1, 10, 100}, "(1|10|100)"),
     (["3", 3, "4"], "[34]"),  # numbers as strings, repeats ignored
 ])
 def test_block_numbers_regex_matches_exactly_the_numbers(blocks, expected):
@@ -247,19 +235,13 @@ def _refused_list_of(size):
 def test_the_list_nests_64_groups_65_are_refused_at_the_length_limit_and_one_byte_over_for_the_length():
     assert expert_pattern(_chain(65) + ["blk.1.ffn_up_exps.weight"], _chain(65)) == (
         r"^blk\.0\.ffn_up_exps\.weight" + "(_" * 64 + ")?" * 64 + "$")
-    other = "blk.999.ffn_up_exps.weight"
-    wanted = _refused_list_of(16384)
-    with pytest.raises(PatternError) as error:
-        expert_pattern(wanted + [other], wanted)
-    assert str(error.value) == ("no pattern matches exactly the 140 expert tensors: the list of their names is "
-                                "refused: " + TOO_DEEP)
-    wanted = _refused_list_of(16385)
-    with pytest.raises(PatternError) as error:
-        expert_pattern(wanted + [other], wanted)
-    assert str(error.value) == (
-        "no pattern matches exactly the 140 expert tensors: no readable pattern is exact, and the list of their "
-        "names would be 16385 bytes, more than the 16384 deployed (llama-server's std::regex crashes from about "
-        "31 KB)")
+    for size, why in [(16384, "the list of their names is refused: " + TOO_DEEP),
+                      (16385, "no readable pattern is exact, and the list of their names would be 16385 bytes, more "
+                              "than the 16384 deployed (llama-server's std::regex crashes from about 31 KB)")]:
+        wanted = _refused_list_of(size)
+        with pytest.raises(PatternError) as error:
+            expert_pattern(wanted + ["blk.999.ffn_up_exps.weight"], wanted)
+        assert str(error.value) == "no pattern matches exactly the 140 expert tensors: " + why
 
 
 # What every built pattern is written with: no ',', no '=', no counted repeat, no class escape such as '\d'.
@@ -342,7 +324,6 @@ REAL_MODELS = {
 }
 
 
-@pytest.mark.parametrize("endian", ["little", "big"])
 @pytest.mark.parametrize("kind", sorted(REAL_MODELS))
 def test_real_model_files(tmp_path, kind, endian):
     arch, kinds, n_experts, counts, expected = REAL_MODELS[kind]
