@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -84,8 +85,7 @@ def test_the_files_as_written_are_proved_with_their_hash(project):
     # llama-server reads --api-key-file line by line (common/arg.cpp): one key, one line
     assert api_key_bytes(KEY) == b"sk-disk-0001\n"
     assert disk["api_key_sha256"] == hashlib.sha256(b"sk-disk-0001\n").hexdigest()
-    with open(settings["paths"]["compose"], "rb") as f:
-        assert disk["compose_sha256"] == hashlib.sha256(f.read()).hexdigest()
+    assert disk["compose_sha256"] == hashlib.sha256(Path(settings["paths"]["compose"]).read_bytes()).hexdigest()
     assert disk["model_outside_dir"] is None and disk["lock_file"] is False
     assert proof(settings) == {"changed": False, "config_hash": digest, "changed_keys": [], "files_changed": [],
                                "dropped_keys": [], "diff": []}
@@ -189,16 +189,14 @@ def test_a_lock_file_and_the_last_records_are_read(project):
     files = {".env": b"A=1\n", settings["compose_file"]: b"services: {}\n"}
     save_snapshot(settings["rollback_dir"], files, "1" * 64)
     save_snapshot(settings["rollback_dir"], dict(files, **{".env": b"A=2\n"}), digest)
-    with open(os.path.join(settings["project_dir"], "verification.json"), "w", encoding="utf-8") as f:
-        json.dump({"config_hash": digest, "status": "changed"}, f)
+    verification = Path(settings["project_dir"]) / "verification.json"
+    verification.write_text(json.dumps({"config_hash": digest, "status": "changed"}), encoding="utf-8")
     disk = disk_of(settings)
     assert disk["lock_file"] is True and disk["verification"] == {"config_hash": digest, "status": "changed"}
     assert (disk["snapshot_hash"], disk["previous_snapshot_hash"]) == (digest, "1" * 64)
-    with open(os.path.join(settings["project_dir"], "verification.json"), "w", encoding="utf-8") as f:
-        f.write("[1, 2]")
+    verification.write_text("[1, 2]", encoding="utf-8")
     assert disk_of(settings)["verification"] is None
-    with open(os.path.join(settings["project_dir"], "verification.json"), "wb") as f:
-        f.write(b"\xff{")
+    verification.write_bytes(b"\xff{")
     assert disk_of(settings)["verification"] == {"unreadable": True}
     os.unlink(settings["paths"]["verification"])
     os.mkdir(settings["paths"]["verification"])  # a directory in its place reads as none
@@ -220,14 +218,7 @@ def test_the_model_must_resolve_inside_its_directory(tmp_path, project):
     assert model_outside_dir(str(tmp_path / "mod"), str(tmp_path / "models" / "x.gguf")) is not None
 
 
-def test_the_compose_file_is_looked_for_by_its_name(project):
-    settings, _digest = project
-    os.rename(settings["paths"]["compose"], os.path.join(settings["project_dir"], "compose.yml"))
-    assert disk_of(settings)["compose_exists"] is False
-    assert read_disk(settings["project_dir"], "compose.yml", settings["rollback_dir"])["compose_exists"] is True
-
-
-def test_the_lock_file_and_the_model_are_read_only_when_asked(project):
+def test_the_lock_file_and_the_model_are_read_only_when_asked_and_the_compose_file_by_its_name(project):
     """The model only with both paths; not asked: no answer, and no proof."""
     settings, _digest = project
     for model_dir, model_path in ((settings["model_dir"], None), (None, settings["model_path"]), (None, None)):
@@ -235,3 +226,6 @@ def test_the_lock_file_and_the_model_are_read_only_when_asked(project):
                          model_path)
         assert "model_outside_dir" not in disk and "lock_file" not in disk
         assert written_config(disk, settings, PLACEMENT, KEY, "podman") is None
+    os.rename(settings["paths"]["compose"], os.path.join(settings["project_dir"], "compose.yml"))
+    assert disk_of(settings)["compose_exists"] is False
+    assert read_disk(settings["project_dir"], "compose.yml", settings["rollback_dir"])["compose_exists"] is True

@@ -175,7 +175,7 @@ def test_a_write_renames_a_marked_temporary_file_or_directory_next_to_its_target
     assert dst == os.path.join(rollback, os.readlink(os.path.join(rollback, "last")))
 
 
-def test_remove_leftovers_returns_the_paths_it_removed(tmp_path):
+def test_remove_leftovers_returns_the_paths_it_removed_and_passes_over_what_it_cannot_remove(tmp_path, monkeypatch):
     half_file = tmp_path / (".env" + files.TMP_MARK + "x")
     half_file.write_text("half")
     half_dir = tmp_path / (files.TMP_MARK + "dir")
@@ -189,9 +189,7 @@ def test_remove_leftovers_returns_the_paths_it_removed(tmp_path):
     assert os.listdir(str(tmp_path)) == ["keep"] and (tmp_path / "keep" / "data").read_text() == "d"
     assert remove_leftovers(str(tmp_path)) == []
     assert remove_leftovers(str(tmp_path / "missing")) == []
-
-
-def test_a_leftover_directory_that_cannot_be_removed_does_not_stop_the_run(tmp_path, monkeypatch):
+    # a leftover directory that cannot be removed does not stop the run
     (tmp_path / (files.TMP_MARK + "dir")).mkdir()
 
     def refused(*_args, **_kwargs):
@@ -199,7 +197,7 @@ def test_a_leftover_directory_that_cannot_be_removed_does_not_stop_the_run(tmp_p
     monkeypatch.setattr(files.os, "rmdir", refused)
     remove_leftovers(str(tmp_path))
     monkeypatch.undo()
-    assert os.listdir(str(tmp_path)) == [files.TMP_MARK + "dir"]
+    assert sorted(os.listdir(str(tmp_path))) == [files.TMP_MARK + "dir", "keep"]
 
 
 def test_ensure_dir_creates_parents_with_the_mode_and_reports_it(tmp_path):
@@ -237,11 +235,7 @@ NOT_A_FILE = "{link}: the manifest names %r, not a file of the snapshot"
     ({"a": b"x", "b": b"y"}, {"files": {"a": sha(b"x"), "b": sha(b"y\n")}},
      "{link}: b does not match the sha256 recorded with the snapshot (changed or cut since it was kept)"),
     ({"a": b"x"}, {"files": {"a": sha(b"x"), "b": sha(b"y")}}, "{link}: b is missing"),
-    ({"a": b"x"}, {"files": {"a/b": sha(b"x")}}, NOT_A_FILE % "a/b"),
-    ({"a": b"x"}, {"files": {"../a": sha(b"x")}}, NOT_A_FILE % "../a"),
-    ({"a": b"x"}, {"files": {"": sha(b"x")}}, NOT_A_FILE % ""),
-    ({"a": b"x"}, {"files": {".": sha(b"x")}}, NOT_A_FILE % "."),
-    ({"a": b"x"}, {"files": {"..": sha(b"x")}}, NOT_A_FILE % ".."),
+    *[({"a": b"x"}, {"files": {name: sha(b"x")}}, NOT_A_FILE % name) for name in ("a/b", "../a", "", ".", "..")],
 ])
 def test_a_snapshot_that_cannot_be_read_whole_is_refused_saying_why(tmp_path, data, manifest, message):
     link, path = str(tmp_path / "last"), ""
