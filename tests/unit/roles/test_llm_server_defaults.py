@@ -22,9 +22,12 @@ ENTRY_POINTS = yaml.safe_load(SPEC_TEXT)["argument_specs"]
 OPTIONS = ENTRY_POINTS["main"]["options"]
 
 
-def test_the_defaults_file_has_every_variable_of_the_argument_spec_with_its_default():
+def test_the_defaults_file_and_check_settings_have_every_variable_of_the_argument_spec():
+    """The defaults file with each one's default; check_settings reads each one once, and no other."""
     assert {name: option.get("default") for name, option in OPTIONS.items()} == ROLE_DEFAULTS
     assert OPTIONS["llm_server_compose_project"]["default"] == "{{ llm_server_project_dir | basename }}"
+    assert sorted(VARIABLES) == sorted(set(VARIABLES))
+    assert sorted(set(VARIABLES) | {"llm_server_api_key"}) == sorted(OPTIONS)
 
 
 def test_every_entry_point_shares_the_one_declaration():
@@ -50,11 +53,6 @@ def test_the_argument_specs_choices_are_those_check_settings_takes(name, choices
     assert OPTIONS[name]["choices"] == list(choices)
 
 
-def test_check_settings_reads_every_declared_variable_and_no_other():
-    assert sorted(VARIABLES) == sorted(set(VARIABLES))
-    assert sorted(set(VARIABLES) | {"llm_server_api_key"}) == sorted(OPTIONS)
-
-
 def test_the_defaults_pass_the_argument_spec_every_entry_point_shares():
     spec = {name: {k: v for k, v in option.items() if k in ("type", "elements", "choices", "default")}
             for name, option in OPTIONS.items()}
@@ -62,7 +60,7 @@ def test_the_defaults_pass_the_argument_spec_every_entry_point_shares():
     assert result.error_messages == []
 
 
-def test_the_role_defaults_as_check_settings_gives_them():
+def test_the_role_defaults_as_check_settings_gives_them_and_the_templated_ones_follow_their_variables():
     settings = check_settings(role_values(llm_server_model_path="/srv/models/x.gguf")).as_dict()
     assert settings == {
         "project_dir": "/srv/ai-llm", "compose_file": "docker-compose.prod.yml", "compose_project": "ai-llm",
@@ -84,9 +82,7 @@ def test_the_role_defaults_as_check_settings_gives_them():
             "rollback": "/srv/ai-llm/.rollback",
         },
     }
-
-
-def test_the_templated_defaults_follow_the_project_dir_and_the_model():
+    # the templated defaults follow the project dir and the model
     s = check_settings(role_values(llm_server_model_path="/data/gguf/m.gguf", llm_server_project_dir="/opt/llm-2"))
     assert (s.project_dir, s.compose_project, s.rollback_dir, s.model_dir) == (
         "/opt/llm-2", "llm-2", "/opt/llm-2/.rollback", "/data/gguf")

@@ -52,7 +52,7 @@ def test_as_int_takes_ints_and_whole_floats_only(value, options, expected):
     assert got is None if expected is None else isinstance(got, int) and not isinstance(got, bool)
 
 
-def test_mib_rounds_to_hundredths_of_a_mib():
+def test_mib_rounds_to_hundredths_of_a_mib_and_mib_text_defaults_to_one_decimal_and_no_unit():
     assert MIB == 1048576
     assert mib(0) == 0.0
     assert mib(MIB) == 1.0
@@ -60,6 +60,7 @@ def test_mib_rounds_to_hundredths_of_a_mib():
     assert mib(MIB + 5243) == 1.01       # 1.005000...
     assert mib(3 * MIB // 2) == 1.5
     assert mib(-MIB) == -1.0
+    assert mib_text(24148) == "24,148.0"
 
 
 @pytest.mark.parametrize("value,decimals,unit,expected", [
@@ -75,19 +76,12 @@ def test_mib_text_separates_thousands_and_ends_with_the_unit(value, decimals, un
     assert mib_text(value, decimals, unit) == expected
 
 
-def test_mib_text_defaults_to_one_decimal_and_no_unit():
-    assert mib_text(24148) == "24,148.0"
-
-
 @pytest.mark.parametrize("text,limit,marker,expected", [
     ("abcdef", 6, "...", "abcdef"),       # limit equal to the length: unchanged
     ("abcdefg", 6, "...", "abc..."),      # one over: start and marker, limit in all
     ("abcdefg", 3, "...", "..."),         # limit equal to the marker
     ("abcdefg", 2, "...", "..."),         # marker longer than the limit: the marker alone
-    ("abcdefg", 0, "", ""),
-    ("abcdefg", 4, " [cut]", " [cut]"),
-    ("abcdefg", 5, "~", "abcd~"),
-    (None, 5, "...", ""),
+    ("abcdefg", 0, "", ""), ("abcdefg", 4, " [cut]", " [cut]"), ("abcdefg", 5, "~", "abcd~"), (None, 5, "...", ""),
     (12345678, 5, "..", "123.."),
 ])
 def test_shorten_keeps_text_within_the_limit_with_its_marker(text, limit, marker, expected):

@@ -38,10 +38,8 @@ def run(argv):
 
 
 @pytest.mark.parametrize("argv, engine", [
-    (["podman", "compose"], "podman"),
-    (["/usr/bin/podman-compose"], "podman"),
-    (["/opt/venv/bin/podman-compose", "--podman-path", "/usr/bin/podman"], "podman"),
-    (["docker", "compose"], "docker"),
+    (["podman", "compose"], "podman"), (["/usr/bin/podman-compose"], "podman"),
+    (["/opt/venv/bin/podman-compose", "--podman-path", "/usr/bin/podman"], "podman"), (["docker", "compose"], "docker"),
     (["/usr/local/bin/docker-compose"], "docker"),
     (["/opt/podman/bin/docker-compose"], "docker"),  # the program's name counts, not its folder
 ])

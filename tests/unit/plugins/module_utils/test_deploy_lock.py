@@ -44,7 +44,13 @@ def test_one_owner_at_a_time_and_only_the_owner_gives_it_back(tmp_path):
     assert acquire(path, owner(), 3600)["acquired"]
 
 
-def test_a_dead_owner_is_taken_over_only_with_its_token(tmp_path):
+def test_who_is_dead_and_a_dead_owner_is_taken_over_only_with_its_token(tmp_path):
+    me = owner()
+    assert not owner_is_dead(me, me["controller"], me["boot_id"])
+    assert owner_is_dead(dict(me, pid_start=me["pid_start"] + 1), me["controller"], me["boot_id"])  # pid reused
+    assert not owner_is_dead(dict(me, pid=999999999), "another-controller", me["boot_id"])  # cannot prove it
+    assert not owner_is_dead(dict(me, pid=999999999), me["controller"], "another-boot")
+    assert not owner_is_dead(dict(me, pid=str(me["pid"] + 999999)), me["controller"], me["boot_id"])  # not a pid
     path = str(tmp_path / ".llm_server.lock")
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     dead = owner(proc.pid)
@@ -54,15 +60,6 @@ def test_a_dead_owner_is_taken_over_only_with_its_token(tmp_path):
     assert not acquire(path, owner(), 3600, takeover="some-other-token")["acquired"]
     taken = acquire(path, owner(), 3600, takeover=held["token"])
     assert taken["acquired"] and taken["took_over"]["reason"] == "its owner is gone"
-
-
-def test_who_is_dead():
-    me = owner()
-    assert not owner_is_dead(me, me["controller"], me["boot_id"])
-    assert owner_is_dead(dict(me, pid_start=me["pid_start"] + 1), me["controller"], me["boot_id"])  # pid reused
-    assert not owner_is_dead(dict(me, pid=999999999), "another-controller", me["boot_id"])  # cannot prove it
-    assert not owner_is_dead(dict(me, pid=999999999), me["controller"], "another-boot")
-    assert not owner_is_dead(dict(me, pid=str(me["pid"] + 999999)), me["controller"], me["boot_id"])  # not a pid
 
 
 def test_two_takers_at_once_get_one_lock(tmp_path):

@@ -89,22 +89,14 @@ def test_check_pattern_with_a_pattern_that_cannot_be_deployed(pattern, problem):
 # ---- on Nemotron-3-Nano-30B-A3B and on models of llama.cpp's naming conventions ----
 
 
-def test_check_pattern_good_seed_pattern():
+def test_check_pattern_on_nemotron_nano_seed_exp_and_blk1_trap_and_on_gpt_oss_missed_biases():
     names, layout = nemotron_names()
     assert len(layout.expert_tensors) == 46
     assert check_pattern(r"\.ffn_.*_exps\.weight", names, layout.expert_tensors, layout.tensor_class) == {
         "pattern": r"\.ffn_.*_exps\.weight", "ok": True, "matched": sorted(layout.expert_tensors), "missed": [],
         "non_expert": [], "verdict": "ok: moves exactly the 46 routed-expert tensors and nothing else"}
-
-
-def test_check_pattern_exp_catches_shared_experts_and_router_bias():
-    names, layout = nemotron_names()
     assert check_pattern("exp", names, layout.expert_tensors, layout.tensor_class)["verdict"] == (
         "wrong: also moves 69 non-expert tensor(s): 23 router, 46 shared experts (e.g. blk.1.exp_probs_b.bias)")
-
-
-def test_check_pattern_blk1_trap_and_missed_biases():
-    names, layout = nemotron_names()
     result = check_pattern(r"blk\.1.*_exps", names, layout.expert_tensors, layout.tensor_class)
     assert set(result["matched"]) == {n for n in layout.expert_tensors if re.match(r"blk\.1[0-9]?\.", n)}
     assert result["missed"] and not result["ok"]

@@ -89,11 +89,15 @@ def test_each_refused_token_gives_its_reason_and_its_fix(pattern, reason):
     assert pattern_problem(pattern) == reason
 
 
-def test_a_pattern_python_cannot_read_gives_pythons_reason():
+def test_a_pattern_python_cannot_read_gives_pythons_reason_and_matcher_raises_it():
     assert pattern_problem("ffn_(up").startswith("it is not a valid regular expression: missing ), unterminated")
     assert pattern_problem("+a?").startswith("it is not a valid regular expression: nothing to repeat")
     assert pattern_problem("blk[[0-9]").startswith("Python and ECMAScript may read it differently: Possible "
                                                    "nested set")
+    with pytest.raises(PatternError, match="^it is not a valid regular expression: "):
+        matcher("ffn_(up")
+    with pytest.raises(PatternError, match=re.escape(POSSESSIVE)):
+        matcher("a++")
 
 
 @pytest.mark.parametrize("pattern, name, found", [
@@ -111,13 +115,6 @@ def test_a_pattern_python_cannot_read_gives_pythons_reason():
 ])
 def test_matcher_reads_a_pattern_as_ecmascript_does(pattern, name, found):
     assert matcher(pattern)(name) is found
-
-
-def test_matcher_raises_for_what_python_cannot_read():
-    with pytest.raises(PatternError, match="^it is not a valid regular expression: "):
-        matcher("ffn_(up")
-    with pytest.raises(PatternError, match=re.escape(POSSESSIVE)):
-        matcher("a++")
 
 
 @pytest.mark.parametrize("pattern, python", [
