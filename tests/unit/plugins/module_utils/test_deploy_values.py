@@ -46,7 +46,7 @@ def settings(**values):
     return check_settings(dict(BASE, **values))
 
 
-def test_input_error_joins_variable_and_message_pairs_of_any_iterable():
+def test_input_error_joins_the_pairs_of_any_iterable_and_the_checker_keeps_the_first_of_a_variable():
     exc = SettingsError([("llm_server_port", "0 is out of range"), ("llm_server_image", "bad")])
     assert exc.problems == [("llm_server_port", "0 is out of range"), ("llm_server_image", "bad")]
     assert str(exc) == "llm_server_port: 0 is out of range; llm_server_image: bad"
@@ -57,9 +57,7 @@ def test_input_error_joins_variable_and_message_pairs_of_any_iterable():
     assert (exc.problems, str(exc), exc.lines()) == ([("a", "x")], "a: x", ["a: x"])
     assert exc.refusal("h2") == "llm_server: this value cannot be deployed on h2: a: x. Nothing was changed."
     assert SettingsError([]).lines() == []
-
-
-def test_only_the_first_message_of_a_variable_is_kept():
+    # only the first message of a variable is kept
     checker = _Checker({})
     assert checker.fail("a", "first") is None
     checker.fail("b", "other")
@@ -103,12 +101,10 @@ def test_a_bad_project_dir_leaves_no_compose_project_name_to_take_and_an_empty_r
         "llm_server_compose_project": '"" is not ' + PROJECT_NAME}
 
 
-def test_a_relative_model_path_is_outside_any_directory_and_the_root_holds_every_path():
+def test_the_rollback_entry_ignores_the_model_variables_when_no_model_is_given():
+    """A relative model path is outside any directory; the root holds every path."""
     assert container_model_path("x.gguf", "/srv", "/models") is None
     assert container_model_path("/a/b/c.gguf", "/", "/m") == "/m/a/b/c.gguf"
-
-
-def test_the_rollback_entry_ignores_the_model_variables_when_no_model_is_given():
     s = check_settings(dict(BASE, llm_server_model_path="", llm_server_model_dir="rel",
                             llm_server_model_mount="/"), entry="rollback")
     assert (s.model_path, s.model_dir, s.model_mount, s.container_model_path) == ("", "", "", None)
@@ -179,22 +175,15 @@ REFUSED = [
     _bad("bind_address", "1" * 4096, '"%s" is not an IPv4 or IPv6 address' % ("1" * 4096)),
     _bad("parity_prompt", 5, "5 is not a string"),
     # lists
-    _bad("extra_args", "--verbose", "'--verbose' is not a list of strings"),
-    _bad("extra_args", None, "None is not a list of strings"),
-    _bad("extra_args", ["a", None], "['a', None] is not a list of strings"),
-    _bad("extra_args", ["a", ["b"]], "['a', ['b']] is not a list of strings"),
-    _bad("extra_args", ["a", {"b": 1}], "['a', {'b': 1}] is not a list of strings"),
-    _bad("extra_args", ["a", ("b",)], "['a', ('b',)] is not a list of strings"),
+    *[_bad("extra_args", value, "%r is not a list of strings" % (value,))
+      for value in ["--verbose", None, ["a", None], ["a", ["b"]], ["a", {"b": 1}], ["a", ("b",)]]],
     _bad("extra_args", ["x"] * 257, "257 items is more than the 256 allowed"),
-    _bad("compose_command", ["-f", "x"], "['-f', 'x'] does not start with a program"),
-    _bad("compose_command", ["", "compose"], "['', 'compose'] does not start with a program"),
+    *[_bad("compose_command", value, "%r does not start with a program" % (value,))
+      for value in (["-f", "x"], ["", "compose"])],
     _bad("compose_command", "podman-compose", "'podman-compose' is not a list of strings"),
-    _bad("gpu_devices", "1;2", "'1;2' is not a list of integers"),
-    _bad("gpu_devices", "-1", "'-1' is not a list of integers"),
-    _bad("gpu_devices", "1,", "'1,' is not a list of integers"), _bad("gpu_devices", "", "'' is not a list of integers"),
-    _bad("gpu_devices", 5, "5 is not a list of integers"), _bad("gpu_devices", None, "None is not a list of integers"),
-    _bad("gpu_devices", [1, True], INTS % "[1, True]"), _bad("gpu_devices", ["x"], INTS % "['x']"),
-    _bad("gpu_devices", [1.0], INTS % "[1.0]"), _bad("gpu_devices", ["-1"], INTS % "['-1']"),
+    *[_bad("gpu_devices", value, "%r is not a list of integers" % (value,))
+      for value in ["1;2", "-1", "1,", "", 5, None]],
+    *[_bad("gpu_devices", value, INTS % (value,)) for value in ([1, True], ["x"], [1.0], ["-1"])],
     _bad("gpu_devices", [-1], "-1 is out of range: integers from 0 to 1023"),
     _bad("gpu_devices", [1, 1024], "1024 is out of range: integers from 0 to 1023"),
     _bad("cpu_expert_layers", [1, -2], "-2 is out of range: integers from 0 to 65535"),
