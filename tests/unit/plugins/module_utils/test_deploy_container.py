@@ -102,7 +102,7 @@ def test_compose_reads_the_env_file_next_to_the_compose_file(tmp_path, monkeypat
 
 
 @podman
-def test_a_missing_container_as_podman_reports_it():
+def test_a_missing_container_as_podman_reports_it_and_another_engine_error_is_unknown():
     name = "ai-llm-never-created-0f3c"
     assert container_state(run, "podman", name) == {"exists": False, "status": "missing"}
     assert log_tail(run, "podman", name) == []
@@ -111,10 +111,6 @@ def test_a_missing_container_as_podman_reports_it():
                       "container": {"exists": False, "status": "missing"},
                       "cause": "the container %s is gone (removed)" % name, "log_tail": []}
     assert 0 <= answer["seconds"] < 30  # no wait for a container that is not there
-
-
-@podman
-def test_an_engine_error_that_is_not_a_missing_container_is_reported_as_unknown():
     _rc, out, err = run([PODMAN, "container", "inspect", "--no-such-option-here"])
     state = container_state(run, PODMAN, "--no-such-option-here")
     assert state == {"exists": False, "status": "unknown", "error": (err or out).strip().splitlines()[-1]}
@@ -126,7 +122,9 @@ def replying(rc, out, err=""):
     return answer
 
 
-def test_inspect_output_that_is_not_json_is_unknown_not_missing():
+def test_inspect_without_json_is_unknown_not_missing_and_paused_or_restarting_wins_over_the_status():
+    """docker reports a paused container with State.Status "paused" and Paused true, a restarting one with
+    Restarting true; either flag decides, and a container without a status is "unknown"."""
     assert container_state(replying(0, "not json"), "podman", "ai-llm") == {
         "exists": False, "status": "unknown", "error": "podman inspect printed no JSON"}
     assert container_state(replying(0, "[]"), "docker", "ai-llm") == {
@@ -134,11 +132,6 @@ def test_inspect_output_that_is_not_json_is_unknown_not_missing():
     assert container_state(replying(1, "", ""), "podman", "ai-llm") == {"exists": False, "status": "missing"}
     assert container_state(replying(1, "", "Error: permission denied\nreading the container"), "podman",
                            "ai-llm") == {"exists": False, "status": "unknown", "error": "reading the container"}
-
-
-def test_paused_and_restarting_win_over_the_status_string():
-    """docker reports a paused container with State.Status "paused" and Paused true, a restarting one with
-    Restarting true; either flag decides, and a container without a status is "unknown"."""
     inspect = ('[{"Id": "abc", "State": {"Status": "Running", "Paused": true, "Pid": 7, "ExitCode": 0}, '
                '"Config": {"Labels": {"ai_llm.moe_offload.config_hash": "h"}, "Image": "img"}, "RestartCount": 2}]')
     state = container_state(replying(0, inspect), "docker", "ai-llm")

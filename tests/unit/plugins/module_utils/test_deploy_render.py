@@ -242,7 +242,8 @@ DOCKER_LOGGING = """\
 """
 
 
-def test_the_compose_file_for_podman_on_gpus_with_published_ports():
+def test_the_whole_compose_file_for_podman_and_for_docker_on_gpus_or_the_host_network():
+    # podman on GPUs with published ports
     s = settings(llm_server_service_name="llm", llm_server_container_name="llm-1", llm_server_restart_policy="always",
                  llm_server_image="registry.example/llm:v1", llm_server_container_port=9000,
                  llm_server_log_max_size="10m", llm_server_extra_args=["--alias", "x"])
@@ -271,10 +272,7 @@ def test_the_compose_file_for_podman_on_gpus_with_published_ports():
         max-size: "10m"
 """
     assert render_compose(s, PLACEMENT, "podman") == expected
-
-
-def test_the_compose_file_for_docker_on_the_host_network_without_gpu():
-    """Host networking: no ports, and llama-server listens on the .env address and port itself."""
+    # docker on the host network without GPU: no ports, and llama-server listens on the .env address and port itself
     s = settings(llm_server_network_mode="host", llm_server_log_max_file=7)
     expected = HEAD + """\
   "ai-llm":
@@ -291,9 +289,7 @@ def test_the_compose_file_for_docker_on_the_host_network_without_gpu():
 """ + VOLUMES + DOCKER_LOGGING % 7
     assert render_compose(s, {"topology": "cpu", "gpu_devices": [0]}, "docker") == expected
     assert render_compose(s, {}, "docker") == expected
-
-
-def test_the_compose_file_for_docker_reserves_the_gpus():
+    # docker reserves the GPUs
     text = render_compose(settings(), {"topology": "dual", "gpu_devices": [3, 1]}, "docker")
     assert text.endswith("""\
       NVIDIA_VISIBLE_DEVICES: "${LLM_GPU_DEVICES:-}"

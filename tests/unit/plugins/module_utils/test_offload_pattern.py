@@ -120,15 +120,12 @@ def test_factored_writes_common_prefixes_and_the_common_suffix_once_whatever_the
     assert _factored(words) == pattern
 
 
-def test_stem_is_the_name_after_the_block_prefix():
+def test_candidates_are_the_conventions_then_those_derived_from_the_names():
+    """The first is llama.cpp's documented seed pattern; the derived ones name the parts, then the suffixes, then
+    every stem (the name after the block prefix)."""
     assert _stem("blk.12.ffn_up_exps.weight") == "ffn_up_exps.weight"
     assert _stem("output.weight") == "output.weight"
     assert _stem("v.blk.1.ffn_up.weight") == "v.blk.1.ffn_up.weight"
-
-
-def test_candidates_are_the_conventions_then_those_derived_from_the_names():
-    """The first is llama.cpp's documented seed pattern; the derived ones name the parts, then the suffixes, then
-    every stem."""
     wanted = {"blk.0.ffn_up_exps.weight", "blk.3.ffn_down_chexps.bias"}
     assert list(_candidates(wanted)) == [
         r"\.ffn_.*_exps\.weight", r"\.ffn_.*_exps\.", r"\.ffn_.*_(ch)?exps\.weight", r"\.ffn_.*_(ch)?exps\.",
