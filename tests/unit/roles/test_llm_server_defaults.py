@@ -37,12 +37,16 @@ def test_every_entry_point_shares_the_one_declaration():
     assert all(entry["options"] == OPTIONS for entry in ENTRY_POINTS.values())
 
 
-def test_every_option_has_a_type_a_description_and_a_default():
+def test_every_option_has_a_type_a_description_and_a_default_and_the_defaults_pass_the_spec():
     for name, option in OPTIONS.items():
         assert option.get("type") in ("str", "int", "bool", "path", "list"), name
         assert option.get("description"), name
         assert "default" in option and not option.get("required"), name
         assert option["type"] != "list" or option.get("elements") in ("str", "int"), name
+    spec = {name: {k: v for k, v in option.items() if k in ("type", "elements", "choices", "default")}
+            for name, option in OPTIONS.items()}
+    result = ArgumentSpecValidator(spec).validate(role_values(llm_server_model_path="/srv/models/x.gguf"))
+    assert result.error_messages == []
 
 
 @pytest.mark.parametrize("name, choices", [
@@ -51,13 +55,6 @@ def test_every_option_has_a_type_a_description_and_a_default():
 ])
 def test_the_argument_specs_choices_are_those_check_settings_takes(name, choices):
     assert OPTIONS[name]["choices"] == list(choices)
-
-
-def test_the_defaults_pass_the_argument_spec_every_entry_point_shares():
-    spec = {name: {k: v for k, v in option.items() if k in ("type", "elements", "choices", "default")}
-            for name, option in OPTIONS.items()}
-    result = ArgumentSpecValidator(spec).validate(role_values(llm_server_model_path="/srv/models/x.gguf"))
-    assert result.error_messages == []
 
 
 def test_the_role_defaults_as_check_settings_gives_them_and_the_templated_ones_follow_their_variables():

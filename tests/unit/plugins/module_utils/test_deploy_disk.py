@@ -91,17 +91,13 @@ def test_the_files_as_written_are_proved_with_their_hash(project):
                                "dropped_keys": [], "diff": []}
 
 
-def test_another_configuration_key_or_engine_is_not_proved(project):
+def test_another_configuration_key_or_engine_is_not_proved_and_without_a_key_there_must_be_no_key_file(project):
     settings, _digest = project
     assert proof(settings, placement=dict(PLACEMENT, pattern=r"blk\.1\.ffn_(up|down)_exps\.weight$")) is None
     assert proof(dict(settings, ctx_size=1024)) is None
     assert proof(settings, key=KEY + "x") is None
     assert proof(settings, key="") is None
     assert proof(settings, engine="docker") is None  # another compose file (device reservations, json-file logs)
-
-
-def test_without_a_key_there_must_be_no_key_file(project):
-    settings, _digest = project
     os.unlink(settings["paths"]["api_key"])
     digest = write(settings, "")
     assert api_key_bytes("") == b"" and disk_of(settings)["api_key_file"] is False

@@ -75,8 +75,9 @@ def test_env_values_read_back_byte_for_byte_by_both_parsers_and_the_roles_own_re
     assert dotenv_unquote(dotenv_quote(value)) == value
 
 
-def test_the_refused_values_really_differ_between_the_parsers():
+def test_dotenv_quote_single_quotes_and_escapes_quotes_and_the_refused_values_really_differ_between_the_parsers():
     """The reasons hold: what dotenv_problem refuses does not survive one of the two parsers."""
+    assert (dotenv_quote(""), dotenv_quote("abc"), dotenv_quote("a'b'")) == ("''", "'abc'", "'a\\'b\\''")
     assert python_dotenv("K=%s\n" % dotenv_quote("sk-${HOME}"))["K"] != "sk-${HOME}"
     doubled = "a\\\\b"
     assert python_dotenv("K=%s\n" % dotenv_quote(doubled))["K"] != compose_go_single_quoted(dotenv_quote(doubled))[0]
@@ -111,10 +112,6 @@ def test_control_chars_are_c0_del_and_c1_as_sorted_escapes():
 ])
 def test_dotenv_problem_names_the_first_rule_broken(value, message):
     assert dotenv_problem(value) == message
-
-
-def test_dotenv_quote_single_quotes_and_escapes_quotes():
-    assert (dotenv_quote(""), dotenv_quote("abc"), dotenv_quote("a'b'")) == ("''", "'abc'", "'a\\'b\\''")
 
 
 @pytest.mark.parametrize("text, value", [
