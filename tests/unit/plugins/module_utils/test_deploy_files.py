@@ -35,7 +35,7 @@ def leftovers(directory):
                   if files.TMP_MARK in p)
 
 
-def test_snapshots_rotate_last_to_previous_and_report_the_links(tmp_path):
+def test_snapshots_rotate_last_to_previous_and_report_the_links_and_a_broken_last_is_passed_over(tmp_path):
     rollback = str(tmp_path / ".rollback")
     changed, details = save_snapshot(rollback, config(1), "h1")
     first = os.readlink(os.path.join(rollback, "last"))
@@ -52,6 +52,15 @@ def test_snapshots_rotate_last_to_previous_and_report_the_links(tmp_path):
     assert len(os.listdir(os.path.join(rollback, "snapshots"))) == 2  # h1 is gone: nothing points to it
     assert save_snapshot(rollback, config(3), "h3b")[0] is True  # the same files with another hash: a new snapshot
     assert (snapshot_hash(rollback), snapshot_hash(rollback, "previous")) == ("h3b", "h3")
+    # a broken last snapshot does not become previous
+    previous = os.readlink(os.path.join(rollback, "previous"))
+    with open(os.path.join(rollback, "last", ".env"), "ab") as f:
+        f.write(b"EDITED=1\n")
+    changed, details = save_snapshot(rollback, config(4), "h4")
+    assert (changed, details["previous"]) == (True, previous)
+    assert (snapshot_hash(rollback), snapshot_hash(rollback, "previous")) == ("h4", "h3")
+    assert sorted(os.listdir(os.path.join(rollback, "snapshots"))) == sorted(
+        os.path.basename(os.readlink(os.path.join(rollback, n))) for n in ("last", "previous"))
 
 
 @pytest.mark.parametrize("kill_at", range(4))
@@ -278,20 +287,6 @@ def test_a_saved_snapshot_holds_the_files_and_a_readable_manifest(tmp_path, sour
             created, hashlib.sha256(config(1)[".env"]).hexdigest(), COMPOSE,
             hashlib.sha256(config(1)[COMPOSE]).hexdigest(), recorded))
     assert read_snapshot(rollback, "last") == (config(1), json.loads(text), os.path.realpath(directory))
-
-
-def test_a_broken_last_snapshot_does_not_become_previous(tmp_path):
-    rollback = str(tmp_path / ".rollback")
-    save_snapshot(rollback, config(1), "h1")
-    save_snapshot(rollback, config(2), "h2")
-    previous = os.readlink(os.path.join(rollback, "previous"))
-    with open(os.path.join(rollback, "last", ".env"), "ab") as f:
-        f.write(b"EDITED=1\n")
-    changed, details = save_snapshot(rollback, config(3), "h3")
-    assert (changed, details["previous"]) == (True, previous)
-    assert (snapshot_hash(rollback), snapshot_hash(rollback, "previous")) == ("h3", "h1")
-    assert sorted(os.listdir(os.path.join(rollback, "snapshots"))) == sorted(
-        os.path.basename(os.readlink(os.path.join(rollback, n))) for n in ("last", "previous"))
 
 
 def test_prepare_makes_a_private_directory_and_clears_the_leftovers_and_the_snapshots_no_link_points_to(tmp_path):
