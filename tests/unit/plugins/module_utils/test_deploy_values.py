@@ -203,17 +203,15 @@ REFUSED = [
     *[_bad(variable, value, "%r is not a boolean" % (value,)) for variable in BOOLEANS
       for value in [2, -1, "maybe", "", "y", None, 1.0, [True]]],
     # the lock lease's range and its rule against the health timeout
-    _bad("lock_lease", 59, "59 is out of range: an integer from 60 to 604800"),
-    _bad("lock_lease", 604801, "604801 is out of range: an integer from 60 to 604800"),
+    *[_bad("lock_lease", value, "%d is out of range: an integer from 60 to 604800" % value) for value in (59, 604801)],
     ({"lock_lease": 60, "health_timeout": 1}, "lock_lease", HELD % (60, 302)),
     _bad("lock_lease", 899, HELD % (899, 900)),
     # the model
     _bad("model_path", "", REQUIRED), _bad("model_path", None, REQUIRED),
     _bad("model_path", "x.gguf", '"x.gguf" is not an absolute path'),
-    ({"model_dir": "/srv/mod"}, "model_path", "/srv/models/x.gguf is not inside llm_server_model_dir /srv/mod "
-                                              "(compared as paths), which is what the container gets mounted at /models"),
-    ({"model_dir": "/srv/models/x.gguf"}, "model_path", "/srv/models/x.gguf is not inside llm_server_model_dir "
-     "/srv/models/x.gguf (compared as paths), which is what the container gets mounted at /models"),
+    *[({"model_dir": directory}, "model_path", "/srv/models/x.gguf is not inside llm_server_model_dir %s (compared as "
+       "paths), which is what the container gets mounted at /models" % directory)
+      for directory in ("/srv/mod", "/srv/models/x.gguf")],
     _bad("model_path", "/srv/models/${X}.gguf",
          'the path in the container "/models/${X}.gguf" cannot go into .env: ' + DOLLAR_BRACE),
     _bad("model_dir", "/srv/models/../etc", '"/srv/models/../etc" holds a \'..\' segment: give the path itself'),
