@@ -58,7 +58,7 @@ def test_a_value_with_a_unicode_line_separator_reads_back_whole(separator):
 
 
 def test_the_compose_file_holds_every_value_encoded():
-    """Read by PyYAML; the whole text of each kind of compose file is in the tests further down."""
+    """Read by PyYAML; the whole text of each kind of compose file is in the test further down."""
     compose = render_compose(settings(HOSTILE), PLACEMENT, "podman")
     service = yaml.safe_load(compose)["services"]["ai-llm"]
     # $ is doubled for compose: after compose's own unescaping the values are the literal ones
