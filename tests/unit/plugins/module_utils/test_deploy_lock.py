@@ -28,7 +28,7 @@ def owner(pid=None):
     return {"controller": socket.gethostname(), "boot_id": boot_id(), "pid": pid, "pid_start": process_start(pid)}
 
 
-def test_one_owner_at_a_time_and_only_the_owner_gives_it_back(tmp_path):
+def test_one_owner_at_a_time_even_among_takers_at_once_and_only_the_owner_gives_it_back(tmp_path):
     """The lock names the owner (controller, user, pid): 0600 in a 0750 project directory, as the role's files."""
     path = str(tmp_path / "project" / ".llm_server.lock")
     assert release(path, "t") is False  # no directory yet
@@ -42,6 +42,20 @@ def test_one_owner_at_a_time_and_only_the_owner_gives_it_back(tmp_path):
     assert release(path, first["token"]) is True
     assert release(path, first["token"]) is False  # the lock file is gone
     assert acquire(path, owner(), 3600)["acquired"]
+    # eight takers at once get one lock
+    path = str(tmp_path / ".llm_server.lock")
+    results = []
+    barrier = threading.Barrier(8)
+
+    def take():
+        barrier.wait()
+        results.append(acquire(path, owner(), 3600))
+    threads = [threading.Thread(target=take) for _n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(r["acquired"] for r in results) == 1
 
 
 def test_who_is_dead_and_a_dead_owner_is_taken_over_only_with_its_token(tmp_path):
@@ -60,22 +74,6 @@ def test_who_is_dead_and_a_dead_owner_is_taken_over_only_with_its_token(tmp_path
     assert not acquire(path, owner(), 3600, takeover="some-other-token")["acquired"]
     taken = acquire(path, owner(), 3600, takeover=held["token"])
     assert taken["acquired"] and taken["took_over"]["reason"] == "its owner is gone"
-
-
-def test_two_takers_at_once_get_one_lock(tmp_path):
-    path = str(tmp_path / ".llm_server.lock")
-    results = []
-    barrier = threading.Barrier(8)
-
-    def take():
-        barrier.wait()
-        results.append(acquire(path, owner(), 3600))
-    threads = [threading.Thread(target=take) for _n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sum(r["acquired"] for r in results) == 1
 
 
 def test_an_expired_lease_is_taken_over_once_the_clock_is_past_it(tmp_path):
