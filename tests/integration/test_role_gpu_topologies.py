@@ -87,11 +87,12 @@ class Run:
 
 @pytest.fixture
 def deploy(tmp_path):
-    """deploy(fixture, model, check=True, doubles=DOUBLES, **role_vars) -> Run, with its own inventory."""
+    """deploy(fixture, model, ok=True, doubles=DOUBLES, **role_vars) -> Run, with its own inventory: the run's exit
+    code is 0 (``ok``) or not, and check mode left the project directory and the container as it found them."""
     name = "ai-llm-gputopo-" + uuid.uuid4().hex[:8]
     project = tmp_path / "ai-llm"
 
-    def run(fixture, model, doubles=DOUBLES, **role_vars):
+    def run(fixture, model, ok=True, doubles=DOUBLES, **role_vars):
         args_log = tmp_path / "nvidia-smi-args.log"
         host_vars = {
             "ansible_connection": "local",
@@ -113,9 +114,14 @@ def deploy(tmp_path):
                            NVIDIA_SMI_ARGS_LOG=str(args_log))
         cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "playbooks" / "deploy.yml"),
                "-v", "-i", str(inventory), "--check", "--diff"]
+        before_files, before_container = files_state(project), containers(name)
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300,
                               check=False)
-        return Run(proc, project, args_log)
+        done = Run(proc, project, args_log)
+        assert (proc.returncode == 0) == ok, done
+        assert files_state(project) == before_files, "check mode changed the project directory"
+        assert containers(name) == before_container, "check mode changed the container"
+        return done
 
     run.name = name
     run.project = project
@@ -159,20 +165,13 @@ def seed_project(project, pattern=r"\.ffn_.*_exps\.weight"):
     shutil.copy(project / ".env", project / ".rollback" / ".env")
 
 
-def assert_untouched(run, before_files, name, before_container=""):
-    assert files_state(run.project) == before_files, "check mode changed the project directory"
-    assert containers(name) == before_container, "check mode changed the container"
-
-
-def assert_double_used(run):
-    calls = run.args_log.read_text().splitlines()
-    assert any(c.startswith("--query-gpu=index,name,uuid") for c in calls), calls
-
-
 def plan_of(run):
     """The plan part of llm_server_result, with the pattern and whether anything moves."""
     result = run.result
     return dict(result["plan"], pattern=result["pattern"], offload=bool(result["pattern"]))
+
+
+NANO = {"llm_server_ctx_size": 32768, "llm_server_parallel": 2}  # the Nano's settings in (b), (c), (d)
 
 
 # --- (a) one RTX A5500 with room for the whole model ----------------------------------------------------
@@ -180,8 +179,7 @@ def plan_of(run):
 
 def test_single_a5500_small_model_no_offload(deploy, models):
     run = deploy("rtx_a5500", models["demo"])
-    assert run.proc.returncode == 0, run
-    assert_double_used(run)
+    assert any(c.startswith("--query-gpu=index,name,uuid") for c in run.args_log.read_text().splitlines())
     plan = plan_of(run)
     assert plan["fits"] is True and plan["offload"] is False and plan["pattern"] == ""
     assert plan["gpu_devices"] == [0] and plan["gpus"][0]["free_mib"] == 24148
@@ -195,7 +193,6 @@ def test_single_a5500_small_model_no_offload(deploy, models):
     assert run.result["status"] == "checked"
     assert run.result["message"].startswith("check mode: the configuration changed (")
     assert run.result["message"].endswith(": ai-llm is recreated (nothing was changed)")
-    assert_untouched(run, None, deploy.name)
 
 
 # --- (b) a busy A5500 and the sparse Nemotron-3-Nano: experts of some blocks move ------------------------
@@ -203,9 +200,7 @@ def test_single_a5500_small_model_no_offload(deploy, models):
 
 def test_busy_a5500_nemotron_nano_partial_offload(deploy, models, ansible_module):
     seed_project(deploy.project)
-    before = files_state(deploy.project)
-    run = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=32768, llm_server_parallel=2)
-    assert run.proc.returncode == 0, run
+    run = deploy("rtx_a5500_busy", models["nano"], **NANO)
     plan = plan_of(run)
     assert plan["fits"] is True and plan["gpus"][0]["free_mib"] == 5276
     blocks = plan["cpu_expert_layers"]
@@ -222,15 +217,13 @@ def test_busy_a5500_nemotron_nano_partial_offload(deploy, models, ansible_module
     assert sorted(check["pattern_check"]["matched"]) == expected
     assert check["pattern_check"]["non_expert"] == []
     assert sorted(check["pattern_check"]["missed"]) == sorted(set(info["expert_tensors"]) - set(expected))
-    assert_untouched(run, before, deploy.name)
 
 
 # --- (c) two GPUs: a split in proportion to free memory, or one chosen card ---------------------------
 
 
 def test_dual_gpu_split_over_both_cards(deploy, models):
-    run = deploy("dual_a5500_a4000", models["nano"], llm_server_ctx_size=32768, llm_server_parallel=2)
-    assert run.proc.returncode == 0, run
+    run = deploy("dual_a5500_a4000", models["nano"], **NANO)
     plan = plan_of(run)
     assert plan["placement"] == "split" and plan["gpu_devices"] == [0, 1] and plan["pattern"] == ""
     env = run.env_added()
@@ -241,13 +234,10 @@ def test_dual_gpu_split_over_both_cards(deploy, models):
         assert share == pytest.approx(mib / sum(free), abs=0.001)
     assert env["LLM_GPU_DEVICES"] == "0,1" and env["LLM_MOE_OFFLOAD_PATTERN"] == ""
     assert run.compose_after()["services"]["ai-llm"]["devices"] == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
-    assert_untouched(run, None, deploy.name)
 
 
 def test_dual_gpu_one_chosen_card_is_planned_alone(deploy, models):
-    run = deploy("dual_a5500_a4000", models["nano"], llm_server_ctx_size=32768, llm_server_parallel=2,
-                 llm_server_gpu_devices=[1])
-    assert run.proc.returncode == 0, run
+    run = deploy("dual_a5500_a4000", models["nano"], llm_server_gpu_devices=[1], **NANO)
     plan = plan_of(run)
     # Only the A4000's free memory counts: the plan cannot split onto the card the container does not get.
     assert [g["index"] for g in plan["gpus"]] == [1]
@@ -258,36 +248,31 @@ def test_dual_gpu_one_chosen_card_is_planned_alone(deploy, models):
     assert env["LLM_GPU_DEVICES"] == "1" and env["LLM_TENSOR_SPLIT"] == ""
     assert env["LLM_MOE_OFFLOAD_PATTERN"] == plan["pattern"]
     assert run.compose_after()["services"]["ai-llm"]["devices"] == ["nvidia.com/gpu=1"]
-    assert_untouched(run, None, deploy.name)
 
 
 def test_a_chosen_gpu_the_host_lacks_is_refused_before_anything_changes(deploy, models):
-    run = deploy("dual_a5500_a4000", models["nano"], llm_server_gpu_devices=[2])
-    assert run.proc.returncode != 0
+    run = deploy("dual_a5500_a4000", models["nano"], ok=False, llm_server_gpu_devices=[2])
     msg = run.result["message"]
     assert run.result["status"] == "failed"
     assert "llm_server_gpu_devices [2]" in msg and "[0, 1]" in msg
-    prepared = run.chunks["Check the variables into settings, read the host, plan and decide"]  # the planner did not run
+    # the planner did not run
+    prepared = run.chunks["Check the variables into settings, read the host, plan and decide"]
     failed = re.search(r"^fatal: \[localhost\]: FAILED! => ", prepared, re.MULTILINE)
     assert json.JSONDecoder().raw_decode(prepared[failed.end():].lstrip())[0]["plan"]["skipped"] is True
     assert run.result["plan"]["fits"] is None
-    assert_untouched(run, None, deploy.name)
 
 
 # --- (d) docker: device reservations instead of CDI devices ---------------------------------------------
 
 
 def test_docker_compose_renders_device_reservations(deploy, models):
-    run = deploy("dual_a5500_a4000", models["nano"], llm_server_ctx_size=32768, llm_server_parallel=2,
-                 llm_server_compose_command=["docker", "compose"])
-    assert run.proc.returncode == 0, run
+    run = deploy("dual_a5500_a4000", models["nano"], llm_server_compose_command=["docker", "compose"], **NANO)
     service = run.compose_after()["services"]["ai-llm"]
     assert "devices" not in service
     assert service["deploy"]["resources"]["reservations"]["devices"] == [
         {"driver": "nvidia", "device_ids": ["0", "1"], "capabilities": ["gpu"]}]
     assert service["logging"] == {"driver": "json-file", "options": {"max-size": "50m", "max-file": "3"}}
     assert run.env_added()["LLM_GPU_DEVICES"] == "0,1"
-    assert_untouched(run, None, deploy.name)
 
 
 # --- (e) a plan that does not fit even with every expert on the CPU -----------------------------------
@@ -295,9 +280,7 @@ def test_docker_compose_renders_device_reservations(deploy, models):
 
 def test_a_plan_that_cannot_fit_is_refused_before_anything_is_written(deploy, models):
     seed_project(deploy.project)
-    before = files_state(deploy.project)
-    run = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=1048576)
-    assert run.proc.returncode != 0, run
+    run = deploy("rtx_a5500_busy", models["nano"], ok=False, llm_server_ctx_size=1048576)
     msg = run.result["message"]
     missing = re.search(r"with the experts of (\d+) block\(s\) on CPU the plan needs (\d+) MiB and (\d+) MiB are "
                         r"missing", msg)
@@ -305,23 +288,19 @@ def test_a_plan_that_cannot_fit_is_refused_before_anything_is_written(deploy, mo
     assert int(missing.group(2)) - int(missing.group(3)) == 5276  # needs - missing = the fixture's free memory
     assert "Nothing was changed" in msg and "llm_server_moe_offload_force=true" in msg
     assert not any(t.startswith(("Create the project", "Write ")) for t in run.chunks)
-    assert_untouched(run, before, deploy.name)
 
 
 def test_a_forced_plan_that_cannot_fit_moves_every_expert(deploy, models):
     run = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=1048576, llm_server_moe_offload_force=True)
-    assert run.proc.returncode == 0, run
     assert plan_of(run)["fits"] is False
     assert run.env_added()["LLM_MOE_OFFLOAD_PATTERN"] == "\\.ffn_.*_exps\\.weight"
-    assert_untouched(run, None, deploy.name)
 
 
 def test_a_forced_layers_plan_that_cannot_fit_needs_a_pattern(deploy, models):
-    run = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=1048576, llm_server_moe_offload_force=True,
-                 llm_server_moe_offload_mode="layers", llm_server_cpu_expert_layers=[1, 3])
-    assert run.proc.returncode != 0, run
+    run = deploy("rtx_a5500_busy", models["nano"], ok=False, llm_server_ctx_size=1048576,
+                 llm_server_moe_offload_force=True, llm_server_moe_offload_mode="layers",
+                 llm_server_cpu_expert_layers=[1, 3])
     assert "with llm_server_moe_offload_pattern" in run.result["message"]
-    assert_untouched(run, None, deploy.name)
 
 
 # --- the GPU memory the running ai-llm holds counts as free for the plan ---------------------------------
@@ -352,16 +331,12 @@ def test_memory_of_the_running_ai_llm_counts_as_free(deploy, models, running_sta
     apps = (FIXTURES / "rtx_a5500_busy.apps.txt").read_text()
     assert ", 48213, " in apps
     (data / "rtx_a5500_busy.apps.txt").write_text(apps.replace(", 48213, ", ", %s, " % child))
-    before_container = containers(running_stand_in)
-    assert " running " in before_container
-    run = deploy("rtx_a5500_busy", models["nano"], doubles=doubles, llm_server_ctx_size=32768,
-                 llm_server_parallel=2)
-    assert run.proc.returncode == 0, run
+    assert " running " in containers(running_stand_in)
+    run = deploy("rtx_a5500_busy", models["nano"], doubles=doubles, **NANO)
     assert "--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits" in \
         run.args_log.read_text().splitlines()
     plan = plan_of(run)
     # 5276 MiB free + the 18342 MiB ai-llm holds (the other process's 512 MiB stay taken).
     assert plan["gpus"][0]["free_mib"] == 5276 + 18342
-    busy_only = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=32768, llm_server_parallel=2)
+    busy_only = deploy("rtx_a5500_busy", models["nano"], **NANO)
     assert len(plan["cpu_expert_layers"]) < len(plan_of(busy_only)["cpu_expert_layers"])
-    assert_untouched(run, None, running_stand_in, before_container)
