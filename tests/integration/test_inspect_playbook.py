@@ -15,22 +15,15 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.llama_server import free_port
-from tests.helpers.llm_deploy import cpu_image, local_deploy
-from tools.gguf_models import write_nemotron_nano_30b, write_tiny_nemotron_h_moe
+from tests.helpers.llm_deploy import cpu_image, local_deploy, playbook_env
+from tools.gguf_models import write_dense_llama, write_nemotron_nano_30b, write_tiny_nemotron_h_moe
 
 ROOT = Path(__file__).resolve().parents[2]
 NANO_PATTERN_LINE = r"LLM_MOE_OFFLOAD_PATTERN=\.ffn_.*_exps\.weight"
 
 
 def run_playbook(*extra_vars, result_format="json"):
-    env = dict(os.environ)
-    env.update({
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
-        "ANSIBLE_CALLBACK_RESULT_FORMAT": result_format,
-        "ANSIBLE_LOCALHOST_WARNING": "0",
-    })
+    env = playbook_env(ANSIBLE_CALLBACK_RESULT_FORMAT=result_format)
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "playbooks" / "inspect.yml"),
            "-v", "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable]
     for var in extra_vars:
@@ -49,15 +42,20 @@ def task_results(proc):
     return results
 
 
+def inspected(*extra_vars):
+    """{task name: result} of an inspect.yml run that succeeded."""
+    proc = run_playbook(*extra_vars)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return task_results(proc)
+
+
 @pytest.fixture(scope="module")
 def nano(tmp_path_factory):
     return write_nemotron_nano_30b(tmp_path_factory.mktemp("nano"), shards=6)
 
 
 def test_summary_of_the_six_shard_nemotron_nano(nano):
-    proc = run_playbook("model=" + nano[2])
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    tasks = task_results(proc)
+    tasks = inspected("model=" + nano[2])
     summary = tasks["Summary"]["msg"]
     assert summary[0].startswith("model (6 files, 22.83 GiB): ") and summary[0].endswith("-00001-of-00006.gguf")
     assert "architecture: nemotron_h_moe, 52 blocks, 401 tensors (22.82 GiB)" in summary
@@ -74,9 +72,7 @@ def test_summary_of_the_six_shard_nemotron_nano(nano):
 
 
 def test_show_all_and_a_pattern_check(nano):
-    proc = run_playbook("model=" + nano[0], "show=all", "pattern=exp")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    tasks = task_results(proc)
+    tasks = inspected("model=" + nano[0], "show=all", "pattern=exp")
     assert len(tasks["Tensors"]["msg"]) == 401
     assert any(line.startswith("your pattern exp: wrong: also moves 69 non-expert tensor(s)")
                for line in tasks["Summary"]["msg"])
@@ -90,20 +86,7 @@ def test_default_output_shows_the_env_line_verbatim(nano):
 
 
 def test_dense_model_says_nothing_to_offload(tmp_path):
-    import gguf  # pylint: disable=import-outside-toplevel
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    path = tmp_path / "dense.gguf"
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_block_count(1)
-    for name in ("token_embd.weight", "blk.0.attn_q.weight", "blk.0.ffn_up.weight", "output.weight"):
-        writer.add_tensor(name, np.zeros((4, 4), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    proc = run_playbook("model=%s" % path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    tasks = task_results(proc)
+    tasks = inspected("model=" + write_dense_llama(tmp_path / "dense.gguf"))
     summary = tasks["Summary"]["msg"]
     assert "routed experts: none, nothing to offload (dense model: use -ngl alone)" in summary
     assert summary[-1] == "LLM_MOE_OFFLOAD_PATTERN="
@@ -163,27 +146,18 @@ def container(busybox_image):
         subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True, timeout=120, check=False)
 
 
-def test_container_mode_maps_the_model_argument_through_the_mount(container, tmp_path):
+@pytest.mark.parametrize("mount, options, args", [
+    ("/models", [], ["--port", "8080", "-m", "/models/tiny.gguf", "-c", "512"]),
+    ("/srv/llm/models", ["-e", "MODEL=/srv/llm/models/tiny.gguf"], ["--model", "$MODEL"]),
+], ids=["argument", "environment"])
+def test_container_mode_maps_the_model_through_the_mount(container, tmp_path, mount, options, args):
+    """The model named by llama-server's argument, or by the variable its argument names, read on the host."""
     models = tmp_path / "models"
     models.mkdir()
     model = write_tiny_nemotron_h_moe(models / "tiny.gguf")
-    name = container("-v", "%s:/models:ro" % models, ["--port", "8080", "-m", "/models/tiny.gguf", "-c", "512"])
-    proc = run_playbook("container=" + name)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    tasks = task_results(proc)
+    tasks = inspected("container=" + container("-v", "%s:%s:ro" % (models, mount), *options, args))
     assert tasks["Read the model header"]["files"] == [model]
     assert tasks["Summary"]["msg"][-1] == NANO_PATTERN_LINE
-
-
-def test_container_mode_with_the_model_in_the_environment(container, tmp_path):
-    models = tmp_path / "m"
-    models.mkdir()
-    model = write_tiny_nemotron_h_moe(models / "tiny.gguf")
-    name = container("-v", "%s:/srv/llm/models:ro" % models, "-e", "MODEL=/srv/llm/models/tiny.gguf",
-                     ["--model", "$MODEL"])
-    proc = run_playbook("container=" + name)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert task_results(proc)["Read the model header"]["files"] == [model]
 
 
 def test_container_mode_model_not_on_a_mount(container):
@@ -208,20 +182,13 @@ def test_container_mode_on_the_container_the_role_deploys(tmp_path):
     with local_deploy(tmp_path, "ai-llm-inspect-role") as deploy:
         proc = deploy.playbook("deploy")
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-        proc = run_playbook("container=" + deploy.name)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        tasks = task_results(proc)
+        tasks = inspected("container=" + deploy.name)
         assert tasks["Read the model header"]["files"] == [deploy.model]
         assert tasks["Summary"]["msg"][-1] == NANO_PATTERN_LINE
 
 
-@pytest.fixture(scope="module")
-def ai_llm_image():
-    return cpu_image()
-
-
 @pytest.fixture
-def upstream_container(ai_llm_image, tmp_path):
+def upstream_container(tmp_path):
     """run(env, entrypoint, *args): a container of the ai-llm image started the way llama.cpp's server image
     starts (ENTRYPOINT llama-server, the arguments as command), with the model folder mounted at /models."""
     models = tmp_path / "models"
@@ -234,7 +201,7 @@ def upstream_container(ai_llm_image, tmp_path):
         cmd = ["podman", "run", "-d", "--name", name, "-v", "%s:/models:ro" % models, "--entrypoint", entrypoint]
         for item in env:
             cmd += ["-e", item]
-        subprocess.run(cmd + [ai_llm_image] + list(args), check=True, capture_output=True, timeout=120)
+        subprocess.run(cmd + [cpu_image()] + list(args), check=True, capture_output=True, timeout=120)
         started.append(name)
         return name, model
     yield run
@@ -254,8 +221,6 @@ LLAMA_SERVER = "/opt/llama/bin/llama-server"
 def test_container_mode_on_the_upstream_image_forms(upstream_container, env, entrypoint, args):
     port = str(free_port())
     name, model = upstream_container(env, entrypoint, *[a.replace("{port}", port) for a in args])
-    proc = run_playbook("container=" + name)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    tasks = task_results(proc)
+    tasks = inspected("container=" + name)
     assert tasks["Read the model header"]["files"] == [model]
     assert tasks["Summary"]["msg"][-1] == NANO_PATTERN_LINE
