@@ -10,9 +10,6 @@ from __future__ import annotations
 import errno
 import re
 import subprocess
-import time
-import urllib.error
-import urllib.request
 
 import pytest
 
@@ -26,7 +23,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax
     pattern_problem,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
-from tests.helpers.llama_server import SERVER, on_a_free_port, port_taken
+from tests.helpers.llama_server import SERVER, on_a_free_port, port_taken, run_until_healthy
 from tools.gguf_models import write_tiny_qwen3moe
 
 pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")
@@ -125,38 +122,15 @@ def _shape(kind, size):
 
 def run_with_pattern(model, pattern, timeout=120):
     """Start llama-server with ``-ot PATTERN=CPU`` until /health answers 200: (None, stderr) when it is ready,
-    (its exit code, stderr) when it ended, ("E2BIG", reason) when Linux refused to start it (too long an argument).
-    A run that could not bind its port (taken since free_port()) is started again on another."""
-    return on_a_free_port(lambda port: _run_with_pattern(model, pattern, timeout, port),
-                          lambda result, port: port_taken(result[1], port))  # (E2BIG: the reason, no log)
-
-
-def _run_with_pattern(model, pattern, timeout, port):
-    cmd = [SERVER, "-m", str(model), "-c", "512", "-ngl", "99", "--host", "127.0.0.1", "--port", str(port),
-           "--no-webui", "-fit", "off", "-ot", pattern + "=CPU"]
+    (its exit code, stderr) when it ended, ("E2BIG", reason) when Linux refused to start it (too long an argument)."""
     try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        exited, _healthy, err = run_until_healthy(["-m", model, "-c", "512", "-ngl", "99", "--no-webui", "-fit",
+                                                   "off", "-ot", pattern + "=CPU"], timeout)
     except OSError as exc:
         if exc.errno != errno.E2BIG:
             raise
         return "E2BIG", exc.strerror
-    with proc:
-        try:
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and proc.poll() is None:
-                try:
-                    with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=2) as resp:
-                        if resp.status == 200:
-                            break
-                except (urllib.error.URLError, OSError):
-                    time.sleep(0.2)
-            exited = proc.poll()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            err = proc.stderr.read()
-            proc.wait()
-    return exited, err.decode("utf-8", "replace")
+    return exited, err
 
 
 @pytest.mark.parametrize("kind", ["nested groups", "alternation", "literal", "listed names"])
