@@ -7,7 +7,6 @@ the Nemotron-3-Nano-30B-A3B Q4_K_M header and the RTX A5500 that nvidia-smi repo
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,17 +14,19 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._nvidia_smi import parse_gpus
+from tests.helpers.collection_run import ansible_env
 from tools.gguf_models import write_nemotron_nano_30b
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventory" / "examples" / "fleet"
+BIN = Path(sys.executable).parent
+ENV = ansible_env(BIN, ROOT / "ansible.cfg", ROOT / ".collections")
 
 
 @pytest.fixture(scope="module")
 def hostvars():
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"))
-    out = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(EXAMPLE), "--list"],
-                         capture_output=True, text=True, env=env, timeout=120, check=True).stdout
+    out = subprocess.run([str(BIN / "ansible-inventory"), "-i", str(EXAMPLE), "--list"], capture_output=True,
+                         text=True, env=ENV, timeout=120, check=True).stdout
     return json.loads(out)
 
 
@@ -100,11 +101,9 @@ def plans(tmp_path_factory, hostvars, model, a5500):
     (tmp / "plans.yml").write_text(PLANS)
     extra = {"model": model, "out": str(tmp / "plans.json"),
              "cases": [{"gpus": g, "ctx_size": c, "parallel": p} for g, c, p in cases.values()]}
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"),
-               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
                            "-e", "ansible_python_interpreter=" + sys.executable, "-e", json.dumps(extra),
-                           str(tmp / "plans.yml")], capture_output=True, text=True, env=env, timeout=600, check=False)
+                           str(tmp / "plans.yml")], capture_output=True, text=True, env=ENV, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     return dict(zip(cases, json.loads((tmp / "plans.json").read_text())))
 

@@ -72,14 +72,11 @@ def rendered(tmp_path_factory):
     return SimpleNamespace(report=report, boxes=Boxes(dom), dir=tmp_path)
 
 
-def test_the_screenshot_is_a_picture_of_the_page(rendered):
+def test_the_screenshot_is_a_picture_of_the_page_and_the_browser_ran_the_measurement(rendered):
     png = (rendered.dir / "rollout.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
     assert (width, height) == (1280, 2400)
-
-
-def test_the_browser_ran_the_measurement(rendered):
     assert rendered.boxes.body.get("data-measured") == "yes"
     assert len([e for e in rendered.boxes.elements if e[0] == "section"]) == 6
 
