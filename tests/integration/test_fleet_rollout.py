@@ -95,12 +95,21 @@ def finish(fleet, name, proc):
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def rollout(fleet, name, *args, inventory=None, playbook=None):
-    """Run the rollout; returns (process, rollout.json as a dict)."""
+def rollout(fleet, name, *args, rc=0, inventory=None, playbook=None):
+    """Run the rollout, which exits with ``rc``; returns (process, rollout.json as a dict)."""
     proc = subprocess.run(rollout_command(fleet, name, *args, inventory=inventory, playbook=playbook),
                           capture_output=True, text=True, env=fleet.ansible_env(), cwd=str(fleet.base), timeout=900,
                           check=False)
+    assert proc.returncode == rc, proc.stdout[-4000:] + proc.stderr
     return proc, finish(fleet, name, proc)
+
+
+def pinged(fleet, inventory):
+    """The hosts that answer ansible.builtin.ping over ssh, sorted."""
+    proc = subprocess.run([str(BIN / "ansible"), "-i", str(inventory), "all", "-m", "ansible.builtin.ping"],
+                          capture_output=True, text=True, env=fleet.ansible_env(), timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return sorted(re.findall(r"^(\S+) \| SUCCESS", proc.stdout, re.MULTILINE))
 
 
 def rows(report):
@@ -150,10 +159,7 @@ def test_a_fleet_whose_network_has_leading_zeros_answers_ssh_with_host_key_check
     try:
         fl.up()
         inventory = fl.inventory(fl.base / "hosts.yml")
-        proc = subprocess.run([str(BIN / "ansible"), "-i", str(inventory), "all", "-m", "ansible.builtin.ping"],
-                              capture_output=True, text=True, env=fl.ansible_env(), timeout=120, check=False)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert sorted(re.findall(r"^(z\d) \| SUCCESS", proc.stdout, re.MULTILINE)) == ["z1", "z2"], proc.stdout
+        assert pinged(fl, inventory) == ["z1", "z2"]
         assert [line.split()[0] for line in fl.known_hosts.read_text().splitlines()] == [
             "fd7a:11f0:dd::11", "fd7a:11f0:dd::12"]
         assert "ListenAddress fd7a:11f0:dd::11\n" in (fl.hosts["z1"].dir / "sshd_config").read_text()
@@ -166,12 +172,7 @@ def test_a_fleet_whose_network_has_leading_zeros_answers_ssh_with_host_key_check
 
 
 def test_ansible_reaches_every_host_over_ssh(fleet):
-    env = fleet.ansible_env()
-    proc = subprocess.run([str(BIN / "ansible"), "-i", str(fleet.base / "hosts.yml"), "all", "-m", "ansible.builtin.ping"],
-                          capture_output=True, text=True, env=env, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    for name in fleet.hosts:
-        assert re.search(r"^%s \| SUCCESS" % name, proc.stdout, re.MULTILINE), proc.stdout
+    assert pinged(fleet, fleet.base / "hosts.yml") == sorted(fleet.hosts)
     # each is its own machine: its own host name, its own (empty) container storage with the shared image
     for name, host in fleet.hosts.items():
         assert host.run(["hostname"]).stdout.strip() == name
@@ -182,7 +183,6 @@ def test_ansible_reaches_every_host_over_ssh(fleet):
 
 def test_first_rollout_a_canary_then_the_batches(fleet):
     proc, report = rollout(fleet, "first")
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
     snap = state(fleet)
     for name in fleet.hosts:
         assert snap[name]["running"] and snap[name]["health"] == 200, (name, snap[name])
@@ -217,7 +217,6 @@ def test_first_rollout_a_canary_then_the_batches(fleet):
 def test_second_rollout_changes_nothing(fleet):
     """The same rollout again, as the collection's playbook: changed=0 on every host, nothing restarted."""
     proc, report = rollout(fleet, "again", playbook="ai_llm.moe_offload.deploy")
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
     assert {host: counts["changed"] for host, counts in recap(proc).items()} == {h: 0 for h in fleet.hosts}
     assert "RUNNING HANDLER" not in proc.stdout
     assert statuses(report) == [("h1", 1, "unchanged"), ("h2", 2, "unchanged"), ("h3", 3, "unchanged"),
@@ -228,7 +227,6 @@ def test_second_rollout_changes_nothing(fleet):
 
 def test_check_mode_changes_nothing(fleet):
     proc, report = rollout(fleet, "check", "--check", "-e", "llm_server_ctx_size=1024")
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
     assert report["check_mode"] is True and report["summary"] == {"checked": 4}
     assert all(row["message"].startswith("check mode: ") for row in report["hosts"])
     assert state(fleet) == fleet.after_first
@@ -239,7 +237,6 @@ def test_changed_pattern_one_host_at_a_time_while_the_others_serve(fleet):
     inv = inventory_with(fleet, "block-4.yml", llm_server_moe_offload_pattern=PATTERN_BLOCK_4)
     with HealthPoller(fleet.hosts.values(), interval=0.2) as poller:
         proc, report = rollout(fleet, "pattern", "-e", '{"llm_rollout_serial": [1]}', inventory=inv)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
     assert [b["hosts"] for b in report["batches"]] == [["h1"], ["h2"], ["h3"], ["h4"]]
     assert report["summary"] == {"changed": 4}
     for name, row in rows(report).items():
@@ -259,10 +256,9 @@ def test_changed_pattern_one_host_at_a_time_while_the_others_serve(fleet):
 def test_refused_plan_restarts_nothing_unless_allowed(fleet):
     """h3 gets a truncated model: the preflight refuses its plan, and no host restarts; allowed, the others go."""
     before = state(fleet)
-    inv = inventory_with(fleet, "cut-h3.yml", host_vars={"h3": {"llm_server_model_path": str(fleet.models / "cut.gguf")}},
-                         llm_server_ctx_size=1536)
-    proc, report = rollout(fleet, "refused", inventory=inv)
-    assert proc.returncode == 2, proc.stdout[-4000:]
+    cut = {"h3": {"llm_server_model_path": str(fleet.models / "cut.gguf")}}
+    inv = inventory_with(fleet, "cut-h3.yml", host_vars=cut, llm_server_ctx_size=1536)
+    proc, report = rollout(fleet, "refused", inventory=inv, rc=2)
     assert state(fleet) == before
     assert statuses(report) == [("h1", None, "not_reached"), ("h2", None, "not_reached"), ("h3", None, "failed"),
                                 ("h4", None, "not_reached")]
@@ -270,8 +266,7 @@ def test_refused_plan_restarts_nothing_unless_allowed(fleet):
     assert "cut.gguf" in h3["message"] and "beyond the end of the file" in h3["message"], h3
     assert report["batches"] == [] and report["reason"].startswith("preflight: h3 (failed); nothing was restarted")
 
-    proc, report = rollout(fleet, "refused-skip", "-e", "llm_rollout_skip_refused_hosts=true", inventory=inv)
-    assert proc.returncode == 2, proc.stdout[-4000:]
+    proc, report = rollout(fleet, "refused-skip", "-e", "llm_rollout_skip_refused_hosts=true", inventory=inv, rc=2)
     after = state(fleet)
     assert after["h3"] == before["h3"]
     for name in ("h1", "h2", "h4"):
@@ -288,8 +283,7 @@ def test_corrupted_model_rolls_back_and_stops_the_rollout(fleet):
     inv = inventory_with(fleet, "bad-h2.yml",
                          host_vars={"h2": {"llm_server_model_path": str(fleet.models / "wrong-shape.gguf")}},
                          llm_server_ctx_size=1024)
-    proc, report = rollout(fleet, "bad-h2", inventory=inv)
-    assert proc.returncode == 2, proc.stdout[-4000:]
+    proc, report = rollout(fleet, "bad-h2", inventory=inv, rc=2)
     after = state(fleet)
     assert statuses(report) == [("h1", 1, "changed"), ("h2", 2, "rolled_back"), ("h3", None, "not_reached"),
                                 ("h4", None, "not_reached")]
@@ -318,8 +312,7 @@ def test_failing_canary_stops_before_any_other_host(fleet):
     inv = inventory_with(fleet, "bad-h1.yml",
                          host_vars={"h1": {"llm_server_model_path": str(fleet.models / "wrong-shape.gguf")}},
                          llm_server_ctx_size=512)
-    proc, report = rollout(fleet, "bad-h1", "-e", "llm_rollout_max_fail_percentage=100", inventory=inv)
-    assert proc.returncode == 2, proc.stdout[-4000:]
+    proc, report = rollout(fleet, "bad-h1", "-e", "llm_rollout_max_fail_percentage=100", inventory=inv, rc=2)
     # a batch that failed whole ends the play whatever the percentage: the canary stops the rollout
     assert statuses(report) == [("h1", 1, "rolled_back"), ("h2", None, "not_reached"), ("h3", None, "not_reached"),
                                 ("h4", None, "not_reached")]
@@ -336,8 +329,7 @@ def test_permissive_threshold_lets_the_rest_of_the_batch_proceed(fleet):
                          host_vars={"h3": {"llm_server_model_path": str(fleet.models / "wrong-shape.gguf")}},
                          llm_server_ctx_size=1280)
     proc, report = rollout(fleet, "bad-h3", "-e", '{"llm_rollout_serial": ["100%"]}',
-                           "-e", "llm_rollout_max_fail_percentage=50", inventory=inv)
-    assert proc.returncode == 2, proc.stdout[-4000:]
+                           "-e", "llm_rollout_max_fail_percentage=50", inventory=inv, rc=2)
     assert statuses(report) == [("h1", 1, "changed"), ("h2", 1, "changed"), ("h3", 1, "rolled_back"),
                                 ("h4", 1, "changed")]
     assert report["outcome"] == "completed_with_failures" and report["reason"] is None
@@ -384,18 +376,26 @@ def test_sshd_killed_in_the_middle_of_a_rollout(fleet):
         fleet.hosts["h3"].start_sshd()
 
 
-def test_hosts_that_do_not_answer(tmp_path):
-    """Hosts that refuse ssh (127.0.0.1 port 1): the preflight loses them all, nothing else runs. No fleet."""
-    hosts = {"u%d" % i: {"ansible_host": "127.0.0.1", "ansible_port": 1} for i in range(1, 4)}
+def unanswered_deploy(tmp_path, count, config, *args, settings=None, **env):
+    """deploy.yml on ``count`` hosts that refuse ssh (127.0.0.1 port 1), with the ansible.cfg ``config``. No fleet."""
+    hosts = {"u%d" % i: {"ansible_host": "127.0.0.1", "ansible_port": 1} for i in range(1, count + 1)}
     inventory = tmp_path / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"children": {"llm_servers": {"hosts": hosts, "vars": settings or {}}}}}))
+    env = dict({k: v for k, v in os.environ.items() if k != "ANSIBLE_CALLBACKS_ENABLED"}, ANSIBLE_CONFIG=str(config),
+               ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"),
+               **env)
+    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks" / "deploy.yml")]
+                          + list(args), capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300,
+                          check=False)
+
+
+def test_hosts_that_do_not_answer(tmp_path):
+    """Hosts that refuse ssh: the preflight loses them all, nothing else runs."""
     settings = {"llm_server_model_path": "/srv/models/model.gguf", "llm_server_image": "localhost/ai-llm:cpu"}
-    inventory.write_text(json.dumps({"all": {"children": {"llm_servers": {"hosts": hosts, "vars": settings}}}}))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"),
-               ANSIBLE_CALLBACKS_ENABLED="ai_llm.moe_offload.rollout_report", ANSIBLE_NOCOLOR="1",
-               ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"))
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks" / "deploy.yml"),
-                           "-e", "llm_rollout_report_dir=%s" % (tmp_path / "report")],
-                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300, check=False)
+    report_dir = "llm_rollout_report_dir=%s" % (tmp_path / "report")
+    proc = unanswered_deploy(tmp_path, 3, ROOT / "ansible.cfg", "-e", report_dir, settings=settings,
+                             ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"),
+                             ANSIBLE_CALLBACKS_ENABLED="ai_llm.moe_offload.rollout_report")
     assert proc.returncode == 4, proc.stdout[-3000:] + proc.stderr
     report = json.loads((tmp_path / "report" / "rollout.json").read_text())
     assert statuses(report) == [("u1", None, "unreachable"), ("u2", None, "unreachable"), ("u3", None, "unreachable")]
@@ -404,16 +404,9 @@ def test_hosts_that_do_not_answer(tmp_path):
 
 
 def test_a_fleet_without_the_report_callback_is_refused(tmp_path):
-    """Several hosts and no rollout_report callback: the preflight stops before it reads any host. No fleet."""
-    hosts = {"u%d" % i: {"ansible_host": "127.0.0.1", "ansible_port": 1} for i in range(1, 3)}
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(json.dumps({"all": {"children": {"llm_servers": {"hosts": hosts}}}}))
+    """Several hosts and no rollout_report callback: the preflight stops before it reads any host."""
     (tmp_path / "ansible.cfg").write_text("[defaults]\ncollections_path = %s\n" % (ROOT / ".collections"))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"))
-    env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks" / "deploy.yml")],
-                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300, check=False)
+    proc = unanswered_deploy(tmp_path, 2, tmp_path / "ansible.cfg")
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr
     assert "the callback that writes the report is not enabled: add callbacks_enabled = " \
            "ai_llm.moe_offload.rollout_report to ansible.cfg" in proc.stdout.replace("\n", " ")
