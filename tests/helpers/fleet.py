@@ -1,32 +1,21 @@
 """A fleet of fake hosts on this machine, reachable over real ssh, for rollout tests (no VMs).
 
-Each host is:
+Each host is a network namespace ``aillmXXXX-<name>`` whose ``eth0`` (a veth) sits in a bridge in the namespace
+``aillmXXXX-br``, which the controller reaches through the veth ``aillmXXXX0``. ``XXXX`` comes from the checkout's
+path (``fleet_id``), so that two checkouts' fleets on one machine never share a name or an address; the addresses
+are the IPv6 ULA ``fd7a:11f0:XXXX::/64`` (controller ``::1``, hosts ``::11``, ``::12``...), routed nowhere else,
+always written in the canonical form ssh looks up in ``known_hosts`` (``fleet_address``).
+A host also has its own mount, UTS and PID namespaces (``unshare ... --mount-proc``, started through ``nsenter
+--net``: ``ip netns exec`` would remount /sys and hide the cgroups podman needs); ``fleet_host_init.sh`` gives it a
+private /run, /etc/containers, /var/lib/containers and deploy directory, starts its sshd (host key and authorized
+key generated here) and becomes ``catatonit -P``. ``kill_sshd()`` kills its sshd alone (the host and its
+containers keep running: Ansible finds it unreachable), ``start_sshd()`` starts it again. Every host has its own
+containers of the local CPU image, from one shared read-only image store (``additionalimagestores``), and its own
+loopback (llama-server on 127.0.0.1:8080 in each); the rest of the root filesystem is shared.
 
-- a network namespace ``aillmXXXX-<name>`` whose ``eth0`` (a veth) sits in a bridge that lives in its own
-  namespace ``aillmXXXX-br``; the controller reaches the bridge through one veth ``aillmXXXX0`` in the root
-  namespace. ``XXXX`` is derived from the checkout's path, so that fleets of two checkouts on one machine never
-  share a name or an address (``fleet_id``, ``FleetNames.of(path)``). Addresses come from the IPv6 ULA
-  ``fd7a:11f0:XXXX::/64`` (controller ``::1``, hosts ``::11``, ``::12``...), far from the VM's own 192.0.2.0/24
-  and fd00::/64; nothing is routed anywhere else. Every file and argument names an address in its canonical
-  form (``fleet_address``), the one ssh looks up in ``known_hosts``.
-- its own mount, UTS and PID namespaces (``unshare --mount --uts --pid --fork --kill-child --mount-proc``),
-  started through ``nsenter --net=/run/netns/<netns>`` (``ip netns exec`` would remount /sys and hide the
-  cgroups podman needs). ``fleet_host_init.sh`` then mounts a private /run (podman's runroot and tmpdir, runc's state),
-  binds the host's own /etc/containers (storage.conf, containers.conf) and /var/lib/containers (podman's
-  graphroot) and the deploy directory, starts ``sshd`` on port 22 with the host's own host key and the fleet's
-  authorized key (both generated here, at test time), and becomes ``catatonit -P`` (podman's init: it reaps
-  orphans). ``kill_sshd()`` kills the host's sshd processes alone (the host, its containers and services keep
-  running: Ansible finds it unreachable), ``start_sshd()`` starts it again.
-- the local CPU image, from one shared read-only image store (``additionalimagestores``) that is filled once
-  with ``podman push IMAGE containers-storage:[overlay@STORE+RUN]IMAGE``; every host has its own containers.
-- its own loopback: llama-server on 127.0.0.1:8080 inside each host does not clash with the others.
-
-Everything else (the repository, its .venv, the models directory) is the machine's root filesystem, shared.
-
-Teardown (``Fleet.down``, also run by ``clean_leftovers`` for a run that crashed): close ansible's persistent
-ssh connections (the ControlPath sockets), remove the hosts' containers, SIGKILL the launchers
-(``unshare --fork`` ignores SIGTERM; with ``--kill-child`` that ends the whole host), delete the veths, then
-the namespaces. A state file in the temp directory names what a crashed run left behind.
+Teardown (``Fleet.down``; ``clean_leftovers`` for a run that crashed, from the state file in the temp directory):
+ssh masters, containers, the launchers (SIGKILL: ``unshare --fork`` ignores SIGTERM, ``--kill-child`` ends the
+host), veths, namespaces.
 """
 from __future__ import annotations
 
@@ -59,16 +48,6 @@ def fleet_id(checkout):
     return hashlib.sha256(str(checkout).encode()).hexdigest()[:4]
 
 
-def fleet_prefix(checkout):
-    """``aillmXXXX``: the start of every namespace, veth and state file of the checkout's fleet."""
-    return "aillm" + fleet_id(checkout)
-
-
-def fleet_network(checkout):
-    """The fleet's only network, the IPv6 ULA ``fd7a:11f0:XXXX::/64`` of the checkout."""
-    return ipaddress.IPv6Network("fd7a:11f0:%s::/64" % fleet_id(checkout))
-
-
 def fleet_address(network, offset):
     """Address ``offset`` of ``network`` in its canonical text (RFC 5952: leading zeros dropped), the form ssh
     looks a numeric address up in ``known_hosts``: ``fd7a:11f0:525::11``, never ``fd7a:11f0:0525::11``."""
@@ -84,7 +63,8 @@ class FleetNames:
 
     @classmethod
     def of(cls, checkout):
-        return cls(fleet_prefix(checkout), fleet_network(checkout))
+        """``aillmXXXX`` (the start of every namespace, veth and state file) and ``fd7a:11f0:XXXX::/64``."""
+        return cls("aillm" + fleet_id(checkout), ipaddress.IPv6Network("fd7a:11f0:%s::/64" % fleet_id(checkout)))
 
     @property
     def bridge_ns(self):
@@ -332,7 +312,7 @@ class Fleet:
                 self._start(host)
             self._write_state()
             for host in self.hosts.values():
-                self._wait_ready(host)
+                self.wait_ssh(host)
         except BaseException:
             self.down()
             raise
@@ -435,9 +415,6 @@ class Fleet:
                  "unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child", "--mount-proc", "--",
                  "sh", str(HOST_INIT), host.name, str(host.dir), str(self.deploy_dir), self.names.prefix],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd="/")
-
-    def _wait_ready(self, host, timeout=15.0):
-        self.wait_ssh(host, timeout)
 
     def wait_ssh(self, host, timeout=15.0):
         """Wait until ``host`` answers with an SSH banner on port 22 (and its PID 1 is known)."""
