@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import unchanged
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import written_config
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from tests.helpers.deploy_hosts import proved
 from tests.helpers.llm_deploy import write_api_key
 from tests.helpers.role_vars import role_values
 from tools.gguf_models import write_demo_model
@@ -56,9 +58,7 @@ def read(ansible_module, settings):
 def test_the_proof_agrees_with_llm_server_config(ansible_module, project):
     settings, config = project
     disk = read(ansible_module, settings)["disk"]
-    proved = written_config(disk, settings, PLACEMENT, KEY, "podman")
-    assert proved == {"changed": False, "config_hash": config["config_hash"], "changed_keys": [], "files_changed": [],
-                      "dropped_keys": [], "diff": []}
+    assert written_config(disk, settings, PLACEMENT, KEY, "podman") == proved(config["config_hash"])
     again = write_config(ansible_module, settings)
     assert again["changed"] is False and again["config_hash"] == config["config_hash"]
     # Another configuration or another key: the files are not those.
@@ -75,11 +75,8 @@ def test_files_that_differ_are_never_proved_unchanged(ansible_module, project):
     and llm_server_config (check mode) sees a change."""
     settings, _config = project
     env, compose = settings["paths"]["env"], settings["paths"]["compose"]
-    with open(env, "rb") as f:
-        env_bytes = f.read()
-    with open(compose, "rb") as f:
-        compose_bytes = f.read()
-    text = env_bytes.decode("utf-8")
+    kept = {path: Path(path).read_bytes() for path in (env, compose)}
+    text = kept[env].decode("utf-8")
     damages = {
         "stray_key": lambda: open(env, "a", encoding="utf-8").write("LLM_CTX_SIZE='4096'\n"),
         "second_block": lambda: open(env, "a", encoding="utf-8").write(text),
@@ -93,9 +90,8 @@ def test_files_that_differ_are_never_proved_unchanged(ansible_module, project):
         disk = read(ansible_module, settings)["disk"]
         assert written_config(disk, settings, PLACEMENT, KEY, "podman") is None, damage
         assert write_config(ansible_module, settings, check=True)["changed"] is True, damage
-        for path, data in ((env, env_bytes), (compose, compose_bytes)):
-            with open(path, "wb") as f:
-                f.write(data)
+        for path, data in kept.items():
+            Path(path).write_bytes(data)
 
 
 def test_leftovers_a_missing_secrets_dir_and_a_model_outside_are_not_proved(ansible_module, project, tmp_path):
