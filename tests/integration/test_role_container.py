@@ -94,29 +94,24 @@ def test_the_wait_stops_at_once_with_the_cause_when_the_container_exits(containe
 
 
 @podman
-def test_the_wait_times_out_with_the_last_answer(container):
-    name = container("sleep 600")
-    answer = wait_healthy(run, "podman", name, "http://127.0.0.1:%d/health" % free_port(), timeout=2)
-    assert answer == {"healthy": False, "seconds": answer["seconds"], "status": -1, "container": answer["container"],
-                      "log_tail": [], "cause": "ai-llm did not answer /health with 200 within 2 s (last answer: "
-                                               "no answer)"}
-    assert 2 <= answer["seconds"] < 30 and answer["container"]["running"]
-
-
-@podman
-def test_the_timeout_is_reached_when_the_clock_says_so_and_the_log_comes_with_it(container):
+def test_the_wait_times_out_with_the_last_answer_and_the_log(container):
     """The wait ends when ``timeout`` seconds have passed (>=), with the container's log lines and the time in
-    milliseconds; the clock and the pause are given, the container and the dead port are real."""
+    milliseconds: on the real clock, then on a given clock and pause (the container and the dead port are real)."""
     name = container("echo 'E first words' >&2; sleep 600")
     deadline = time.monotonic() + 60
     while not log_tail(run, "podman", name) and time.monotonic() < deadline:
         time.sleep(0.2)
+    cause = "ai-llm did not answer /health with 200 within 2 s (last answer: no answer)"
+    answer = wait_healthy(run, "podman", name, "http://127.0.0.1:%d/health" % free_port(), timeout=2)
+    assert answer == {"healthy": False, "seconds": answer["seconds"], "status": -1, "container": answer["container"],
+                      "log_tail": ["E first words"], "cause": cause}
+    assert 2 <= answer["seconds"] < 30 and answer["container"]["running"]
     ticks = iter([0.0, 2.0, 2.12345, 5.0, 6.0, 7.0])
     pauses = []
     answer = wait_healthy(run, "podman", name, "http://127.0.0.1:%d/health" % free_port(), timeout=2,
                           clock=lambda: next(ticks), sleep=pauses.append)
     assert pauses == [] and answer["seconds"] == 2.123 and answer["log_tail"] == ["E first words"]
-    assert answer["cause"] == "ai-llm did not answer /health with 200 within 2 s (last answer: no answer)"
+    assert answer["cause"] == cause
 
 
 @podman
@@ -198,22 +193,20 @@ def test_the_wait_ends_at_the_first_200_while_the_container_runs(container, tmp_
     assert answer["container"]["running"] and answer["container"]["config_hash"] == "h" * 64
 
 
-def test_the_cause_is_the_first_error_line():
-    assert exit_cause(LOAD_FAILURE) == LOAD_FAILURE[1]
-    assert exit_cause(["starting", "bye"]) == "bye"
-    assert exit_cause([]) == ""
-
-
-def test_the_cause_is_the_load_error_not_a_model_description_line():
-    """llama-server b10435 at -lv 4 describes the model before it fails to load it: "unknown" in print_info and
-    the loader's key/value lines is not the cause (llama-model-loader.cpp check_tensor_dims is)."""
-    lines = ["print_info: rope_finetuned        = unknown",
+# llama-server b10435 at -lv 4 describes the model before it fails to load it: "unknown" in print_info and the
+# loader's key/value lines is not the cause (llama-model-loader.cpp check_tensor_dims is).
+DESCRIBED = ["print_info: rope_finetuned        = unknown",
              "llama_model_loader: - kv  27: tokenizer.ggml.unknown_token_id u32 = 0",
              "llama_model_load: error loading model: check_tensor_dims: tensor 'token_embd.weight' has wrong shape;"
              " expected   128,    64, got    64,    64,     1,     1",
              "llama_model_load_from_file_impl: failed to load model",
              "srv    load_model: failed to load model, '/models/m.gguf'"]
-    assert "check_tensor_dims: tensor 'token_embd.weight' has wrong shape" in exit_cause(lines)
+
+
+@pytest.mark.parametrize("lines, cause", [(LOAD_FAILURE, LOAD_FAILURE[1]), (["starting", "bye"], "bye"), ([], ""),
+                                          (DESCRIBED, DESCRIBED[2])], ids=["load error", "last", "none", "described"])
+def test_the_cause_is_the_first_error_line(lines, cause):
+    assert exit_cause(lines) == cause
 
 
 def test_the_compose_tool():
