@@ -173,11 +173,8 @@ def test_the_recreate_replaces_a_container_compose_cannot_remove(local):
     wrong = write_wrong_shape(local.model, local.models / "wrong-shape.gguf")
     local.set_env("LLM_MODEL_PATH", "'/models/%s'" % wrong.name)
     assert local.compose("up", "-d", "--force-recreate", "ai-llm").returncode == 0
-    deadline = time.monotonic() + 30
-    while (local.container() or {}).get("restarts", 0) < 2 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for(lambda: (local.container() or {}).get("restarts", 0) >= 2, timeout=30, interval=0.2)
     looping = local.container()
-    assert looping["restarts"] >= 2, looping
     run = local.playbook("deploy")
     assert_new_container_serves(local, run, looping["id"])
     assert container_env(local)["MODEL_PATH"] == "/models/demo.gguf"
