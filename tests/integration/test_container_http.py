@@ -33,20 +33,16 @@ def model(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def keyed(model):
-    with llama_server(["-m", model, "-c", "256", "--no-webui", "--api-key", KEY], timeout=120) as server:
-        assert server.healthy, server.stderr
-        yield server.url
+def servers(model):
+    """The URLs of a server started with ``--api-key KEY`` and of one started without."""
+    args = ["-m", model, "-c", "256", "--no-webui"]
+    with llama_server(args + ["--api-key", KEY], timeout=120) as keyed, llama_server(args, timeout=120) as open_server:
+        assert keyed.healthy and open_server.healthy, keyed.stderr + open_server.stderr
+        yield keyed.url, open_server.url
 
 
-@pytest.fixture(scope="module")
-def open_server(model):
-    with llama_server(["-m", model, "-c", "256", "--no-webui"], timeout=120) as server:
-        assert server.healthy, server.stderr
-        yield server.url
-
-
-def test_the_key_is_in_force_only_on_a_server_that_demands_it(keyed, open_server):
+def test_the_key_is_in_force_only_on_a_server_that_demands_it(servers):
+    keyed, open_server = servers
     assert AUTH_PROBE_PATH == "/props"
     assert auth_check(keyed, KEY) == {"enforced": True, "checked": True, "without_key": 401, "with_key": 200}
     assert auth_check(keyed, KEY + "x") == {"enforced": False, "checked": True, "without_key": 401,
@@ -54,7 +50,8 @@ def test_the_key_is_in_force_only_on_a_server_that_demands_it(keyed, open_server
     assert auth_check(open_server, KEY) == {"enforced": False, "checked": True, "without_key": 200, "with_key": 200}
 
 
-def test_http_get_returns_the_status_and_the_body_up_to_4096_characters(keyed):
+def test_http_get_returns_the_status_and_the_body_up_to_4096_characters(servers):
+    keyed = servers[0]
     status, body = http_get(keyed + "/health")
     assert status == 200 and json.loads(body) == {"status": "ok"}
     status, body = http_get(keyed + "/props", {"Authorization": "Bearer " + KEY})
