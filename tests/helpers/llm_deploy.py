@@ -124,6 +124,12 @@ class LocalDeploy:
         cmd, env = self.command(name, *args, **role_vars)
         return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=600, check=False)
 
+    def succeed(self, name, *args, **role_vars):
+        """playbook(), which must exit with 0; returns the CompletedProcess."""
+        run = self.playbook(name, *args, **role_vars)
+        assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
+        return run
+
     def start(self, name, *args, **role_vars):
         """Start playbooks/<name>.yml in the background (its own process group); returns the Popen."""
         cmd, env = self.command(name, *args, **role_vars)

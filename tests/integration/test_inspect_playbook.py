@@ -180,8 +180,7 @@ def test_container_mode_unknown_container(busybox_image):
 def test_container_mode_on_the_container_the_role_deploys(tmp_path):
     """deploy.yml with the llm_server role (its image passes MODEL_PATH, not -m), then inspect.yml on it."""
     with local_deploy(tmp_path, "ai-llm-inspect-role") as deploy:
-        proc = deploy.playbook("deploy")
-        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        deploy.succeed("deploy")
         tasks = inspected("container=" + deploy.name)
         assert tasks["Read the model header"]["files"] == [deploy.model]
         assert tasks["Summary"]["msg"][-1] == NANO_PATTERN_LINE

@@ -29,8 +29,7 @@ EXPERTS = ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight", "blk.4.ffn_
 @pytest.fixture(scope="module")
 def local(tmp_path_factory):
     with local_deploy(tmp_path_factory.mktemp("converge"), "ai-llm-converge") as deploy:
-        run = deploy.playbook("deploy")
-        assert run.returncode == 0, run.stdout[-5000:]
+        deploy.succeed("deploy")
         yield deploy
 
 
@@ -53,8 +52,7 @@ def assert_converged(deploy, **role_vars):
     verification = deploy.verification()
     assert verification["config_hash"] == disk_hash and verification["status"] in ("changed", "rolled_back")
     assert verification["pattern"] == (deploy.env_value("LLM_MOE_OFFLOAD_PATTERN") or "")
-    again = deploy.playbook("deploy", **role_vars)
-    assert again.returncode == 0, again.stdout[-5000:]
+    again = deploy.succeed("deploy", **role_vars)
     assert recap(again.stdout)["changed"] == 0, again.stdout[-5000:]
     assert result(again.stdout)["status"] == "unchanged"
     assert deploy.container()["id"] == now["id"]
@@ -88,8 +86,7 @@ def test_killed_after_env_was_written_then_rerun(local):
     assert served != "1024" and container_env(local)["CTX_SIZE"] == served  # what the killed run left: drift
     assert (local.project / ".llm_server.lock").exists()
 
-    run = local.playbook("deploy")
-    assert run.returncode == 0, run.stdout[-5000:]
+    run = local.succeed("deploy")
     shown = result(run.stdout)
     assert shown["status"] == "changed"
     assert "an earlier run stopped before it recreated ai-llm" in shown["message"]
@@ -106,8 +103,7 @@ def test_killed_during_the_health_wait_then_rerun_verifies(local):
     kill(proc)
     assert local.verification()["config_hash"] != local.env_value("LLM_CONFIG_HASH")  # never verified
 
-    run = local.playbook("deploy")
-    assert run.returncode == 0, run.stdout[-5000:]
+    run = local.succeed("deploy")
     shown = result(run.stdout)
     assert shown["status"] == "changed" and "was never verified" in shown["message"], shown["message"]
     assert sorted(shown["tensors_moved"]) == EXPERTS and shown["evidence"] == "per_tensor"
@@ -139,8 +135,7 @@ def test_an_unverified_forced_pattern_left_by_a_killed_run_is_rolled_back(local)
 ])
 def test_a_container_removed_stopped_or_paused_by_hand_comes_back_as_a_change(local, action, words):
     subprocess.run(["podman"] + action + [local.name], check=True, capture_output=True, timeout=120)
-    run = local.playbook("deploy")
-    assert run.returncode == 0, run.stdout[-5000:]
+    run = local.succeed("deploy")
     shown = result(run.stdout)
     assert shown["status"] == "changed" and words in shown["message"], shown["message"]
     assert "Rolled back" not in run.stdout

@@ -32,8 +32,7 @@ def deployed(tmp_path_factory):
     """One verified deploy that every refusal below must leave as it is (each compares the state before and after
     its own run), made once for all of them."""
     with local_deploy(tmp_path_factory.mktemp("refusals"), "ai-llm-refusals") as deploy:
-        run = deploy.playbook("deploy")
-        assert run.returncode == 0, run.stdout[-5000:]
+        deploy.succeed("deploy")
         yield deploy
 
 
@@ -60,8 +59,7 @@ def wrong_shape(deploy):
 
 
 def test_the_api_key_reaches_llama_server_is_proved_and_never_shown(local):
-    run = local.playbook("deploy", "--diff", llm_server_api_key=KEY)
-    assert run.returncode == 0, run.stdout[-5000:]
+    run = local.succeed("deploy", "--diff", llm_server_api_key=KEY)
     shown = result(run.stdout)
     assert shown["auth"] == {"enforced": True, "checked": True}
     assert status(local, "/props") == 401
@@ -71,8 +69,7 @@ def test_the_api_key_reaches_llama_server_is_proved_and_never_shown(local):
                              check=True, timeout=60).stdout
     assert "sk-RT" not in inspect
     # A neighbouring change with --check --diff -vvv shows neither the key nor its file.
-    check = local.playbook("deploy", "--check", "--diff", "-vvv", llm_server_api_key=KEY, llm_server_ctx_size=1024)
-    assert check.returncode == 0, check.stdout[-5000:]
+    check = local.succeed("deploy", "--check", "--diff", "-vvv", llm_server_api_key=KEY, llm_server_ctx_size=1024)
     for output in (run.stdout, check.stdout):
         assert "sk-RT" not in output
     again = local.playbook("deploy", llm_server_api_key=KEY)
@@ -80,8 +77,7 @@ def test_the_api_key_reaches_llama_server_is_proved_and_never_shown(local):
 
 
 def test_a_rollback_runs_with_the_current_key_only(local):
-    run = local.playbook("deploy", llm_server_api_key=OTHER_KEY)
-    assert run.returncode == 0, run.stdout[-5000:]
+    local.succeed("deploy", llm_server_api_key=OTHER_KEY)
     run = local.playbook("deploy", llm_server_api_key=KEY, llm_server_model_path=wrong_shape(local))
     assert run.returncode != 0
     shown = result(run.stdout)
@@ -128,8 +124,7 @@ def test_values_that_cannot_be_deployed_are_refused_before_anything_changes(depl
 
 def test_extra_arguments_reach_llama_server_literally(local):
     alias = "a$b${HOME}`id`'\" $(id)"
-    run = local.playbook("deploy", llm_server_extra_args=["--alias", alias])
-    assert run.returncode == 0, run.stdout[-5000:]
+    local.succeed("deploy", llm_server_extra_args=["--alias", alias])
     pid = json.loads(subprocess.run(["podman", "container", "inspect", local.name], capture_output=True, text=True,
                                     check=True, timeout=60).stdout)[0]["State"]["Pid"]
     child = open("/proc/%d/task/%d/children" % (pid, pid)).read().split()[0]
@@ -164,8 +159,7 @@ def fill(directory):
 
 
 def test_a_full_disk_after_a_verified_deploy_keeps_serving_and_says_so(local, small_disk):
-    run = local.playbook("deploy", llm_server_rollback_dir=str(small_disk))
-    assert run.returncode == 0, run.stdout[-5000:]
+    local.succeed("deploy", llm_server_rollback_dir=str(small_disk))
     last = os.readlink(small_disk / "last")
     filler = fill(small_disk)
     run = local.playbook("deploy", llm_server_rollback_dir=str(small_disk), llm_server_ctx_size=1024)
@@ -179,16 +173,14 @@ def test_a_full_disk_after_a_verified_deploy_keeps_serving_and_says_so(local, sm
     assert os.readlink(small_disk / "last") == last
     assert [p.name for p in small_disk.iterdir() if "tmp" in p.name] == []
     filler.unlink()
-    run = local.playbook("deploy", llm_server_rollback_dir=str(small_disk), llm_server_ctx_size=1024)
-    assert run.returncode == 0, run.stdout[-5000:]
+    local.succeed("deploy", llm_server_rollback_dir=str(small_disk), llm_server_ctx_size=1024)
     assert os.readlink(small_disk / "last") != last
     again = local.playbook("deploy", llm_server_rollback_dir=str(small_disk), llm_server_ctx_size=1024)
     assert recap(again.stdout)["changed"] == 0
 
 
 def test_a_damaged_snapshot_is_refused_not_restored(local):
-    run = local.playbook("deploy")
-    assert run.returncode == 0, run.stdout[-5000:]
+    local.succeed("deploy")
     with open(local.project / ".rollback" / "last" / "docker-compose.prod.yml", "a") as f:
         f.write("    image: [damaged\n")
     run = local.playbook("deploy", llm_server_model_path=wrong_shape(local))

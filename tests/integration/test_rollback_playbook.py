@@ -27,23 +27,20 @@ def overridden(ansible_module, deploy):
 
 def test_rollback_returns_to_the_deploy_before_and_none_clears_the_pattern(local, ansible_module):
     for pattern, tensors in ((PATTERN_A, TENSORS_A), (PATTERN_B, TENSORS_B)):
-        run = local.playbook("deploy", "-e", "llm_server_moe_offload_pattern=" + pattern)
-        assert run.returncode == 0, run.stdout[-4000:]
+        run = local.succeed("deploy", "-e", "llm_server_moe_offload_pattern=" + pattern)
         assert local.env_value("LLM_MOE_OFFLOAD_PATTERN") == pattern
         assert overridden(ansible_module, local) == (tensors, True)
     b_container = local.container()
     assert (local.project / ".rollback" / "previous" / ".env").exists()
 
-    run = local.playbook("rollback")
-    assert run.returncode == 0, run.stdout[-4000:]
+    run = local.succeed("rollback")
     assert "Rolled back to the verified configuration before the current one" in run.stdout
     assert local.env_value("LLM_MOE_OFFLOAD_PATTERN") == PATTERN_A
     assert local.container()["id"] != b_container["id"] and local.container()["status"] == "running"
     assert overridden(ansible_module, local) == (TENSORS_A, True)
     assert local.health() == 200
 
-    run = local.playbook("rollback", "-e", "llm_server_rollback_to=none")
-    assert run.returncode == 0, run.stdout[-4000:]
+    run = local.succeed("rollback", "-e", "llm_server_rollback_to=none")
     assert "Cleared LLM_MOE_OFFLOAD_PATTERN" in run.stdout
     assert local.env_value("LLM_MOE_OFFLOAD_PATTERN") == ""
     assert overridden(ansible_module, local) == ([], True)
