@@ -10,45 +10,26 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import llama_logs
-from tests.helpers.llama_logs import LAYER, NEMOTRON_EXPERTS, PUBLIC, model_buf, override, text
+from tests.helpers.llama_logs import LAYER, NEMOTRON_EXPERTS, PUBLIC, SIGSEGV_WORDS, model_buf, override, text
 from tools.gguf_models import write_tiny_nemotron_h_moe
 
 LV4 = str(llama_logs.LV4)
 DEFAULT = str(llama_logs.DEFAULT)
-
-
-def test_the_parsed_log_and_the_verdict_come_back_and_without_expectation_nothing_fails(ansible_module):
-    r = ansible_module("llama_server_log", {"path": LV4, "expect_tensors": NEMOTRON_EXPERTS})
-    assert not r["failed"] and r["changed"] is False
-    assert r["verified"] is True and r["evidence"] == "per_tensor"
-    assert r["expected_count"] == 46 and len(r["overridden"]) == 46
-    assert r["build"] == "b7500-1a2b3c4" and r["offloaded_layers"] == {"offloaded": 53, "total": 53}
-    assert r["gpu_model_mib"] == 1369.43
-    r = ansible_module("llama_server_log", {"path": LV4})
-    assert not r["failed"] and r["verified"] is False and r["evidence"] == "none" and r["expected_count"] is None
-    assert "no expectation" in r["msg"] and len(r["overridden"]) == 46
-
-
-def test_mismatch_fails_naming_missing_and_unexpected(ansible_module):
-    expected = NEMOTRON_EXPERTS[2:] + ["blk.1.ffn_up_shexp.weight"]
-    r = ansible_module("llama_server_log", {"path": LV4, "expect_tensors": expected})
-    assert r["failed"] and r["verified"] is False
-    assert r["missing"] == ["blk.1.ffn_up_shexp.weight"]
-    assert r["unexpected"] == NEMOTRON_EXPERTS[:2]
-    # the same, returned only
-    r = ansible_module("llama_server_log", {"path": LV4, "expect_tensors": expected, "fail_on_mismatch": False})
-    assert not r["failed"] and r["verified"] is False and r["missing"] == ["blk.1.ffn_up_shexp.weight"]
-
-
-def test_hidden_per_tensor_lines_fall_back_on_the_gpu_model_buffer_with_its_tolerances(ansible_module):
-    args = {"path": DEFAULT, "expect_tensors": NEMOTRON_EXPERTS, "expect_gpu_model_mib": 1369.0}
-    r = ansible_module("llama_server_log", args)
-    assert not r["failed"] and r["verified"] is True and r["evidence"] == "buffers"
-    # the default tolerances: the larger of 1 MiB and 1 % of the expected figure
-    assert "verbosity hides the per-tensor" in r["msg"] and r["gpu_model_tolerance_mib"] == 13.69
-    args.update(expect_gpu_model_mib=1300.0, gpu_model_tolerance_mib=70.0, gpu_model_tolerance_pct=0.0)
-    r = ansible_module("llama_server_log", args)
-    assert not r["failed"] and r["gpu_model_tolerance_mib"] == 70.0
+SHEXP1 = "blk.1.ffn_up_shexp.weight"
+MISMATCH = {"path": LV4, "expect_tensors": NEMOTRON_EXPERTS[2:] + [SHEXP1]}
+FALLBACK = {"path": DEFAULT, "expect_tensors": NEMOTRON_EXPERTS, "expect_gpu_model_mib": 1369.0}
+BROKEN_ERROR = "llama_model_loader: failed to load model from /models/broken.gguf"
+BROKEN = ("0.00.005.352 E llama_model_load: error loading model: %s\n"
+          "0.00.005.832 E srv  llama_server: exiting due to model loading error\n" % BROKEN_ERROR)
+BUFFERS = {"path": DEFAULT, "expect_tensors": NEMOTRON_EXPERTS, "expect_model_buffers": {"CUDA0": 1369.43},
+           "expect_kv_buffers": {"CUDA0": 768.0}, "expect_rs_buffers": {"CUDA0": 47.62},
+           "expect_compute_buffers": {"CUDA0": 1100}, "expect_offloaded_layers": 53, "require_ready": True}
+# the last line of LV4
+SEGV = "exit code 139 (SIGSEGV) after the line: main: server is listening on http://0.0.0.0:8080 - starting the " \
+       "main loop"
+WITHOUT_READY = {"expect_gpu_model_mib": 1369.0, "content": "\n".join(
+    x for x in Path(DEFAULT).read_text().splitlines()
+    if not any(r in x for r in ("model loaded", "listening", "slots are idle")))}
 
 
 def tiny_log(buffers):
@@ -58,6 +39,12 @@ def tiny_log(buffers):
                          for b, buffer in zip((1, 4), buffers) for k in ("up", "down")], model_buf("CPU_Mapped", 0.75))
 
 
+TINY = "the tiny model"
+ON_CPU = {"content": tiny_log(("CPU", "CPU")), "expect_pattern": r"\.ffn_.*_exps\.weight", "gguf": TINY}
+ITEMS = [r"blk\.1\.ffn_.*_exps\.weight=CUDA1", r"\.ffn_.*_exps\.weight=CPU"]
+PINNED = {"content": tiny_log(("CUDA1", "CPU")), "expect_override_patterns": ITEMS, "gguf": TINY}
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     model = str(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
@@ -65,48 +52,73 @@ def tiny(tmp_path_factory):
     return model
 
 
-def test_expect_pattern_with_gguf_in_check_mode(ansible_module, tiny):
-    args = {"content": tiny_log(("CPU", "CPU")), "expect_pattern": r"\.ffn_.*_exps\.weight", "gguf": tiny}
-    r = ansible_module("llama_server_log", args, check=True)
-    assert not r["failed"] and r["verified"] is True and r["expected_count"] == 4
-    # a wider pattern expects the shared experts too, which the log does not show
-    r = ansible_module("llama_server_log", dict(args, expect_pattern=r"\.ffn_(up|down)_"))
-    assert r["failed"] and r["missing"] == ["blk.1.ffn_down_shexp.weight", "blk.1.ffn_up_shexp.weight",
-                                            "blk.4.ffn_down_shexp.weight", "blk.4.ffn_up_shexp.weight"]
+@pytest.mark.parametrize("args, fields, words", [
+    ({"path": LV4, "expect_tensors": NEMOTRON_EXPERTS}, {
+        "failed": False, "changed": False, "verified": True, "evidence": "per_tensor", "expected_count": 46,
+        "overridden": 46, "build": "b7500-1a2b3c4", "offloaded_layers": {"offloaded": 53, "total": 53},
+        "gpu_model_mib": 1369.43}, []),
+    # without expectation nothing fails
+    ({"path": LV4}, {"failed": False, "verified": False, "evidence": "none", "expected_count": None,
+                     "overridden": 46}, ["no expectation"]),
+    # a mismatch fails naming the missing and the unexpected tensors, or is only returned
+    (MISMATCH, {"failed": True, "verified": False, "missing": [SHEXP1], "unexpected": NEMOTRON_EXPERTS[:2]}, []),
+    (dict(MISMATCH, fail_on_mismatch=False), {"failed": False, "verified": False, "missing": [SHEXP1]}, []),
+    # hidden per-tensor lines fall back on the GPU model buffer; the default tolerances: the larger of 1 MiB and
+    # 1 % of the expected figure
+    (FALLBACK, {"failed": False, "verified": True, "evidence": "buffers", "gpu_model_tolerance_mib": 13.69},
+     ["verbosity hides the per-tensor"]),
+    (dict(FALLBACK, expect_gpu_model_mib=1300.0, gpu_model_tolerance_mib=70.0, gpu_model_tolerance_pct=0.0),
+     {"failed": False, "gpu_model_tolerance_mib": 70.0}, []),
+    # expect_pattern with gguf: a wider pattern expects the shared experts too, which the log does not show
+    (dict(ON_CPU, expect_pattern=r"\.ffn_(up|down)_"), {"failed": True, "missing": [
+        "blk.1.ffn_down_shexp.weight", SHEXP1, "blk.4.ffn_down_shexp.weight", "blk.4.ffn_up_shexp.weight"]}, []),
     # a pattern that matches no tensor of the model expects no override: this log has four
-    r = ansible_module("llama_server_log", dict(args, expect_pattern=r"nothing_like_this"))
-    assert r["failed"] and r["expected_count"] == 0 and len(r["unexpected"]) == 4
-    assert "matches no tensor of the model" in r["msg"] and "blk.4.ffn_up_exps.weight" in r["msg"]
-    r = ansible_module("llama_server_log", dict(args, expect_pattern=r"blk\.(1"))
-    assert r["failed"] and "not a valid regular expression" in r["msg"]
+    (dict(ON_CPU, expect_pattern=r"nothing_like_this"), {"failed": True, "expected_count": 0, "unexpected": 4},
+     ["matches no tensor of the model", "blk.4.ffn_up_exps.weight"]),
+    (dict(ON_CPU, expect_pattern=r"blk\.(1"), {"failed": True}, ["not a valid regular expression"]),
+    # expect_override_patterns with gguf: the first match wins
+    (PINNED, {"failed": False, "verified": True, "expected_count": 4}, []),
+    (dict(PINNED, expect_override_patterns=ITEMS[::-1]),
+     {"failed": True, "missing": ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight"]}, []),
+    (dict(PINNED, expect_override_patterns=["exps"]), {"failed": True},
+     ["expect_override_patterns: override 'exps' is not PATTERN=BUFFER"]),
+    # a load error, a crash or an exit code fails
+    ({"path": str(PUBLIC / "b10586_crash_after_load.log")}, {
+        "failed": True, "crash": "CUDA error: an illegal memory access was encountered", "server_ready": False,
+        "verified": False}, []),
+    ({"content": BROKEN}, {"failed": True, "load_error": BROKEN_ERROR}, ["failed to load", "broken.gguf"]),
+    ({"content": BROKEN, "fail_on_mismatch": False}, {"failed": False, "verified": False, "load_error": BROKEN_ERROR},
+     []),
+    ({"path": LV4, "expect_tensors": NEMOTRON_EXPERTS, "exit_code": 139}, {
+        "failed": True, "verified": False, "exit_code": 139, "crash": SEGV, "crash_cause": SIGSEGV_WORDS,
+        "failure": f"llama-server died: {SEGV} ({SIGSEGV_WORDS})"}, ["SIGSEGV"]),
+    # per-device buffers and the other buffers
+    (BUFFERS, {"failed": False, "verified": True, "evidence": "device_buffers", "checks": 5}, []),
+    (dict(BUFFERS, expect_model_buffers={"CUDA0": 1369.0}), {"failed": True},
+     ["model buffer CUDA0: 1369.43 MiB, expected 1369.00 +/- 0.01 MiB"]),
+    (dict(BUFFERS, expect_model_buffers={"CUDA0": "lots"}), {"failed": True},
+     ["expect_model_buffers must map buffer names to MiB"]),
+    # an excerpt without the ready line: not required by default
+    (WITHOUT_READY, {"verified": True}, []),
+    (dict(WITHOUT_READY, require_ready=True), {"failed": True}, ["does not show the server ready"]),
+    # argument errors
+    ({"path": LV4, "content": "x"}, {"failed": True}, ["mutually exclusive"]),
+    ({"expect_tensors": ["a"]}, {"failed": True}, ["one of the following is required"]),
+    ({"content": "x", "expect_pattern": "exps"}, {"failed": True}, ["gguf"]),
+    ({"content": PINNED["content"], "expect_override_patterns": ITEMS}, {"failed": True}, ["gguf"]),
+    ({"path": "/nonexistent/nope.log"}, {"failed": True}, ["nope.log"]),
+])
+def test_the_parsed_log_and_the_verdict_come_back(ansible_module, tiny, args, fields, words):
+    """A number stands for the length of a list field; TINY for the path of the tiny model."""
+    r = ansible_module("llama_server_log", {k: tiny if v is TINY else v for k, v in args.items()})
+    got = {k: len(r[k]) if isinstance(v, int) and isinstance(r[k], list) else r[k] for k, v in fields.items()}
+    assert got == fields
+    assert all(w in r["msg"] for w in words), r["msg"]
 
 
-def test_a_load_error_a_crash_or_an_exit_code_fails(ansible_module):
-    r = ansible_module("llama_server_log", {"path": str(PUBLIC / "b10586_crash_after_load.log")})
-    assert r["failed"] and r["crash"] == "CUDA error: an illegal memory access was encountered"
-    assert r["server_ready"] is False and r["verified"] is False
-    log = ("0.00.005.352 E llama_model_load: error loading model: llama_model_loader: failed to load model from "
-           "/models/broken.gguf\n0.00.005.832 E srv  llama_server: exiting due to model loading error\n")
-    r = ansible_module("llama_server_log", {"content": log})
-    assert r["failed"] and r["load_error"] == "llama_model_loader: failed to load model from /models/broken.gguf"
-    assert "failed to load" in r["msg"] and "broken.gguf" in r["msg"]
-    r = ansible_module("llama_server_log", {"content": log, "fail_on_mismatch": False})
-    assert not r["failed"] and r["verified"] is False and r["load_error"]
-    r = ansible_module("llama_server_log", {"path": LV4, "expect_tensors": NEMOTRON_EXPERTS, "exit_code": 139})
-    assert r["failed"] and r["verified"] is False and r["exit_code"] == 139
-    assert r["crash"].startswith("exit code 139 (SIGSEGV) after the line: ") and "segmentation fault" in r["crash_cause"]
-    assert r["failure"].startswith("llama-server died: exit code 139") and "SIGSEGV" in r["msg"]
-
-
-def test_argument_errors(ansible_module, tmp_path):
-    r = ansible_module("llama_server_log", {"path": LV4, "content": "x"})
-    assert r["failed"] and "mutually exclusive" in r["msg"]
-    r = ansible_module("llama_server_log", {"expect_tensors": ["a"]})
-    assert r["failed"] and "one of the following is required" in r["msg"]
-    r = ansible_module("llama_server_log", {"content": "x", "expect_pattern": "exps"})
-    assert r["failed"] and "gguf" in r["msg"]
-    r = ansible_module("llama_server_log", {"path": str(tmp_path / "nope.log")})
-    assert r["failed"] and "nope.log" in r["msg"]
+def test_expect_pattern_with_gguf_in_check_mode(ansible_module, tiny):
+    r = ansible_module("llama_server_log", dict(ON_CPU, gguf=tiny), check=True)
+    assert not r["failed"] and r["verified"] is True and r["expected_count"] == 4
 
 
 def _podman_works():
@@ -152,39 +164,3 @@ def test_invalid_utf8_in_a_log_file_is_replaced_not_fatal(ansible_module, tmp_pa
                                                     b"\xff\xfe\xc3 load_tensors: loading model tensors"))
     r = ansible_module("llama_server_log", {"path": str(path), "expect_tensors": NEMOTRON_EXPERTS})
     assert not r["failed"] and r["verified"] is True and len(r["overridden"]) == 46
-
-
-def test_per_device_buffers_and_the_other_buffers_through_the_module(ansible_module):
-    args = {"path": DEFAULT, "expect_tensors": NEMOTRON_EXPERTS, "expect_model_buffers": {"CUDA0": 1369.43},
-            "expect_kv_buffers": {"CUDA0": 768.0}, "expect_rs_buffers": {"CUDA0": 47.62},
-            "expect_compute_buffers": {"CUDA0": 1100}, "expect_offloaded_layers": 53, "require_ready": True}
-    r = ansible_module("llama_server_log", args)
-    assert not r["failed"] and r["verified"] is True and r["evidence"] == "device_buffers", r["msg"]
-    assert len(r["checks"]) == 5 and all(c["ok"] for c in r["checks"])
-    r = ansible_module("llama_server_log", dict(args, expect_model_buffers={"CUDA0": 1369.0}))
-    assert r["failed"] and "model buffer CUDA0: 1369.43 MiB, expected 1369.00 +/- 0.01 MiB" in r["msg"]
-    r = ansible_module("llama_server_log", dict(args, expect_model_buffers={"CUDA0": "lots"}))
-    assert r["failed"] and "expect_model_buffers must map buffer names to MiB" in r["msg"]
-
-
-def test_expect_override_patterns_with_gguf(ansible_module, tiny):
-    items = [r"blk\.1\.ffn_.*_exps\.weight=CUDA1", r"\.ffn_.*_exps\.weight=CPU"]
-    args = {"content": tiny_log(("CUDA1", "CPU")), "expect_override_patterns": items, "gguf": tiny}
-    r = ansible_module("llama_server_log", args)
-    assert not r["failed"] and r["verified"] is True and r["expected_count"] == 4, r["msg"]
-    r = ansible_module("llama_server_log", dict(args, expect_override_patterns=items[::-1]))
-    assert r["failed"] and r["missing"] == ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight"]
-    r = ansible_module("llama_server_log", dict(args, expect_override_patterns=["exps"]))
-    assert r["failed"] and "expect_override_patterns: override 'exps' is not PATTERN=BUFFER" in r["msg"]
-    r = ansible_module("llama_server_log", {"content": args["content"], "expect_override_patterns": items})
-    assert r["failed"] and "gguf" in r["msg"]
-
-
-def test_require_ready(ansible_module):
-    log = Path(DEFAULT).read_text()
-    ready = ("model loaded", "listening", "slots are idle")
-    without_ready = "\n".join(x for x in log.splitlines() if not any(r in x for r in ready))
-    args = {"content": without_ready, "expect_gpu_model_mib": 1369.0}
-    assert ansible_module("llama_server_log", args)["verified"] is True  # an excerpt: not required by default
-    r = ansible_module("llama_server_log", dict(args, require_ready=True))
-    assert r["failed"] and "does not show the server ready" in r["msg"]
