@@ -20,18 +20,15 @@ import urllib.request
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import (
-    parse_log,
-)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proof import (
-    expected_from_pattern,
-    gpu_model_mib,
-    verify_placement,
+    expected_from_pattern, gpu_model_mib, verify_placement,
 )
 from tests.helpers.llama_server import SERVER, listening, llama_server, on_a_free_port, run_until_healthy
 from tools.gguf_models import write_tiny_nemotron_h_moe
 
-pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")
+pytestmark = pytest.mark.skipif(SERVER is None,
+                                reason="llama-server is not on PATH (bash scripts/setup.sh; source scripts/env.sh)")
 
 EXPERTS = r"\.ffn_.*_exps\.weight"
 VERIFIABLE = ["-lv", "5", "--no-log-prefix", "--no-log-timestamps"]
@@ -40,6 +37,13 @@ VERIFIABLE = ["-lv", "5", "--no-log-prefix", "--no-log-timestamps"]
 def capture(model, *args, timeout=90):
     """Run the server until /health is 200 (or it exits); return (returncode or None, healthy, stderr)."""
     return run_until_healthy(["-m", model, "-c", "512", "-ngl", "99", "--no-webui"] + list(args), timeout)
+
+
+def served(model, *args, pattern=EXPERTS):
+    """The stderr of a capture() with ``-ot PATTERN=CPU`` that became healthy."""
+    exited, healthy, err = capture(model, "-ot", pattern + "=CPU", *args)
+    assert healthy and exited is None, err[-3000:]
+    return err
 
 
 def capture_failed_load(model, *args, tries=3):
@@ -70,16 +74,20 @@ def names(model):
 
 
 @pytest.fixture(scope="module")
+def expected(names):
+    """The experts of the tiny model: blocks MEM*E, the E blocks 1 and 4, up and down."""
+    found = expected_from_pattern(EXPERTS, names)
+    assert len(found) == 4
+    return found
+
+
+@pytest.fixture(scope="module")
 def lv5_log(model):
-    exited, healthy, err = capture(model, "-ot", EXPERTS + "=CPU", "-fit", "off", *VERIFIABLE)
-    assert healthy and exited is None, err[-3000:]
-    return err
+    return served(model, "-fit", "off", *VERIFIABLE)
 
 
-def test_lv5_no_prefix_per_tensor_lines(lv5_log, names):
+def test_lv5_no_prefix_per_tensor_lines(lv5_log, expected):
     p = parse_log(lv5_log)
-    expected = expected_from_pattern(EXPERTS, names)
-    assert len(expected) == 4  # blocks MEM*E: the E blocks 1 and 4, up and down
     assert sorted(o["tensor"] for o in p["overridden"]) == sorted(expected)
     assert all(o["buffer"] == "CPU" and o["type"] == "f32" and isinstance(o["mib"], int) for o in p["overridden"])
     assert p["build"] == "b10435-9e40df63b" and p["build_number"] == 10435
@@ -100,15 +108,13 @@ def test_version_matches_the_log_build():
     assert parse_log(out.stdout + out.stderr)["build"] == "b10435-9e40df63b"
 
 
-def test_prefixed_lv4_hides_per_tensor_lines_and_falls_back_to_buffers(model, names):
-    exited, healthy, err = capture(model, "-ot", EXPERTS + "=CPU", "-fit", "off", "-lv", "4")
-    assert healthy, err[-3000:]
+def test_prefixed_lv4_hides_per_tensor_lines_and_falls_back_to_buffers(model, expected):
+    err = served(model, "-fit", "off", "-lv", "4")
     assert "0." in err.splitlines()[0] and " I " in err  # the timestamp + level prefix
     p = parse_log(err)
     assert p["overridden"] == [] and p["per_tensor_lines_visible"] is False
     assert p["build"] == "b10435-9e40df63b" and p["mmap_override_warning"] is True
     assert "CPU_Mapped" in p["model_buffers"] and "CPU" in p["kv_buffers"] and "CPU" in p["rs_buffers"]
-    expected = expected_from_pattern(EXPERTS, names)
     v = verify_placement(p, expected)
     assert not v["verified"] and v["evidence"] == "none" and "verbosity" in v["msg"]
     # a CPU build has no device model buffer: 0 MiB on the "GPU"
@@ -119,40 +125,33 @@ def test_prefixed_lv4_hides_per_tensor_lines_and_falls_back_to_buffers(model, na
     assert not v["verified"] and v["evidence"] == "buffers"
 
 
-def test_default_lv3_has_no_evidence_at_all(model, names):
-    exited, healthy, err = capture(model, "-ot", EXPERTS + "=CPU", "-fit", "off")
-    assert healthy, err[-3000:]
-    p = parse_log(err)
+def test_default_lv3_has_no_evidence_at_all(model, expected):
+    p = parse_log(served(model, "-fit", "off"))
     assert p["overridden"] == [] and p["model_buffers"] == {} and p["per_tensor_lines_visible"] is False
     assert p["mmap_override_warning"] is True  # the only trace of the override at -lv 3
     for kw in ({}, {"expect_gpu_model_mib": 0.0}):
-        v = verify_placement(p, expected_from_pattern(EXPERTS, names), **kw)
+        v = verify_placement(p, expected, **kw)
         assert v["verified"] is False and v["evidence"] == "none"
 
 
-def test_fit_on_prints_the_load_twice_and_the_last_one_counts(model, names):
-    exited, healthy, err = capture(model, "-ot", EXPERTS + "=CPU", "-fit", "on", *VERIFIABLE)
-    assert healthy, err[-3000:]
+def test_fit_on_prints_the_load_twice_and_the_last_one_counts(model, expected):
+    err = served(model, "-fit", "on", *VERIFIABLE)
     assert err.count("buffer type overridden to CPU") == 8  # dry run + real load
     p = parse_log(err)
     assert p["loads"] == 2
-    expected = expected_from_pattern(EXPERTS, names)
     assert sorted(o["tensor"] for o in p["overridden"]) == sorted(expected)
     # the dry run's model buffer is a dummy "CPU ... 0.00 MiB"; the real load maps the file
     assert set(p["model_buffers"]) == {"CPU_Mapped"} and p["model_buffers"]["CPU_Mapped"] > 0
     assert verify_placement(p, expected)["verified"]
 
 
-def test_pattern_that_matches_nothing(model, names):
+def test_pattern_that_matches_nothing(model, names, expected):
     pattern = r"\.ffn_gate_exps\."  # nemotron_h_moe has no gate experts
     assert expected_from_pattern(pattern, names) == []
-    exited, healthy, err = capture(model, "-ot", pattern + "=CPU", "-fit", "off", *VERIFIABLE)
-    assert healthy, err[-3000:]
-    p = parse_log(err)
+    p = parse_log(served(model, "-fit", "off", *VERIFIABLE, pattern=pattern))
     assert p["overridden"] == [] and p["per_tensor_lines_visible"] is True
     assert p["mmap_override_warning"] is False
     # what the operator meant (the experts) is not proven, and every one of them is named
-    expected = expected_from_pattern(EXPERTS, names)
     v = verify_placement(p, expected)
     assert not v["verified"] and v["missing"] == sorted(expected) and "no overridden tensor" in v["msg"]
 
@@ -173,8 +172,7 @@ def test_broken_model_gives_the_load_error(tmp_path, model):
 
 
 def test_restarted_server_log_takes_the_last_run(model, lv5_log):
-    exited, healthy, second = capture(model, "-ot", r"blk\.4\.ffn_up_exps=CPU", "-fit", "off", *VERIFIABLE)
-    assert healthy, second[-3000:]
+    second = served(model, "-fit", "off", *VERIFIABLE, pattern=r"blk\.4\.ffn_up_exps")
     p = parse_log(lv5_log + second)
     assert p["runs"] == 2
     assert [o["tensor"] for o in p["overridden"]] == ["blk.4.ffn_up_exps.weight"]
@@ -234,7 +232,7 @@ def rpc_server():
 
 
 @pytest.mark.skipif(RPC_SERVER is None, reason="ggml-rpc-server is not on PATH")
-def test_a_killed_rpc_server_aborts_llama_server_and_that_is_a_crash(model, names):
+def test_a_killed_rpc_server_aborts_llama_server_and_that_is_a_crash(model, expected):
     """GGML_ABORT for real: the RPC device dies under a running llama-server, which aborts on the next request."""
     args = ["-m", model, "-c", "512", "-ngl", "99", "--no-webui", "-fit", "off", "-ot", EXPERTS + "=CPU"]
     with rpc_server() as (endpoint, rpc):
@@ -257,7 +255,7 @@ def test_a_killed_rpc_server_aborts_llama_server_and_that_is_a_crash(model, name
     assert "Remote RPC server crashed or returned malformed response" in p["crash"], stderr[-3000:]
     assert "RPC server" in p["crash_cause"] and p["failure"].startswith("llama-server died: ")
     # the load before it was fine, and proved at the default verbosity by the per-device buffers: not any more
-    assert not verify_placement(p, expected_from_pattern(EXPERTS, names))["verified"]
+    assert not verify_placement(p, expected)["verified"]
 
 
 @pytest.mark.skipif(RPC_SERVER is None, reason="ggml-rpc-server is not on PATH")
@@ -265,10 +263,9 @@ def test_per_device_buffers_of_a_real_rpc_device(model):
     """At -lv 4 the buffers of a real device (RPC0, named RPC0[host:port] in the log) prove the placement the way
     a GPU's do; at the default verbosity (-lv 3) this build prints no buffer line, and nothing is proved."""
     with rpc_server() as (endpoint, _rpc):
-        lv4 = capture(model, "--rpc", endpoint, "-ot", EXPERTS + "=CPU", "-fit", "off", "-lv", "4")
-        default = capture(model, "--rpc", endpoint, "-ot", EXPERTS + "=CPU", "-fit", "off")
-    assert lv4[1] and default[1], (lv4[2][-2000:], default[2][-2000:])
-    p = parse_log(lv4[2])
+        lv4 = served(model, "--rpc", endpoint, "-fit", "off", "-lv", "4")
+        default = served(model, "--rpc", endpoint, "-fit", "off")
+    p = parse_log(lv4)
     devices = {k: v for k, v in p["model_buffers"].items() if k.startswith("RPC0")}
     assert list(devices) == [f"RPC0[{endpoint}]"] and set(p["kv_buffers"]) >= set(devices)
     plan = {"RPC0": devices[f"RPC0[{endpoint}]"]}
@@ -276,7 +273,7 @@ def test_per_device_buffers_of_a_real_rpc_device(model):
     assert v["verified"] and v["evidence"] == "device_buffers", v["msg"]
     v = verify_placement(p, expect_model_buffers={"RPC0": plan["RPC0"] + 0.02})
     assert not v["verified"] and v["evidence"] == "device_buffers"
-    p = parse_log(default[2])
+    p = parse_log(default)
     assert p["model_buffers"] == {} and p["server_ready"] is True
     v = verify_placement(p, expect_model_buffers=plan, require_ready=True)
     assert not v["verified"] and v["evidence"] == "none" and "no model buffer lines" in v["msg"]

@@ -39,29 +39,57 @@ def check(name, expected, logged, ok, note):
     return {"check": name, "expected": expected, "logged": logged, "ok": ok, "note": note}
 
 
-# ---------------------------------------------------------------- the older builds' logs
+# ---------------------------------------------------------------- the logs of tests/data/llama_logs
 
-def test_the_b7500_logs_per_tensor_and_by_the_gpu_model_buffer():
-    v = verify_placement(parse_log(LV4.read_text()), NEMOTRON_EXPERTS)
-    assert v["verified"] and v["evidence"] == "per_tensor" and not v["missing"] and not v["unexpected"]
-    p = parse_log(DEFAULT.read_text())
+IK_SIZED = ["blk.%d.ffn_%s_exps.weight" % (b, k) for b, k in ((20, "gate"), (20, "down"), (21, "up"), (21, "gate"),
+                                                              (21, "down"), (22, "down"))]
+SHEXP57 = "blk.57.ffn_up_shexp.weight"
+UP62 = "blk.62.ffn_up_exps.weight"
+TO_RPC = ["blk.59.ffn_%s_exps.weight" % k for k in ("down", "gate", "up")]
+
+
+@pytest.mark.parametrize("name, exit_code, expected, kwargs, fields, words", [
+    (LV4.name, None, NEMOTRON_EXPERTS, {}, {"verified": True, "evidence": "per_tensor", "missing": [],
+                                            "unexpected": []}, []),
     # the tensor list alone cannot be proven at the default verbosity: never verified, and the reason is given
-    v = verify_placement(p, NEMOTRON_EXPERTS)
-    assert not v["verified"] and v["evidence"] == "none" and "verbosity hides the per-tensor" in v["msg"]
-    v = verify_placement(p, NEMOTRON_EXPERTS, expect_gpu_model_mib=1369.0, tolerance_mib=1.0, tolerance_pct=0)
-    assert v["verified"] and v["evidence"] == "buffers" and v["missing"] == [] and v["unexpected"] == []
+    (DEFAULT.name, None, NEMOTRON_EXPERTS, {}, {"verified": False, "evidence": "none"},
+     ["verbosity hides the per-tensor"]),
+    (DEFAULT.name, None, NEMOTRON_EXPERTS, {"expect_gpu_model_mib": 1369.0, "tolerance_mib": 1.0, "tolerance_pct": 0},
+     {"verified": True, "evidence": "buffers", "missing": [], "unexpected": []}, []),
     # all experts on the GPU would be ~23140 MiB: a far prediction fails, with both numbers
-    v = verify_placement(p, NEMOTRON_EXPERTS, expect_gpu_model_mib=23140.0)
-    assert not v["verified"] and v["evidence"] == "buffers" and "1369.43" in v["msg"] and "23140.00" in v["msg"]
+    (DEFAULT.name, None, NEMOTRON_EXPERTS, {"expect_gpu_model_mib": 23140.0},
+     {"verified": False, "evidence": "buffers"}, ["1369.43", "23140.00"]),
+    ("b5200_load_tensors_overriden_nosize_qwen3moe.log", None, QWEN3_EXPERTS, {}, {"verified": True}, []),
+    ("ik_llama_llm_load_tensors_Tensor_overriden_qwen3moe.log", None, QWEN3_EXPERTS[:-1], {},
+     {"verified": False, "unexpected": QWEN3_EXPERTS[-1:]}, QWEN3_EXPERTS[-1:]),
+    ("b10434_sigill_amx_default_verbosity.log", 132, [], {"expect_gpu_model_mib": 0.0}, {"verified": False}, []),
+    ("b10435_rpc_server_killed_lv4.log", 134, None, {"expect_model_buffers": {"RPC0": 0.37}}, {"verified": False},
+     ["Remote RPC server crashed"]),
+    ("public/ik_llama_sized_overriden_cuda_host.log", None, IK_SIZED, {}, {"verified": True, "evidence": "per_tensor"},
+     []),
+    # the routed experts went to host memory: proven, the CUDA1 pins are neither missing nor unexpected
+    ("public/ik_llama_ot_cuda1_and_cpu.log", None, IK_CPU, {}, {"verified": True, "unexpected": []}, ["CUDA1"]),
+    # expecting a tensor on the host that the log pins to CUDA1 fails, and says where it went
+    ("public/ik_llama_ot_cuda1_and_cpu.log", None, IK_CPU + [SHEXP57], {}, {"verified": False, "missing": [SHEXP57]},
+     [SHEXP57 + " (to CUDA1)"]),
+    # experts on a remote device are not "on the CPU"; norm, router, bias and shared experts went to the CPU
+    ("public/b4xxx_overriden_rpc_and_cpu.log", None, TO_RPC, {}, {"verified": False, "missing": TO_RPC,
+                                                                  "unexpected": 6}, ["(to RPC[127.0.0.1:50053])"]),
+    ("public/router_b10xxx_port_prefix_recurrent.log", None, [UP62], {}, {"verified": False, "missing": [UP62]}, []),
+])
+def test_the_verdict_on_a_log_of_the_data(name, exit_code, expected, kwargs, fields, words):
+    """A number stands for the length of a list field."""
+    v = verify_placement(parse_log(read(name), exit_code), expected, **kwargs)
+    assert {k: len(v[k]) if type(f) is int else v[k] for k, f in fields.items()} == fields
+    assert all(w in v["msg"] for w in words), v["msg"]
 
 
-def test_the_b5200_and_ik_llama_qwen3_logs():
-    p = parse_log(read("b5200_load_tensors_overriden_nosize_qwen3moe.log"))
-    assert verify_placement(p, QWEN3_EXPERTS)["verified"]
-    p = parse_log(read("ik_llama_llm_load_tensors_Tensor_overriden_qwen3moe.log"))
-    assert gpu_model_mib(p) == 1045.73  # CUDA_Host is host memory
-    v = verify_placement(p, QWEN3_EXPERTS[:-1])
-    assert not v["verified"] and v["unexpected"] == [QWEN3_EXPERTS[-1]] and QWEN3_EXPERTS[-1] in v["msg"]
+def test_the_rpc_load_before_the_abort_is_proved_per_device():
+    """The per-device proof (RPC0 without its endpoint) holds on the log before the real abort of the RPC server."""
+    rpc = read("b10435_rpc_server_killed_lv4.log")
+    alive = parse_log(rpc[:rpc.index("/build/llama.cpp/ggml/src/ggml-rpc")])
+    assert verify_placement(alive, expect_model_buffers={"RPC0": 0.37}, expect_kv_buffers={"RPC0": 0.06},
+                            require_ready=True)["verified"]
 
 
 def test_device_and_host_buffer_names():
@@ -72,11 +100,12 @@ def test_device_and_host_buffer_names():
 
 
 @pytest.mark.parametrize("name, mib", [
-    ("ollama_b6xxx_cuda0_cuda2_interleaved.log", 70429.66), ("ollama_journald_2024_cuda0_cuda1.log", 68190.89),
-    ("b9xxx_sycl_prefixed.log", 12867.08), ("metal_mtp_mtl0_mapped.log", 14803.73),
+    ("public/ollama_b6xxx_cuda0_cuda2_interleaved.log", 70429.66), ("public/b9xxx_sycl_prefixed.log", 12867.08),
+    ("public/ollama_journald_2024_cuda0_cuda1.log", 68190.89), ("public/metal_mtp_mtl0_mapped.log", 14803.73),
+    ("ik_llama_llm_load_tensors_Tensor_overriden_qwen3moe.log", 1045.73),  # CUDA_Host is host memory
 ])
-def test_the_gpu_model_buffer_of_public_logs(name, mib):
-    assert gpu_model_mib(parse_log(read("public/" + name))) == mib
+def test_the_gpu_model_buffer_of_a_log(name, mib):
+    assert gpu_model_mib(parse_log(read(name))) == mib
 
 
 # ---------------------------------------------------------------- nothing verified: failures first
@@ -108,19 +137,6 @@ ONLY_UP1 = "the log shows exactly the 1 expected tensors overridden to host memo
 ])
 def test_a_failed_load_a_crash_an_exit_or_no_ready_line_comes_first(parsed, kwargs, result):
     assert verify_placement(parsed, [UP1], **kwargs) == verdict(**result)
-
-
-def test_the_real_sigill_and_the_real_rpc_abort():
-    p = parse_log(read("b10434_sigill_amx_default_verbosity.log"), exit_code=132)
-    assert not verify_placement(p, [], expect_gpu_model_mib=0.0)["verified"]
-    rpc = read("b10435_rpc_server_killed_lv4.log")
-    # the load itself was right: the per-device proof (RPC0 without its endpoint) holds before the crash...
-    alive = parse_log(rpc[:rpc.index("/build/llama.cpp/ggml/src/ggml-rpc")])
-    assert verify_placement(alive, expect_model_buffers={"RPC0": 0.37}, expect_kv_buffers={"RPC0": 0.06},
-                            require_ready=True)["verified"]
-    # ...but not after it
-    v = verify_placement(parse_log(rpc, exit_code=134), expect_model_buffers={"RPC0": 0.37})
-    assert not v["verified"] and "Remote RPC server crashed" in v["msg"]
 
 
 def test_without_any_expectation_nothing_is_verified_and_the_log_is_summed_up():
@@ -422,31 +438,6 @@ def test_expected_tensors_follow_llama_cpps_regex_search_and_first_match_wins():
 
 
 # ---------------------------------------------------------------- public logs
-
-UP62 = "blk.62.ffn_up_exps.weight"
-
-
-def test_public_per_tensor_logs():
-    p = parse_log(read("public/ik_llama_sized_overriden_cuda_host.log"))
-    v = verify_placement(p, [o["tensor"] for o in p["overridden"]])
-    assert v["verified"] and v["evidence"] == "per_tensor"
-    # the routed experts went to host memory: proven, the CUDA1 pins are neither missing nor unexpected
-    p = parse_log(read("public/ik_llama_ot_cuda1_and_cpu.log"))
-    v = verify_placement(p, IK_CPU)
-    assert v["verified"] and v["unexpected"] == [] and "CUDA1" in v["msg"]
-    # expecting a tensor on the host that the log pins to CUDA1 fails, and says where it went
-    v = verify_placement(p, IK_CPU + ["blk.57.ffn_up_shexp.weight"])
-    assert not v["verified"] and v["missing"] == ["blk.57.ffn_up_shexp.weight"]
-    assert "blk.57.ffn_up_shexp.weight (to CUDA1)" in v["msg"]
-    # experts on a remote device are not "on the CPU"
-    p = parse_log(read("public/b4xxx_overriden_rpc_and_cpu.log"))
-    rpc = [o["tensor"] for o in p["overridden"] if o["buffer"] == "RPC[127.0.0.1:50053]"]
-    v = verify_placement(p, rpc)
-    assert not v["verified"] and v["missing"] == sorted(rpc) and "(to RPC[127.0.0.1:50053])" in v["msg"]
-    assert len(v["unexpected"]) == 6  # norm, router, bias and shared experts went to the CPU
-    v = verify_placement(parse_log(read("public/router_b10xxx_port_prefix_recurrent.log")), [UP62])
-    assert not v["verified"] and v["missing"] == [UP62]
-
 
 @pytest.mark.parametrize("name", PUBLIC_LOGS)
 def test_no_public_log_verifies_without_its_evidence(name):
