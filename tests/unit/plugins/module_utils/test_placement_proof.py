@@ -108,7 +108,7 @@ def test_the_gpu_model_buffer_of_a_log(name, mib):
     assert gpu_model_mib(parse_log(read(name))) == mib
 
 
-# ---------------------------------------------------------------- nothing verified: failures first
+# ---------------------------------------------------------------- one tensor expected: failures first
 
 UP1_ON_CPU = [override(UP1, "CPU"), BUF_CUDA0]
 ONLY_UP1 = "the log shows exactly the 1 expected tensors overridden to host memory"
@@ -134,16 +134,29 @@ ONLY_UP1 = "the log shows exactly the 1 expected tensors overridden to host memo
             "line): not verified")),
     (log(*UP1_ON_CPU, READY, exit_code=0), {"require_ready": True},
      dict(verified=True, evidence="per_tensor", gpu_model_mib=1369.43, msg=ONLY_UP1)),
+    # at -lv 5 a pattern that matched nothing prints no override line: a DEBUG line (here the loader's) proves that
+    # the override lines would have been printed
+    (log(*load_lines([], 5.0)), {}, dict(
+        evidence="per_tensor", missing=[UP1], gpu_model_mib=5.0,
+        msg=f"the log shows no overridden tensor (the pattern matched nothing?); 1 expected tensors not overridden "
+            f"to host memory: {UP1}")),
+    (log(*load_lines([], 5.0, debug=False)), {}, dict(
+        gpu_model_mib=5.0, msg=HIDDEN + "no expected GPU model buffer given to fall back on: not verified")),
+    # too many override lines prove nothing
+    ({"overridden": [{"tensor": UP1, "mib": 1, "type": "f32", "buffer": "CPU"}], "overridden_dropped": 3,
+      "per_tensor_lines_visible": True}, {}, dict(
+        evidence="per_tensor", msg="the log holds more than 65536 override lines (3 not kept): not verified")),
+    # no model buffer line proves nothing
+    (log(kv_buf("CUDA0", 96.0), READY), {"expect_gpu_model_mib": 1369.43}, dict(msg=HIDDEN + NO_BUFFER_LINES)),
+    (log(kv_buf("CUDA0", 96.0), READY), {"expect_model_buffers": {"CUDA0": 1369.43}}, dict(
+        checks=[check("model buffer CUDA0", 1369.43, None, False, "not in the log")],
+        msg=HIDDEN + NO_BUFFER_LINES + "; model buffer CUDA0: not in the log, expected 1369.43 MiB")),
 ])
-def test_a_failed_load_a_crash_an_exit_or_no_ready_line_comes_first(parsed, kwargs, result):
+def test_the_verdict_when_one_tensor_is_expected(parsed, kwargs, result):
     assert verify_placement(parsed, [UP1], **kwargs) == verdict(**result)
 
 
 def test_without_any_expectation_nothing_is_verified_and_the_log_is_summed_up():
-    p = log(override(UP1, "CPU"), override(DOWN1, "CPU"), BUF_CUDA0, model_buf("CUDA1", 10.5), READY)
-    assert verify_placement(p) == verdict(
-        gpu_model_mib=1379.93,
-        msg="no expectation given, nothing verified: 2 tensors overridden, GPU model buffer 1379.93 MiB")
     assert verify_placement({})["msg"].startswith("no expectation given, nothing verified: 0 tensors overridden, ")
 
 
@@ -266,15 +279,6 @@ def test_an_rpc_device_is_named_without_its_endpoint_when_it_has_one_buffer():
 
 # ---------------------------------------------------------------- without per-tensor lines: the buffers
 
-def test_no_model_buffer_line_proves_nothing():
-    p = log(kv_buf("CUDA0", 96.0), READY)
-    v = verify_placement(p, [UP1], expect_model_buffers={"CUDA0": 1369.43})
-    assert (v["verified"], v["evidence"]) == (False, "none")
-    assert v["msg"].startswith(HIDDEN + NO_BUFFER_LINES + "; model buffer CUDA0: not in the log, expected 1369.43 MiB")
-    assert verify_placement(p, [UP1], expect_gpu_model_mib=1369.43) == verdict(msg=HIDDEN + NO_BUFFER_LINES)
-    assert verify_placement(p, expect_gpu_model_mib=0.0) == verdict(msg=NO_BUFFER_LINES_ALONE)
-
-
 # tolerance_mib=1.0 and tolerance_pct=1.0 by default (1 % of 10 MiB is less than 1 MiB, of 1000 MiB more); the
 # larger of the two counts, given to two decimals
 @pytest.mark.parametrize("expected, gpu, expect, tolerances, tol, ok", [
@@ -329,7 +333,13 @@ NEXT_TO_CUDA0 = [offloaded(0, 5), model_buf("CPU_Mapped", 8.44), kv_buf("CPU", 0
     # a plan that puts no model buffer on any device is proved by the log's model buffer lines, not by their absence
     ([kv_buf("CPU", 0.25), READY], {"expect_model_buffers": {}}, dict(gpu_model_mib=None, msg=NO_BUFFER_LINES_ALONE)),
     ([model_buf("CPU_Mapped", 8.44), READY], {"expect_model_buffers": {}}, dict(
-        verified=True, evidence="device_buffers", msg="the model buffers of 0 device(s) match the plan (per-device buffer evidence)")),
+        verified=True, evidence="device_buffers",
+        msg="the model buffers of 0 device(s) match the plan (per-device buffer evidence)")),
+    ([kv_buf("CUDA0", 96.0), READY], {"expect_gpu_model_mib": 0.0}, dict(gpu_model_mib=None, msg=NO_BUFFER_LINES_ALONE)),
+    # without any expectation nothing is verified and the log is summed up
+    ([override(UP1, "CPU"), override(DOWN1, "CPU"), BUF_CUDA0, model_buf("CUDA1", 10.5), READY], {}, dict(
+        gpu_model_mib=1379.93,
+        msg="no expectation given, nothing verified: 2 tensors overridden, GPU model buffer 1379.93 MiB")),
 ])
 def test_host_buffers_alone_prove_a_host_without_gpu(lines, kwargs, result):
     assert verify_placement(log(*lines), **kwargs) == verdict(**dict(dict(gpu_model_mib=0.0), **result))
@@ -383,24 +393,6 @@ PINS = [override(UP1, "CPU"), override(DOWN1, "CUDA2"), override(UP2, "CUDA1"),
 ])
 def test_the_per_tensor_verdict(lines, kwargs, result):
     assert verify_placement(log(*lines), **kwargs) == verdict(evidence="per_tensor", **result)
-
-
-def test_a_pattern_that_matched_nothing_is_reported_when_the_debug_level_shows():
-    """At -lv 5 a pattern that matched nothing prints no override line: a DEBUG line (here the loader's) proves that
-    the override lines would have been printed."""
-    assert verify_placement(log(*load_lines([], 5.0)), [UP1]) == verdict(
-        evidence="per_tensor", missing=[UP1], gpu_model_mib=5.0,
-        msg=f"the log shows no overridden tensor (the pattern matched nothing?); 1 expected tensors not overridden "
-            f"to host memory: {UP1}")
-    assert verify_placement(log(*load_lines([], 5.0, debug=False)), [UP1]) == verdict(
-        gpu_model_mib=5.0, msg=HIDDEN + "no expected GPU model buffer given to fall back on: not verified")
-
-
-def test_too_many_override_lines_prove_nothing():
-    parsed = {"overridden": [{"tensor": UP1, "mib": 1, "type": "f32", "buffer": "CPU"}], "overridden_dropped": 3,
-              "per_tensor_lines_visible": True}
-    assert verify_placement(parsed, [UP1]) == verdict(
-        evidence="per_tensor", msg="the log holds more than 65536 override lines (3 not kept): not verified")
 
 
 BLOCK = ("attn_q.weight", "ffn_gate_inp.weight", "ffn_up_exps.weight", "ffn_down_exps.weight", "ffn_up_shexp.weight")
