@@ -222,9 +222,6 @@ def test_a_buffer_missing_from_the_log_and_a_device_the_plan_does_not_use_fail()
     assert (v["verified"], v["evidence"]) == (False, "device_buffers")
     assert v["msg"] == ("the per-device model buffers do not match the plan; model buffer CUDA2: not in the log, "
                         "expected 5.00 MiB; model buffer CUDA1: 812.50 MiB in the log, but the plan puts nothing there")
-    # a host buffer the plan does not name is no failure
-    v = verify_placement(log(*DEVICES_LOG), expect_model_buffers=PLAN)
-    assert [c["check"] for c in v["checks"]] == ["model buffer CUDA0", "model buffer CUDA1"] and v["verified"]
 
 
 @pytest.mark.parametrize("option, value, words", [
