@@ -297,8 +297,6 @@ def test_the_gpu_model_buffer_is_within_the_larger_tolerance(expected, gpu, expe
 
 
 HOST_ONLY = [model_buf("CPU_Mapped", 8.44), kv_buf("CPU", 0.25), rs_buf("CPU", 0.04), compute_buf("CPU", 4.79), READY]
-
-
 KV_CPU = check("KV buffer CPU", 0.25, 0.25, True, "0.25 +/- 0.01")
 COMPUTE_CPU = check("compute buffer CPU", 5.0, 4.79, True, "at most 5.00")
 HOST_EVIDENCE = ("no tensor or model buffer expected; the %d buffer(s) given match the plan (host buffer evidence); "

@@ -106,8 +106,6 @@ def test_the_tensors_are_expected_where_the_log_can_show_them(topology, verbosit
 OK_LOG = {"verified": True, "per_tensor_lines_visible": True, "overridden": [{"tensor": "t"}]}
 NOT_VERIFIED = "llama_server_log did not verify the placement"
 NOTHING = dict(OK_LOG, overridden=[])
-
-
 FAR = [row(0, 2000, 2000, True), row(1, 1000, 4000, False), row(2, 500, 10, False)]
 FAR_TEXT = ("GPU memory taken by ai-llm is far from the plan (tolerance %s MiB): GPU 1: 4000 MiB used, 1000 MiB "
             "planned; GPU 2: 10 MiB used, 500 MiB planned")
@@ -158,10 +156,9 @@ def test_the_log_is_asked_for_what_the_plan_and_the_placement_expect():
 
 
 def test_a_parity_answer_is_kept_only_when_it_is_200():
-    body = {"tokens": [1, 2], "content": "ab"}
-    assert parity_answer({"status": 200, "json": body}) == body
+    assert parity_answer({"status": 200, "json": SAME}) == SAME
     assert parity_answer({"status": 200, "json": {}}) == {"tokens": [], "content": ""}
-    assert parity_answer({"status": 401, "json": body}) is None
+    assert parity_answer({"status": 401, "json": SAME}) is None
     assert parity_answer(None) is None
     assert parity_note({"status": 401}) == "no baseline: the old configuration answered /completion with 401"
     assert parity_note({"status": 200}) == ""
