@@ -134,18 +134,9 @@ def load_lines(names, gpu_mib, marker=True, debug=True):
 
 BUF_CUDA0 = model_buf("CUDA0", 1369.43)
 # Two GPUs at the default verbosity: every buffer line, no per-tensor line.
-DEVICES_LOG = [
-    offloaded(5, 5),
-    BUF_CUDA0,
-    model_buf("CUDA1", 812.5),
-    model_buf("CPU_Mapped", 10240.0),
-    kv_buf("CUDA0", 96.0),
-    kv_buf("CUDA1", 32.0),
-    rs_buf("CUDA0", 47.62),
-    compute_buf("CUDA0", 300.5),
-    compute_buf("CUDA_Host", 20.01),
-    READY,
-]
+DEVICES_LOG = [offloaded(5, 5), BUF_CUDA0, model_buf("CUDA1", 812.5), model_buf("CPU_Mapped", 10240.0),
+               kv_buf("CUDA0", 96.0), kv_buf("CUDA1", 32.0), rs_buf("CUDA0", 47.62), compute_buf("CUDA0", 300.5),
+               compute_buf("CUDA_Host", 20.01), READY]
 
 # A good load at -lv 5: one expert overridden to the CPU, the server ready.
 GOOD_LOAD = [
