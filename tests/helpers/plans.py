@@ -1,9 +1,12 @@
 """Builders for the planner's tests: the 30B Nemotron Nano (generated GGUF files), a small qwen3moe of exact sizes,
 the bytes one GPU needs with chosen blocks in host memory, GPU rows as gpu_info gives them (or as the planner holds
-them), the tensors a pattern moves, and the model summary gguf_info gives for the real Gemma 3 270M Q4_K_M."""
+them), the refusal of a plan, the tensors a pattern moves, and the model summary gguf_info gives for the real Gemma 3
+270M Q4_K_M."""
 from __future__ import annotations
 
 import re
+
+import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _common as common
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_estimate as mest
@@ -68,6 +71,13 @@ def sizer(facts, free_mib, available_mib=None):
 def plan_gpu(free, index):
     """A GPU as the planner holds it (``_plan_inputs.Gpu``)."""
     return pin.Gpu("GPU%d" % index, index, None, None, free)
+
+
+def refusal(facts, gpus, host, options):
+    """The ``PlanError`` that ``plan`` raises for these inputs."""
+    with pytest.raises(pin.PlanError) as info:
+        op.plan(facts, gpus, host, options)
+    return info.value
 
 
 def moved_by(pattern, names):

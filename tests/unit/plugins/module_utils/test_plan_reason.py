@@ -7,21 +7,19 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _plan_reason as prs
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from tests.helpers.memory_models import MIB
-from tests.helpers.plans import SIZING, exact_moe, gpu, need
+from tests.helpers.plans import SIZING, exact_moe, gpu, need, refusal
 
 
 def test_a_nano_plan_that_does_not_fit_names_what_to_lower(nano):
     """262144 tokens for 4 slots on a 4 GiB card, short even with every expert on the host: a model with recurrent
     state can lower parallel, and CUDA's op offload reserves the room of the largest host-resident block's experts."""
-    with pytest.raises(PlanError) as info:
-        plan(nano, [gpu(4096)], None, Options(262144, 4))
-    details = info.value.details
+    error = refusal(nano, [gpu(4096)], None, Options(262144, 4))
+    details = error.details
     (short,) = details["memory"]["gpus"]
     assert details["fits"] is False and short["free_after_mib"] < 0
-    assert str(info.value) == (
+    assert str(error) == (
         "Does not fit on GPU0 (4096 MiB free): with the experts of 23 block(s) on CPU the plan needs %.0f MiB and "
         "%.0f MiB are missing on GPU0. Lower ctx_size (at most %d fits with all experts on CPU), parallel, "
         "cache_type_k/cache_type_v (q8_0 halves the KV cache), margin_mib, ubatch, op_offload (false, with "
@@ -47,10 +45,12 @@ def test_a_nano_plan_on_an_a5500_names_the_blocks_it_moves_and_what_stays_on_the
             result["memory"]["host"]["model_mib"], here["max_ctx_size"], here["max_parallel"]))
 
 
-@pytest.mark.parametrize("shares, text", [([3, 1], "0.75,0.25"), ([1, 1, 1], "0.333,0.333,0.333"), ([0, 2], "0,1"),
-                                          ([2, 0], "1,0"), ([24148, 15746], "0.605,0.395")])
-def test_split_text_is_each_share_of_the_whole(shares, text):
-    assert prs.split_text(shares) == text
+@pytest.mark.parametrize("text_of, given, text", [
+    (prs.split_text, [3, 1], "0.75,0.25"), (prs.split_text, [1, 1, 1], "0.333,0.333,0.333"),
+    (prs.split_text, [0, 2], "0,1"), (prs.split_text, [2, 0], "1,0"), (prs.split_text, [24148, 15746], "0.605,0.395"),
+    (prs.blocks_text, [], "none"), (prs.blocks_text, [1, 3], "1, 3")])
+def test_split_text_is_each_share_of_the_whole_and_blocks_text_lists_the_blocks(text_of, given, text):
+    assert text_of(given) == text
 
 
 def test_the_reason_of_mode_all_names_the_blocks_the_card_and_the_saving(moe):
@@ -68,17 +68,16 @@ def test_the_reason_of_mode_all_names_the_blocks_the_card_and_the_saving(moe):
 def test_two_short_gpus_name_the_split_and_the_one_most_short(moe):
     """The split is each card's share of the free memory (3 : 2); both cards are short, the missing MiB are
     those of the card most short; the largest context that fits with every expert on the host is named."""
-    with pytest.raises(PlanError) as info:
-        plan(moe, [gpu(3, 0), gpu(2, 1)], None, Options(4096, split="auto", **SIZING))
-    gpus = info.value.details["memory"]["gpus"]
+    error = refusal(moe, [gpu(3, 0), gpu(2, 1)], None, Options(4096, split="auto", **SIZING))
+    gpus = error.details["memory"]["gpus"]
     worst = min(gpus, key=lambda g: g["free_after_mib"])
     assert max(g["free_after_mib"] for g in gpus) < 0 and len(set(g["free_after_mib"] for g in gpus)) == 2
-    assert str(info.value) == (
+    assert str(error) == (
         "Does not fit on GPU0 (3 MiB free) + GPU1 (2 MiB free), split 0.6,0.4: with the experts of 3 block(s) on CPU "
         "the plan needs %.0f MiB and %.0f MiB are missing on %s. Lower ctx_size (at most %d fits with all experts "
         "on CPU), cache_type_k/cache_type_v (q8_0 halves the KV cache), margin_mib, ubatch, or use a larger GPU." % (
             sum(g["total_mib"] for g in gpus), -worst["free_after_mib"], worst["name"],
-            info.value.details["headroom"]["all_experts_on_cpu"]["max_ctx_size"]))
+            error.details["headroom"]["all_experts_on_cpu"]["max_ctx_size"]))
 
 
 @pytest.mark.parametrize("mode", [dict(), dict(mode="layers", cpu_expert_layers=3)])
@@ -86,10 +85,9 @@ def test_a_gpu_too_small_for_any_context_names_ctx_size_without_a_figure(moe, mo
     """No context fits 1 MiB; CUDA with op offload reserves the room of the largest host-resident block's experts
     (up and down, 64 x 64 x 8 F32 each: 0.25 MiB), which --no-op-offload frees; mode layers that moves every block
     is not told to lower mode."""
-    with pytest.raises(PlanError) as info:
-        plan(moe, [gpu(1)], None, Options(4096, backend="cuda", margin_mib=0, op_offload=True, **mode))
-    assert info.value.details["headroom"]["all_experts_on_cpu"]["max_ctx_size"] == 0
-    assert str(info.value).endswith(
+    error = refusal(moe, [gpu(1)], None, Options(4096, backend="cuda", margin_mib=0, op_offload=True, **mode))
+    assert error.details["headroom"]["all_experts_on_cpu"]["max_ctx_size"] == 0
+    assert str(error).endswith(
         "Lower ctx_size, cache_type_k/cache_type_v (q8_0 halves the KV cache), margin_mib, ubatch, op_offload "
         "(false, with llama-server --no-op-offload, frees the %.0f MiB the GPU reserves to compute on host-resident "
         "experts, at the cost of slower prompt processing), or use a larger GPU." % (2 * 64 * 64 * 8 * 4 / MIB))
@@ -115,12 +113,12 @@ def test_the_reason_of_a_host_without_gpu_gives_the_memory_available(moe):
 def test_a_short_host_names_the_parts_it_keeps_and_what_to_change(request, model, gpus, available, mode, parts, advice):
     """The caches are a host part only on a CPU host (a GPU keeps them otherwise); mode auto is advised only where
     another mode was asked."""
-    with pytest.raises(PlanError) as info:
-        plan(request.getfixturevalue(model), gpus, {"memory_available_mib": available}, Options(4096, mode=mode, **SIZING))
-    host = info.value.details["memory"]["host"]
-    assert info.value.details["fits"] is False
+    error = refusal(request.getfixturevalue(model), gpus, {"memory_available_mib": available},
+                    Options(4096, mode=mode, **SIZING))
+    host = error.details["memory"]["host"]
+    assert error.details["fits"] is False
     figures = {"weights": "%.0f" % host["model_mib"], "state": "%.0f" % (host["kv_mib"] + host["recurrent_mib"])}
-    assert str(info.value) == (
+    assert str(error) == (
         "The host cannot hold its part: %s, %.0f MiB of compute and output buffers and the 1024 MiB host margin need "
         "%.0f MiB, but %d MiB are available (MemAvailable), so %.0f MiB are missing. Free host memory, or %s" % (
             parts.format(**figures), host["compute_mib"] + host["output_mib"], host["total_mib"], available,
@@ -135,10 +133,6 @@ def test_the_reason_of_a_given_pattern_that_moves_no_expert_counts_what_it_moves
     assert result["cpu_expert_layers"] == [] and check["matched"] == 0 and len(check["non_expert"]) == 5
     assert result["reason"].startswith("The given pattern moves 5 tensor(s) to host memory (%s): as the given "
                                        "pattern asks, on GPU0 (8 MiB free)." % check["verdict"])
-
-
-def test_blocks_text():
-    assert prs.blocks_text([]) == "none" and prs.blocks_text([1, 3]) == "1, 3"
 
 
 @pytest.mark.parametrize("kv, recurrent, text", [
@@ -176,11 +170,10 @@ def test_a_dense_model_in_plain_words_with_the_largest_context():
     assert here["max_ctx_size"] == 2048 and 2 <= here["max_parallel"] < 256
     assert ("At most 2048 tokens of context fit with 2 slot(s), and at most %d slot(s) at this context. Host memory"
             % here["max_parallel"]) in tight["reason"]
-    with pytest.raises(PlanError) as info:
-        plan(dense, [gpu(need(dense, []) / MIB - 1)], None, Options(4096, **SIZING))
-    (short,) = info.value.details["memory"]["gpus"]
-    assert str(info.value) == (
+    error = refusal(dense, [gpu(need(dense, []) / MIB - 1)], None, Options(4096, **SIZING))
+    (short,) = error.details["memory"]["gpus"]
+    assert str(error) == (
         "Does not fit on GPU0 (%d MiB free): the weights, the KV cache for 4096 tokens and the compute buffer need "
         "%.0f MiB and 1 MiB are missing on GPU0. Lower ctx_size (at most %d fits), cache_type_k/cache_type_v (q8_0 "
         "halves the KV cache), margin_mib, ubatch, or use a larger GPU." % (
-            short["free_mib"], short["total_mib"], info.value.details["headroom"]["all_experts_on_cpu"]["max_ctx_size"]))
+            short["free_mib"], short["total_mib"], error.details["headroom"]["all_experts_on_cpu"]["max_ctx_size"]))
