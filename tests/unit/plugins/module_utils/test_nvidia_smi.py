@@ -29,6 +29,13 @@ def answers(by_args):
     return run, calls
 
 
+def error_of(call, *args, **kw):
+    """The message of the ``NvidiaSmiError`` that ``call`` raises."""
+    with pytest.raises(smi.NvidiaSmiError) as raised:
+        call(*args, **kw)
+    return str(raised.value)
+
+
 def fake_run(name):
     """A ``run(args)`` that answers every query from the fixtures of ``name`` (none: no output)."""
     files = {"--query-compute-apps=": ".apps.txt", "-L": ".list.txt", "--query-gpu=": ".txt"}
@@ -41,6 +48,7 @@ A4000 = "GPU-c05e7d29-4a18-3b6f-90d2-18e4a7f65c0b"
 MISMATCH = ("nvidia-smi failed (rc=18): Failed to initialize NVML: Driver/library version mismatch / NVML library "
             "version: 550.127. This means the NVIDIA kernel driver and the user-space NVML library differ (typically "
             "after a driver upgrade without a reboot): reboot or reload the nvidia kernel modules.")
+DUAL = smi.parse_gpus(fixture("dual_a5500_a4000.txt"))[0]
 NO_DRIVER_WORDS = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
                    "latest NVIDIA driver is installed and running.")
 
@@ -72,10 +80,8 @@ def test_a5500_fields_in_order():
 
 def test_topologies():
     assert smi.topology([]) == "cpu"
-    dual = smi.parse_gpus(fixture("dual_a5500_a4000.txt"))[0]
-    assert [g["index"] for g in dual] == [0, 1]
-    assert [g["memory_total_mib"] for g in dual] == [24564, 16376]
-    assert smi.topology(dual) == "dual"
+    assert [g["index"] for g in DUAL] == [0, 1] and [g["memory_total_mib"] for g in DUAL] == [24564, 16376]
+    assert smi.topology(DUAL) == "dual"
     quad = smi.parse_gpus(fixture("quad_h100.txt"))[0]
     assert smi.topology(quad) == "multi" and len(quad) == 4
 
@@ -125,7 +131,7 @@ def test_memory_held_by_a_process_tree_on_each_gpu():
     # two processes of the tree on the same card add up; one whose memory nvidia-smi cannot give adds nothing
     apps = smi.parse_apps("%s, 10, llama-server, 1000\n%s, 11, llama-server, 234\n%s, 12, llama-server, [N/A]\n"
                           "%s, 13, llama-server, [N/A]\n%s, 99, other, 5000\n" % (A5500, A5500, A5500, A4000, A5500),
-                          smi.parse_gpus(fixture("dual_a5500_a4000.txt"))[0])
+                          DUAL)
     assert smi.held_by(apps, [10, 11, 12, 13]) == {0: 1234, 1: 0}
     assert smi.held_by(apps, [12]) == {0: 0}
     assert smi.held_by(apps, []) == {}
@@ -135,11 +141,8 @@ def test_read_finds_nvidia_smi_and_runs_it_with_its_path(tmp_path):
     """gpu_info's result: nvidia-smi found on PATH and run by its full path; none on a host without NVIDIA GPU."""
     run, calls = fake_run("rtx_a5500")
     found = []
-
-    def find(name):
-        found.append(name)
-        return "/usr/bin/nvidia-smi"
-    result = smi.read(find, lambda argv: run(argv[1:]) if argv[0] == "/usr/bin/nvidia-smi" else (127, "", ""))
+    result = smi.read(lambda name: found.append(name) or "/usr/bin/nvidia-smi",
+                      lambda argv: run(argv[1:]) if argv[0] == "/usr/bin/nvidia-smi" else (127, "", ""))
     assert found == ["nvidia-smi"] and calls and result["nvidia_smi"] == "/usr/bin/nvidia-smi"
     assert result["topology"] == "single" and result["gpus"][0]["name"] == "NVIDIA RTX A5500"
     assert "process_tree" not in result and "processes" not in result and result["warnings"] == []
@@ -180,7 +183,7 @@ def test_the_no_running_note_is_skipped_not_the_end_and_a_number_nvidia_smi_cann
     """Old drivers print a note instead of rows; a row after it is still read."""
     text = ("No running processes found\n%s, 52017, /usr/local/bin/llama-server, 20988\n%s, 77, llama-server, [N/A]\n"
             "%s, 78, llama-server, 12 MiB\n" % (A5500, A4000, A5500))
-    apps = smi.parse_apps(text, smi.parse_gpus(fixture("dual_a5500_a4000.txt"))[0])
+    apps = smi.parse_apps(text, DUAL)
     assert [(a["pid"], a["gpu_index"], a["used_memory_mib"]) for a in apps] == [(52017, 0, 20988), (77, 1, None),
                                                                                 (78, 0, None)]
     assert [a["gpu_index"] for a in smi.parse_apps(text)] == [None, None, None]  # no GPU list given: no index
@@ -219,18 +222,13 @@ def test_failure_messages_word_for_word(rc, out, err, message):
 
 
 def test_parse_errors_word_for_word():
-    with pytest.raises(smi.NvidiaSmiError) as raised:
-        smi.parse_gpus("index, name\n")
-    assert str(raised.value) == (
+    assert error_of(smi.parse_gpus, "index, name\n") == (
         "nvidia-smi printed an unexpected line 1 (expected 9 comma-separated fields index,name,uuid,pci.bus_id,"
         "memory.total,memory.used,memory.free,driver_version,compute_cap): 'index, name'")
-    with pytest.raises(smi.NvidiaSmiError) as raised:
-        smi.parse_gpus(fixture("rtx_a5500.txt").replace("24564", "lots"))
-    assert str(raised.value) == "nvidia-smi printed 'lots' for memory_total_mib on line 1: not a number"
+    assert error_of(smi.parse_gpus, fixture("rtx_a5500.txt").replace("24564", "lots")) == (
+        "nvidia-smi printed 'lots' for memory_total_mib on line 1: not a number")
     for line in ("something else", "%s, 52017" % A5500):  # a process line of too few fields, not the note
-        with pytest.raises(smi.NvidiaSmiError) as raised:
-            smi.parse_apps(line + "\n")
-        assert str(raised.value) == "nvidia-smi printed an unexpected process line: %r" % line
+        assert error_of(smi.parse_apps, line + "\n") == "nvidia-smi printed an unexpected process line: %r" % line
 
 
 @pytest.mark.parametrize("rc", [1, 2])
@@ -249,20 +247,17 @@ def test_a_rejected_field_is_asked_again_without_it(rc):
         assert calls == [["--query-gpu=%s,compute_cap" % fields, "--format=csv,noheader,nounits"],
                          ["--query-gpu=%s" % fields, "--format=csv,noheader,nounits"], ["-L"]]
         gpu = result["gpus"][0]
-        assert (gpu["name"], gpu["compute_capability"], gpu["memory_free_mib"]) == ("NVIDIA GeForce RTX 3090", None, 24263)
+        assert (gpu["name"], gpu["compute_capability"], gpu["memory_free_mib"]) == (
+            "NVIDIA GeForce RTX 3090", None, 24263)
 
 
 def test_a_failure_is_not_asked_again_and_keeps_its_words():
     run, calls = answers({"--query-gpu=": (18, fixture("driver_mismatch.txt"), "")})
-    with pytest.raises(smi.NvidiaSmiError) as raised:
-        smi.gather(run)
-    assert str(raised.value) == MISMATCH and len(calls) == 1
+    assert error_of(smi.gather, run) == MISMATCH and len(calls) == 1
     assert smi.invalid_field(None) is None and smi.invalid_field("") is None  # no output names no field
     run = answers({"--query-gpu=": (0, fixture("h100.txt"), ""), "-L": (0, "", ""),
                    "--query-compute-apps=": (2, "Unable to determine the device handle for GPU0000:01:00.0", "x")})[0]
-    with pytest.raises(smi.NvidiaSmiError) as raised:
-        smi.gather(run, processes=True)
-    assert str(raised.value) == (
+    assert error_of(smi.gather, run, processes=True) == (
         "nvidia-smi failed (rc=2): Unable to determine the device handle for GPU0000:01:00.0 / x. This means a GPU "
         "is in a bad state (fallen off the bus?): see dmesg.")
 

@@ -37,16 +37,15 @@ def test_device_buffers(buffers, devices):
 
 
 def test_device_buffers_errors_name_where_the_bad_value_is():
-    assert error_of(device_buffers, "x") == "buffers is str, not a dict"
-    assert error_of(device_buffers, "x", "h: llm_server_result.buffers") == (
-        "h: llm_server_result.buffers is str, not a dict")
-    assert error_of(device_buffers, [{"model": 1}, 7]) == "buffers[1] is int, not a dict"
-    assert error_of(device_buffers, {"model": [1]}) == "buffers.model is list, not a dict"
-    assert error_of(device_buffers, {"kv": {"CUDA0": True}}) == "buffers.kv.CUDA0 is True, not a number of MiB"
-    assert error_of(device_buffers, {"CUDA0": 5}) == "buffers.CUDA0 is int, not a dict"
-    assert error_of(device_buffers, {"CUDA0": {"kv": "x"}}) == "buffers.CUDA0.kv is 'x', not a number of MiB"
-    assert error_of(device_buffers, [{"device": "CUDA1", "rs": [2]}]) == (
-        "buffers.CUDA1.rs is [2], not a number of MiB")
+    where = "h: llm_server_result.buffers"
+    assert error_of(device_buffers, "x", where) == where + " is str, not a dict"
+    for buffers, message in [
+            ("x", "buffers is str, not a dict"), ([{"model": 1}, 7], "buffers[1] is int, not a dict"),
+            ({"model": [1]}, "buffers.model is list, not a dict"), ({"CUDA0": 5}, "buffers.CUDA0 is int, not a dict"),
+            ({"kv": {"CUDA0": True}}, "buffers.kv.CUDA0 is True, not a number of MiB"),
+            ({"CUDA0": {"kv": "x"}}, "buffers.CUDA0.kv is 'x', not a number of MiB"),
+            ([{"device": "CUDA1", "rs": [2]}], "buffers.CUDA1.rs is [2], not a number of MiB")]:
+        assert error_of(device_buffers, buffers) == message
 
 
 def gpu_view(index=0, name=None, available=None, planned=(), planned_total=0.0, overflow=0.0, measured=None,
@@ -64,37 +63,44 @@ def planned(model=0.0, kv=0.0, recurrent=0.0, compute=0.0, margin=0.0, free=0.0)
 NO_VIEWS = {"gpus": [], "host": None}
 
 
+def gpus_only(*views):
+    return {"gpus": list(views), "host": None}
+
+
+def host_only(available=None, planned=None, measured=None):
+    return {"gpus": [], "host": {"available": available, "planned": planned, "measured": measured}}
+
+
 @pytest.mark.parametrize("result, views", [
     # no result or no plan
     (None, NO_VIEWS), ({}, NO_VIEWS), ({"plan": {"gpus": None, "host": None}, "vram": "not measured"}, NO_VIEWS),
     # the total_mib of the plan wins over the sum of its parts
-    ({"plan": {"gpus": [{"index": 0, "name": "G", "model_mib": 100, "kv_mib": "50", "free_mib": 1000, "total_mib": 400}]}},
-     {"gpus": [gpu_view(0, "G", 1000.0, planned(100.0, 50.0, free=600.0), 400.0)], "host": None}),
+    ({"plan": {"gpus": [dict(index=0, name="G", model_mib=100, kv_mib="50", free_mib=1000, total_mib=400)]}},
+     gpus_only(gpu_view(0, "G", 1000.0, planned(100.0, 50.0, free=600.0), 400.0))),
     ({"plan": {"gpus": [{"index": 0, "model_mib": 100, "kv_mib": 50, "recurrent_mib": 25, "compute_mib": 75,
                          "margin_mib": 250, "free_mib": 1000}]}},
-     {"gpus": [gpu_view(0, None, 1000.0, planned(100.0, 50.0, 25.0, 75.0, 250.0, 500.0), 500.0)], "host": None}),
+     gpus_only(gpu_view(0, None, 1000.0, planned(100.0, 50.0, 25.0, 75.0, 250.0, 500.0), 500.0))),
     # the overflow is what the plan needs beyond the free memory
     *[({"plan": {"gpus": [{"index": 0, "model_mib": 400, "free_mib": free}]}},
-       {"gpus": [gpu_view(0, None, free, planned(400.0, free=left), 400.0, overflow)], "host": None})
+       gpus_only(gpu_view(0, None, free, planned(400.0, free=left), 400.0, overflow)))
       for free, left, overflow in ((401, 1.0, 0.0), (400, 0.0, 0.0), (300, 0.0, 100.0), (None, 0.0, 0.0))],
     # measured from the buffers and the vram the container took, or the buffers alone
     ({"plan": {"gpus": [{"index": 0, "model_mib": 100, "free_mib": 1000}]},
       "buffers": {"CUDA0": {"model": 90, "kv": 10, "rs": 5, "compute": 20}},
       "vram": [{"index": 0, "used_mib": 300, "ok": False}]},
-     {"gpus": [gpu_view(0, None, 1000.0, planned(100.0, free=900.0), 100.0, measured=[
+     gpus_only(gpu_view(0, None, 1000.0, planned(100.0, free=900.0), 100.0, measured=[
          ("model", 90.0), ("kv", 10.0), ("recurrent", 5.0), ("compute", 20.0), ("other", 175.0), ("free", 700.0)],
-         measured_total=300.0, used=300.0, vram_ok=False)], "host": None}),
+         measured_total=300.0, used=300.0, vram_ok=False))),
     ({"plan": {"gpus": [{"index": 0}]}, "buffers": {"CUDA0": {"model": 10, "compute": 2}}},
-     {"gpus": [gpu_view(0, None, None, planned(), 0.0, measured=[
-         ("model", 10.0), ("kv", 0.0), ("recurrent", 0.0), ("compute", 2.0)], measured_total=12.0)], "host": None}),
+     gpus_only(gpu_view(0, None, None, planned(), 0.0, measured=[
+         ("model", 10.0), ("kv", 0.0), ("recurrent", 0.0), ("compute", 2.0)], measured_total=12.0))),
     # host RAM from the plan and the host-side model buffers
-    ({"plan": {"host": {"experts_mib": 10}}}, {"gpus": [], "host": {"available": None, "planned": 10.0, "measured": None}}),
-    ({"plan": {"host": {"available_mib": "2048"}}},
-     {"gpus": [], "host": {"available": 2048.0, "planned": None, "measured": None}}),
+    ({"plan": {"host": {"experts_mib": 10}}}, host_only(planned=10.0)),
+    ({"plan": {"host": {"available_mib": "2048"}}}, host_only(available=2048.0)),
     ({"buffers": {"model": {"CPU": 100, "CPU_REPACK": 50.5, "CUDA0": 9}, "compute": {"CUDA_Host": 3}}},
-     {"gpus": [], "host": {"available": None, "planned": None, "measured": 150.5}}),
+     host_only(measured=150.5)),
     ({"buffers": {"compute": {"CUDA_Host": 3}, "model": {"CUDA0": 9}}}, NO_VIEWS),
-    ({"buffers": {"CPU": {"model": 0}}}, {"gpus": [], "host": {"available": None, "planned": None, "measured": 0.0}}),
+    ({"buffers": {"CPU": {"model": 0}}}, host_only(measured=0.0)),
 ])
 def test_memory_views(result, views):
     assert memory_views(result) == views
@@ -148,29 +154,21 @@ def test_memory_views_a_gpu_without_index_takes_its_position_and_the_vram_row_in
 
 
 def test_memory_views_errors_name_the_host_and_the_field():
-    def error(res, *host):
-        return error_of(memory_views, res, *host)
-    assert error([]) == "host: llm_server_result is list, not a dict"
-    assert error([], "h") == "h: llm_server_result is list, not a dict"
-    assert error({"plan": "x"}, "h") == "h: llm_server_result.plan is str, not a dict"
-    assert error({"plan": {"gpus": {"a": 1}}}, "h") == "h: llm_server_result.plan.gpus is dict, not a list"
-    assert error({"plan": {"gpus": ["x"]}}, "h") == "h: llm_server_result.plan.gpus[0] is str, not a dict"
-    assert error({"plan": {"gpus": [{"total_mib": "x"}]}}, "h") == (
-        "h: llm_server_result.plan.gpus[0].total_mib is 'x', not a number of MiB")
-    assert error({"plan": {"gpus": [{}, {"free_mib": [1]}]}}, "h") == (
-        "h: llm_server_result.plan.gpus[1].free_mib is [1], not a number of MiB")
-    assert error({"plan": {"gpus": [{"margin_mib": True}]}}, "h") == (
-        "h: llm_server_result.plan.gpus[0].margin_mib is True, not a number of MiB")
-    assert error({"plan": {"gpus": [{}]}, "vram": [{"used_mib": "x"}]}, "h") == (
-        "h: llm_server_result.vram[0].used_mib is 'x', not a number of MiB")
-    assert error({"buffers": 3}, "h") == "h: llm_server_result.buffers is int, not a dict"
-    assert error({"buffers": {"CUDA0": {"kv": "x"}}}, "h") == (
-        "h: llm_server_result.buffers.CUDA0.kv is 'x', not a number of MiB")
-    assert error({"plan": {"host": []}}, "h") == "h: llm_server_result.plan.host is list, not a dict"
-    assert error({"plan": {"host": {"experts_mib": "many"}}}, "h") == (
-        "h: llm_server_result.plan.host.experts_mib is 'many', not a number of MiB")
-    assert error({"plan": {"host": {"available_mib": False}}}, "h") == (
-        "h: llm_server_result.plan.host.available_mib is False, not a number of MiB")
+    assert error_of(memory_views, []) == "host: llm_server_result is list, not a dict"
+    for res, message in [
+            ([], " is list, not a dict"), ({"plan": "x"}, ".plan is str, not a dict"),
+            ({"plan": {"gpus": {"a": 1}}}, ".plan.gpus is dict, not a list"),
+            ({"plan": {"gpus": ["x"]}}, ".plan.gpus[0] is str, not a dict"),
+            ({"plan": {"gpus": [{"total_mib": "x"}]}}, ".plan.gpus[0].total_mib is 'x', not a number of MiB"),
+            ({"plan": {"gpus": [{}, {"free_mib": [1]}]}}, ".plan.gpus[1].free_mib is [1], not a number of MiB"),
+            ({"plan": {"gpus": [{"margin_mib": True}]}}, ".plan.gpus[0].margin_mib is True, not a number of MiB"),
+            ({"plan": {"gpus": [{}]}, "vram": [{"used_mib": "x"}]}, ".vram[0].used_mib is 'x', not a number of MiB"),
+            ({"buffers": 3}, ".buffers is int, not a dict"),
+            ({"buffers": {"CUDA0": {"kv": "x"}}}, ".buffers.CUDA0.kv is 'x', not a number of MiB"),
+            ({"plan": {"host": []}}, ".plan.host is list, not a dict"),
+            ({"plan": {"host": {"experts_mib": "many"}}}, ".plan.host.experts_mib is 'many', not a number of MiB"),
+            ({"plan": {"host": {"available_mib": False}}}, ".plan.host.available_mib is False, not a number of MiB")]:
+        assert error_of(memory_views, res, "h") == "h: llm_server_result" + message
 
 
 def test_memory_views_planned_and_measured_per_gpu():
