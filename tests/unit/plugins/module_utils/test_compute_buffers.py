@@ -115,15 +115,13 @@ def test_the_host_computes_its_experts_under_32_tokens_even_with_op_offload():
     ggml_backend_cuda_device_offload_op, min_batch_size 32); a 16-token micro-batch leaves them to the host,
     which then holds the copies of the normed input and of the argsort, gate, up and their GLU."""
     facts = moe_facts(n_embd=16, n_expert=8, used=4, n_ff_exp=64, gated=True)
-    host = cbuf.host_compute_bytes(facts, Options(256, 1, ubatch=16, batch=16), cpu_expert_blocks=[0])
-    without = cbuf.host_compute_bytes(facts, Options(256, 1, ubatch=16, batch=16))
+
+    def host(tokens, blocks=(), **kw):
+        return cbuf.host_compute_bytes(facts, Options(256, 1, ubatch=tokens, batch=tokens, **kw), blocks)
     embedding_rows = 16 * 16 * F32  # the largest node of a host without expert products
     experts = 16 * 16 * F32 + 8 * 16 * F32 + 3 * 64 * 4 * 16 * F32
-    assert host - without == experts - embedding_rows
-    assert cbuf.host_compute_bytes(facts, Options(256, 1, ubatch=16, batch=16, op_offload=False), cpu_expert_blocks=[0]) == host
-    assert cbuf.host_compute_bytes(facts, Options(256, 1, ubatch=32, batch=32), cpu_expert_blocks=[0]) == \
-        cbuf.host_compute_bytes(facts, Options(256, 1, ubatch=32, batch=32))
-    assert cbuf.host_compute_bytes(facts, Options(256, 1, ubatch=16, batch=16), cpu_expert_blocks=[5]) == without
+    assert host(16, [0]) - host(16) == experts - embedding_rows
+    assert host(16, [0], op_offload=False) == host(16, [0]) and host(32, [0]) == host(32) and host(16, [5]) == host(16)
 
 
 def test_the_host_inputs_hold_the_rotation_matrices_of_a_quantized_cache():
@@ -131,16 +129,14 @@ def test_the_host_inputs_hold_the_rotation_matrices_of_a_quantized_cache():
     two from 64 that divides the head size), a quantized V cache attn_rot_v [64, 64]; F32 graph inputs: on the
     host, in the input copies of a device's graph and in a CPU host's buffer."""
     f = facts(block_count=1, n_embd=128, kv_blocks={0: (128, 128)}, n_head={0: 1}, kv_heads={0: 1})
-    plain = cbuf.host_compute_bytes(f, Options(256))
-    assert cbuf.host_compute_bytes(f, Options(256, cache_type_v="q8_0")) - plain == 64 * 64 * F32
-    assert cbuf.host_compute_bytes(f, Options(256, cache_type_k="q8_0")) - plain == 128 * 128 * F32
-    assert cbuf.host_compute_bytes(f, Options(256, cache_type_k="q4_0", cache_type_v="q4_0")) - plain == \
-        (128 * 128 + 64 * 64) * F32
-    for estimate in (cbuf.compute_buffer_bytes, cbuf.cpu_compute_bytes):
-        assert estimate(f, Options(256, cache_type_k="q8_0")) - estimate(f, Options(256)) == 128 * 128 * F32
     unnamed = facts(block_count=1, n_embd=128, kv_blocks={0: (128, 128)})  # no KV head count: one KV head, of 128
-    assert cbuf.host_compute_bytes(unnamed, Options(256, cache_type_k="q8_0")) - cbuf.host_compute_bytes(unnamed, Options(256)) == \
-        128 * 128 * F32
+    host, k8 = cbuf.host_compute_bytes, dict(cache_type_k="q8_0")
+    for model, estimate, caches, rotations in [
+            (f, host, dict(cache_type_v="q8_0"), 64 * 64), (f, host, k8, 128 * 128),
+            (f, host, dict(cache_type_k="q4_0", cache_type_v="q4_0"), 128 * 128 + 64 * 64),
+            (f, cbuf.compute_buffer_bytes, k8, 128 * 128), (f, cbuf.cpu_compute_bytes, k8, 128 * 128),
+            (unnamed, host, k8, 128 * 128)]:
+        assert estimate(model, Options(256, **caches)) - estimate(model, Options(256)) == rotations * F32
 
 
 @pytest.mark.parametrize("estimate", [cbuf.compute_buffer_bytes, cbuf.host_compute_bytes, cbuf.cpu_compute_bytes])
@@ -159,19 +155,17 @@ def test_under_32_tokens_only_the_blocks_of_host_experts_leave_their_products_to
     GPU and it computes them: its peak stays the device's. At -ub 32 the GPU computes every block's experts, the
     host-resident ones from a copy of the largest block's weights (3 x 16 x 64 x 8 F32)."""
     facts = two_moe_blocks()
-    cpu = facts.expert_tensors_by_block[0]
-    result = mest.estimate(facts, Options(256, 1, ubatch=16), cpu_tensors=cpu)
-    gpu = result["gpus"][0]
-    assert gpu["compute"] == cbuf.compute_buffer_bytes(facts, Options(256, 1, ubatch=16), remote_expert_blocks=[0])
-    assert gpu["compute"] > cbuf.compute_buffer_bytes(facts, Options(256, 1, ubatch=16), remote_expert_blocks=[0, 1])
-    host = cbuf.host_compute_bytes(facts, Options(256, 1, ubatch=16), cpu_expert_blocks=[0])
-    assert result["host"]["compute"] == host > cbuf.host_compute_bytes(facts, Options(256, 1, ubatch=16))
+    small, large, copy = Options(256, 1, ubatch=16), Options(256, 1, ubatch=32), 3 * 16 * 64 * 8 * F32
+    result = mest.estimate(facts, small, cpu_tensors=facts.expert_tensors_by_block[0])
+    gpu = result["gpus"][0]["compute"]
+    assert gpu == cbuf.compute_buffer_bytes(facts, small, remote_expert_blocks=[0])
+    assert gpu > cbuf.compute_buffer_bytes(facts, small, remote_expert_blocks=[0, 1])
+    host = cbuf.host_compute_bytes(facts, small, cpu_expert_blocks=[0])
+    assert result["host"]["compute"] == host > cbuf.host_compute_bytes(facts, small)
     cpu = facts.expert_tensors_by_block[0] + facts.expert_tensors_by_block[1]
-    gpu = mest.estimate(facts, Options(256, 1, ubatch=32), cpu_tensors=cpu)["gpus"][0]
-    assert gpu["compute"] == cbuf.compute_buffer_bytes(facts, Options(256, 1, ubatch=32), cpu_expert_bytes_max=3 * 16 * 64 * 8 * F32)
-    assert gpu["compute"] > cbuf.compute_buffer_bytes(facts, Options(256, 1, ubatch=32),
-                                                      cpu_expert_bytes_max=3 * 16 * 64 * 8 * F32,
-                                                      remote_expert_blocks=[0, 1])
+    gpu = mest.estimate(facts, large, cpu_tensors=cpu)["gpus"][0]["compute"]
+    assert gpu == cbuf.compute_buffer_bytes(facts, large, cpu_expert_bytes_max=copy)
+    assert gpu > cbuf.compute_buffer_bytes(facts, large, cpu_expert_bytes_max=copy, remote_expert_blocks=[0, 1])
 
 
 def test_experts_moved_to_another_gpu_are_computed_there():
@@ -182,8 +176,8 @@ def test_experts_moved_to_another_gpu_are_computed_there():
     moved = dict((n, 1) for n in facts.expert_tensors_by_block[0])
     result = mest.estimate(facts, Options(256, 1), split=[1, 1], n_devices=2, device_tensors=moved)
     assert result["devices_by_block"] == [0, 0] and result["output_device"] == 1
-    gpu1 = result["gpus"][1]["compute"]
-    assert gpu1 == cbuf.compute_buffer_bytes(facts, Options(256, 1), [], True, foreign_expert_blocks=[0])
+    assert result["gpus"][1]["compute"] == cbuf.compute_buffer_bytes(facts, Options(256, 1), [], True,
+                                                                       foreign_expert_blocks=[0])
     foreign = cbuf.compute_buffer_bytes(facts, Options(256, 1), [], False, foreign_expert_blocks=[0])
     assert foreign - cbuf.compute_buffer_bytes(facts, Options(256, 1), [], False) == (16 + 8 + 3 * 64 * 4) * 256 * F32
 
@@ -274,7 +268,8 @@ def test_cpu_compute_buffer_is_the_host_inputs_plus_the_worst_node_of_the_model(
     assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2)) == host + worst
     # with every block on one device the GPU's buffer is the inputs and the worst node; the host adds the token ids
     # and the embedding rows it looks up (512 tokens: 512 x 4 + 2688 x 512 x 4 bytes)
-    assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096)) - cbuf.compute_buffer_bytes(NANO_FACTS, Options(4096)) == 512 * 4 + 2688 * 512 * 4
+    gpu = cbuf.compute_buffer_bytes(NANO_FACTS, Options(4096))
+    assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096)) - gpu == 512 * 4 + 2688 * 512 * 4
 
 
 def test_graph_shape_rounds_the_micro_batch_up_to_the_slots_and_the_last_block_s_experts_see_the_output_rows():
@@ -302,20 +297,21 @@ def test_pipeline_copies_multiply_the_device_inputs():
     """ggml-backend.cpp GGML_SCHED_MAX_COPIES: a pipeline-parallel graph keeps 4 copies of each split's inputs."""
     f = attention_only(n_vocab=100)
     inputs = 64 * 512 * 4 + 512 * 4 + 512 * 512 * 2 + 512 * 8 * 2 + 4
-    assert cbuf.compute_buffer_bytes(f, Options(512), copies=4) - cbuf.compute_buffer_bytes(f, Options(512)) == 3 * inputs
+    assert cbuf.compute_buffer_bytes(f, Options(512), copies=4) - cbuf.compute_buffer_bytes(f, Options(512)) == \
+        3 * inputs
 
 
 def test_the_slots_a_full_sliding_window_cache_and_a_unified_cache_reach_the_host_compute():
     """-kvu: one stream of 2 x 2048 cells instead of two of 2048: the host holds the graph inputs, whose masks
     follow the streams; so does the CPU buffer of a host without GPU."""
-    assert cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 2)) != cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 1))
-    assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2)) > cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 1))
-    assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2, kv_unified=True)) > cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2))
+    one, two, unified = Options(4096, 1), Options(4096, 2), Options(4096, 2, kv_unified=True)
+    assert cbuf.host_compute_bytes(NANO_FACTS, two) != cbuf.host_compute_bytes(NANO_FACTS, one)
+    assert cbuf.cpu_compute_bytes(NANO_FACTS, unified) > cbuf.cpu_compute_bytes(NANO_FACTS, two) > \
+        cbuf.cpu_compute_bytes(NANO_FACTS, one)
     swa = transformer("gemma3", 6, attention__sliding_window=512)
     assert cbuf.host_compute_bytes(swa, Options(8192)) != cbuf.host_compute_bytes(swa, Options(8192, swa_full=True))
-    unified = mest.estimate(NANO_FACTS, Options(4096, 2, kv_unified=True))["host"]["compute"]
-    assert unified == cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 2, kv_unified=True))
-    assert unified != cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 2))
+    host = mest.estimate(NANO_FACTS, unified)["host"]["compute"]
+    assert host == cbuf.host_compute_bytes(NANO_FACTS, unified) != cbuf.host_compute_bytes(NANO_FACTS, two)
 
 
 def test_the_logits_are_counted_only_on_the_output_device_and_a_dense_ffn_holds_up_gate_and_activation():
@@ -336,7 +332,8 @@ def test_the_logits_are_counted_only_on_the_output_device_and_a_dense_ffn_holds_
 @pytest.mark.parametrize("model, ctx, parallel, ubatch, batch, flash_attn, logged", MEASURED)
 def test_the_cpu_compute_estimate_is_never_under_the_server_and_within_1_mib(
         measured_facts, model, ctx, parallel, ubatch, batch, flash_attn, logged):
-    estimate = cbuf.cpu_compute_bytes(measured_facts[model], Options(ctx, parallel, ubatch=ubatch, batch=batch, flash_attn=flash_attn)) / MIB
+    options = Options(ctx, parallel, ubatch=ubatch, batch=batch, flash_attn=flash_attn)
+    estimate = cbuf.cpu_compute_bytes(measured_facts[model], options) / MIB
     assert logged - 0.005 <= estimate <= logged + 1.0, (estimate, logged)
 
 
