@@ -9,7 +9,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _kv_cach
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_estimate as mest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_facts as mfacts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
-from tests.helpers.memory_models import MIB, NANO_ATTENTION, attention_model, attention_only, facts, nano_facts, weights_model
+from tests.helpers.memory_models import (
+    MIB, NANO_ATTENTION, attention_model, attention_only, facts, nano_facts, weights_model)
 
 NANO_FACTS = nano_facts()
 
@@ -36,7 +37,8 @@ def test_several_cuda_gpus_without_tensor_overrides_keep_four_copies_of_the_inpu
         return [g["compute"] for g in result["gpus"]], expected, result["host"]["compute"]
     for backend in ("cuda", "rpc"):
         got, expected, host = computes(backend)
-        assert got == expected and host == cbuf.host_compute_bytes(NANO_FACTS, Options(4096), copies=4 if backend == "cuda" else 1)
+        copies = 4 if backend == "cuda" else 1
+        assert got == expected and host == cbuf.host_compute_bytes(NANO_FACTS, Options(4096), copies=copies)
     experts = NANO_FACTS.expert_tensors_by_block[1]
     assert computes("cuda", experts)[0] == computes("rpc", experts)[0]
 
@@ -95,24 +97,20 @@ def test_normalize_split_errors(split, n, message):
 def test_layer_devices_first_device_whose_cumulative_share_exceeds_the_position(blocks, split, n, expected):
     """Block i (the output layer as i == n_layer) goes to the first device with i / (n_layer + 1) < splits[d]."""
     assert mest.layer_devices(blocks, split, n) == expected
-
-
-def test_layer_devices_default_to_one_device():
-    assert mest.layer_devices(3) == ([0, 0, 0], 0)
+    if split is None and n == 1:  # the defaults: one device
+        assert mest.layer_devices(blocks) == expected
 
 
 def test_weights_on_cuda_pad_quantized_rows_once_and_align_to_128():
     """ggml-cuda.cu get_alloc_size: a quantized tensor whose ne0 is not a multiple of MATRIX_ROW_PADDING (512) gets
     ggml_row_size(type, 512 - ne0 % 512) more bytes; the CUDA buffer type aligns every tensor to 128."""
     f = weights_model()
-    q = 11424 + 384 // 32 * 34  # 2688 % 512 = 128: 384 elements of padding -> 11832, aligned to 11904
+    # attn_q 11424 bytes: 2688 % 512 = 128, 384 elements (408 bytes) of padding -> 11832, aligned to 11904
     norm = 2688 * 4  # F32: no row padding, 10752 is a multiple of 128
     experts = 4352  # ne0 1024: no padding; 4352 = 34 * 128
     q_small = 2176  # 512 x 4 q8_0: a multiple of 512 elements, 2176 = 17 * 128
-    output = 2856000 + 408  # 2856408, aligned to 2856448
     gpu, host, detail = mest.weight_bytes(f)
-    assert gpu == [11904 + norm + experts + q_small + 2856448]
-    assert q == 11832 and output == 2856408
+    assert gpu == [11904 + norm + experts + q_small + 2856448]  # output 2856000 + 408 = 2856408, aligned to 2856448
     assert host == 2856000 and detail == {"devices_by_block": [0, 0], "output_device": 0, "host_expert_bytes": 0}
     cpu_gpu, cpu_host = mest.weight_bytes(f, backend="cpu")[:2]
     assert cpu_gpu == [11424 + norm + experts + q_small + 2856000] and cpu_host == 2856000  # 32-byte aligned already
@@ -166,7 +164,7 @@ def test_a_quantized_v_cache_needs_flash_attention():
     assert mest.estimate(f, Options(512, cache_type_v="q8_0", flash_attn="on"))["flash_attn"] is True
 
 
-def test_estimate_adds_up_each_gpu_and_the_host():
+def test_estimate_adds_up_each_gpu_and_the_host_with_its_defaults():
     result = mest.estimate(NANO_FACTS, Options(32768, 2, backend="cpu", margin_mib=512, host_margin_mib=256))
     (gpu,) = result["gpus"]
     assert gpu["kv"] == 6144 * 32768 and gpu["recurrent"] == 2 * 23 * 2170880 and gpu["margin"] == 512 * MIB
@@ -180,9 +178,7 @@ def test_estimate_adds_up_each_gpu_and_the_host():
     assert result["n_ctx"] == 32768 and result["cells"] == kvc.CacheCells(32768, 16384, 2, 0, 512)
     assert mest.estimate(attention_model(), Options(513, 2, backend="rpc"))["n_ctx"] == 1024  # padded for each slot
     assert result["devices_by_block"] == [0] * 52 and result["output_device"] == 0 and result["warnings"] == []
-
-
-def test_estimate_defaults_are_one_slot_f16_and_the_1024_mib_margins():
+    # the defaults: one slot, f16, flash attention and the 1024 MiB margins
     result = mest.estimate(NANO_FACTS, Options(4096))
     assert result["gpus"][0]["margin"] == 1024 * MIB and result["host"]["margin"] == 1024 * MIB
     assert result["gpus"][0]["kv"] == 6144 * 4096 and result["gpus"][0]["recurrent"] == 23 * 2170880
