@@ -39,7 +39,7 @@ def test_nano_plans_fit_and_move_exactly_their_blocks(nano, free, ctx, parallel)
     assert result["n_cpu_moe"] == result["cpu_expert_layers"][-1] + 1
 
 
-def test_dual_gpu_split_or_single(nano):
+def test_dual_gpu_split_or_single_and_the_memory_the_running_server_holds(nano):
     dual = [gpu(24148, 0, "NVIDIA RTX A5500", 24564), gpu(15746, 1, "NVIDIA RTX A4000", 16376)]
     result = plan(nano, dual, None, Options(32768, 2))
     assert result["placement"] == "split" and result["offload"] is False  # 40 GB together hold everything
@@ -51,6 +51,11 @@ def test_dual_gpu_split_or_single(nano):
     assert forced["tensor_split"] == "0.5,0.5"
     big = [gpu(81007, 0), gpu(81007, 1)]
     assert plan(nano, big, None, Options(32768, 2))["placement"] == "single"  # one GPU is enough: no split
+    # gpu_devices picks the GPUs; the memory the running server holds counts as free
+    gpus = {"gpus": [dict(gpu(3000, 0), memory_held_by_pid_mib=21148), gpu(5000, 1)], "topology": "dual"}
+    result = plan(nano, gpus, None, Options(32768, 2, gpu_devices=[0]))
+    assert result["gpu_devices"] == [0] and result["memory"]["gpus"][0]["free_mib"] == 24148
+    assert result["memory"]["gpus"][0]["held_by_pid_mib"] == 21148
 
 
 @pytest.mark.parametrize("fits_with, less, moved, n_cpu_moe", [
@@ -120,7 +125,7 @@ def test_mode_all_moves_every_moe_block_and_layers_a_sorted_list_or_the_first_bl
     assert result["offload"] is bool(blocks)
 
 
-def test_headroom_is_the_largest_multiple_of_256_and_slot_count_that_fit(moe):
+def test_headroom_is_the_largest_multiple_of_256_and_slot_count_that_fit_up_to_the_training_context(moe):
     free = need(moe, [], ctx=3072) + 1000
     result = plan(moe, [gpu(free / common.MIB)], None, Options(1024, **SIZING))
     here = result["headroom"]["this_plan"]
@@ -133,9 +138,7 @@ def test_headroom_is_the_largest_multiple_of_256_and_slot_count_that_fit(moe):
                  Options(256, 256, mode="none", **SIZING))
     assert need(moe, [], ctx=512, parallel=256) > need(moe, [], ctx=256, parallel=256)
     assert least["headroom"]["this_plan"]["max_ctx_size"] == 256
-
-
-def test_headroom_reaches_the_training_context_or_the_asked_one(moe):
+    # the search stops at the training context, or at the asked context beyond it
     result = plan(moe, [gpu(100000)], None, Options(8192, **SIZING))
     assert result["headroom"]["this_plan"] == {"max_ctx_size": 8192, "max_parallel": 256, "ctx_size_capped_at": 8192}
     assert result["warnings"] == ["ctx_size 8192 is beyond the model's training context of 4096 tokens"]
@@ -281,7 +284,7 @@ def test_a_dense_model_has_no_experts_to_move():
         assert str(error) == "the model has no routed experts: there is nothing to move (use mode none or auto)"
 
 
-def test_experts_per_gpu_fill_a_card_the_split_leaves_room_on(nano):
+def test_experts_per_gpu_fill_a_card_the_split_leaves_room_on_apart_from_those_of_the_host(nano):
     """A5500 beside a 5 GB card at 32K: the split alone keeps experts on the host; placed per GPU, none."""
     gpus = [gpu(24148, 0, "NVIDIA RTX A5500"), gpu(5000, 1, "small card")]
     result = plan(nano, gpus, None, Options(32768, 2))
@@ -310,9 +313,7 @@ def test_experts_per_gpu_fill_a_card_the_split_leaves_room_on(nano):
     named = plan(nano, gpus, None, Options(32768, 2, backend="rpc", device_names=names))
     assert [d["device"] for d in named["devices"]] == names
     assert [o["device"] for o in named["device_overrides"]] == names[:1]
-
-
-def test_experts_per_gpu_and_the_host_together(nano):
+    # experts both on the host and on another card: no tensor goes to both
     gpus = [gpu(16000, 0), gpu(8000, 1)]
     result = plan(nano, gpus, None, Options(32768, 2))
     plain = plan(nano, gpus, None, Options(32768, 2, experts_per_gpu=False))
@@ -321,13 +322,6 @@ def test_experts_per_gpu_and_the_host_together(nano):
     assert moved_by(result["pattern"], nano.tensor_names) == cpu
     on_gpus = set(n for o in result["device_overrides"] for n in o["tensors"])
     assert not cpu & on_gpus
-
-
-def test_gpu_devices_and_the_memory_the_running_server_holds(nano):
-    gpus = {"gpus": [dict(gpu(3000, 0), memory_held_by_pid_mib=21148), gpu(5000, 1)], "topology": "dual"}
-    result = plan(nano, gpus, None, Options(32768, 2, gpu_devices=[0]))
-    assert result["gpu_devices"] == [0] and result["memory"]["gpus"][0]["free_mib"] == 24148
-    assert result["memory"]["gpus"][0]["held_by_pid_mib"] == 21148
 
 
 def test_a_cpu_host_plans_host_memory_only(nano):
@@ -379,7 +373,7 @@ def test_a_users_pattern_is_checked_and_sized(nano):
     assert "cannot be used: unusable: it contains ','" in str(bad)
 
 
-def test_sliding_window_model_fits_with_its_small_sliding_cache():
+def test_gemma_fits_with_its_small_sliding_cache_and_warnings_reach_the_user_on_failure_too():
     """The measured need of Gemma 3 270M at 32768/1 (111 MiB of KV) fits 1800 MiB with the margin."""
     facts = load_facts(gemma_summary())
     result = plan(facts, [gpu(1800, 0)], None, Options(32768, 1))
@@ -393,9 +387,7 @@ def test_sliding_window_model_fits_with_its_small_sliding_cache():
     # --swa-full: every block keeps the whole context, 18 x 32768 cells x (256 + 256) x 2 bytes = 576 MiB
     full = plan(facts, [gpu(4000, 0)], None, Options(32768, 1, swa_full=True))
     assert full["memory"]["gpus"][0]["kv_mib"] == 576.0
-
-
-def test_warnings_reach_the_user_on_failure_too():
+    # an architecture not known here: its warning reaches the user, with a plan and with a refusal
     summary = gemma_summary()
     facts = load_facts(dict(summary, architecture="mygemma", metadata=dict(
         (k.replace("gemma3", "mygemma"), v) for k, v in summary["metadata"].items())))
