@@ -212,19 +212,16 @@ def test_the_largest_node_of_an_attention_block(model, tokens, flash, rotations,
     assert cbuf._attention_peak(f, 0, shape, flash, rotations) == live * tokens * F32
 
 
-def test_a_block_without_attention_is_another_kind_and_one_reading_another_s_cache_is_not():
+def test_block_kinds_head_counts_and_a_block_reading_another_s_cache_projects_no_k_or_v():
     """A device holding blocks of different kinds counts the holes of each (``hybrid``): Nemotron-NAS (deci)
     skips attention in some blocks with a dense FFN in all, and Gemma 3n's last blocks read the cache of an
     earlier block (kv_reused): they are attention blocks like it."""
     f = facts(block_count=3, kv_blocks={0: (64, 64)}, kv_reused=(2,), ffn={0: 256, 1: 256, 2: 256})
     assert cbuf._block_kind(f, 0) != cbuf._block_kind(f, 1)
     assert cbuf._block_kind(f, 2) == cbuf._block_kind(f, 0)
-
-
-def test_head_counts_default_to_one_and_a_block_reading_another_s_cache_projects_no_k_or_v():
-    """Without a Q width Q is the heads times the K head size: 8 query heads over 2 KV heads of K width 64 (32 a
-    head) for 3 tokens; facts given without head counts (one head, one KV head): Q is the K width; block 1 reads
-    block 0's cache (kv_reused): its K and V are not projected."""
+    # Without a Q width Q is the heads times the K head size: 8 query heads over 2 KV heads of K width 64 (32 a head)
+    # for 3 tokens; facts given without head counts (one head, one KV head): Q is the K width; block 1 reads block 0's
+    # cache (kv_reused): its K and V are not projected.
     eight = facts(block_count=1, kv_blocks={0: (64, 64)}, n_head={0: 8}, kv_heads={0: 2})
     assert cbuf._attention_bytes(eight, 0, 3) == (8 * 32 * 3 * F32, 64 * 3 * F32, 64 * 3 * F32, 8 * 32 * 3 * F32)
     f = facts(kv_blocks={0: (64, 32)}, kv_reused=(1,))

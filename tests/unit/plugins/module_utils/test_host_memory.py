@@ -27,15 +27,12 @@ def write(root, path, text):
     full.write_text(text)
 
 
-def test_meminfo_of_this_machine():
+def test_meminfo_and_cgroup_of_this_machine_and_process(monkeypatch):
     values = hm.meminfo()
     with open("/proc/meminfo") as handle:
         total_kib = int([line for line in handle if line.startswith("MemTotal:")][0].split()[1])
     assert values["memory_total_mib"] == round(total_kib / 1024.0, 2)
     assert 0 < values["memory_available_mib"] <= values["memory_total_mib"]
-
-
-def test_the_cgroup_read_by_default_is_this_process_s_on_this_machine(monkeypatch):
     read = []
     monkeypatch.setattr(hm, "_read", lambda root, *parts: read.append((root,) + parts) or "0::/\n")
     assert hm.cgroup_memory() is None

@@ -260,7 +260,7 @@ def test_swa_head_dims_and_v_rows_without_flash_attention():
     assert fa[0] == (32 + 32) * 2 * 768 and no_fa[0] == (32 + 64) * 2 * 768  # pad(128 + 512, 256) cells
 
 
-def test_hybrid_with_a_sliding_window():
+def test_a_hybrid_with_a_sliding_window_keeps_both_caches_and_an_embedding_model_none():
     """A hybrid (recurrent + attention) with SWA uses llama_memory_hybrid_iswa: the same two caches."""
     md, tensors = decoder_header("myhybrid", 4, 64, 4, 2, 16, shortconv__l_cache=3, attention__sliding_window=128,
                                  attention__sliding_window_pattern=[0, 1, 0, 0])
@@ -270,8 +270,5 @@ def test_hybrid_with_a_sliding_window():
     assert facts.recurrent_blocks == {0: (128, 0), 2: (128, 0)}
     kv = kvc.kv_cache_bytes(facts, Options(8192, 1))
     assert kv[1] == 64 * 2 * 768 and kv[3] == 64 * 2 * 8192
-
-
-def test_embedding_models_have_no_cache():
     facts = decoder("gemma-embedding", 6, 64, 4, 2, 16, attention__sliding_window=512)
     assert facts.memory == "none" and facts.kv_blocks == {} and kvc.kv_cache_bytes(facts, Options(4096)) == {}

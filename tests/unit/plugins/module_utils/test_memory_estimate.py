@@ -15,19 +15,16 @@ from tests.helpers.memory_models import (
 NANO_FACTS = nano_facts()
 
 
-def test_split_puts_kv_and_state_on_the_layer_device():
+def test_split_puts_kv_and_state_on_the_layer_device_and_cuda_keeps_four_copies_of_the_inputs():
     result = mest.estimate(NANO_FACTS, Options(32768, 2, backend="cpu"), split=[1, 1], n_devices=2)
     devices = result["devices_by_block"]
     kv_total = sum(g["kv"] for g in result["gpus"])
     assert kv_total == 6144 * 32768
     assert result["gpus"][0]["kv"] == 2 * 512 * 32768 * sum(1 for b in NANO_ATTENTION if devices[b] == 0)
     assert sum(g["recurrent"] for g in result["gpus"]) == 2 * 23 * 2170880
-
-
-def test_several_cuda_gpus_without_tensor_overrides_keep_four_copies_of_the_inputs():
-    """llama-context.cpp: several devices, every layer offloaded and no tensor override run pipeline-parallel with
-    GGML_SCHED_MAX_COPIES (4) copies of each split's inputs ("pipeline parallelism enabled (n_copies=4)" in
-    llama-server's log); over RPC, or with -ot ...=CPU, one copy."""
+    # llama-context.cpp: several devices, every layer offloaded and no tensor override run pipeline-parallel with
+    # GGML_SCHED_MAX_COPIES (4) copies of each split's inputs ("pipeline parallelism enabled (n_copies=4)" in
+    # llama-server's log); over RPC, or with -ot ...=CPU, one copy.
     def computes(backend, cpu=()):
         result = mest.estimate(NANO_FACTS, Options(4096, backend=backend), cpu, split=[1, 1], n_devices=2)
         devices = result["devices_by_block"]
@@ -116,13 +113,16 @@ def test_weights_on_cuda_pad_quantized_rows_once_and_align_to_128():
     assert cpu_gpu == [11424 + norm + experts + q_small + 2856000] and cpu_host == 2856000  # 32-byte aligned already
 
 
-def test_weights_of_cpu_tensors_go_to_the_host_and_moved_tensors_to_their_device():
+def test_weights_of_cpu_tensors_go_to_the_host_moved_ones_to_their_device_and_token_embd_to_the_output():
     f = weights_model()
     gpu, host, detail = mest.weight_bytes(f, ["blk.0.ffn_up_exps.weight"], [1, 1], 2, "cpu")
     assert detail == {"devices_by_block": [0, 0], "output_device": 1, "host_expert_bytes": 4352}
     assert gpu == [11424 + 10752 + 2176, 2856000] and host == 2856000 + 4352
     moved = mest.weight_bytes(f, (), [1, 1], 2, "cpu", {"blk.0.ffn_up_exps.weight": 1})[0]
     assert moved == [11424 + 10752 + 2176, 4352 + 2856000]
+    tied = facts(tensors=f.tensors[:-1], expert_tensors_by_block=f.expert_tensors_by_block)
+    assert mest.weight_bytes(tied, backend="cpu")[:2] == ([11424 + 10752 + 4352 + 2176 + 2856000], 2856000)
+    assert mest.weight_bytes(tied)[0] == [11904 + 10752 + 4352 + 2176 + 2856448]  # the copy padded like output.weight
 
 
 def test_a_cpu_host_keeps_every_weight_and_the_caches():
@@ -135,13 +135,6 @@ def test_a_cpu_host_keeps_every_weight_and_the_caches():
     host = result["host"]
     assert host["kv"] == 6144 * 4096 and host["recurrent"] == 2 * 23 * 2170880
     assert host["compute"] == cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2))
-
-
-def test_tied_embeddings_copy_token_embd_to_the_output_device():
-    f = weights_model()
-    tied = facts(tensors=f.tensors[:-1], expert_tensors_by_block=f.expert_tensors_by_block)
-    assert mest.weight_bytes(tied, backend="cpu")[:2] == ([11424 + 10752 + 4352 + 2176 + 2856000], 2856000)
-    assert mest.weight_bytes(tied)[0] == [11904 + 10752 + 4352 + 2176 + 2856448]  # the copy padded like output.weight
 
 
 @pytest.mark.parametrize("flash_attn, on", [(True, True), ("on", True), ("auto", True), ("true", True),

@@ -103,7 +103,7 @@ def test_a_value_nvidia_smi_cannot_give_is_none_with_a_warning_naming_it(text, m
     assert [k for k, v in gpus[0].items() if v is None] == missing and warnings == [warning]
 
 
-def test_processes():
+def test_processes_and_a_host_without_gpus_that_has_none():
     run, calls = fake_run("rtx_a5500_busy")
     result = smi.gather(run, processes=True)
     assert calls[-1][0] == "--query-compute-apps=gpu_uuid,pid,process_name,used_memory"
@@ -115,6 +115,10 @@ def test_processes():
     assert smi.parse_apps("No running processes found\n") == []
     run = fake_run("h100")[0]
     assert smi.gather(run, processes=True)["processes"] == []
+    run, calls = answers({"--query-gpu=": (0, "", "")})
+    result = smi.gather(run, processes=True, pids=[1])
+    assert result == {"gpus": [], "topology": "cpu", "warnings": [], "processes": []}
+    assert len(calls) == 1
 
 
 def test_memory_held_by_a_process_tree_on_each_gpu():
@@ -275,13 +279,6 @@ def test_mig_devices_only_from_a_list_that_succeeded():
     assert failed["gpus"][0]["mig_devices"] == [] and failed["warnings"] == []
     plain = smi.gather(answers({"--query-gpu=": (0, fixture("h100.txt"), ""), "-L": (0, "", "")})[0])
     assert plain["gpus"][0]["mig_devices"] == []
-
-
-def test_a_host_without_gpus_has_no_processes_and_holds_nothing():
-    run, calls = answers({"--query-gpu=": (0, "", "")})
-    result = smi.gather(run, processes=True, pids=[1])
-    assert result == {"gpus": [], "topology": "cpu", "warnings": [], "processes": []}
-    assert len(calls) == 1
 
 
 def test_each_gpu_has_exactly_the_documented_keys():

@@ -146,9 +146,6 @@ def test_memory_views_vram_rows_are_matched_by_index_then_by_position():
     res = {"plan": {"gpus": [{"index": 5}, {"index": 6}, {"index": 7}]},
            "vram": [{"index": 0, "used_mib": 40}, "not a row"]}
     assert [memory_views(res)["gpus"][i]["used"] for i in range(3)] == [40.0, None, None]
-
-
-def test_memory_views_a_gpu_without_index_takes_its_position_and_the_vram_row_in_the_same_place():
     res = {"plan": {"gpus": [{"name": "A"}, {"name": "B"}]}, "vram": [{"used_mib": 1}, {"index": 7, "used_mib": 2}]}
     assert [(g["index"], g["name"], g["used"]) for g in memory_views(res)["gpus"]] == [(0, "A", 1.0), (1, "B", 2.0)]
 
