@@ -13,6 +13,9 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs im
 from tools import gguf_models
 from tests.helpers.plans import gpu
 
+NUMBER = "gpus[0].%s must be a number of MiB >= 0, got %s"
+NO_FREE = "gpus[0] (%s) reports no free memory (nvidia-smi printed [N/A]?): give memory_free_mib in a gpus list"
+
 
 @pytest.mark.parametrize("given, message", [
     (42, "gguf must be a path or the result of gguf_info, got 42"),
@@ -39,18 +42,15 @@ def test_normalize_gpus_counts_the_running_servers_memory_as_free():
     ("GPU0", None, "gpus must be the registered result of gpu_info or a list of {name, memory_total_mib, "
                    "memory_free_mib}, got 'GPU0'"),
     (["x"], None, "gpus[0] must be a dict with name, memory_total_mib and memory_free_mib"),
-    ([{"memory_free_mib": -1}], None, "gpus[0].memory_free_mib must be a number of MiB >= 0, got -1"),
-    ([{"memory_free_mib": True}], None, "gpus[0].memory_free_mib must be a number of MiB >= 0, got True"),
-    ([{"memory_free_mib": float("inf")}], None, "gpus[0].memory_free_mib must be a number of MiB >= 0, got inf"),
-    ([{"memory_free_mib": "lots"}], None, "gpus[0].memory_free_mib must be a number of MiB >= 0, got 'lots'"),
-    ([{"memory_total_mib": 100, "memory_used_mib": "a"}], None,
-     "gpus[0].memory_used_mib must be a number of MiB >= 0, got 'a'"),
+    ([{"memory_free_mib": -1}], None, NUMBER % ("memory_free_mib", "-1")),
+    ([{"memory_free_mib": True}], None, NUMBER % ("memory_free_mib", "True")),
+    ([{"memory_free_mib": float("inf")}], None, NUMBER % ("memory_free_mib", "inf")),
+    ([{"memory_free_mib": "lots"}], None, NUMBER % ("memory_free_mib", "'lots'")),
+    ([{"memory_total_mib": 100, "memory_used_mib": "a"}], None, NUMBER % ("memory_used_mib", "'a'")),
     ([{"memory_total_mib": 100, "memory_used_mib": 101}], None,
      "gpus[0]: memory_used_mib 101 is more than memory_total_mib 100"),
-    ([{"name": "GB10", "memory_total_mib": 100}], None,
-     "gpus[0] (GB10) reports no free memory (nvidia-smi printed [N/A]?): give memory_free_mib in a gpus list"),
-    ([{"memory_total_mib": 100}], None,
-     "gpus[0] (unnamed) reports no free memory (nvidia-smi printed [N/A]?): give memory_free_mib in a gpus list"),
+    ([{"name": "GB10", "memory_total_mib": 100}], None, NO_FREE % "GB10"),
+    ([{"memory_total_mib": 100}], None, NO_FREE % "unnamed"),
     ([{"memory_free_mib": 100, "mig_devices": [{}]}], None,
      "gpus[0] (None) is in MIG mode: plan for one MIG device by passing a gpus list with its memory"),
     ([{"memory_free_mib": 1, "vram": 2}], None,

@@ -71,14 +71,12 @@ def test_a_refused_plan_returns_its_numbers_and_keeps_its_warnings(nano):
 
 
 def test_the_options_refuse_what_the_module_refuses():
-    checked = ArgumentSpecValidator(ARGUMENT_SPEC, mutually_exclusive=MUTUALLY_EXCLUSIVE).validate(
-        {"gguf": "m.gguf", "gpus": [], "ctx_size": 1, "gpu_index": 0, "gpu_devices": [0]})
-    assert any("mutually exclusive" in m for m in checked.error_messages)
-    checked = ArgumentSpecValidator(ARGUMENT_SPEC).validate({"gguf": "m.gguf", "gpus": [], "ctx_size": 1,
-                                                             "cache_type_k": "q6_k"})
-    assert any("cache_type_k" in m for m in checked.error_messages)
-    defaults = params(gguf="m.gguf", gpus=[], ctx_size=1)
-    assert (defaults["parallel"], defaults["margin_mib"], defaults["host_margin_mib"], defaults["ubatch"]) == (
-        1, 1024, 1024, 512)
-    assert (defaults["mode"], defaults["flash_attn"], defaults["mmap"], defaults["experts_per_gpu"]) == (
-        "auto", "auto", True, True)
+    validator = ArgumentSpecValidator(ARGUMENT_SPEC, mutually_exclusive=MUTUALLY_EXCLUSIVE)
+    for extra, words in [(dict(gpu_index=0, gpu_devices=[0]), "mutually exclusive"),
+                         (dict(cache_type_k="q6_k"), "cache_type_k")]:
+        checked = validator.validate(dict(gguf="m.gguf", gpus=[], ctx_size=1, **extra))
+        assert any(words in m for m in checked.error_messages)
+    defaults = dict(parallel=1, margin_mib=1024, host_margin_mib=1024, ubatch=512, mode="auto", flash_attn="auto",
+                    mmap=True, experts_per_gpu=True)
+    given = params(gguf="m.gguf", gpus=[], ctx_size=1)
+    assert dict((k, given[k]) for k in defaults) == defaults
