@@ -252,11 +252,8 @@ def test_cpu_compute_buffer_holds_the_graph_inputs_the_embedding_rows_and_the_wo
     projections = 64 * 512 * 4 + 2 * 256 * 512 * 4  # normed input beside Q and its rotation
     attention = 64 * 512 * 4 + projections + scores
     assert cbuf.cpu_compute_bytes(f, Options(512, flash_attn=False)) == no_fa_inputs + 64 * 512 * 4 + attention
-
-
-def test_cpu_compute_buffer_is_the_host_inputs_plus_the_worst_node_of_the_model():
-    """The CPU buffer of a host without GPU is what the host keeps beside a GPU without host-resident experts
-    (inputs and embedding rows) plus the worst node of every block and of the output layer."""
+    # The CPU buffer of a host without GPU is what the host keeps beside a GPU without host-resident experts (inputs and
+    # embedding rows) plus the worst node of every block and of the output layer.
     tokens = 512
     output = 2 * 2688 * tokens * 4 + 131072 * 4
     host = cbuf.host_compute_bytes(NANO_FACTS, Options(4096, 2))

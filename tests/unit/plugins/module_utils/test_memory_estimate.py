@@ -146,7 +146,7 @@ def test_estimate_reads_flash_attention(flash_attn, on):
     assert result["gpus"][0]["kv"] == sum(kvc.kv_cache_bytes(f, Options(512, flash_attn=on)).values())
 
 
-def test_a_quantized_v_cache_needs_flash_attention():
+def test_a_quantized_v_cache_needs_flash_attention_and_the_training_context_warning_starts_past_it():
     f = facts(kv_blocks={0: (64, 64)}, kv_heads={0: 2})
     with pytest.raises(mfacts.MemoryModelError) as info:
         mest.estimate(f, Options(512, cache_type_v="q8_0", flash_attn="off"))
@@ -155,6 +155,10 @@ def test_a_quantized_v_cache_needs_flash_attention():
     for plain in ("f32", "f16", "bf16"):
         assert mest.estimate(f, Options(512, cache_type_v=plain, flash_attn="off"))["flash_attn"] is False
     assert mest.estimate(f, Options(512, cache_type_v="q8_0", flash_attn="on"))["flash_attn"] is True
+    f = facts(context_length=4096)
+    assert mest.estimate(f, Options(4096, backend="cpu"))["warnings"] == []
+    assert mest.estimate(f, Options(4097, backend="cpu"))["warnings"] == [
+        "ctx_size 4097 is beyond the model's training context (4096): quality may drop"]
 
 
 def test_estimate_adds_up_each_gpu_and_the_host_with_its_defaults():
@@ -183,10 +187,3 @@ def test_estimate_adds_up_each_gpu_and_the_host_with_its_defaults():
 def test_host_weights_are_pinned_only_without_mmap_beside_a_cuda_gpu(mmap, n_devices, backend, pinned):
     host = mest.estimate(NANO_FACTS, Options(4096, mmap=mmap, backend=backend), n_devices=n_devices)["host"]
     assert host["pinned"] is pinned and host["mmap"] is mmap
-
-
-def test_the_training_context_warning_starts_past_it():
-    f = facts(context_length=4096)
-    assert mest.estimate(f, Options(4096, backend="cpu"))["warnings"] == []
-    assert mest.estimate(f, Options(4097, backend="cpu"))["warnings"] == [
-        "ctx_size 4097 is beyond the model's training context (4096): quality may drop"]

@@ -71,19 +71,16 @@ def test_single_cards(name, gpu_name, total, free, cc):
     assert isinstance(gpu["memory_used_mib"], int)
 
 
-def test_a5500_fields_in_order():
-    gpus = smi.parse_gpus(fixture("rtx_a5500.txt"))[0]
-    assert gpus[0] == {"index": 0, "name": "NVIDIA RTX A5500", "uuid": "GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60",
-                       "pci_bus_id": "00000000:01:00.0", "memory_total_mib": 24564, "memory_used_mib": 1,
-                       "memory_free_mib": 24148, "driver_version": "550.127.05", "compute_capability": "8.6"}
-
-
-def test_topologies():
+def test_the_topologies_and_the_a5500_fields_in_order():
     assert smi.topology([]) == "cpu"
     assert [g["index"] for g in DUAL] == [0, 1] and [g["memory_total_mib"] for g in DUAL] == [24564, 16376]
     assert smi.topology(DUAL) == "dual"
     quad = smi.parse_gpus(fixture("quad_h100.txt"))[0]
     assert smi.topology(quad) == "multi" and len(quad) == 4
+    gpus = smi.parse_gpus(fixture("rtx_a5500.txt"))[0]
+    assert gpus[0] == {"index": 0, "name": "NVIDIA RTX A5500", "uuid": "GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60",
+                       "pci_bus_id": "00000000:01:00.0", "memory_total_mib": 24564, "memory_used_mib": 1,
+                       "memory_free_mib": 24148, "driver_version": "550.127.05", "compute_capability": "8.6"}
 
 
 @pytest.mark.parametrize("text, missing, warning", [
@@ -174,17 +171,14 @@ def test_read_with_a_pid_counts_its_tree_and_asks_for_processes():
     assert [g["memory_held_by_pid_mib"] for g in given["gpus"]] == [20988, 13314]
 
 
-def test_the_process_query_asks_for_bare_csv():
+def test_the_process_query_asks_for_bare_csv_and_its_rows_are_read_past_the_no_running_note():
     """``nvidia-smi --help-query-compute-apps``: the fields by name; ``--format=csv,noheader,nounits`` prints the
     bare values (no header line, ``20988`` instead of ``20988 MiB``), which is what parse_apps reads."""
     assert smi.query_apps_args() == ["--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
                                      "--format=csv,noheader,nounits"]
     assert smi.query_gpu_args(("index", "name")) == ["--query-gpu=index,name", "--format=csv,noheader,nounits"]
     assert smi.list_args() == ["-L"]
-
-
-def test_the_no_running_note_is_skipped_not_the_end_and_a_number_nvidia_smi_cannot_give_is_none():
-    """Old drivers print a note instead of rows; a row after it is still read."""
+    # Old drivers print a note instead of rows; a row after it is still read.
     text = ("No running processes found\n%s, 52017, /usr/local/bin/llama-server, 20988\n%s, 77, llama-server, [N/A]\n"
             "%s, 78, llama-server, 12 MiB\n" % (A5500, A4000, A5500))
     apps = smi.parse_apps(text, DUAL)

@@ -187,7 +187,7 @@ def test_the_cache_options_reach_the_plan(moe):
     assert unified["total_mib"] != common.mib(need(moe, [], parallel=2))
 
 
-def test_a_refusal_before_any_sizing_keeps_its_check_and_the_warnings(moe):
+def test_a_refusal_before_any_sizing_keeps_its_check_and_the_warnings(moe, monkeypatch):
     """An unusable pattern, and options the estimate refuses."""
     error = refusal(moe, [gpu(100)], None, Options(4096, pattern="", **SIZING))
     assert str(error) == "pattern '' cannot be used: %s" % error.details["pattern_check"]["verdict"]
@@ -197,10 +197,7 @@ def test_a_refusal_before_any_sizing_keeps_its_check_and_the_warnings(moe):
     assert str(error) == ("a quantized V cache (cache_type_v=q8_0) needs flash attention: set flash_attn to on or "
                           "auto, or use cache_type_v f16")
     assert error.details == {"warnings": ["ctx_size 8192 is beyond the model's training context of 4096 tokens"]}
-
-
-def test_a_built_pattern_that_the_proof_rejects_is_an_error(moe, monkeypatch):
-    """The guard behind every generated pattern: one that moves more than the blocks' experts is never used."""
+    # The guard behind every generated pattern: one that moves more than the blocks' experts is never used.
     monkeypatch.setattr(op, "block_expert_pattern", lambda names, experts, blocks: r"blk\.1\.")
     error = refusal(moe, [gpu(100)], None, Options(4096, mode="layers", cpu_expert_layers=[1], **SIZING))
     assert str(error).startswith(r"the pattern blk\.1\. does not match exactly the experts of blocks 1: ")

@@ -53,7 +53,7 @@ def test_split_text_is_each_share_of_the_whole_and_blocks_text_lists_the_blocks(
     assert text_of(given) == text
 
 
-def test_the_reason_of_mode_all_names_the_blocks_the_card_and_the_saving(moe):
+def test_the_reason_of_mode_all_or_of_a_given_pattern_names_what_moves_the_card_and_the_saving(moe):
     result = plan(moe, [gpu(need(moe, []) / MIB)], None, Options(4096, mode="all", **SIZING))
     used, here = result["memory"]["gpus"][0], result["headroom"]["this_plan"]
     assert result["reason"] == (
@@ -63,6 +63,13 @@ def test_the_reason_of_mode_all_names_the_blocks_the_card_and_the_saving(moe):
         "The whole context searched (4096 tokens, the training context) fits with 1 slot(s), and at most %d slot(s) "
         "at this context. Host memory was not checked (give host, the result of host_info)." % (
             used["total_mib"], result["vram_saved_mib"], result["memory"]["host"]["model_mib"], here["max_parallel"]))
+    # ``output\.weight`` moves output.weight and every attn_output.weight (a search, as llama.cpp's std::regex_search),
+    # no expert: the head counts those tensors and gives the check's verdict.
+    result = plan(moe, [gpu(need(moe, []) / MIB)], None, Options(4096, pattern=r"output\.weight", **SIZING))
+    check = result["pattern_check"]
+    assert result["cpu_expert_layers"] == [] and check["matched"] == 0 and len(check["non_expert"]) == 5
+    assert result["reason"].startswith("The given pattern moves 5 tensor(s) to host memory (%s): as the given "
+                                       "pattern asks, on GPU0 (8 MiB free)." % check["verdict"])
 
 
 def test_two_short_gpus_name_the_split_and_the_one_most_short(moe):
@@ -123,16 +130,6 @@ def test_a_short_host_names_the_parts_it_keeps_and_what_to_change(request, model
         "%.0f MiB, but %d MiB are available (MemAvailable), so %.0f MiB are missing. Free host memory, or %s" % (
             parts.format(**figures), host["compute_mib"] + host["output_mib"], host["total_mib"], available,
             -host["free_after_mib"], advice))
-
-
-def test_the_reason_of_a_given_pattern_that_moves_no_expert_counts_what_it_moves(moe):
-    """``output\\.weight`` moves output.weight and every attn_output.weight (a search, as llama.cpp's
-    std::regex_search), no expert: the head counts those tensors and gives the check's verdict."""
-    result = plan(moe, [gpu(need(moe, []) / MIB)], None, Options(4096, pattern=r"output\.weight", **SIZING))
-    check = result["pattern_check"]
-    assert result["cpu_expert_layers"] == [] and check["matched"] == 0 and len(check["non_expert"]) == 5
-    assert result["reason"].startswith("The given pattern moves 5 tensor(s) to host memory (%s): as the given "
-                                       "pattern asks, on GPU0 (8 MiB free)." % check["verdict"])
 
 
 @pytest.mark.parametrize("kv, recurrent, text", [

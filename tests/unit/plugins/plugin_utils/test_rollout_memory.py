@@ -127,7 +127,7 @@ def test_memory_views_measured_other_and_free(free, buffers, used, measured, tot
     assert (gpu["measured"], gpu["measured_total"]) == (measured, total)
 
 
-def test_memory_views_the_ith_gpu_of_the_plan_gets_the_buffers_of_device_i():
+def test_memory_views_the_ith_gpu_of_the_plan_gets_the_buffers_of_device_i_and_its_vram_row():
     res = {"plan": {"gpus": [{"index": 0}, {"index": 1}, {"index": 2}, {"index": 3}]},
            "buffers": {"CUDA1": {"model": 1}, "Vulkan0": {"model": 2}, "ROCm2": {"kv": 3},
                        "RPC[10.0.0.1:50052]3": {"compute": 4}, "CUDA_Host": {"compute": 5}}}
@@ -136,9 +136,6 @@ def test_memory_views_the_ith_gpu_of_the_plan_gets_the_buffers_of_device_i():
         {"model": 1.0, "kv": 0.0, "recurrent": 0.0, "compute": 0.0},
         {"model": 0.0, "kv": 3.0, "recurrent": 0.0, "compute": 0.0},
         {"model": 0.0, "kv": 0.0, "recurrent": 0.0, "compute": 4.0}]
-
-
-def test_memory_views_vram_rows_are_matched_by_index_then_by_position():
     res = {"plan": {"gpus": [{"index": 1}, {"index": 0}]},
            "vram": [{"index": 0, "used_mib": 100, "ok": True}, {"index": 1, "used_mib": 200, "ok": False}]}
     gpus = memory_views(res)["gpus"]
