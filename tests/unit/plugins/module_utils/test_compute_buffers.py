@@ -149,7 +149,7 @@ def test_an_unknown_cache_type_is_named_by_every_compute_estimate(estimate, side
         estimate(f, Options(256, **{side: "q9"}))
 
 
-def test_under_32_tokens_only_the_blocks_of_host_experts_leave_their_products_to_the_host():
+def test_host_experts_under_32_tokens_are_computed_on_the_host_and_experts_moved_to_another_gpu_there():
     """At -ub 16 (under CUDA's op-offload minimum of 32, ggml-cuda.cu min_batch_size) the GPU reserves no copy of
     block 0's host-resident experts and only routes them, and the host computes them; block 1's experts are on the
     GPU and it computes them: its peak stays the device's. At -ub 32 the GPU computes every block's experts, the
@@ -166,12 +166,9 @@ def test_under_32_tokens_only_the_blocks_of_host_experts_leave_their_products_to
     gpu = mest.estimate(facts, large, cpu_tensors=cpu)["gpus"][0]["compute"]
     assert gpu == cbuf.compute_buffer_bytes(facts, large, cpu_expert_bytes_max=copy)
     assert gpu > cbuf.compute_buffer_bytes(facts, large, cpu_expert_bytes_max=copy, remote_expert_blocks=[0, 1])
-
-
-def test_experts_moved_to_another_gpu_are_computed_there():
-    """``-ot ...=CUDA1`` on block 0's experts, whose layer is on GPU 0: GPU 1 computes their products (the
-    foreign expert blocks of its compute buffer) from copies of the normed input [16, T] and of the argsort
-    [8, T], with gate, up and their GLU [64, 4, T]; the routing stays with the layer."""
+    # ``-ot ...=CUDA1`` on block 0's experts, whose layer is on GPU 0: GPU 1 computes their products (the foreign expert
+    # blocks of its compute buffer) from copies of the normed input [16, T] and of the argsort [8, T], with gate, up and
+    # their GLU [64, 4, T]; the routing stays with the layer.
     facts = two_moe_blocks()
     moved = dict((n, 1) for n in facts.expert_tensors_by_block[0])
     result = mest.estimate(facts, Options(256, 1), split=[1, 1], n_devices=2, device_tensors=moved)
@@ -229,13 +226,18 @@ def test_block_kinds_head_counts_and_a_block_reading_another_s_cache_projects_no
     assert cbuf._attention_bytes(f, 1, 2) == (0, 0, 0, 0)
 
 
-def test_mla_writes_no_v_rows_into_the_cache():
+def test_mla_writes_no_v_rows_into_the_cache_and_pipeline_copies_multiply_the_device_inputs():
     """llama-kv-cache.cpp build_input_k_idxs / build_input_v_idxs: one I64 row index a token for K; MLA caches no
     V, so none for V, with or without flash attention (the KQ mask: F16, or F32 without)."""
     mla = facts(kv_blocks={0: (64, 0)}, mla=True)
     shape = cbuf.GraphShape(8, 1, 1, kvc.CacheCells(256, 256, 1, 0, 8))
     assert cbuf._cache_inputs(mla, shape, True, False) == 256 * 8 * 2 + 8 * 8
     assert cbuf._cache_inputs(mla, shape, False, False) == 256 * 8 * F32 + 8 * 8
+    # ggml-backend.cpp GGML_SCHED_MAX_COPIES: a pipeline-parallel graph keeps 4 copies of each split's inputs.
+    f = attention_only(n_vocab=100)
+    inputs = 64 * 512 * 4 + 512 * 4 + 512 * 512 * 2 + 512 * 8 * 2 + 4
+    assert cbuf.compute_buffer_bytes(f, Options(512), copies=4) - cbuf.compute_buffer_bytes(f, Options(512)) == \
+        3 * inputs
 
 
 def test_cpu_compute_buffer_holds_the_graph_inputs_the_embedding_rows_and_the_worst_node():
@@ -285,14 +287,6 @@ def test_graph_shape_rounds_the_micro_batch_up_to_the_slots_and_the_last_block_s
         shape = cbuf.graph_shape(moe, Options(4096, 1, kv_unified=False, ubatch=512, batch=2048, swa_full=False))
         assert (shape.tokens, shape.outputs) == (512, 1)
         assert [cbuf._expert_tokens(moe, shape, b) for b in range(3)] == [512, 512, getattr(shape, last_rows)]
-
-
-def test_pipeline_copies_multiply_the_device_inputs():
-    """ggml-backend.cpp GGML_SCHED_MAX_COPIES: a pipeline-parallel graph keeps 4 copies of each split's inputs."""
-    f = attention_only(n_vocab=100)
-    inputs = 64 * 512 * 4 + 512 * 4 + 512 * 512 * 2 + 512 * 8 * 2 + 4
-    assert cbuf.compute_buffer_bytes(f, Options(512), copies=4) - cbuf.compute_buffer_bytes(f, Options(512)) == \
-        3 * inputs
 
 
 def test_the_slots_a_full_sliding_window_cache_and_a_unified_cache_reach_the_host_compute():

@@ -77,10 +77,6 @@ def test_row_bytes_are_ggml_row_size(name, n, expected):
     assert kvc.row_bytes(name, n) == expected
 
 
-def test_pad():
-    assert [kvc.pad(v, 256) for v in (0, 1, 255, 256, 257, 512)] == [0, 256, 256, 256, 512, 512]
-
-
 @pytest.mark.parametrize("ctx, parallel, unified, expected", [
     (1, 1, False, (256, 256, 1)), (256, 1, False, (256, 256, 1)),
     (257, 1, False, (512, 512, 1)),  # n_ctx = GGML_PAD(n_ctx, 256)
@@ -206,12 +202,13 @@ def test_validate_context_wants_whole_numbers_from_1(name, value):
     assert str(info.value) == "%s must be a whole number >= 1, got %r" % (name, value)
 
 
-def test_validate_context_needs_a_padded_context_cell_per_slot():
+def test_validate_context_needs_a_padded_context_cell_per_slot_and_pad_rounds_up():
     assert kvc.validate_context(1, 1, 1) is None
     assert kvc.validate_context(256, 256) is None and kvc.validate_context(257, 512) is None
     with pytest.raises(mfacts.MemoryModelError) as info:
         kvc.validate_context(256, 257)
     assert str(info.value) == "ctx_size 256 cannot hold 257 parallel slots"
+    assert [kvc.pad(v, 256) for v in (0, 1, 255, 256, 257, 512)] == [0, 256, 256, 256, 512, 512]
 
 
 @pytest.mark.parametrize("ctx, parallel, measured", [(4096, 1, 27.0), (4096, 4, 72.0), (32768, 1, 111.0),
@@ -234,7 +231,7 @@ def test_gemma3_swa_cells_follow_the_slots_of_a_unified_cache_and_swa_full():
     assert kv_mib(facts, 32768, 1, swa_full=True) == kv_mib(facts, 32768, 4, swa_full=True) == 576.0
 
 
-def test_gpt_oss_s_window_of_128_and_llama4_s_chunks_of_8192():
+def test_gpt_oss_s_window_llama4_s_chunks_and_gemma4_s_swa_head_dims():
     """gpt-oss: set_swa_pattern(2), even blocks slide; 128 + 512 tokens padded to 768 cells. llama4: chunked
     attention of 8192 tokens (its layout: test_model_facts), 8192 + 512 cells."""
     facts = decoder("gpt-oss", 4, 64, 8, 2, 16, experts=4, attention__sliding_window=128)
@@ -246,11 +243,8 @@ def test_gpt_oss_s_window_of_128_and_llama4_s_chunks_of_8192():
     llama4 = decoder("llama4", 8, 64, 8, 2, 16, experts=4)
     assert kvc.cache_cells(llama4, Options(32768, 1)).swa_cells == 8704
     assert kvc.cache_cells(llama4, Options(4096, 1)).swa_cells == 4096
-
-
-def test_swa_head_dims_and_v_rows_without_flash_attention():
-    """gemma4-style key_length_swa; without flash attention every V row is n_embd_v_gqa_max() wide
-    (llama-kv-cache.cpp [TAG_V_CACHE_VARIABLE])."""
+    # gemma4-style key_length_swa; without flash attention every V row is n_embd_v_gqa_max() wide (llama-kv-cache.cpp
+    # [TAG_V_CACHE_VARIABLE]).
     facts = decoder("gemma4", 2, 64, 4, 2, 32, attention__sliding_window=128, attention__key_length_swa=16,
                     attention__value_length_swa=16, attention__sliding_window_pattern=[True, False])
     assert facts.kv_blocks == {0: (32, 32), 1: (64, 64)}

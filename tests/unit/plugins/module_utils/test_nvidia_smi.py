@@ -138,7 +138,7 @@ def test_memory_held_by_a_process_tree_on_each_gpu():
     assert smi.held_by(apps, []) == {}
 
 
-def test_read_finds_nvidia_smi_and_runs_it_with_its_path(tmp_path):
+def test_read_finds_nvidia_smi_runs_it_with_its_path_and_counts_a_pid_s_tree(tmp_path):
     """gpu_info's result: nvidia-smi found on PATH and run by its full path; none on a host without NVIDIA GPU."""
     run, calls = fake_run("rtx_a5500")
     found = []
@@ -154,9 +154,6 @@ def test_read_finds_nvidia_smi_and_runs_it_with_its_path(tmp_path):
         smi.read(lambda name: "/opt/nv/nvidia-smi", lambda argv: failing(argv[1:]))
     assert failed.value.binary == "/opt/nv/nvidia-smi" and str(failed.value) == MISMATCH
     assert smi.NvidiaSmiError("x").binary is None
-
-
-def test_read_with_a_pid_counts_its_tree_and_asks_for_processes():
     run = fake_run("rtx_a5500_busy")[0]
     result = smi.read(lambda name: "/x/nvidia-smi", lambda argv: run(argv[1:]), pid=os.getpid(), processes=True)
     assert result["process_tree"]["pid"] == os.getpid() and result["process_tree"]["pids"][0] == os.getpid()
@@ -219,7 +216,7 @@ def test_failure_messages_word_for_word(rc, out, err, message):
     assert smi.failure_message(rc, out, err) == message
 
 
-def test_parse_errors_word_for_word():
+def test_parse_errors_and_a_failure_not_asked_again_keep_their_words():
     assert error_of(smi.parse_gpus, "index, name\n") == (
         "nvidia-smi printed an unexpected line 1 (expected 9 comma-separated fields index,name,uuid,pci.bus_id,"
         "memory.total,memory.used,memory.free,driver_version,compute_cap): 'index, name'")
@@ -227,6 +224,14 @@ def test_parse_errors_word_for_word():
         "nvidia-smi printed 'lots' for memory_total_mib on line 1: not a number")
     for line in ("something else", "%s, 52017" % A5500):  # a process line of too few fields, not the note
         assert error_of(smi.parse_apps, line + "\n") == "nvidia-smi printed an unexpected process line: %r" % line
+    run, calls = answers({"--query-gpu=": (18, fixture("driver_mismatch.txt"), "")})
+    assert error_of(smi.gather, run) == MISMATCH and len(calls) == 1
+    assert smi.invalid_field(None) is None and smi.invalid_field("") is None  # no output names no field
+    run = answers({"--query-gpu=": (0, fixture("h100.txt"), ""), "-L": (0, "", ""),
+                   "--query-compute-apps=": (2, "Unable to determine the device handle for GPU0000:01:00.0", "x")})[0]
+    assert error_of(smi.gather, run, processes=True) == (
+        "nvidia-smi failed (rc=2): Unable to determine the device handle for GPU0000:01:00.0 / x. This means a GPU "
+        "is in a bad state (fallen off the bus?): see dmesg.")
 
 
 @pytest.mark.parametrize("rc", [1, 2])
@@ -249,18 +254,7 @@ def test_a_rejected_field_is_asked_again_without_it(rc):
             "NVIDIA GeForce RTX 3090", None, 24263)
 
 
-def test_a_failure_is_not_asked_again_and_keeps_its_words():
-    run, calls = answers({"--query-gpu=": (18, fixture("driver_mismatch.txt"), "")})
-    assert error_of(smi.gather, run) == MISMATCH and len(calls) == 1
-    assert smi.invalid_field(None) is None and smi.invalid_field("") is None  # no output names no field
-    run = answers({"--query-gpu=": (0, fixture("h100.txt"), ""), "-L": (0, "", ""),
-                   "--query-compute-apps=": (2, "Unable to determine the device handle for GPU0000:01:00.0", "x")})[0]
-    assert error_of(smi.gather, run, processes=True) == (
-        "nvidia-smi failed (rc=2): Unable to determine the device handle for GPU0000:01:00.0 / x. This means a GPU "
-        "is in a bad state (fallen off the bus?): see dmesg.")
-
-
-def test_mig_devices_only_from_a_list_that_succeeded():
+def test_mig_devices_only_from_a_list_that_succeeded_and_each_gpu_has_the_documented_keys():
     a100 = fixture("mig_a100.txt")
     mig_list = fixture("mig_a100.list.txt")
     run, calls = answers({"--query-gpu=": (0, a100, ""), "-L": (0, mig_list, "")})
@@ -273,9 +267,6 @@ def test_mig_devices_only_from_a_list_that_succeeded():
     assert failed["gpus"][0]["mig_devices"] == [] and failed["warnings"] == []
     plain = smi.gather(answers({"--query-gpu=": (0, fixture("h100.txt"), ""), "-L": (0, "", "")})[0])
     assert plain["gpus"][0]["mig_devices"] == []
-
-
-def test_each_gpu_has_exactly_the_documented_keys():
     run = answers({"--query-gpu=": (0, fixture("dual_a5500_a4000.txt"), ""), "-L": (0, "", ""),
                    "--query-compute-apps=": (0, "", "")})[0]
     assert [sorted(g) for g in smi.gather(run)["gpus"]] == [sorted(smi.GPU_KEYS + ("mig_devices",))] * 2

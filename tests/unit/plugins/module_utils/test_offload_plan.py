@@ -39,7 +39,7 @@ def test_nano_plans_fit_and_move_exactly_their_blocks(nano, free, ctx, parallel)
     assert result["n_cpu_moe"] == result["cpu_expert_layers"][-1] + 1
 
 
-def test_dual_gpu_split_or_single_and_the_memory_the_running_server_holds(nano):
+def test_dual_gpu_split_or_single_the_one_that_fits_and_the_memory_the_running_server_holds(nano, moe):
     dual = [gpu(24148, 0, "NVIDIA RTX A5500", 24564), gpu(15746, 1, "NVIDIA RTX A4000", 16376)]
     result = plan(nano, dual, None, Options(32768, 2))
     assert result["placement"] == "split" and result["offload"] is False  # 40 GB together hold everything
@@ -56,6 +56,12 @@ def test_dual_gpu_split_or_single_and_the_memory_the_running_server_holds(nano):
     result = plan(nano, gpus, None, Options(32768, 2, gpu_devices=[0]))
     assert result["gpu_devices"] == [0] and result["memory"]["gpus"][0]["free_mib"] == 24148
     assert result["memory"]["gpus"][0]["held_by_pid_mib"] == 21148
+    # a placement that fits wins: mode none moves nothing anywhere, so every placement keeps the same expert bytes on
+    # the host (none); the 8 MiB card alone is 0.04 MiB short, the two cards split fit, and the split is the plan.
+    assert 8 * common.MIB < need(moe, []) < 8.1 * common.MIB
+    result = plan(moe, [gpu(8, 0), gpu(7, 1)], None, Options(4096, mode="none", **SIZING))
+    assert result["fits"] is True and result["placement"] == "split" and result["cpu_expert_layers"] == []
+    assert result["reason"].startswith("Everything fits on GPU0 (8 MiB free) + GPU1 (7 MiB free), split 0.533,0.467:")
 
 
 @pytest.mark.parametrize("fits_with, less, moved, n_cpu_moe", [
@@ -70,17 +76,14 @@ def test_auto_moves_the_fewest_lowest_blocks_that_make_the_gpu_fit(moe, fits_wit
         assert result["memory"]["gpus"][0]["free_after_mib"] == 0.0
 
 
-def test_fits_is_free_after_at_least_zero_on_every_gpu_and_the_host():
+def test_fits_is_free_after_at_least_zero_on_every_gpu_and_the_host_and_free_after_free_minus_total(moe):
     fits = op._Sizer.gpu_fits  # pylint: disable=protected-access
     assert fits({"gpus": [{"free_after": 0}, {"free_after": 5}]}) is True
     assert fits({"gpus": [{"free_after": 5}, {"free_after": -1}]}) is False
     assert fits({"gpus": []}) is True
     host_fits = op._Sizer.host_fits  # pylint: disable=protected-access
     assert [host_fits({"host": {"free_after": v}}) for v in (None, 0, 1, -1)] == [True, True, True, False]
-
-
-def test_free_after_is_free_memory_minus_the_total_and_zero_fits(moe):
-    """On the GPU and on the host; block 0 holds no routed experts, so naming it moves nothing."""
+    # On the GPU and on the host; block 0 holds no routed experts, so naming it moves nothing.
     result = sizer(moe, need(moe, [2]) / common.MIB + 3).estimate([2])
     assert result["gpus"][0]["free_after"] == 3 * common.MIB and result["gpus"][0]["free_after_mib"] == 3.0
     host_total = sizer(moe, 100000).estimate([1, 2, 3])["host"]["total"]
@@ -165,15 +168,6 @@ def test_the_reports_of_a_plan_that_moves_nothing(moe):
     assert sorted(host) == ["available_mib", "compute_mib", "free_after_mib", "kv_mib", "margin_mib", "mmap",
                             "model_mib", "output_mib", "pinned", "recurrent_mib", "total_mib"]
     assert host["available_mib"] == 50000 and host["margin_mib"] == 1024.0
-
-
-def test_a_placement_that_fits_wins_over_one_that_does_not_whatever_it_moves(moe):
-    """mode none moves nothing anywhere, so every placement keeps the same expert bytes on the host (none): the
-    8 MiB card alone is 0.04 MiB short, the two cards split fit, and the split is the plan."""
-    assert 8 * common.MIB < need(moe, []) < 8.1 * common.MIB
-    result = plan(moe, [gpu(8, 0), gpu(7, 1)], None, Options(4096, mode="none", **SIZING))
-    assert result["fits"] is True and result["placement"] == "split" and result["cpu_expert_layers"] == []
-    assert result["reason"].startswith("Everything fits on GPU0 (8 MiB free) + GPU1 (7 MiB free), split 0.533,0.467:")
 
 
 def test_the_cache_options_reach_the_plan(moe):
@@ -321,7 +315,7 @@ def test_experts_per_gpu_fill_a_card_the_split_leaves_room_on_apart_from_those_o
     assert not cpu & on_gpus
 
 
-def test_a_cpu_host_plans_host_memory_only(nano):
+def test_a_cpu_host_plans_host_memory_only_and_the_host_must_hold_the_experts_it_gets(nano):
     host = {"memory_available_mib": 60000, "memory_total_mib": 64000}
     result = plan(nano, [], host, Options(32768, 2))
     assert result["placement"] == "cpu" and result["devices"] == [] and result["memory"]["gpus"] == []
@@ -332,11 +326,8 @@ def test_a_cpu_host_plans_host_memory_only(nano):
     assert abs(memory["model_mib"] - weights) < 0.01 and memory["kv_mib"] == 192.0 and memory["recurrent_mib"] == 95.23
     assert memory["free_after_mib"] == round(60000 - memory["total_mib"], 2)
     assert plan(nano, {"gpus": [], "topology": "cpu"}, None, Options(32768, 2, mode="none"))["pattern"] == ""
-
-
-def test_the_host_must_hold_the_experts_it_gets(nano):
-    """A5500 at 32K with all experts on CPU: about 1.3 GiB of weights on the GPU, 21.8 GiB in host memory, pinned
-    with --no-mmap."""
+    # A5500 at 32K with all experts on CPU: about 1.3 GiB of weights on the GPU, 21.8 GiB in host memory, pinned with
+    # --no-mmap.
     gpus = [gpu(24148, 0)]
     result = plan(nano, gpus, {"memory_available_mib": 40000}, Options(32768, 2, mode="all", mmap=False))
     assert len(result["cpu_expert_layers"]) == 23

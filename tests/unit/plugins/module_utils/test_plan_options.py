@@ -11,7 +11,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options i
     DEFAULT_BATCH, DEFAULT_HOST_MARGIN_MIB, DEFAULT_MARGIN_MIB, Options)
 
 
-def test_defaults_are_llama_server_s():
+def test_defaults_are_llama_server_s_the_options_frozen_and_at_changes_only_context_and_slots():
     """common/common.h: n_parallel 1, n_batch 2048, n_ubatch 512, f16 caches, flash attention auto, mmap on."""
     options = Options(4096)
     assert (options.parallel, options.batch, options.ubatch, options.cache_type_k, options.cache_type_v) == (
@@ -20,16 +20,6 @@ def test_defaults_are_llama_server_s():
         "auto", True, True, False, False)
     assert (DEFAULT_BATCH, DEFAULT_MARGIN_MIB, DEFAULT_HOST_MARGIN_MIB) == (2048, 1024, 1024)
     assert (options.mode, options.split, options.pattern, options.experts_per_gpu) == ("auto", None, None, True)
-
-
-@pytest.mark.parametrize("value, flash", [
-    ("auto", True), ("on", True), (True, True), ("true", True), ("enabled", True),
-    ("off", False), (False, False), ("false", False)])
-def test_flash_attention_is_on_for_on_and_auto(value, flash):
-    assert Options(4096, flash_attn=value).flash is flash
-
-
-def test_the_options_are_frozen_and_at_changes_only_context_and_slots():
     options = Options(4096, 2, cache_type_k="q8_0", mode="all")
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.ctx_size = 8192  # type: ignore[misc]
@@ -37,3 +27,10 @@ def test_the_options_are_frozen_and_at_changes_only_context_and_slots():
     assert (wider.ctx_size, wider.parallel, wider.cache_type_k, wider.mode) == (8192, 2, "q8_0", "all")
     assert options.at(None, 4) == dataclasses.replace(options, parallel=4)
     assert options.at() == options and options.ctx_size == 4096
+
+
+@pytest.mark.parametrize("value, flash", [
+    ("auto", True), ("on", True), (True, True), ("true", True), ("enabled", True),
+    ("off", False), (False, False), ("false", False)])
+def test_flash_attention_is_on_for_on_and_auto(value, flash):
+    assert Options(4096, flash_attn=value).flash is flash

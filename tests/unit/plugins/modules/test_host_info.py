@@ -16,7 +16,7 @@ def test_host_memory_of_this_machine(ansible_module):
     assert result["cgroup"] is None or result["cgroup"]["limit_mib"] > 0
 
 
-def test_memory_a_process_tree_holds(ansible_module):
+def test_memory_a_process_tree_holds_and_a_bad_pid_is_refused(ansible_module):
     child = subprocess.Popen([sys.executable, "-c", "x = bytearray(64 << 20); import time; time.sleep(60)"])
     try:
         result = ansible_module("host_info", {"pid": child.pid})
@@ -26,8 +26,5 @@ def test_memory_a_process_tree_holds(ansible_module):
     assert result["failed"] is False
     assert result["process_tree"]["pid"] == child.pid and result["process_tree"]["pids"] == [child.pid]
     assert result["memory_held_by_pid_mib"] >= 64  # the 64 MiB bytearray is anonymous memory
-
-
-def test_bad_pid_is_refused(ansible_module):
     result = ansible_module("host_info", {"pid": -3})
     assert result["failed"] is True and "pid must be a process id >= 1" in result["msg"]
