@@ -85,7 +85,8 @@ def test_compute_grows_with_context_and_with_op_offload_copy():
     # the activation beside down's output [n_embd, 4, T] (without gate); the weights stay with the router
     (dict(n_embd=16, n_expert=8, used=4, n_ff_exp=64, gated=True), 32, 0, {"routed_here": False},
      (16 + 8 + 3 * 64 * 4) * 32 * F32),
-    (dict(n_embd=16, n_expert=8, used=4, n_ff_exp=64), 32, 0, {"routed_here": False}, (16 + 8 + (64 + 16) * 4) * 32 * F32),
+    (dict(n_embd=16, n_expert=8, used=4, n_ff_exp=64), 32, 0, {"routed_here": False},
+     (16 + 8 + (64 + 16) * 4) * 32 * F32),
 ])
 def test_the_largest_node_of_the_experts_beside_the_normed_input_and_the_weights(model, tokens, normed, where, live):
     # ffn_moe_weights (the selected experts' probabilities, get_rows), ffn_moe_weights_norm, ffn_moe_weights_sum
@@ -110,7 +111,7 @@ def test_the_mamba2_peak_beside_the_residual_and_ssm_in_s_output(d_inner, n_grou
     assert cbuf._ssm_peak(f, cbuf.GraphShape(tokens, 1, 1, None)) == residual + in_proj + live
 
 
-def test_the_host_computes_its_experts_under_32_tokens_even_with_op_offload():
+def test_host_experts_under_32_tokens_are_computed_on_the_host_and_experts_moved_to_another_gpu_there():
     """CUDA's op offload takes the host-resident experts' products from 32 tokens on (ggml-cuda.cu
     ggml_backend_cuda_device_offload_op, min_batch_size 32); a 16-token micro-batch leaves them to the host,
     which then holds the copies of the normed input and of the argsort, gate, up and their GLU."""
@@ -122,6 +123,33 @@ def test_the_host_computes_its_experts_under_32_tokens_even_with_op_offload():
     experts = 16 * 16 * F32 + 8 * 16 * F32 + 3 * 64 * 4 * 16 * F32
     assert host(16, [0]) - host(16) == experts - embedding_rows
     assert host(16, [0], op_offload=False) == host(16, [0]) and host(32, [0]) == host(32) and host(16, [5]) == host(16)
+    # At -ub 16 (under CUDA's op-offload minimum of 32, ggml-cuda.cu min_batch_size) the GPU reserves no copy of block
+    # 0's host-resident experts and only routes them, and the host computes them; block 1's experts are on the GPU and
+    # it computes them: its peak stays the device's. At -ub 32 the GPU computes every block's experts, the host-resident
+    # ones from a copy of the largest block's weights (3 x 16 x 64 x 8 F32).
+    facts = two_moe_blocks()
+    small, large, copy = Options(256, 1, ubatch=16), Options(256, 1, ubatch=32), 3 * 16 * 64 * 8 * F32
+    result = mest.estimate(facts, small, cpu_tensors=facts.expert_tensors_by_block[0])
+    gpu = result["gpus"][0]["compute"]
+    assert gpu == cbuf.compute_buffer_bytes(facts, small, remote_expert_blocks=[0])
+    assert gpu > cbuf.compute_buffer_bytes(facts, small, remote_expert_blocks=[0, 1])
+    on_host = cbuf.host_compute_bytes(facts, small, cpu_expert_blocks=[0])
+    assert result["host"]["compute"] == on_host > cbuf.host_compute_bytes(facts, small)
+    cpu = facts.expert_tensors_by_block[0] + facts.expert_tensors_by_block[1]
+    gpu = mest.estimate(facts, large, cpu_tensors=cpu)["gpus"][0]["compute"]
+    assert gpu == cbuf.compute_buffer_bytes(facts, large, cpu_expert_bytes_max=copy)
+    assert gpu > cbuf.compute_buffer_bytes(facts, large, cpu_expert_bytes_max=copy, remote_expert_blocks=[0, 1])
+    # ``-ot ...=CUDA1`` on block 0's experts, whose layer is on GPU 0: GPU 1 computes their products (the foreign expert
+    # blocks of its compute buffer) from copies of the normed input [16, T] and of the argsort [8, T], with gate, up and
+    # their GLU [64, 4, T]; the routing stays with the layer.
+    facts = two_moe_blocks()
+    moved = dict((n, 1) for n in facts.expert_tensors_by_block[0])
+    result = mest.estimate(facts, Options(256, 1), split=[1, 1], n_devices=2, device_tensors=moved)
+    assert result["devices_by_block"] == [0, 0] and result["output_device"] == 1
+    assert result["gpus"][1]["compute"] == cbuf.compute_buffer_bytes(facts, Options(256, 1), [], True,
+                                                                       foreign_expert_blocks=[0])
+    foreign = cbuf.compute_buffer_bytes(facts, Options(256, 1), [], False, foreign_expert_blocks=[0])
+    assert foreign - cbuf.compute_buffer_bytes(facts, Options(256, 1), [], False) == (16 + 8 + 3 * 64 * 4) * 256 * F32
 
 
 def test_the_host_inputs_hold_the_rotation_matrices_of_a_quantized_cache():
@@ -145,38 +173,9 @@ def test_an_unknown_cache_type_is_named_by_every_compute_estimate(estimate, side
     """The rotation matrices depend on the cache type; a name llama-server does not know is not taken for f16."""
     f = facts(block_count=1, n_embd=128, kv_blocks={0: (128, 128)}, n_head={0: 1}, kv_heads={0: 1})
     assert estimate(f, Options(256)) == estimate(f, Options(256, cache_type_k="f16", cache_type_v="f16"))
-    with pytest.raises(mfacts.MemoryModelError, match=r"^unknown cache type 'q9' \(llama-server knows bf16, f16, f32, "):
+    with pytest.raises(mfacts.MemoryModelError,
+                       match=r"^unknown cache type 'q9' \(llama-server knows bf16, f16, f32, "):
         estimate(f, Options(256, **{side: "q9"}))
-
-
-def test_host_experts_under_32_tokens_are_computed_on_the_host_and_experts_moved_to_another_gpu_there():
-    """At -ub 16 (under CUDA's op-offload minimum of 32, ggml-cuda.cu min_batch_size) the GPU reserves no copy of
-    block 0's host-resident experts and only routes them, and the host computes them; block 1's experts are on the
-    GPU and it computes them: its peak stays the device's. At -ub 32 the GPU computes every block's experts, the
-    host-resident ones from a copy of the largest block's weights (3 x 16 x 64 x 8 F32)."""
-    facts = two_moe_blocks()
-    small, large, copy = Options(256, 1, ubatch=16), Options(256, 1, ubatch=32), 3 * 16 * 64 * 8 * F32
-    result = mest.estimate(facts, small, cpu_tensors=facts.expert_tensors_by_block[0])
-    gpu = result["gpus"][0]["compute"]
-    assert gpu == cbuf.compute_buffer_bytes(facts, small, remote_expert_blocks=[0])
-    assert gpu > cbuf.compute_buffer_bytes(facts, small, remote_expert_blocks=[0, 1])
-    host = cbuf.host_compute_bytes(facts, small, cpu_expert_blocks=[0])
-    assert result["host"]["compute"] == host > cbuf.host_compute_bytes(facts, small)
-    cpu = facts.expert_tensors_by_block[0] + facts.expert_tensors_by_block[1]
-    gpu = mest.estimate(facts, large, cpu_tensors=cpu)["gpus"][0]["compute"]
-    assert gpu == cbuf.compute_buffer_bytes(facts, large, cpu_expert_bytes_max=copy)
-    assert gpu > cbuf.compute_buffer_bytes(facts, large, cpu_expert_bytes_max=copy, remote_expert_blocks=[0, 1])
-    # ``-ot ...=CUDA1`` on block 0's experts, whose layer is on GPU 0: GPU 1 computes their products (the foreign expert
-    # blocks of its compute buffer) from copies of the normed input [16, T] and of the argsort [8, T], with gate, up and
-    # their GLU [64, 4, T]; the routing stays with the layer.
-    facts = two_moe_blocks()
-    moved = dict((n, 1) for n in facts.expert_tensors_by_block[0])
-    result = mest.estimate(facts, Options(256, 1), split=[1, 1], n_devices=2, device_tensors=moved)
-    assert result["devices_by_block"] == [0, 0] and result["output_device"] == 1
-    assert result["gpus"][1]["compute"] == cbuf.compute_buffer_bytes(facts, Options(256, 1), [], True,
-                                                                       foreign_expert_blocks=[0])
-    foreign = cbuf.compute_buffer_bytes(facts, Options(256, 1), [], False, foreign_expert_blocks=[0])
-    assert foreign - cbuf.compute_buffer_bytes(facts, Options(256, 1), [], False) == (16 + 8 + 3 * 64 * 4) * 256 * F32
 
 
 V_256 = dict(n_embd=128, kv_blocks={0: (64, 256)}, n_head={0: 4}, kv_heads={0: 4})
@@ -194,7 +193,8 @@ V_256 = dict(n_embd=128, kv_blocks={0: (64, 256)}, n_head={0: 4}, kv_heads={0: 4
     (V_256, 8, True, (0, 64), 128 + 64 + 64 + 2 * 256),
     (V_256, 8, True, (0, 0), 128 + 64 + 64 + 256),
     # a K wider than the input: Q, V, V's product, 2 x K
-    (dict(n_embd=16, kv_blocks={0: (256, 64)}, n_head={0: 4}, kv_heads={0: 4}), 8, True, (0, 16), 256 + 2 * 64 + 2 * 256),
+    (dict(n_embd=16, kv_blocks={0: (256, 64)}, n_head={0: 4}, kv_heads={0: 4}), 8, True, (0, 16),
+     256 + 2 * 64 + 2 * 256),
     # without flash attention 8 query heads over one KV head of K 16 and V 256, 256 cells: the KQ scores of every
     # head [256, T, 8] beside the heads' output [8 x 256, T] and its contiguous copy outgrow the projections
     (dict(kv_blocks={0: (16, 256)}, n_head={0: 8}, kv_heads={0: 1}), 2, False, (0, 0), 256 * 8 + 2 * 8 * 256),

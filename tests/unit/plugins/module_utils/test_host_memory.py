@@ -27,12 +27,22 @@ def write(root, path, text):
     full.write_text(text)
 
 
-def test_meminfo_and_cgroup_of_this_machine_and_process(monkeypatch):
+def test_meminfo_of_this_machine_its_errors_naming_the_file_and_this_process_s_cgroup(monkeypatch, tmp_path):
     values = hm.meminfo()
     with open("/proc/meminfo") as handle:
         total_kib = int([line for line in handle if line.startswith("MemTotal:")][0].split()[1])
     assert values["memory_total_mib"] == round(total_kib / 1024.0, 2)
     assert 0 < values["memory_available_mib"] <= values["memory_total_mib"]
+    missing = tmp_path / "nothing"
+    with pytest.raises(hm.HostMemoryError) as raised:
+        hm.meminfo(str(missing))
+    assert str(raised.value) == "cannot read %s/proc/meminfo: No such file or directory" % missing
+    for text in ("MemTotal:       65755304 kB\n", "MemTotal:       65755304 kB\nMemAvailable:\nSwapTotal:  n/a kB\n"):
+        write(tmp_path, "proc/meminfo", text)  # MemAvailable missing, or without a number: no value
+        with pytest.raises(hm.HostMemoryError) as raised:
+            hm.meminfo(str(tmp_path))
+        assert str(raised.value) == ("%s/proc/meminfo has no MemTotal/MemAvailable line (a kernel older than 3.14?)"
+                                     % tmp_path)
     read = []
     monkeypatch.setattr(hm, "_read", lambda root, *parts: read.append((root,) + parts) or "0::/\n")
     assert hm.cgroup_memory() is None
@@ -127,18 +137,6 @@ def test_gather_reads_everything_from_the_root_it_is_given(tmp_path):
     alone = hm.gather(str(tmp_path))
     assert "process_tree" not in alone and "memory_held_by_pid_mib" not in alone
     assert alone["cgroup"]["limit_mib"] == 32768.0
-
-
-def test_meminfo_errors_name_the_file(tmp_path):
-    missing = tmp_path / "nothing"
-    with pytest.raises(hm.HostMemoryError) as raised:
-        hm.meminfo(str(missing))
-    assert str(raised.value) == "cannot read %s/proc/meminfo: No such file or directory" % missing
-    for text in ("MemTotal:       65755304 kB\n", "MemTotal:       65755304 kB\nMemAvailable:\nSwapTotal:  n/a kB\n"):
-        write(tmp_path, "proc/meminfo", text)  # MemAvailable missing, or without a number: no value
-        with pytest.raises(hm.HostMemoryError) as raised:
-            hm.meminfo(str(tmp_path))
-        assert str(raised.value) == "%s/proc/meminfo has no MemTotal/MemAvailable line (a kernel older than 3.14?)" % tmp_path
 
 
 def limits(root, cgroup_lines, files):

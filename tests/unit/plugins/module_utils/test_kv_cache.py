@@ -55,7 +55,7 @@ def test_negative_or_zero_metadata_is_never_used(meta):
     assert all(v > 0 for v in kvc.kv_cache_bytes(facts, Options(4096, 2)).values())
 
 
-def test_nano_recurrent_state_is_2170880_bytes_per_block_and_sequence():
+def test_nano_recurrent_state_is_2170880_bytes_per_block_and_sequence_and_the_logits_a_row_per_slot():
     """llama-memory-recurrent.cpp: r_l and s_l are F32 [n_embd_r, mem_size] and [n_embd_s, mem_size] with
     mem_size = max(1, n_seq_max) (llama-model.cpp create_memory); 47.62 MiB per sequence over the 23 blocks:
     ((4-1)*(4096+2*8*128) + 128*4096) * 4 bytes a block."""
@@ -66,6 +66,9 @@ def test_nano_recurrent_state_is_2170880_bytes_per_block_and_sequence():
     assert two == 2 * 23 * 2170880 and common.mib(two) == 95.23  # 95.234375 MiB (2 x 47.617)
     assert kvc.recurrent_state_bytes(NANO_FACTS, 3) == dict((b, 3 * 2170880) for b in NANO_MAMBA)
     assert kvc.recurrent_state_bytes(NANO_FACTS, 0) == dict((b, 2170880) for b in NANO_MAMBA)
+    vocab = facts(n_vocab=131072)
+    assert kvc.output_buffer_bytes(vocab) == kvc.output_buffer_bytes(vocab, 0) == 131072 * 4
+    assert kvc.output_buffer_bytes(vocab, 3) == 3 * 131072 * 4
 
 
 @pytest.mark.parametrize("name, n, expected", [
@@ -186,12 +189,6 @@ def test_the_head_size_must_be_whole_blocks_of_the_cache_type(widths, side, refu
     assert kvc.kv_cache_bytes(f, Options(512, **{"cache_type_" + other: refused})) == {0: other_bytes}
 
 
-def test_output_buffer_is_one_row_of_logits_per_slot():
-    vocab = facts(n_vocab=131072)
-    assert kvc.output_buffer_bytes(vocab) == kvc.output_buffer_bytes(vocab, 0) == 131072 * 4
-    assert kvc.output_buffer_bytes(vocab, 3) == 3 * 131072 * 4
-
-
 @pytest.mark.parametrize("name, value", [("ctx_size", 0), ("ctx_size", True), ("ctx_size", 1.5), ("parallel", 0),
                                          ("parallel", -1), ("ubatch", 0), ("ubatch", None)])
 def test_validate_context_wants_whole_numbers_from_1(name, value):
@@ -221,7 +218,7 @@ def test_gemma3_270m_kv_as_llama_server_allocates_it(ctx, parallel, measured):
     assert kv_mib(facts, ctx, parallel) == measured
 
 
-def test_gemma3_swa_cells_follow_the_slots_of_a_unified_cache_and_swa_full():
+def test_the_sliding_windows_of_gemma3_gpt_oss_llama4_and_gemma4():
     facts = gemma3_270m()
     per_cell = 256 * 2 * 2  # K + V, one KV head of 256, f16
     # llama_kv_cache_iswa: size_swa = pad(min(size_base, n_swa * (unified ? n_seq_max : 1) + n_ubatch), 256)
@@ -229,11 +226,8 @@ def test_gemma3_swa_cells_follow_the_slots_of_a_unified_cache_and_swa_full():
     assert kv_mib(facts, 4096, 4, kv_unified=True) == common.mib((3 * 4096 + 15 * 2560) * per_cell)
     # --swa-full: the sliding blocks get a full cache too, as large as the full blocks' cache
     assert kv_mib(facts, 32768, 1, swa_full=True) == kv_mib(facts, 32768, 4, swa_full=True) == 576.0
-
-
-def test_gpt_oss_s_window_llama4_s_chunks_and_gemma4_s_swa_head_dims():
-    """gpt-oss: set_swa_pattern(2), even blocks slide; 128 + 512 tokens padded to 768 cells. llama4: chunked
-    attention of 8192 tokens (its layout: test_model_facts), 8192 + 512 cells."""
+    # gpt-oss: set_swa_pattern(2), even blocks slide; 128 + 512 tokens padded to 768 cells. llama4: chunked attention of
+    # 8192 tokens (its layout: test_model_facts), 8192 + 512 cells.
     facts = decoder("gpt-oss", 4, 64, 8, 2, 16, experts=4, attention__sliding_window=128)
     assert facts.memory == "iswa" and sorted(facts.swa_blocks) == [0, 2]
     kv = kvc.kv_cache_bytes(facts, Options(8192, 2))

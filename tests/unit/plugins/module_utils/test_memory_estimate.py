@@ -113,7 +113,7 @@ def test_weights_on_cuda_pad_quantized_rows_once_and_align_to_128():
     assert cpu_gpu == [11424 + norm + experts + q_small + 2856000] and cpu_host == 2856000  # 32-byte aligned already
 
 
-def test_weights_of_cpu_tensors_go_to_the_host_moved_ones_to_their_device_and_token_embd_to_the_output():
+def test_weights_go_to_the_host_to_their_device_and_to_the_output_s_and_a_cpu_host_keeps_all():
     f = weights_model()
     gpu, host, detail = mest.weight_bytes(f, ["blk.0.ffn_up_exps.weight"], [1, 1], 2, "cpu")
     assert detail == {"devices_by_block": [0, 0], "output_device": 1, "host_expert_bytes": 4352}
@@ -123,9 +123,6 @@ def test_weights_of_cpu_tensors_go_to_the_host_moved_ones_to_their_device_and_to
     tied = facts(tensors=f.tensors[:-1], expert_tensors_by_block=f.expert_tensors_by_block)
     assert mest.weight_bytes(tied, backend="cpu")[:2] == ([11424 + 10752 + 4352 + 2176 + 2856000], 2856000)
     assert mest.weight_bytes(tied)[0] == [11904 + 10752 + 4352 + 2176 + 2856448]  # the copy padded like output.weight
-
-
-def test_a_cpu_host_keeps_every_weight_and_the_caches():
     f = weights_model()
     total = sum(t.nbytes for t in f.tensors)
     assert mest.weight_bytes(f, n_devices=0) == ([], total, {"devices_by_block": [], "output_device": None,

@@ -87,7 +87,8 @@ def test_the_topologies_and_the_a5500_fields_in_order():
     (fixture("gb10_na.txt"), ["memory_total_mib", "memory_used_mib", "memory_free_mib"],
      "GPU 0 (NVIDIA GB10): nvidia-smi gives no value for memory_total_mib, memory_used_mib, memory_free_mib ([N/A])"),
     (fixture("gtx1650_not_supported.txt"), ["memory_used_mib", "memory_free_mib"],
-     "GPU 0 (NVIDIA GeForce GTX 1650): nvidia-smi gives no value for memory_used_mib, memory_free_mib ([Not Supported])"),
+     "GPU 0 (NVIDIA GeForce GTX 1650): nvidia-smi gives no value for memory_used_mib, memory_free_mib "
+     "([Not Supported])"),
     ("0, NVIDIA RTX A5500, %s, 00000000:01:00.0, 24564, 416, 24148, , 8.6\n" % A5500, ["driver_version"],
      "GPU 0 (NVIDIA RTX A5500): nvidia-smi gives no value for driver_version ()"),
     ("0, NVIDIA GB10, GPU-7a0e4d3b-95c2-1f86-e4b7-3c8d20a9f5e1, 0000000F:01:00.0, [N/A], [N/A], , 580.95.05, 12.1",
@@ -100,7 +101,7 @@ def test_a_value_nvidia_smi_cannot_give_is_none_with_a_warning_naming_it(text, m
     assert [k for k, v in gpus[0].items() if v is None] == missing and warnings == [warning]
 
 
-def test_processes_and_a_host_without_gpus_that_has_none():
+def test_processes_the_memory_a_tree_holds_on_each_gpu_and_a_host_without_gpus():
     run, calls = fake_run("rtx_a5500_busy")
     result = smi.gather(run, processes=True)
     assert calls[-1][0] == "--query-compute-apps=gpu_uuid,pid,process_name,used_memory"
@@ -116,11 +117,8 @@ def test_processes_and_a_host_without_gpus_that_has_none():
     result = smi.gather(run, processes=True, pids=[1])
     assert result == {"gpus": [], "topology": "cpu", "warnings": [], "processes": []}
     assert len(calls) == 1
-
-
-def test_memory_held_by_a_process_tree_on_each_gpu():
-    """A llama-server split over two cards (pid 52017, the child of a container's main process 52001) beside
-    other processes: only the tree's memory counts, per GPU index."""
+    # A llama-server split over two cards (pid 52017, the child of a container's main process 52001) beside other
+    # processes: only the tree's memory counts, per GPU index.
     run, calls = fake_run("dual_a5500_a4000_busy")
     result = smi.gather(run, pids=[52001, 52017])
     assert [g["memory_held_by_pid_mib"] for g in result["gpus"]] == [20988, 13314]
@@ -184,7 +182,7 @@ def test_the_process_query_asks_for_bare_csv_and_its_rows_are_read_past_the_no_r
     assert [a["gpu_index"] for a in smi.parse_apps(text)] == [None, None, None]  # no GPU list given: no index
 
 
-def test_list_lines_before_any_gpu_and_other_lines_are_ignored():
+def test_list_lines_and_mig_devices_only_from_a_list_that_succeeded_and_each_gpu_s_keys():
     text = ("  MIG 1g.5gb      Device  0: (UUID: MIG-00000000-0000-0000-0000-000000000000)\n"
             + fixture("mig_a100.list.txt")
             + "No MIG devices found\n")
@@ -195,6 +193,22 @@ def test_list_lines_before_any_gpu_and_other_lines_are_ignored():
         {"index": 2, "profile": "1g.5gb", "uuid": "MIG-0d9c63a4-f7b2-51e8-9c40-b3a8e5d17f26"}]}
     assert smi.parse_list(fixture("dual_a5500_a4000.list.txt")) == {A5500: [], A4000: []}
     assert smi.parse_list(None) == {} and smi.parse_list("") == {}
+    a100 = fixture("mig_a100.txt")
+    mig_list = fixture("mig_a100.list.txt")
+    run, calls = answers({"--query-gpu=": (0, a100, ""), "-L": (0, mig_list, "")})
+    result = smi.gather(run)
+    assert calls[1] == ["-L"] and result["topology"] == "single" and "processes" not in result
+    assert result["gpus"][0]["mig_devices"] == smi.parse_list(mig_list)["GPU-e3a91c57-2b0f-8d46-a5c1-7f9b03d2e864"]
+    assert result["warnings"] == ["GPU 0 (NVIDIA A100-SXM4-40GB) is in MIG mode: CUDA sees its 3 MIG devices "
+                                  "(3g.20gb, 2g.10gb, 1g.5gb), each with a slice of the memory, not the whole GPU"]
+    failed = smi.gather(answers({"--query-gpu=": (0, a100, ""), "-L": (15, mig_list, "")})[0])
+    assert failed["gpus"][0]["mig_devices"] == [] and failed["warnings"] == []
+    plain = smi.gather(answers({"--query-gpu=": (0, fixture("h100.txt"), ""), "-L": (0, "", "")})[0])
+    assert plain["gpus"][0]["mig_devices"] == []
+    run = answers({"--query-gpu=": (0, fixture("dual_a5500_a4000.txt"), ""), "-L": (0, "", ""),
+                   "--query-compute-apps=": (0, "", "")})[0]
+    assert [sorted(g) for g in smi.gather(run)["gpus"]] == [sorted(smi.GPU_KEYS + ("mig_devices",))] * 2
+    assert [sorted(g) for g in smi.gather(run, pids=[1])["gpus"]] == [sorted(smi.GPU_KEYS + smi.GPU_EXTRA_KEYS)] * 2
 
 
 @pytest.mark.parametrize("rc, out, err, message", [
@@ -252,22 +266,3 @@ def test_a_rejected_field_is_asked_again_without_it(rc):
         gpu = result["gpus"][0]
         assert (gpu["name"], gpu["compute_capability"], gpu["memory_free_mib"]) == (
             "NVIDIA GeForce RTX 3090", None, 24263)
-
-
-def test_mig_devices_only_from_a_list_that_succeeded_and_each_gpu_has_the_documented_keys():
-    a100 = fixture("mig_a100.txt")
-    mig_list = fixture("mig_a100.list.txt")
-    run, calls = answers({"--query-gpu=": (0, a100, ""), "-L": (0, mig_list, "")})
-    result = smi.gather(run)
-    assert calls[1] == ["-L"] and result["topology"] == "single" and "processes" not in result
-    assert result["gpus"][0]["mig_devices"] == smi.parse_list(mig_list)["GPU-e3a91c57-2b0f-8d46-a5c1-7f9b03d2e864"]
-    assert result["warnings"] == ["GPU 0 (NVIDIA A100-SXM4-40GB) is in MIG mode: CUDA sees its 3 MIG devices "
-                                  "(3g.20gb, 2g.10gb, 1g.5gb), each with a slice of the memory, not the whole GPU"]
-    failed = smi.gather(answers({"--query-gpu=": (0, a100, ""), "-L": (15, mig_list, "")})[0])
-    assert failed["gpus"][0]["mig_devices"] == [] and failed["warnings"] == []
-    plain = smi.gather(answers({"--query-gpu=": (0, fixture("h100.txt"), ""), "-L": (0, "", "")})[0])
-    assert plain["gpus"][0]["mig_devices"] == []
-    run = answers({"--query-gpu=": (0, fixture("dual_a5500_a4000.txt"), ""), "-L": (0, "", ""),
-                   "--query-compute-apps=": (0, "", "")})[0]
-    assert [sorted(g) for g in smi.gather(run)["gpus"]] == [sorted(smi.GPU_KEYS + ("mig_devices",))] * 2
-    assert [sorted(g) for g in smi.gather(run, pids=[1])["gpus"]] == [sorted(smi.GPU_KEYS + smi.GPU_EXTRA_KEYS)] * 2

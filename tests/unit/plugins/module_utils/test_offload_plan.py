@@ -182,7 +182,7 @@ def test_the_cache_options_reach_the_plan(moe):
 
 
 def test_a_refusal_before_any_sizing_keeps_its_check_and_the_warnings(moe, monkeypatch):
-    """An unusable pattern, and options the estimate refuses."""
+    """An unusable pattern, options the estimate refuses, and a dense model asked to move experts."""
     error = refusal(moe, [gpu(100)], None, Options(4096, pattern="", **SIZING))
     assert str(error) == "pattern '' cannot be used: %s" % error.details["pattern_check"]["verdict"]
     assert set(error.details) == {"pattern_check", "warnings"}
@@ -191,6 +191,10 @@ def test_a_refusal_before_any_sizing_keeps_its_check_and_the_warnings(moe, monke
     assert str(error) == ("a quantized V cache (cache_type_v=q8_0) needs flash attention: set flash_attn to on or "
                           "auto, or use cache_type_v f16")
     assert error.details == {"warnings": ["ctx_size 8192 is beyond the model's training context of 4096 tokens"]}
+    dense = exact_moe("DD")
+    for mode, layers in (("all", None), ("layers", 0)):
+        error = refusal(dense, [gpu(100000)], None, Options(4096, mode=mode, cpu_expert_layers=layers))
+        assert str(error) == "the model has no routed experts: there is nothing to move (use mode none or auto)"
     # The guard behind every generated pattern: one that moves more than the blocks' experts is never used.
     monkeypatch.setattr(op, "block_expert_pattern", lambda names, experts, blocks: r"blk\.1\.")
     error = refusal(moe, [gpu(100)], None, Options(4096, mode="layers", cpu_expert_layers=[1], **SIZING))
@@ -266,13 +270,6 @@ def test_placement_errors(gpus, index, split, message):
 ])
 def test_bad_options_are_refused_with_what_to_change(moe, kwargs, message):
     assert str(refusal(moe, [gpu(100000)], None, Options(**dict({"ctx_size": 4096}, **kwargs)))) == message
-
-
-def test_a_dense_model_has_no_experts_to_move():
-    dense = exact_moe("DD")
-    for mode, layers in (("all", None), ("layers", 0)):
-        error = refusal(dense, [gpu(100000)], None, Options(4096, mode=mode, cpu_expert_layers=layers))
-        assert str(error) == "the model has no routed experts: there is nothing to move (use mode none or auto)"
 
 
 def test_experts_per_gpu_fill_a_card_the_split_leaves_room_on_apart_from_those_of_the_host(nano):

@@ -20,7 +20,8 @@ NO_FREE = "gpus[0] (%s) reports no free memory (nvidia-smi printed [N/A]?): give
 @pytest.mark.parametrize("given, message", [
     (42, "gguf must be a path or the result of gguf_info, got 42"),
     ("", "gguf must be a path or the result of gguf_info, got ''"),
-    ({"files": [], "size": 1}, "gguf is a dict without files or model: pass a path or the registered result of gguf_info"),
+    ({"files": [], "size": 1},
+     "gguf is a dict without files or model: pass a path or the registered result of gguf_info"),
 ])
 def test_gguf_must_be_a_path_or_a_gguf_info_result(given, message):
     with pytest.raises(PlanError) as info:

@@ -52,8 +52,10 @@ def test_cpu_expert_layers_as_yaml_gives_it(nano, given, planned):
 
 
 @pytest.mark.parametrize("args, message", [
-    (dict(mode="layers", cpu_expert_layers=["x"]), "cpu_expert_layers must be a count or a list of block indices, got ['x']"),
-    (dict(gguf={"files": []}), "gguf is a dict without files or model: pass a path or the registered result of gguf_info"),
+    (dict(mode="layers", cpu_expert_layers=["x"]),
+     "cpu_expert_layers must be a count or a list of block indices, got ['x']"),
+    (dict(gguf={"files": []}),
+     "gguf is a dict without files or model: pass a path or the registered result of gguf_info"),
 ])
 def test_input_that_cannot_be_planned_fails_with_its_message_alone(nano, args, message):
     result, warnings = run(params(**dict(dict(gguf=nano, gpus=[A5500], ctx_size=8192), **args)))

@@ -32,7 +32,7 @@ def test_a_single_gpu(ansible_module, fixture, gpu_name, total, free):
     assert "processes" not in result
 
 
-def test_dual_with_processes_in_check_mode(ansible_module, tmp_path):
+def test_dual_with_processes_in_check_mode_and_the_memory_a_process_tree_holds(ansible_module, tmp_path):
     log = tmp_path / "calls"
     result = ansible_module("gpu_info", {"processes": True}, check=True,
                             extra_env=env_with_double("dual_a5500_a4000", NVIDIA_SMI_ARGS_LOG=str(log)))
@@ -44,6 +44,18 @@ def test_dual_with_processes_in_check_mode(ansible_module, tmp_path):
         "--query-gpu=index,name,uuid,pci.bus_id,memory.total,memory.used,memory.free,driver_version,compute_cap "
         "--format=csv,noheader,nounits", "-L",
         "--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits"]
+    # pid 48213 is the llama-server of the busy A5500 fixture: its 18342 MiB count for the tree; pid 1771 is another
+    # process. The pid does not exist here, so its tree is itself.
+    result = ansible_module("gpu_info", {"pid": 48213}, extra_env=env_with_double("rtx_a5500_busy"))
+    assert result["failed"] is False
+    assert result["process_tree"] == {"pid": 48213, "pids": [48213]}
+    assert result["gpus"][0]["memory_held_by_pid_mib"] == 18342 and "processes" not in result
+    other = ansible_module("gpu_info", {"pid": 1771, "processes": True}, extra_env=env_with_double("rtx_a5500_busy"))
+    assert other["gpus"][0]["memory_held_by_pid_mib"] == 512
+    assert [(p["pid"], p["used_memory_mib"]) for p in other["processes"]] == [(48213, 18342), (1771, 512)]
+    none = ansible_module("gpu_info", {"pid": os.getpid()}, extra_env=env_with_double("dual_a5500_a4000"))
+    assert [g["memory_held_by_pid_mib"] for g in none["gpus"]] == [0, 0]
+    assert none["process_tree"]["pids"][0] == os.getpid()
 
 
 @pytest.mark.parametrize("args, fixture, words", [
@@ -71,18 +83,3 @@ def test_no_nvidia_smi_is_a_cpu_host(ansible_module, tmp_path):
     result = ansible_module("gpu_info", {"processes": True}, extra_env={"PATH": str(tmp_path)})
     assert result["failed"] is False
     assert result["gpus"] == [] and result["topology"] == "cpu" and result["nvidia_smi"] is None
-
-
-def test_memory_held_by_a_process_tree(ansible_module):
-    """pid 48213 is the llama-server of the busy A5500 fixture: its 18342 MiB count for the tree; pid 1771 is
-    another process. The pid does not exist here, so its tree is itself."""
-    result = ansible_module("gpu_info", {"pid": 48213}, extra_env=env_with_double("rtx_a5500_busy"))
-    assert result["failed"] is False
-    assert result["process_tree"] == {"pid": 48213, "pids": [48213]}
-    assert result["gpus"][0]["memory_held_by_pid_mib"] == 18342 and "processes" not in result
-    other = ansible_module("gpu_info", {"pid": 1771, "processes": True}, extra_env=env_with_double("rtx_a5500_busy"))
-    assert other["gpus"][0]["memory_held_by_pid_mib"] == 512
-    assert [(p["pid"], p["used_memory_mib"]) for p in other["processes"]] == [(48213, 18342), (1771, 512)]
-    none = ansible_module("gpu_info", {"pid": os.getpid()}, extra_env=env_with_double("dual_a5500_a4000"))
-    assert [g["memory_held_by_pid_mib"] for g in none["gpus"]] == [0, 0]
-    assert none["process_tree"]["pids"][0] == os.getpid()

@@ -108,7 +108,8 @@ def test_moe_offload_plan_bad_input(ansible_module, qwen, args, words):
 
 
 def test_ctx_beyond_training_length_warns_once(ansible_module, qwen, tmp_path):
-    result, warnings = run_with_warnings(ansible_module, tmp_path / "ansible.log", "moe_offload_plan", {"gguf": qwen, "gpus": [A5500], "ctx_size": 100000})
+    result, warnings = run_with_warnings(ansible_module, tmp_path / "ansible.log", "moe_offload_plan",
+                                         {"gguf": qwen, "gpus": [A5500], "ctx_size": 100000})
     assert result["failed"] is False and result["fits"] is True
     assert [w for w in warnings if "training context" in w] == [
         "ctx_size 100000 is beyond the model's training context of 4096 tokens"]

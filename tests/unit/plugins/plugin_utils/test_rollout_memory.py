@@ -36,7 +36,7 @@ def test_device_buffers(buffers, devices):
     assert device_buffers(buffers) == devices
 
 
-def test_device_buffers_errors_name_where_the_bad_value_is():
+def test_errors_name_the_host_the_field_and_where_the_bad_value_is():
     where = "h: llm_server_result.buffers"
     assert error_of(device_buffers, "x", where) == where + " is str, not a dict"
     for buffers, message in [
@@ -46,6 +46,21 @@ def test_device_buffers_errors_name_where_the_bad_value_is():
             ({"CUDA0": {"kv": "x"}}, "buffers.CUDA0.kv is 'x', not a number of MiB"),
             ([{"device": "CUDA1", "rs": [2]}], "buffers.CUDA1.rs is [2], not a number of MiB")]:
         assert error_of(device_buffers, buffers) == message
+    assert error_of(memory_views, []) == "host: llm_server_result is list, not a dict"
+    for res, message in [
+            ([], " is list, not a dict"), ({"plan": "x"}, ".plan is str, not a dict"),
+            ({"plan": {"gpus": {"a": 1}}}, ".plan.gpus is dict, not a list"),
+            ({"plan": {"gpus": ["x"]}}, ".plan.gpus[0] is str, not a dict"),
+            ({"plan": {"gpus": [{"total_mib": "x"}]}}, ".plan.gpus[0].total_mib is 'x', not a number of MiB"),
+            ({"plan": {"gpus": [{}, {"free_mib": [1]}]}}, ".plan.gpus[1].free_mib is [1], not a number of MiB"),
+            ({"plan": {"gpus": [{"margin_mib": True}]}}, ".plan.gpus[0].margin_mib is True, not a number of MiB"),
+            ({"plan": {"gpus": [{}]}, "vram": [{"used_mib": "x"}]}, ".vram[0].used_mib is 'x', not a number of MiB"),
+            ({"buffers": 3}, ".buffers is int, not a dict"),
+            ({"buffers": {"CUDA0": {"kv": "x"}}}, ".buffers.CUDA0.kv is 'x', not a number of MiB"),
+            ({"plan": {"host": []}}, ".plan.host is list, not a dict"),
+            ({"plan": {"host": {"experts_mib": "many"}}}, ".plan.host.experts_mib is 'many', not a number of MiB"),
+            ({"plan": {"host": {"available_mib": False}}}, ".plan.host.available_mib is False, not a number of MiB")]:
+        assert error_of(memory_views, res, "h") == "h: llm_server_result" + message
 
 
 def gpu_view(index=0, name=None, available=None, planned=(), planned_total=0.0, overflow=0.0, measured=None,
@@ -145,24 +160,6 @@ def test_memory_views_the_ith_gpu_of_the_plan_gets_the_buffers_of_device_i_and_i
     assert [memory_views(res)["gpus"][i]["used"] for i in range(3)] == [40.0, None, None]
     res = {"plan": {"gpus": [{"name": "A"}, {"name": "B"}]}, "vram": [{"used_mib": 1}, {"index": 7, "used_mib": 2}]}
     assert [(g["index"], g["name"], g["used"]) for g in memory_views(res)["gpus"]] == [(0, "A", 1.0), (1, "B", 2.0)]
-
-
-def test_memory_views_errors_name_the_host_and_the_field():
-    assert error_of(memory_views, []) == "host: llm_server_result is list, not a dict"
-    for res, message in [
-            ([], " is list, not a dict"), ({"plan": "x"}, ".plan is str, not a dict"),
-            ({"plan": {"gpus": {"a": 1}}}, ".plan.gpus is dict, not a list"),
-            ({"plan": {"gpus": ["x"]}}, ".plan.gpus[0] is str, not a dict"),
-            ({"plan": {"gpus": [{"total_mib": "x"}]}}, ".plan.gpus[0].total_mib is 'x', not a number of MiB"),
-            ({"plan": {"gpus": [{}, {"free_mib": [1]}]}}, ".plan.gpus[1].free_mib is [1], not a number of MiB"),
-            ({"plan": {"gpus": [{"margin_mib": True}]}}, ".plan.gpus[0].margin_mib is True, not a number of MiB"),
-            ({"plan": {"gpus": [{}]}, "vram": [{"used_mib": "x"}]}, ".vram[0].used_mib is 'x', not a number of MiB"),
-            ({"buffers": 3}, ".buffers is int, not a dict"),
-            ({"buffers": {"CUDA0": {"kv": "x"}}}, ".buffers.CUDA0.kv is 'x', not a number of MiB"),
-            ({"plan": {"host": []}}, ".plan.host is list, not a dict"),
-            ({"plan": {"host": {"experts_mib": "many"}}}, ".plan.host.experts_mib is 'many', not a number of MiB"),
-            ({"plan": {"host": {"available_mib": False}}}, ".plan.host.available_mib is False, not a number of MiB")]:
-        assert error_of(memory_views, res, "h") == "h: llm_server_result" + message
 
 
 def test_memory_views_planned_and_measured_per_gpu():
