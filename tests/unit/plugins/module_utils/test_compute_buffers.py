@@ -44,7 +44,7 @@ def measured_facts(tmp_path_factory):
     return found
 
 
-def test_compute_grows_with_context_and_with_op_offload_copy():
+def test_compute_grows_with_context_op_offload_copy_slots_and_cache_layout():
     small = cbuf.compute_buffer_bytes(NANO_FACTS, Options(4096))
     large = cbuf.compute_buffer_bytes(NANO_FACTS, Options(262144))
     # the KQ mask: cells x tokens x f16
@@ -58,6 +58,16 @@ def test_compute_grows_with_context_and_with_op_offload_copy():
     base = cbuf.compute_buffer_bytes(swa, Options(4096, 1))
     assert cbuf.compute_buffer_bytes(swa, Options(8192, 1)) - base == (8192 - 4096) * 512 * 2
     assert cbuf.compute_buffer_bytes(swa, Options(4096, 1), blocks=[0], has_output=False) < base
+    # -kvu: one stream of 2 x 2048 cells instead of two of 2048: the host holds the graph inputs, whose masks follow the
+    # streams; so does the CPU buffer of a host without GPU.
+    one, two, unified = Options(4096, 1), Options(4096, 2), Options(4096, 2, kv_unified=True)
+    assert cbuf.host_compute_bytes(NANO_FACTS, two) != cbuf.host_compute_bytes(NANO_FACTS, one)
+    assert cbuf.cpu_compute_bytes(NANO_FACTS, unified) > cbuf.cpu_compute_bytes(NANO_FACTS, two) > \
+        cbuf.cpu_compute_bytes(NANO_FACTS, one)
+    swa = transformer("gemma3", 6, attention__sliding_window=512)
+    assert cbuf.host_compute_bytes(swa, Options(8192)) != cbuf.host_compute_bytes(swa, Options(8192, swa_full=True))
+    host = mest.estimate(NANO_FACTS, unified)["host"]["compute"]
+    assert host == cbuf.host_compute_bytes(NANO_FACTS, unified) != cbuf.host_compute_bytes(NANO_FACTS, two)
 
 
 @pytest.mark.parametrize("model, tokens, normed, where, live", [
@@ -268,7 +278,7 @@ def test_cpu_compute_buffer_holds_the_graph_inputs_the_embedding_rows_and_the_wo
     assert cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096)) - gpu == 512 * 4 + 2688 * 512 * 4
 
 
-def test_graph_shape_rounds_the_micro_batch_up_to_the_slots_and_the_last_block_s_experts_see_the_output_rows():
+def test_graph_shape_slots_and_output_rows_and_the_logits_only_on_the_output_device():
     """llama_context::graph_reserve: n_tokens a multiple of n_seqs; one output row per slot (n_outputs_max).
     src/models/qwen3moe.cpp: ``if (il == n_layer - 1 && inp_out_ids)`` keeps only the output rows before the last
     block's feed-forward part, so its experts compute ``outputs`` rows; nemotron-h.cpp runs the whole micro-batch
@@ -287,30 +297,14 @@ def test_graph_shape_rounds_the_micro_batch_up_to_the_slots_and_the_last_block_s
         shape = cbuf.graph_shape(moe, Options(4096, 1, kv_unified=False, ubatch=512, batch=2048, swa_full=False))
         assert (shape.tokens, shape.outputs) == (512, 1)
         assert [cbuf._expert_tokens(moe, shape, b) for b in range(3)] == [512, 512, getattr(shape, last_rows)]
-
-
-def test_the_slots_a_full_sliding_window_cache_and_a_unified_cache_reach_the_host_compute():
-    """-kvu: one stream of 2 x 2048 cells instead of two of 2048: the host holds the graph inputs, whose masks
-    follow the streams; so does the CPU buffer of a host without GPU."""
-    one, two, unified = Options(4096, 1), Options(4096, 2), Options(4096, 2, kv_unified=True)
-    assert cbuf.host_compute_bytes(NANO_FACTS, two) != cbuf.host_compute_bytes(NANO_FACTS, one)
-    assert cbuf.cpu_compute_bytes(NANO_FACTS, unified) > cbuf.cpu_compute_bytes(NANO_FACTS, two) > \
-        cbuf.cpu_compute_bytes(NANO_FACTS, one)
-    swa = transformer("gemma3", 6, attention__sliding_window=512)
-    assert cbuf.host_compute_bytes(swa, Options(8192)) != cbuf.host_compute_bytes(swa, Options(8192, swa_full=True))
-    host = mest.estimate(NANO_FACTS, unified)["host"]["compute"]
-    assert host == cbuf.host_compute_bytes(NANO_FACTS, unified) != cbuf.host_compute_bytes(NANO_FACTS, two)
-
-
-def test_the_logits_are_counted_only_on_the_output_device_and_a_dense_ffn_holds_up_gate_and_activation():
-    """The output layer runs on the device that holds ``output.weight`` (llama-model.cpp: dev_output); the logits,
-    n_vocab x n_outputs floats, are in that device's compute buffer and in no other's."""
+    # The output layer runs on the device that holds ``output.weight`` (llama-model.cpp: dev_output); the logits,
+    # n_vocab x n_outputs floats, are in that device's compute buffer and in no other's.
     vocab = 1000000
-    facts = decoder("llama", 1, 64, 4, 2, 16, n_vocab=vocab, n_ff=128)
-    shape = cbuf.graph_shape(facts, Options(4096, 64, kv_unified=False, ubatch=512, batch=2048, swa_full=False))
+    llama = decoder("llama", 1, 64, 4, 2, 16, n_vocab=vocab, n_ff=128)
+    shape = cbuf.graph_shape(llama, Options(4096, 64, kv_unified=False, ubatch=512, batch=2048, swa_full=False))
     logits = vocab * shape.outputs * 4
-    with_output = cbuf.compute_buffer_bytes(facts, Options(4096, 64, ubatch=512), has_output=True)
-    without = cbuf.compute_buffer_bytes(facts, Options(4096, 64, ubatch=512), has_output=False)
+    with_output = cbuf.compute_buffer_bytes(llama, Options(4096, 64, ubatch=512), has_output=True)
+    without = cbuf.compute_buffer_bytes(llama, Options(4096, 64, ubatch=512), has_output=False)
     assert shape.outputs == 64 and with_output >= logits > without
     # llm_graph_context::build_ffn: up, gate and the activation of the whole micro-batch live together
     dense = decoder("llama", 2, 256, 4, 4, 64, n_ff=4096, gate=True)

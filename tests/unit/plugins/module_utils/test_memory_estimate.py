@@ -46,7 +46,7 @@ def test_bad_context(ctx, parallel):
         mest.estimate(NANO_FACTS, Options(ctx, parallel))
 
 
-def test_real_nano_header(nano):
+def test_estimate_adds_up_each_gpu_and_the_host_with_its_defaults_and_the_real_nano_header(nano):
     assert nano.warnings == []
     assert nano.n_vocab == 131072  # from the skipped token array's count
     result = mest.estimate(nano, Options(32768, 2, backend="cpu"), cpu_tensors=nano.expert_names)
@@ -59,6 +59,24 @@ def test_real_nano_header(nano):
     assert gpu["model"] == non_expert - embd
     assert 1360 < gpu["model_mib"] < 1380  # llama-server b10435 on an RPC device: 1369.17 MiB (plan_accuracy.py)
     assert 21700 < common.mib(result["host"]["model"] - embd) < 21850  # routed experts: about 21,772 MiB
+    result = mest.estimate(NANO_FACTS, Options(32768, 2, backend="cpu", margin_mib=512, host_margin_mib=256))
+    (gpu,) = result["gpus"]
+    assert gpu["kv"] == 6144 * 32768 and gpu["recurrent"] == 2 * 23 * 2170880 and gpu["margin"] == 512 * MIB
+    assert gpu["total"] == gpu["model"] + gpu["kv"] + gpu["recurrent"] + gpu["compute"] + gpu["margin"]
+    assert gpu["kv_mib"] == 192.0 and gpu["recurrent_mib"] == 95.23 and gpu["margin_mib"] == 512.0
+    host = result["host"]
+    assert host["kv"] == 0 and host["recurrent"] == 0 and host["output"] == 2 * 131072 * 4
+    assert host["margin"] == 256 * MIB
+    assert host["total"] == host["model"] + host["output"] + host["compute"] + host["margin"]
+    assert host["output_mib"] == 1.0 and host["mmap"] is True and host["pinned"] is False
+    assert result["n_ctx"] == 32768 and result["cells"] == kvc.CacheCells(32768, 16384, 2, 0, 512)
+    assert mest.estimate(attention_model(), Options(513, 2, backend="rpc"))["n_ctx"] == 1024  # padded for each slot
+    assert result["devices_by_block"] == [0] * 52 and result["output_device"] == 0 and result["warnings"] == []
+    # the defaults: one slot, f16, flash attention and the 1024 MiB margins
+    result = mest.estimate(NANO_FACTS, Options(4096))
+    assert result["gpus"][0]["margin"] == 1024 * MIB and result["host"]["margin"] == 1024 * MIB
+    assert result["gpus"][0]["kv"] == 6144 * 4096 and result["gpus"][0]["recurrent"] == 23 * 2170880
+    assert result["host"]["output"] == 131072 * 4 and result["flash_attn"] is True
 
 
 @pytest.mark.parametrize("split, n, cumulative", [
@@ -156,27 +174,6 @@ def test_a_quantized_v_cache_needs_flash_attention_and_the_training_context_warn
     assert mest.estimate(f, Options(4096, backend="cpu"))["warnings"] == []
     assert mest.estimate(f, Options(4097, backend="cpu"))["warnings"] == [
         "ctx_size 4097 is beyond the model's training context (4096): quality may drop"]
-
-
-def test_estimate_adds_up_each_gpu_and_the_host_with_its_defaults():
-    result = mest.estimate(NANO_FACTS, Options(32768, 2, backend="cpu", margin_mib=512, host_margin_mib=256))
-    (gpu,) = result["gpus"]
-    assert gpu["kv"] == 6144 * 32768 and gpu["recurrent"] == 2 * 23 * 2170880 and gpu["margin"] == 512 * MIB
-    assert gpu["total"] == gpu["model"] + gpu["kv"] + gpu["recurrent"] + gpu["compute"] + gpu["margin"]
-    assert gpu["kv_mib"] == 192.0 and gpu["recurrent_mib"] == 95.23 and gpu["margin_mib"] == 512.0
-    host = result["host"]
-    assert host["kv"] == 0 and host["recurrent"] == 0 and host["output"] == 2 * 131072 * 4
-    assert host["margin"] == 256 * MIB
-    assert host["total"] == host["model"] + host["output"] + host["compute"] + host["margin"]
-    assert host["output_mib"] == 1.0 and host["mmap"] is True and host["pinned"] is False
-    assert result["n_ctx"] == 32768 and result["cells"] == kvc.CacheCells(32768, 16384, 2, 0, 512)
-    assert mest.estimate(attention_model(), Options(513, 2, backend="rpc"))["n_ctx"] == 1024  # padded for each slot
-    assert result["devices_by_block"] == [0] * 52 and result["output_device"] == 0 and result["warnings"] == []
-    # the defaults: one slot, f16, flash attention and the 1024 MiB margins
-    result = mest.estimate(NANO_FACTS, Options(4096))
-    assert result["gpus"][0]["margin"] == 1024 * MIB and result["host"]["margin"] == 1024 * MIB
-    assert result["gpus"][0]["kv"] == 6144 * 4096 and result["gpus"][0]["recurrent"] == 23 * 2170880
-    assert result["host"]["output"] == 131072 * 4 and result["flash_attn"] is True
 
 
 @pytest.mark.parametrize("mmap, n_devices, backend, pinned", [

@@ -149,7 +149,7 @@ def test_headroom_is_the_largest_multiple_of_256_and_slot_count_that_fit_up_to_t
     assert at["warnings"] == [] and at["headroom"]["this_plan"]["ctx_size_capped_at"] == 4096
 
 
-def test_the_reports_of_a_plan_that_moves_nothing(moe):
+def test_the_reports_of_a_plan_that_moves_nothing_and_the_cache_options_that_reach_it(moe):
     result = plan(moe, [gpu(100000)], {"memory_available_mib": 50000}, Options(1000, 3, **SIZING))
     assert result["pattern"] == "" and result["override_tensor"] == "" and result["vram_saved_mib"] == 0
     assert "so no expert moves to host memory and the GPU keeps full speed." in result["reason"]
@@ -168,11 +168,8 @@ def test_the_reports_of_a_plan_that_moves_nothing(moe):
     assert sorted(host) == ["available_mib", "compute_mib", "free_after_mib", "kv_mib", "margin_mib", "mmap",
                             "model_mib", "output_mib", "pinned", "recurrent_mib", "total_mib"]
     assert host["available_mib"] == 50000 and host["margin_mib"] == 1024.0
-
-
-def test_the_cache_options_reach_the_plan(moe):
-    """V as f32 with K f16: 2 + 4 instead of 2 + 2 bytes an element; -kvu: one stream of 4096 cells instead of two of
-    2048, as the estimate sizes it."""
+    # V as f32 with K f16: 2 + 4 instead of 2 + 2 bytes an element; -kvu: one stream of 4096 cells instead of two of
+    # 2048, as the estimate sizes it.
     plain = plan(moe, [gpu(100)], None, Options(4096, **SIZING))["memory"]["gpus"][0]["kv_mib"]
     wide = plan(moe, [gpu(100)], None, Options(4096, cache_type_v="f32", **SIZING))["memory"]["gpus"][0]
     assert wide["kv_mib"] == plain * 1.5

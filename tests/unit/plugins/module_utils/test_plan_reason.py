@@ -12,7 +12,7 @@ from tests.helpers.memory_models import MIB
 from tests.helpers.plans import SIZING, exact_moe, gpu, need, refusal
 
 
-def test_a_nano_plan_that_does_not_fit_names_what_to_lower(nano):
+def test_a_plan_that_does_not_fit_names_what_to_lower_the_split_and_the_gpu_most_short(nano, moe):
     """262144 tokens for 4 slots on a 4 GiB card, short even with every expert on the host: a model with recurrent
     state can lower parallel, and CUDA's op offload reserves the room of the largest host-resident block's experts."""
     error = refusal(nano, [gpu(4096)], None, Options(262144, 4))
@@ -27,9 +27,21 @@ def test_a_nano_plan_that_does_not_fit_names_what_to_lower(nano):
         "the cost of slower prompt processing), or use a larger GPU." % (
             short["total_mib"], -short["free_after_mib"], details["headroom"]["all_experts_on_cpu"]["max_ctx_size"],
             max(nano.expert_bytes_by_block().values()) / MIB))
+    # The split is each card's share of the free memory (3 : 2); both cards are short, the missing MiB are those of the
+    # card most short; the largest context that fits with every expert on the host is named.
+    error = refusal(moe, [gpu(3, 0), gpu(2, 1)], None, Options(4096, split="auto", **SIZING))
+    gpus = error.details["memory"]["gpus"]
+    worst = min(gpus, key=lambda g: g["free_after_mib"])
+    assert max(g["free_after_mib"] for g in gpus) < 0 and len(set(g["free_after_mib"] for g in gpus)) == 2
+    assert str(error) == (
+        "Does not fit on GPU0 (3 MiB free) + GPU1 (2 MiB free), split 0.6,0.4: with the experts of 3 block(s) on CPU "
+        "the plan needs %.0f MiB and %.0f MiB are missing on %s. Lower ctx_size (at most %d fits with all experts "
+        "on CPU), cache_type_k/cache_type_v (q8_0 halves the KV cache), margin_mib, ubatch, or use a larger GPU." % (
+            sum(g["total_mib"] for g in gpus), -worst["free_after_mib"], worst["name"],
+            error.details["headroom"]["all_experts_on_cpu"]["max_ctx_size"]))
 
 
-def test_a_nano_plan_on_an_a5500_names_the_blocks_it_moves_and_what_stays_on_the_gpu(nano):
+def test_the_reason_names_what_moves_and_stays_on_an_a5500_and_what_a_host_without_gpu_keeps(nano, moe):
     """The A5500 (24148 MiB free) at 32K with two slots: the experts of two blocks go to host memory, the Nano's
     recurrent (Mamba) tensors stay on the GPU with its attention."""
     result = plan(nano, [gpu(24148)], None, Options(32768, 2))
@@ -43,6 +55,12 @@ def test_a_nano_plan_on_an_a5500_names_the_blocks_it_moves_and_what_stays_on_the
         "result of host_info)." % (
             used["total_mib"] + result["vram_saved_mib"], used["total_mib"], result["vram_saved_mib"],
             result["memory"]["host"]["model_mib"], here["max_ctx_size"], here["max_parallel"]))
+    result = plan(moe, [], {"memory_available_mib": 100000}, Options(4096, **SIZING))
+    host = result["memory"]["host"]
+    assert result["reason"].startswith(
+        "No GPU: llama-server computes on the CPU and keeps everything in host memory: the weights, the KV cache for "
+        "4096 tokens and the compute buffer need %.0f MiB with the 1024 MiB margin (100000 MiB available). The "
+        "whole context" % host["total_mib"])
 
 
 @pytest.mark.parametrize("text_of, given, text", [
@@ -72,21 +90,6 @@ def test_the_reason_of_mode_all_or_of_a_given_pattern_names_what_moves_the_card_
                                        "pattern asks, on GPU0 (8 MiB free)." % check["verdict"])
 
 
-def test_two_short_gpus_name_the_split_and_the_one_most_short(moe):
-    """The split is each card's share of the free memory (3 : 2); both cards are short, the missing MiB are
-    those of the card most short; the largest context that fits with every expert on the host is named."""
-    error = refusal(moe, [gpu(3, 0), gpu(2, 1)], None, Options(4096, split="auto", **SIZING))
-    gpus = error.details["memory"]["gpus"]
-    worst = min(gpus, key=lambda g: g["free_after_mib"])
-    assert max(g["free_after_mib"] for g in gpus) < 0 and len(set(g["free_after_mib"] for g in gpus)) == 2
-    assert str(error) == (
-        "Does not fit on GPU0 (3 MiB free) + GPU1 (2 MiB free), split 0.6,0.4: with the experts of 3 block(s) on CPU "
-        "the plan needs %.0f MiB and %.0f MiB are missing on %s. Lower ctx_size (at most %d fits with all experts "
-        "on CPU), cache_type_k/cache_type_v (q8_0 halves the KV cache), margin_mib, ubatch, or use a larger GPU." % (
-            sum(g["total_mib"] for g in gpus), -worst["free_after_mib"], worst["name"],
-            error.details["headroom"]["all_experts_on_cpu"]["max_ctx_size"]))
-
-
 @pytest.mark.parametrize("mode", [dict(), dict(mode="layers", cpu_expert_layers=3)])
 def test_a_gpu_too_small_for_any_context_names_ctx_size_without_a_figure(moe, mode):
     """No context fits 1 MiB; CUDA with op offload reserves the room of the largest host-resident block's experts
@@ -98,15 +101,6 @@ def test_a_gpu_too_small_for_any_context_names_ctx_size_without_a_figure(moe, mo
         "Lower ctx_size, cache_type_k/cache_type_v (q8_0 halves the KV cache), margin_mib, ubatch, op_offload "
         "(false, with llama-server --no-op-offload, frees the %.0f MiB the GPU reserves to compute on host-resident "
         "experts, at the cost of slower prompt processing), or use a larger GPU." % (2 * 64 * 64 * 8 * 4 / MIB))
-
-
-def test_the_reason_of_a_host_without_gpu_gives_the_memory_available(moe):
-    result = plan(moe, [], {"memory_available_mib": 100000}, Options(4096, **SIZING))
-    host = result["memory"]["host"]
-    assert result["reason"].startswith(
-        "No GPU: llama-server computes on the CPU and keeps everything in host memory: the weights, the KV cache for "
-        "4096 tokens and the compute buffer need %.0f MiB with the 1024 MiB margin (100000 MiB available). The "
-        "whole context" % host["total_mib"])
 
 
 @pytest.mark.parametrize("model, gpus, available, mode, parts, advice", [
