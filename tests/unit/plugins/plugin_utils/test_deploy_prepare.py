@@ -9,12 +9,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import (
-    Refused,
-    make_plan,
-    plan_args,
-    prepare,
-    service_args,
-)
+    Refused, make_plan, plan_args, prepare, service_args)
 from tests.helpers.deploy_hosts import holding, proved
 from tests.helpers.role_vars import role_values
 from tools.gguf_models import write_demo_model
@@ -46,6 +41,13 @@ def service(model, gpus=None):
             "model_info": describe(read_model(model), tensors="none")[0]}
 
 
+def refused(step, *args, **kwargs):
+    """The ``Refused`` that ``step(*args, **kwargs)`` raises."""
+    with pytest.raises(Refused) as caught:
+        step(*args, **kwargs)
+    return caught.value
+
+
 def test_the_host_is_read_with_the_gpus_the_memory_and_the_model_for_a_deploy_only(demo):
     s = settings(demo)
     args = service_args(s, "k3y")
@@ -73,36 +75,32 @@ def test_the_planner_gets_the_chosen_gpus_the_mode_the_layers_and_the_inventory_
 def test_a_missing_gpu_skips_the_plan_and_is_refused_by_the_placement(demo):
     plan, missing, _warnings = make_plan(settings(demo, llm_server_gpu_devices=[3]), service(demo, ONE_GPU))
     assert (plan, missing) == ({"skipped": True, "changed": False}, [3])
-    with pytest.raises(Refused) as refused:
-        prepare(settings(demo, llm_server_gpu_devices=[3]), service(demo, ONE_GPU), host="h1")
+    refusal = refused(prepare, settings(demo, llm_server_gpu_devices=[3]), service(demo, ONE_GPU), host="h1")
     msg = ("llm_server: llm_server_gpu_devices [3] names GPUs that h1 does not have (nvidia-smi indices: [0]). "
            "Nothing was changed.")
-    assert (refused.value.result, str(refused.value)) == ({"failed": True, "msg": msg}, msg)
-    assert refused.value.parts["plan"] == {"skipped": True, "changed": False}
+    assert (refusal.result, str(refusal), refusal.parts["plan"]) == (
+        {"failed": True, "msg": msg}, msg, {"skipped": True, "changed": False})
 
 
 def test_a_plan_that_does_not_fit_is_refused_with_the_plan_unless_forced(demo):
     tiny = {"topology": "single", "gpus": [dict(ONE_GPU["gpus"][0], memory_total_mib=64, memory_free_mib=1)],
             "processes": []}
-    with pytest.raises(Refused) as refused:
-        prepare(settings(demo), service(demo, tiny), host="h1")
-    assert refused.value.result["msg"].startswith("llm_server: the plan does not fit h1's GPUs: ")
-    assert refused.value.parts["plan"]["fits"] is False and refused.value.parts["plan"]["failed"] is True
+    refusal = refused(prepare, settings(demo), service(demo, tiny), host="h1")
+    assert refusal.result["msg"].startswith("llm_server: the plan does not fit h1's GPUs: ")
+    assert refusal.parts["plan"]["fits"] is False and refusal.parts["plan"]["failed"] is True
     forced = prepare(settings(demo, llm_server_moe_offload_force=True), service(demo, tiny))
     assert forced["plan"]["fits"] is False and forced["placement"]["topology"] == "single"
 
 
 def test_a_planner_failure_other_than_the_fit_is_a_refusal_in_the_planners_words(demo):
     found = dict(service(demo), model_info={"model": {"metadata": {}, "tensors": []}})
-    with pytest.raises(Refused) as refused:
-        make_plan(settings(demo), found)
-    assert refused.value.result["failed"] is True and refused.value.result["msg"]
-    assert refused.value.parts["plan"] is refused.value.result
+    refusal = refused(make_plan, settings(demo), found)
+    assert refusal.result["failed"] is True and refusal.result["msg"]
+    assert refusal.parts["plan"] is refusal.result
     # options the planner's argument spec refuses, in its own words
-    with pytest.raises(Refused) as refused:
-        make_plan(dict(settings(demo), ctx_size="many"), found)
-    assert refused.value.result == {"failed": True, "msg": "argument 'ctx_size' is of type str and we were unable to "
-                                                           "convert to int: \"'many'\" cannot be converted to an int"}
+    assert refused(make_plan, dict(settings(demo), ctx_size="many"), found).result == {
+        "failed": True, "msg": "argument 'ctx_size' is of type str and we were unable to convert to int: "
+                               "\"'many'\" cannot be converted to an int"}
 
 
 def test_a_deployable_host_gets_its_plan_placement_and_decision(demo):
