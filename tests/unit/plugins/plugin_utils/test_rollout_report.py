@@ -31,13 +31,11 @@ def test_one_line_folds_whitespace_runs_then_cuts_to_the_limit_ellipsis_included
 
 
 @pytest.mark.parametrize("result, error", [
-    *[({"status": status, "message": "m"}, None) for status in ("changed", "unchanged", "failed", "rolled_back", "checked")],
+    *[({"status": status, "message": "m"}, None) for status in ROLE_STATUS_LIST.split(", ")],
     ("done", "h: llm_server_result is str, not a dict"), (None, "h: llm_server_result is NoneType, not a dict"),
-    ({"status": "ok"}, "h: llm_server_result.status is 'ok', not one of " + ROLE_STATUS_LIST),
-    ({}, "h: llm_server_result.status is None, not one of " + ROLE_STATUS_LIST),
-    # the report's statuses, never the role's
-    ({"status": "unreachable"}, "h: llm_server_result.status is 'unreachable', not one of " + ROLE_STATUS_LIST),
-    ({"status": "not_reached"}, "h: llm_server_result.status is 'not_reached', not one of " + ROLE_STATUS_LIST),
+    # unknown, none, or the report's statuses, never the role's
+    *[({"status": status} if status else {}, "h: llm_server_result.status is %r, not one of %s" % (
+        status, ROLE_STATUS_LIST)) for status in ("ok", None, "unreachable", "not_reached")],
 ])
 def test_check_result_returns_a_result_of_a_role_status_or_names_the_host_and_what_is_wrong(result, error):
     if error is None:
@@ -113,7 +111,8 @@ RAN = {"outcome": "ok", "phase": None, "msg": None}
     (HostRun("h", result={"status": "checked", "pattern": ""}, result_phase="preflight"),
      dict(NEVER_RUN, ansible=RAN, result_from="preflight", result={"status": "checked", "pattern": ""})),
     # what Ansible did: unreachable wins over a failure; its message on one line
-    (HostRun("h", batch=1, unreachable="ssh\n  refused", unreachable_phase="deploy", failure="boom", failure_phase="deploy"),
+    (HostRun("h", batch=1, unreachable="ssh\n  refused", unreachable_phase="deploy", failure="boom",
+             failure_phase="deploy"),
      dict(NEVER_RUN, batch=1, status="unreachable", message="unreachable in the deploy: ssh refused",
           ansible={"outcome": "unreachable", "phase": "deploy", "msg": "ssh refused"})),
     (HostRun("h", unreachable="gone"), dict(NEVER_RUN, status="unreachable", message="unreachable in the rollout: gone",
@@ -143,12 +142,10 @@ def test_build_report_whole_dict_of_a_rollout_that_completed_with_failures():
         "batches": [{"batch": 1, "hosts": ["a"], "seconds": 3.5}, {"batch": 2, "hosts": ["b"], "seconds": None}],
         "started": "S", "finished": "F", "seconds": 9.25,
         "hosts": [
-            {"host": "a", "batch": 1, "status": "changed", "message": "m a", "pattern": "pa",
-             "pattern_source": "plan", "config_hash": "h1",
-             "ansible": {"outcome": "ok", "phase": None, "msg": None}, "result_from": "deploy", "result": a},
-            {"host": "b", "batch": 2, "status": "failed", "message": "boom", "pattern": None,
-             "pattern_source": None, "config_hash": None,
-             "ansible": {"outcome": "ok", "phase": None, "msg": None}, "result_from": "deploy", "result": b}],
+            {"host": "a", "batch": 1, "status": "changed", "message": "m a", "pattern": "pa", "pattern_source": "plan",
+             "config_hash": "h1", "ansible": RAN, "result_from": "deploy", "result": a},
+            {"host": "b", "batch": 2, "status": "failed", "message": "boom", "pattern": None, "pattern_source": None,
+             "config_hash": None, "ansible": RAN, "result_from": "deploy", "result": b}],
         "errors": []}
     assert list(report) == ["outcome", "reason", "check_mode", "summary", "serial", "max_fail_percentage",
                             "batches", "started", "finished", "seconds", "hosts", "errors"]
@@ -165,33 +162,25 @@ def test_build_report_defaults_of_an_empty_rollout():
 
 
 @pytest.mark.parametrize("run, outcome", [
-    (HostRun("a", 1, result("changed"), "deploy"), "completed"), (HostRun("a", 1, result("unchanged"), "deploy"), "completed"),
-    (HostRun("a", 1, result("checked"), "deploy"), "completed"),
-    (HostRun("a", 1, result("failed"), "deploy"), "completed_with_failures"),
-    (HostRun("a", 1, result("rolled_back"), "deploy"), "completed_with_failures"),
+    *[(HostRun("a", 1, result(status), "deploy"), "completed") for status in ("changed", "unchanged", "checked")],
+    *[(HostRun("a", 1, result(status), "deploy"), "completed_with_failures") for status in ("failed", "rolled_back")],
     (HostRun("a", 1, unreachable="gone", unreachable_phase="deploy"), "completed_with_failures")])
 def test_build_report_outcome_is_completed_only_when_every_host_is_ok(run, outcome):
     report = build_report(Rollout(hosts=["a"], batches=[["a"]]), [run])
     assert (report["outcome"], report["reason"], report["errors"]) == (outcome, None, [])
 
 
-def test_build_report_summary_counts_follow_the_order_of_the_statuses():
+def test_build_report_counts_in_the_order_of_the_statuses_and_lists_the_inventory_first_then_the_others_sorted():
     runs = [HostRun("u", 1, unreachable="gone"), HostRun("f", 1, result("failed"), "deploy"),
             HostRun("r", 1, result("rolled_back"), "deploy"), HostRun("k", 1, result("checked"), "deploy"),
             HostRun("n", 1, result("unchanged"), "deploy"), HostRun("c", 1, result("changed"), "deploy"),
-            HostRun("c2", 1, result("changed"), "deploy")]
-    report = build_report(Rollout(hosts=[r.host for r in runs] + ["x"], batches=[[r.host for r in runs]],
-                                  max_fail_percentage=100), runs)
+            HostRun("b", 1, result("changed"), "deploy")]
+    report = build_report(Rollout(hosts=["n", "x"], batches=[[r.host for r in runs]], max_fail_percentage=100), runs)
     assert list(report["summary"].items()) == [("changed", 2), ("unchanged", 1), ("checked", 1), ("rolled_back", 1),
                                                ("failed", 1), ("unreachable", 1), ("not_reached", 1)]
-
-
-def test_build_report_orders_inventory_hosts_first_then_the_others_sorted():
-    runs = [HostRun("z", 1, result("changed"), "deploy"), HostRun("b", 1, result("changed"), "deploy"),
-            HostRun("m", 1, result("changed"), "deploy")]
-    report = build_report(Rollout(hosts=["m", "q"], batches=[["m", "z", "b"]]), runs)
     assert [(r["host"], r["status"]) for r in report["hosts"]] == [
-        ("m", "changed"), ("q", "not_reached"), ("b", "changed"), ("z", "changed")]
+        ("n", "unchanged"), ("x", "not_reached"), ("b", "changed"), ("c", "changed"), ("f", "failed"),
+        ("k", "checked"), ("r", "rolled_back"), ("u", "unreachable")]
 
 
 def test_a_result_the_report_cannot_read_fails_its_host_in_the_phase_that_published_it():
@@ -199,10 +188,8 @@ def test_a_result_the_report_cannot_read_fails_its_host_in_the_phase_that_publis
     report = build_report(Rollout(hosts=["p"]), [run])
     error = "p: llm_server_result.status is 'bogus', not one of " + ROLE_STATUS_LIST
     assert report["errors"] == [error]
-    assert report["hosts"] == [{
-        "host": "p", "batch": None, "status": "failed", "message": "preflight: " + error, "pattern": None,
-        "pattern_source": None, "config_hash": None,
-        "ansible": {"outcome": "failed", "phase": "preflight", "msg": error}, "result_from": None, "result": None}]
+    assert report["hosts"] == [dict(NEVER_RUN, host="p", status="failed", message="preflight: " + error,
+                                    ansible={"outcome": "failed", "phase": "preflight", "msg": error})]
     assert report["outcome"] == "stopped"
     assert report["reason"] == "preflight: p (failed); " + SKIP_HINT
 
@@ -295,7 +282,8 @@ START = "h     1      changed  p        "                 # 29 characters and tw
 @pytest.mark.parametrize("message, pattern, width, line", [
     # only the role's prefix at the start of a message is dropped; no trailing blanks
     ("llm_server: the deploy on h-1 failed: the model failed", "p", (), START + "the model failed"),
-    ("llm_server: plan refused", "p", (), START + "plan refused"), ("the deploy on h failed: oom", "p", (), START + "oom"),
+    ("llm_server: plan refused", "p", (), START + "plan refused"),
+    ("the deploy on h failed: oom", "p", (), START + "oom"),
     ("see llm_server: x", "p", (), START + "see llm_server: x"), ("llm_server: ", "p", (), "h     1      changed  p"),
     # the message is cut to the width but keeps at least 20 characters; the default width is 132
     ("m" * 29, "p", (60,), START + "m" * 29), ("m" * 30, "p", (60,), START + "m" * 26 + "..."),
@@ -398,9 +386,9 @@ def test_markdown_names_the_host_whose_plan_is_malformed():
 def test_corrupted_model_on_the_second_host_stops_the_rollout():
     """Canary h1 changed, h2 rolled back, 0% allowed: Ansible stopped before h3 and h4."""
     hosts = ["h1", "h2", "h3", "h4"]
-    runs = [HostRun("h1", 1, samples.changed_single(), "deploy"), HostRun("h2", 2, samples.rolled_back_busy(), "deploy"),
+    runs = [HostRun("h1", 1, samples.changed_single(), "deploy"),
+            HostRun("h2", 2, samples.rolled_back_busy(), "deploy", failure="rolled back", failure_phase="deploy"),
             HostRun("h3", result=samples.checked_cpu(), result_phase="preflight"), HostRun("h4")]
-    runs[1].failure, runs[1].failure_phase = "rolled back", "deploy"
     report = build_report(Rollout(hosts=hosts, batches=[["h1"], ["h2"]]), runs)
     assert report["outcome"] == "stopped"
     assert [(r["host"], r["batch"], r["status"]) for r in report["hosts"]] == [
