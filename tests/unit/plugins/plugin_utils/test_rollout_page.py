@@ -44,7 +44,8 @@ LABELS_OF_PLANNED = ('<text x="39.0" y="254" text-anchor="middle">planned</text>
 
 @pytest.mark.parametrize("render, value, text", [
     # text is escaped with its quotes, None is empty
-    (rp._e, None, ""), (rp._e, "", ""), (rp._e, 0, "0"), (rp._e, '<a href="x">&\'', "&lt;a href=&quot;x&quot;&gt;&amp;&#x27;"),
+    (rp._e, None, ""), (rp._e, "", ""), (rp._e, 0, "0"),
+    (rp._e, '<a href="x">&\'', "&lt;a href=&quot;x&quot;&gt;&amp;&#x27;"),
     # MiB are a whole number with thousands, or a dash
     (rp._mib, None, "-"), (rp._mib, 0, "0 MiB"), (rp._mib, 0.4, "0 MiB"), (rp._mib, 1234.6, "1,235 MiB"),
     (rp._mib, 24148.0, "24,148 MiB")])
@@ -61,7 +62,7 @@ def test_a_status_is_a_chip_in_its_own_color(status, shown, color):
     assert rp._status(status) == '<span class="status s-%s" style="background:%s">%s</span>' % (shown, color, shown)
 
 
-def test_a_column_stacks_its_segments_bottom_up_and_skips_the_empty_ones():
+def test_a_column_stacks_its_segments_bottom_up_skips_the_empty_ones_and_escapes_its_labels():
     """Heights are MiB times the scale from the bottom line (y 240); zero or negative segments are not drawn,
     a segment of half a pixel is; the free part has a border; name and total sit centred under the column."""
     segments = [("model", 100.0), ("kv", 0.0), ("recurrent", 1.0), ("compute", -4.0), ("free", 50.0)]
@@ -79,9 +80,7 @@ def test_a_column_stacks_its_segments_bottom_up_and_skips_the_empty_ones():
     # without segments it keeps its labels
     assert rp._column(10, "planned", [], 1.0, "gpu0", "151 MiB") == (
         '<g class="column" data-column="planned" data-group="gpu0">' + LABELS_OF_PLANNED + "</g>")
-
-
-def test_a_column_escapes_its_name_group_and_total():
+    # its name, group and total escaped
     assert rp._column(0, "a&b", [("experts", 2048.0)], 0.01, '"h"', "<2,048 MiB>") == (
         '<g class="column" data-column="a&amp;b" data-group="&quot;h&quot;">'
         '<rect class="seg k-experts" data-group="&quot;h&quot;" data-column="a&amp;b" data-kind="experts" '
@@ -163,24 +162,20 @@ def test_host_ram_group(x, ram, scale, available, columns):
         '<text x="%d" y="28">available: %s</text>%s</g>' % (available[0], x, x, available[1], columns))
 
 
+def svg(width, label, body):
+    return ('<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="%d" height="276" viewBox="0 0 %d 276" '
+            'role="img" aria-label="memory of %s">%s</svg>' % (width, width, label, body))
+
+
 def test_a_chart_has_one_group_per_gpu_then_the_host_ram_each_180_px_wide():
     first, second = _gpu_view(index=0), _gpu_view(index=1, measured=MEASURED, measured_total=550.0)
     ram = {"available": 4000.0, "planned": 100.0, "measured": None}
-    views = {"gpus": [first, second], "host": ram}
-    assert rp._chart("a&b", views, 0.1, 0.05) == (
-        '<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="550" height="276" viewBox="0 0 550 276" '
-        'role="img" aria-label="memory of a&amp;b">'
-        + rp._gpu_group(10, first, 0.1) + rp._gpu_group(190, second, 0.1) + rp._ram_group(370, ram, 0.05)
-        + "</svg>")
+    assert rp._chart("a&b", {"gpus": [first, second], "host": ram}, 0.1, 0.05) == svg(
+        550, "a&amp;b", rp._gpu_group(10, first, 0.1) + rp._gpu_group(190, second, 0.1) + rp._ram_group(370, ram, 0.05))
     # without host RAM, or without GPUs
-    gpu = _gpu_view()
-    assert rp._chart("h", {"gpus": [gpu], "host": None}, 0.1, 0.05) == (
-        '<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="190" height="276" viewBox="0 0 190 276" '
-        'role="img" aria-label="memory of h">' + rp._gpu_group(10, gpu, 0.1) + "</svg>")
-    ram = {"available": 4000.0, "planned": 100.0, "measured": 90.0}
-    assert rp._chart("cpu", {"gpus": [], "host": ram}, 0.1, 0.05) == (
-        '<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="190" height="276" viewBox="0 0 190 276" '
-        'role="img" aria-label="memory of cpu">' + rp._ram_group(10, ram, 0.05) + "</svg>")
+    assert rp._chart("h", {"gpus": [first], "host": None}, 0.1, 0.05) == svg(190, "h", rp._gpu_group(10, first, 0.1))
+    ram = dict(ram, measured=90.0)
+    assert rp._chart("cpu", {"gpus": [], "host": ram}, 0.1, 0.05) == svg(190, "cpu", rp._ram_group(10, ram, 0.05))
 
 
 NUMBER_HEADS = ("<th>weights</th><th>KV cache</th><th>recurrent state</th><th>compute</th><th>margin</th>"
