@@ -18,16 +18,11 @@ from ansible_collections.ai_llm.moe_offload.plugins.filter.container_model impor
 # `podman run -v /srv/models:/models:ro -e MODEL_PATH=/models/nano.gguf localhost/ai-llm:cpu-b10435 -c 512`
 # (the keys the filter reads, and some it must ignore).
 OURS = {
-    "Name": "ai-llm",
-    "Path": "/usr/local/bin/start-llama-server",
-    "Args": ["-c", "512"],
+    "Name": "ai-llm", "Path": "/usr/local/bin/start-llama-server", "Args": ["-c", "512"],
     "Config": {
         "Env": ["TERM=xterm", "container=podman", "LLAMA_SERVER_BIN=/opt/llama/bin/llama-server",
                 "MODEL_PATH=/models/nano.gguf", "PATH=/usr/local/bin:/bin", "HOME=/root", "HOSTNAME=vm"],
-        "Entrypoint": "/usr/local/bin/start-llama-server",
-        "Cmd": ["-c", "512"],
-        "WorkingDir": "/",
-    },
+        "Entrypoint": "/usr/local/bin/start-llama-server", "Cmd": ["-c", "512"], "WorkingDir": "/"},
     "Mounts": [{"Type": "bind", "Source": "/srv/models", "Destination": "/models", "Driver": "", "Mode": "",
                 "Options": ["rbind"], "RW": False, "Propagation": "rprivate"}],
 }
@@ -35,9 +30,7 @@ OURS = {
 # llama.cpp's server image (ENTRYPOINT ["/app/llama-server"]) as `docker inspect` prints it: Name with a
 # leading slash, Config.Entrypoint a list.
 UPSTREAM = {
-    "Name": "/llama",
-    "Path": "/app/llama-server",
-    "Args": ["--host", "0.0.0.0", "--port", "8080"],
+    "Name": "/llama", "Path": "/app/llama-server", "Args": ["--host", "0.0.0.0", "--port", "8080"],
     "Config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                        "LLAMA_ARG_HOST=0.0.0.0"],
                "Entrypoint": ["/app/llama-server"], "WorkingDir": "/app"},
@@ -61,9 +54,7 @@ def test_the_container_the_role_deploys_passes_model_path():
         "container": "ai-llm", "container_path": "/models/nano.gguf", "source": "MODEL_PATH",
         "host_path": "/srv/models/nano.gguf", "error": ""}
     # start-llama-server appends the compose `command:` after its own --model "$MODEL_PATH": the last -m wins
-    ours = copy.deepcopy(OURS)
-    ours["Args"] = ["-m", "/models/other.gguf"]
-    assert container_model(ours)["host_path"] == "/srv/models/other.gguf"
+    assert container_model(dict(OURS, Args=["-m", "/models/other.gguf"]))["host_path"] == "/srv/models/other.gguf"
 
 
 MOUNTS = [{"Type": "bind", "Source": "/data", "Destination": "/"},
