@@ -218,8 +218,7 @@ def test_the_numbers_table_has_planned_and_measured_per_kind_and_gpu():
     ({"rollback": {"performed": False, "restored_from": "/s"}}, []), ({"rollback": {}}, []),
     ({"rollback": None}, []), ({"rollback": "yes"}, []), ({"rollback": [1]}, []),
     # the timings: the total, then recreate and health when known; without a total, none
-    ({"timings": {"total": 5.0}}, ["5.0 s"]),
-    ({"timings": {"total": 0.0}}, ["0.0 s"]),
+    ({"timings": {"total": 5.0}}, ["5.0 s"]), ({"timings": {"total": 0.0}}, ["0.0 s"]),
     ({"timings": {"total": 5.0, "health": 2.0}}, ["5.0 s (health 2.0 s)"]),
     ({"timings": {"total": 5.0, "recreate": 0.0, "health": None}}, ["5.0 s (recreate 0.0 s)"]),
     ({"timings": {"total": 5.0, "health": 1.0, "recreate": 2.0}}, ["5.0 s (recreate 2.0 s, health 1.0 s)"]),
@@ -231,26 +230,23 @@ def test_facts(result, facts):
 
 
 def _views(gpus=(), host=None):
-    return {"gpus": [{"available": a, "planned_total": p, "measured_total": m} for a, p, m in gpus], "host": host}
+    """A host's views from (available, planned, measured) MiB of each GPU and of the host RAM."""
+    return {"gpus": [{"available": a, "planned_total": p, "measured_total": m} for a, p, m in gpus],
+            "host": host and dict(zip(("available", "planned", "measured"), host))}
 
 
 @pytest.mark.parametrize("all_views, scales", [
     # nothing to draw: one MiB is the full height
-    ([], (200.0, 200.0)),
-    ([_views()], (200.0, 200.0)),
-    ([_views([(None, None, None)], {"available": None, "planned": None, "measured": None})], (200.0, 200.0)),
-    ([_views([(0.5, 0.25, 0.75)], {"available": 0.5, "planned": 0.5, "measured": 0.5})], (200.0, 200.0)),
+    ([], (200.0, 200.0)), ([_views()], (200.0, 200.0)),
+    ([_views([(None, None, None)], (None, None, None))], (200.0, 200.0)),
+    ([_views([(0.5, 0.25, 0.75)], (0.5, 0.5, 0.5))], (200.0, 200.0)),
     # the largest GPU figure, the largest host RAM figure
-    ([_views([(800.0, 400.0, None)])], (0.25, 200.0)),
-    ([_views([(None, 400.0, 100.0)])], (0.5, 200.0)),
-    ([_views([(100.0, 50.0, 1000.0)])], (0.2, 200.0)),
-    ([_views([], {"available": 800.0, "planned": 400.0, "measured": None})], (200.0, 0.25)),
-    ([_views([], {"available": None, "planned": 400.0, "measured": 100.0})], (200.0, 0.5)),
-    ([_views([], {"available": 100.0, "planned": 50.0, "measured": 1000.0})], (200.0, 0.2)),
+    ([_views([(800.0, 400.0, None)])], (0.25, 200.0)), ([_views([(None, 400.0, 100.0)])], (0.5, 200.0)),
+    ([_views([(100.0, 50.0, 1000.0)])], (0.2, 200.0)), ([_views([], (800.0, 400.0, None))], (200.0, 0.25)),
+    ([_views([], (None, 400.0, 100.0))], (200.0, 0.5)), ([_views([], (100.0, 50.0, 1000.0))], (200.0, 0.2)),
     # shared by every host of the page
-    ([_views([(400.0, 100.0, 100.0)], {"available": 2000.0, "planned": 1.0, "measured": None}), _views(),
-      _views([(100.0, 100.0, 100.0), (1.0, 800.0, 2.0)], {"available": 500.0, "planned": 1.0, "measured": 4000.0})],
-     (0.25, 0.05)),
+    ([_views([(400.0, 100.0, 100.0)], (2000.0, 1.0, None)), _views(),
+      _views([(100.0, 100.0, 100.0), (1.0, 800.0, 2.0)], (500.0, 1.0, 4000.0))], (0.25, 0.05)),
 ])
 def test_scales(all_views, scales):
     assert rp._scales(all_views) == scales
