@@ -28,11 +28,8 @@ PLAYBOOK = """
   tasks:
     - name: Publish the rollout
       ansible.builtin.set_fact:
-        llm_rollout:
-          report_dir: "{{ report_dir }}"
-          hosts: "{{ ansible_play_hosts_all }}"
-          serial: "{{ serial }}"
-          max_fail_percentage: "{{ max_fail }}"
+        llm_rollout: {report_dir: "{{ report_dir }}", hosts: "{{ ansible_play_hosts_all }}", serial: "{{ serial }}",
+                      max_fail_percentage: "{{ max_fail }}"}
       run_once: true
     - name: Plan
       ansible.builtin.set_fact:
@@ -44,8 +41,7 @@ PLAYBOOK = """
           ansible.builtin.set_fact:
             llm_server_result: {status: failed, message: "the plan does not fit: 2829 MiB missing", plan: {gpus: []}}
         - name: Fail
-          ansible.builtin.fail:
-            msg: the plan does not fit
+          ansible.builtin.fail: {msg: the plan does not fit}
 
 - name: Deploy
   hosts: fleet
@@ -54,29 +50,26 @@ PLAYBOOK = """
   max_fail_percentage: "{{ max_fail }}"
   tasks:
     - name: Publish the batch
-      ansible.builtin.set_fact:
-        llm_rollout_batch: "{{ ansible_play_batch }}"
+      ansible.builtin.set_fact: {llm_rollout_batch: "{{ ansible_play_batch }}"}
       run_once: true
     - name: Reach the host
       ansible.builtin.ping:
     - name: Deploy with a health gate and a rollback
       block:
         - name: Health gate
-          ansible.builtin.fail:
-            msg: "llama-server exited: check_tensor_dims wrong shape"
+          ansible.builtin.fail: {msg: "llama-server exited: check_tensor_dims wrong shape"}
           when: bad_model | default(false) or flaky | default(false)
       rescue:
         - name: Retry (a flaky host recovers)
-          ansible.builtin.set_fact:
-            recovered: true
+          ansible.builtin.set_fact: {recovered: true}
           when: flaky | default(false)
         - name: Roll back
           ansible.builtin.set_fact:
-            llm_server_result: {status: rolled_back, message: "llama-server exited; rolled back", pattern: "{{ pattern }}"}
+            llm_server_result: {status: rolled_back, message: "llama-server exited; rolled back",
+                                pattern: "{{ pattern }}"}
           when: bad_model | default(false)
         - name: Fail the host
-          ansible.builtin.fail:
-            msg: "the deploy failed and was rolled back"
+          ansible.builtin.fail: {msg: "the deploy failed and was rolled back"}
           when: bad_model | default(false)
     - name: Publish the result
       ansible.builtin.set_fact:
