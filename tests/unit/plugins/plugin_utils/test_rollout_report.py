@@ -130,7 +130,7 @@ def result(status, message="m", **kw):
     return dict(kw, status=status, message=message)
 
 
-def test_build_report_whole_dict_of_a_rollout_that_completed_with_failures():
+def test_build_report_whole_dict_of_a_rollout_that_completed_with_failures_and_of_an_empty_one():
     a = result("changed", "m a", pattern="pa", pattern_source="plan", config_hash="h1")
     b = result("failed", "boom")
     rollout = Rollout(hosts=["a", "b"], report_dir="r", serial=2, max_fail_percentage="25%", check_mode=1,
@@ -152,9 +152,7 @@ def test_build_report_whole_dict_of_a_rollout_that_completed_with_failures():
     # each batch its own time, in order (batch_seconds[i - 1] of batch i)
     timed = build_report(dataclasses.replace(rollout, batch_seconds=[3.5, 4.25]), [])
     assert [batch["seconds"] for batch in timed["batches"]] == [3.5, 4.25]
-
-
-def test_build_report_defaults_of_an_empty_rollout():
+    # the defaults
     assert build_report(Rollout(), []) == {
         "outcome": "completed", "reason": None, "check_mode": False, "summary": {}, "serial": None,
         "max_fail_percentage": 0, "batches": [], "started": None, "finished": None, "seconds": None,
