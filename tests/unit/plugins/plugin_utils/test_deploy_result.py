@@ -90,13 +90,11 @@ def test_delta_seconds_reads_hours_minutes_seconds_only(delta, seconds):
     assert delta_seconds(delta) == seconds
 
 
-def test_seconds_sums_the_deltas_there_are_and_is_none_without_any():
-    assert _seconds() is None
-    assert _seconds("", None, "bad") is None
-    assert _seconds("0:00:00") == 0.0
-    assert _seconds("", "0:00:00.500000") == 0.5
-    assert _seconds("0:00:00.500000", "bad", "0:00:01.250000") == 1.75
-    assert _seconds("0:01:00", "0:00:02.5") == 62.5
+@pytest.mark.parametrize("deltas, total", [
+    ((), None), (("", None, "bad"), None), (("0:00:00",), 0.0), (("", "0:00:00.500000"), 0.5),
+    (("0:00:00.500000", "bad", "0:00:01.250000"), 1.75), (("0:01:00", "0:00:02.5"), 62.5)])
+def test_seconds_sums_the_deltas_there_are_and_is_none_without_any(deltas, total):
+    assert _seconds(*deltas) == total
 
 
 SERVING = {"performed": True, "serving": True, "reason": ROLLED_BACK}
@@ -213,10 +211,9 @@ def test_build_prefers_this_runs_placement_and_measurements_over_the_last_verifi
 def test_build_of_a_last_verification_without_some_keys_uses_their_empty_values():
     last = {"evidence": "none"}
     result = build({"settings": dict(SETTINGS, parity_check=True), "service": {"disk": {"verification": last}}})
-    assert {k: result[k] for k in ("pattern", "pattern_source", "device_overrides", "tensors_moved", "evidence",
-                                   "vram", "buffers", "offloaded_layers", "parity")} == {
-        "pattern": "", "pattern_source": "none", "device_overrides": [], "tensors_moved": [], "evidence": "none",
-        "vram": [], "buffers": EMPTY_BUFFERS, "offloaded_layers": None, "parity": "off"}
+    empty = ("pattern", "pattern_source", "device_overrides", "tensors_moved", "vram", "buffers", "offloaded_layers",
+             "parity")
+    assert {k: result[k] for k in empty} == {k: NOTHING_REGISTERED[k] for k in empty} and result["evidence"] == "none"
 
 
 def test_build_of_a_verified_recreate_reports_what_the_log_measured():
