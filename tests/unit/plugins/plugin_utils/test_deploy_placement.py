@@ -51,6 +51,7 @@ def gpu_plan(model, gpus, **kwargs):
     except PlanError as exc:
         return dict(exc.details, failed=True, fits=exc.details.get("fits", False), msg=str(exc))
 
+
 def refusal(*args, **kwargs):
     """What ``place(*args, **kwargs)`` refuses, as the user reads it."""
     with pytest.raises(PlacementRefused) as refused:
