@@ -8,6 +8,7 @@ import contextlib
 import math
 import os
 import struct
+import tracemalloc
 from pathlib import Path
 
 import gguf
@@ -70,6 +71,29 @@ def pad(n, alignment=32):
 def write(path, data):
     Path(path).write_bytes(data)
     return str(path)
+
+
+def sparse(path, pieces, size=None):
+    """A file of ``pieces`` ((offset, bytes)) with holes between them, truncated or extended to ``size`` bytes."""
+    with open(path, "wb") as f:
+        for offset, data in pieces:
+            f.seek(offset)
+            f.write(data)
+        if size is not None:
+            f.truncate(size)
+    return str(path)
+
+
+@contextlib.contextmanager
+def memory_below(limit):
+    """The memory traced at its peak inside the block stays under ``limit`` bytes."""
+    tracemalloc.start()
+    try:
+        yield
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < limit, peak
 
 
 def model_file(path, kvs=(), tensors=(), *, endian="little"):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import struct
 import tempfile
-import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -50,6 +49,7 @@ from tests.helpers.gguf_files import (
     cross_check,
     expect_error,
     field_offsets,
+    memory_below,
     model_file,
     patch,
     shard,
@@ -82,10 +82,13 @@ def split_files(tmp_path, endian):
                       split_max_tensors=2)
 
 
-def test_split_names_with_odd_characters(tmp_path):
+def test_split_names_with_odd_characters_and_numbers_of_any_width(tmp_path):
     files = write_gguf(tmp_path / "50%d model.v2.gguf", [], SOME_TENSORS, split_max_tensors=3)
     assert find_split_files(files[1]) == files and len(files) == 2
     assert len(read_model(files[0]).tensors) == len(SOME_TENSORS)
+    files = split_model(tmp_path, [["a"], ["b"]], width=6)
+    assert [os.path.basename(f) for f in files] == ["m-000001-of-000002.gguf", "m-000002-of-000002.gguf"]
+    assert find_split_files(files[1]) == files
 
 
 def test_read_model_split(split_files, endian):
@@ -107,12 +110,6 @@ def test_read_model_split(split_files, endian):
     for number, (path, shard) in enumerate(zip(split_files, model.shards)):
         assert shard.metadata["split.no"] == number and shard.byte_order == endian
         cross_check(path, shard)
-
-
-def test_shard_numbers_keep_their_width(tmp_path):
-    files = split_model(tmp_path, [["a"], ["b"]], width=6)
-    assert [os.path.basename(f) for f in files] == ["m-000001-of-000002.gguf", "m-000002-of-000002.gguf"]
-    assert find_split_files(files[1]) == files
 
 
 @pytest.mark.parametrize("name", ["m-0001-of-0002.gguf", "m-00001-of-00002.gguf.part", "-00001-of-00002.gguf",
@@ -177,24 +174,25 @@ def test_split_keys_may_be_of_any_integer_type(tmp_path, vtype, code):
     assert read_model(second).files == [first, second]
 
 
-def test_a_single_shard_name_checks_split_keys_only_when_present(tmp_path):
-    path = shard(tmp_path / "m-00001-of-00001.gguf", 0, 1, ["a"], keys=[])
-    assert [t.name for t in read_model(path).tensors] == ["a"]
-    shard(path, 0, 1, ["a"], keys=[COUNT_1, ("split.no", U16, G.pack("H", 0))])
-    assert read_model(path).metadata == {"split.count": 1, "split.no": 0}
+@pytest.mark.parametrize("name, keys, metadata", [
+    # a single shard's name: the split keys are checked only when present
+    ("m-00001-of-00001.gguf", [], {}),
+    ("m-00001-of-00001.gguf", [COUNT_1, ("split.no", U16, G.pack("H", 0))], {"split.count": 1, "split.no": 0}),
+    # a plain name: a split.count of 0 or 1 is one file
+    ("m.gguf", [], {}),
+    ("m.gguf", [("split.count", U16, G.pack("H", 0))], {"split.count": 0}),
+    ("m.gguf", [COUNT_1], {"split.count": 1}),
+])
+def test_one_file_with_or_without_split_keys(tmp_path, name, keys, metadata):
+    model = read_model(shard(tmp_path / name, 0, 1, ["a"], keys=keys))
+    assert (model.files, model.tensor_names, model.metadata) == ([str(tmp_path / name)], ["a"], metadata)
 
 
-@pytest.mark.parametrize("claimed,ok", [(None, True), (0, True), (1, True), (2, False)])
-def test_a_plain_name_with_split_count(tmp_path, claimed, ok):
-    keys = [("general.architecture", STRING, G.s("llama"))]
-    if claimed is not None:
-        keys.append(("split.count", U16, G.pack("H", claimed)))
+def test_a_plain_name_with_a_split_count_over_1(tmp_path):
+    keys = [("general.architecture", STRING, G.s("llama")), ("split.count", U16, G.pack("H", 2))]
     path = shard(tmp_path / "m.gguf", 0, 1, ["a"], keys=keys)
-    if ok:
-        assert read_model(path).files == [path]
-    else:
-        expect_error(path, 24 + len(G.kv(*keys[0])), "split.count is 2 but the file name has no -NNNNN-of-MMMMM "
-                     "part, so the other shards cannot be found", reader=read_model)
+    expect_error(path, 24 + len(G.kv(*keys[0])), "split.count is 2 but the file name has no -NNNNN-of-MMMMM "
+                 "part, so the other shards cannot be found", reader=read_model)
 
 
 def test_a_tensor_in_two_shards_is_refused(tmp_path):
@@ -223,12 +221,9 @@ def test_architecture_must_be_a_string(tmp_path):
 
 
 def test_model_warnings_gather_every_shard_then_the_architecture(tmp_path):
-    first = model_file(tmp_path / "m-00001-of-00002.gguf",
-                       [("split.no", U16, G.pack("H", 0)), ("split.count", U16, G.pack("H", 2)),
-                        ("s", STRING, G.s(b"\xff"))], [("a", (8,))])[0]
-    second = model_file(tmp_path / "m-00002-of-00002.gguf",
-                        [("split.no", U16, G.pack("H", 1)), ("split.count", U16, G.pack("H", 2)),
-                         ("t", STRING, G.s(b"\xfe"))], [("b", (8,))])[0]
+    first, second = split_model(tmp_path, [["a"], ["b"]])
+    shard(first, 0, 2, ["a"], keys=[("split.no", U16, G.pack("H", 0)), COUNT_2, ("s", STRING, G.s(b"\xff"))])
+    shard(second, 1, 2, ["b"], keys=[("split.no", U16, G.pack("H", 1)), COUNT_2, ("t", STRING, G.s(b"\xfe"))])
     assert read_model(second).warnings == [
         "key 's': a string value is not valid UTF-8 (decoded with replacement characters)",
         "key 't': a string value is not valid UTF-8 (decoded with replacement characters)",
@@ -363,13 +358,9 @@ def test_mutations_raise_only_gguf_error(data):
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "m.gguf")
         Path(path).write_bytes(data)
-        tracemalloc.start()
-        try:
-            read_model(path)
-        except GGUFError as err:
-            assert err.path == path and 0 <= err.offset <= max(len(data), 24)
-            assert str(err).startswith("%s: at byte %d: " % (path, err.offset)) and err.reason
-        finally:
-            peak = tracemalloc.get_traced_memory()[1]
-            tracemalloc.stop()
-        assert peak < 32 << 20  # bounded: no count from the file was trusted
+        with memory_below(32 << 20):  # bounded: no count from the file was trusted
+            try:
+                read_model(path)
+            except GGUFError as err:
+                assert err.path == path and 0 <= err.offset <= max(len(data), 24)
+                assert str(err).startswith("%s: at byte %d: " % (path, err.offset)) and err.reason

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import errno
 import os
-import struct
-import tracemalloc
 from pathlib import Path
 
 import gguf
@@ -41,8 +39,10 @@ from tests.helpers.gguf_files import (
     U64,
     Gguf,
     expect_error,
+    memory_below,
     model_file,
     opened,
+    sparse,
     write,
 )
 
@@ -98,13 +98,10 @@ def test_one_string_is_bounded_by_max_string(tmp_path):
     """A string of MAX_STRING bytes is read (zeros in a sparse file); one byte more is refused."""
     n = values.MAX_STRING
     head = G.header(0, 1) + G.s("k") + G.pack("IQ", STRING, n)
-    path = tmp_path / "m.gguf"
-    write(path, head)
-    os.truncate(path, len(head) + n + 1)
+    path = sparse(tmp_path / "m.gguf", [(0, head)], len(head) + n + 1)
     assert read_gguf(path).metadata == {"k": "\0" * n}
-    write(path, head[:-8] + G.pack("Q", n + 1))
-    os.truncate(path, len(head) + n + 1)
-    expect_error(str(path), len(head) - 8, "key 'k': string of %d bytes is longer than the %d this reader accepts"
+    sparse(path, [(0, head[:-8] + G.pack("Q", n + 1))], len(head) + n + 1)
+    expect_error(path, len(head) - 8, "key 'k': string of %d bytes is longer than the %d this reader accepts"
                  % (n + 1, n))
 
 
@@ -129,14 +126,9 @@ def test_kept_strings_are_bounded_by_max_kept_bytes_keys_included(tmp_path):
     gf = read_gguf(build(4, b""))
     assert {k: len(v) for k, v in gf.metadata.items()} == dict(zip("abcd", sizes))
     over = build(5, G.kv("e", U8, b"\0"))
-    tracemalloc.start()
-    try:
+    with memory_below(values.MAX_KEPT_BYTES + 3 * values.MAX_STRING):
         expect_error(over, os.path.getsize(over) - 14, "key 4: more than %d bytes of metadata strings"
                      % values.MAX_KEPT_BYTES)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < values.MAX_KEPT_BYTES + 3 * values.MAX_STRING
 
 
 # --------------------------------------------------------------------------- arrays
@@ -187,13 +179,9 @@ def test_an_array_may_need_exactly_the_rest_of_the_file(tmp_path, endian, itype,
 def test_huge_array_counts_fail_at_once(tmp_path, endian, count, itype, size, name):
     g = Gguf(endian)
     path = write(tmp_path / "m.gguf", g.header(0, 1) + g.kv("a", ARRAY, g.pack("IQ", itype, count)) + b"\0" * 100)
-    tracemalloc.start()
-    try:
+    with memory_below(4 << 20):
         expect_error(path, 37, "key 'a': array of %d %s elements needs at least %d bytes, only 100 left in the file"
                      % (count, name, count * size))
-        assert tracemalloc.get_traced_memory()[1] < 4 << 20
-    finally:
-        tracemalloc.stop()
 
 
 @pytest.mark.parametrize("itype", [13, 99])
@@ -261,15 +249,15 @@ def test_runs_of_zeros_count_only_whole_empty_elements(tmp_path, endian):
 
 def test_a_skipped_string_array_that_overruns_the_file_names_the_element(tmp_path):
     def body(count):
-        return b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + G.s("tokens") + struct.pack("<IIQ", 9, 8, count)
+        return G.header(0, 1) + G.kv("tokens", ARRAY, G.pack("IQ", STRING, count))
     path = tmp_path / "short_run.gguf"
     # among strings that are not empty: element 7 claims 2**40 bytes
-    strings = [G.s("tok%d" % i) for i in range(100)]
-    path.write_bytes(body(100) + b"".join(strings[:7]) + struct.pack("<Q", 2 ** 40) + b"".join(strings[8:]))
-    expect_error(path, len(body(100)) + len(b"".join(strings[:7])), "key 'tokens': element 7 of 100: string length "
-                 "%d runs past the end of the file (%d bytes left)" % (2 ** 40, len(b"".join(strings[8:]))))
+    head, tail = b"".join(G.s("tok%d" % i) for i in range(7)), b"".join(G.s("tok%d" % i) for i in range(8, 100))
+    path.write_bytes(body(100) + head + G.pack("Q", 2 ** 40) + tail)
+    expect_error(path, len(body(100)) + len(head), "key 'tokens': element 7 of 100: string length "
+                 "%d runs past the end of the file (%d bytes left)" % (2 ** 40, len(tail)))
     # after a run of empty strings
-    path.write_bytes(body(71) + b"\0" * (8 * 70) + struct.pack("<Q", 1000) + b"\0" * 20)
+    path.write_bytes(body(71) + b"\0" * (8 * 70) + G.pack("Q", 1000) + b"\0" * 20)
     expect_error(path, len(body(71)) + 8 * 70, "key 'tokens': element 70 of 71: string length 1000 runs past the end "
                  "of the file (20 bytes left)")
     # 800 bytes: as many as 100 empty strings need, but the first string holds 3 bytes
@@ -296,11 +284,7 @@ def test_a_sparse_64_gib_header_reads_only_the_bytes_it_holds(tmp_path, itype, u
     # the first element is written (not empty), then `count` empty ones lie in the hole, then the last key
     first = G.s("tok") if itype == STRING else G.arr(I32, 2, G.pack("2i", 1, 2))
     after = G.kv("after", U32, G.pack("I", 7))
-    path = tmp_path / "sparse.gguf"
-    with open(path, "wb") as f:
-        f.write(head + first)
-        f.seek(len(head + first) + count * unit)
-        f.write(after)
+    path = sparse(tmp_path / "sparse.gguf", [(0, head + first), (len(head + first) + count * unit, after)])
     assert os.path.getsize(path) > hole and os.stat(path).st_blocks * 512 < 1 << 20  # really sparse
     before = _read_bytes()
     gf = read_gguf(path)
@@ -409,7 +393,7 @@ def test_reader_end_of_file_and_short_reads(tmp_path):
         assert (raised.value.path, raised.value.offset, raised.value.reason) == (
             path, 8, "short read: 8 bytes needed, 3 read (file changed while reading?)")
     n = values.CHUNK + 10  # a string longer than a read is read on its own
-    path = write(tmp_path / "g", struct.pack("<Q", n) + b"x" * 100)
+    path = write(tmp_path / "g", G.pack("Q", n) + b"x" * 100)
     with opened(path, size=8 + n) as rd:
         assert failure(lambda: rd.raw_string("key 'k'")) == (
             8, "short read: %d bytes needed, 100 read (file changed while reading?)" % n)
@@ -434,12 +418,7 @@ def test_reader_seek_inside_the_buffer_keeps_it(tmp_path):
 
 
 def test_next_data_skips_holes_and_stops_at_the_end(tmp_path):
-    path = tmp_path / "sparse"
-    with open(path, "wb") as f:
-        f.write(b"x" * 10)
-        f.seek(MIB)
-        f.write(b"y")
-    os.truncate(path, 3 * MIB)
+    path = sparse(tmp_path / "sparse", [(0, b"x" * 10), (MIB, b"y")], 3 * MIB)
     fd = os.open(path, os.O_RDONLY)
     try:
         try:
@@ -480,16 +459,12 @@ def test_zero_run_counts_zeros_up_to_the_limit_without_moving_across_reads_and_h
         rd.take(1)
         assert rd.zero_run(10 * n) == n
         assert rd.zero_run(n - 1) == n - 1
-    sparse = tmp_path / "sparse"
-    with open(sparse, "wb") as f:
-        f.write(b"\1")
-        f.seek(3 * MIB)
-        f.write(b"\0\0\3")
-    with opened(sparse) as rd:
+    holes = sparse(tmp_path / "sparse", [(0, b"\1"), (3 * MIB, b"\0\0\3")])
+    with opened(holes) as rd:
         rd.take(1)
         assert rd.zero_run(10 * MIB) == 3 * MIB + 1
         assert rd.zero_run(2 * MIB) == 2 * MIB
-    os.truncate(sparse, 5 * MIB)
-    with opened(sparse) as rd:
+    os.truncate(holes, 5 * MIB)
+    with opened(holes) as rd:
         rd.seek(3 * MIB + 3)
         assert rd.zero_run(10 * MIB) == 2 * MIB - 3
