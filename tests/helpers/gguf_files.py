@@ -17,10 +17,7 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_gguf
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values import (
-    GGUFError,
-    SkippedArray,
-    ValueReader,
-)
+    GGUFError, SkippedArray, ValueReader)
 
 PREFIX = {"little": "<", "big": ">"}
 U8, I8, U16, I16, U32, I32, F32V, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)

@@ -6,11 +6,7 @@ import gguf
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import (
-    GGML_TYPES,
-    REMOVED_TYPE_IDS,
-    block_index,
-    tensor_nbytes,
-)
+    GGML_TYPES, REMOVED_TYPE_IDS, block_index, tensor_nbytes)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_gguf
 from tests.helpers.gguf_files import cross_check, write_gguf
 

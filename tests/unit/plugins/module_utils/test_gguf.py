@@ -16,46 +16,14 @@ from hypothesis import strategies as st
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import GGML_TYPES
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import (
-    GGUFError,
-    GGUFModel,
-    find_split_files,
-    read_gguf,
-    read_model,
-)
+    GGUFError, GGUFModel, find_split_files, read_gguf, read_model)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_header import GGUFFile
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values import (
-    KEEP_LISTS,
-    KEEP_NUMBERS,
-    SkippedArray,
-)
+    KEEP_LISTS, KEEP_NUMBERS, SkippedArray)
 from tests.helpers.gguf_files import (
-    ALL_SCALARS,
-    ARRAY,
-    BIG_ARRAYS,
-    BOOL,
-    F32V,
-    F64,
-    I32,
-    I64,
-    SCALARS,
-    SMALL_ARRAYS,
-    SOME_TENSORS,
-    STRING,
-    U8,
-    U16,
-    U32,
-    VT,
-    Gguf,
-    cross_check,
-    expect_error,
-    field_offsets,
-    memory_below,
-    model_file,
-    patch,
-    shard,
-    split_model,
-    write_gguf,
-)
+    ALL_SCALARS, ARRAY, BIG_ARRAYS, BOOL, F32V, F64, I32, I64, SCALARS, SMALL_ARRAYS, SOME_TENSORS, STRING, U8, U16,
+    U32, VT, Gguf, cross_check, expect_error, field_offsets, memory_below, model_file, patch, shard, split_model,
+    write_gguf)
 
 G = Gguf()
 
@@ -231,8 +199,8 @@ def test_model_warnings_gather_every_shard_then_the_architecture(tmp_path):
     ]
 
 
-# --------------------------------------------------------------------------- properties: random valid files read back equal
-# (and equal to GGUFReader's view); random mutations raise nothing but GGUFError, with bounded memory
+# --------------------------------------------------------------------------- properties: random valid files read
+# back equal (and equal to GGUFReader's view); random mutations raise nothing but GGUFError, with bounded memory
 
 
 FLOATS32 = st.floats(width=32, allow_nan=False)

@@ -34,31 +34,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import re
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_header import GGUFFile, TensorInfo, read_gguf
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values import GGUFError, SkippedArray
 from tests.helpers.gguf_files import (
-    ALL_SCALARS,
-    BIG_ARRAYS,
-    F32,
-    I32,
-    Q8_0,
-    SMALL_ARRAYS,
-    SOME_TENSORS,
-    STRING,
-    U8,
-    U16,
-    U32,
-    U64,
-    VT,
-    Gguf,
-    cross_check,
-    expect_error,
-    field_offsets,
-    memory_below,
-    model_file,
-    pad,
-    patch,
-    sparse,
-    write,
-    write_gguf,
-)
+    ALL_SCALARS, BIG_ARRAYS, F32, I32, Q8_0, SMALL_ARRAYS, SOME_TENSORS, STRING, U8, U16, U32, U64, VT, Gguf,
+    cross_check, expect_error, field_offsets, memory_below, model_file, pad, patch, sparse, write, write_gguf)
 
 G = Gguf()
 

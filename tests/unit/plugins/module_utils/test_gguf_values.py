@@ -21,30 +21,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _gguf_va
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_gguf
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values import GGUFError, SkippedArray
 from tests.helpers.gguf_files import (
-    ARRAY,
-    BOOL,
-    F32,
-    F32V,
-    F64,
-    I8,
-    I16,
-    I32,
-    I64,
-    MIB,
-    SCALARS,
-    STRING,
-    U8,
-    U16,
-    U32,
-    U64,
-    Gguf,
-    expect_error,
-    memory_below,
-    model_file,
-    opened,
-    sparse,
-    write,
-)
+    ARRAY, BOOL, F32, F32V, F64, I8, I16, I32, I64, MIB, SCALARS, STRING, U8, U16, U32, U64, Gguf, expect_error,
+    memory_below, model_file, opened, sparse, write)
 
 G = Gguf()
 

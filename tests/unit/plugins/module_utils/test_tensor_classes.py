@@ -9,34 +9,23 @@ import pytest
 from gguf.constants import TENSOR_NAMES
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import (
-    BLOCK_KINDS,
-    TENSOR_CLASSES,
-    classify_model,
-    classify_tensor,
-    ModelLayout,
-)
+    BLOCK_KINDS, TENSOR_CLASSES, classify_model, classify_tensor, ModelLayout)
 from tests.helpers.tensor_names import T, nemotron_nano
 
 
 def test_nemotron_nano_has_401_tensors_46_experts_and_23_23_6_layer_kinds():
     metadata, tensors = nemotron_nano()
-    assert len(tensors) == 401
     layout = classify_model("nemotron_h_moe", metadata, tensors)
-    assert layout.block_count == 52
-    assert len(layout.expert_tensors) == 46
+    assert (len(tensors), layout.block_count, len(layout.expert_tensors)) == (401, 52, 46)
     assert all(n.endswith(("ffn_up_exps.weight", "ffn_down_exps.weight")) for n in layout.expert_tensors)
-    assert len(layout.layer_kinds["recurrent"]) == 23
-    assert len(layout.layer_kinds["moe"]) == 23
+    assert [len(layout.layer_kinds[k]) for k in ("recurrent", "moe", "dense_ffn")] == [23, 23, 0]
     assert layout.layer_kinds["attention"] == [5, 12, 19, 26, 33, 42]
-    assert layout.layer_kinds["dense_ffn"] == []
-    assert layout.block_kinds[0] == ["recurrent"] and layout.block_kinds[1] == ["moe"]
+    assert (layout.block_kinds[0], layout.block_kinds[1]) == (["recurrent"], ["moe"])
     assert (layout.expert_count, layout.expert_used_count, layout.expert_shared_count) == (128, 6, 1)
     assert sorted(layout.expert_tensors_by_block) == layout.layer_kinds["moe"]
-    assert layout.tensor_class["blk.1.ffn_gate_inp.weight"] == "router"
-    assert layout.tensor_class["blk.1.exp_probs_b.bias"] == "router"
-    assert layout.tensor_class["blk.1.ffn_up_shexp.weight"] == "shared_experts"
-    assert layout.tensor_class["blk.0.ssm_a"] == "recurrent"
-    assert layout.tensor_class["blk.0.ssm_norm.weight"] == "norm"
+    classes = {"blk.1.ffn_gate_inp.weight": "router", "blk.1.exp_probs_b.bias": "router",
+               "blk.1.ffn_up_shexp.weight": "shared_experts", "blk.0.ssm_a": "recurrent", "blk.0.ssm_norm.weight": "norm"}
+    assert {n: layout.tensor_class[n] for n in classes} == classes
     assert layout.bytes_by_class["routed_experts"] == 46 * 7
     assert layout.total_bytes == sum(t.nbytes for t in tensors)
     assert sum(layout.bytes_by_class.values()) == layout.total_bytes
@@ -111,18 +100,11 @@ def test_classify_tensor(name, cls):
 # ---- classify_model ----
 def test_a_model_is_classified_as_a_whole():
     tensors = [
-        T("token_embd.weight", (8, 32), 10),
-        T("output_norm.weight", (8,), 1),
-        T("output.weight", (8, 32), 20),
-        T("rope_freqs.weight", (4,), 2),
-        T("blk.1.ssm_in.weight", (8, 8), 6),
-        T("blk.1.ffn_up.weight", (8, 8), 7),
-        T("blk.0.ffn_up_exps.weight", (8, 16, 4), 100),
-        T("blk.0.attn_q.weight", (8, 8), 3),
-        T("blk.0.ffn_gate_inp.weight", (8, 4), 4),
-        T("blk.0.ffn_down_exps.weight", (16, 8, 4), 50),
-        T("blk.0.ffn_up_shexp.weight", (8, 16), 5),
-    ]
+        T("token_embd.weight", (8, 32), 10), T("output_norm.weight", (8,), 1), T("output.weight", (8, 32), 20),
+        T("rope_freqs.weight", (4,), 2), T("blk.1.ssm_in.weight", (8, 8), 6), T("blk.1.ffn_up.weight", (8, 8), 7),
+        T("blk.0.ffn_up_exps.weight", (8, 16, 4), 100), T("blk.0.attn_q.weight", (8, 8), 3),
+        T("blk.0.ffn_gate_inp.weight", (8, 4), 4), T("blk.0.ffn_down_exps.weight", (16, 8, 4), 50),
+        T("blk.0.ffn_up_shexp.weight", (8, 16), 5)]
     layout = classify_model("mymoe", {}, tensors)
     assert layout == ModelLayout(
         architecture="mymoe", block_count=2,
@@ -235,14 +217,19 @@ IMPLAUSIBLE = "llama.block_count 65537 is implausible (more than 65536): ignored
      ["tensors name blocks up to 0 but glm4moe.block_count is 0"]),
     # a block count up to 65536 is taken, more is ignored; a block number up to 65535 lists every block
     ("llama", {"llama.block_count": 65536}, _blocks(Q0), 65536, _kinds(65536, {0: ["attention"]}), []),
-    ("llama", {"llama.block_count": 65537}, _blocks(Q0, (2, "attn_q.weight")), 3, _kinds(3, {0: ["attention"], 2: ["attention"]}),
-     [IMPLAUSIBLE]),
+    ("llama", {"llama.block_count": 65537}, _blocks(Q0, (2, "attn_q.weight")), 3,
+     _kinds(3, {0: ["attention"], 2: ["attention"]}), [IMPLAUSIBLE]),
     ("llama", {}, _blocks((65535, "attn_q.weight")), 65536, _kinds(65536, {65535: ["attention"]}), []),
+    # a block number over 65535 lists only the blocks that hold tensors
+    ("llama", {}, _blocks((1, "attn_q.weight"), (65536, "ffn_up.weight")), 65537,
+     {1: ["attention"], 65536: ["dense_ffn"]}, ["a tensor name gives block number 65536 (more than 65536 blocks): "
+                                                "only the blocks that hold tensors are listed"]),
     # nemotron_h_moe blocks after the per-layer arrays take their kinds from the tensors
     ("nemotron_h_moe", {"nemotron_h_moe.block_count": 2, "nemotron_h_moe.attention.head_count_kv": [0, 2],
                         "nemotron_h_moe.feed_forward_length": [0, 0]},
      [T("blk.2.ffn_up_exps.weight", (8, 16, 8), 1), T("blk.2.nextn.eh_proj.weight", (8, 8), 1)], 3,
-     {0: ["recurrent"], 1: ["attention"], 2: ["moe"]}, ["tensors name blocks up to 2 but nemotron_h_moe.block_count is 2"]),
+     {0: ["recurrent"], 1: ["attention"], 2: ["moe"]},
+     ["tensors name blocks up to 2 but nemotron_h_moe.block_count is 2"]),
     # without a block count the tensors size the arrays
     ("nemotron_h", {"nemotron_h.attention.head_count_kv": (0, 0), "nemotron_h.feed_forward_length": (0, 0)},
      _blocks(*SSM_ATTN), 2, {0: ["recurrent"], 1: ["recurrent"]}, []),
@@ -250,37 +237,20 @@ IMPLAUSIBLE = "llama.block_count 65537 is implausible (more than 65536): ignored
     ("jamba", {"jamba.block_count": 2, "jamba.attention.head_count_kv": [0, 0], "jamba.feed_forward_length": [0, 0]},
      _blocks(*SSM_ATTN), 2, {0: ["recurrent"], 1: ["attention"]}, []),
     ("qwen3moe", {}, _blocks(*SSM_ATTN), 2, {0: ["recurrent"], 1: ["attention"]}, []),
-])
+] + [
+    # the kinds of the tensor classes: a router without stacked experts still makes a MoE block; norms, shared
+    # experts and other tensors make no kind
+    ("llama", {}, _blocks(*((0, s) for s in suffixes)), 1, {0: kinds}, []) for suffixes, kinds in [
+        (["attn_q.weight"], ["attention"]), (["ssm_in.weight"], ["recurrent"]), (["ffn_up_exps.weight"], ["moe"]),
+        (["ffn_gate_inp.weight"], ["moe"]), (["ffn_up.weight"], ["dense_ffn"]),
+        (["attn_norm.weight", "ffn_up_shexp.weight", "layer_output_scale.weight"], []),
+        (["attn_q.weight", "ssm_in.weight", "ffn_gate_inp.weight", "ffn_up.weight"],
+         ["attention", "dense_ffn", "moe", "recurrent"])]])
 def test_the_block_count_and_the_block_kinds(arch, metadata, tensors, block_count, kinds, warnings):
+    """The layer kinds list the blocks of each kind, in order."""
     layout = classify_model(arch, metadata, tensors)
     assert (layout.block_count, layout.block_kinds, layout.warnings) == (block_count, kinds, warnings)
-
-
-def test_a_block_number_over_65535_lists_only_the_blocks_that_hold_tensors():
-    tensors = [T("blk.1.attn_q.weight", (8, 8), 1), T("blk.65536.ffn_up.weight", (8, 8), 1)]
-    layout = classify_model("llama", {}, tensors)
-    assert layout.block_count == 65537
-    assert layout.block_kinds == {1: ["attention"], 65536: ["dense_ffn"]}
-    assert layout.layer_kinds == {"attention": [1], "recurrent": [], "moe": [], "dense_ffn": [65536]}
-    assert layout.warnings == ["a tensor name gives block number 65536 (more than 65536 blocks): only the blocks "
-                               "that hold tensors are listed"]
-
-
-@pytest.mark.parametrize("suffixes, kinds", [
-    (["attn_q.weight"], ["attention"]),
-    (["ssm_in.weight"], ["recurrent"]),
-    (["ffn_up_exps.weight"], ["moe"]),
-    (["ffn_gate_inp.weight"], ["moe"]),
-    (["ffn_up.weight"], ["dense_ffn"]),
-    (["attn_norm.weight", "ffn_up_shexp.weight", "layer_output_scale.weight"], []),
-    (["attn_q.weight", "ssm_in.weight", "ffn_gate_inp.weight", "ffn_up.weight"],
-     ["attention", "dense_ffn", "moe", "recurrent"]),
-])
-def test_block_kinds_from_the_tensor_classes(suffixes, kinds):
-    """A router without stacked experts still makes a MoE block; norms, shared experts and other tensors make no
-    kind."""
-    layout = classify_model("llama", {}, [T("blk.0." + s, (8, 8), 1) for s in suffixes])
-    assert layout.block_kinds == {0: kinds}
+    assert layout.layer_kinds == {k: [b for b in sorted(kinds) if k in kinds[b]] for k in BLOCK_KINDS}
 
 
 def _nemotron(arch, layers, expert_count=8):
@@ -299,18 +269,10 @@ def test_nemotron_kinds_follow_llama_cpps_per_layer_rule():
     when it holds a dense FFN, and otherwise MoE iff the model has experts (load_arch_tensors: n_expert != 0).
     load_arch_tensors builds attention only where n_ff(i) == 0, and llama-model.cpp keeps a KV cache only for
     layers that are neither recurrent nor FFN: KV heads beside an FFN length do not make an attention block."""
-    layers = [
-        (0, 0, ["ssm_in.weight", "ffn_up.weight"]),
-        (0, 1, ["ffn_up_exps.weight"]),
-        (1, 0, ["ssm_in.weight"]),
-        (0, 64, ["ffn_up.weight"]),
-        (0, 64, ["ffn_gate_inp.weight", "ffn_up.weight"]),
-        (0, 64, []),
-        (0, 64, ["attn_norm.weight"]),
-        (2, 64, ["ffn_up_exps.weight"]),
-        (2, 64, ["ffn_up.weight"]),
-        (2, 0, ["attn_q.weight"]),
-    ]
+    layers = [(0, 0, ["ssm_in.weight", "ffn_up.weight"]), (0, 1, ["ffn_up_exps.weight"]), (1, 0, ["ssm_in.weight"]),
+              (0, 64, ["ffn_up.weight"]), (0, 64, ["ffn_gate_inp.weight", "ffn_up.weight"]), (0, 64, []),
+              (0, 64, ["attn_norm.weight"]), (2, 64, ["ffn_up_exps.weight"]), (2, 64, ["ffn_up.weight"]),
+              (2, 0, ["attn_q.weight"])]
     layout = _nemotron("nemotron_h_moe", layers)
     assert layout.block_kinds == {0: ["recurrent"], 1: ["moe"], 2: ["attention"], 3: ["dense_ffn"], 4: ["moe"],
                                   5: ["moe"], 6: ["moe"], 7: ["moe"], 8: ["dense_ffn"], 9: ["attention"]}
@@ -321,13 +283,8 @@ def test_nemotron_kinds_follow_llama_cpps_per_layer_rule():
 
 
 @pytest.mark.parametrize("head_count_kv, feed_forward_length", [
-    (2, [0, 0, 0]),
-    ([0, 2], [0, 0, 0]),
-    ([0, 2, 0], [0, 0]),
-    ([0, 2, 0, 0], [0, 0, 0, 0]),
-    ([0, 2, "0"], [0, 0, 0]),
-    ([0, 2, 0], None),
-])
+    (2, [0, 0, 0]), ([0, 2], [0, 0, 0]), ([0, 2, 0], [0, 0]), ([0, 2, 0, 0], [0, 0, 0, 0]), ([0, 2, "0"], [0, 0, 0]),
+    ([0, 2, 0], None)])
 def test_nemotron_without_usable_per_layer_arrays_falls_back_to_the_tensor_names(head_count_kv, feed_forward_length):
     """An array is used only when it has one int per block."""
     tensors = [T("blk.0.ssm_in.weight", (8, 8), 1), T("blk.1.ffn_up_exps.weight", (8, 16, 8), 1),
