@@ -23,8 +23,8 @@ def test_nemotron_nano_has_401_tensors_46_experts_and_23_23_6_layer_kinds():
     assert (layout.block_kinds[0], layout.block_kinds[1]) == (["recurrent"], ["moe"])
     assert (layout.expert_count, layout.expert_used_count, layout.expert_shared_count) == (128, 6, 1)
     assert sorted(layout.expert_tensors_by_block) == layout.layer_kinds["moe"]
-    classes = {"blk.1.ffn_gate_inp.weight": "router", "blk.1.exp_probs_b.bias": "router",
-               "blk.1.ffn_up_shexp.weight": "shared_experts", "blk.0.ssm_a": "recurrent", "blk.0.ssm_norm.weight": "norm"}
+    classes = {"blk.1.ffn_gate_inp.weight": "router", "blk.1.exp_probs_b.bias": "router", "blk.0.ssm_a": "recurrent",
+               "blk.1.ffn_up_shexp.weight": "shared_experts", "blk.0.ssm_norm.weight": "norm"}
     assert {n: layout.tensor_class[n] for n in classes} == classes
     assert layout.bytes_by_class["routed_experts"] == 46 * 7
     assert layout.total_bytes == sum(t.nbytes for t in tensors)
