@@ -19,8 +19,8 @@ from tests.helpers.memory_models import (
 
 EMBD = [f32("token_embd.weight", 64, 32)]
 SSM = {"x.embedding_length": 64, "x.ssm.conv_kernel": -4}  # a negative conv_kernel is none: ssm.* is missing
-NO_SSM_TENSORS = ("the recurrent blocks lack x.ssm.conv_kernel/inner_size/state_size and the ssm_conv1d/ssm_out tensors "
-                  "to read them from")
+NO_SSM_TENSORS = ("the recurrent blocks lack x.ssm.conv_kernel/inner_size/state_size and the ssm_conv1d/ssm_out "
+                  "tensors to read them from")
 NO_KV_WIDTH = ("block 0 is an attention block but neither the metadata (%s.attention.head_count_kv, key_length, "
                "value_length) nor attn_k/attn_v tensors give its KV width")
 
@@ -153,17 +153,12 @@ def test_an_up_projection_twice_as_wide_as_down_s_input_holds_the_gate_too():
 
 
 @pytest.mark.parametrize("period, blocks, dense_first, sliding", [
-    (4, 8, False, {0, 1, 2, 4, 5, 6}),  # il % 4 < 3: the last block of every period keeps a full cache
-    (6, 12, False, {0, 1, 2, 3, 4, 6, 7, 8, 9, 10}),
-    (2, 5, False, {0, 2, 4}),
-    (1, 3, False, set()),  # il % 1 < 0 never holds: no block slides
-    (0, 3, False, {0, 1, 2}),  # period 0: every block slides
-    (4, 0, False, set()),
-    (4, 8, True, {1, 2, 3, 5, 6, 7}),  # il % 4 != 0: the first block of every period keeps a full cache
-    (2, 5, True, {1, 3}),
-    (1, 3, True, set()),
-    (0, 3, True, {0, 1, 2}),
-])
+    # il % 4 < 3: the last block of every period keeps a full cache; il % 1 < 0 never holds: no block slides;
+    # period 0: every block slides
+    (4, 8, False, {0, 1, 2, 4, 5, 6}), (6, 12, False, {0, 1, 2, 3, 4, 6, 7, 8, 9, 10}), (2, 5, False, {0, 2, 4}),
+    (1, 3, False, set()), (0, 3, False, {0, 1, 2}), (4, 0, False, set()),
+    # il % 4 != 0: the first block of every period keeps a full cache
+    (4, 8, True, {1, 2, 3, 5, 6, 7}), (2, 5, True, {1, 3}), (1, 3, True, set()), (0, 3, True, {0, 1, 2})])
 def test_swa_pattern_is_llama_cpp_set_swa_pattern(period, blocks, dense_first, sliding):
     """src/llama-hparams.cpp llama_hparams::set_swa_pattern(n_pattern, dense_first): is_swa = n_pattern == 0 ||
     il % n_pattern < n_pattern - 1, or il % n_pattern != 0 with dense_first; dense_first is off unless asked for."""
@@ -185,7 +180,8 @@ def test_swa_pattern_is_llama_cpp_set_swa_pattern(period, blocks, dense_first, s
     ("gemma2", 4, {"attention__sliding_window": 1024}, ("standard", 1024, {0, 2}, "set_swa_pattern(2) of gemma2")),
     ("cohere2", 8, {"attention__sliding_window": 4096},
      ("standard", 4096, {0, 1, 2, 4, 5, 6}, "set_swa_pattern(4) of cohere2")),
-    ("olmo2", 8, {"attention__sliding_window": 4096}, ("standard", 4096, {0, 1, 2, 4, 5, 6}, "set_swa_pattern(4) of olmo2")),
+    ("olmo2", 8, {"attention__sliding_window": 4096},
+     ("standard", 4096, {0, 1, 2, 4, 5, 6}, "set_swa_pattern(4) of olmo2")),
     ("exaone4", 64, {}, ("standard", 4096, set(range(64)) - set(range(3, 64, 4)), "set_swa_pattern(4) of exaone4")),
     ("gemma3n", 10, {"attention__sliding_window": 512},
      ("standard", 512, {0, 1, 2, 3, 5, 6, 7, 8}, "set_swa_pattern(5) of gemma3n")),
@@ -208,15 +204,12 @@ def test_sliding_window_layout_of_each_rule(arch, blocks, meta, expected):
 
 
 @pytest.mark.parametrize("arch, blocks, meta, warnings", [
-    ("gemma3", 6, {}, []),  # no window key: llama.cpp keeps every layer full
-    ("gemma3", 6, {"attention__sliding_window": 0}, []),  # found_swa && n_swa > 0 only
-    ("olmo2", 8, {}, []),
-    ("qwen3moe", 4, {}, []),
-    ("gemma3", 6, {"attention__sliding_window": -512}, []),
-    ("llama4", 8, {"attention__sliding_window": 0}, []),  # found_swa && n_swa == 0: no chunking
-    ("exaone4", 8, {}, []),  # exaone4 slides only with 64 blocks
-    ("exaone4", 30, {"attention__sliding_window": 4096}, []),
-    ("phi3", 4, {"attention__sliding_window": 2047}, []),
+    # no window key: llama.cpp keeps every layer full; it slides on found_swa && n_swa > 0 only
+    ("gemma3", 6, {}, []), ("gemma3", 6, {"attention__sliding_window": 0}, []), ("olmo2", 8, {}, []),
+    ("qwen3moe", 4, {}, []), ("gemma3", 6, {"attention__sliding_window": -512}, []),
+    # found_swa && n_swa == 0: no chunking; exaone4 slides only with 64 blocks
+    ("llama4", 8, {"attention__sliding_window": 0}, []), ("exaone4", 8, {}, []),
+    ("exaone4", 30, {"attention__sliding_window": 4096}, []), ("phi3", 4, {"attention__sliding_window": 2047}, []),
     ("cohere2", 4, {"attention__sliding_window": 2048, "attention__sliding_window_pattern": [0, 0, 0, 0]}, []),
     ("mymodel", 4, {"attention__sliding_window": -64, "attention__sliding_window_pattern": [1, 1, 1, 0]}, []),
     ("mymodel", 4, {"attention__sliding_window": 0}, []),  # an unknown architecture: no window, nothing to warn of
@@ -282,11 +275,8 @@ def test_the_conv_state_counts_the_groups_given(group_count, r):
 
 
 @pytest.mark.parametrize("meta, widths", [
-    ({}, (2 * 64, 64 * 16)),  # token_shift_count defaults to 2
-    ({"token_shift_count": -1}, (2 * 64, 64 * 16)),
-    ({"token_shift_count": 1}, (64, 64 * 16)),
-    ({"token_shift_count": 0}, (0, 64 * 16)),
-])
+    ({}, (2 * 64, 64 * 16)), ({"token_shift_count": -1}, (2 * 64, 64 * 16)),  # token_shift_count defaults to 2
+    ({"token_shift_count": 1}, (64, 64 * 16)), ({"token_shift_count": 0}, (0, 64 * 16))])
 def test_rwkv_state_is_token_shift_count_times_n_embd_and_n_embd_times_head_size(meta, widths):
     """llama_hparams::n_embd_r() = token_shift_count * n_embd, n_embd_s() = n_embd * wkv_head_size."""
     rwkv = recurrent_model("rwkv7", dict(meta, **{"wkv.head_size": 16}), [("time_mix_key.weight", (64, 64))])
@@ -304,10 +294,8 @@ def test_the_memory_kind_follows_the_blocks():
 
 
 @pytest.mark.parametrize("arch, blocks, meta, owners", [
-    ("qwen3", 4, {"attention__shared_kv_layers": 1}, 3),
-    ("qwen3", 4, {"attention__shared_kv_layers": 0}, 4),
-    ("qwen3", 4, {"attention__shared_kv_layers": 4}, 4),
-    ("qwen3", 4, {"attention__shared_kv_layers": -1}, 4),
+    ("qwen3", 4, {"attention__shared_kv_layers": 1}, 3), ("qwen3", 4, {"attention__shared_kv_layers": 0}, 4),
+    ("qwen3", 4, {"attention__shared_kv_layers": 4}, 4), ("qwen3", 4, {"attention__shared_kv_layers": -1}, 4),
     ("gemma3n", 30, {"attention__sliding_window": 512}, 20),  # gemma3n: blocks from 20 on own no cache
     ("gemma4", 6, {"attention__sliding_window": 64, "attention__shared_kv_layers": 2,
                    "attention__sliding_window_pattern": [True] * 5 + [False]}, 4),
