@@ -36,14 +36,15 @@ def test_the_summary_is_the_arch_metadata_and_every_tensor_and_reads_back_unchan
     assert summary["version"] == ms.SUMMARY_VERSION == 1
     assert summary["architecture"] == arch and summary["files"] == [path] and summary["warnings"] == []
     wanted = dict((k, v) for k, v in fields.items() if k == "general.architecture" or k.startswith(arch + "."))
-    assert summary["metadata"] == dict(wanted, **{"tokenizer.ggml.tokens": {"count": len(fields["tokenizer.ggml.tokens"])}})
+    tokens = len(fields["tokenizer.ggml.tokens"])
+    assert summary["metadata"] == dict(wanted, **{"tokenizer.ggml.tokens": {"count": tokens}})
     assert any(isinstance(v, list) for v in wanted.values()) == (arch == "nemotron_h_moe")  # per-layer arrays
     assert summary["tensors"] == rows
     assert json.loads(json.dumps(summary)) == summary
     back_arch, metadata, tensors, files, warnings = ms.read_summary(json.loads(json.dumps(summary)))
     assert (back_arch, files, warnings) == (arch, [path], [])
-    tokens = metadata.pop("tokenizer.ggml.tokens")
-    assert isinstance(tokens, ms.CountedArray) and len(tokens) == len(fields["tokenizer.ggml.tokens"])
+    counted = metadata.pop("tokenizer.ggml.tokens")
+    assert isinstance(counted, ms.CountedArray) and len(counted) == tokens
     assert metadata == wanted
     assert [[t.name, t.type_id, list(t.shape), t.nbytes] for t in tensors] == rows
     assert all(isinstance(t.shape, tuple) for t in tensors)
@@ -62,8 +63,7 @@ def test_long_arrays_are_kept_as_their_length():
 
 GOOD = {"version": 1, "architecture": "qwen3moe", "metadata": {"general.architecture": "qwen3moe"},
         "tensors": [["token_embd.weight", 0, [64, 512], 131072], ["x", None, [], None], ["empty", 1, [0, 8], 0]],
-        "files": ["/m.gguf"],
-        "warnings": ["one", 2]}
+        "files": ["/m.gguf"], "warnings": ["one", 2]}
 
 
 @pytest.mark.parametrize("change, message", [
@@ -79,15 +79,9 @@ GOOD = {"version": 1, "architecture": "qwen3moe", "metadata": {"general.architec
     ({"files": ["/m.gguf", 1]}, "model.files must be a list of paths"),
     ({"tensors": [["a", 0, [1], 4], ["b", 0, [1], 4, 5]]},
      "model.tensors[1] must be [name, type_id, shape, bytes], got ['b', 0, [1], 4, 5]"),
-    ({"tensors": [[1, 0, [1], 4]]}, "model.tensors[0] must be"),
-    ({"tensors": [["a", "f32", [1], 4]]}, "model.tensors[0] must be"),
-    ({"tensors": [["a", 0, "1", 4]]}, "model.tensors[0] must be"),
-    ({"tensors": [["a", 0, [1, -1], 4]]}, "model.tensors[0] must be"),
-    ({"tensors": [["a", 0, [1, True], 4]]}, "model.tensors[0] must be"),
-    ({"tensors": [["a", 0, [1.0], 4]]}, "model.tensors[0] must be"),
-    ({"tensors": [["a", 0, [1], -4]]}, "model.tensors[0] must be"),
-    ({"tensors": [["a", 0, [1], "4"]]}, "model.tensors[0] must be"),
-])
+] + [({"tensors": [row]}, "model.tensors[0] must be") for row in (
+    [1, 0, [1], 4], ["a", "f32", [1], 4], ["a", 0, "1", 4], ["a", 0, [1, -1], 4], ["a", 0, [1, True], 4],
+    ["a", 0, [1.0], 4], ["a", 0, [1], -4], ["a", 0, [1], "4"])])
 def test_a_bad_summary_names_the_field(change, message):
     summary = change if isinstance(change, str) else dict(GOOD, **change)
     with pytest.raises(ms.SummaryError) as raised:
