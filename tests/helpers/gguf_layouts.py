@@ -23,8 +23,10 @@ from tools import gguf_models
 EXPERT_KINDS = frozenset((T.FFN_GATE_EXP, T.FFN_UP_EXP, T.FFN_DOWN_EXP, T.FFN_GATE_UP_EXP,
                           T.FFN_GATE_CHEXP, T.FFN_UP_CHEXP, T.FFN_DOWN_CHEXP))
 MOE_COMPANIONS = frozenset((T.FFN_GATE_INP, T.FFN_EXP_PROBS_B, T.FFN_GATE_INP_SHEXP, T.FFN_GATE_SHEXP,
-                            T.FFN_UP_SHEXP, T.FFN_DOWN_SHEXP, T.FFN_NORM_EXP)) | frozenset(k for k in T if k.name.startswith("FFN_LATENT"))
+                            T.FFN_UP_SHEXP, T.FFN_DOWN_SHEXP, T.FFN_NORM_EXP)
+                           + tuple(k for k in T if k.name.startswith("FFN_LATENT")))
 DENSE_KINDS = frozenset((T.FFN_GATE, T.FFN_UP, T.FFN_DOWN))
+VT = gguf.GGUFValueType
 QUANTS = ("Q4_K", "Q5_K", "Q6_K", "Q8_0", "IQ4_XS", "MXFP4", "BF16", "F16", "Q4_0", "F32")
 # Architectures whose block kinds llama.cpp (and the collection) read from per-layer arrays.
 METADATA_KIND_ARCHS = ("nemotron_h", "nemotron_h_moe")
@@ -99,30 +101,20 @@ def make_layout(arch_name, seed, moe=True):
     """A random model of ``arch_name`` (its real tensor names) and its expected classification."""
     rng = random.Random(seed)
     kinds = MODEL_TENSORS[next(a for a, n in MODEL_ARCH_NAMES.items() if n == arch_name)]
+    globals_ = [TENSOR_NAMES[k] for k in kinds if "{bid}" not in TENSOR_NAMES[k]
+                and not TENSOR_NAMES[k].startswith(("v.", "a.", "mm.", "enc.", "dec."))]
     by_family = {}
-    globals_ = []
-    for kind in kinds:
-        name = TENSOR_NAMES[kind]
-        if "{bid}" not in name:
-            if not name.startswith(("v.", "a.", "mm.", "enc.", "dec.")):
-                globals_.append(name)
-            continue
-        if not name.startswith("blk.{bid}."):
-            continue
+    for kind in (k for k in kinds if TENSOR_NAMES[k].startswith("blk.{bid}.")):
         by_family.setdefault(family(kind), []).append(kind)
     mixers = [f for f in ("attention", "recurrent") if by_family.get(f)]
     ffns = [f for f in ("moe", "dense") if (f == "moe" and by_family.get("experts")) or by_family.get(f)]
-    if not moe:
-        ffns = ["dense"]
+    ffns = ffns if moe else ["dense"]
     n_blocks = rng.randint(2, 13)
     n_expert = rng.choice((2, 4, 8))
     metadata_kinds = arch_name in METADATA_KIND_ARCHS
-    plan = []
-    for b in range(n_blocks):
-        if metadata_kinds:  # one kind per block (llama.cpp's rule for nemotron_h)
-            plan.append(rng.choice(mixers + ffns))
-        else:
-            plan.append((rng.choice(mixers) if mixers else None, rng.choice(ffns)))
+    # one kind per block where llama.cpp's rule for nemotron_h reads them from the metadata, else a mixer and an FFN
+    plan = [rng.choice(mixers + ffns) if metadata_kinds else (rng.choice(mixers) if mixers else None, rng.choice(ffns))
+            for _b in range(n_blocks)]
     if moe:  # at least one MoE block
         b = rng.randrange(n_blocks)
         plan[b] = "moe" if metadata_kinds else (plan[b][0], "moe")
@@ -168,19 +160,12 @@ def make_layout(arch_name, seed, moe=True):
                     if rng.random() < 0.15:
                         add(stem + ".bias", (N_FF,), gguf.GGMLQuantizationType.F32)
     rng.shuffle(tensors)
-    metadata = {
-        "%s.block_count" % arch_name: (n_blocks, gguf.GGUFValueType.UINT32),
-        "%s.embedding_length" % arch_name: (N_EMBD, gguf.GGUFValueType.UINT32),
-        "%s.context_length" % arch_name: (4096, gguf.GGUFValueType.UINT32),
-    }
-    if moe:
-        metadata["%s.expert_count" % arch_name] = (n_expert, gguf.GGUFValueType.UINT32)
-        metadata["%s.expert_used_count" % arch_name] = (min(2, n_expert), gguf.GGUFValueType.UINT32)
+    numbers = [("block_count", n_blocks), ("embedding_length", N_EMBD), ("context_length", 4096)]
+    numbers += [("expert_count", n_expert), ("expert_used_count", min(2, n_expert))] if moe else []
+    metadata = {"%s.%s" % (arch_name, key): (value, VT.UINT32) for key, value in numbers}
     if metadata_kinds:
-        metadata["%s.attention.head_count_kv" % arch_name] = (
-            [2 if plan[b] == "attention" else 0 for b in range(n_blocks)], gguf.GGUFValueType.ARRAY)
-        metadata["%s.feed_forward_length" % arch_name] = (
-            [N_FF if plan[b] in ("moe", "dense") else 0 for b in range(n_blocks)], gguf.GGUFValueType.ARRAY)
+        metadata[arch_name + ".attention.head_count_kv"] = ([2 if p == "attention" else 0 for p in plan], VT.ARRAY)
+        metadata[arch_name + ".feed_forward_length"] = ([N_FF if p in ("moe", "dense") else 0 for p in plan], VT.ARRAY)
     return Layout(arch_name, tensors, n_blocks, expected_kinds, sorted(experts), metadata)
 
 
@@ -193,13 +178,12 @@ def write_layout(layout, directory, seed, shards=None, endian=None):
     rng = random.Random(seed)
     shards = shards or rng.randint(1, min(5, len(layout.tensors)))
     endian = endian or rng.choice(("little", "big"))
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / ("%s-layout-%d.gguf" % (layout.arch, seed))
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    path = Path(directory) / ("%s-layout-%d.gguf" % (layout.arch, seed))
 
     def add_kv(w):
         for key, (value, vtype) in layout.metadata.items():
-            if vtype == gguf.GGUFValueType.ARRAY:
+            if vtype == VT.ARRAY:
                 w.add_array(key, value)
             else:
                 w.add_key_value(key, value, vtype)
