@@ -5,6 +5,7 @@ with gguf-py's own GGUFReader.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import gguf
 import pytest
@@ -38,10 +39,8 @@ def test_every_kind_is_tested():
 
 
 def test_deterministic(tmp_path):
-    a = gguf_models.write_tiny_nemotron_h_moe(tmp_path / "a.gguf")
-    b = gguf_models.write_tiny_nemotron_h_moe(tmp_path / "b.gguf")
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        assert fa.read() == fb.read()
+    a, b = (Path(gguf_models.write_tiny_nemotron_h_moe(tmp_path / name)) for name in ("a.gguf", "b.gguf"))
+    assert a.read_bytes() == b.read_bytes()
 
 
 @pytest.mark.parametrize("dtype,type_name", [("f16", "F16"), ("q8_0", "Q8_0"), ("q4_0", "Q4_0")])
@@ -53,8 +52,7 @@ def test_expert_dtype(tmp_path, dtype, type_name):
 
 
 def test_gpt_oss_experts_are_mxfp4_with_f32_biases(tmp_path):
-    reader = gguf.GGUFReader(gguf_models.write_gpt_oss(tmp_path / "g.gguf"))
-    types = {t.name: t.tensor_type for t in reader.tensors}
+    types = {t.name: t.tensor_type for t in gguf.GGUFReader(gguf_models.write_gpt_oss(tmp_path / "g.gguf")).tensors}
     assert types["blk.0.ffn_down_exps.weight"] == gguf.GGMLQuantizationType.MXFP4
     assert types["blk.0.ffn_down_exps.bias"] == gguf.GGMLQuantizationType.F32
     assert "blk.0.attn_sinks.weight" in types
@@ -98,12 +96,13 @@ def test_nemotron_nano_6_shards(nano):
         split = [shard.metadata["split." + key] for key in ("no", "count", "tensors.count")]
         assert (split, "nemotron_h_moe.block_count" in shard.metadata) == ([i, 6, 401], i == 0)
         assert shard.file_size == shard.data_offset + shard.tensors[-1].offset + shard.tensors[-1].nbytes
+        assert shard.byte_order == endian
+        cross_check(shard.path, shard)
     assert [t.shard for t in model.tensors] == sorted(t.shard for t in model.tensors)
     assert {t.shard for t in model.tensors} == set(range(6))
     assert all(t.file == files[t.shard] for t in model.tensors)
     md = model.metadata
-    assert md["tokenizer.ggml.tokens"] == SkippedArray(8, 2048)
-    assert md["tokenizer.ggml.merges"] == SkippedArray(8, 3000)
+    assert (md["tokenizer.ggml.tokens"], md["tokenizer.ggml.merges"]) == (SkippedArray(8, 2048), SkippedArray(8, 3000))
     # the per-layer arrays that define the layer kinds are kept
     head_count_kv = md["nemotron_h_moe.attention.head_count_kv"]
     ffn = md["nemotron_h_moe.feed_forward_length"]
@@ -121,6 +120,3 @@ def test_nemotron_nano_6_shards(nano):
     assert by_name["token_embd.weight"].type_name == "Q5_0"  # 231 MiB at 131,072 tokens
     assert {t.type_name for t in experts} <= {"Q5_0", "Q8_0", "Q4_K", "Q6_K"}
     assert round(sum(t.nbytes for t in experts) / MIB) == 21772  # reference, section 3
-    assert all(shard.byte_order == endian for shard in model.shards)
-    for shard in model.shards:
-        cross_check(shard.path, shard)
