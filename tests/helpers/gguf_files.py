@@ -182,13 +182,9 @@ def cross_check(path, gf):
     ref = gguf.GGUFReader(path)
     assert gf.data_offset == ref.data_offset
     assert gf.alignment == ref.alignment
-    assert [t.name for t in gf.tensors] == [t.name for t in ref.tensors]
-    for ours, theirs in zip(gf.tensors, ref.tensors):
-        assert ours.type_id == int(theirs.tensor_type)
-        assert ours.type_name == theirs.tensor_type.name
-        assert list(ours.shape) == [int(n) for n in theirs.shape]
-        assert gf.data_offset + ours.offset == theirs.data_offset
-        assert ours.nbytes == theirs.n_bytes
+    ours = [(t.name, t.type_id, t.type_name, list(t.shape), gf.data_offset + t.offset, t.nbytes) for t in gf.tensors]
+    assert ours == [(t.name, int(t.tensor_type), t.tensor_type.name, [int(n) for n in t.shape], t.data_offset,
+                     t.n_bytes) for t in ref.tensors]
     assert set(gf.metadata) == set(ref.fields) - {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count"}
     for key, value in gf.metadata.items():
         field = ref.fields[key]
