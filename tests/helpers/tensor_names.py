@@ -1,6 +1,7 @@
-"""Tensor names of MoE models (and a whole-name matcher) for the tests of the tensor classes and the offload pattern: Nemotron-3-Nano-30B-A3B's
-401 real names, blocks of llama.cpp's per-architecture tensor names (src/llama-arch.cpp ``LLM_TENSOR_NAMES``) and
-random models that follow those naming conventions (a hypothesis strategy)."""
+"""Tensor names of MoE models (and a whole-name matcher) for the tests of the tensor classes and the offload
+pattern: Nemotron-3-Nano-30B-A3B's 401 real names, blocks of llama.cpp's per-architecture tensor names
+(src/llama-arch.cpp ``LLM_TENSOR_NAMES``) and random models that follow those naming conventions (a hypothesis
+strategy)."""
 from __future__ import annotations
 
 import re
@@ -95,7 +96,8 @@ ARCH_SUFFIXES = {
                   "ffn_down_chexps.weight"], r"\.ffn_.*_(ch)?exps\.weight"),
     "arctic": (["ffn_norm_exps.weight", "ffn_up.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
                 "ffn_down_exps.weight"], r"\.ffn_(down|gate|up)_exps\."),
-    "old_mixtral": (["ffn_gate_inp.weight"] + ["ffn_%s.%d.weight" % (p, e) for p in ("gate", "up", "down") for e in range(8)],
+    "old_mixtral": (["ffn_gate_inp.weight"]
+                    + ["ffn_%s.%d.weight" % (p, e) for p in ("gate", "up", "down") for e in range(8)],
                     r"\.ffn_(down|gate|up)\.[0-9]+\.weight$"),
 }
 

@@ -41,7 +41,5 @@ def test_every_ggml_type_as_a_tensor(tmp_path, endian):
 
 
 def test_block_index_reads_the_whole_number():
-    assert block_index("blk.10.ffn_up_exps.weight") == 10
-    assert block_index("blk.1.attn_q.weight") == 1
-    assert block_index("output.weight") is None
-    assert block_index("v.blk.1.attn_q.weight") is None
+    names = ["blk.10.ffn_up_exps.weight", "blk.1.attn_q.weight", "output.weight", "v.blk.1.attn_q.weight"]
+    assert [block_index(n) for n in names] == [10, 1, None, None]

@@ -101,6 +101,8 @@ def test_a_missing_shard_is_named(tmp_path):
 
 
 COUNT_1, COUNT_2 = ("split.count", U16, G.pack("H", 1)), ("split.count", U8, b"\2")
+NOT_INTEGERS = [(F32V, G.pack("f", 2.0), "float32"), (F64, G.pack("d", 2.0), "float64"),
+                (ARRAY, G.arr(U8, 1, b"\2"), "array"), (STRING, G.s("2"), "string"), (BOOL, b"\1", "bool")]
 
 
 @pytest.mark.parametrize("count, keys, bad, reason", [
@@ -110,12 +112,8 @@ COUNT_1, COUNT_2 = ("split.count", U16, G.pack("H", 1)), ("split.count", U8, b"\
      "split.no is 1 but the file name says shard 1 of 2 (split.no is 0-based)"),
     (1, [COUNT_1, ("split.no", U16, G.pack("H", 1))], 1,
      "split.no is 1 but the file name says shard 1 of 1 (split.no is 0-based)"),
-    (1, [("split.count", F32V, G.pack("f", 2.0))], 0, "split.count must be an integer, not float32"),
-    (1, [("split.count", F64, G.pack("d", 2.0))], 0, "split.count must be an integer, not float64"),
-    (1, [("split.count", ARRAY, G.arr(U8, 1, b"\2"))], 0, "split.count must be an integer, not array"),
-    (1, [("split.count", STRING, G.s("2"))], 0, "split.count must be an integer, not string"),
-    (1, [("split.count", BOOL, b"\1")], 0, "split.count must be an integer, not bool"),
-])
+] + [(1, [("split.count", vtype, payload)], 0, "split.count must be an integer, not " + name)
+      for vtype, payload, name in NOT_INTEGERS])
 def test_split_keys_must_match_the_file_name(tmp_path, count, keys, bad, reason):
     """The first shard's keys against its name: ``bad`` is the refused key (None: the missing one)."""
     first = split_model(tmp_path, [["a"], ["b"]][:count])[0]
@@ -257,9 +255,9 @@ def tensor_infos(draw):
 
 def expected_value(value, vtype, sub_type=None):
     """What the reader returns for a value written by GGUFWriter."""
-    if vtype != VT.ARRAY:
-        return struct.unpack("f", struct.pack("f", value))[0] if vtype == VT.FLOAT32 else value
-    if sub_type is None:  # nested: element types from Python types
+    if vtype == VT.FLOAT32:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    if vtype != VT.ARRAY or sub_type is None:  # nested arrays: element types from Python types
         return value
     limit = KEEP_LISTS if sub_type == VT.STRING else KEEP_NUMBERS
     if len(value) > limit:
