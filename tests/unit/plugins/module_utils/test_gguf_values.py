@@ -326,10 +326,10 @@ def test_the_header_reads_alike_whatever_the_read_size(tmp_path, endian, monkeyp
 
 
 def failure(call):
-    """(offset, reason) of the GGUFError that ``call()`` raises."""
+    """(path, offset, reason) of the GGUFError that ``call()`` raises."""
     with pytest.raises(GGUFError) as raised:
         call()
-    return raised.value.offset, raised.value.reason
+    return raised.value.path, raised.value.offset, raised.value.reason
 
 
 def test_pread_and_without_it_seek_then_read(tmp_path, monkeypatch):
@@ -354,25 +354,22 @@ def test_reader_end_of_file_and_short_reads(tmp_path):
     path = write(tmp_path / "f", b"\1\0\0\0" + b"\0" * 7)
     with opened(path) as rd:
         assert (rd.u32(), rd.tell(), rd.left()) == (1, 4, 7)
-        assert failure(rd.u64) == (4, "unexpected end of file: 8 bytes needed, 7 left")
+        assert failure(rd.u64) == (path, 4, "unexpected end of file: 8 bytes needed, 7 left")
         rd.seek(15)
-        assert failure(lambda: rd.take(1)) == (15, "unexpected end of file: 1 bytes needed, 0 left")
+        assert failure(lambda: rd.take(1)) == (path, 15, "unexpected end of file: 1 bytes needed, 0 left")
     with opened(path) as rd:
         assert rd.take(11) == b"\1" + b"\0" * 10  # exactly to the end
     with opened(path) as rd:  # an unknown value type (the header refuses it first), named where its u32 starts
         rd.u32()
-        assert failure(lambda: rd.value(13, 0, "key 'k'")) == (0, "key 'k': unknown value type 13")
+        assert failure(lambda: rd.value(13, 0, "key 'k'")) == (path, 0, "key 'k': unknown value type 13")
     with opened(path, size=100) as rd:  # the file is shorter than its size said (it changed while reading)
         rd.seek(8)
-        with pytest.raises(GGUFError) as raised:
-            rd.u64()
-        assert (raised.value.path, raised.value.offset, raised.value.reason) == (
-            path, 8, "short read: 8 bytes needed, 3 read (file changed while reading?)")
+        assert failure(rd.u64) == (path, 8, "short read: 8 bytes needed, 3 read (file changed while reading?)")
     n = values.CHUNK + 10  # a string longer than a read is read on its own
     path = write(tmp_path / "g", G.pack("Q", n) + b"x" * 100)
     with opened(path, size=8 + n) as rd:
         assert failure(lambda: rd.raw_string("key 'k'")) == (
-            8, "short read: %d bytes needed, 100 read (file changed while reading?)" % n)
+            path, 8, "short read: %d bytes needed, 100 read (file changed while reading?)" % n)
 
 
 def test_reader_seek_inside_the_buffer_keeps_it(tmp_path):
