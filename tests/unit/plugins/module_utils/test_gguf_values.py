@@ -392,16 +392,13 @@ def test_reader_seek_inside_the_buffer_keeps_it(tmp_path):
 
 def test_next_data_skips_holes_and_stops_at_the_end(tmp_path):
     path = sparse(tmp_path / "sparse", [(0, b"x" * 10), (MIB, b"y")], 3 * MIB)
-    fd = os.open(path, os.O_RDONLY)
-    try:
+    with opened(path) as probe:  # whether this file system reports the hole and the end
         try:
-            hole_reported = os.lseek(fd, 5000, os.SEEK_DATA) == MIB
-            os.lseek(fd, 2 * MIB, os.SEEK_DATA)
+            hole_reported = os.lseek(probe.fd, 5000, os.SEEK_DATA) == MIB
+            os.lseek(probe.fd, 2 * MIB, os.SEEK_DATA)
             end_reported = False
         except OSError as exc:
             end_reported = exc.errno == errno.ENXIO
-    finally:
-        os.close(fd)
     fifo = str(tmp_path / "pipe")  # a descriptor without SEEK_DATA: the offset itself
     os.mkfifo(fifo)
     with opened(fifo, size=0, flags=os.O_NONBLOCK) as rd:
