@@ -243,13 +243,7 @@ BIG_ARRAYS = [
     ("tokenizer.ggml.tokens", ["tok%d" % i for i in range(3000)], VT.ARRAY, VT.STRING),
     ("tokenizer.ggml.merges", ["t o", "k %d" % 1] * 700, VT.ARRAY, VT.STRING),
     ("tokenizer.ggml.scores", [0.0] * 5000, VT.ARRAY, VT.FLOAT32),
-    ("tokenizer.ggml.token_type", [1] * 5000, VT.ARRAY, VT.INT32),
-    ("a.many_lists", [[1, 2]] * 100, VT.ARRAY),
-]
-SOME_TENSORS = [
-    ("token_embd.weight", (64, 10), Q.Q8_0),
-    ("blk.0.ffn_up_exps.weight", (256, 4, 3), Q.Q4_K),
-    ("blk.0.attn_norm.weight", (64,), Q.F32),
-    ("blk.0.ssm_a", (1, 8), Q.F32),
-    ("output.weight", (64, 10), Q.F16),
-]
+    ("tokenizer.ggml.token_type", [1] * 5000, VT.ARRAY, VT.INT32), ("a.many_lists", [[1, 2]] * 100, VT.ARRAY)]
+SOME_TENSORS = [("token_embd.weight", (64, 10), Q.Q8_0), ("blk.0.ffn_up_exps.weight", (256, 4, 3), Q.Q4_K),
+                ("blk.0.attn_norm.weight", (64,), Q.F32), ("blk.0.ssm_a", (1, 8), Q.F32),
+                ("output.weight", (64, 10), Q.F16)]

@@ -45,8 +45,8 @@ def test_deterministic(tmp_path):
 
 @pytest.mark.parametrize("dtype,type_name", [("f16", "F16"), ("q8_0", "Q8_0"), ("q4_0", "Q4_0")])
 def test_expert_dtype(tmp_path, dtype, type_name):
-    reader = gguf.GGUFReader(gguf_models.write_tiny_nemotron_h_moe(tmp_path / "m.gguf", dtype=dtype))
-    types = {t.name: t.tensor_type.name for t in reader.tensors}
+    path = gguf_models.write_tiny_nemotron_h_moe(tmp_path / "m.gguf", dtype=dtype)
+    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(path).tensors}
     assert {types[n] for n in types if n.endswith("_exps.weight")} == {type_name}
     assert types["blk.1.ffn_up_shexp.weight"] == "F32"
 

@@ -5,6 +5,7 @@ src/llama-model-loader.cpp); and property tests of the whole reader.
 """
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import tempfile
@@ -280,17 +281,13 @@ def test_random_valid_files_read_back(kvs, tensors, endian, alignment):
         cross_check(path, gf)  # the sizes too
 
 
-BASES = {}
-
-
+@functools.lru_cache(maxsize=None)
 def base_file(endian):
     """A valid file with scalars, small, nested and skipped arrays and tensors (written once per byte order)."""
-    if endian not in BASES:
-        with tempfile.TemporaryDirectory() as folder:
-            path = write_gguf(os.path.join(folder, "base.gguf"), ALL_SCALARS + SMALL_ARRAYS[:15] + BIG_ARRAYS[:2],
-                              SOME_TENSORS, endian=endian)[0]
-            BASES[endian] = (Path(path).read_bytes(), read_gguf(path).data_offset)
-    return BASES[endian]
+    with tempfile.TemporaryDirectory() as folder:
+        path = write_gguf(os.path.join(folder, "base.gguf"), ALL_SCALARS + SMALL_ARRAYS[:15] + BIG_ARRAYS[:2],
+                          SOME_TENSORS, endian=endian)[0]
+        return Path(path).read_bytes(), read_gguf(path).data_offset
 
 
 HUGE = st.sampled_from([2 ** 60, 2 ** 63, 2 ** 64 - 1, 2 ** 32 - 1, 2 ** 31, 10 ** 6, 4097, 65, 5, 0])
