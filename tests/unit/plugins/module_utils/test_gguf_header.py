@@ -23,6 +23,7 @@ import socket
 import stat
 import threading
 from pathlib import Path
+from unittest import mock
 
 import gguf
 import pytest
@@ -316,12 +317,7 @@ def test_an_io_error_is_a_gguf_error_at_the_byte_reached(tmp_path, monkeypatch):
                                          [("a", (8,))])
     eio = OSError(errno.EIO, os.strerror(errno.EIO))
     reason = "OSError: [Errno %d] %s" % (errno.EIO, os.strerror(errno.EIO))
-
-    def failing(*_args):
-        raise eio
-
-    with monkeypatch.context() as patched:
-        patched.setattr(os, "fstat", failing)
+    with mock.patch.object(os, "fstat", side_effect=eio):
         expect_error(path, 0, reason)
     reads = []
 
