@@ -11,19 +11,16 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_keys impo
 KEYS = [(cls, name) for cls in TABLE for name in vars(cls) if name.isupper()]
 
 
-def test_the_table_lists_each_of_its_classes():
+def test_the_table_lists_each_of_its_classes_and_no_key_twice():
     assert sorted(c.__name__ for c in TABLE) == sorted(
         n for n, v in vars(_gguf_keys).items() if isinstance(v, type) and v.__module__ == _gguf_keys.__name__)
+    values = [getattr(cls, name) for cls, name in KEYS]
+    assert len(values) == len(set(values))
 
 
 @pytest.mark.parametrize("cls,name", KEYS, ids=["%s.%s" % (c.__name__, n) for c, n in KEYS])
 def test_every_key_is_gguf_pys(cls, name):
     assert getattr(cls, name) == getattr(getattr(gguf.Keys, cls.__name__), name)
-
-
-def test_no_key_is_listed_twice():
-    values = [getattr(cls, name) for cls, name in KEYS]
-    assert len(values) == len(set(values))
 
 
 def test_arch_key_fills_the_architecture_in_as_gguf_py_does():
