@@ -18,7 +18,7 @@ def tiny(tmp_path_factory):
     return write_tiny_nemotron_h_moe(tmp_path_factory.mktemp("tiny") / "tiny-nemotron.gguf")
 
 
-def test_tiny_nemotron(ansible_module, tiny):
+def test_tiny_nemotron_with_the_default_tensors_all_of_them_and_in_check_mode(ansible_module, tiny):
     result = ansible_module("gguf_info", {"path": tiny})
     assert result["failed"] is False and result["changed"] is False
     assert result["architecture"] == "nemotron_h_moe"
@@ -29,9 +29,7 @@ def test_tiny_nemotron(ansible_module, tiny):
     assert sorted(t["name"] for t in result["tensors"]) == result["expert_tensors"]
     assert {t["class"] for t in result["tensors"]} == {"routed_experts"}
     assert "pattern_check" not in result
-
-
-def test_tensors_all_lists_every_tensor_and_check_mode_the_same(ansible_module, tiny):
+    # tensors=all lists every tensor, and check mode returns the same
     result = ansible_module("gguf_info", {"path": tiny, "tensors": "all"})
     checked = ansible_module("gguf_info", {"path": tiny, "tensors": "all"}, check=True)
     assert checked["failed"] is False and checked["changed"] is False
