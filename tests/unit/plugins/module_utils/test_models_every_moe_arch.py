@@ -89,11 +89,9 @@ def test_implausible_block_numbers_do_not_hang(tmp_path):
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory):
     base = tmp_path_factory.mktemp("fuzz")
-    result = []
-    for i, arch in enumerate(["qwen3moe", "gpt-oss", "deepseek2", "nemotron_h_moe", "granitehybrid", "lfm2moe"]):
-        layout = H.make_layout(arch, i)
-        result.append(H.write_layout(layout, base / str(i), i, shards=2 + i % 3, endian=("little", "big")[i % 2]))
-    return result
+    archs = ["qwen3moe", "gpt-oss", "deepseek2", "nemotron_h_moe", "granitehybrid", "lfm2moe"]
+    return [H.write_layout(H.make_layout(arch, i), base / str(i), i, shards=2 + i % 3, endian=("little", "big")[i % 2])
+            for i, arch in enumerate(archs)]
 
 
 def _mutate(rng, files, sources):
