@@ -147,11 +147,10 @@ def test_expert_tensors_are_listed_sorted_by_block():
     assert layout.block_kinds[3] == [] and layout.block_count == 11
 
 
-@pytest.mark.parametrize("unknown, listed", [
-    (5, "blk.0.attn_q.weight, blk.1.attn_q.weight, blk.2.attn_q.weight, blk.3.attn_q.weight, blk.4.attn_q.weight"),
-    (6, "blk.0.attn_q.weight, blk.1.attn_q.weight, blk.2.attn_q.weight, blk.3.attn_q.weight, blk.4.attn_q.weight, "
-        "..."),
-])
+FIVE_Q = "blk.0.attn_q.weight, blk.1.attn_q.weight, blk.2.attn_q.weight, blk.3.attn_q.weight, blk.4.attn_q.weight"
+
+
+@pytest.mark.parametrize("unknown, listed", [(5, FIVE_Q), (6, FIVE_Q + ", ...")])
 def test_tensors_of_unknown_size_count_zero_and_five_are_named(unknown, listed):
     tensors = [T("blk.%d.attn_q.weight" % i, (8, 8), None) for i in range(unknown)]
     layout = classify_model("llama", {"llama.block_count": unknown}, tensors + [T("output.weight", (8, 8), 64)])
