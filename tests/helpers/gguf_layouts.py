@@ -53,14 +53,10 @@ def dense_architectures():
 
 def family(kind):
     """The block family of a tensor kind: experts, moe, dense, attention, recurrent, nextn, common."""
-    name = TENSOR_NAMES[kind]
-    if kind in EXPERT_KINDS:
-        return "experts"
-    if kind in MOE_COMPANIONS:
-        return "moe"
-    if kind in DENSE_KINDS:
-        return "dense"
-    stem = name.split("{bid}.", 1)[-1]
+    for kinds, name in ((EXPERT_KINDS, "experts"), (MOE_COMPANIONS, "moe"), (DENSE_KINDS, "dense")):
+        if kind in kinds:
+            return name
+    stem = TENSOR_NAMES[kind].split("{bid}.", 1)[-1]
     if stem.startswith("nextn."):
         return "nextn"
     if stem.startswith(("ssm_", "time_mix_", "shortconv")):
