@@ -2,7 +2,6 @@
 not models (a clear message, never a traceback)."""
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
@@ -46,35 +45,28 @@ def test_tiny_nemotron_with_the_default_tensors_all_of_them_and_in_check_mode(an
     assert by_name["blk.1.ffn_up_exps.weight"]["type"] == "f32"
 
 
-@pytest.mark.parametrize("pattern, classes, verdict", [
-    (NANO, set(), "ok"),
-    ("exp", {"shared_experts", "router"}, "wrong"),
-    (r"\.ffn_.*_exps\.weight=CPU", set(), "unusable"),
-])
-def test_pattern_check(ansible_module, tiny, pattern, classes, verdict):
-    result = ansible_module("gguf_info", {"path": tiny, "tensors": "none", "pattern": pattern})
+def test_pattern_check(ansible_module, tiny):
+    """The verdicts themselves are check_pattern's (test_pattern_check.py)."""
+    result = ansible_module("gguf_info", {"path": tiny, "tensors": "none", "pattern": "exp"})
     assert result["failed"] is False
     check = result["pattern_check"]
-    assert check["ok"] is (verdict == "ok")
-    assert check["verdict"].startswith(verdict + ": ")
-    assert {item["class"] for item in check["non_expert"]} == classes
+    assert check["ok"] is False
+    assert check["verdict"].startswith("wrong: ")
+    assert {item["class"] for item in check["non_expert"]} == {"shared_experts", "router"}
 
 
 @pytest.mark.parametrize("kind, message", [
     ("text", "%s: at byte 0: file of 20 bytes is too short for a GGUF header (24 bytes)"),
     ("directory", "%s: is a directory, not a .gguf file"),
-    ("fifo", "%s: at byte 0: cannot open: not a regular file (a FIFO)"),
 ])
 def test_paths_that_are_not_models(ansible_module, tmp_path, kind, message):
     path = tmp_path / "model.gguf"
     if kind == "text":
         path.write_text("this is not a model\n")
-    elif kind == "directory":
+    else:
         path = tmp_path
-    elif kind == "fifo":
-        os.mkfifo(path)
     result = ansible_module("gguf_info", {"path": str(path)})
     assert_clean_failure(result)
     assert result["msg"] == message % path
-    if kind in ("text", "fifo"):  # the reader's error: its path, byte and reason come as fields too
+    if kind == "text":  # the reader's error: its path, byte and reason come as fields too
         assert "%s: at byte %d: %s" % (result["path"], result["offset"], result["reason"]) == result["msg"]
