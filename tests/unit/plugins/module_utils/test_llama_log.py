@@ -478,7 +478,7 @@ def test_every_public_log_has_a_source_and_the_per_tensor_lines_of_other_builds(
     ("b7xxx_kv_two_gpus_compute_retry.log", {"load_error": None, "crash": None,
                                              "kv_buffers": {"CUDA0": 12327.0, "CUDA1": 11153.0}}),
     ("compose_b45xx_runtime_cuda1_oom.log", {"load_error": None, "crash": None}),
-    ("b10586_crash_after_load.log", {"build": "b10586-b21e4de74", "load_error": None,
+    ("b10586_crash_after_load.log", {"build": "b10586-b21e4de74", "load_error": None, "server_ready": False,
                                      "crash": "CUDA error: an illegal memory access was encountered"}),
 ]])
 def test_what_a_log_of_another_build_backend_or_wrapper_shows(name, fields):
