@@ -188,8 +188,6 @@ def test_single_a5500_small_model_no_offload(deploy, models):
     assert env["LLM_GPU_DEVICES"] == "0" and env["LLM_TENSOR_SPLIT"] == ""
     service = run.compose_after()["services"]["ai-llm"]
     assert service["devices"] == ["nvidia.com/gpu=0"]
-    assert service["environment"]["NVIDIA_VISIBLE_DEVICES"] == "${LLM_GPU_DEVICES:-}"
-    assert "deploy" not in service and service["logging"]["driver"] == "k8s-file"
     assert run.result["status"] == "checked"
     assert run.result["message"].startswith("check mode: the configuration changed (")
     assert run.result["message"].endswith(": ai-llm is recreated (nothing was changed)")
@@ -271,7 +269,6 @@ def test_docker_compose_renders_device_reservations(deploy, models):
     assert "devices" not in service
     assert service["deploy"]["resources"]["reservations"]["devices"] == [
         {"driver": "nvidia", "device_ids": ["0", "1"], "capabilities": ["gpu"]}]
-    assert service["logging"] == {"driver": "json-file", "options": {"max-size": "50m", "max-file": "3"}}
     assert run.env_added()["LLM_GPU_DEVICES"] == "0,1"
 
 
@@ -286,21 +283,7 @@ def test_a_plan_that_cannot_fit_is_refused_before_anything_is_written(deploy, mo
                         r"missing", msg)
     assert missing, msg
     assert int(missing.group(2)) - int(missing.group(3)) == 5276  # needs - missing = the fixture's free memory
-    assert "Nothing was changed" in msg and "llm_server_moe_offload_force=true" in msg
     assert not any(t.startswith(("Create the project", "Write ")) for t in run.chunks)
-
-
-def test_a_forced_plan_that_cannot_fit_moves_every_expert(deploy, models):
-    run = deploy("rtx_a5500_busy", models["nano"], llm_server_ctx_size=1048576, llm_server_moe_offload_force=True)
-    assert plan_of(run)["fits"] is False
-    assert run.env_added()["LLM_MOE_OFFLOAD_PATTERN"] == "\\.ffn_.*_exps\\.weight"
-
-
-def test_a_forced_layers_plan_that_cannot_fit_needs_a_pattern(deploy, models):
-    run = deploy("rtx_a5500_busy", models["nano"], ok=False, llm_server_ctx_size=1048576,
-                 llm_server_moe_offload_force=True, llm_server_moe_offload_mode="layers",
-                 llm_server_cpu_expert_layers=[1, 3])
-    assert "with llm_server_moe_offload_pattern" in run.result["message"]
 
 
 # --- the GPU memory the running ai-llm holds counts as free for the plan ---------------------------------
