@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers.llama_server import free_port
 from tests.helpers.llm_deploy import cpu_image, local_deploy, playbook_env
-from tools.gguf_models import write_dense_llama, write_nemotron_nano_30b, write_tiny_nemotron_h_moe
+from tools.gguf_models import write_nemotron_nano_30b, write_tiny_nemotron_h_moe
 
 ROOT = Path(__file__).resolve().parents[2]
 NANO_PATTERN_LINE = r"LLM_MOE_OFFLOAD_PATTERN=\.ffn_.*_exps\.weight"
@@ -58,13 +58,6 @@ def test_summary_of_the_six_shard_nemotron_nano(nano):
     tasks = inspected("model=" + nano[2])
     summary = tasks["Summary"]["msg"]
     assert summary[0].startswith("model (6 files, 22.83 GiB): ") and summary[0].endswith("-00001-of-00006.gguf")
-    assert "architecture: nemotron_h_moe, 52 blocks, 401 tensors (22.82 GiB)" in summary
-    assert "attention layers (6): 5,12,19,26,33,42" in summary
-    assert any(line.startswith("recurrent layers (23): 0,2,4,7,") for line in summary)
-    assert any(line.startswith("moe layers (23): 1,3,6,8,") for line in summary)
-    assert "dense_ffn layers (0): -" in summary
-    assert "routed experts: 46 tensors, 21.26 GiB (128 experts, 6 used per token, 1 shared)" in summary
-    assert r"pattern \.ffn_.*_exps\.weight matches 46 tensors: exactly the routed experts" in summary
     assert summary[-1] == NANO_PATTERN_LINE
     tensors = tasks["Tensors"]["msg"]
     assert len(tensors) == 46 and all("routed_experts" in line for line in tensors)
@@ -83,14 +76,6 @@ def test_default_output_shows_the_env_line_verbatim(nano):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "    - " + NANO_PATTERN_LINE in proc.stdout.splitlines()
     assert "TASK [Tensors]" in proc.stdout and "skipping: [localhost]" in proc.stdout
-
-
-def test_dense_model_says_nothing_to_offload(tmp_path):
-    tasks = inspected("model=" + write_dense_llama(tmp_path / "dense.gguf"))
-    summary = tasks["Summary"]["msg"]
-    assert "routed experts: none, nothing to offload (dense model: use -ngl alone)" in summary
-    assert summary[-1] == "LLM_MOE_OFFLOAD_PATTERN="
-    assert tasks["Tensors"]["msg"] == ["no routed-expert tensors"]
 
 
 def test_without_model_or_container_it_says_what_to_give():
