@@ -37,9 +37,7 @@ def model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def a5500():
-    (card,), warnings = parse_gpus((ROOT / "tests" / "data" / "nvidia_smi" / "rtx_a5500.txt").read_text())
-    assert warnings == []
-    assert card["name"] == "NVIDIA RTX A5500" and card["memory_free_mib"] == 24148
+    (card,), _warnings = parse_gpus((ROOT / "tests" / "data" / "nvidia_smi" / "rtx_a5500.txt").read_text())
     return card
 
 
