@@ -27,6 +27,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
     render_compose,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from tests.helpers.deploy_hosts import proved
 from tests.helpers.role_vars import role_values
 
 KEY = "sk-disk-0001"
@@ -87,8 +88,7 @@ def test_the_files_as_written_are_proved_with_their_hash(project):
     assert disk["api_key_sha256"] == hashlib.sha256(b"sk-disk-0001\n").hexdigest()
     assert disk["compose_sha256"] == hashlib.sha256(Path(settings["paths"]["compose"]).read_bytes()).hexdigest()
     assert disk["model_outside_dir"] is None and disk["lock_file"] is False
-    assert proof(settings) == {"changed": False, "config_hash": digest, "changed_keys": [], "files_changed": [],
-                               "dropped_keys": [], "diff": []}
+    assert proof(settings) == proved(digest)
 
 
 def test_another_configuration_key_or_engine_is_not_proved_and_without_a_key_there_must_be_no_key_file(project):
