@@ -163,7 +163,6 @@ def test_experts_placed_on_the_other_device(models):
         (item,) = planned["device_overrides"]
         assert item["device"] == names[0] and planned["cpu_expert_layers"] == []
         override = ",".join("%s=%s" % (o["pattern"], o["device"]) for o in planned["device_overrides"])
-        assert override == "%s=%s" % (item["pattern"], names[0])
         text = PA.run_server(path, 4096, 1, rpc.endpoints, override=override, split=[1, 1],
                              extra=["-lv", "5"])
     got = PA.measured(text, rpc.endpoints)
