@@ -198,10 +198,9 @@ LLAMA_SERVER = "/opt/llama/bin/llama-server"
 
 @pytest.mark.parametrize("env, entrypoint, args", [
     ([], LLAMA_SERVER, ["-m", "/models/tiny.gguf", "--host", "127.0.0.1", "--port", "{port}"]),
-    ([], LLAMA_SERVER, ["--host", "127.0.0.1", "--model", "/models/tiny.gguf", "--port", "{port}"]),
     (["LLAMA_ARG_MODEL=/models/tiny.gguf"], LLAMA_SERVER, ["--host", "127.0.0.1", "--port", "{port}"]),
     (["MODEL=/models/tiny.gguf"], "/bin/sh", ["-c", 'exec %s -m "$MODEL" --port {port}' % LLAMA_SERVER]),
-], ids=["-m", "--model", "LLAMA_ARG_MODEL", "MODEL"])
+], ids=["-m", "LLAMA_ARG_MODEL", "MODEL"])
 def test_container_mode_on_the_upstream_image_forms(upstream_container, env, entrypoint, args):
     port = str(free_port())
     name, model = upstream_container(env, entrypoint, *[a.replace("{port}", port) for a in args])
