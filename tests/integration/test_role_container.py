@@ -1,6 +1,7 @@
 """What the role reads of the ai-llm container (plugins/module_utils/_deploy_container.py), on real podman
 containers of the CPU image: state, label, processes, pause, exit, removal, and the wait for /health that stops at
-once with the cause when the container exits. Also the compose tool choice and the cause line (unit).
+once with the cause when the container exits (the cause line and the compose tool choice alone:
+tests/unit/plugins/module_utils/test_deploy_container.py).
 
 Run under the podman lock: ``flock /tmp/ai-llm-podman.lock python -m pytest tests/integration/test_role_container.py``.
 """
@@ -16,8 +17,6 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import (
     container_state,
-    exit_cause,
-    find_compose,
     log_tail,
     wait_healthy,
 )
@@ -191,34 +190,3 @@ def test_the_wait_ends_at_the_first_200_while_the_container_runs(container, tmp_
                       "cause": None, "log_tail": []}
     assert 0 <= answer["seconds"] < 60 and isinstance(answer["seconds"], float)
     assert answer["container"]["running"] and answer["container"]["config_hash"] == "h" * 64
-
-
-# llama-server b10435 at -lv 4 describes the model before it fails to load it: "unknown" in print_info and the
-# loader's key/value lines is not the cause (llama-model-loader.cpp check_tensor_dims is).
-DESCRIBED = ["print_info: rope_finetuned        = unknown",
-             "llama_model_loader: - kv  27: tokenizer.ggml.unknown_token_id u32 = 0",
-             "llama_model_load: error loading model: check_tensor_dims: tensor 'token_embd.weight' has wrong shape;"
-             " expected   128,    64, got    64,    64,     1,     1",
-             "llama_model_load_from_file_impl: failed to load model",
-             "srv    load_model: failed to load model, '/models/m.gguf'"]
-
-
-@pytest.mark.parametrize("lines, cause", [(LOAD_FAILURE, LOAD_FAILURE[1]), (["starting", "bye"], "bye"), ([], ""),
-                                          (DESCRIBED, DESCRIBED[2])], ids=["load error", "last", "none", "described"])
-def test_the_cause_is_the_first_error_line(lines, cause):
-    assert exit_cause(lines) == cause
-
-
-def test_the_compose_tool():
-    calls = []
-
-    def fake_run(argv):
-        calls.append(argv)
-        return (1, "", "unknown command") if argv[1:] == ["compose", "version"] else (0, "", "")
-    tools = {"podman": "/usr/bin/podman", "podman-compose": "/venv/bin/podman-compose"}
-    assert find_compose(fake_run, tools.get) == ["podman-compose"]
-    assert calls == [["/usr/bin/podman", "compose", "version"]]
-    calls.clear()
-    assert find_compose(fake_run, tools.get, ["docker", "compose"]) == ["docker", "compose"]
-    assert calls == []  # a given command is taken as it is, nothing is probed
-    assert find_compose(fake_run, {}.get) is None

@@ -64,6 +64,7 @@ NO_PODMAN_COMPOSE = {"podman": "/usr/bin/podman", "docker": "/usr/bin/docker", "
 
 @pytest.mark.parametrize("found, failing, given, command, probed", [
     (ALL, (), None, ["podman", "compose"], ["/usr/bin/podman"]),  # asked by the path `which` found
+    (ALL, ("/usr/bin/podman",), None, ["podman-compose"], ["/usr/bin/podman"]),
     # a compose subcommand that fails its version probe is passed over; a standalone tool is not probed
     (NO_PODMAN_COMPOSE, ("/usr/bin/podman",), None, ["docker", "compose"], ["/usr/bin/podman", "/usr/bin/docker"]),
     (NO_PODMAN_COMPOSE, ("/usr/bin/podman", "/usr/bin/docker"), None, ["docker-compose"],
@@ -169,6 +170,16 @@ def test_the_log_tail_keeps_stderr_then_stdout_without_blank_lines_and_only_the_
      "/src/llama.cpp/ggml/src/ggml-cpu/ops.cpp:4321: GGML_ASSERT(ne00 % 32 == 0) failed"),
     # model descriptions are not causes
     (["print_info: rope type = unknown", "llama_model_loader: - kv  12: general.unknown_key str = x", "bye"], "bye"),
+    # llama-server b10435 at -lv 4 describes the model before it fails to load it: "unknown" in print_info and the
+    # loader's key/value lines is not the cause (llama-model-loader.cpp check_tensor_dims is)
+    (["print_info: rope_finetuned        = unknown",
+      "llama_model_loader: - kv  27: tokenizer.ggml.unknown_token_id u32 = 0",
+      "llama_model_load: error loading model: check_tensor_dims: tensor 'token_embd.weight' has wrong shape;"
+      " expected   128,    64, got    64,    64,     1,     1",
+      "llama_model_load_from_file_impl: failed to load model",
+      "srv    load_model: failed to load model, '/models/m.gguf'"],
+     "llama_model_load: error loading model: check_tensor_dims: tensor 'token_embd.weight' has wrong shape;"
+     " expected   128,    64, got    64,    64,     1,     1"),
     (["  starting  ", "  Segmentation fault (core dumped)  ", "illegal hardware instruction"],
      "Segmentation fault (core dumped)"),
     # tools/server/server-http.cpp prints "couldn't bind HTTP server socket, hostname: %s, port: %d" and then
