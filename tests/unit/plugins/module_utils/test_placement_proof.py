@@ -330,7 +330,8 @@ NEXT_TO_CUDA0 = [offloaded(0, 5), model_buf("CPU_Mapped", 8.44), kv_buf("CPU", 0
     ([model_buf("CPU_Mapped", 8.44), READY], {"expect_model_buffers": {}}, dict(
         verified=True, evidence="device_buffers",
         msg="the model buffers of 0 device(s) match the plan (per-device buffer evidence)")),
-    ([kv_buf("CUDA0", 96.0), READY], {"expect_gpu_model_mib": 0.0}, dict(gpu_model_mib=None, msg=NO_BUFFER_LINES_ALONE)),
+    ([kv_buf("CUDA0", 96.0), READY], {"expect_gpu_model_mib": 0.0},
+     dict(gpu_model_mib=None, msg=NO_BUFFER_LINES_ALONE)),
     # without any expectation nothing is verified and the log is summed up
     ([override(UP1, "CPU"), override(DOWN1, "CPU"), BUF_CUDA0, model_buf("CUDA1", 10.5), READY], {}, dict(
         gpu_model_mib=1379.93,
