@@ -6,38 +6,27 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_placement import (
     PlacementRefused, missing_gpus, place)
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
-from tests.helpers.role_vars import role_values
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
-from tools.gguf_models import write_demo_model, write_nemotron_nano_30b
+from tests.helpers.deploy_settings import EXPERTS, demo_model, settings
+from tools.gguf_models import write_nemotron_nano_30b
 
 A5500_BUSY = {"topology": "single", "gpus": [{"index": 0, "name": "NVIDIA RTX A5500", "memory_total_mib": 24564,
                                               "memory_free_mib": 5276, "memory_used_mib": 18854}],
               "processes": [{"gpu_index": 0, "pid": 48213, "used_memory_mib": 18342},
                             {"gpu_index": 0, "pid": 777, "used_memory_mib": 512}]}
-EXPERTS = ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight", "blk.4.ffn_down_exps.weight",
-           "blk.4.ffn_up_exps.weight"]
 ALL = r"\.ffn_.*_exps\.weight"
 CPU = {"topology": "cpu"}
 
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return write_demo_model(str(tmp_path_factory.mktemp("m") / "demo.gguf"))
+demo = pytest.fixture(demo_model, scope="module", name="demo")
 
 
 @pytest.fixture(scope="module")
 def nano(tmp_path_factory):
     return write_nemotron_nano_30b(str(tmp_path_factory.mktemp("nano")), shards=1, vocab_size=1024, n_merges=1000)[0]
-
-
-def settings(model, **values):
-    return check_settings(role_values({"llm_server_model_path": model, "llm_server_compose_project": "x",
-                                       "llm_server_ctx_size": 512}, **values)).as_dict()
 
 
 def report(model, pattern=None):

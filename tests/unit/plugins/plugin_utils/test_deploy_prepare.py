@@ -5,30 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import (
     Refused, make_plan, plan_args, prepare, service_args)
 from tests.helpers.deploy_hosts import holding, proved
-from tests.helpers.role_vars import role_values
-from tools.gguf_models import write_demo_model
+from tests.helpers.deploy_settings import EXPERTS, demo_model, settings
 
-EXPERTS = ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight", "blk.4.ffn_down_exps.weight",
-           "blk.4.ffn_up_exps.weight"]
 CPU = {"topology": "cpu", "gpus": [], "processes": []}
 ONE_GPU = {"topology": "single", "gpus": [{"index": 0, "name": "NVIDIA RTX A5500", "memory_total_mib": 24564,
                                            "memory_free_mib": 24000, "memory_used_mib": 564}], "processes": []}
 
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return write_demo_model(str(tmp_path_factory.mktemp("m") / "demo.gguf"))
-
-
-def settings(model, **values):
-    return check_settings(role_values(dict({"llm_server_model_path": model, "llm_server_compose_project": "x",
-                                            "llm_server_ctx_size": 512}, **values))).as_dict()
+demo = pytest.fixture(demo_model, scope="module", name="demo")
 
 
 def service(model, gpus=None):
