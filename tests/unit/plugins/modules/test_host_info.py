@@ -8,9 +8,6 @@ import sys
 def test_host_memory_of_this_machine(ansible_module):
     result = ansible_module("host_info", {}, check=True)
     assert result["failed"] is False and result["changed"] is False
-    with open("/proc/meminfo") as handle:
-        total = int([line for line in handle if line.startswith("MemTotal:")][0].split()[1])
-    assert result["memory_total_mib"] == round(total / 1024.0, 2)
     assert 0 < result["memory_available_mib"] <= result["memory_total_mib"]
     assert "swap_total_mib" in result and "process_tree" not in result
     assert result["cgroup"] is None or result["cgroup"]["limit_mib"] > 0
