@@ -52,7 +52,6 @@ def test_dual_with_processes_in_check_mode_and_the_memory_a_process_tree_holds(a
     assert result["gpus"][0]["memory_held_by_pid_mib"] == 18342 and "processes" not in result
     other = ansible_module("gpu_info", {"pid": 1771, "processes": True}, extra_env=env_with_double("rtx_a5500_busy"))
     assert other["gpus"][0]["memory_held_by_pid_mib"] == 512
-    assert [(p["pid"], p["used_memory_mib"]) for p in other["processes"]] == [(48213, 18342), (1771, 512)]
     none = ansible_module("gpu_info", {"pid": os.getpid()}, extra_env=env_with_double("dual_a5500_a4000"))
     assert [g["memory_held_by_pid_mib"] for g in none["gpus"]] == [0, 0]
     assert none["process_tree"]["pids"][0] == os.getpid()
