@@ -51,8 +51,6 @@ def test_estimate_adds_up_each_gpu_and_the_host_with_its_defaults_and_the_real_n
     assert nano.n_vocab == 131072  # from the skipped token array's count
     result = mest.estimate(nano, Options(32768, 2, backend="cpu"), cpu_tensors=nano.expert_names)
     gpu = result["gpus"][0]
-    assert gpu["kv_mib"] == 192.00
-    assert gpu["recurrent_mib"] == 95.23
     assert gpu["kv"] == 6144 * 32768 and gpu["recurrent"] == 2 * 23 * 2170880
     non_expert = sum(t.nbytes for t in nano.tensors if t.name not in set(nano.expert_names))
     embd = [t.nbytes for t in nano.tensors if t.name == "token_embd.weight"][0]
