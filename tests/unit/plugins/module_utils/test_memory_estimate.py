@@ -150,8 +150,7 @@ def test_weights_go_to_the_host_to_their_device_and_to_the_output_s_and_a_cpu_ho
     assert host["compute"] == cbuf.cpu_compute_bytes(NANO_FACTS, Options(4096, 2))
 
 
-@pytest.mark.parametrize("flash_attn, on", [(True, True), ("on", True), ("auto", True), ("true", True),
-                                            ("enabled", True), (False, False), ("off", False), ("false", False)])
+@pytest.mark.parametrize("flash_attn, on", [("auto", True), ("off", False)])
 def test_estimate_reads_flash_attention(flash_attn, on):
     f = attention_only(n_vocab=100)
     result = mest.estimate(f, Options(512, flash_attn=flash_attn, backend="cpu"))
