@@ -16,7 +16,6 @@ def demo_model(tmp_path_factory):
 
 
 def settings(model, **values):
-    """The checked settings of the role's defaults with the model, compose project x, a 512-token context and
-    ``values`` over them."""
+    """The checked settings: the role's defaults, the model, compose project x, a 512-token context, ``values``."""
     return check_settings(role_values({"llm_server_model_path": model, "llm_server_compose_project": "x",
                                        "llm_server_ctx_size": 512}, **values)).as_dict()
