@@ -156,8 +156,8 @@ def test_host_experts_under_32_tokens_are_computed_on_the_host_and_experts_moved
     moved = dict((n, 1) for n in facts.expert_tensors_by_block[0])
     result = mest.estimate(facts, Options(256, 1), split=[1, 1], n_devices=2, device_tensors=moved)
     assert result["devices_by_block"] == [0, 0] and result["output_device"] == 1
-    assert result["gpus"][1]["compute"] == cbuf.compute_buffer_bytes(facts, Options(256, 1), [], True,
-                                                                       foreign_expert_blocks=[0])
+    assert result["gpus"][1]["compute"] == cbuf.compute_buffer_bytes(
+        facts, Options(256, 1), [], True, foreign_expert_blocks=[0])
     foreign = cbuf.compute_buffer_bytes(facts, Options(256, 1), [], False, foreign_expert_blocks=[0])
     assert foreign - cbuf.compute_buffer_bytes(facts, Options(256, 1), [], False) == (16 + 8 + 3 * 64 * 4) * 256 * F32
 

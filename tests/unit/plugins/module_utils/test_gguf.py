@@ -112,7 +112,7 @@ NOT_INTEGERS = [(F32V, G.pack("f", 2.0), "float32"), (F64, G.pack("d", 2.0), "fl
     (1, [COUNT_1, ("split.no", U16, G.pack("H", 1))], 1,
      "split.no is 1 but the file name says shard 1 of 1 (split.no is 0-based)"),
 ] + [(1, [("split.count", vtype, payload)], 0, "split.count must be an integer, not " + name)
-      for vtype, payload, name in NOT_INTEGERS])
+     for vtype, payload, name in NOT_INTEGERS])
 def test_split_keys_must_match_the_file_name(tmp_path, count, keys, bad, reason):
     """The first shard's keys against its name: ``bad`` is the refused key (None: the missing one)."""
     first = split_model(tmp_path, [["a"], ["b"]][:count])[0]

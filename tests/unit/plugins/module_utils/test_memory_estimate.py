@@ -22,6 +22,7 @@ def test_split_puts_kv_and_state_on_the_layer_device_and_cuda_keeps_four_copies_
     assert kv_total == 6144 * 32768
     assert result["gpus"][0]["kv"] == 2 * 512 * 32768 * sum(1 for b in NANO_ATTENTION if devices[b] == 0)
     assert sum(g["recurrent"] for g in result["gpus"]) == 2 * 23 * 2170880
+
     # llama-context.cpp: several devices, every layer offloaded and no tensor override run pipeline-parallel with
     # GGML_SCHED_MAX_COPIES (4) copies of each split's inputs ("pipeline parallelism enabled (n_copies=4)" in
     # llama-server's log); over RPC, or with -ot ...=CPU, one copy.

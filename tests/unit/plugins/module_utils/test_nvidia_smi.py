@@ -136,7 +136,7 @@ def test_processes_the_memory_a_tree_holds_on_each_gpu_and_a_host_without_gpus()
     assert smi.held_by(apps, []) == {}
 
 
-def test_read_finds_nvidia_smi_runs_it_with_its_path_and_counts_a_pid_s_tree(tmp_path):
+def test_read_finds_nvidia_smi_runs_it_with_its_path_and_counts_a_pid_s_tree():
     """gpu_info's result: nvidia-smi found on PATH and run by its full path; none on a host without NVIDIA GPU."""
     run, calls = fake_run("rtx_a5500")
     found = []
