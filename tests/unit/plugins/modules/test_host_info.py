@@ -14,12 +14,16 @@ def test_host_memory_of_this_machine(ansible_module):
 
 
 def test_memory_a_process_tree_holds_and_a_bad_pid_is_refused(ansible_module):
-    child = subprocess.Popen([sys.executable, "-c", "x = bytearray(64 << 20); import time; time.sleep(60)"])
+    # the child says when its 64 MiB are allocated (and zeroed, so resident): read before that, it holds less
+    child = subprocess.Popen([sys.executable, "-c", "import time\nx = bytearray(64 << 20)\nprint('ready', flush=True)\n"
+                              "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     try:
+        assert child.stdout.readline() == "ready\n"
         result = ansible_module("host_info", {"pid": child.pid})
     finally:
         child.kill()
         child.wait()
+        child.stdout.close()
     assert result["failed"] is False
     assert result["process_tree"]["pid"] == child.pid and result["process_tree"]["pids"] == [child.pid]
     assert result["memory_held_by_pid_mib"] >= 64  # the 64 MiB bytearray is anonymous memory
