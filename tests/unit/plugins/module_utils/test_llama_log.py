@@ -6,7 +6,6 @@ import io
 import os
 import subprocess
 import sys
-import tracemalloc
 
 import pytest
 
@@ -15,6 +14,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log impo
     MAX_LINE, MAX_MESSAGE, SIGNALS, LogParser, iter_chunks, parse_command_log, parse_log, parse_runs,
     signal_of_exit_code,
 )
+from tests.helpers.gguf_files import memory_below
 from tests.helpers.llama_logs import (
     BUF_CUDA0, BUILD, CONTEXT_ERROR, CRASHES, DATA, FIT, GOOD_LOAD, IK_CPU, ILLEGAL_WORDS, LAYER, LOADING, LV4, META, MMAP,
     NAME_WITH_D, NEMOTRON_EXPERTS, OOM, PAD_TOKEN, PUBLIC_LOGS, QUEUE_DEBUG, QWEN3_EXPERTS, READY, RPC_LINE, RPC_WORDS,
@@ -322,14 +322,6 @@ def test_a_debug_line_without_a_keyword_shows_the_debug_level(lines, visible):
         assert p["overridden"] == [] and p["model_buffers"] == ({"CUDA0": 1369.43} if BUF_CUDA0 in lines else {})
 
 
-def traced(function, *args):
-    tracemalloc.start()
-    try:
-        return function(*args), tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 def test_every_source_reads_alike_and_bytes_not_utf8_and_lone_surrogates_are_replaced(tmp_path):
     raw = ("\n".join(GOOD_LOAD[:3]) + "\n").encode() + b"junk \xff\xfe\xc3 line\n" + \
         ("\n".join(GOOD_LOAD[3:]) + "\n").encode()
@@ -382,8 +374,9 @@ def test_every_source_reads_alike_and_bytes_not_utf8_and_lone_surrogates_are_rep
 def test_pathological_lines_and_malformed_numbers_parse_in_linear_time_and_bounded_memory_and_never_raise(line):
     """Each long line takes a stripping or a regular expression that is quadratic in the line seconds to minutes per
     MB; a line longer than MAX_LINE is read in pieces, so memory stays bounded."""
-    p, peak = traced(parse_log, io.BytesIO(line.encode() + b"\n"))
-    assert p["runs"] == 1 and peak < 32 << 20
+    with memory_below(32 << 20):
+        p = parse_log(io.BytesIO(line.encode() + b"\n"))
+    assert p["runs"] == 1
     assert all(isinstance(v, float) and v < 1e16 for v in p["model_buffers"].values())
     assert p["offloaded_layers"] is None and p["build_number"] is None
     assert all(o["mib"] is None or o["mib"] < 10 ** 13 for o in p["overridden"])
@@ -397,9 +390,9 @@ def test_a_big_log_streams_in_bounded_memory_and_what_is_kept_is_bounded(tmp_pat
     with open(path, "w") as f:
         while f.tell() < 40 << 20:
             f.write(chunk + "\n")
-    with open(path, "rb") as f:
-        p, peak = traced(parse_log, f)
-    assert p["runs"] > 1000 and p["server_ready"] and peak < 32 << 20
+    with open(path, "rb") as f, memory_below(32 << 20):
+        p = parse_log(f)
+    assert p["runs"] > 1000 and p["server_ready"]
     assert tensors(p) == [UP1] and p["per_tensor_lines_visible"] and p["failure"] is None
     monkeypatch.setattr(_llama_log, "MAX_OVERRIDES", 10)
     lines = [override("blk.%d.ffn_up_exps.weight" % i, "CPU", 1, "f32") for i in range(25)]
