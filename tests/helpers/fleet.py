@@ -64,7 +64,8 @@ class FleetNames:
     @classmethod
     def of(cls, checkout):
         """``aillmXXXX`` (the start of every namespace, veth and state file) and ``fd7a:11f0:XXXX::/64``."""
-        return cls("aillm" + fleet_id(checkout), ipaddress.IPv6Network("fd7a:11f0:%s::/64" % fleet_id(checkout)))
+        xxxx = fleet_id(checkout)
+        return cls("aillm" + xxxx, ipaddress.IPv6Network("fd7a:11f0:%s::/64" % xxxx))
 
     @property
     def bridge_ns(self):
