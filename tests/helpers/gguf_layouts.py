@@ -108,9 +108,10 @@ def make_layout(arch_name, seed, moe=True):
     n_blocks = rng.randint(2, 13)
     n_expert = rng.choice((2, 4, 8))
     metadata_kinds = arch_name in METADATA_KIND_ARCHS
-    # one kind per block where llama.cpp's rule for nemotron_h reads them from the metadata, else a mixer and an FFN
-    plan = [rng.choice(mixers + ffns) if metadata_kinds else (rng.choice(mixers) if mixers else None, rng.choice(ffns))
-            for _b in range(n_blocks)]
+    if metadata_kinds:  # one kind per block (llama.cpp's rule for nemotron_h)
+        plan = [rng.choice(mixers + ffns) for _b in range(n_blocks)]
+    else:  # a mixer and an FFN per block
+        plan = [(rng.choice(mixers) if mixers else None, rng.choice(ffns)) for _b in range(n_blocks)]
     if moe:  # at least one MoE block
         b = rng.randrange(n_blocks)
         plan[b] = "moe" if metadata_kinds else (plan[b][0], "moe")
