@@ -35,10 +35,11 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         entry = self._task.args.get("entry", "main")
         settings = self._task.args.get("settings")
+        warnings = []
         if not settings:
-            settings, failure = role_settings(self._templar.template, task_vars, entry)
+            settings, failure, warnings = role_settings(self._templar.template, task_vars, entry)
             if failure:
-                result.update(failure)
+                result.update(failure, warnings=warnings)
                 return result
         result.update(changed=False, settings=settings)
         if not self._task.args.get("read", True):
@@ -47,7 +48,7 @@ class ActionModule(ActionBase):
             if settings.get("api_key_set") else ""
         service = self._execute_module("ai_llm.moe_offload.llm_server_service_info",
                                        module_args=service_args(settings, api_key, entry), task_vars=task_vars)
-        warnings = list(service.pop("warnings", None) or [])
+        warnings.extend(service.pop("warnings", None) or [])
         result["service"] = _plain(service)
         try:
             if service.get("failed"):

@@ -261,6 +261,7 @@ class Settings:
     rollback_to: str
     lock_timeout: int
     lock_lease: int
+    strict_variables: bool
     base_url: str = ""
     paths: dict = field(default_factory=dict)
 
@@ -336,6 +337,7 @@ _VALUES = (
     ("rollback_to", "choice", {"choices": ROLLBACK_TO}),
     ("lock_timeout", "integer", {"low": 0, "high": 86400}),
     ("lock_lease", "integer", {"low": 60, "high": 7 * 86400}),
+    ("strict_variables", "boolean", {}),
 )
 
 
@@ -448,14 +450,15 @@ def _rollback_and_lock(c, s):
                "llm_server_health_timeout plus 300 s: %d s)" % (s["lock_lease"], held))
 
 
-def check_settings(values, api_key=None, entry="main"):
+def check_settings(values, api_key=None, entry="main", unknown=()):
     """``Settings`` from the role's variables (``llm_server_*`` names), or ``SettingsError`` with every problem.
 
     The one check of the role's variables, for every action that reads them. ``values`` holds every variable
     (``VARIABLES``) after the argument spec and the role's defaults applied: types, choices and defaults come
     from there; this adds formats, ranges and the rules between variables. ``api_key`` is the key itself
     (checked, never kept or quoted); ``None`` means "not given". The ``rollback`` entry point does not need the
-    model: its variables are only checked when it is set.
+    model: its variables are only checked when it is set. ``unknown`` holds ``(name, message)`` of the names that
+    mean nothing to the role: problems when ``llm_server_strict_variables`` is true.
     """
     c = _Checker(values)
     s = {key: getattr(c, check)(PREFIX + key, **args) for key, check, args in _VALUES}
@@ -465,6 +468,8 @@ def check_settings(values, api_key=None, entry="main"):
     _model(c, s, entry)
     _offload(c, s)
     _rollback_and_lock(c, s)
+    if s["strict_variables"]:
+        c.problems.extend(unknown)
     if c.problems:
         raise SettingsError(c.problems)
     s["base_url"] = base_url(s["bind_address"], s["port"])

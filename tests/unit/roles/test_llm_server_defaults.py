@@ -71,6 +71,7 @@ def test_the_role_defaults_as_check_settings_gives_them_and_the_templated_ones_f
         "verify_always": False, "vram_check": True, "vram_tolerance_mib": 1024, "parity_check": False,
         "parity_prompt": "The capital of France is", "parity_n_predict": 16, "parity_seed": 42, "rollback": True,
         "rollback_dir": "/srv/ai-llm/.rollback", "rollback_to": "previous", "lock_timeout": 1800, "lock_lease": 3600,
+        "strict_variables": False,
         "base_url": "http://127.0.0.1:8080",
         "paths": {
             "env": "/srv/ai-llm/.env", "compose": "/srv/ai-llm/docker-compose.prod.yml",
