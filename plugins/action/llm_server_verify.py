@@ -10,6 +10,7 @@ role's tasks registered (``_deploy_result``), or in a rescue says what went wron
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof import (
     log_args,
@@ -19,8 +20,13 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof i
     vram_rows,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import build, failure, parts_from
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text import result_line
 
 PROOF_OPTIONS = ("prove", "baseline", "settings", "plan", "placement", "gpu_baseline", "parity_before")
+# Seconds between two lines that say where a start of ai-llm is, while the wait lasts.
+PROGRESS_SECONDS = 5.0
+
+display = Display()
 
 
 def wait_args(settings, engine, api_key):
@@ -37,6 +43,19 @@ class ActionModule(ActionBase):
 
     def _module(self, name, args, task_vars):
         return self._execute_module("ai_llm.moe_offload." + name, module_args=args, task_vars=task_vars)
+
+    def _wait(self, args, task_vars):
+        """The wait for /health on the host, in pieces of PROGRESS_SECONDS, with one line after each that says how
+        long it has waited and where the start is (``wait_healthy``); the result of the last piece."""
+        host = task_vars.get("inventory_hostname", "?")
+        piece = dict(args, for_at_most=PROGRESS_SECONDS)
+        while True:
+            health = self._module("llm_server_verify", piece, task_vars)
+            if not health.get("waiting"):
+                return health
+            display.display("%s: waiting for /health, %d s of %s s: %s" % (
+                host, health.get("seconds") or 0, args.get("timeout", 300), health.get("stage")))
+            piece.update(waited=health.get("seconds") or 0, restarts=(health.get("container") or {}).get("restarts"))
 
     def _completion(self, settings, api_key, task_vars):
         """The parity prompt asked of the new configuration: greedy (temperature 0, top_k 1, the fixed seed)."""
@@ -58,7 +77,8 @@ class ActionModule(ActionBase):
         parts = parts_from(facts, bool(self._play_context.check_mode), status)
         if status == "rolled_back" and not parts["failure"] and not parts["rollback"].get("performed"):
             return {"changed": False, "failed": True, "msg": "llm_server: %s" % parts["rollback"].get("reason")}
-        return {"changed": False, "ansible_facts": {"llm_server_result": build(parts)}}
+        published = build(parts)
+        return {"changed": False, "line": result_line(published), "ansible_facts": {"llm_server_result": published}}
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -81,7 +101,7 @@ class ActionModule(ActionBase):
             answer.pop("invocation", None)  # it holds the request's headers, the API key among them
             result.update(answer, changed=False)
             return result
-        health = self._module("llm_server_verify", args, task_vars)
+        health = self._wait(args, task_vars)
         health.pop("invocation", None)
         if not proof["prove"]:
             result.update(health)

@@ -20,7 +20,7 @@ import time
 import urllib.parse
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log, parse_runs
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import load_stage, parse_log, parse_runs
 
 # The order the role looks for a compose tool in.
 COMPOSE_CANDIDATES = (("podman", "compose"), ("podman-compose",), ("docker", "compose"), ("docker-compose",))
@@ -30,6 +30,9 @@ AUTH_PROBE_PATH = "/props"
 # How many times ``log_lines`` the wait reads of a restarted container's log to find the end of the run that ended
 # (llama-server prints about a hundred lines while it loads a model).
 RESTART_TAIL = 25
+# Log lines read for the stage of a start: all of one load, the per-tensor lines of -lv 5 included (two per tensor
+# of a model of some thousand tensors).
+STAGE_TAIL = 20000
 # (tools/server/server-http.cpp: "couldn't bind HTTP server socket, ..." / "couldn't start HTTP listener on ...")
 _ERROR_RE = re.compile(r"(?i)error|failed|abort|unknown|exception|terminate|segmentation|illegal|couldn't")
 # "exiting due to ..." repeats the cause; print_info and the loader's key/value lines only describe the model
@@ -171,17 +174,27 @@ def ended_run(lines):
 
 
 def wait_healthy(run, engine, name, url, timeout, interval=0.5, clock=time.monotonic, sleep=time.sleep,
-                 log_lines=40):
+                 log_lines=40, waited=0.0, for_at_most=None, restarts=None):
     """Wait up to ``timeout`` seconds for ``url`` (``/health``) to answer 200 while the container keeps running.
 
-    Returns ``{"healthy", "seconds", "status", "container", "cause", "log_tail"}``: when the container exits,
-    restarts or disappears the wait stops at once, with the cause read from its last log lines (those of the run
-    that ended, when the container runs again after a restart).
+    Returns ``{"healthy", "seconds", "status", "container", "cause", "log_tail", "waiting"}``: when the container
+    exits, restarts or disappears the wait stops at once, with the cause read from its last log lines (those of the
+    run that ended, when the container runs again after a restart). A wait in pieces, which says between them where
+    the start is: ``waited`` seconds were waited by the pieces before (they count against ``timeout``),
+    ``restarts`` is the container's restart count when the first piece began, and a piece still waiting after
+    ``for_at_most`` seconds returns ``waiting`` true with the ``stage`` of the start (``_llama_log.load_stage``).
+    ``seconds`` counts every piece.
     """
     start = clock()
     state = container_state(run, engine, name)
-    restarts = state.get("restarts")  # None when the container is missing: then the wait stops at once
+    if restarts is None or not state.get("exists"):
+        restarts = state.get("restarts")  # None when the container is missing: then the wait stops at once
     last_status = None
+
+    def answer(**parts):
+        return dict({"healthy": False, "seconds": round(waited + clock() - start, 3), "status": last_status,
+                     "container": state, "cause": None, "log_tail": [], "waiting": False}, **parts)
+
     while True:
         if not state.get("exists") or not state.get("running") or state["restarts"] > restarts:
             tail = []
@@ -199,17 +212,15 @@ def wait_healthy(run, engine, name, url, timeout, interval=0.5, clock=time.monot
                     name, state["restarts"] - restarts)
             else:
                 cause = "the container %s is %s (exit code %s)" % (name, state.get("status"), state.get("exit_code"))
-            return {"healthy": False, "seconds": round(clock() - start, 3), "status": last_status,
-                    "container": state, "cause": cause, "log_tail": tail}
+            return answer(cause=cause, log_tail=tail)
         last_status, _body = http_get(url, timeout=min(5.0, max(1.0, timeout)))
         if last_status == 200:
-            return {"healthy": True, "seconds": round(clock() - start, 3), "status": 200, "container": state,
-                    "cause": None, "log_tail": []}
-        if clock() - start >= timeout:
-            tail = log_tail(run, engine, name, log_lines)
-            return {"healthy": False, "seconds": round(clock() - start, 3), "status": last_status,
-                    "container": state, "log_tail": tail,
-                    "cause": "ai-llm did not answer /health with 200 within %d s (last answer: %s)"
-                             % (timeout, last_status if last_status != -1 else "no answer")}
+            return answer(healthy=True)
+        if waited + clock() - start >= timeout:
+            return answer(log_tail=log_tail(run, engine, name, log_lines),
+                          cause="ai-llm did not answer /health with 200 within %d s (last answer: %s)"
+                                % (timeout, last_status if last_status != -1 else "no answer"))
+        if for_at_most is not None and clock() - start >= for_at_most:
+            return answer(waiting=True, stage=load_stage(log_tail(run, engine, name, STAGE_TAIL)))
         sleep(interval)
         state = container_state(run, engine, name)

@@ -187,8 +187,43 @@ SIGNALS = {
          "overflows std::regex)"),
 }
 
+# The stages of a start of llama-server (b10435), by the line it prints when it enters each, in that order:
+# tools/server/server-context.cpp load_model ("loading model '%s'", "initializing, n_slots = ..."),
+# src/llama-model.cpp load_tensors ("loading model tensors, this can take a while..."), src/llama-context.cpp
+# llama_context::llama_context ("constructing llama_context"), common/common.cpp common_init_from_params
+# ("warming up the model with an empty run"), tools/server/server.cpp main ("model loaded", "listening on").
+_STAGES = (
+    ("loading model '", "reading the model's header"),
+    ("loading model tensors", "loading the tensors"),
+    ("constructing llama_context", "making the context (KV cache, compute buffers)"),
+    ("warming up the model", "warming up"),
+    ("initializing, n_slots", "making the slots"),
+    ("model loaded", "model loaded"),
+    ("listening on", "listening"),
+)
+# one line per tensor as the loader creates it (src/llama-model.cpp create_tensor, at -lv 5)
+_TENSOR_CREATED = "create_tensor: loading tensor "
+
+
 # Phases of one load, in the order llama.cpp prints them.
 _PH_NONE, _PH_TENSORS, _PH_MODEL_BUF, _PH_CONTEXT = 0, 1, 2, 3
+
+
+def load_stage(lines):
+    """Where the last start of llama-server in ``lines`` (its log) is, in words: its last stage (``_STAGES``), with
+    the tensors created so far while it loads them; ``"starting"`` before the first stage line."""
+    stage, created = "starting", 0
+    for line in lines:
+        if _TENSOR_CREATED in line:
+            created += 1
+            continue
+        for marker, name in _STAGES:
+            if marker in line:
+                stage, created = name, 0
+                break
+    if stage == _STAGES[1][1] and created:
+        return "%s (%d created)" % (stage, created)
+    return stage
 
 
 def signal_of_exit_code(exit_code):

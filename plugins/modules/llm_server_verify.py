@@ -49,6 +49,21 @@ options:
     description: How many of the container's last log lines to return when it stopped.
     type: int
     default: 40
+  for_at_most:
+    description:
+      - Wait in pieces - return after this many seconds with RV(waiting) and RV(stage) when ai-llm is still
+        starting, so that the caller can say where it is and call again (the role's action does, every few
+        seconds).
+      - Unset, the wait lasts until O(timeout).
+    type: float
+  waited:
+    description: Seconds that the pieces before this one waited; they count against O(timeout).
+    type: float
+    default: 0.0
+  restarts:
+    description: The container's restart count when the first piece began (from RV(container)), so that a restart
+      between two pieces still ends the wait.
+    type: int
   fail:
     description: Fail when the server does not serve (or the key is not in force); else only report it.
     type: bool
@@ -126,6 +141,17 @@ status:
   returned: always
   type: int
   sample: 200
+waiting:
+  description: With O(for_at_most), whether ai-llm is still starting, neither serving nor stopped, after it.
+  returned: always
+  type: bool
+stage:
+  description: With RV(waiting), where the start is, from llama-server's log - C(reading the model's header),
+    C(loading the tensors) (with the tensors created so far at C(-lv 5)), C(making the context (KV cache, compute
+    buffers)), C(warming up), C(making the slots), C(model loaded), C(listening), or C(starting) before the first.
+  returned: when RV(waiting)
+  type: str
+  sample: loading the tensors (61 created)
 cause:
   description: Why it does not serve, in one line; V(null) when it serves.
   returned: always
@@ -154,6 +180,14 @@ ansible_facts:
   returned: with O(publish)
   type: dict
   sample: {llm_server_result: {status: unchanged, changed: false, message: "ai-llm serves ..."}}
+line:
+  description:
+    - With O(publish=result), what the run did on this host in one line, for the default verbosity - the status,
+      then the message of a failure or a rollback, else the pattern and its source, the tensors in host memory, the
+      VRAM the routed experts free on a GPU host, the speed when it was measured; and the seconds the run took.
+  returned: with O(publish=result)
+  type: str
+  sample: "gpu-01: changed, --override-tensor '\\.ffn_.*_exps\\.weight=CPU' (plan), 69 tensors in host memory, 16,864.0 MiB of VRAM freed, 41.2 s"
 log:
   description: With O(prove), the result of M(ai_llm.moe_offload.llama_server_log).
   returned: with O(prove), once ai-llm serves
@@ -191,6 +225,9 @@ def main():
             timeout=dict(type="int", default=300),
             api_key=dict(type="str", no_log=True),
             log_lines=dict(type="int", default=40),
+            for_at_most=dict(type="float"),
+            waited=dict(type="float", default=0.0),
+            restarts=dict(type="int"),
             fail=dict(type="bool", default=True),
             # The proof's options; the action plugin keeps them on the controller.
             publish=dict(type="str", choices=["result", "failure", "return_failure"]),
@@ -212,7 +249,8 @@ def main():
         return module.run_command(argv, environ_update={"LC_ALL": "C"}, errors="replace")
 
     result = wait_healthy(run, p["engine"], p["container_name"], p["base_url"] + "/health", p["timeout"],
-                          log_lines=p["log_lines"])
+                          log_lines=p["log_lines"], waited=p["waited"], for_at_most=p["for_at_most"],
+                          restarts=p["restarts"])
     result["auth"] = {"enforced": False, "checked": False}
     if result["healthy"] and p["api_key"]:
         result["auth"] = auth_check(p["base_url"], p["api_key"])
@@ -220,7 +258,7 @@ def main():
             result["healthy"] = False
             result["cause"] = ("the API key is not in force: /props answered %(without_key)s without the key and "
                                "%(with_key)s with it (401 and 200 expected)" % result["auth"])
-    if p["fail"] and not result["healthy"]:
+    if p["fail"] and not result["healthy"] and not result["waiting"]:
         module.fail_json(msg=result["cause"], changed=False, **result)
     module.exit_json(changed=False, **result)
 

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Texts of the llm_server role's result: the cause of a failed task in one line, and the parity line.
+"""Texts of the llm_server role's result: the cause of a failed task in one line, the parity line, and the line
+that says at the default verbosity what a run did on one host.
 
 Standard library only; runs on the controller.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import shorten
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import mib_text, shorten
 
 
 def failure_cause(failed_result, failed_task=None):
@@ -42,3 +43,30 @@ def parity_text(settings, parity, note=None):
         return "identical: %d tokens %s" % (len(parity["after"].get("tokens") or []),
                                             json.dumps(parity["after"].get("content") or ""))
     return note or "no baseline (nothing served before this deploy)"
+
+
+def result_line(result):
+    """What a run did on one host, in one line, from its ``llm_server_result``: the status, then the message of a
+    failure or a rollback, else the pattern and its source, the tensors in host memory, the VRAM that frees (the
+    plan's routed-expert MiB on a GPU host), the speed when it was measured; and the seconds the run took."""
+    head = "%s: %s" % (result.get("host") or "?", result.get("status") or "?")
+    took = (result.get("timings") or {}).get("total")
+    tail = [] if took is None else ["%.1f s" % took]
+    if result.get("status") in ("failed", "rolled_back"):
+        return ", ".join([head + ": " + shorten(result.get("message") or "", 400)] + tail)
+    pattern = result.get("pattern") or ""
+    parts = [head, "--override-tensor %s=CPU (%s)" % (pattern, result.get("pattern_source")) if pattern
+             else "no offload pattern"]
+    moved = len(result.get("tensors_moved") or [])
+    plan = result.get("plan") or {}
+    experts = (plan.get("host") or {}).get("experts_mib")
+    parts.append("%d tensors in host memory" % moved)
+    if plan.get("gpus"):
+        parts.append("%s of VRAM freed" % mib_text(experts or 0, unit=" MiB"))
+    elif plan:
+        parts.append("no GPU")
+    speed = result.get("speed") or {}
+    if speed.get("decode_tokens_per_second") is not None:
+        parts.append("decode %.1f, prompt %.1f tokens/s" % (
+            speed["decode_tokens_per_second"], speed.get("prompt_tokens_per_second") or 0.0))
+    return ", ".join(parts + tail)

@@ -113,10 +113,12 @@ class LocalDeploy:
         return inventory
 
     def command(self, name, *args, **role_vars):
-        """The ansible-playbook argv and environment of playbooks/<name>.yml with these vars."""
+        """The ansible-playbook argv and environment of playbooks/<name>.yml with these vars, with ``verbosity``
+        times -v (default 1: the role shows the whole llm_server_result from -v on; 0 is the default output)."""
         env = playbook_env()
+        verbosity = role_vars.pop("verbosity", 1)
         cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "playbooks" / (name + ".yml")),
-               "-i", str(self.inventory(**role_vars))] + list(args)
+               "-i", str(self.inventory(**role_vars))] + ["-v"] * verbosity + list(args)
         return cmd, env
 
     def playbook(self, name, *args, **role_vars):
@@ -191,9 +193,9 @@ class LocalDeploy:
 
 
 def result(output):
-    """llm_server_result as the role shows it at the end of a run (the default callback, YAML or JSON)."""
+    """llm_server_result as the role shows it at the end of a run at -v (the default callback, YAML or JSON)."""
     chunks = re.split(r"^TASK \[", output, flags=re.MULTILINE)
-    shown = [c for c in chunks if c.startswith("ai_llm.moe_offload.llm_server : Show the result]")]
+    shown = [c for c in chunks if c.startswith("ai_llm.moe_offload.llm_server : Show the whole result (-v)]")]
     if not shown:
         return None
     body = shown[-1].split("\n", 1)[1]

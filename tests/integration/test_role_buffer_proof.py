@@ -24,7 +24,7 @@ def task_result(output, name):
 def test_the_cpu_buffers_of_the_plan_are_checked_against_the_log(tmp_path):
     with local_deploy(tmp_path, "ai-llm-bufproof") as deploy:
         del deploy.base_vars["llm_server_log_verbosity"]  # the role's default: the buffer lines, no per-tensor lines
-        run = deploy.succeed("deploy", "-v")
+        run = deploy.succeed("deploy")
         plan = task_result(run.stdout, "Read the host, plan and decide again under the lock")["plan"]
         log = task_result(run.stdout, "Wait for /health 200, then prove the placement from the log, the GPU memory "
                                       "and the answers")["log"]

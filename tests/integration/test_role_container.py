@@ -103,7 +103,7 @@ def test_the_wait_times_out_with_the_last_answer_and_the_log(container):
     cause = "ai-llm did not answer /health with 200 within 2 s (last answer: no answer)"
     answer = wait_healthy(run, "podman", name, "http://127.0.0.1:%d/health" % free_port(), timeout=2)
     assert answer == {"healthy": False, "seconds": answer["seconds"], "status": -1, "container": answer["container"],
-                      "log_tail": ["E first words"], "cause": cause}
+                      "log_tail": ["E first words"], "cause": cause, "waiting": False}
     assert 2 <= answer["seconds"] < 30 and answer["container"]["running"]
     ticks = iter([0.0, 2.0, 2.12345, 5.0, 6.0, 7.0])
     pauses = []
@@ -111,6 +111,25 @@ def test_the_wait_times_out_with_the_last_answer_and_the_log(container):
                           clock=lambda: next(ticks), sleep=pauses.append)
     assert pauses == [] and answer["seconds"] == 2.123 and answer["log_tail"] == ["E first words"]
     assert answer["cause"] == cause
+
+
+@podman
+def test_a_wait_in_pieces_says_where_the_start_is_and_counts_every_piece(container):
+    """A piece returns after ``for_at_most`` seconds while ai-llm starts, with the stage its log shows (the line
+    tools/server/server-context.cpp load_model prints first); the next piece carries on from the seconds waited and
+    the restart count, and the last one ends at ``timeout`` counted over all of them."""
+    name = container("echo \"srv    load_model: loading model '/models/x.gguf'\" >&2; sleep 600")
+    deadline = time.monotonic() + 60
+    while not log_tail(run, "podman", name) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    url = "http://127.0.0.1:%d/health" % free_port()
+    piece = wait_healthy(run, "podman", name, url, timeout=30, for_at_most=1)
+    assert piece["waiting"] and not piece["healthy"] and piece["cause"] is None
+    assert piece["stage"] == "reading the model's header" and 1 <= piece["seconds"] < 30
+    last = wait_healthy(run, "podman", name, url, timeout=3, for_at_most=10, waited=piece["seconds"],
+                        restarts=piece["container"]["restarts"])
+    assert not last["waiting"] and last["cause"] == "ai-llm did not answer /health with 200 within 3 s (last answer: no answer)"
+    assert 3 <= last["seconds"] < 30
 
 
 @podman
@@ -187,6 +206,6 @@ def test_the_wait_ends_at_the_first_200_while_the_container_runs(container, tmp_
         assert server.healthy, server.stderr
         answer = wait_healthy(run, "podman", name, server.url + "/health", timeout=60)
     assert answer == {"healthy": True, "seconds": answer["seconds"], "status": 200, "container": answer["container"],
-                      "cause": None, "log_tail": []}
+                      "cause": None, "log_tail": [], "waiting": False}
     assert 0 <= answer["seconds"] < 60 and isinstance(answer["seconds"], float)
     assert answer["container"]["running"] and answer["container"]["config_hash"] == "h" * 64

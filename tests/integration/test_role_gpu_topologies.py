@@ -60,7 +60,7 @@ class Run:
     @property
     def result(self):
         """llm_server_result, as the role shows it at the end (also after a refusal)."""
-        chunk = self.chunks.get("Show the result", "")
+        chunk = self.chunks.get("Show the whole result (-v)", "")
         match = re.search(r"^ok: \[localhost\] => ", chunk, re.MULTILINE)
         assert match, "no llm_server_result shown:\n%s" % self
         return json.JSONDecoder().raw_decode(chunk[match.end():].lstrip())[0]["llm_server_result"]

@@ -69,7 +69,7 @@ def test_the_api_key_reaches_llama_server_is_proved_and_never_shown(local):
                              check=True, timeout=60).stdout
     assert "sk-RT" not in inspect
     # A neighbouring change with --check --diff -vvv shows neither the key nor its file.
-    check = local.succeed("deploy", "--check", "--diff", "-vvv", llm_server_api_key=KEY, llm_server_ctx_size=1024)
+    check = local.succeed("deploy", "--check", "--diff", verbosity=3, llm_server_api_key=KEY, llm_server_ctx_size=1024)
     for output in (run.stdout, check.stdout):
         assert "sk-RT" not in output
     again = local.playbook("deploy", llm_server_api_key=KEY)

@@ -110,7 +110,7 @@ def test_a_missing_container_as_podman_reports_it_and_another_engine_error_is_un
     answer = wait_healthy(run, "podman", name, "http://127.0.0.1:9/health", timeout=30)
     assert answer == {"healthy": False, "seconds": answer["seconds"], "status": None,
                       "container": {"exists": False, "status": "missing"},
-                      "cause": "the container %s is gone (removed)" % name, "log_tail": []}
+                      "cause": "the container %s is gone (removed)" % name, "log_tail": [], "waiting": False}
     assert 0 <= answer["seconds"] < 30  # no wait for a container that is not there
     _rc, out, err = run([PODMAN, "container", "inspect", "--no-such-option-here"])
     state = container_state(run, PODMAN, "--no-such-option-here")

@@ -11,7 +11,7 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _llama_log
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import (
-    MAX_LINE, MAX_MESSAGE, SIGNALS, LogParser, iter_chunks, parse_command_log, parse_log, parse_runs,
+    MAX_LINE, MAX_MESSAGE, SIGNALS, LogParser, iter_chunks, load_stage, parse_command_log, parse_log, parse_runs,
     signal_of_exit_code,
 )
 from tests.helpers.gguf_files import memory_below
@@ -571,3 +571,18 @@ def test_stdout_and_stderr_are_one_stream_bytes_not_utf8_replaced_and_stdin_is_d
     out = subprocess.run([sys.executable, "-c", caller, sys.executable, "-c", check], input="", capture_output=True,
                          text=True, check=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     assert out.stdout == "['stdin is /dev/null']\n"
+
+
+def test_the_stage_of_a_start_is_its_last_stage_line_and_the_tensors_created_while_it_loads_them():
+    """The stage lines of a real b10435 start, in the order llama.cpp prints them (_llama_log._STAGES cites where);
+    the per-tensor lines of -lv 5 as src/llama-model.cpp create_tensor prints them."""
+    lines = read("b10435_rpc_server_killed_lv4.log").splitlines()
+    seen = [load_stage(lines[:i + 1]) for i in range(len(lines))]
+    assert load_stage([]) == "starting"
+    assert [s for i, s in enumerate(seen) if i == 0 or s != seen[i - 1]][-7:] == [
+        "reading the model's header", "loading the tensors", "making the context (KV cache, compute buffers)",
+        "warming up", "making the slots", "model loaded", "listening"]
+    start = [line for line in lines if "loading model tensors" in line]
+    created = ["create_tensor: loading tensor blk.%d.ffn_up_exps.weight" % i for i in range(3)]
+    assert load_stage(start + created) == "loading the tensors (3 created)"
+    assert load_stage(created + lines + created[:1]) == "listening"  # (tensor lines count in the tensors stage only)

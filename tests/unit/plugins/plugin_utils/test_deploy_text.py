@@ -1,10 +1,10 @@
-"""The texts of the llm_server role's result (plugins/plugin_utils/_deploy_text.py): the cause of a failed task and
-the parity line."""
+"""The texts of the llm_server role's result (plugins/plugin_utils/_deploy_text.py): the cause of a failed task, the
+parity line and the one line per host of the default verbosity."""
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text import failure_cause, parity_text
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text import failure_cause, parity_text, result_line
 
 PRINTED = {"msg": "non-zero return code 125", "rc": 125, "cmd": ["podman", "run"], "stderr": "Error: e",
            "module_stderr": "m", "stdout": "o"}
@@ -61,3 +61,37 @@ ON = {"parity_check": True}
 ])
 def test_parity_text(settings, parity, note, line):
     assert (parity_text(settings, parity) if note is None else parity_text(settings, parity, note)) == line
+
+
+# llm_server_result as the demo's deploy published it (verification.json of scripts/demo.sh), the keys the line reads
+DEMO = {"host": "localhost", "status": "changed", "pattern": "\\.ffn_.*_exps\\.weight", "pattern_source": "plan",
+        "tensors_moved": ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight", "blk.4.ffn_down_exps.weight",
+                          "blk.4.ffn_up_exps.weight"],
+        "plan": {"gpus": [], "host": {"available_mib": 23507.13, "experts_mib": 8.44}},
+        "timings": {"health": 0.03, "lock_wait": 0.3, "recreate": 0.431, "total": 4.776},
+        "message": "the configuration changed"}
+GPU_PLAN = {"gpus": [{"index": 0}], "host": {"experts_mib": 16864.25}}
+SPEED = {"decode_tokens_per_second": 41.25, "prompt_tokens_per_second": 812.0}
+
+
+@pytest.mark.parametrize("result, line", [
+    (DEMO, "localhost: changed, --override-tensor \\.ffn_.*_exps\\.weight=CPU (plan), 4 tensors in host memory, "
+           "no GPU, 4.8 s"),
+    # on a GPU host the routed experts' MiB are the VRAM the pattern frees; a measured speed is shown
+    (dict(DEMO, plan=GPU_PLAN, speed=SPEED, status="unchanged"),
+     "localhost: unchanged, --override-tensor \\.ffn_.*_exps\\.weight=CPU (plan), 4 tensors in host memory, "
+     "16,864.2 MiB of VRAM freed, decode 41.2, prompt 812.0 tokens/s, 4.8 s"),
+    (dict(DEMO, plan=dict(GPU_PLAN, host={}), speed={"decode_tokens_per_second": 3.0, "prompt_tokens_per_second": None}),
+     "localhost: changed, --override-tensor \\.ffn_.*_exps\\.weight=CPU (plan), 4 tensors in host memory, "
+     "0.0 MiB of VRAM freed, decode 3.0, prompt 0.0 tokens/s, 4.8 s"),
+    # no pattern, no plan (check mode of a refusal has none), no time
+    ({"host": "h", "status": "checked", "pattern": "", "tensors_moved": None, "plan": None, "timings": {}},
+     "h: checked, no offload pattern, 0 tensors in host memory"),
+    # a failure or a rollback says why, cut at 400 characters
+    (dict(DEMO, status="failed", message="llama-server exited: boom"), "localhost: failed: llama-server exited: boom, 4.8 s"),
+    (dict(DEMO, status="rolled_back", message="m" * 401, timings=None),
+     "localhost: rolled_back: " + "m" * 397 + "..."),
+    ({}, "?: ?, no offload pattern, 0 tensors in host memory"),
+])
+def test_result_line(result, line):
+    assert result_line(result) == line
