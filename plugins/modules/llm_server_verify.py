@@ -187,7 +187,7 @@ line:
       VRAM the routed experts free on a GPU host, the speed when it was measured; and the seconds the run took.
   returned: with O(publish=result)
   type: str
-  sample: "gpu-01: changed, --override-tensor '\\.ffn_.*_exps\\.weight=CPU' (plan), 69 tensors in host memory, 16,864.0 MiB of VRAM freed, 41.2 s"
+  sample: "localhost: changed, --override-tensor \\.ffn_.*_exps\\.weight=CPU (plan), 4 tensors in host memory, no GPU, 3.8 s"
 log:
   description: With O(prove), the result of M(ai_llm.moe_offload.llama_server_log).
   returned: with O(prove), once ai-llm serves
