@@ -12,6 +12,8 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._speed_check import gate_problem, with_previous
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import VERIFIED_STATUSES
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof import (
     log_args,
     parity_answer,
@@ -27,6 +29,21 @@ PROOF_OPTIONS = ("prove", "baseline", "settings", "plan", "placement", "gpu_base
 PROGRESS_SECONDS = 5.0
 
 display = Display()
+
+
+def speed_args(settings):
+    """The speed check's options of the module for the role's ``settings``; None when it is off."""
+    if not settings.get("speed_check"):
+        return None
+    return {"prompt_tokens": settings["speed_prompt_tokens"], "predict_tokens": settings["speed_predict_tokens"],
+            "runs": settings["speed_runs"]}
+
+
+def previous_speed(verification):
+    """The speed that ``verification.json`` recorded for the last verified configuration, or None."""
+    verification = verification if isinstance(verification, dict) else {}
+    speed = verification.get("speed")
+    return speed if verification.get("status") in VERIFIED_STATUSES and isinstance(speed, dict) else None
 
 
 def wait_args(settings, engine, api_key):
@@ -138,6 +155,16 @@ class ActionModule(ActionBase):
         problem = verification_problem(log, placement.get("pattern"), result.get("vram") or [],
                                        result.get("parity") or {}, settings["vram_tolerance_mib"],
                                        settings["parity_seed"])
+        if not problem and speed_args(settings):
+            measured = self._module("llm_server_verify", dict(args, speed=speed_args(settings)), task_vars)
+            measured.pop("invocation", None)
+            if not measured.get("healthy"):
+                result.update(failed=True, msg=measured.get("cause") or measured.get("msg"))
+                return result
+            service = (task_vars.get("_llm_server_prepared") or {}).get("service") or {}
+            result["speed"] = with_previous(measured["speed"],
+                                            previous_speed((service.get("disk") or {}).get("verification")))
+            problem = gate_problem(result["speed"], settings.get("min_decode_ratio"), settings.get("min_prompt_ratio"))
         result["verified"] = not problem
         if problem:
             result.update(failed=True, msg=problem)

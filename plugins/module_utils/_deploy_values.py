@@ -113,6 +113,20 @@ class _Checker:
         """``integer``, or ``None`` for an empty value."""
         return None if self.raw(name) in (None, "") else self.integer(name, low, high)
 
+    def optional_ratio(self, name):
+        """A share in (0, 1], or ``None`` for an empty value."""
+        value = self.raw(name)
+        if value in (None, ""):
+            return None
+        try:
+            share = float(value) if not isinstance(value, bool) else None
+        except (TypeError, ValueError):
+            share = None
+        if share is None or not 0 < share <= 1:
+            return self.fail(name, "%s is not a share above 0 and at most 1 (for example 0.9), or empty"
+                             % shorten(repr(value), 40))
+        return share
+
     def gpu_layers(self, name):
         """llama-server's -ngl: a count, or auto / all (common/arg.cpp ``--gpu-layers``)."""
         value = self.raw(name)
@@ -256,6 +270,12 @@ class Settings:
     parity_prompt: str
     parity_n_predict: int
     parity_seed: int
+    speed_check: bool
+    speed_prompt_tokens: int
+    speed_predict_tokens: int
+    speed_runs: int
+    min_decode_ratio: object
+    min_prompt_ratio: object
     rollback: bool
     rollback_dir: str
     rollback_to: str
@@ -333,6 +353,13 @@ _VALUES = (
     ("parity_prompt", "string", {"allow_control": True, "max_len": 65536}),
     ("parity_n_predict", "integer", {"low": 1, "high": 4096}),
     ("parity_seed", "integer", {"low": 0, "high": 2 ** 32 - 1}),
+    ("speed_check", "boolean", {}),
+    ("speed_prompt_tokens", "integer", {"low": 1, "high": INT32_MAX}),
+    ("speed_predict_tokens", "integer", {"low": 1, "high": INT32_MAX}),
+    ("speed_runs", "integer", {"low": 1, "high": 100}),
+    # the share of the last verified configuration's speed a change must keep; empty: no gate
+    ("min_decode_ratio", "optional_ratio", {}),
+    ("min_prompt_ratio", "optional_ratio", {}),
     ("rollback", "boolean", {}),
     ("rollback_to", "choice", {"choices": ROLLBACK_TO}),
     ("lock_timeout", "integer", {"low": 0, "high": 86400}),

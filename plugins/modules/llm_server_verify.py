@@ -24,6 +24,7 @@ description:
     ai-llm took against the plan (M(ai_llm.moe_offload.gpu_info) against O(gpu_baseline)), the same greedy answer
     of C(/completion) as O(parity_before) - and fails with the first problem. The options of the proof stay on the
     controller.
+  - With O(speed), once it serves, it measures the speed through C(POST <base_url>/completion) (RV(speed)).
 author:
   - ai_llm maintainers (@ai-llm)
 options:
@@ -108,6 +109,26 @@ options:
   parity_before:
     description: The C(/completion) answer of the old configuration (a registered M(ansible.builtin.uri) result).
     type: dict
+  speed:
+    description:
+      - Once C(/health) is 200, measure the speed - a prompt of exactly O(speed.prompt_tokens) token ids,
+        O(speed.predict_tokens) generated (C(ignore_eos)), greedy, C(cache_prompt=false); one warm-up, then
+        O(speed.runs) runs, the medians of their C(timings). A failed measurement is a RV(cause).
+      - With O(prove), the action sets it from O(settings) (C(llm_server_speed_check)).
+    type: dict
+    suboptions:
+      prompt_tokens:
+        description: The prompt's length in tokens.
+        type: int
+        required: true
+      predict_tokens:
+        description: The tokens generated per run.
+        type: int
+        required: true
+      runs:
+        description: The measured runs after the warm-up.
+        type: int
+        required: true
 extends_documentation_fragment:
   - ai_llm.moe_offload.info_module
 seealso:
@@ -205,6 +226,17 @@ parity_note:
   description: Why there was no baseline for the parity check, V("") when there was.
   returned: with O(prove)
   type: str
+speed:
+  description:
+    - With O(speed) (or with O(prove) and the role's C(llm_server_speed_check)), the benchmark's medians
+      C(decode_tokens_per_second) and C(prompt_tokens_per_second), C(runs), and C(prompt_tokens) and
+      C(predicted_tokens) as the server counted them (C(timings.prompt_n), C(timings.predicted_n)).
+    - With O(prove), also C(previous) (the last verified configuration's C(speed), V(null) without one) and
+      C(decode_ratio) and C(prompt_ratio) against it (V(null) without one).
+  returned: with O(speed), once ai-llm serves
+  type: dict
+  sample: {decode_tokens_per_second: 20.1, prompt_tokens_per_second: 410.5, runs: 3, prompt_tokens: 512,
+           predicted_tokens: 128, previous: null, decode_ratio: null, prompt_ratio: null}
 verified:
   description: Whether the log, the GPU memory and the answers prove the deploy.
   returned: with O(prove), once ai-llm serves
@@ -214,6 +246,7 @@ verified:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import auth_check, wait_healthy
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._speed_check import SpeedError, measure
 
 
 def main():
@@ -239,6 +272,9 @@ def main():
             placement=dict(type="dict"),
             gpu_baseline=dict(type="dict"),
             parity_before=dict(type="dict"),
+            speed=dict(type="dict", options=dict(prompt_tokens=dict(type="int", required=True),
+                                                 predict_tokens=dict(type="int", required=True),
+                                                 runs=dict(type="int", required=True))),
         ),
         required_one_of=[("container_name", "settings", "publish"), ("base_url", "settings", "publish")],
         supports_check_mode=True,
@@ -258,6 +294,11 @@ def main():
             result["healthy"] = False
             result["cause"] = ("the API key is not in force: /props answered %(without_key)s without the key and "
                                "%(with_key)s with it (401 and 200 expected)" % result["auth"])
+    if result["healthy"] and p["speed"]:
+        try:
+            result["speed"] = measure(p["base_url"], api_key=p["api_key"] or "", **p["speed"])
+        except SpeedError as exc:
+            result.update(healthy=False, cause="the speed check failed: %s" % exc)
     if p["fail"] and not result["healthy"] and not result["waiting"]:
         module.fail_json(msg=result["cause"], changed=False, **result)
     module.exit_json(changed=False, **result)

@@ -178,6 +178,7 @@ def build(parts, now=None):
         "auth": {"enforced": auth["enforced"], "checked": auth["checked"]},
         "parity": parity_text(settings, parts.get("parity"), parts.get("parity_note")) if log or not last
         else last.get("parity", "off"),
+        "speed": parts.get("speed") if log else (None if restored else last.get("speed")),
         "timings": {
             "total": round(now - float(started), 3) if started else None,
             "recreate": _seconds(*(timings.get("commands") or [])),
@@ -294,6 +295,7 @@ def parts_from(facts, check_mode=False, status=""):
         "log": verify.get("log") or {},
         "vram": verify.get("vram") or [],
         "parity": verify.get("parity") or {},
+        "speed": verify.get("speed"),
         "parity_note": verify.get("parity_note") or "",
         "snapshot": facts.get("_llm_server_snapshot") or {},
         "rollback": rollback_part(facts),

@@ -101,6 +101,10 @@ class LocalDeploy:
             "llm_server_ctx_size": 512,
             "llm_server_parallel": 1,
             "llm_server_health_timeout": 60,
+            # the speed check sized to add little to each run: 8 prompt tokens, 4 generated, one run
+            "llm_server_speed_prompt_tokens": 8,
+            "llm_server_speed_predict_tokens": 4,
+            "llm_server_speed_runs": 1,
             "llm_server_moe_offload_mode": "all",
             # the per-tensor override lines prove the placement on a host without GPU
             "llm_server_log_verbosity": 5,

@@ -39,7 +39,7 @@ def test_every_entry_point_shares_the_one_declaration():
 
 def test_every_option_has_a_type_a_description_and_a_default_and_the_defaults_pass_the_spec():
     for name, option in OPTIONS.items():
-        assert option.get("type") in ("str", "int", "bool", "path", "list"), name
+        assert option.get("type") in ("str", "int", "bool", "path", "list", "float"), name
         assert option.get("description"), name
         assert "default" in option and not option.get("required"), name
         assert option["type"] != "list" or option.get("elements") in ("str", "int"), name
@@ -69,7 +69,9 @@ def test_the_role_defaults_as_check_settings_gives_them_and_the_templated_ones_f
         "ctx_size": 8192, "parallel": 1, "n_gpu_layers": "99", "gpu_devices": [], "moe_offload_mode": "auto",
         "cpu_expert_layers": [], "moe_offload_pattern": "", "moe_offload_force": False, "health_timeout": 300,
         "verify_always": False, "vram_check": True, "vram_tolerance_mib": 1024, "parity_check": False,
-        "parity_prompt": "The capital of France is", "parity_n_predict": 16, "parity_seed": 42, "rollback": True,
+        "parity_prompt": "The capital of France is", "parity_n_predict": 16, "parity_seed": 42, "speed_check": True,
+        "speed_prompt_tokens": 512, "speed_predict_tokens": 128, "speed_runs": 3, "min_decode_ratio": None,
+        "min_prompt_ratio": None, "rollback": True,
         "rollback_dir": "/srv/ai-llm/.rollback", "rollback_to": "previous", "lock_timeout": 1800, "lock_lease": 3600,
         "strict_variables": False,
         "base_url": "http://127.0.0.1:8080",

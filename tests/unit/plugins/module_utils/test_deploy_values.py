@@ -335,7 +335,8 @@ INTEGERS = [
     ("log_verbosity", 0, 9, {}), ("ctx_size", 1, INT32_MAX, {}), ("parallel", 1, 256, {}),
     ("health_timeout", 1, 86400, {"llm_server_lock_lease": 604800}), ("vram_tolerance_mib", 0, 1048576, {}),
     ("parity_n_predict", 1, 4096, {}), ("parity_seed", 0, 2 ** 32 - 1, {}), ("lock_timeout", 0, 86400, {}),
-    ("lock_lease", 900, 604800, {}),
+    ("lock_lease", 900, 604800, {}), ("speed_prompt_tokens", 1, INT32_MAX, {}),
+    ("speed_predict_tokens", 1, INT32_MAX, {}), ("speed_runs", 1, 100, {}),
 ]
 
 
@@ -350,6 +351,16 @@ def test_integers_are_accepted_at_both_limits_and_refused_by_name_one_past(varia
     for value in (low - 1, high + 1):
         assert problems(**dict(extra, **{name: value})) == {
             name: "%d is out of range: an integer from %d to %d" % (value, low, high)}
+
+
+@pytest.mark.parametrize("variable", ["min_decode_ratio", "min_prompt_ratio"])
+def test_a_minimum_speed_ratio_is_a_share_in_0_to_1_or_empty(variable):
+    name = "llm_server_" + variable
+    assert getattr(settings(), variable) is None
+    assert [getattr(settings(**{name: v}), variable) for v in (None, "", 0.9, "0.5", 1)] == [None, None, 0.9, 0.5, 1.0]
+    for value in (0, 1.5, -0.1, "fast", True):
+        assert problems(**{name: value}) == {
+            name: "%r is not a share above 0 and at most 1 (for example 0.9), or empty" % (value,)}
 
 
 PATTERN = "llm_server_moe_offload_pattern"

@@ -26,7 +26,12 @@ LAST = {"pattern": r"blk\.1\.ffn_.*_exps\.weight", "pattern_source": "plan",
         "device_overrides": [r"blk\.2\.ffn_.*_exps\.weight=CUDA0"], "tensors_moved": ["blk.1.ffn_up_exps.weight"],
         "evidence": "device_buffers", "vram": [{"index": 0, "planned_mib": 100, "used_mib": 90, "ok": True}],
         "buffers": {"model": {"CUDA0": 10.0}, "kv": {"CUDA0": 1.0}, "rs": {}, "compute": {"CUDA0": 2.0}},
-        "offloaded_layers": {"offloaded": 49, "total": 49}, "parity": 'identical: 2 tokens "ok"'}
+        "offloaded_layers": {"offloaded": 49, "total": 49}, "parity": 'identical: 2 tokens "ok"',
+        "speed": {"decode_tokens_per_second": 20.1, "prompt_tokens_per_second": 400.0, "runs": 3, "prompt_tokens": 512,
+                  "predicted_tokens": 128, "previous": None, "decode_ratio": None, "prompt_ratio": None}}
+# A speed measured this run, against LAST's.
+NEW_SPEED = dict(LAST["speed"], decode_tokens_per_second=10.05, previous=LAST["speed"], decode_ratio=0.5,
+                 prompt_ratio=1.0)
 EMPTY_PLAN = {"mode": None, "fits": None, "reason": None, "cpu_expert_layers": [], "placement": None,
               "gpu_devices": [], "tensor_split": "", "gpus": [], "host": {"experts_mib": None, "available_mib": None}}
 
@@ -172,7 +177,7 @@ NOTHING_REGISTERED = {
     "device_overrides": [], "tensors_moved": [], "evidence": None, "plan": EMPTY_PLAN, "vram": [],
     "buffers": EMPTY_BUFFERS, "offloaded_layers": None,
     "rollback": {"performed": False, "reason": None, "restored_from": None, "serving": None},
-    "auth": {"enforced": False, "checked": False}, "parity": "off",
+    "auth": {"enforced": False, "checked": False}, "parity": "off", "speed": None,
     "timings": {"total": None, "recreate": None, "health": None, "lock_wait": None},
     "files": {"env": None, "compose": None, "verification": None}}
 # What SETTINGS alone put in the result.
@@ -195,7 +200,7 @@ def test_build_of_a_run_that_measured_nothing_reports_the_last_verification():
         OF_SETTINGS, host="h1", config_hash="c" * 64, pattern=LAST["pattern"], pattern_source="plan",
         device_overrides=LAST["device_overrides"], tensors_moved=["blk.1.ffn_up_exps.weight"], evidence="device_buffers",
         vram=LAST["vram"], buffers=LAST["buffers"], offloaded_layers={"offloaded": 49, "total": 49},
-        auth={"enforced": True, "checked": True}, parity='identical: 2 tokens "ok"',
+        auth={"enforced": True, "checked": True}, parity='identical: 2 tokens "ok"', speed=LAST["speed"],
         timings={"total": 0.75, "recreate": None, "health": None, "lock_wait": 1.5})
 
 
@@ -230,7 +235,7 @@ def test_build_of_a_verified_recreate_reports_what_the_log_measured():
                     "changes": [True, False, False, True], "log": log,
                     "health": {"seconds": 2.5, "auth": {"checked": True, "enforced": True}},
                     "parity": {"after": {"tokens": [1, 2, 3], "content": "ok"}},
-                    "parity_note": "ignored",
+                    "parity_note": "ignored", "speed": NEW_SPEED,
                     "rollback": {"config_hash": "e" * 64, "reason": "not needed"},
                     "timings": {"commands": ["0:00:00.500000", "0:00:01.250000"], "lock_wait": 0}}, now=110.0)
     assert result == dict(
@@ -242,7 +247,7 @@ def test_build_of_a_verified_recreate_reports_what_the_log_measured():
         buffers={"model": {"CPU_Mapped": 4.8}, "kv": {"CPU": 0.06}, "rs": {}, "compute": {}},
         offloaded_layers={"offloaded": 1, "total": 2},
         rollback={"performed": False, "reason": "not needed", "restored_from": None, "serving": None},
-        auth={"enforced": True, "checked": True}, parity='identical: 3 tokens "ok"',
+        auth={"enforced": True, "checked": True}, parity='identical: 3 tokens "ok"', speed=NEW_SPEED,
         timings={"total": 10.0, "recreate": 1.75, "health": 2.5, "lock_wait": 0})
 
 
