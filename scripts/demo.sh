@@ -78,6 +78,15 @@ if ol:
     print("offloaded layers: %s/%s" % (ol["offloaded"], ol["total"]))
 print("VRAM:     %s" % (v["vram"] or "not measured (no GPU)"))
 print("parity:   %s" % v["parity"])
+speed = v.get("speed")
+if speed:
+    before = speed.get("previous") or {}
+    for kind in ("decode", "prompt"):
+        was = before.get(kind + "_tokens_per_second")
+        print("%-9s %.1f tokens/s%s (median of %d /completion runs)" % (
+            kind + ":", speed[kind + "_tokens_per_second"], " (before %.1f)" % was if was else "", speed["runs"]))
+else:
+    print("speed:    not measured")
 print("config:   %s" % v["config_hash"])
 print("files:    %s" % ", ".join("%s=%s" % kv for kv in v["files"].items()))
 print("stop it:  bash scripts/demo.sh --down")

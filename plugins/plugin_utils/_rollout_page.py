@@ -18,7 +18,8 @@ from html import escape
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import mib_text
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_memory import KIND_LABELS, memory_views
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import batch_list, summary_line
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import (
+    batch_list, has_speed, speed_text, summary_line)
 
 COLORS = {
     "model": "#4e79a7", "kv": "#f28e2b", "recurrent": "#76b7b2", "compute": "#e15759", "margin": "#bab0ac",
@@ -238,14 +239,18 @@ def page(report, title="ai-llm rollout"):
         _e(summary_line(report)),
         _e(batch_list(report)),
         _e(report.get("started") or "-"), _e(report.get("finished") or "-")))
-    out.append('<table class="hosts"><thead><tr><th>host</th><th>batch</th><th>status</th><th>pattern</th>'
-               "<th>message</th></tr></thead><tbody>")
+    speeds = has_speed(report)
+    out.append('<table class="hosts"><thead><tr><th>host</th><th>batch</th><th>status</th><th>pattern</th>%s'
+               "<th>message</th></tr></thead><tbody>" % (
+                   "<th>decode tokens/s</th><th>prompt tokens/s</th>" if speeds else ""))
     for row in report["hosts"]:
-        out.append('<tr data-host="%s"><td><a href="#host-%s">%s</a></td><td>%s</td><td>%s</td><td>%s</td>'
+        speed = "<td>%s</td><td>%s</td>" % (_e(speed_text(row["speed"]["decode"])),
+                                            _e(speed_text(row["speed"]["prompt"]))) if speeds else ""
+        out.append('<tr data-host="%s"><td><a href="#host-%s">%s</a></td><td>%s</td><td>%s</td><td>%s</td>%s'
                    "<td>%s</td></tr>" % (
                        _e(row["host"]), _e(row["host"]), _e(row["host"]), _e(row["batch"] or "-"),
                        _status(row["status"]), "<code>%s</code>" % _e(row["pattern"]) if row["pattern"] else "-",
-                       _e(row["message"])))
+                       speed, _e(row["message"])))
     out.append("</tbody></table>")
     out.append(_legend())
     for row, views in zip(report["hosts"], all_views):

@@ -110,6 +110,36 @@ def _ansible_outcome(run):
     return {"outcome": "ok" if run.batch is not None or run.result_phase else "not_run", "phase": None, "msg": None}
 
 
+def _figure(value):
+    return round(float(value), 1) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def host_speed(result):
+    """``{"decode": {"before", "after"}, "prompt": {...}}`` in tokens/s from ``llm_server_result.speed`` (after: what
+    runs, before: the last verified configuration's), None where the result has none."""
+    speed = (result or {}).get("speed")
+    if not isinstance(speed, dict):
+        return {"decode": {"before": None, "after": None}, "prompt": {"before": None, "after": None}}
+    previous = speed.get("previous") if isinstance(speed.get("previous"), dict) else {}
+    return {kind: {"before": _figure(previous.get(kind + "_tokens_per_second")),
+                   "after": _figure(speed.get(kind + "_tokens_per_second"))} for kind in ("decode", "prompt")}
+
+
+def speed_text(figures):
+    """``before -> after`` tokens/s, ``after`` alone without a before, ``-`` without either."""
+    if figures["after"] is None:
+        return "-"
+    return "%s -> %s" % (figures["before"], figures["after"]) if figures["before"] is not None \
+        else str(figures["after"])
+
+
+def fleet_decode(rows):
+    """The fleet's decode tokens/s: the sum over the hosts that serve (a status in OK_STATUSES) with a speed."""
+    figures = [row["speed"]["decode"]["after"] for row in rows
+               if row["status"] in OK_STATUSES and row["speed"]["decode"]["after"] is not None]
+    return round(sum(figures), 1) if figures else None
+
+
 def host_row(run):
     """The report row of one host: ``host``, ``batch``, ``status``, ``message``, the pattern, what Ansible said,
     and the role's result verbatim (``result``; ``result_from`` says which play published it)."""
@@ -123,6 +153,7 @@ def host_row(run):
         "pattern": result.get("pattern") or None,
         "pattern_source": result.get("pattern_source"),
         "config_hash": result.get("config_hash"),
+        "speed": host_speed(result),
         "ansible": _ansible_outcome(run),
         "result_from": run.result_phase if run.result is not None else None,
         "result": run.result,
@@ -205,6 +236,7 @@ def build_report(rollout, runs):
         "started": rollout.started,
         "finished": rollout.finished,
         "seconds": rollout.seconds,
+        "fleet_decode_tokens_per_second": fleet_decode(rows),
         "hosts": rows,
         "errors": errors,
     }
@@ -219,6 +251,8 @@ def summary_line(report):
     line = "rollout %s%s: %s" % (report["outcome"], " (check mode)" if report["check_mode"] else "", counts or "no hosts")
     if report.get("seconds") is not None:
         line += " in %.1f s" % report["seconds"]
+    if report.get("fleet_decode_tokens_per_second") is not None:
+        line += "; fleet decode %s tokens/s" % report["fleet_decode_tokens_per_second"]
     return line
 
 
@@ -235,17 +269,26 @@ def _cell(value):
 ROLE_PREFIX = re.compile(r"^(llm_server: )?(the deploy on \S+ failed: )?")
 
 
+def has_speed(report):
+    """Whether a host of ``report`` has a measured speed: the table and rollout.md show the speed columns then."""
+    return any(((row.get("speed") or {}).get("decode") or {}).get("after") is not None for row in report["hosts"])
+
+
 def table(report, width=132):
-    """The short table the play's output ends with: one line per host, then the outcome; a message is cut to fit
-    after the role's own prefix is dropped (rollout.md and rollout.json keep it whole)."""
-    heads = ("HOST", "BATCH", "STATUS", "PATTERN", "MESSAGE")
-    rows = [(row["host"], _cell(row["batch"]), row["status"], shorten(_cell(row["pattern"]), 32),
-             ROLE_PREFIX.sub("", row["message"])) for row in report["hosts"]]
-    widths = [max([len(heads[i])] + [len(r[i]) for r in rows]) for i in range(4)]
+    """The short table the play's output ends with: one line per host (with the decode and prompt tokens/s, before
+    -> after, when a host has them), then the outcome; a message is cut to fit after the role's own prefix is
+    dropped (rollout.md and rollout.json keep it whole)."""
+    speeds = has_speed(report)
+    heads = ("HOST", "BATCH", "STATUS", "PATTERN") + (("DECODE TOK/S", "PROMPT TOK/S") if speeds else ()) + ("MESSAGE",)
+    rows = [(row["host"], _cell(row["batch"]), row["status"], shorten(_cell(row["pattern"]), 32))
+            + ((speed_text(row["speed"]["decode"]), speed_text(row["speed"]["prompt"])) if speeds else ())
+            + (ROLE_PREFIX.sub("", row["message"]),) for row in report["hosts"]]
+    columns = len(heads) - 1
+    widths = [max([len(heads[i])] + [len(r[i]) for r in rows]) for i in range(columns)]
     lines = []
     for cells in [heads] + rows:
-        head = "  ".join(cells[i].ljust(widths[i]) for i in range(4))
-        lines.append((head + "  " + shorten(cells[4], max(width - len(head) - 2, 20))).rstrip())
+        head = "  ".join(cells[i].ljust(widths[i]) for i in range(columns))
+        lines.append((head + "  " + shorten(cells[columns], max(width - len(head) - 2, 20))).rstrip())
     lines.append(summary_line(report))
     if report["reason"]:
         lines.append("stopped: " + report["reason"])
@@ -269,10 +312,15 @@ def markdown(report):
     out += ["", "Batches as Ansible ran them (serial %s, llm_rollout_max_fail_percentage %s): %s." % (
         _md(json.dumps(report["serial"])), report["max_fail_percentage"],
         _md(batch_list(report)))]
-    out += ["", "| host | batch | status | pattern | message |", "|---|---|---|---|---|"]
+    speeds = has_speed(report)
+    heads = ["host", "batch", "status", "pattern"] + (["decode tokens/s", "prompt tokens/s"] if speeds else []) \
+        + ["message"]
+    out += ["", "| %s |" % " | ".join(heads), "|%s" % ("---|" * len(heads))]
     for row in report["hosts"]:
-        cells = (_md(row["host"]), _cell(row["batch"]), row["status"], _md_code(row["pattern"]), _md(row["message"]))
-        out.append("| %s | %s | **%s** | %s | %s |" % cells)
+        cells = [_md(row["host"]), _cell(row["batch"]), "**%s**" % row["status"], _md_code(row["pattern"])] \
+            + ([_md(speed_text(row["speed"]["decode"])), _md(speed_text(row["speed"]["prompt"]))] if speeds else []) \
+            + [_md(row["message"])]
+        out.append("| %s |" % " | ".join(cells))
     for row in report["hosts"]:
         views = memory_views(row.get("result"), row["host"])
         if not views["gpus"] and not views["host"]:

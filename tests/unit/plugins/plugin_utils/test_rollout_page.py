@@ -9,6 +9,7 @@ import pytest
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_page import CSP, page
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils import _rollout_page as rp
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_memory import memory_views
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import HostRun, Rollout, build_report
 from tests.helpers import rollout_samples as samples
 from tests.helpers.rollout_samples import error_of
 
@@ -376,3 +377,17 @@ def test_a_malformed_memory_plan_is_a_report_error_naming_its_host():
     result = _plan_result("x", None, config_hash="abc")
     rows = [_row("ok", 1, "changed", "m"), _row("gpu-box-9", 2, "changed", "m", result=result)]
     assert error_of(page, _report(rows)) == "gpu-box-9: llm_server_result.plan.gpus is str, not a list"
+
+
+def test_the_hosts_table_shows_each_hosts_speed_and_the_summary_the_fleets_decode():
+    speed = {"decode_tokens_per_second": 12.34, "prompt_tokens_per_second": 400.06,
+             "previous": {"decode_tokens_per_second": 20.1, "prompt_tokens_per_second": 380}}
+    report = build_report(Rollout(hosts=["a", "b"], batches=[["a", "b"]]), [
+        HostRun("a", batch=1, result={"status": "changed", "message": "m", "speed": speed}, result_phase="deploy"),
+        HostRun("b", batch=1, result={"status": "unchanged", "message": "m", "speed": dict(speed, previous=None)},
+                result_phase="deploy")])
+    html = page(report)
+    assert "<th>decode tokens/s</th><th>prompt tokens/s</th>" in html
+    assert "<td>20.1 -&gt; 12.3</td><td>380.0 -&gt; 400.1</td>" in html and "<td>12.3</td><td>400.1</td>" in html
+    assert "fleet decode 24.6 tokens/s" in html
+    assert "decode tokens/s" not in page(build_report(Rollout(hosts=["a"]), []))

@@ -9,8 +9,8 @@ import datetime
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import (
-    HostRun, Rollout, batch_list, build_report, check_result, host_row, host_status, markdown,
-    one_line, stop_reason, summary_line, table, to_json)
+    HostRun, Rollout, batch_list, build_report, check_result, host_row, host_speed, host_status, markdown,
+    one_line, speed_text, stop_reason, summary_line, table, to_json)
 from tests.helpers import rollout_samples as samples
 from tests.helpers.rollout_samples import error_of
 
@@ -98,8 +98,10 @@ def test_host_status(run, expected):
     assert host_status(run) == expected
 
 
+NO_SPEED = {"decode": {"before": None, "after": None}, "prompt": {"before": None, "after": None}}
 NEVER_RUN = {"host": "h", "batch": None, "status": "not_reached", "message": NOT_REACHED, "pattern": None,
-             "pattern_source": None, "config_hash": None, "ansible": {"outcome": "not_run", "phase": None, "msg": None},
+             "pattern_source": None, "config_hash": None, "speed": NO_SPEED,
+             "ansible": {"outcome": "not_run", "phase": None, "msg": None},
              "result_from": None, "result": None}
 RAN = {"outcome": "ok", "phase": None, "msg": None}
 
@@ -140,15 +142,16 @@ def test_build_report_whole_dict_of_a_rollout_that_completed_with_failures_and_o
         "outcome": "completed_with_failures", "reason": None, "check_mode": True,
         "summary": {"changed": 1, "failed": 1}, "serial": 2, "max_fail_percentage": 25,
         "batches": [{"batch": 1, "hosts": ["a"], "seconds": 3.5}, {"batch": 2, "hosts": ["b"], "seconds": None}],
-        "started": "S", "finished": "F", "seconds": 9.25,
+        "started": "S", "finished": "F", "seconds": 9.25, "fleet_decode_tokens_per_second": None,
         "hosts": [
             {"host": "a", "batch": 1, "status": "changed", "message": "m a", "pattern": "pa", "pattern_source": "plan",
-             "config_hash": "h1", "ansible": RAN, "result_from": "deploy", "result": a},
+             "config_hash": "h1", "speed": NO_SPEED, "ansible": RAN, "result_from": "deploy", "result": a},
             {"host": "b", "batch": 2, "status": "failed", "message": "boom", "pattern": None, "pattern_source": None,
-             "config_hash": None, "ansible": RAN, "result_from": "deploy", "result": b}],
+             "config_hash": None, "speed": NO_SPEED, "ansible": RAN, "result_from": "deploy", "result": b}],
         "errors": []}
     assert list(report) == ["outcome", "reason", "check_mode", "summary", "serial", "max_fail_percentage",
-                            "batches", "started", "finished", "seconds", "hosts", "errors"]
+                            "batches", "started", "finished", "seconds", "fleet_decode_tokens_per_second", "hosts",
+                            "errors"]
     # each batch its own time, in order (batch_seconds[i - 1] of batch i)
     timed = build_report(dataclasses.replace(rollout, batch_seconds=[3.5, 4.25]), [])
     assert [batch["seconds"] for batch in timed["batches"]] == [3.5, 4.25]
@@ -156,7 +159,7 @@ def test_build_report_whole_dict_of_a_rollout_that_completed_with_failures_and_o
     assert build_report(Rollout(), []) == {
         "outcome": "completed", "reason": None, "check_mode": False, "summary": {}, "serial": None,
         "max_fail_percentage": 0, "batches": [], "started": None, "finished": None, "seconds": None,
-        "hosts": [], "errors": []}
+        "fleet_decode_tokens_per_second": None, "hosts": [], "errors": []}
 
 
 @pytest.mark.parametrize("run, outcome", [
@@ -294,6 +297,39 @@ START = "h     1      changed  p        "                 # 29 characters and tw
 def test_table_line_of_one_host(message, pattern, width, line):
     report = table_report([{"host": "h", "batch": 1, "status": "changed", "pattern": pattern, "message": message}])
     assert table(report, *width).splitlines()[1] == line
+
+
+# llm_server_result.speed of a host measured at 12.34 decode / 400.06 prompt tokens/s after 20.1 / 380 before.
+SPEED = {"decode_tokens_per_second": 12.34, "prompt_tokens_per_second": 400.06, "runs": 3, "prompt_tokens": 512,
+         "predicted_tokens": 128, "previous": {"decode_tokens_per_second": 20.1, "prompt_tokens_per_second": 380},
+         "decode_ratio": 0.614, "prompt_ratio": 1.053}
+
+
+def test_host_speed_before_and_after_from_the_result_and_none_without_a_speed():
+    assert host_speed({"speed": SPEED}) == {"decode": {"before": 20.1, "after": 12.3},
+                                            "prompt": {"before": 380.0, "after": 400.1}}
+    assert host_speed({"speed": dict(SPEED, previous=None)})["decode"] == {"before": None, "after": 12.3}
+    assert host_speed({"speed": None}) == host_speed(None) == {"decode": {"before": None, "after": None},
+                                                               "prompt": {"before": None, "after": None}}
+    assert [speed_text(f) for f in ({"before": 20.1, "after": 12.3}, {"before": None, "after": 12.3},
+                                    {"before": 1.0, "after": None})] == ["20.1 -> 12.3", "12.3", "-"]
+
+
+def test_the_fleet_decode_is_the_sum_over_the_hosts_that_serve_and_the_outputs_show_each_hosts_speed():
+    ok = {"status": "changed", "message": "m", "speed": SPEED}
+    other = dict(ok, speed=dict(SPEED, decode_tokens_per_second=7.66, previous=None))
+    report = build_report(Rollout(hosts=["a", "b", "c"], batches=[["a", "b", "c"]]), [
+        HostRun("a", batch=1, result=ok, result_phase="deploy"),
+        HostRun("b", batch=1, result=other, result_phase="deploy"),
+        HostRun("c", batch=1, result=dict(ok, status="failed"), result_phase="deploy")])
+    assert report["fleet_decode_tokens_per_second"] == 20.0  # 12.3 + 7.7; the failed host does not serve
+    assert summary_line(report).endswith("; fleet decode 20.0 tokens/s")
+    lines = table(report).splitlines()
+    assert lines[0].split()[:6] == ["HOST", "BATCH", "STATUS", "PATTERN", "DECODE", "TOK/S"]
+    assert "20.1 -> 12.3" in lines[1] and "380.0 -> 400.1" in lines[1] and "  7.7  " in lines[2]
+    text = markdown(report)
+    assert "| host | batch | status | pattern | decode tokens/s | prompt tokens/s | message |" in text
+    assert "| a | 1 | **changed** | - | 20.1 -> 12.3 | 380.0 -> 400.1 | m |" in text
 
 
 GPU_RESULT = {
