@@ -128,6 +128,14 @@ def _status_and_message(parts):
     return "unchanged", "ai-llm serves the configuration on disk (%s); nothing to change" % config_hash[:12]
 
 
+def restored_speed(service, rollback):
+    """After a rollback, the speed the last verification recorded when the configuration put back is the one it
+    measured (the same configuration hash), else None: nothing was measured of what serves."""
+    last = (service.get("disk") or {}).get("verification") or {}
+    same = last.get("config_hash") and last.get("config_hash") == rollback.get("config_hash")
+    return last.get("speed") if same else None
+
+
 def build(parts, now=None):
     """``llm_server_result`` from ``parts`` (what the phases registered; see the role's README, "Result")."""
     now = time.time() if now is None else now
@@ -178,7 +186,8 @@ def build(parts, now=None):
         "auth": {"enforced": auth["enforced"], "checked": auth["checked"]},
         "parity": parity_text(settings, parts.get("parity"), parts.get("parity_note")) if log or not last
         else last.get("parity", "off"),
-        "speed": parts.get("speed") if log else (None if restored else last.get("speed")),
+        "speed": restored_speed(service, rollback) if rollback.get("performed") else
+        (parts.get("speed") if log else last.get("speed")),
         "timings": {
             "total": round(now - float(started), 3) if started else None,
             "recreate": _seconds(*(timings.get("commands") or [])),

@@ -5,7 +5,8 @@ deploy, steps in order:
   generated tokens as the server counted them, no previous speed and so no ratios;
 - the same run again changes nothing and measures nothing: the result republishes the recorded speed;
 - a changed configuration measured with a one-token prompt and ``llm_server_min_prompt_ratio`` 0.5 fails the
-  verification and is rolled back, the message naming the speed, its share and the variable.
+  verification and is rolled back, the message naming the speed, its share and the variable; the result keeps
+  the speed recorded for the configuration put back.
 
 Run under the podman lock: ``flock /tmp/ai-llm-podman.lock python -m pytest tests/integration/test_role_speed.py``.
 """
@@ -74,3 +75,5 @@ def test_a_change_below_the_minimum_prompt_ratio_is_rolled_back_naming_the_speed
     assert before == round(previous["prompt_tokens_per_second"], 1)
     assert share < 0.5 and share == pytest.approx(now / before, abs=0.01)
     assert got["config_hash"] == served.first["result"]["config_hash"]
+    # what serves again is the first configuration: its recorded speed, the previous one of the next change
+    assert got["speed"] == previous and served.verification()["speed"] == previous

@@ -274,6 +274,10 @@ def test_build_of_a_rollback_reports_the_snapshot_put_back():
         OF_SETTINGS, status="rolled_back", changed=True, message=SERVES_AGAIN, host="h1", config_hash="e" * 64,
         pattern="blk", pattern_source="snapshot", device_overrides=["a=CUDA0", "b=CUDA1"], parity='identical: 2 tokens "ok"',
         rollback={"performed": True, "reason": ROLLED_BACK, "restored_from": "/p/.rollback/x", "serving": True})
+    # the speed of the configuration put back, when the last verification measured that one
+    same = dict(LAST, config_hash="e" * 64)
+    assert build({"status": "rolled_back", "service": {"disk": {"verification": same}}, "log": LOG,
+                  "speed": NEW_SPEED, "rollback": rollback})["speed"] == LAST["speed"]
 
 
 @pytest.mark.parametrize("env_keys, placed", [
