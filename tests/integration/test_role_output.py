@@ -47,11 +47,11 @@ def test_a_changed_run_and_a_run_that_changes_nothing_say_one_line_and_show_no_r
     first = run(local)
     assert first["rc"] == 0, first["out"][-4000:]
     assert re.fullmatch(r"localhost: changed, --override-tensor \\\.ffn_\.\*_exps\\\.weight=CPU \(plan\), "
-                        r"4 tensors in host memory, no GPU, \d+\.\d s", first["line"]), first["line"]
+                        r"4 tensors in host memory, no GPU, decode \d+\.\d, prompt \d+\.\d tokens/s, \d+\.\d s", first["line"]), first["line"]
     again = run(local)
     assert again["rc"] == 0 and again["recap"]["changed"] == 0, again["out"][-4000:]
     assert re.fullmatch(r"localhost: unchanged, --override-tensor \\\.ffn_\.\*_exps\\\.weight=CPU \(plan\), "
-                        r"4 tensors in host memory, no GPU, \d+\.\d s", again["line"]), again["line"]
+                        r"4 tensors in host memory, no GPU, decode \d+\.\d, prompt \d+\.\d tokens/s, \d+\.\d s", again["line"]), again["line"]
     for output in (first["out"], again["out"]):
         assert "tensors_moved" not in output and "config_hash" not in output  # (keys of the whole result)
     # one screen: the plays, six tasks of two or three lines, the recap and the closing table
