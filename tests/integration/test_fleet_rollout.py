@@ -206,10 +206,10 @@ def test_first_rollout_a_canary_then_the_batches(fleet):
     assert all('data-host="%s" data-status="changed"' % name in html for name in fleet.hosts)
     # the output ends with the table
     tail = proc.stdout.rstrip().splitlines()[-7:]
-    assert tail[0].split() == ["HOST", "BATCH", "STATUS", "PATTERN", "MESSAGE"]
+    assert tail[0].split() == ["HOST", "BATCH", "STATUS", "PATTERN", "DECODE", "TOK/S", "PROMPT", "TOK/S", "MESSAGE"]
     assert [line.split()[:3] for line in tail[1:5]] == [["h1", "1", "changed"], ["h2", "2", "changed"],
                                                         ["h3", "3", "changed"], ["h4", "3", "changed"]]
-    assert tail[5].startswith("rollout completed: changed 4 in ")
+    assert re.match(r"rollout completed: changed 4 in \d+\.\d s; fleet decode \d+\.\d tokens/s$", tail[5]), tail[5]
     assert tail[6].startswith("report: %s" % (fleet.base / "report-first" / "rollout.html"))
     fleet.after_first = snap
 

@@ -138,15 +138,15 @@ def test_a_container_removed_stopped_or_paused_by_hand_comes_back_as_a_change(lo
     run = local.succeed("deploy")
     shown = result(run.stdout)
     assert shown["status"] == "changed" and words in shown["message"], shown["message"]
-    assert "Rolled back" not in run.stdout
+    assert shown["rollback"]["performed"] is False
     assert_converged(local)
 
 
 def assert_new_container_serves(deploy, run, old_id):
     assert run.returncode == 0, run.stdout[-5000:]
-    assert "Rolled back" not in run.stdout
     shown = result(run.stdout)
-    assert shown["status"] == "changed" and shown["timings"]["recreate"] is not None
+    assert shown["status"] == "changed" and shown["rollback"]["performed"] is False
+    assert shown["timings"]["recreate"] is not None
     now = deploy.container()
     assert now["id"] != old_id and now["status"] == "running" and now["restarts"] == 0
     assert deploy.health() == 200
