@@ -2,7 +2,11 @@
 # shellcheck shell=bash
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export ROOT
-export PATH="$ROOT/.venv/bin:$PATH"
+# Docker (scripts/docker.sh): Debian's client first on PATH, the compose v2 plugin, this project's own dockerd
+export PATH="$ROOT/.venv/bin:$ROOT/.cache/docker/bin:$PATH"
+export DOCKER_CONFIG="$ROOT/.cache/docker/config"
+export AI_LLM_DOCKER_RUN="${AI_LLM_DOCKER_RUN:-/tmp/ai-llm-docker-$(id -u)}"
+export DOCKER_HOST="${DOCKER_HOST:-unix://$AI_LLM_DOCKER_RUN/docker.sock}"
 export ANSIBLE_CONFIG="$ROOT/ansible.cfg"
 # Podman settings this kind of machine needs (no CAP_SYS_RESOURCE, hybrid cgroups, no bridge).
 export CONTAINERS_CONF="$ROOT/scripts/containers.conf"

@@ -44,6 +44,7 @@ fi
 bash scripts/venv.sh .cache/venvs/galaxy-importer "$PY" -r requirements/galaxy-importer.txt
 
 bash scripts/llama-cpp.sh
+bash scripts/docker.sh install
 # (read all of ansible's output: `| head -1` would close the pipe early and ansible prints a BrokenPipeError)
 ansible_version="$(ansible --version)"
-echo "setup: ready (${ansible_version%%$'\n'*}, $(podman --version))"
+echo "setup: ready (${ansible_version%%$'\n'*}, $(podman --version), docker $(/usr/bin/docker --version | cut -d" " -f3 | tr -d ,) with compose $(docker compose version --short))"
