@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The main job, on this machine: set-up, a small generated nemotron_h_moe model, the local CPU image,
 # then playbooks/deploy.yml on the local default inventory (inventory/local), and the proof.
-#   bash scripts/demo.sh [extra ansible-playbook arguments, e.g. --check --diff or -e llm_server_ctx_size=4096]
+#   bash scripts/demo.sh [--engine podman|docker] [extra ansible-playbook arguments, e.g. --check --diff or -e llm_server_ctx_size=4096]
+# --engine docker: the same demo with docker and compose v2 (scripts/docker.sh starts dockerd; the local image
+# moved with `podman save | docker load`); podman (podman-compose) is the default.
 # First run: a baseline deploy without offload (all weights where -ngl puts them), then the deploy with the
 # routed experts on CPU, whose 16 greedy tokens must equal the baseline's (parity). Later runs: one deploy,
 # which changes and restarts nothing when nothing changed.
 # Files: demo/ (git-ignored): demo/models/demo.gguf, demo/ai-llm/{.env,docker-compose.prod.yml,
-# verification.json,.rollback/}. Stop it: bash scripts/demo.sh --down
+# verification.json,.rollback/}. Stop it: bash scripts/demo.sh [--engine docker] --down
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
@@ -14,7 +16,17 @@ export ANSIBLE_DISPLAY_SKIPPED_HOSTS="${ANSIBLE_DISPLAY_SKIPPED_HOSTS:-false}"
 
 project_dir="$ROOT/demo/ai-llm"
 model="$ROOT/demo/models/demo.gguf"
-compose=(podman-compose -p ai-llm-demo -f "$project_dir/docker-compose.prod.yml")
+engine=podman
+if [ "${1:-}" = "--engine" ]; then
+  engine="${2:?--engine needs podman or docker}"
+  shift 2
+fi
+case "$engine" in
+  podman) compose_command=(podman-compose) ;;
+  docker) compose_command=(docker compose) ;;
+  *) echo "demo: --engine is podman or docker, not $engine" >&2; exit 2 ;;
+esac
+compose=("${compose_command[@]}" -p ai-llm-demo -f "$project_dir/docker-compose.prod.yml")
 
 if [ "${1:-}" = "--down" ]; then
   [ -f "$project_dir/docker-compose.prod.yml" ] && "${compose[@]}" down
@@ -22,6 +34,10 @@ if [ "${1:-}" = "--down" ]; then
 fi
 
 bash scripts/setup.sh
+if [ "$engine" = docker ]; then
+  bash scripts/docker.sh start
+  set -- -e "{\"llm_server_compose_command\": [\"docker\", \"compose\"]}" "$@"
+fi
 
 if [ ! -f "$model" ]; then
   mkdir -p "$(dirname "$model")"
@@ -34,9 +50,19 @@ fi
 start_sha="$(sha256sum images/ai-llm/start-llama-server | cut -c1-12)"
 image="$(AI_LLM_IMAGE="$(bash images/ai-llm/build.sh --print-tag)-start-$start_sha" bash images/ai-llm/build.sh)"
 podman tag "$image" localhost/ai-llm:demo
+if [ "$engine" = docker ] && ! docker image inspect "$image" >/dev/null 2>&1; then
+  podman save "$image" | docker load -q
+fi
+[ "$engine" = docker ] && docker tag "$image" localhost/ai-llm:demo
 echo "demo: image $image (localhost/ai-llm:demo)"
 
-port="$(ansible-inventory --host localhost | python -c 'import json,sys; print(json.load(sys.stdin)["llm_server_port"])')"
+# AI_LLM_DEMO_PORT: another port than the inventory's, for a second demo on the same machine
+if [ -n "${AI_LLM_DEMO_PORT:-}" ]; then
+  port="$AI_LLM_DEMO_PORT"
+  set -- -e "llm_server_port=$port" "$@"
+else
+  port="$(ansible-inventory --host localhost | python -c 'import json,sys; print(json.load(sys.stdin)["llm_server_port"])')"
+fi
 serving() {
   python - "$port" <<'PY'
 import sys, urllib.request
@@ -55,7 +81,7 @@ fi
 echo "demo: deploy with the routed experts on CPU"
 ansible-playbook playbooks/deploy.yml "$@"
 
-python - "$project_dir" <<'PY'
+python - "$project_dir" "$engine" <<'PY'
 import json, os, sys
 project = sys.argv[1]
 path = os.path.join(project, "verification.json")
@@ -89,5 +115,5 @@ else:
     print("speed:    not measured")
 print("config:   %s" % v["config_hash"])
 print("files:    %s" % ", ".join("%s=%s" % kv for kv in v["files"].items()))
-print("stop it:  bash scripts/demo.sh --down")
+print("stop it:  bash scripts/demo.sh %s--down" % ("" if sys.argv[2] == "podman" else "--engine %s " % sys.argv[2]))
 PY
