@@ -24,6 +24,9 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log impo
 
 # The order the role looks for a compose tool in.
 COMPOSE_CANDIDATES = (("podman", "compose"), ("podman-compose",), ("docker", "compose"), ("docker-compose",))
+COMPOSE_INSTALL = ("no compose tool works on this host: install podman-compose (or podman 4.7 or newer for "
+                   "'podman compose'), or docker with compose v2 ('docker compose'), or set llm_server_compose_command")
+_VERSION_RE = re.compile(r"(?<![\w.])v?(\d+)\.\d+")
 # llama-server answers every path but these without the API key with 401 (tools/server/server-http.cpp,
 # middleware_validate_api_key); /props needs the key and is cheap.
 AUTH_PROBE_PATH = "/props"
@@ -45,22 +48,40 @@ def engine_of(compose_argv):
     return "podman" if os.path.basename(compose_argv[0]).startswith("podman") else "docker"
 
 
+def compose_major(text):
+    """The major version in a compose tool's version output (``1.29.2``, ``v2.40.3``,
+    ``docker-compose version 1.29.2, build unknown``), or ``None`` when it names none."""
+    match = _VERSION_RE.search(text)
+    return int(match.group(1)) if match else None
+
+
 def find_compose(run, which, given=None):
-    """The compose tool as an argv list: ``given`` when set, else the first of ``COMPOSE_CANDIDATES`` that
-    works (``podman compose`` and ``docker compose`` are asked for their version, the standalone tools only
-    need to be on PATH). ``None`` when there is none."""
+    """The compose tool as ``(argv, None)``: ``given`` when set, else the first of ``COMPOSE_CANDIDATES`` that
+    works (``podman compose`` is asked for its version; docker's tools for theirs, which must be compose v2 or
+    newer; podman-compose only needs to be on PATH). ``(None, why)`` when there is none, ``why`` saying what was
+    refused and what to install."""
     if given:
-        return list(given)
+        return list(given), None
+    refused = []
     for candidate in COMPOSE_CANDIDATES:
         program = which(candidate[0])
         if not program:
             continue
-        if len(candidate) == 1:
-            return [candidate[0]]
-        rc, _out, _err = run([program, candidate[1], "version"])
-        if rc == 0:
-            return list(candidate)
-    return None
+        if candidate == ("podman-compose",):
+            return [candidate[0]], None
+        if candidate[0] == "podman":
+            if run([program, "compose", "version"])[0] == 0:
+                return list(candidate), None
+            continue
+        rc, out, _err = run([program] + list(candidate[1:]) + ["version", "--short"])
+        major = compose_major(out) if rc == 0 else None
+        if major is not None and major >= 2:
+            return list(candidate), None
+        if major is not None:
+            # docs.docker.com/compose/releases/migrate/: compose v1 has had no release since June 2023; it reads
+            # .env and the compose file differently from v2
+            refused.append("%s %s is compose v1, which is not supported" % (" ".join(candidate), out.strip()))
+    return None, "; ".join(refused + [COMPOSE_INSTALL])
 
 
 def compose_config_check(run, compose_command, compose_file, env_text, compose_text):

@@ -13,7 +13,8 @@ version_added: 0.1.0
 description:
   - Only the role M(ai_llm.moe_offload.llm_server) calls it; it is not meant to be called alone.
   - Finds the compose tool (O(compose_command), or the first of C(podman compose), C(podman-compose),
-    C(docker compose), C(docker-compose) that works) and the container engine it drives.
+    C(docker compose), C(docker-compose) that works; docker's must be compose v2 or newer, compose v1 is refused)
+    and the container engine it drives.
   - Reads the container O(container_name) (state, restarts, pid and the processes below it, the configuration hash
     it was created with, from its label C(ai_llm.moe_offload.config_hash)), asks C(/health) once, and with
     O(api_key) proves that the key is in force (C(/props) answers 401 without it and 200 with it).
@@ -194,10 +195,9 @@ def main():
     def run(argv):
         return module.run_command(argv, environ_update={"LC_ALL": "C"}, errors="replace")
 
-    compose = find_compose(run, module.get_bin_path, p["compose_command"])
+    compose, problem = find_compose(run, module.get_bin_path, p["compose_command"])
     if not compose:
-        module.fail_json(msg="llm_server: none of 'podman compose', 'podman-compose', 'docker compose', "
-                             "'docker-compose' works on this host; install one or set llm_server_compose_command")
+        module.fail_json(msg="llm_server: %s" % problem)
     engine = engine_of(compose)
     if not module.get_bin_path(engine):
         module.fail_json(msg="llm_server: the compose tool %s drives %s, which is not installed" % (compose, engine))

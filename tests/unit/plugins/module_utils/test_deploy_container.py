@@ -16,6 +16,8 @@ import pytest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _deploy_container
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import (
     COMPOSE_CANDIDATES,
+    COMPOSE_INSTALL,
+    compose_major,
     compose_config_check,
     container_state,
     ended_run,
@@ -48,12 +50,12 @@ def test_the_engine_is_podman_only_for_podman_s_compose_programs(argv, engine):
 
 
 def recording_run(failing=()):
-    """A ``run(argv)`` for the probe of ``<program> compose version``: rc 1 for the programs in ``failing``."""
+    """A ``run(argv)`` for the version probes of the compose tools (compose v2): rc 1 for the programs in ``failing``."""
     calls = []
 
     def probe(argv):
         calls.append(list(argv))
-        return (1, "", "unknown command") if argv[0] in failing else (0, "v1", "")
+        return (1, "", "unknown command") if argv[0] in failing else (0, "2.40.3\n", "")
     return probe, calls
 
 
@@ -65,13 +67,14 @@ NO_PODMAN_COMPOSE = {"podman": "/usr/bin/podman", "docker": "/usr/bin/docker", "
 @pytest.mark.parametrize("found, failing, given, command, probed", [
     (ALL, (), None, ["podman", "compose"], ["/usr/bin/podman"]),  # asked by the path `which` found
     (ALL, ("/usr/bin/podman",), None, ["podman-compose"], ["/usr/bin/podman"]),
-    # a compose subcommand that fails its version probe is passed over; a standalone tool is not probed
+    # a compose subcommand that fails its version probe is passed over; podman-compose is not probed
     (NO_PODMAN_COMPOSE, ("/usr/bin/podman",), None, ["docker", "compose"], ["/usr/bin/podman", "/usr/bin/docker"]),
     (NO_PODMAN_COMPOSE, ("/usr/bin/podman", "/usr/bin/docker"), None, ["docker-compose"],
-     ["/usr/bin/podman", "/usr/bin/docker"]),
+     ["/usr/bin/podman", "/usr/bin/docker", "/usr/bin/dc"]),
     ({"podman-compose": "/venv/bin/podman-compose"}, (), None, ["podman-compose"], []),
-    ({"docker-compose": "/usr/bin/docker-compose"}, (), None, ["docker-compose"], []),
+    ({"docker-compose": "/usr/bin/docker-compose"}, (), None, ["docker-compose"], ["/usr/bin/docker-compose"]),
     ({}, (), None, None, []),
+    ({"docker-compose": "/usr/bin/docker-compose"}, ("/usr/bin/docker-compose",), None, None, ["/usr/bin/docker-compose"]),
     ({}, (), ["podman-compose", "--verbose"], ["podman-compose", "--verbose"], []),
     ({}, (), [], None, []),  # an empty command is no command
 ])
@@ -79,8 +82,44 @@ def test_the_compose_tools_are_tried_in_the_documented_order(found, failing, giv
     assert COMPOSE_CANDIDATES == (("podman", "compose"), ("podman-compose",), ("docker", "compose"),
                                   ("docker-compose",))
     probe, calls = recording_run(failing)
-    assert find_compose(probe, found.get, given=given) == command
-    assert calls == [[program, "compose", "version"] for program in probed]
+    assert find_compose(probe, found.get, given=given)[0] == command
+    assert [argv[0] for argv in calls] == probed
+
+
+DOUBLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "doubles")
+DOCKER = shutil.which("docker")
+
+
+def only(name, path):
+    """A ``which`` that finds ``name`` at ``path`` and nothing else."""
+    return lambda program: path if program == name else None
+
+
+@pytest.mark.parametrize("text, major", [
+    ("1.29.2\n", 1), ("docker-compose version 1.29.2, build unknown", 1), ("v2.40.3", 2),
+    ("Docker Compose version v2.40.3", 2), ("podman-compose version 1.6.0", 1), ("", None), ("unknown command", None),
+])
+def test_the_major_version_is_read_from_what_compose_tools_print(text, major):
+    assert compose_major(text) == major
+
+
+def test_compose_v1_is_refused_with_the_reason_and_what_to_install():
+    double = os.path.abspath(os.path.join(DOUBLES, "docker-compose"))  # prints compose v1's version (not installed)
+    command, problem = find_compose(run, only("docker-compose", double))
+    assert command is None
+    assert problem.startswith("docker-compose 1.29.2 is compose v1, which is not supported; ")
+    assert problem.endswith(COMPOSE_INSTALL)
+
+
+def test_a_host_without_compose_gets_one_message_that_says_what_to_install():
+    assert find_compose(run, lambda program: None) == (None, COMPOSE_INSTALL)
+    assert "podman-compose" in COMPOSE_INSTALL and "compose v2" in COMPOSE_INSTALL
+
+
+@pytest.mark.skipif(DOCKER is None or run([DOCKER, "compose", "version"])[0] != 0,
+                    reason="needs docker with the compose v2 plugin (bash scripts/setup.sh)")
+def test_the_real_docker_compose_v2_is_chosen():
+    assert find_compose(run, only("docker", DOCKER)) == (["docker", "compose"], None)
 
 
 COMPOSE = """services:
