@@ -217,10 +217,15 @@ def render_compose(settings, placement, engine):
         "        read_only: true",
     ]
     devices = [str(d) for d in placement.get("gpu_devices") or []]
-    if gpu and engine == "podman":
+    access = settings["gpu_access"]
+    if access == "auto":
+        access = "cdi" if engine == "podman" else "reservations"
+    if gpu and access == "cdi":
+        # CDI device names: podman, and docker 25 or newer with CDI enabled (docs.docker.com/reference/cli/dockerd/#enable-cdi-devices)
         lines.append("    devices:")
         lines += ["      - %s" % lit("nvidia.com/gpu=" + d) for d in devices]
     elif gpu:
+        # docs.docker.com/compose/how-tos/gpu-support/
         lines += [
             "    deploy:",
             "      resources:",

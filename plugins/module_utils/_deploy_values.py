@@ -30,6 +30,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import MA
 MODES = OFFLOAD_MODES
 RESTART_POLICIES = ("no", "always", "on-failure", "unless-stopped")
 NETWORK_MODES = ("", "host")
+# How the container gets its GPUs: "auto" is CDI devices on podman, device reservations on docker
+GPU_ACCESS = ("auto", "reservations", "cdi")
 ROLLBACK_TO = ("previous", "none")
 INT32_MAX = 2 ** 31 - 1
 # llama.cpp's limit on sequences (src/llama-cparams.h LLAMA_MAX_SEQ): -np above it is refused.
@@ -241,6 +243,7 @@ class Settings:
     image: str
     restart_policy: str
     network_mode: str
+    gpu_access: str
     bind_address: str
     port: int
     container_port: int
@@ -330,6 +333,7 @@ _VALUES = (
     ("image", "matching", {"regex": _IMAGE_RE, "what": "an image reference ([registry/]name[:tag][@digest])"}),
     ("restart_policy", "choice", {"choices": RESTART_POLICIES}),
     ("network_mode", "choice", {"choices": NETWORK_MODES}),
+    ("gpu_access", "choice", {"choices": GPU_ACCESS}),
     ("port", "integer", {"low": 1, "high": 65535}),
     ("container_port", "integer", {"low": 1, "high": 65535}),
     ("log_max_size", "matching", {"regex": _LOG_SIZE_RE, "what": "a size such as 50m (digits and k, m or g)"}),

@@ -62,7 +62,7 @@ def test_the_role_defaults_as_check_settings_gives_them_and_the_templated_ones_f
     assert settings == {
         "project_dir": "/srv/ai-llm", "compose_file": "docker-compose.prod.yml", "compose_project": "ai-llm",
         "compose_command": [], "service_name": "ai-llm", "container_name": "ai-llm", "image": "localhost/ai-llm:cuda",
-        "restart_policy": "unless-stopped", "network_mode": "", "bind_address": "127.0.0.1", "port": 8080,
+        "restart_policy": "unless-stopped", "network_mode": "", "gpu_access": "auto", "bind_address": "127.0.0.1", "port": 8080,
         "container_port": 8080, "log_max_size": "50m", "log_max_file": 3, "log_verbosity": 4, "extra_args": [],
         "api_key_set": False, "allow_unauthenticated": False, "model_path": "/srv/models/x.gguf",
         "model_dir": "/srv/models", "model_mount": "/models", "container_model_path": "/models/x.gguf",

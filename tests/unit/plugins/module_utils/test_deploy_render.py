@@ -84,6 +84,39 @@ def test_podman_compose_reads_every_value_back(tmp_path):
     assert service["labels"][HASH_LABEL] == config_hash(values, compose)
 
 
+
+DOCKER_COMPOSE_V2 = shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True,
+                                                              check=False).returncode == 0
+
+
+@pytest.mark.skipif(not DOCKER_COMPOSE_V2, reason="docker compose v2 is not installed (bash scripts/setup.sh)")
+@pytest.mark.parametrize("access, devices, reservations", [
+    ("auto", None, [{"driver": "nvidia", "device_ids": ["3", "1"], "capabilities": ["gpu"]}]),
+    ("reservations", None, [{"driver": "nvidia", "device_ids": ["3", "1"], "capabilities": ["gpu"]}]),
+    ("cdi", ["nvidia.com/gpu=3", "nvidia.com/gpu=1"], None),
+])
+def test_docker_compose_v2_reads_every_value_and_the_gpu_access_back(tmp_path, access, devices, reservations):
+    """compose v2's own reading (compose-go: .env, then interpolation) of both GPU forms docker documents."""
+    placement = dict(PLACEMENT, topology="dual", gpu_devices=[3, 1])
+    s = settings(HOSTILE, llm_server_gpu_access=access)
+    values = env_values(s, placement)
+    compose = render_compose(s, placement, "docker")
+    (tmp_path / ".env").write_text(env_block(values, config_hash(values, compose)))
+    (tmp_path / "c.yml").write_text(compose)
+    out = subprocess.run(["docker", "compose", "-f", str(tmp_path / "c.yml"), "config", "--format", "json"],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    # `config` prints a compose file again, with every "$" of a value written "$$"
+    service = json.loads(out.replace("$$", "$"))["services"]["ai-llm"]
+    assert service["environment"]["MOE_OFFLOAD_PATTERN"] == PLACEMENT["pattern"]
+    assert service["environment"]["MODEL_PATH"] == "/models/x$y.gguf"
+    assert service["command"] == HOSTILE["llm_server_extra_args"]
+    assert service["volumes"][1]["source"] == "/srv/ai $llm/secrets"
+    assert service["labels"][HASH_LABEL] == config_hash(values, compose)
+    assert [d.get("source") for d in service.get("devices") or []] == (devices or [])
+    got = (service.get("deploy") or {}).get("resources", {}).get("reservations", {}).get("devices")
+    assert got == reservations
+
+
 ROLE_KEYS = ["LLM_MOE_OFFLOAD_PATTERN", "LLM_DEVICE_OVERRIDES", "LLM_CTX_SIZE", "LLM_PARALLEL", "LLM_N_GPU_LAYERS",
              "LLM_MODEL_PATH", "LLM_BIND_ADDRESS", "LLM_PORT", "LLM_GPU_DEVICES", "LLM_TENSOR_SPLIT",
              "LLM_LOG_VERBOSITY"]

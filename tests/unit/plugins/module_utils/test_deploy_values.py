@@ -150,6 +150,7 @@ REFUSED = [
     _bad("rollback_to", 1, "1 is not a string"),
     *_not("restart_policy", 'one of "no", "always", "on-failure", "unless-stopped"', "never", "No"),
     *_not("network_mode", 'one of "", "host"', "bridge"),
+    *_not("gpu_access", 'one of "auto", "reservations", "cdi"', "nvidia"),
     *_not("moe_offload_mode", 'one of "auto", "all", "none", "layers"', "most"),
     *_not("rollback_to", 'one of "previous", "none"', "all"),
     *_not("compose_file", "a file name ending in .yml or .yaml", "compose.json", ".compose.yml", "sub/compose.yml"),
