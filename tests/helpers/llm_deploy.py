@@ -1,4 +1,5 @@
-"""A real local deploy of the llm_server role for integration tests: podman + podman-compose, the CPU image of
+"""A real local deploy of the llm_server role for integration tests: podman + podman-compose (or docker + compose
+v2, ``engine="docker"``), the CPU image of
 images/ai-llm/build.sh, the demo model, its own project directory, compose project, container name and free
 loopback port (host network); and the two broken copies of the demo model that the failure scenarios deploy."""
 from __future__ import annotations
@@ -76,10 +77,35 @@ def cpu_image():
     return proc.stdout.split()[-1]
 
 
-class LocalDeploy:
-    """deploy.yml / rollback.yml on localhost for one project under ``root``."""
+# The compose tool of each engine the tests drive
+COMPOSE = {"podman": ["podman-compose"], "docker": ["docker", "compose"]}
 
-    def __init__(self, root, prefix):
+
+def start_docker():
+    """Start the project's dockerd when none answers (scripts/docker.sh); None when docker serves, else why not."""
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "docker.sh"), "start"], capture_output=True, text=True,
+                          check=False, timeout=120)
+    if proc.returncode != 0:
+        return "dockerd cannot start: %s" % (proc.stderr.strip() or proc.stdout.strip())[-500:]
+    if subprocess.run(["docker", "compose", "version"], capture_output=True, check=False).returncode != 0:
+        return "docker compose v2 is not installed (bash scripts/setup.sh)"
+    return None
+
+
+def docker_image(tag):
+    """``tag`` (a local podman image) in docker too, moved with ``podman save | docker load`` when missing."""
+    if subprocess.run(["docker", "image", "inspect", tag], capture_output=True, check=False).returncode != 0:
+        save = subprocess.Popen(["podman", "save", tag], stdout=subprocess.PIPE)
+        subprocess.run(["docker", "load", "-q"], stdin=save.stdout, capture_output=True, check=True, timeout=600)
+        assert save.wait(timeout=60) == 0
+    return tag
+
+
+class LocalDeploy:
+    """deploy.yml / rollback.yml on localhost for one project under ``root``, with podman or docker."""
+
+    def __init__(self, root, prefix, engine="podman"):
+        self.engine = engine
         self.root = Path(root)
         self.name = "%s-%s" % (prefix, uuid.uuid4().hex[:8])
         self.project = self.root / "ai-llm"
@@ -93,7 +119,7 @@ class LocalDeploy:
             "llm_server_project_dir": str(self.project),
             "llm_server_compose_project": self.name,
             "llm_server_container_name": self.name,
-            "llm_server_image": cpu_image(),
+            "llm_server_image": cpu_image() if engine == "podman" else docker_image(cpu_image()),
             "llm_server_model_path": str(self.model),
             "llm_server_network_mode": "host",
             "llm_server_bind_address": "127.0.0.1",
@@ -109,6 +135,8 @@ class LocalDeploy:
             # the per-tensor override lines prove the placement on a host without GPU
             "llm_server_log_verbosity": 5,
         }
+        if engine != "podman":  # podman's is the one the role finds (podman-compose)
+            self.base_vars["llm_server_compose_command"] = COMPOSE[engine]
 
     def inventory(self, **role_vars):
         """Write the inventory (the base vars updated by role_vars); returns its path."""
@@ -149,21 +177,21 @@ class LocalDeploy:
 
     def label(self):
         """The configuration hash the container carries (its label), None without a container."""
-        proc = subprocess.run(["podman", "container", "inspect", self.name], capture_output=True, text=True,
+        proc = subprocess.run([self.engine, "container", "inspect", self.name], capture_output=True, text=True,
                               check=False, timeout=60)
         if proc.returncode != 0:
             return None
         return (json.loads(proc.stdout)[0]["Config"]["Labels"] or {}).get("ai_llm.moe_offload.config_hash")
 
     def compose(self, *args):
-        return subprocess.run(["podman-compose", "-p", self.name, "-f", str(self.project / "docker-compose.prod.yml")]
+        return subprocess.run(COMPOSE[self.engine] + ["-p", self.name, "-f", str(self.project / "docker-compose.prod.yml")]
                               + list(args), capture_output=True, text=True, cwd=str(self.project), timeout=300,
                               check=False)
 
     def down(self):
         if (self.project / "docker-compose.prod.yml").exists():
             self.compose("down")
-        subprocess.run(["podman", "rm", "--force", self.name], capture_output=True, check=False, timeout=120)
+        subprocess.run([self.engine, "rm", "--force", self.name], capture_output=True, check=False, timeout=120)
 
     def env_value(self, key):
         """The value of KEY in .env, quotes removed (the last line that sets it)."""
@@ -178,7 +206,7 @@ class LocalDeploy:
 
     def container(self):
         """{id, status, restarts} of the container, or None."""
-        proc = subprocess.run(["podman", "inspect", "--type", "container", "--format",
+        proc = subprocess.run([self.engine, "inspect", "--type", "container", "--format",
                                "{{.Id}} {{.State.Status}} {{.RestartCount}}", self.name],
                               capture_output=True, text=True, check=False, timeout=60)
         if proc.returncode != 0:
@@ -194,6 +222,16 @@ class LocalDeploy:
             return exc.code
         except OSError:
             return None
+
+    def status(self, path, key=None):
+        """The HTTP status of GET ``path`` on the deploy's port, with ``key`` as the bearer token when given."""
+        headers = {"Authorization": "Bearer " + key} if key is not None else {}
+        request = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path), headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
 
 
 def result(output):
@@ -217,9 +255,9 @@ def recap(output):
 
 
 @contextlib.contextmanager
-def local_deploy(root, prefix):
+def local_deploy(root, prefix, engine="podman"):
     """A LocalDeploy whose compose project is always taken down afterwards."""
-    deploy = LocalDeploy(root, prefix)
+    deploy = LocalDeploy(root, prefix, engine)
     try:
         yield deploy
     finally:

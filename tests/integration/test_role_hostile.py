@@ -10,8 +10,6 @@ import hashlib
 import json
 import os
 import subprocess
-import urllib.error
-import urllib.request
 
 import pytest
 
@@ -36,16 +34,6 @@ def deployed(tmp_path_factory):
         yield deploy
 
 
-def status(deploy, path, key=None):
-    headers = {"Authorization": "Bearer " + key} if key is not None else {}
-    request = urllib.request.Request("http://127.0.0.1:%d%s" % (deploy.port, path), headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return answer.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-
-
 def state(deploy):
     """The project's files (sha256) and the container, to show that nothing changed."""
     digests = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
@@ -62,9 +50,9 @@ def test_the_api_key_reaches_llama_server_is_proved_and_never_shown(local):
     run = local.succeed("deploy", "--diff", llm_server_api_key=KEY)
     shown = result(run.stdout)
     assert shown["auth"] == {"enforced": True, "checked": True}
-    assert status(local, "/props") == 401
-    assert status(local, "/props", KEY) == 200
-    assert status(local, "/props", KEY.replace("${HOME}", os.environ.get("HOME", ""))) == 401
+    assert local.status("/props") == 401
+    assert local.status("/props", KEY) == 200
+    assert local.status("/props", KEY.replace("${HOME}", os.environ.get("HOME", ""))) == 401
     inspect = subprocess.run(["podman", "container", "inspect", local.name], capture_output=True, text=True,
                              check=True, timeout=60).stdout
     assert "sk-RT" not in inspect
@@ -82,8 +70,8 @@ def test_a_rollback_runs_with_the_current_key_only(local):
     assert run.returncode != 0
     shown = result(run.stdout)
     assert shown["status"] == "rolled_back" and shown["rollback"]["serving"], shown["message"]
-    assert status(local, "/props", KEY) == 200
-    assert status(local, "/props", OTHER_KEY) == 401
+    assert local.status("/props", KEY) == 200
+    assert local.status("/props", OTHER_KEY) == 401
     assert shown["auth"]["enforced"] and shown["auth"]["checked"]
 
 
