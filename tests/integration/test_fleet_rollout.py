@@ -73,6 +73,10 @@ def fleet(tmp_path_factory, request):
         "llm_server_moe_offload_mode": "all",
         "llm_server_log_verbosity": 5,
         "llm_server_health_timeout": 60,
+        # the speed check at the tests' sizes (tests/helpers/llm_deploy.py): four hosts share two cores
+        "llm_server_speed_prompt_tokens": 8,
+        "llm_server_speed_predict_tokens": 4,
+        "llm_server_speed_runs": 1,
     }
     fl.inventory(fl.base / "hosts.yml", group_vars=fl.group_vars)
     return fl
