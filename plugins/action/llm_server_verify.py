@@ -155,8 +155,9 @@ class ActionModule(ActionBase):
         problem = verification_problem(log, placement.get("pattern"), result.get("vram") or [],
                                        result.get("parity") or {}, settings["vram_tolerance_mib"],
                                        settings["parity_seed"])
-        if not problem and speed_args(settings):
-            measured = self._module("llm_server_verify", dict(args, speed=speed_args(settings)), task_vars)
+        speed = speed_args(settings)
+        if not problem and speed:
+            measured = self._module("llm_server_verify", dict(args, speed=speed), task_vars)
             measured.pop("invocation", None)
             if not measured.get("healthy"):
                 result.update(failed=True, msg=measured.get("cause") or measured.get("msg"))

@@ -123,12 +123,11 @@ def with_previous(speed, previous):
 def gate_problem(speed, min_decode_ratio=None, min_prompt_ratio=None):
     """Why ``speed`` (with its ratios) is below a minimum share of the previous speed, or "" when it is not."""
     problems = []
-    for what, key, variable, minimum in (("decode", "decode", "llm_server_min_decode_ratio", min_decode_ratio),
-                                         ("prompt", "prompt", "llm_server_min_prompt_ratio", min_prompt_ratio)):
+    for key, minimum in (("decode", min_decode_ratio), ("prompt", min_prompt_ratio)):
         share = (speed or {}).get(key + "_ratio")
         if minimum is None or share is None or share >= minimum:
             continue
-        problems.append("%s %.1f tokens/s is %.2f of the previous %.1f, below %s %s" % (
-            what, speed[key + "_tokens_per_second"], share, speed["previous"][key + "_tokens_per_second"],
-            variable, minimum))
+        problems.append("%s %.1f tokens/s is %.2f of the previous %.1f, below llm_server_min_%s_ratio %s" % (
+            key, speed[key + "_tokens_per_second"], share, speed["previous"][key + "_tokens_per_second"],
+            key, minimum))
     return "; ".join(problems)
