@@ -33,7 +33,9 @@ run_stage() {
       # fleet, are made once): the integration tests mostly wait on servers, containers and ssh. The longest files
       # start first, in the order given (--no-loadscope-reorder: xdist's own order is by number of tests, which
       # would start the fleet, 13 tests and the longest file, near the end and make it the stage's tail); the
-      # many short files then fill the workers around them. --durations names the slowest tests.
+      # many short files then fill the workers around them. --durations names the slowest tests. A test (with its
+      # fixtures' set-up) that runs past --timeout fails with the stacks of its threads, and the stage goes on; a
+      # stage past 60 minutes is interrupted (SIGINT), and pytest still prints what passed and failed.
       # (files, not the folder: pytest collects a folder's files in its own order, the named ones with them)
       longest=(tests/integration/test_fleet_rollout.py tests/integration/test_collection_tarball.py
                tests/integration/test_role_scenarios.py tests/integration/test_role_hostile.py
@@ -42,7 +44,7 @@ run_stage() {
       for f in tests/integration/test_*.py; do
         [[ " ${longest[*]} " == *" $f "* ]] || files+=("$f")
       done
-      python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --no-loadscope-reorder --durations=20 \
+      timeout -s INT 3600 python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --no-loadscope-reorder --durations=20 --timeout=900 \
         --junitxml="$results/pytest.xml" "${files[@]}" tests/unit \
         || rc=1 ;;
     mutation-fast)

@@ -84,7 +84,6 @@ def test_podman_compose_reads_every_value_back(tmp_path):
     assert service["labels"][HASH_LABEL] == config_hash(values, compose)
 
 
-
 DOCKER_COMPOSE_V2 = shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True,
                                                               check=False).returncode == 0
 
