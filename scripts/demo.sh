@@ -2,8 +2,8 @@
 # The main job, on this machine: set-up, a small generated nemotron_h_moe model, the local CPU image,
 # then playbooks/deploy.yml on the local default inventory (inventory/local), and the proof.
 #   bash scripts/demo.sh [--engine podman|docker] [extra ansible-playbook arguments, e.g. --check --diff or -e llm_server_ctx_size=4096]
-# --engine docker: the same demo with docker and compose v2 (scripts/docker.sh starts dockerd; the local image
-# moved with `podman save | docker load`); podman (podman-compose) is the default.
+# --engine docker: the same demo with docker and compose v2 (scripts/docker.sh starts a dockerd, which --down
+# stops; the local image moved with `podman save | docker load`); podman (podman-compose) is the default.
 # First run: a baseline deploy without offload (all weights where -ngl puts them), then the deploy with the
 # routed experts on CPU, whose 16 greedy tokens must equal the baseline's (parity). Later runs: one deploy,
 # which changes and restarts nothing when nothing changed.
@@ -29,13 +29,17 @@ esac
 compose=("${compose_command[@]}" -p ai-llm-demo -f "$project_dir/docker-compose.prod.yml")
 
 if [ "${1:-}" = "--down" ]; then
-  [ -f "$project_dir/docker-compose.prod.yml" ] && "${compose[@]}" down
+  if [ -f "$project_dir/docker-compose.prod.yml" ]; then
+    if [ "$engine" = podman ] || bash scripts/docker.sh status; then "${compose[@]}" down; fi
+  fi
+  # the dockerd the demo started, if it did
+  [ "$engine" = podman ] || bash scripts/docker.sh stop demo
   exit 0
 fi
 
 bash scripts/setup.sh
 if [ "$engine" = docker ]; then
-  bash scripts/docker.sh start
+  bash scripts/docker.sh start demo
   set -- -e "{\"llm_server_compose_command\": [\"docker\", \"compose\"]}" "$@"
 fi
 

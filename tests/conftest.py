@@ -25,6 +25,20 @@ if str(COLLECTIONS) not in sys.path:
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # for tools.gguf_models
 
+from tests.helpers.llm_deploy import DOCKER_OWNER_ENV, docker_script  # noqa: E402  (needs the paths above)
+
+
+def pytest_configure(config):
+    """The session's name for a dockerd its tests start, set once by the controller (xdist's workers inherit it)."""
+    if not hasattr(config, "workerinput"):
+        os.environ.setdefault(DOCKER_OWNER_ENV, "pytest-%d" % os.getpid())
+
+
+def pytest_unconfigure(config):
+    """Stop the dockerd this session started (scripts/docker.sh stop OWNER), none other."""
+    if not hasattr(config, "workerinput"):
+        docker_script("stop", os.environ[DOCKER_OWNER_ENV])
+
 
 def run_ansible_module(module, args, check=False, extra_env=None):
     """Run ``ai_llm.moe_offload.<module>`` (or another FQCN) on localhost; returns its result dict (``failed`` and

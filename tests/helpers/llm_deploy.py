@@ -81,10 +81,20 @@ def cpu_image():
 COMPOSE = {"podman": ["podman-compose"], "docker": ["docker", "compose"]}
 
 
+# The owner of a dockerd these tests start (scripts/docker.sh start OWNER): the pytest session, which stops it at
+# its end (tests/conftest.py); xdist's workers inherit it from the controller's environment.
+DOCKER_OWNER_ENV = "AI_LLM_TEST_DOCKER_OWNER"
+
+
+def docker_script(*args):
+    return subprocess.run(["bash", str(ROOT / "scripts" / "docker.sh")] + list(args), capture_output=True,
+                          text=True, check=False, timeout=120)
+
+
 def start_docker():
-    """Start the project's dockerd when none answers (scripts/docker.sh); None when docker serves, else why not."""
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "docker.sh"), "start"], capture_output=True, text=True,
-                          check=False, timeout=120)
+    """Start the project's dockerd when none answers (scripts/docker.sh), as this pytest session's; None when
+    docker serves, else why not."""
+    proc = docker_script("start", os.environ.get(DOCKER_OWNER_ENV, "pytest"))
     if proc.returncode != 0:
         return "dockerd cannot start: %s" % (proc.stderr.strip() or proc.stdout.strip())[-500:]
     if subprocess.run(["docker", "compose", "version"], capture_output=True, check=False).returncode != 0:
