@@ -50,6 +50,8 @@ class ActionModule(ActionBase):
                                        module_args=service_args(settings, api_key, entry), task_vars=task_vars)
         warnings.extend(service.pop("warnings", None) or [])
         result["service"] = _plain(service)
+        if settings.get("gpu_access") == "auto" and service.get("gpu_access"):
+            settings["gpu_access"] = service["gpu_access"]  # the form this host's engine serves
         try:
             if service.get("failed"):
                 raise Refused(service)

@@ -26,6 +26,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log impo
 COMPOSE_CANDIDATES = (("podman", "compose"), ("podman-compose",), ("docker", "compose"), ("docker-compose",))
 COMPOSE_INSTALL = ("no compose tool works on this host: install podman-compose (or podman 4.7 or newer for "
                    "'podman compose'), or docker with compose v2 ('docker compose'), or set llm_server_compose_command")
+# docker info's server version and CDI spec directories (docker 25 or newer)
+DOCKER_CDI_FORMAT = "{{.ServerVersion}} {{json .CDISpecDirs}}"
 _VERSION_RE = re.compile(r"(?<![\w.])v?(\d+)\.\d+")
 # llama-server answers every path but these without the API key with 401 (tools/server/server-http.cpp,
 # middleware_validate_api_key); /props needs the key and is cheap.
@@ -48,9 +50,33 @@ def engine_of(compose_argv):
     return "podman" if os.path.basename(compose_argv[0]).startswith("podman") else "docker"
 
 
-def compose_major(text):
-    """The major version in a compose tool's version output (``1.29.2``, ``v2.40.3``,
-    ``docker-compose version 1.29.2, build unknown``), or ``None`` when it names none."""
+def engine_gpu_access(run, engine):
+    """How the engine gives the container its GPUs when ``llm_server_gpu_access`` is ``auto``: ``cdi`` (CDI device
+    names) with podman, else what ``docker_gpu_access`` reads from ``docker info``."""
+    if engine == "podman":
+        return "cdi"
+    rc, out, _err = run(["docker", "info", "--format", DOCKER_CDI_FORMAT])
+    return docker_gpu_access(out if rc == 0 else "")
+
+
+def docker_gpu_access(info):
+    """``cdi`` for docker 25 or newer whose daemon has CDI enabled (``docker info`` lists its CDI spec directories
+    only then: docs.docker.com/reference/cli/dockerd/#enable-cdi-devices), else ``reservations`` (compose's device
+    reservations, which the NVIDIA container toolkit's runtime serves). ``info`` is what ``DOCKER_CDI_FORMAT``
+    printed: ``25.0.3 ["/etc/cdi","/var/run/cdi"]``; empty when the template failed (docker before 25 has no
+    ``CDISpecDirs``)."""
+    version, _, dirs = info.strip().partition(" ")
+    major = major_version(version)
+    try:
+        dirs = json.loads(dirs)
+    except ValueError:
+        dirs = None
+    return "cdi" if major is not None and major >= 25 and dirs else "reservations"
+
+
+def major_version(text):
+    """The major version in a tool's version output (``1.29.2``, ``v2.40.3``, ``docker-compose version 1.29.2,
+    build unknown``, docker's ``25.0.3``), or ``None`` when it names none."""
     match = _VERSION_RE.search(text)
     return int(match.group(1)) if match else None
 
@@ -74,7 +100,7 @@ def find_compose(run, which, given=None):
                 return list(candidate), None
             continue
         rc, out, _err = run([program] + list(candidate[1:]) + ["version", "--short"])
-        major = compose_major(out) if rc == 0 else None
+        major = major_version(out) if rc == 0 else None
         if major is not None and major >= 2:
             return list(candidate), None
         if major is not None:

@@ -217,9 +217,10 @@ def render_compose(settings, placement, engine):
         "        read_only: true",
     ]
     devices = [str(d) for d in placement.get("gpu_devices") or []]
+    # (auto is the engine's own form, resolved from the host's read: llm_server_service_info's gpu_access)
     access = settings["gpu_access"]
-    if access == "auto":
-        access = "cdi" if engine == "podman" else "reservations"
+    if gpu and access not in ("cdi", "reservations"):
+        raise ValueError("gpu_access %r: render_compose needs cdi or reservations" % access)
     if gpu and access == "cdi":
         # CDI device names: podman, and docker 25 or newer with CDI enabled (docs.docker.com/reference/cli/dockerd/#enable-cdi-devices)
         lines.append("    devices:")

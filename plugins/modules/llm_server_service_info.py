@@ -60,7 +60,7 @@ options:
   gpus:
     description:
       - Also read the GPUs, as M(ai_llm.moe_offload.gpu_info) with the running container's pid does, into
-        RV(gpu_info).
+        RV(gpu_info), and how the engine gives a container GPUs into RV(gpu_access).
     type: bool
     default: false
   host_memory:
@@ -106,6 +106,13 @@ engine:
   returned: always
   type: str
   sample: podman
+gpu_access:
+  description:
+    - How the engine gives the container its GPUs, what the role's C(llm_server_gpu_access=auto) becomes - V(cdi) (CDI device
+      names) with podman, and with docker 25 or newer with CDI enabled; V(reservations) with any other docker.
+  returned: when O(gpus) is set
+  type: str
+  sample: cdi
 container:
   description: The container's state.
   returned: always
@@ -162,6 +169,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import (
     auth_check,
     container_state,
+    engine_gpu_access,
     engine_of,
     find_compose,
     http_get,
@@ -217,6 +225,7 @@ def main():
     # The reads of the host that a deploy needs besides the service, in the order the role reads them.
     try:
         if p["gpus"]:
+            result["gpu_access"] = engine_gpu_access(run, engine)
             result["gpu_info"] = read(module.get_bin_path, run, pid=pid, pids=pids)
             for warning in result["gpu_info"].pop("warnings"):
                 module.warn(warning)

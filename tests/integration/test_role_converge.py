@@ -1,13 +1,14 @@
-"""Every run converges, on a real local deploy (podman, podman-compose, the CPU image, the real llama-server):
-whatever state a deploy finds (a run killed after .env was written, killed during the health wait, the
+"""Every run converges, on a real local deploy with each engine (podman with podman-compose, docker with compose
+v2; the CPU image, the real llama-server): whatever state a deploy finds (a run killed after .env was written, killed during the health wait, the
 container removed, stopped or paused by hand, one that compose's own stop and rm cannot remove, two deploys at
 once), the next run serves the configuration on disk, the run after it changes nothing, and verification.json
 describes what runs.
 
-One deploy for the module: each test starts from the verified deploy the one before left, and a test that changes
-the inventory's values changes them in ``base_vars`` (the inventory every later run is given).
+One deploy per engine: each test starts from the verified deploy the one before left, and a test that changes the
+inventory's values changes them in ``base_vars`` (the inventory every later run is given).
 
-Run under the podman lock: ``flock /tmp/ai-llm-podman.lock python -m pytest tests/integration/test_role_converge.py``.
+Run under the podman and docker locks: ``flock /tmp/ai-llm-podman.lock flock /tmp/ai-llm-docker.lock python -m pytest
+tests/integration/test_role_converge.py``.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import time
 
 import pytest
 
-from tests.helpers.llm_deploy import local_deploy, recap, result, write_wrong_shape
+from tests.helpers.llm_deploy import local_deploy, recap, result, start_docker, write_wrong_shape
 
 BLOCK_1 = r"blk\.1\.ffn_(up|down)_exps"
 BLOCK_4 = r"blk\.4\.ffn_(up|down)_exps"
@@ -26,15 +27,19 @@ EXPERTS = ["blk.1.ffn_down_exps.weight", "blk.1.ffn_up_exps.weight", "blk.4.ffn_
            "blk.4.ffn_up_exps.weight"]
 
 
-@pytest.fixture(scope="module")
-def local(tmp_path_factory):
-    with local_deploy(tmp_path_factory.mktemp("converge"), "ai-llm-converge") as deploy:
+@pytest.fixture(scope="module", params=["podman", "docker"])
+def local(request, tmp_path_factory):
+    if request.param == "docker":
+        why = start_docker()
+        if why:
+            pytest.skip(why)
+    with local_deploy(tmp_path_factory.mktemp("converge"), "ai-llm-converge", engine=request.param) as deploy:
         deploy.succeed("deploy")
         yield deploy
 
 
 def container_env(deploy):
-    proc = subprocess.run(["podman", "inspect", "--format", "{{range .Config.Env}}{{println .}}{{end}}", deploy.name],
+    proc = subprocess.run([deploy.engine, "inspect", "--format", "{{range .Config.Env}}{{println .}}{{end}}", deploy.name],
                           capture_output=True, text=True, check=True, timeout=60)
     return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
 
@@ -134,7 +139,7 @@ def test_an_unverified_forced_pattern_left_by_a_killed_run_is_rolled_back(local)
     (["pause"], "is paused"),
 ])
 def test_a_container_removed_stopped_or_paused_by_hand_comes_back_as_a_change(local, action, words):
-    subprocess.run(["podman"] + action + [local.name], check=True, capture_output=True, timeout=120)
+    subprocess.run([local.engine] + action + [local.name], check=True, capture_output=True, timeout=120)
     run = local.succeed("deploy")
     shown = result(run.stdout)
     assert shown["status"] == "changed" and words in shown["message"], shown["message"]
@@ -156,7 +161,7 @@ def test_the_recreate_replaces_a_container_compose_cannot_remove(local):
     """Paused (compose's stop and rm refuse it every time), then crash-looping by its restart policy (stop finds
     it exited between two restarts, the restart brings it back, rm fails "as it is running" while compose exits 0
     and the old container stays): the recreate replaces it all the same."""
-    subprocess.run(["podman", "pause", local.name], check=True, capture_output=True, timeout=60)
+    subprocess.run([local.engine, "pause", local.name], check=True, capture_output=True, timeout=60)
     paused = local.container()
     assert paused["status"] == "paused"
     local.base_vars["llm_server_ctx_size"] = 1024

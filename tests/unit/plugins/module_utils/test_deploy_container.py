@@ -17,16 +17,20 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _deploy_
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import (
     COMPOSE_CANDIDATES,
     COMPOSE_INSTALL,
-    compose_major,
+    DOCKER_CDI_FORMAT,
     compose_config_check,
     container_state,
+    docker_gpu_access,
     ended_run,
+    engine_gpu_access,
     engine_of,
     exit_cause,
     find_compose,
     log_tail,
+    major_version,
     wait_healthy,
 )
+from tests.helpers.llm_deploy import start_docker
 
 PODMAN = shutil.which("podman")
 podman = pytest.mark.skipif(PODMAN is None, reason="needs podman")
@@ -100,7 +104,27 @@ def only(name, path):
     ("Docker Compose version v2.40.3", 2), ("podman-compose version 1.6.0", 1), ("", None), ("unknown command", None),
 ])
 def test_the_major_version_is_read_from_what_compose_tools_print(text, major):
-    assert compose_major(text) == major
+    assert major_version(text) == major
+
+
+@pytest.mark.parametrize("info, access", [
+    ('25.0.3 ["/etc/cdi","/var/run/cdi"]', "cdi"), ('28.5.1 ["/etc/cdi"]', "cdi"),
+    ("25.0.3 []", "reservations"), ("25.0.3 null", "reservations"),  # CDI off
+    ('24.0.7 ["/etc/cdi"]', "reservations"), ("", "reservations"),  # before 25; the template failed
+])
+def test_docker_gets_cdi_names_from_25_on_with_cdi_enabled(info, access):
+    assert docker_gpu_access(info) == access
+
+
+def test_podman_names_cdi_devices_and_this_docker_20_10_reserves_them():
+    assert engine_gpu_access(None, "podman") == "cdi"
+    why = start_docker()
+    if why:
+        pytest.skip(why)
+    version = run(["docker", "version", "--format", "{{.Server.Version}}"])[1]
+    assert version.startswith("20.10."), version
+    assert run(["docker", "info", "--format", DOCKER_CDI_FORMAT])[0] != 0  # no CDISpecDirs before 25
+    assert engine_gpu_access(run, "docker") == "reservations"
 
 
 def test_compose_v1_is_refused_with_the_reason_and_what_to_install():

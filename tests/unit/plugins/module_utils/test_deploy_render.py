@@ -31,10 +31,10 @@ from tests.helpers.role_vars import role_values
 
 HOSTILE = {"llm_server_model_path": "/srv/mo dels/x$y.gguf", "llm_server_project_dir": "/srv/ai $llm",
            "llm_server_compose_project": "ai-llm", "llm_server_image": "localhost/ai-llm:cuda",
-           "llm_server_log_verbosity": 5,
+           "llm_server_log_verbosity": 5, "llm_server_gpu_access": "cdi",
            "llm_server_extra_args": ["--alias", "a$b${HOME}`id`'\"", "--api-prefix", "$$"]}
 PLAIN = {"llm_server_model_path": "/srv/models/m.gguf", "llm_server_ctx_size": 4096, "llm_server_parallel": 2,
-         "llm_server_n_gpu_layers": 40, "llm_server_port": 8081}
+         "llm_server_n_gpu_layers": 40, "llm_server_port": 8081, "llm_server_gpu_access": "cdi"}
 PLACEMENT = {"pattern": r"blk\.(3|4)\.ffn_.*_exps\.weight$", "device_overrides": [r"blk\.5\.ffn_.*_exps=CUDA1"],
              "gpu_devices": [0, 1], "tensor_split": "0.6,0.4", "topology": "dual"}
 
@@ -90,7 +90,6 @@ DOCKER_COMPOSE_V2 = shutil.which("docker") and subprocess.run(["docker", "compos
 
 @pytest.mark.skipif(not DOCKER_COMPOSE_V2, reason="docker compose v2 is not installed (bash scripts/setup.sh)")
 @pytest.mark.parametrize("access, devices, reservations", [
-    ("auto", None, [{"driver": "nvidia", "device_ids": ["3", "1"], "capabilities": ["gpu"]}]),
     ("reservations", None, [{"driver": "nvidia", "device_ids": ["3", "1"], "capabilities": ["gpu"]}]),
     ("cdi", ["nvidia.com/gpu=3", "nvidia.com/gpu=1"], None),
 ])
@@ -322,7 +321,8 @@ def test_the_whole_compose_file_for_podman_and_for_docker_on_gpus_or_the_host_ne
     assert render_compose(s, {"topology": "cpu", "gpu_devices": [0]}, "docker") == expected
     assert render_compose(s, {}, "docker") == expected
     # docker reserves the GPUs
-    text = render_compose(settings(), {"topology": "dual", "gpu_devices": [3, 1]}, "docker")
+    text = render_compose(settings(llm_server_gpu_access="reservations"), {"topology": "dual", "gpu_devices": [3, 1]},
+                          "docker")
     assert text.endswith("""\
       NVIDIA_VISIBLE_DEVICES: "${LLM_GPU_DEVICES:-}"
 """ + VOLUMES + """\
