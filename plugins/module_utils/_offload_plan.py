@@ -321,6 +321,40 @@ def plan(facts, gpus, host, options):
     return answer
 
 
+def calibration(facts, answer, options, measured, host=None):
+    """The ``calibration`` input of a later plan, from the speed ``_speed_check`` measured (``measured``:
+    ``decode_tokens_per_second``, ``prompt_tokens``, ``predicted_tokens``) of the placement of ``answer`` (this
+    planner's result for ``facts`` and ``options``; ``host``: ``host_info``'s result).
+
+    The placement's terms are taken at the measured context (the prompt and half the generated tokens, the mean
+    a decoded token attends to) and ``_speed_model.calibrate`` solves the host's effective bandwidth, the split cost
+    held (at ``options.calibration``'s when it has one). ``PlanError`` when the measurement cannot be used."""
+    names = [d["name"] for d in answer["devices"]]
+    positions = dict((d["index"], p) for p, d in enumerate(answer["devices"]))
+    check = answer["pattern_check"]
+    cpu = list(check["tensors"]) + list(check["non_expert"]) if answer["pattern"] else []
+    device_tensors = dict((n, positions[o["gpu_index"]]) for o in answer["device_overrides"] for n in o["tensors"])
+    shares = [float(x) for x in answer["tensor_split"].split(",")] if answer["tensor_split"] else None
+    host_memory = normalize_host(host)
+    try:
+        prompt, predicted = int(measured["prompt_tokens"]), int(measured["predicted_tokens"])
+        terms = speed_terms(facts, options, cpu, shares, len(names), device_tensors, prompt + predicted // 2, prompt)
+        rates = bandwidths(names, options, host_memory.bandwidth_bytes_per_second if host_memory else None)
+        solved = calibrate([(terms, measured["decode_tokens_per_second"])], rates)
+    except (KeyError, TypeError, ValueError) as exc:  # (SpeedModelError is a ValueError)
+        raise PlanError("cannot calibrate on %r: %s" % (measured, exc)) from None
+    if solved["split_seconds"] is None and rates.sources["split"] == "calibrated":
+        solved["split_seconds"] = rates.split_seconds
+    solved = dict((k, v) for k, v in solved.items() if v is not None)
+    solved["measured"] = {"decode_tokens_per_second": measured["decode_tokens_per_second"],
+                          "prompt_tokens_per_second": measured.get("prompt_tokens_per_second"),
+                          "prompt_tokens": prompt, "predicted_tokens": predicted, "placement": answer["placement"],
+                          "gpu_devices": list(answer["gpu_devices"]),
+                          "cpu_expert_layers": list(answer["cpu_expert_layers"]), "ctx_size": options.ctx_size,
+                          "parallel": options.parallel}
+    return solved
+
+
 def _user_pattern(facts, pattern, warnings):
     """``(check, tensors)`` of a user's pattern: its verdict and the tensors it moves; ``(None, None)`` without."""
     if pattern is None:
