@@ -26,6 +26,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_encodin
     offload_pattern_problem,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import MAX_BLOCKS, OFFLOAD_MODES
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import GOALS
 
 MODES = OFFLOAD_MODES
 RESTART_POLICIES = ("no", "always", "on-failure", "unless-stopped")
@@ -262,6 +263,7 @@ class Settings:
     n_gpu_layers: str
     gpu_devices: list
     moe_offload_mode: str
+    moe_offload_goal: str
     cpu_expert_layers: list
     moe_offload_pattern: str
     moe_offload_force: bool
@@ -347,6 +349,7 @@ _VALUES = (
     ("n_gpu_layers", "gpu_layers", {}),
     ("gpu_devices", "int_list", {"low": 0, "high": 1023}),
     ("moe_offload_mode", "choice", {"choices": MODES}),
+    ("moe_offload_goal", "choice", {"choices": GOALS}),
     ("cpu_expert_layers", "int_list", {"low": 0, "high": MAX_BLOCKS - 1}),
     ("moe_offload_force", "boolean", {}),
     ("health_timeout", "integer", {"low": 1, "high": 86400}),

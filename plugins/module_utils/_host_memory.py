@@ -13,12 +13,14 @@ default) so that it can read a copy of those files.
 * ``process_tree(pid, root)``: a process and all its descendants (``/proc/<pid>/task/*/children``);
 * ``process_memory(pids, root)``: the resident memory of those processes (``RssAnon``, ``RssFile``,
   ``RssShmem`` of ``/proc/<pid>/status``);
+* ``copy_bandwidth(seconds, size)``: the memory bandwidth of copies of a buffer larger than the caches, in MB/s;
 * ``gather(root, pid)``: everything ``host_info`` returns.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import mib
 
@@ -27,6 +29,9 @@ UNLIMITED = 1 << 60  # cgroup v1 writes 9223372036854771712 for "no limit"; v2 w
 _MEMINFO_KEYS = {"MemTotal": "memory_total_mib", "MemAvailable": "memory_available_mib",
                  "SwapTotal": "swap_total_mib", "SwapFree": "swap_free_mib"}
 _STATUS_KEYS = {"RssAnon": "rss_anon_mib", "RssFile": "rss_file_mib", "RssShmem": "rss_shmem_mib"}
+PROBE_BYTES = 256 << 20  # larger than the last-level cache of common CPUs: the copies go to memory
+PROBE_SECONDS = 0.5
+MB = 10 ** 6  # bandwidth in decimal megabytes per second, as memory is rated
 
 
 class HostMemoryError(Exception):
@@ -144,6 +149,30 @@ def process_memory(pids, root="/"):
         for key, value in values.items():
             total[key] += value
     return dict((key, round(value, 2)) for key, value in total.items())
+
+
+def copy_bandwidth(seconds=PROBE_SECONDS, size=PROBE_BYTES, clock=time.perf_counter):
+    """The host's memory bandwidth measured by copying a ``size``-byte buffer into another, for about ``seconds``:
+    after one copy that maps the target's pages, copies run until another would end past ``seconds``. A copy reads
+    ``size`` bytes and writes ``size``: the rate is ``2 * size * copies / elapsed``. One thread copying (CPython's
+    memcpy), so a lower bound of what llama.cpp's threads read. Returns ``{memory_bandwidth_mb_per_s, buffer_mib,
+    copies, seconds}``."""
+    source = bytearray(b"\x5a") * size  # written through: no page is the kernel's shared zero page
+    target = bytearray(size)
+    source_view, target_view = memoryview(source), memoryview(target)
+    target_view[:] = source_view
+    copies = 0
+    start = clock()
+    while True:
+        before = clock()
+        target_view[:] = source_view
+        copies += 1
+        now = clock()
+        if now - start + (now - before) > seconds:
+            break
+    elapsed = now - start
+    return {"memory_bandwidth_mb_per_s": round(2.0 * size * copies / elapsed / MB, 1), "buffer_mib": mib(size),
+            "copies": copies, "seconds": round(elapsed, 3)}
 
 
 def gather(root="/", pid=None, pids=None):

@@ -82,45 +82,55 @@ def is_input_tensor(name):
     return name.split(".", 1)[0] in INPUT_TENSOR_BASES
 
 
-def weight_bytes(facts, cpu_tensors=(), split=None, n_devices=1, backend="cuda", device_tensors=None):
-    """Model weights per GPU and on the host.
+def tensor_places(facts, cpu_tensors=(), split=None, n_devices=1, device_tensors=None):
+    """Where each tensor lives, as llama.cpp's ``-ngl all``, ``--tensor-split`` and ``-ot`` place it.
 
-    ``cpu_tensors``: the names an ``-ot ...=CPU`` pattern moves to the host; ``device_tensors``: ``{name: device}``
-    for the names an ``-ot ...=CUDA<n>`` pattern puts on another GPU than their layer's. Returns
-    ``(gpu_bytes list, host_bytes, detail)``: the input layer (token_embd) stays on the host as in llama.cpp; the
-    output layer goes to the device of ``block_count``; without an ``output.weight`` llama.cpp puts a copy of
-    token_embd there (tied embeddings). With ``n_devices == 0`` (a CPU host) every tensor is on the host.
+    Returns ``(places, placement)``: ``places`` lists ``(tensor, device)``, ``device`` ``None`` for the host (the
+    names of ``cpu_tensors`` and the input layer, token_embd, which llama.cpp keeps there), else the GPU's
+    position: ``device_tensors`` (``{name: device}`` of ``-ot ...=CUDA<n>``), else the device of the tensor's block,
+    else the output device (the device of ``block_count``). Without an ``output.weight`` llama.cpp puts a copy of
+    token_embd on the output device (tied embeddings): it is listed there too. ``placement`` is
+    ``{devices_by_block, output_device}``. With ``n_devices == 0`` (a CPU host) every tensor is on the host.
     """
-    alignment, row_padding = BACKENDS[backend]
+    if n_devices == 0:
+        return [(t, None) for t in facts.tensors], {"devices_by_block": [], "output_device": None}
     cpu = set(cpu_tensors)
     moved = dict(device_tensors or {})
-    if n_devices == 0:
-        host = sum(t.nbytes for t in facts.tensors)
-        return [], host, {"devices_by_block": [], "output_device": None,
-                          "host_expert_bytes": sum(t.nbytes for t in facts.tensors if t.expert)}
     devices, output_device = layer_devices(facts.block_count, split, n_devices)
-    gpu = [0] * n_devices
-    host = 0
-    host_experts = 0
-    names = set(facts.tensor_names)
+    places = []
     for tensor in facts.tensors:
         if tensor.name in cpu or is_input_tensor(tensor.name):
-            host += tensor.nbytes
-            if tensor.expert:
-                host_experts += tensor.nbytes
-            continue
-        if tensor.name in moved:
+            device = None
+        elif tensor.name in moved:
             device = moved[tensor.name]
         elif tensor.block is not None and tensor.block < len(devices):
             device = devices[tensor.block]
         else:
             device = output_device
-        gpu[device] += _alloc_bytes(tensor, alignment, row_padding)
-    if "output.weight" not in names:
-        for tensor in facts.tensors:
-            if tensor.name == "token_embd.weight":
-                gpu[output_device] += _alloc_bytes(tensor, alignment, row_padding)
-    return gpu, host, {"devices_by_block": devices, "output_device": output_device, "host_expert_bytes": host_experts}
+        places.append((tensor, device))
+    if "output.weight" not in set(facts.tensor_names):
+        places += [(t, output_device) for t in facts.tensors if t.name == "token_embd.weight"]
+    return places, {"devices_by_block": devices, "output_device": output_device}
+
+
+def weight_bytes(facts, cpu_tensors=(), split=None, n_devices=1, backend="cuda", device_tensors=None):
+    """Model weights per GPU and on the host, the tensors placed as ``tensor_places`` places them.
+
+    Returns ``(gpu_bytes list, host_bytes, detail)``: on a GPU a tensor takes its backend's aligned and padded size;
+    ``detail`` is ``tensor_places``' placement with ``host_expert_bytes``.
+    """
+    alignment, row_padding = BACKENDS[backend]
+    places, placement = tensor_places(facts, cpu_tensors, split, n_devices, device_tensors)
+    gpu = [0] * n_devices
+    host = 0
+    host_experts = 0
+    for tensor, device in places:
+        if device is None:
+            host += tensor.nbytes
+            host_experts += tensor.nbytes if tensor.expert else 0
+        else:
+            gpu[device] += _alloc_bytes(tensor, alignment, row_padding)
+    return gpu, host, dict(placement, host_expert_bytes=host_experts)
 
 
 # --------------------------------------------------------------------------- everything, per device

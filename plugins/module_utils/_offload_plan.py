@@ -29,8 +29,10 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_check 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax import PatternError, pattern_problem
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import (
     PlanError, normalize_gpus, normalize_host)
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import MAX_PARALLEL
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import GOALS, MAX_PARALLEL
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_reason import blocks_text, reason, split_text
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._speed_model import (
+    SpeedModelError, bandwidths, calibrate, predict, speed_terms)
 
 # Device names of llama.cpp's backends: CUDA<n> numbers the GPUs the container sees, in order.
 DEVICE_PREFIX = {"cuda": "CUDA", "vulkan": "Vulkan", "rpc": "RPC", "cpu": "CPU"}
@@ -50,6 +52,8 @@ def _check_options(facts, options):
     if facts.context_length and options.ctx_size > facts.context_length:
         warnings.append("ctx_size %d is beyond the model's training context of %d tokens" % (
             options.ctx_size, facts.context_length))
+    if options.goal not in GOALS:
+        raise PlanError("unknown goal %r (one of %s)" % (options.goal, ", ".join(GOALS)))
     for name in ("margin_mib", "host_margin_mib"):
         value = getattr(options, name)
         if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -96,14 +100,19 @@ class _Sizer:
         self.host = host
         self.fixed_cpu = fixed_cpu  # the tensors a user's pattern moves, instead of whole blocks
 
-    def estimate(self, cpu_blocks=(), moved=None, ctx_size=None, parallel=None):
-        """``moved``: ``{block: device position}`` for experts on another GPU than their layer's."""
+    def tensors(self, cpu_blocks=(), moved=None):
+        """``(cpu_tensors, device_tensors)`` of a placement: the names in host memory (a user's pattern's, else the
+        experts of ``cpu_blocks``) and ``{name: device position}`` of the experts of the ``moved`` blocks."""
         by_block = self.facts.expert_tensors_by_block
         if self.fixed_cpu is not None:
             cpu = self.fixed_cpu
         else:
             cpu = [n for b in cpu_blocks for n in by_block.get(b, ())]
-        device_tensors = dict((n, d) for b, d in (moved or {}).items() for n in by_block.get(b, ()))
+        return cpu, dict((n, d) for b, d in (moved or {}).items() for n in by_block.get(b, ()))
+
+    def estimate(self, cpu_blocks=(), moved=None, ctx_size=None, parallel=None):
+        """``moved``: ``{block: device position}`` for experts on another GPU than their layer's."""
+        cpu, device_tensors = self.tensors(cpu_blocks, moved)
         result = estimate(self.facts, self.options.at(ctx_size, parallel), cpu_tensors=cpu, split=self.split,
                           n_devices=len(self.gpus), device_tensors=device_tensors)
         for gpu, entry in zip(self.gpus, result["gpus"]):
@@ -209,6 +218,8 @@ class _Candidate:
     cpu_blocks: list
     moved: dict  # {block: device position} of experts on another GPU than their layer's
     result: dict
+    speed: dict | None = None  # _speed_model.predict's figures, set by rate()
+    terms: object = None  # the _speed_model.SpeedTerms they come from
 
     def host_expert_bytes(self):
         sizes = self.sizer.facts.expert_bytes_by_block()
@@ -218,10 +229,29 @@ class _Candidate:
                        set(self.sizer.fixed_cpu))
         return sum(sizes[b] for b in self.cpu_blocks)  # (only MoE blocks are ever placed on the CPU)
 
-    def key(self):
-        """Fitting first, then the fewest expert bytes in host memory, the fewest overrides, one GPU."""
-        return (not self.sizer.fits(self.result), self.host_expert_bytes(), len(self.moved),
-                0 if self.label == "single" else 1)
+    def key(self, goal="fit"):
+        """Fitting first, then the fewest expert bytes in host memory, the fewest overrides, one GPU; with goal
+        ``speed`` the highest predicted decode speed comes before the expert bytes."""
+        fit_key = (self.host_expert_bytes(), len(self.moved), 0 if self.label == "single" else 1)
+        if goal == "speed":
+            return (not self.sizer.fits(self.result), -(self.speed["decode_tokens_per_second"] or 0)) + fit_key
+        return (not self.sizer.fits(self.result),) + fit_key
+
+    def rate(self, options, host):
+        """Predict this placement's speed (``speed`` and ``terms``) at the plan's context and micro-batch."""
+        cpu, device_tensors = self.sizer.tensors(self.cpu_blocks, self.moved)
+        self.terms = speed_terms(self.sizer.facts, self.sizer.options, cpu, self.shares, len(self.gpus),
+                                 device_tensors)
+        rates = bandwidths([g.name for g in self.gpus], options, host.bandwidth_bytes_per_second if host else None)
+        self.speed = predict(self.terms, rates, ["GPU %d" % g.index for g in self.gpus])
+
+    def summary(self, chosen):
+        """What the plan reports of a candidate it weighed."""
+        return {"placement": self.label, "gpu_devices": [g.index for g in self.gpus],
+                "tensor_split": split_text(self.shares) if self.label == "split" else "",
+                "cpu_expert_layers": list(self.cpu_blocks), "device_override_blocks": sorted(self.moved),
+                "fits": self.sizer.fits(self.result), "host_expert_mib": mib(self.host_expert_bytes()),
+                "speed": dict(self.speed), "chosen": chosen}
 
 
 def _placements(gpus, gpu_index, split):
@@ -275,19 +305,54 @@ def plan(facts, gpus, host, options):
     warnings += _check_options(facts, options)
     user_check, fixed_cpu = _user_pattern(facts, options.pattern, warnings)
     try:
-        best = _best_candidate(facts, devices, host_memory, options, fixed_cpu)
+        best, tried = _best_candidate(facts, devices, host_memory, options, fixed_cpu)
         sizer, blocks, moved = best.sizer, best.cpu_blocks, best.moved
         baseline = sizer.estimate([])
         headroom = {"this_plan": sizer.largest(blocks, moved, options.ctx_size, options.parallel),
                     "all_experts_on_cpu": sizer.largest(facts.expert_blocks, {}, options.ctx_size, options.parallel)}
-    except MemoryModelError as exc:
+    except (MemoryModelError, SpeedModelError) as exc:
         raise PlanError(str(exc), {"warnings": warnings}) from None
     answer = _answer(facts, best, baseline, headroom, options, user_check)
+    answer["candidates"] = [c.summary(c is best) for c in tried]
     answer["warnings"] = warnings + [w for w in best.result["warnings"] if "training context" not in w]
-    answer["reason"] = reason(facts, answer, best, baseline, host_memory, options)
+    answer["reason"] = reason(facts, answer, best, baseline, host_memory, options, tried)
     if not answer["fits"]:
         raise PlanError(answer["reason"], answer)
     return answer
+
+
+def calibration(facts, answer, options, measured, host=None):
+    """The ``calibration`` input of a later plan, from the speed ``_speed_check`` measured (``measured``:
+    ``decode_tokens_per_second``, ``prompt_tokens``, ``predicted_tokens``) of the placement of ``answer`` (this
+    planner's result for ``facts`` and ``options``; ``host``: ``host_info``'s result).
+
+    The placement's terms are taken at the measured context (the prompt and half the generated tokens, the mean
+    a decoded token attends to) and ``_speed_model.calibrate`` solves the host's effective bandwidth, the split cost
+    held (at ``options.calibration``'s when it has one). ``PlanError`` when the measurement cannot be used."""
+    names = [d["name"] for d in answer["devices"]]
+    positions = dict((d["index"], p) for p, d in enumerate(answer["devices"]))
+    check = answer["pattern_check"]
+    cpu = list(check["tensors"]) + list(check["non_expert"]) if answer["pattern"] else []
+    device_tensors = dict((n, positions[o["gpu_index"]]) for o in answer["device_overrides"] for n in o["tensors"])
+    shares = [float(x) for x in answer["tensor_split"].split(",")] if answer["tensor_split"] else None
+    host_memory = normalize_host(host)
+    try:
+        prompt, predicted = int(measured["prompt_tokens"]), int(measured["predicted_tokens"])
+        terms = speed_terms(facts, options, cpu, shares, len(names), device_tensors, prompt + predicted // 2, prompt)
+        rates = bandwidths(names, options, host_memory.bandwidth_bytes_per_second if host_memory else None)
+        solved = calibrate([(terms, measured["decode_tokens_per_second"])], rates)
+    except (KeyError, TypeError, ValueError) as exc:  # (SpeedModelError is a ValueError)
+        raise PlanError("cannot calibrate on %r: %s" % (measured, exc)) from None
+    if solved["split_seconds"] is None and rates.sources["split"] == "calibrated":
+        solved["split_seconds"] = rates.split_seconds
+    solved = dict((k, v) for k, v in solved.items() if v is not None)
+    solved["measured"] = {"decode_tokens_per_second": measured["decode_tokens_per_second"],
+                          "prompt_tokens_per_second": measured.get("prompt_tokens_per_second"),
+                          "prompt_tokens": prompt, "predicted_tokens": predicted, "placement": answer["placement"],
+                          "gpu_devices": list(answer["gpu_devices"]),
+                          "cpu_expert_layers": list(answer["cpu_expert_layers"]), "ctx_size": options.ctx_size,
+                          "parallel": options.parallel}
+    return solved
 
 
 def _user_pattern(facts, pattern, warnings):
@@ -304,7 +369,8 @@ def _user_pattern(facts, pattern, warnings):
 
 def _best_candidate(facts, devices, host_memory, options, fixed_cpu):
     """Every placement sized with the mode's blocks (and, split over GPUs in mode auto, with experts put on other
-    GPUs): the ``_Candidate`` that fits with the fewest expert bytes in host memory."""
+    GPUs), each with its predicted speed: ``(best, tried)``, the ``_Candidate`` that fits with the fewest expert
+    bytes in host memory (goal ``speed``: with the highest predicted decode speed) and every one weighed."""
     tried = []
     for label, used, shares in _placements(devices, options.gpu_index, options.split):
         sizer = _Sizer(facts, used, shares, options, host_memory, fixed_cpu)
@@ -317,7 +383,9 @@ def _best_candidate(facts, devices, host_memory, options, fixed_cpu):
                 cpu_blocks, moved = filled
                 tried.append(_Candidate(label, used, shares, sizer, cpu_blocks, moved,
                                         sizer.estimate(cpu_blocks, moved)))
-    return min(tried, key=lambda c: c.key())
+    for candidate in tried:
+        candidate.rate(options, host_memory)
+    return min(tried, key=lambda c: c.key(options.goal)), tried
 
 
 def _answer(facts, best, baseline, headroom, options, user_check):
@@ -343,6 +411,7 @@ def _answer(facts, best, baseline, headroom, options, user_check):
         "visible_devices": ",".join(str(d.uuid or d.index) for d in best.gpus),
         "gpu_devices": [d.index for d in best.gpus], "pattern_check": proof,
         "kv_cache": _kv_report(facts, result["cells"]), "n_ctx": result["n_ctx"],
+        "speed": dict(best.speed, terms=best.terms.as_dict()), "goal": options.goal,
     }
 
 

@@ -133,12 +133,13 @@ def normalize_gpus(gpus, gpu_devices=None):
 @dataclass(frozen=True)
 class Host:
     """What the host offers: ``available_mib`` (MemAvailable, plus what the running server holds, capped by a
-    cgroup limit), ``total_mib`` and how it was found."""
+    cgroup limit), ``total_mib``, how it was found and the memory bandwidth ``host_info`` measured (bytes/s)."""
 
     available_mib: float
     total_mib: float | None
     held_mib: float
     limited_by: str
+    bandwidth_bytes_per_second: float | None = None  # what host_info's copy probe measured
 
 
 def normalize_host(host):
@@ -161,4 +162,8 @@ def normalize_host(host):
         usage = _number(cgroup.get("usage_mib"), "host.cgroup.usage_mib") or 0
         if limit - usage + held < available:
             available, limited_by = limit - usage + held, "the cgroup limit of %.0f MiB" % limit
-    return Host(round(available, 2), total, held, limited_by)
+    bandwidth = host.get("memory_bandwidth_mb_per_s")
+    if bandwidth is not None and (isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float))
+                                  or not math.isfinite(bandwidth) or bandwidth <= 0):
+        raise PlanError("host.memory_bandwidth_mb_per_s must be a number of MB/s > 0, got %r" % (bandwidth,))
+    return Host(round(available, 2), total, held, limited_by, bandwidth * 1e6 if bandwidth else None)

@@ -17,6 +17,9 @@ DEFAULT_MARGIN_MIB = 1024  # llama.cpp's --fit keeps this much free per device (
 DEFAULT_HOST_MARGIN_MIB = 1024  # the server process itself on the host: binary, libraries, CUDA runtime
 DEFAULT_BATCH = 2048  # llama-server's -b (common/common.h n_batch)
 MAX_PARALLEL = 256  # the most slots the planner's headroom search tries
+# What the planner keeps among the placements that fit: the fewest expert bytes in host memory, or the highest
+# predicted decode speed.
+GOALS = ("fit", "speed")
 FLASH_ATTN_ON = (True, "on", "auto", "true", "enabled")  # llama.cpp's auto turns it on where the backend has it
 
 
@@ -26,8 +29,10 @@ class Options:
     ``-ctk``, ``-ctv``, ``-ub``, ``-fa``, ``--kv-unified``, ``--swa-full``, ``--no-mmap``, ``--no-op-offload``,
     ``-b``), the free memory kept per GPU and on the host, and the backend. Planner choices: ``mode`` and
     ``cpu_expert_layers`` (what moves to host memory), a user's ``pattern`` instead, the GPUs (``gpu_index``,
-    ``gpu_devices``, ``split``), whether experts may go to another GPU (``experts_per_gpu``) and llama.cpp's
-    ``device_names`` of the GPUs in plan order."""
+    ``gpu_devices``, ``split``), whether experts may go to another GPU (``experts_per_gpu``), llama.cpp's
+    ``device_names`` of the GPUs in plan order and the ``goal`` among the placements that fit (``GOALS``). The speed
+    model's rates (``_speed_model``): ``gpu_bytes_per_second`` (``{GPU name: bytes/s}``), ``host_bytes_per_second``,
+    ``pcie_bytes_per_second`` and a ``calibration`` (``{host_bytes_per_second, split_seconds, measured}``)."""
 
     ctx_size: int
     parallel: int = 1
@@ -51,6 +56,11 @@ class Options:
     split: str | list | None = None
     experts_per_gpu: bool = True
     device_names: list | None = None
+    goal: str = "fit"
+    gpu_bytes_per_second: dict | None = None
+    host_bytes_per_second: float | None = None
+    pcie_bytes_per_second: float | None = None
+    calibration: dict | None = None
 
     @property
     def flash(self):

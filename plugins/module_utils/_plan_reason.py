@@ -68,12 +68,19 @@ def _host_text(answer, mmap):
     return "%.0f MiB of weights are read from host memory, %s" % (host["model_mib"], how)
 
 
-def reason(facts, answer, candidate, baseline, host, options):
-    """The decision in plain words: why it does not fit and what to lower, or what goes where and why."""
+def reason(facts, answer, candidate, baseline, host, options, tried=()):
+    """The decision in plain words: why it does not fit and what to lower, or what goes where and why, and its
+    predicted speed (with goal ``speed``, against the other placements ``tried`` that fit)."""
     if any(e["free_after_mib"] < 0 for e in answer["memory"]["gpus"]):
         return _gpu_short_text(facts, answer, candidate, options)
     if host is not None and answer["memory"]["host"]["free_after_mib"] < 0:
         return _host_short_text(answer, candidate, host, options.mode)
+    return _placement_text(facts, answer, candidate, baseline, host, options) + _speed_text(
+        answer, candidate, options, tried)
+
+
+def _placement_text(facts, answer, candidate, baseline, host, options):
+    """What goes where and why, for a plan that fits."""
     if candidate.label == "cpu":
         return _cpu_text(facts, answer, host, options.parallel)
     host_note = "" if host is not None else " Host memory was not checked (give host, the result of host_info)."
@@ -86,6 +93,39 @@ def reason(facts, answer, candidate, baseline, host, options):
             text += ", so no expert moves to host memory and the GPU keeps full speed"
         return text + "." + _headroom_text(answer, options.parallel) + host_note
     return _offload_text(facts, answer, candidate, baseline, options) + host_note
+
+
+def _figures(speed):
+    return "%.1f tokens/s decode, %.0f tokens/s prompt" % (speed["decode_tokens_per_second"] or 0,
+                                                          speed["prompt_tokens_per_second"] or 0)
+
+
+def _candidate_text(candidate):
+    """A placement the planner weighed, in a few words."""
+    gpus = ", ".join(str(g.index) for g in candidate.gpus)
+    where = {"single": "GPU %s alone" % gpus, "cpu": "the CPU"}.get(
+        candidate.label, "split over GPUs %s" % gpus)
+    moved = " and those of %d on another GPU" % len(candidate.moved) if candidate.moved else ""
+    blocks = len(candidate.cpu_blocks)
+    held = ("the experts of %d block(s) in host memory" % blocks) if blocks else "no expert in host memory"
+    if candidate.sizer.fixed_cpu is not None:
+        held = "the given pattern's tensors in host memory"
+    return "%s with %s%s" % (where, held, moved)
+
+
+def _speed_text(answer, candidate, options, tried):
+    """The predicted speed of the plan, and with goal speed how it compares with the other placements that fit."""
+    speed = answer["speed"]
+    text = " Predicted speed: %s (%s; at a full slot of %d tokens; speed.from has the terms)." % (
+        _figures(speed), "calibrated" if speed["calibrated"] else "not calibrated", speed["terms"]["context_tokens"])
+    if options.goal != "speed":
+        return text
+    others = [c for c in tried if c is not candidate and c.sizer.fits(c.result)]
+    if not others:
+        return text + " Goal speed: no other placement fits."
+    return text + " Goal speed: %s predicts %.1f tokens/s decode, ahead of %s." % (
+        _candidate_text(candidate), speed["decode_tokens_per_second"] or 0, "; ".join(
+            "%s (%.1f)" % (_candidate_text(c), c.speed["decode_tokens_per_second"] or 0) for c in others))
 
 
 def _gpu_short_text(facts, answer, candidate, options):

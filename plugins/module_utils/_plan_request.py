@@ -13,7 +13,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import CA
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import (
-    DEFAULT_HOST_MARGIN_MIB, DEFAULT_MARGIN_MIB, Options)
+    DEFAULT_HOST_MARGIN_MIB, DEFAULT_MARGIN_MIB, GOALS, Options)
 
 ARGUMENT_SPEC = dict(
     gguf=dict(type="raw", required=True),
@@ -38,6 +38,11 @@ ARGUMENT_SPEC = dict(
     swa_full=dict(type="bool", default=False),
     mmap=dict(type="bool", default=True),
     op_offload=dict(type="bool", default=True),
+    goal=dict(type="str", default="fit", choices=list(GOALS)),
+    gpu_bytes_per_second=dict(type="dict"),
+    host_bytes_per_second=dict(type="float"),
+    pcie_bytes_per_second=dict(type="float"),
+    calibration=dict(type="dict"),
 )
 MUTUALLY_EXCLUSIVE = [("gpu_index", "gpu_devices")]
 

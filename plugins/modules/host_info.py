@@ -17,6 +17,8 @@ description:
     which then checks that the host holds the experts and buffers that stay in host memory.
   - With O(pid) it also reports the resident memory of that process and its descendants. The planner counts their
     anonymous and shared memory as available, as a new configuration of the same server gets it back.
+  - With O(bandwidth_probe) it also measures the memory bandwidth (RV(memory_bandwidth_mb_per_s)), which
+    M(ai_llm.moe_offload.moe_offload_plan) uses for the experts the CPU reads from host memory.
 author:
   - ai_llm maintainers (@ai-llm)
 options:
@@ -24,6 +26,14 @@ options:
     description:
       - A process id in the host's PID namespace, such as the main process of the running server's container.
     type: int
+  bandwidth_probe:
+    description:
+      - Measure the memory bandwidth by copying a 256 MiB buffer into another for about half a second, in one
+        thread. This allocates 512 MiB for that time.
+      - One thread reaches less than llama.cpp's threads do, so the figure is a lower bound. A calibration of the
+        plan against a measured speed (O(ai_llm.moe_offload.moe_offload_plan#module:calibration)) replaces it.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - ai_llm.moe_offload.info_module
 notes:
@@ -104,15 +114,30 @@ memory_held_by_pid_mib:
   returned: when O(pid) is given
   type: float
   sample: 2210.4
+memory_bandwidth_mb_per_s:
+  description: The memory bandwidth the copy probe measured, in MB/s (10^6 bytes per second, reads and writes).
+  returned: when O(bandwidth_probe) is true
+  type: float
+  sample: 11873.2
+memory_bandwidth_probe:
+  description: The probe's buffer, the copies it made and the seconds they took.
+  returned: when O(bandwidth_probe) is true
+  type: dict
+  sample: {"buffer_mib": 256.0, "copies": 22, "seconds": 0.487}
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._host_memory import HostMemoryError, gather
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._host_memory import (
+    HostMemoryError,
+    copy_bandwidth,
+    gather,
+)
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(pid=dict(type="int")), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(pid=dict(type="int"), bandwidth_probe=dict(type="bool", default=False)),
+                           supports_check_mode=True)
     pid = module.params["pid"]
     if pid is not None and pid < 1:
         module.fail_json(msg="pid must be a process id >= 1, got %d" % pid)
@@ -120,6 +145,10 @@ def main():
         result = gather(pid=pid)
     except HostMemoryError as exc:
         module.fail_json(msg=str(exc))
+    if module.params["bandwidth_probe"]:
+        probe = copy_bandwidth()
+        result["memory_bandwidth_mb_per_s"] = probe.pop("memory_bandwidth_mb_per_s")
+        result["memory_bandwidth_probe"] = probe
     module.exit_json(changed=False, **result)
 
 

@@ -31,6 +31,19 @@ description:
     buffer with a proved pattern, V(none) moves nothing, and only host memory is checked.
   - With O(pattern) it checks a given pattern against the same tensor list (the verdict of
     M(ai_llm.moe_offload.gguf_info)'s O(ai_llm.moe_offload.gguf_info#module:pattern)) and sizes the plan with it.
+  - It predicts the decode and prompt speed (tokens per second) of every placement it weighs (RV(speed),
+    RV(candidates)). Decode is bound by memory bandwidth. Each device reads its dense weights whole and
+    C(n_expert_used / n_expert) of each routed-expert tensor, plus the KV cache of a full slot and the recurrent
+    state. Experts in host memory are read by the CPU at the host's bandwidth. Each graph split adds a fixed cost.
+    A prompt micro-batch of 32 tokens or more copies the host's experts over PCIe (llama.cpp's op offload). The
+    prompt's compute is not counted, so the prompt figure is an upper bound.
+  - The rates are the GPUs' datasheet peak bandwidth (or O(gpu_bytes_per_second)), the host's (O(host_bytes_per_second),
+    O(calibration), the probe of M(ai_llm.moe_offload.host_info), or an assumed 40 GB/s), PCIe
+    (O(pcie_bytes_per_second)) and the split cost (O(calibration) or an assumed 100 microseconds). Uncalibrated
+    figures compare placements; calibrated on the host they predict its speed.
+  - O(goal=speed) keeps, among the placements that fit the context and the slots, the one with the highest
+    predicted decode speed. It weighs the same placements as O(goal=fit); placements with fewer layers on the GPU
+    (C(-ngl) below all) are not among them.
 author:
   - ai_llm maintainers (@ai-llm)
 options:
@@ -150,6 +163,36 @@ options:
         buffer. Set V(false) when the server runs with C(--no-op-offload).
     type: bool
     default: true
+  goal:
+    description:
+      - What to keep among the placements that fit. V(fit) keeps the fewest expert bytes in host memory (then the
+        fewest overrides, then one GPU). V(speed) keeps the highest predicted decode speed (RV(speed)).
+    type: str
+    default: fit
+    choices: [fit, speed]
+  gpu_bytes_per_second:
+    description:
+      - The memory bandwidth of GPUs in bytes per second, by the name C(nvidia-smi) prints (V(NVIDIA RTX A5500)).
+        It replaces the collection's table of datasheet peak figures for those names.
+      - A GPU neither here nor in the table counts 500 GB/s.
+    type: dict
+  host_bytes_per_second:
+    description:
+      - The host's effective memory bandwidth in bytes per second, for the experts the CPU reads from host memory.
+      - Without it, the planner uses O(calibration), then the C(memory_bandwidth_mb_per_s) of O(host) (from
+        M(ai_llm.moe_offload.host_info) with O(ai_llm.moe_offload.host_info#module:bandwidth_probe)), then an
+        assumed 40 GB/s.
+    type: float
+  pcie_bytes_per_second:
+    description: The host-to-GPU copy bandwidth in bytes per second. The default 25 GB/s is PCIe 4.0 x16.
+    type: float
+  calibration:
+    description:
+      - Figures fitted to a measured speed on this host. C(host_bytes_per_second) is the host's effective
+        bandwidth, C(split_seconds) the cost of one graph split, and C(measured) (free form) what they were
+        measured on. Either figure may be left out.
+      - The predicted figures are then marked C(calibrated).
+    type: dict
 extends_documentation_fragment:
   - ai_llm.moe_offload.info_module
 attributes:
@@ -358,6 +401,46 @@ reason:
   returned: always
   type: str
   sample: "The routed experts of 2 of the 23 MoE blocks (1, 3) go to host memory: ..."
+speed:
+  description:
+    - The predicted speed of the chosen placement. C(decode_tokens_per_second) is for one slot whose cache is full
+      (C(terms.context_tokens) tokens). C(prompt_tokens_per_second) is for micro-batches of C(terms.ubatch_tokens)
+      tokens and does not count compute, so it is an upper bound.
+    - C(from) names the terms and where each rate comes from. C(calibrated) is V(true) when O(calibration) gave the
+      host's bandwidth or the split cost in use.
+    - C(terms) holds the bytes read per decoded token and per prompt micro-batch on each GPU (in RV(devices) order)
+      and on the host, the bytes copied over PCIe and the graph splits.
+  returned: success
+  type: dict
+  sample:
+    decode_tokens_per_second: 117.3
+    prompt_tokens_per_second: 3682.0
+    from: "decode reads per token GPU 0 1.91 GB at 768 GB/s (datasheet peak of NVIDIA RTX A5500), host 0.04 GB
+      at 40 GB/s (assumed), 8 graph splits at 100 us (assumed), at a context of 16384 tokens; prompt: micro-batches
+      of 512 tokens, 0.36 GB copied over PCIe each at 25 GB/s (default (PCIe 4.0 x16)), compute not counted (an upper
+      bound)"
+    calibrated: false
+    terms: {decode_gpu_bytes: [1910000000], decode_host_bytes: 40000000, decode_splits: 8, ubatch_tokens: 512,
+            prompt_gpu_bytes: [19200000000], prompt_host_bytes: 0, prompt_pcie_bytes: 360000000, prompt_splits: 10,
+            context_tokens: 16384}
+goal:
+  description: The O(goal) the placement was chosen by.
+  returned: success
+  type: str
+  sample: fit
+candidates:
+  description:
+    - Every placement the planner weighed, the chosen one with C(chosen) V(true). Each has its GPUs, its
+      C(tensor_split), the blocks whose experts are in host memory, the blocks whose experts are on another GPU
+      (C(device_override_blocks)), whether it fits, the MiB of experts in host memory and its RV(speed) (without
+      C(terms)).
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - {placement: single, gpu_devices: [0], tensor_split: "", cpu_expert_layers: [1, 3], device_override_blocks: [],
+       fits: true, host_expert_mib: 1076.2, chosen: true,
+       speed: {decode_tokens_per_second: 117.3, prompt_tokens_per_second: 3682.0, from: "...", calibrated: false}}
 n_ctx:
   description: The context llama.cpp allocates (O(ctx_size) padded to 256, per slot).
   returned: success

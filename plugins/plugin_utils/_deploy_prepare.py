@@ -57,7 +57,7 @@ def service_args(settings, api_key, entry="main"):
 
 def plan_args(settings, service):
     """The options of ``moe_offload_plan`` for ``settings`` and the host read: the chosen GPUs when given, the mode
-    (an inventory pattern is checked in mode auto), the blocks of mode layers, the inventory pattern."""
+    (an inventory pattern is checked in mode auto), the goal, the blocks of mode layers, the inventory pattern."""
     pattern = settings["moe_offload_pattern"]
     args = {
         "gguf": service.get("model_info") or {},
@@ -66,6 +66,7 @@ def plan_args(settings, service):
         "ctx_size": settings["ctx_size"],
         "parallel": settings["parallel"],
         "mode": "auto" if pattern else settings["moe_offload_mode"],
+        "goal": settings["moe_offload_goal"],
     }
     if settings["gpu_devices"]:
         args["gpu_devices"] = list(settings["gpu_devices"])

@@ -15,6 +15,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values 
     VARIABLES,
     check_settings,
 )
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import GOALS
 from tests.helpers.role_vars import ROLE, ROLE_DEFAULTS, role_values
 
 SPEC_TEXT = (ROLE / "meta" / "argument_specs.yml").read_text(encoding="utf-8")
@@ -52,6 +53,7 @@ def test_every_option_has_a_type_a_description_and_a_default_and_the_defaults_pa
 @pytest.mark.parametrize("name, choices", [
     ("llm_server_restart_policy", RESTART_POLICIES), ("llm_server_network_mode", NETWORK_MODES),
     ("llm_server_moe_offload_mode", MODES), ("llm_server_rollback_to", ROLLBACK_TO),
+    ("llm_server_moe_offload_goal", GOALS),
 ])
 def test_the_argument_specs_choices_are_those_check_settings_takes(name, choices):
     assert OPTIONS[name]["choices"] == list(choices)
@@ -67,6 +69,7 @@ def test_the_role_defaults_as_check_settings_gives_them_and_the_templated_ones_f
         "api_key_set": False, "allow_unauthenticated": False, "model_path": "/srv/models/x.gguf",
         "model_dir": "/srv/models", "model_mount": "/models", "container_model_path": "/models/x.gguf",
         "ctx_size": 8192, "parallel": 1, "n_gpu_layers": "99", "gpu_devices": [], "moe_offload_mode": "auto",
+        "moe_offload_goal": "fit",
         "cpu_expert_layers": [], "moe_offload_pattern": "", "moe_offload_force": False, "health_timeout": 300,
         "verify_always": False, "vram_check": True, "vram_tolerance_mib": 1024, "parity_check": False,
         "parity_prompt": "The capital of France is", "parity_n_predict": 16, "parity_seed": 42, "speed_check": True,

@@ -152,6 +152,7 @@ REFUSED = [
     *_not("network_mode", 'one of "", "host"', "bridge"),
     *_not("gpu_access", 'one of "auto", "reservations", "cdi"', "nvidia"),
     *_not("moe_offload_mode", 'one of "auto", "all", "none", "layers"', "most"),
+    *_not("moe_offload_goal", 'one of "fit", "speed"', "fastest"),
     *_not("rollback_to", 'one of "previous", "none"', "all"),
     *_not("compose_file", "a file name ending in .yml or .yaml", "compose.json", ".compose.yml", "sub/compose.yml"),
     *_not("compose_project", PROJECT_NAME, "AI-LLM", "-llm", "a" * 254),

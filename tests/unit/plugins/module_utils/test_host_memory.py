@@ -196,3 +196,16 @@ def test_the_tree_walks_every_thread_and_child_once(tmp_path):
     # each figure of /proc/<pid>/status in MiB to two decimals, then summed
     assert memory == {"rss_anon_mib": round(1.21 + 2.29 + 0.1, 2), "rss_file_mib": round(0.6 + 1.14 + 0.05, 2),
                       "rss_shmem_mib": round(0.01 + 0.01 + 0.01, 2)}
+
+
+def test_copy_bandwidth_counts_a_read_and_a_write_per_copy_and_stops_before_a_copy_would_end_late():
+    """A clock that moves 0.1 s a reading: copies end at 0.2, 0.4 and 0.6 s; after the third another would end past
+    0.5 s. 3 copies of 1 MiB, each read and written: 2 x 1048576 x 3 bytes in 0.6 s = 10.48576 MB/s."""
+    ticks = iter(range(100))
+    probe = hm.copy_bandwidth(0.5, 1 << 20, clock=lambda: next(ticks) / 10.0)
+    assert probe == {"memory_bandwidth_mb_per_s": round(2 * 1048576 * 3 / 0.6 / 1e6, 1), "buffer_mib": 1.0,
+                     "copies": 3, "seconds": 0.6}
+    started = time.perf_counter()
+    real = hm.copy_bandwidth(0.05, 1 << 20)
+    assert real["copies"] >= 1 and real["memory_bandwidth_mb_per_s"] > 0
+    assert time.perf_counter() - started < 1.0

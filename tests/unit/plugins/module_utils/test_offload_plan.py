@@ -11,6 +11,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_check 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._speed_model import speed_terms
 from tests.helpers.plans import (
     SIZING, exact_moe, gemma_summary, gpu, host_expert_mib, moved_by, need, plan_gpu, refusal, sizer)
 
@@ -385,3 +386,63 @@ def test_a_gpu_short_by_less_than_a_mib_is_told_short(moe, mode, blocks, short, 
     assert error.details["fits"] is False and error.details["cpu_expert_layers"] == blocks
     assert error.details["memory"]["gpus"][0]["free_after_mib"] == -float(missing)
     assert (" and %s MiB are missing on GPU0. " % missing) in str(error)
+
+
+def test_goal_speed_keeps_the_fastest_placement_that_fits_and_the_reason_compares_them(moe):
+    """GPU 0 (not in the table: 500 GB/s) has the most free memory, GPU 1 is an H200 (4800 GB/s). With no split
+    cost, the split reads part of the model at 4800 GB/s where GPU 0 alone reads all of it at 500 GB/s: goal fit keeps
+    the one GPU (no expert moves either way), goal speed the split."""
+    gpus = [gpu(100, 0, "GPU0"), gpu(90, 1, "NVIDIA H200")]
+    options = dict(SIZING, calibration={"split_seconds": 0.0})
+    fit = plan(moe, gpus, None, Options(4096, **options))
+    fast = plan(moe, gpus, None, Options(4096, goal="speed", **options))
+    assert (fit["goal"], fit["placement"], fast["goal"], fast["placement"]) == ("fit", "single", "speed", "split")
+    assert [c["placement"] for c in fast["candidates"]] == ["single", "split"]
+    single, split = fast["candidates"]
+    assert split["chosen"] and not single["chosen"] and single["fits"] and split["fits"]
+    assert split["speed"]["decode_tokens_per_second"] > single["speed"]["decode_tokens_per_second"]
+    assert fast["speed"]["calibrated"] is True and fast["speed"]["decode_tokens_per_second"] == \
+        split["speed"]["decode_tokens_per_second"]
+    assert fast["reason"].endswith(
+        " Goal speed: split over GPUs 0, 1 with no expert in host memory predicts %.1f tokens/s decode, ahead of GPU 0 "
+        "alone with no expert in host memory (%.1f)." % (split["speed"]["decode_tokens_per_second"],
+                                                         single["speed"]["decode_tokens_per_second"]))
+    assert "Goal speed" not in fit["reason"] and fit["candidates"][0]["chosen"]
+    with pytest.raises(PlanError, match="unknown goal 'fastest'"):
+        plan(moe, gpus, None, Options(4096, goal="fastest"))
+
+
+def test_the_host_s_bandwidth_comes_from_host_info_or_a_calibration_and_changes_only_the_host_s_part(moe):
+    """The experts of every block in host memory: per token the host part is B / bandwidth, so 1/decode at 10 GB/s
+    (host_info's 10000 MB/s) minus 1/decode at 20 GB/s (calibrated) is B x (1/10e9 - 1/20e9)."""
+    host = {"memory_available_mib": 100000, "memory_bandwidth_mb_per_s": 10000}
+    measured = plan(moe, [gpu(100)], host, Options(4096, mode="all", **SIZING))
+    calibrated = plan(moe, [gpu(100)], host, Options(4096, mode="all", calibration={
+        "host_bytes_per_second": 20e9, "measured": {"decode_tokens_per_second": 50.0}}, **SIZING))
+    assert "host 0.00 GB at 10 GB/s (measured by host_info)" in measured["speed"]["from"]
+    assert measured["speed"]["calibrated"] is False and calibrated["speed"]["calibrated"] is True
+    host_bytes = measured["speed"]["terms"]["decode_host_bytes"]
+    assert host_bytes == 3 * 2 * 64 * 64 * 8 * 4 * 2 // 8  # 3 blocks, up and down experts, 2 of 8 read
+    difference = 1 / measured["speed"]["decode_tokens_per_second"] - 1 / calibrated["speed"]["decode_tokens_per_second"]
+    assert difference == pytest.approx(host_bytes * (1 / 10e9 - 1 / 20e9), rel=2e-3)
+    with pytest.raises(PlanError, match="calibration has unknown key"):
+        plan(moe, [gpu(100)], host, Options(4096, calibration={"bandwidth": 1}, **SIZING))
+
+
+def test_a_calibration_from_a_measured_speed_gives_back_the_host_bandwidth_it_was_measured_at(moe):
+    """A speed made from a host of 25 GB/s at the speed check's shape (64 prompt tokens, 32 generated: the cache
+    holds 64 + 16 tokens on average): ``calibration`` solves 25 GB/s, and the next plan with it is calibrated."""
+    options = Options(4096, mode="all", **SIZING)
+    answer = plan(moe, [gpu(100, name="NVIDIA H200")], None, options)
+    cpu = [n for b in (1, 2, 3) for n in moe.expert_tensors_by_block[b]]
+    terms = speed_terms(moe, options, cpu, None, 1, None, 64 + 16, 64)
+    rate = 1 / (terms.decode_gpu_bytes[0] / 4800e9 + terms.decode_host_bytes / 25e9 + terms.decode_splits * 100e-6)
+    solved = op.calibration(moe, answer, options, {"decode_tokens_per_second": rate, "prompt_tokens": 64,
+                                                   "predicted_tokens": 32, "prompt_tokens_per_second": 900.0})
+    assert solved["host_bytes_per_second"] == pytest.approx(25e9, rel=1e-6) and "split_seconds" not in solved
+    assert solved["measured"]["cpu_expert_layers"] == [1, 2, 3] and solved["measured"]["prompt_tokens"] == 64
+    again = plan(moe, [gpu(100, name="NVIDIA H200")], None, Options(4096, mode="all", calibration=solved, **SIZING))
+    assert again["speed"]["calibrated"] is True and "(calibrated)" in again["speed"]["from"]
+    with pytest.raises(PlanError, match="cannot calibrate"):
+        op.calibration(moe, answer, options, {"decode_tokens_per_second": 1e9, "prompt_tokens": 64,
+                                              "predicted_tokens": 32})

@@ -12,6 +12,15 @@ from tests.helpers.memory_models import MIB
 from tests.helpers.plans import SIZING, exact_moe, gpu, need, refusal
 
 
+def speed_sentence(result):
+    """The sentence that closes the reason of a plan that fits: the figures of ``result["speed"]`` (derived in
+    test_speed_model) in words."""
+    speed = result["speed"]
+    return (" Predicted speed: %.1f tokens/s decode, %.0f tokens/s prompt (not calibrated; at a full slot of %d "
+            "tokens; speed.from has the terms)." % (speed["decode_tokens_per_second"],
+                                                    speed["prompt_tokens_per_second"], speed["terms"]["context_tokens"]))
+
+
 def test_a_plan_that_does_not_fit_names_what_to_lower_the_split_and_the_gpu_most_short(nano, moe):
     """262144 tokens for 4 slots on a 4 GiB card, short even with every expert on the host: a model with recurrent
     state can lower parallel, and CUDA's op offload reserves the room of the largest host-resident block's experts."""
@@ -54,7 +63,7 @@ def test_the_reason_names_what_moves_and_stays_on_an_a5500_and_what_a_host_witho
         "fit with 2 slot(s), and at most %d slot(s) at this context. Host memory was not checked (give host, the "
         "result of host_info)." % (
             used["total_mib"] + result["vram_saved_mib"], used["total_mib"], result["vram_saved_mib"],
-            result["memory"]["host"]["model_mib"], here["max_ctx_size"], here["max_parallel"]))
+            result["memory"]["host"]["model_mib"], here["max_ctx_size"], here["max_parallel"]) + speed_sentence(result))
     result = plan(moe, [], {"memory_available_mib": 100000}, Options(4096, **SIZING))
     host = result["memory"]["host"]
     assert result["reason"].startswith(
@@ -80,7 +89,8 @@ def test_the_reason_of_mode_all_or_of_a_given_pattern_names_what_moves_the_card_
         "on the GPU, and %.0f MiB of weights are read from host memory, in the page cache of the model file (mmap). "
         "The whole context searched (4096 tokens, the training context) fits with 1 slot(s), and at most %d slot(s) "
         "at this context. Host memory was not checked (give host, the result of host_info)." % (
-            used["total_mib"], result["vram_saved_mib"], result["memory"]["host"]["model_mib"], here["max_parallel"]))
+            used["total_mib"], result["vram_saved_mib"], result["memory"]["host"]["model_mib"], here["max_parallel"])
+        + speed_sentence(result))
     # ``output\.weight`` moves output.weight and every attn_output.weight (a search, as llama.cpp's std::regex_search),
     # no expert: the head counts those tensors and gives the check's verdict.
     result = plan(moe, [gpu(need(moe, []) / MIB)], None, Options(4096, pattern=r"output\.weight", **SIZING))
@@ -155,7 +165,7 @@ def test_a_dense_model_in_plain_words_with_the_largest_context():
         "Everything fits on GPU0 (100 MiB free): the weights, the KV cache for 4096 tokens and the compute buffer "
         "need %.0f MiB including the 0 MiB margin. The whole context searched (4096 tokens, the training context) "
         "fits with 2 slot(s), and 256 slots or more at this context. Host memory was not checked (give host, the "
-        "result of host_info)." % roomy["memory"]["gpus"][0]["total_mib"])
+        "result of host_info)." % roomy["memory"]["gpus"][0]["total_mib"] + speed_sentence(roomy))
     tight = plan(dense, [gpu(need(dense, [], 2048, 2) / MIB)], None, Options(1024, 2, **SIZING))
     here = tight["headroom"]["this_plan"]
     assert here["max_ctx_size"] == 2048 and 2 <= here["max_parallel"] < 256

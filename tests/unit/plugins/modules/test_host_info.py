@@ -29,3 +29,10 @@ def test_memory_a_process_tree_holds_and_a_bad_pid_is_refused(ansible_module):
     assert result["memory_held_by_pid_mib"] >= 64  # the 64 MiB bytearray is anonymous memory
     result = ansible_module("host_info", {"pid": -3})
     assert result["failed"] is True and "pid must be a process id >= 1" in result["msg"]
+
+
+def test_the_bandwidth_probe_is_asked_for_and_gives_mb_per_second(ansible_module):
+    result = ansible_module("host_info", {"bandwidth_probe": True}, check=True)
+    probe = result["memory_bandwidth_probe"]
+    assert result["failed"] is False and probe["buffer_mib"] == 256.0 and probe["copies"] >= 1
+    assert probe["seconds"] <= 1.0 and result["memory_bandwidth_mb_per_s"] > 0

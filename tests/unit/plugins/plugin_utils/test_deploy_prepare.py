@@ -46,11 +46,12 @@ def test_the_host_is_read_with_the_gpus_the_memory_and_the_model_for_a_deploy_on
         "container_name": s["container_name"], "rollback_dir": s["rollback_dir"], "base_url": s["base_url"]}
 
 
-def test_the_planner_gets_the_chosen_gpus_the_mode_the_layers_and_the_inventory_pattern(demo):
+def test_the_planner_gets_the_chosen_gpus_the_mode_the_goal_the_layers_and_the_inventory_pattern(demo):
     found = service(demo, ONE_GPU)
     args = plan_args(settings(demo), found)
     assert args["gguf"] is found["model_info"] and args["gpus"] is ONE_GPU
-    assert (args["mode"], args["ctx_size"]) == ("auto", 512)
+    assert (args["mode"], args["goal"], args["ctx_size"]) == ("auto", "fit", 512)
+    assert plan_args(settings(demo, llm_server_moe_offload_goal="speed"), found)["goal"] == "speed"
     assert "gpu_devices" not in args and "cpu_expert_layers" not in args and "pattern" not in args
     layers = plan_args(settings(demo, llm_server_moe_offload_mode="layers", llm_server_cpu_expert_layers=[1],
                                 llm_server_gpu_devices=[0]), found)

@@ -1,0 +1,138 @@
+"""The speed model (``_speed_model``): the bytes a placement reads per token and per prompt micro-batch, the rates it
+divides them by, the figures, and the calibration against a measured speed. Every figure is derived here from the
+small qwen3moe of exact sizes (tests/helpers/plans.py ``exact_moe``: F32 tensors, 4 bytes an element)."""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _speed_model as spm
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
+from tests.helpers.plans import SIZING
+
+GB = 10 ** 9
+F32 = 4
+# exact_moe("DEEE"): per block attention q, k, v, o (64x64, 64x32, 64x32, 64x64); block 0 a dense FFN (64x128 up,
+# 128x64 down); blocks 1-3 a router (64x8) and 8 experts of 64x64 (up, down); token_embd and output 64x512.
+ATTENTION = (64 * 64 + 64 * 32 + 64 * 32 + 64 * 64) * F32  # 49152 per block
+DENSE_FFN = (64 * 128 + 128 * 64) * F32  # 65536
+ROUTER = 64 * 8 * F32  # 2048 per MoE block
+EXPERTS = 2 * 64 * 64 * 8 * F32  # 262144 per MoE block (up and down)
+EMBD = 64 * 512 * F32  # 131072: token_embd, and output.weight alike
+OUTPUT = EMBD + 64 * F32  # output.weight and output_norm
+SHARE = 2 / 8.0  # expert_used_count / expert_count
+KV_CELL = (32 + 32) * 2  # K and V rows of 2 KV heads x 16, f16: bytes per cell of one block
+DENSE_GPU = OUTPUT + 4 * ATTENTION + DENSE_FFN + 3 * ROUTER  # what the GPU reads whole
+
+
+def test_decode_reads_dense_weights_whole_a_share_of_each_expert_the_cache_and_one_embedding_row(moe):
+    """Block 1's experts in host memory, one slot of 4096 cells: per token the GPU reads its dense tensors, 2/8 of
+    blocks 2 and 3's experts and the KV cache of 4 blocks; the host 2/8 of block 1's experts (the one token_embd row
+    a token looks up is not counted); 4 + 2 x 1 splits."""
+    terms = spm.speed_terms(moe, Options(4096, **SIZING), moe.expert_tensors_by_block[1])
+    assert terms.decode_gpu_bytes == (DENSE_GPU + 2 * EXPERTS * SHARE + 4 * KV_CELL * 4096,)
+    assert terms.decode_host_bytes == EXPERTS * SHARE
+    assert terms.decode_splits == 6 and terms.context_tokens == 4096
+    # a context of 1000 tokens reads 1000 cells of each block's cache
+    shorter = spm.speed_terms(moe, Options(4096, **SIZING), moe.expert_tensors_by_block[1], context_tokens=1000)
+    assert shorter.decode_gpu_bytes[0] == DENSE_GPU + 2 * EXPERTS * SHARE + 4 * KV_CELL * 1000
+
+
+def test_a_prompt_micro_batch_copies_host_experts_over_pcie_with_op_offload_and_the_cpu_reads_them_without(moe):
+    """512 tokens a micro-batch: each block's experts are hit with 1 - (6/8)^512 (all but nothing); with op offload
+    (CUDA, 512 >= 32) block 1's experts cross PCIe whole and GPU 0 reads them, 4 + 3 x 1 splits; without, the CPU
+    reads them, 4 + 2 x 1 splits. The cache is read for the micro-batch's 512 cells."""
+    hit = 1 - 0.75 ** 512
+    assert spm.experts_hit(SHARE, 2) == 1 - 0.75 ** 2 == 7 / 16.0
+    cached = 4 * KV_CELL * 512
+    without = spm.speed_terms(moe, Options(4096, **SIZING), moe.expert_tensors_by_block[1])
+    assert without.ubatch_tokens == 512 and without.prompt_pcie_bytes == 0 and without.prompt_splits == 6
+    assert without.prompt_gpu_bytes == (round(DENSE_GPU + 2 * EXPERTS * hit + cached),)
+    assert without.prompt_host_bytes == round(EXPERTS * hit)
+    offload = spm.speed_terms(moe, Options(4096, backend="cuda", op_offload=True, margin_mib=0),
+                              moe.expert_tensors_by_block[1])
+    assert offload.prompt_pcie_bytes == EXPERTS and offload.prompt_splits == 7
+    assert offload.prompt_gpu_bytes == (round(DENSE_GPU + 2 * EXPERTS * hit + cached + EXPERTS),)
+    assert offload.prompt_host_bytes == 0
+    # a prompt of 16 tokens is below GGML_OP_OFFLOAD_MIN_BATCH: the CPU computes block 1's experts
+    short = spm.speed_terms(moe, Options(4096, backend="cuda", op_offload=True, margin_mib=0),
+                            moe.expert_tensors_by_block[1], prompt_tokens=16)
+    assert short.ubatch_tokens == 16 and short.prompt_pcie_bytes == 0 and short.prompt_splits == 6
+
+
+def test_splits_of_a_layer_split_and_of_experts_on_another_gpu_and_none_on_a_cpu_host(moe):
+    """--tensor-split 1,1 over 4 blocks and the output: blocks 0-2 on GPU 0, block 3 and the output on GPU 1 (one
+    boundary). Block 2's experts on GPU 1: a device change there and back, 4 + 2 + 1 splits, and GPU 1 reads 2/8 of
+    them. A CPU host reads everything from host memory in one split."""
+    moved = dict((n, 1) for n in moe.expert_tensors_by_block[2])
+    terms = spm.speed_terms(moe, Options(4096, **SIZING), (), [1, 1], 2, moved)
+    assert terms.decode_splits == 7
+    assert terms.decode_gpu_bytes == (3 * ATTENTION + DENSE_FFN + 2 * ROUTER + EXPERTS * SHARE + 3 * KV_CELL * 4096,
+                                      OUTPUT + ATTENTION + ROUTER + 2 * EXPERTS * SHARE + KV_CELL * 4096)
+    cpu = spm.speed_terms(moe, Options(4096, **SIZING), (), None, 0)
+    assert cpu.decode_gpu_bytes == () and cpu.decode_splits == 0
+    assert cpu.decode_host_bytes == DENSE_GPU + 3 * EXPERTS * SHARE + 4 * KV_CELL * 4096
+
+
+def test_gpu_bandwidth_from_the_datasheet_table_a_given_figure_or_an_assumption():
+    assert spm.gpu_bandwidth("NVIDIA H200") == (4800 * GB, "datasheet peak of NVIDIA H200")
+    assert spm.gpu_bandwidth("NVIDIA H200 NVL") == (4800 * GB, "datasheet peak of NVIDIA H200")
+    assert spm.gpu_bandwidth("NVIDIA RTX A5500", {"NVIDIA RTX A5500": 700 * GB}) == (700 * GB, "given")
+    assert spm.gpu_bandwidth("GPU0") == (500 * GB, "assumed: GPU0 is not in the table")
+    with pytest.raises(spm.SpeedModelError, match="must be a number > 0"):
+        spm.gpu_bandwidth("GPU0", {"GPU0": 0})
+
+
+def test_the_host_figure_is_given_then_calibrated_then_measured_then_assumed():
+    calibration = {"host_bytes_per_second": 30 * GB, "measured": {"decode_tokens_per_second": 20.0}}
+    assumed = spm.bandwidths(["NVIDIA H200"], Options(4096))
+    assert (assumed.host, assumed.sources["host"], assumed.calibrated) == (40 * GB, "assumed", False)
+    assert (assumed.pcie, assumed.split_seconds) == (25 * GB, 100e-6)
+    measured = spm.bandwidths([], Options(4096), 12 * GB)
+    assert (measured.host, measured.sources["host"]) == (12 * GB, "measured by host_info")
+    calibrated = spm.bandwidths([], Options(4096, calibration=calibration), 12 * GB)
+    assert (calibrated.host, calibrated.split_seconds, calibrated.calibrated) == (30 * GB, 100e-6, True)
+    given = spm.bandwidths([], Options(4096, calibration=calibration, host_bytes_per_second=50 * GB), 12 * GB)
+    assert (given.host, given.calibrated) == (50 * GB, False)
+    split = spm.bandwidths([], Options(4096, calibration={"split_seconds": 2e-4}))
+    assert (split.split_seconds, split.sources["split"], split.calibrated) == (2e-4, "calibrated", True)
+    for wrong, message in (({"host": 1}, "unknown key"), ({}, "neither"), ({"split_seconds": -1}, ">= 0")):
+        with pytest.raises(spm.SpeedModelError, match=message):
+            spm.bandwidths([], Options(4096, calibration=wrong))
+
+
+def test_predict_divides_each_device_s_bytes_by_its_bandwidth_and_adds_the_splits(moe):
+    """H200 (4800 GB/s) and a host of 50 GB/s, 100 us a split: the seconds per token and per micro-batch, by hand."""
+    terms = spm.speed_terms(moe, Options(4096, **SIZING), moe.expert_tensors_by_block[1])
+    rates = spm.bandwidths(["NVIDIA H200"], Options(4096, host_bytes_per_second=50 * GB))
+    decode = (DENSE_GPU + 2 * EXPERTS * SHARE + 4 * KV_CELL * 4096) / 4800e9 + EXPERTS * SHARE / 50e9 + 6 * 100e-6
+    prompt = terms.prompt_gpu_bytes[0] / 4800e9 + terms.prompt_host_bytes / 50e9 + 6 * 100e-6
+    speed = spm.predict(terms, rates)
+    assert speed["decode_tokens_per_second"] == round(1 / decode, 2)
+    assert speed["prompt_tokens_per_second"] == round(512 / prompt, 1)
+    assert speed["calibrated"] is False
+    assert "GPU 0 0.00 GB at 4800 GB/s (datasheet peak of NVIDIA H200)" in speed["from"]
+    assert "6 graph splits at 100 us (assumed)" in speed["from"]
+
+
+def test_calibrate_solves_the_host_bandwidth_and_from_two_placements_the_split_cost_too(moe):
+    """Speeds made from a host of 30 GB/s and 250 us a split: one measurement with the split cost held gives the
+    host back; two placements (block 1, blocks 1-3 in host memory) give both."""
+    rates = spm.bandwidths(["NVIDIA H200"], Options(4096, calibration={"split_seconds": 250e-6}))
+    one = spm.speed_terms(moe, Options(4096, **SIZING), moe.expert_tensors_by_block[1])
+    three = spm.speed_terms(moe, Options(4096, **SIZING), [n for b in (1, 2, 3) for n in moe.expert_tensors_by_block[b]])
+
+    def measured(terms):
+        return 1 / (terms.decode_gpu_bytes[0] / 4800e9 + terms.decode_host_bytes / 30e9 + terms.decode_splits * 250e-6)
+    assert three.decode_splits == 4 + 2 * 3 and three.decode_host_bytes == 3 * EXPERTS * SHARE
+    solved = spm.calibrate([(one, measured(one))], rates)
+    assert solved["split_seconds"] is None and solved["host_bytes_per_second"] == pytest.approx(30e9, rel=1e-9)
+    assumed = spm.bandwidths(["NVIDIA H200"], Options(4096))
+    both = spm.calibrate([(one, measured(one)), (three, measured(three))], assumed)
+    assert both["host_bytes_per_second"] == pytest.approx(30e9, rel=1e-6)
+    assert both["split_seconds"] == pytest.approx(250e-6, rel=1e-6)
+    # nothing in host memory: the measurement gives the split cost
+    gpu_only = spm.speed_terms(moe, Options(4096, **SIZING))
+    alone = spm.calibrate([(gpu_only, 1 / (gpu_only.decode_gpu_bytes[0] / 4800e9 + 4 * 250e-6))], assumed)
+    assert alone["host_bytes_per_second"] is None and alone["split_seconds"] == pytest.approx(250e-6, rel=1e-9)
+    with pytest.raises(spm.SpeedModelError, match="faster than the GPUs"):
+        spm.calibrate([(one, 1e6)], rates)
