@@ -116,6 +116,12 @@ def test_killed_during_the_health_wait_then_rerun_verifies(local):
     assert container_env(local)["CTX_SIZE"] == "768"
 
 
+# The rollback and the recreate's replacement do not depend on the engine: podman only (test_role_docker.py rolls back
+# on docker)
+PODMAN_ONLY = pytest.mark.parametrize("local", ["podman"], indirect=True)
+
+
+@PODMAN_ONLY
 def test_an_unverified_forced_pattern_left_by_a_killed_run_is_rolled_back(local):
     before = local.container()
     bad = {"llm_server_moe_offload_pattern": r"blk\.9\.ffn_(up|down)_exps", "llm_server_moe_offload_force": True}
@@ -157,6 +163,7 @@ def assert_new_container_serves(deploy, run, old_id):
     assert deploy.health() == 200
 
 
+@PODMAN_ONLY
 def test_the_recreate_replaces_a_container_compose_cannot_remove(local):
     """Paused (compose's stop and rm refuse it every time), then crash-looping by its restart policy (stop finds
     it exited between two restarts, the restart brings it back, rm fails "as it is running" while compose exits 0
