@@ -163,18 +163,25 @@ def container_state(run, engine, name):
     }
 
 
-def http_get(url, headers=None, timeout=5.0):
-    """``(status, body)`` of a GET; status -1 when nothing answered (refused, reset, timed out)."""
+def http_request(method, url, body=None, headers=None, timeout=5.0, limit=None):
+    """``(status, text)`` of one HTTP request (``body``: bytes or text; the answer's first ``limit`` bytes, all when
+    ``None``, invalid UTF-8 replaced); status -1 and the error's text when nothing answered (refused, reset, timed
+    out)."""
     parts = urllib.parse.urlsplit(url)
     connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
     try:
-        connection.request("GET", parts.path or "/", headers=headers or {})
+        connection.request(method, parts.path or "/", body=body, headers=headers or {})
         answer = connection.getresponse()
-        return answer.status, answer.read(4096).decode("utf-8", "replace")
+        return answer.status, (answer.read() if limit is None else answer.read(limit)).decode("utf-8", "replace")
     except (OSError, ValueError, http.client.HTTPException) as exc:
         return -1, str(exc)
     finally:
         connection.close()
+
+
+def http_get(url, headers=None, timeout=5.0):
+    """``(status, body)`` of a GET, its first 4 KiB (``/health``, ``/props``); status -1 when nothing answered."""
+    return http_request("GET", url, headers=headers, timeout=timeout, limit=4096)
 
 
 def auth_check(base_url, api_key, timeout=5.0):

@@ -16,10 +16,10 @@ Standard library only, Python 3.9+; runs on the host (the module ``llm_server_ve
 
 from __future__ import annotations
 
-import http.client
 import json
 import statistics
-import urllib.parse
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import http_request
 
 # The text whose token ids, repeated, make the prompt; any text the model's vocabulary tokenizes will do.
 PROMPT_TEXT = "The capital of France is Paris, and the capital of Italy is Rome."
@@ -31,21 +31,14 @@ class SpeedError(Exception):
 
 def post_json(base_url, path, body, api_key="", timeout=600.0):
     """The JSON answer of ``POST base_url + path``; SpeedError unless it answers 200 with a JSON object."""
-    parts = urllib.parse.urlsplit(base_url)
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = "Bearer " + api_key
-    connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
-    try:
-        connection.request("POST", path, body=json.dumps(body), headers=headers)
-        answer = connection.getresponse()
-        text = answer.read().decode("utf-8", "replace")
-    except (OSError, http.client.HTTPException) as exc:
-        raise SpeedError("POST %s%s: %s" % (base_url, path, exc)) from exc
-    finally:
-        connection.close()
-    if answer.status != 200:
-        raise SpeedError("POST %s%s answered %d: %s" % (base_url, path, answer.status, text[:200]))
+    status, text = http_request("POST", base_url + path, json.dumps(body), headers, timeout)
+    if status == -1:
+        raise SpeedError("POST %s%s: %s" % (base_url, path, text))
+    if status != 200:
+        raise SpeedError("POST %s%s answered %d: %s" % (base_url, path, status, text[:200]))
     try:
         data = json.loads(text)
     except ValueError as exc:
