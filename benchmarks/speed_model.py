@@ -195,6 +195,8 @@ def model_rows(name, path, shape, host_bw, report):
         for label, gpus, opts in cases:
             answer = plan(facts, gpus, None, opts)
             got, spread, text = measure(path, server_args(answer, rpc.endpoints if gpus else []), shape)
+            print("  %s, %s: decode %.1f, prompt %.1f tokens/s" % (
+                name, label, got["decode_tokens_per_second"], got["prompt_tokens_per_second"]), flush=True)
             found = _DEVICE_FREE.findall(text)
             reported = reported or (dict((e, int(free)) for e, _total, free in found) if found else None)
             if cal is None:  # the CPU-only row, first: the calibration every row is predicted with
