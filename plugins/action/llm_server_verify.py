@@ -3,9 +3,10 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The llm_server role's proof that ai-llm serves what was deployed: the wait for ``/health`` 200 on the host
 (the module ``llm_server_verify``), then with ``prove`` the log (``llama_server_log``), the GPU memory
-(``gpu_info``) and the parity answer, judged by ``_deploy_proof``. With ``baseline`` it only asks the running
-configuration the parity prompt, before a recreate. With ``publish`` it sets ``llm_server_result`` from what the
-role's tasks registered (``_deploy_result``), or in a rescue says what went wrong."""
+(``gpu_info``) and the parity answer, judged by ``_deploy_proof``, then the speed and the calibration it gives
+(``_deploy_prepare.calibration_of``). With ``baseline`` it only asks the running configuration the parity prompt,
+before a recreate. With ``publish`` it sets ``llm_server_result`` from what the role's tasks registered
+(``_deploy_result``), or in a rescue says what went wrong."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._speed_check import gate_problem, with_previous
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import VERIFIED_STATUSES
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import calibration_of
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof import (
     log_args,
     parity_answer,
@@ -165,6 +167,11 @@ class ActionModule(ActionBase):
             service = (task_vars.get("_llm_server_prepared") or {}).get("service") or {}
             result["speed"] = with_previous(measured["speed"],
                                             previous_speed((service.get("disk") or {}).get("verification")))
+            # The host's figures solved from this measurement: the next plan of the host predicts with them.
+            result["speed"]["calibration"], unsolved = calibration_of(settings, service, plan, measured["speed"])
+            if unsolved:
+                result.setdefault("warnings", []).append("llm_server: the speed check gives no calibration: %s"
+                                                         % unsolved)
             problem = gate_problem(result["speed"], settings.get("min_decode_ratio"), settings.get("min_prompt_ratio"))
         result["verified"] = not problem
         if problem:

@@ -321,6 +321,18 @@ def plan(facts, gpus, host, options):
     return answer
 
 
+def answer_terms(facts, answer, options, context_tokens=None, prompt_tokens=None):
+    """``(SpeedTerms, GPU names)`` of the placement of ``answer`` (this planner's result for ``facts`` and
+    ``options``) at ``context_tokens`` and ``prompt_tokens`` (``_speed_model.speed_terms``' defaults when None)."""
+    names = [d["name"] for d in answer["devices"]]
+    positions = dict((d["index"], p) for p, d in enumerate(answer["devices"]))
+    check = answer["pattern_check"]
+    cpu = list(check["tensors"]) + list(check["non_expert"]) if answer["pattern"] else []
+    device_tensors = dict((n, positions[o["gpu_index"]]) for o in answer["device_overrides"] for n in o["tensors"])
+    shares = [float(x) for x in answer["tensor_split"].split(",")] if answer["tensor_split"] else None
+    return speed_terms(facts, options, cpu, shares, len(names), device_tensors, context_tokens, prompt_tokens), names
+
+
 def calibration(facts, answer, options, measured, host=None):
     """The ``calibration`` input of a later plan, from the speed ``_speed_check`` measured (``measured``:
     ``decode_tokens_per_second``, ``prompt_tokens``, ``predicted_tokens``) of the placement of ``answer`` (this
@@ -329,16 +341,10 @@ def calibration(facts, answer, options, measured, host=None):
     The placement's terms are taken at the measured context (the prompt and half the generated tokens, the mean
     a decoded token attends to) and ``_speed_model.calibrate`` solves the host's effective bandwidth, the split cost
     held (at ``options.calibration``'s when it has one). ``PlanError`` when the measurement cannot be used."""
-    names = [d["name"] for d in answer["devices"]]
-    positions = dict((d["index"], p) for p, d in enumerate(answer["devices"]))
-    check = answer["pattern_check"]
-    cpu = list(check["tensors"]) + list(check["non_expert"]) if answer["pattern"] else []
-    device_tensors = dict((n, positions[o["gpu_index"]]) for o in answer["device_overrides"] for n in o["tensors"])
-    shares = [float(x) for x in answer["tensor_split"].split(",")] if answer["tensor_split"] else None
     host_memory = normalize_host(host)
     try:
         prompt, predicted = int(measured["prompt_tokens"]), int(measured["predicted_tokens"])
-        terms = speed_terms(facts, options, cpu, shares, len(names), device_tensors, prompt + predicted // 2, prompt)
+        terms, names = answer_terms(facts, answer, options, prompt + predicted // 2, prompt)
         rates = bandwidths(names, options, host_memory.bandwidth_bytes_per_second if host_memory else None)
         solved = calibrate([(terms, measured["decode_tokens_per_second"])], rates)
     except (KeyError, TypeError, ValueError) as exc:  # (SpeedModelError is a ValueError)

@@ -55,9 +55,9 @@ def model_in_hand(gguf):
     return isinstance(gguf, dict) and (isinstance(gguf.get("model"), dict) or ("tensors" in gguf and "version" in gguf))
 
 
-def run(params):
-    """``(result, warnings)`` of the planner for validated ``params`` (the module's options); ``result`` has
-    ``failed`` and ``msg`` when the input cannot be planned or the plan does not fit."""
+def plan_inputs(params):
+    """``(facts, gpus, host, options)`` of the planner for validated ``params`` (the module's options);
+    ``PlanError`` when they cannot be planned."""
     params = dict(params)
     gguf, gpus, host = params.pop("gguf"), params.pop("gpus"), params.pop("host", None)
     layers = params.get("cpu_expert_layers")
@@ -67,10 +67,16 @@ def run(params):
         try:
             params["cpu_expert_layers"] = [int(b) for b in layers]
         except (TypeError, ValueError):
-            return {"failed": True, "msg": "cpu_expert_layers must be a count or a list of block indices, got %r"
-                                           % (layers,)}, []
+            raise PlanError("cpu_expert_layers must be a count or a list of block indices, got %r"
+                            % (layers,)) from None
+    return load_facts(gguf), gpus, host, Options(**params)
+
+
+def run(params):
+    """``(result, warnings)`` of the planner for validated ``params`` (the module's options); ``result`` has
+    ``failed`` and ``msg`` when the input cannot be planned or the plan does not fit."""
     try:
-        result = plan(load_facts(gguf), gpus, host, Options(**params))
+        result = plan(*plan_inputs(params))
     except PlanError as exc:
         failed = dict((k, v) for k, v in exc.details.items() if k in FAILURE_KEYS)
         failed.update(failed=True, msg=str(exc))

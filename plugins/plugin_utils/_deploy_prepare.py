@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the llm_server role decides before it changes anything, from the checked settings and one read of the host
 (``llm_server_service_info``): the options of the planner, the plan, the placement and whether the run has
-anything to do.
+anything to do; and, once the deploy's speed is measured, the calibration the next plan of the host reads back.
 
 Runs on the controller (the action ``llm_server_prepare``). A refusal raises ``Refused`` with the failed step's
 result, so that the role publishes that step's own words.
@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import calibration
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_request import (
     ARGUMENT_SPEC,
     MUTUALLY_EXCLUSIVE,
+    plan_inputs,
     run,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import unchanged
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import VERIFIED_STATUSES, unchanged
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_placement import (
     PlacementRefused,
     missing_gpus,
@@ -55,9 +58,20 @@ def service_args(settings, api_key, entry="main"):
     return args
 
 
+def stored_calibration(service):
+    """The calibration the last verification of the host recorded (``speed.calibration`` of
+    ``verification.json``), or None: none recorded, or the last run was not verified."""
+    verification = (service.get("disk") or {}).get("verification")
+    verification = verification if isinstance(verification, dict) else {}
+    speed = verification.get("speed") if verification.get("status") in VERIFIED_STATUSES else None
+    found = speed.get("calibration") if isinstance(speed, dict) else None
+    return found if isinstance(found, dict) else None
+
+
 def plan_args(settings, service):
     """The options of ``moe_offload_plan`` for ``settings`` and the host read: the chosen GPUs when given, the mode
-    (an inventory pattern is checked in mode auto), the goal, the blocks of mode layers, the inventory pattern."""
+    (an inventory pattern is checked in mode auto), the goal, the blocks of mode layers, the inventory pattern and
+    the calibration the host's last verification recorded."""
     pattern = settings["moe_offload_pattern"]
     args = {
         "gguf": service.get("model_info") or {},
@@ -74,7 +88,33 @@ def plan_args(settings, service):
         args["cpu_expert_layers"] = settings["cpu_expert_layers"]
     if pattern:
         args["pattern"] = pattern
+    found = stored_calibration(service)
+    if found:
+        args["calibration"] = found
     return args
+
+
+def validated_plan_args(settings, service):
+    """``plan_args`` checked by the planner's argument spec; ``Refused`` in its words when they fail it."""
+    checked = ArgumentSpecValidator(ARGUMENT_SPEC, mutually_exclusive=MUTUALLY_EXCLUSIVE).validate(
+        plan_args(settings, service))
+    if checked.error_messages:
+        raise Refused({"failed": True, "msg": " ".join(checked.error_messages)})
+    return checked.validated_parameters
+
+
+def calibration_of(settings, service, plan, measured):
+    """``(calibration, problem)``: the ``calibration`` a later plan of this host accepts, solved from the speed
+    ``_speed_check`` measured (``measured``) of the placement of ``plan`` (the plan this deploy used, made from
+    ``settings`` and the host read ``service``), or ``(None, why)`` when it cannot be solved (no plan, or a
+    measurement the speed model cannot explain)."""
+    if not isinstance(plan, dict) or plan.get("skipped") or "devices" not in plan:
+        return None, "no plan to calibrate"
+    try:
+        facts, _gpus, host, options = plan_inputs(validated_plan_args(settings, service))
+        return calibration(facts, plan, options, measured, host), ""
+    except (PlanError, Refused) as exc:
+        return None, str(exc)
 
 
 def make_plan(settings, service):
@@ -86,11 +126,7 @@ def make_plan(settings, service):
     missing = missing_gpus(service.get("gpu_info"), settings["gpu_devices"])
     if missing:
         return {"skipped": True, "changed": False}, missing, []
-    checked = ArgumentSpecValidator(ARGUMENT_SPEC, mutually_exclusive=MUTUALLY_EXCLUSIVE).validate(
-        plan_args(settings, service))
-    if checked.error_messages:
-        raise Refused({"failed": True, "msg": " ".join(checked.error_messages)})
-    planned, warnings = run(checked.validated_parameters)
+    planned, warnings = run(validated_plan_args(settings, service))
     planned.setdefault("failed", False)
     planned["changed"] = False
     if planned["failed"] and planned.get("fits", True):

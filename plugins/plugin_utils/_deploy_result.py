@@ -18,6 +18,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text im
 STATUSES = ("changed", "unchanged", "failed", "rolled_back", "checked")
 PLAN_GPU_KEYS = ("index", "name", "model_mib", "kv_mib", "recurrent_mib", "compute_mib", "margin_mib", "total_mib",
                  "free_mib")
+PLAN_SPEED_KEYS = ("decode_tokens_per_second", "prompt_tokens_per_second", "calibrated")
 
 
 def _ran(result):
@@ -26,10 +27,12 @@ def _ran(result):
 
 
 def plan_summary(settings, plan, placement):
-    """The plan part of the result: mode, fits, reason, the blocks whose experts go to host RAM, per GPU."""
+    """The plan part of the result: mode, fits, reason, the blocks whose experts go to host RAM, per GPU, and the
+    predicted speed (whether a calibration of the host gave its figures)."""
     plan = plan if _ran(plan) else {}
     memory = plan.get("memory") or {}
     host = memory.get("host") or {}
+    predicted = plan.get("speed") or {}
     return {
         "mode": settings.get("moe_offload_mode"),
         "fits": plan.get("fits"),
@@ -41,6 +44,7 @@ def plan_summary(settings, plan, placement):
         "gpus": [{k: g.get(k) for k in PLAN_GPU_KEYS} for g in memory.get("gpus") or []],
         "host": {"experts_mib": host.get("model_mib"),
                  "available_mib": host.get("available_mib")},
+        "speed": {k: predicted.get(k) for k in PLAN_SPEED_KEYS} if predicted else None,
     }
 
 

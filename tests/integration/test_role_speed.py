@@ -2,8 +2,10 @@
 deploy, steps in order:
 
 - the first deploy measures the speed through llama-server's /completion: positive figures, the prompt and the
-  generated tokens as the server counted them, no previous speed and so no ratios;
-- the same run again changes nothing and measures nothing: the result republishes the recorded speed;
+  generated tokens as the server counted them, no previous speed and so no ratios, and the host's calibration
+  solved from them, recorded in verification.json; its plan was not calibrated;
+- the same run again changes nothing and measures nothing: the result republishes the recorded speed, and its
+  plan, made with the recorded calibration, says it is calibrated;
 - a changed configuration measured with a one-token prompt and ``llm_server_min_prompt_ratio`` 0.5 fails the
   verification and is rolled back, the message naming the speed, its share and the variable; the result keeps
   the speed recorded for the configuration put back.
@@ -48,6 +50,9 @@ def test_the_first_deploy_measures_the_speed_without_a_previous_one(served):
     for key in ("decode_tokens_per_second", "prompt_tokens_per_second"):
         assert isinstance(speed[key], float) and speed[key] > 0, speed
     assert (speed["previous"], speed["decode_ratio"], speed["prompt_ratio"]) == (None, None, None)
+    assert speed["calibration"]["host_bytes_per_second"] > 0, speed
+    assert speed["calibration"]["measured"]["decode_tokens_per_second"] == speed["decode_tokens_per_second"]
+    assert run["result"]["plan"]["speed"]["calibrated"] is False
     assert served.verification()["speed"] == speed
 
 
@@ -55,6 +60,7 @@ def test_a_run_that_changes_nothing_republishes_the_recorded_speed(served):
     run = deploy_run(served, llm_server_speed_prompt_tokens=FIRST_PROMPT)
     assert run["rc"] == 0 and run["result"]["status"] == "unchanged", run["output"][-5000:]
     assert run["result"]["speed"] == served.first["result"]["speed"]
+    assert run["result"]["plan"]["speed"]["calibrated"] is True
 
 
 def test_a_change_below_the_minimum_prompt_ratio_is_rolled_back_naming_the_speed(served):

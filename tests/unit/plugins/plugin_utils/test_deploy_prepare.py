@@ -8,7 +8,7 @@ import pytest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import (
-    Refused, make_plan, plan_args, prepare, service_args)
+    Refused, calibration_of, make_plan, plan_args, prepare, service_args)
 from tests.helpers.deploy_hosts import holding, proved
 from tests.helpers.deploy_settings import EXPERTS, demo_model, settings
 
@@ -104,3 +104,45 @@ def test_a_deployable_host_gets_its_plan_placement_and_decision(demo):
     again = prepare(settings(demo, llm_server_moe_offload_mode="all"), dict(service(demo), **held))
     assert again["decision"] == {"unchanged": True, "config": proved(digest), "converge": {
         "recreate": False, "verify": False, "wait": False, "reason": ""}}
+
+
+# What _speed_check measured on the host: medians of the server's timings, a prompt of 64 tokens, 4 generated.
+MEASURED = {"decode_tokens_per_second": 50.0, "prompt_tokens_per_second": 400.0, "runs": 3, "prompt_tokens": 64,
+            "predicted_tokens": 4}
+
+
+def verified(found, status="changed", **speed):
+    """``found`` with a last verification of ``status`` that recorded ``speed``."""
+    return dict(found, disk=dict(found["disk"], verification={"status": status, "config_hash": "c" * 64,
+                                                              "speed": dict(MEASURED, **speed)}))
+
+
+def test_a_measured_speed_gives_the_calibration_that_the_next_plan_of_the_host_reads_back(demo):
+    """On a host without GPU a decoded token is one read of B bytes from host memory (one backend: no graph
+    split), so the calibrated bandwidth is B x the measured rate: half the rate, half the bandwidth."""
+    s, found = settings(demo), service(demo)
+    first = prepare(s, found)
+    assert "calibration" not in plan_args(s, found) and first["plan"]["speed"]["calibrated"] is False
+    solved, problem = calibration_of(s, found, first["plan"], MEASURED)
+    assert problem == "" and set(solved) == {"host_bytes_per_second", "measured"}
+    halved, _problem = calibration_of(s, found, first["plan"], dict(MEASURED, decode_tokens_per_second=25.0))
+    assert halved["host_bytes_per_second"] == pytest.approx(solved["host_bytes_per_second"] / 2, abs=1)
+    assert (solved["measured"]["decode_tokens_per_second"], solved["measured"]["prompt_tokens"],
+            solved["measured"]["placement"]) == (50.0, 64, "cpu")
+    again = verified(found, calibration=solved)
+    assert plan_args(s, again)["calibration"] == solved
+    planned = prepare(s, again)["plan"]["speed"]
+    assert planned["calibrated"] is True and "(calibrated)" in planned["from"]
+    # the plan predicts a full slot of 512 tokens, which reads more of the cache than the 66 measured at
+    assert planned["decode_tokens_per_second"] <= MEASURED["decode_tokens_per_second"]
+
+
+def test_no_calibration_is_read_from_a_failed_verification_nor_solved_without_a_plan_or_a_full_measurement(demo):
+    s, found = settings(demo), service(demo)
+    solved, _problem = calibration_of(s, found, prepare(s, found)["plan"], MEASURED)
+    assert "calibration" not in plan_args(s, verified(found, "failed", calibration=solved))
+    assert "calibration" not in plan_args(s, verified(found, calibration=None))
+    assert calibration_of(s, found, {"skipped": True, "changed": False}, MEASURED) == (None, "no plan to calibrate")
+    lacking = {"decode_tokens_per_second": 50.0}
+    solved, problem = calibration_of(s, found, prepare(s, found)["plan"], lacking)
+    assert solved is None and problem.startswith("cannot calibrate on {'decode_tokens_per_second': 50.0}")
