@@ -77,6 +77,11 @@ def timings_of(answer, where):
     return tuple(values)
 
 
+# The keys of one measurement (``summary``): what ``previous`` keeps of the last verified speed, so that a record
+# holds one level of history, never its own chain
+MEASURED_KEYS = ("decode_tokens_per_second", "prompt_tokens_per_second", "runs", "prompt_tokens", "predicted_tokens")
+
+
 def summary(samples):
     """The medians of ``(prompt_n, prompt_per_second, predicted_n, predicted_per_second)`` samples."""
     return {
@@ -105,8 +110,10 @@ def ratio(now, before):
 
 
 def with_previous(speed, previous):
-    """``speed`` with ``previous`` (the last verified configuration's speed, or None) and the two ratios."""
-    previous = previous if isinstance(previous, dict) and previous.get("decode_tokens_per_second") else None
+    """``speed`` with ``previous`` (the measured figures of the last verified configuration's speed, its
+    ``MEASURED_KEYS``, or None) and the two ratios."""
+    previous = dict((k, previous[k]) for k in MEASURED_KEYS if k in previous) \
+        if isinstance(previous, dict) and previous.get("decode_tokens_per_second") else None
     before = previous or {}
     return dict(speed, previous=previous,
                 decode_ratio=ratio(speed.get("decode_tokens_per_second"), before.get("decode_tokens_per_second")),

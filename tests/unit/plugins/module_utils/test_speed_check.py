@@ -79,6 +79,9 @@ def test_the_ratios_against_the_previous_speed_and_none_without_one():
     assert with_previous(speed, previous) == dict(speed, previous=previous, decode_ratio=0.612, prompt_ratio=1.25)
     assert with_previous(speed, None) == dict(speed, previous=None, decode_ratio=None, prompt_ratio=None)
     assert with_previous(speed, {"decode_tokens_per_second": None})["previous"] is None
+    # a previous record's own history and calibration stay in that record: one level, however many deploys
+    chained = with_previous(speed, dict(previous, runs=3, previous=previous, decode_ratio=0.5, calibration={"x": 1}))
+    assert chained["previous"] == dict(previous, runs=3)
 
 
 def test_the_gate_names_the_speed_the_share_and_the_variable():
