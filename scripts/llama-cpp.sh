@@ -10,6 +10,9 @@
 #   LLAMA_CPP_CPU=avx2 (default)  one CPU backend for AVX2 + FMA + F16C + BMI2 (Haswell and later, Zen and later)
 #   LLAMA_CPP_CPU=all             every x86-64 variant (SSE4.2 .. AVX-512, AVX-VNNI, AMX), the best one picked at
 #                                 run time: faster on newer CPUs, roughly twice the build time
+# LLAMA_CPP_CUDA_ARCH=90 (a CUDA compute capability without the dot, as CMAKE_CUDA_ARCHITECTURES takes it) adds the
+# CUDA backend for that architecture only (needs nvcc; benchmarks/gpu_check.sh), into a cache entry of its own,
+# and prints its folder instead of linking it into .venv/bin.
 # The result is kept in the user's cache, $LLAMA_CPP_CACHE or ${XDG_CACHE_HOME:-~/.cache}/ai-llm-moe-offload/llama.cpp/
 # <build>-<cpu>-<hash of the flags and the compiler>/, shared by every checkout of the user: a later run, or a new
 # clone, only (re)links it. No curl or OpenSSL (no model downloads), no web UI assets, no tests or examples.
@@ -30,7 +33,13 @@ flags=(
   -DLLAMA_BUILD_SERVER=ON "-DLLAMA_BUILD_NUMBER=$build_number" "-DLLAMA_BUILD_COMMIT=$commit"
   -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON "-DCMAKE_INSTALL_RPATH=\$ORIGIN"
 )
-case "$cpu" in
+cuda="${LLAMA_CPP_CUDA_ARCH:-}"
+if [ -n "$cuda" ]; then
+  [[ "$cuda" =~ ^[0-9]+$ ]] || { echo "llama-cpp.sh: LLAMA_CPP_CUDA_ARCH must be digits (90 for 9.0), not '$cuda'" >&2; exit 64; }
+  flags+=(-DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$cuda")
+  cpu="$cpu-cuda$cuda"
+fi
+case "${cpu%-cuda*}" in
   avx2) flags+=(-DGGML_CPU_ALL_VARIANTS=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_F16C=ON -DGGML_FMA=ON
                 -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF) ;;
   all) flags+=(-DGGML_CPU_ALL_VARIANTS=ON) ;;
@@ -43,6 +52,7 @@ dest="$cache/b$build_number-$cpu-$key"
 mkdir -p "$cache"
 
 link() {
+  if [ -n "$cuda" ]; then echo "$dest"; return; fi
   for name in llama-server ggml-rpc-server; do ln -sfn "$dest/$name" "$ROOT/.venv/bin/$name"; done
 }
 

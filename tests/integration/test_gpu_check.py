@@ -1,0 +1,66 @@
+"""benchmarks/gpu_check.sh on this machine: the CPU path (no nvidia-smi: the CPU build, every load on the CPU), and
+its GPU path's plan and flags with the nvidia-smi test double of a dual RTX A5500 + A4000 (the CPU build of
+llama-server has no CUDA device, so -ngl 99 and --fit on load on the CPU; the double's memory does not move).
+The real llama-server serves every load; a small model and a short speed check keep it to seconds."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.helpers.llama_server import SERVER
+from tests.helpers.llm_deploy import ROOT
+
+SCRIPT = str(ROOT / "benchmarks" / "gpu_check.sh")
+DOUBLES = str(ROOT / "tests" / "doubles")
+SMALL = ["--model-mib", "60", "--runs", "1", "--prompt-tokens", "32", "--predict-tokens", "8", "--ctx-size", "512"]
+pytestmark = pytest.mark.skipif(SERVER is None, reason="llama-server is not on PATH (source scripts/env.sh)")
+
+
+def gpu_check(*args, env=None):
+    proc = subprocess.run(["bash", SCRIPT] + list(args), capture_output=True, text=True, check=False, timeout=600,
+                          env=dict(os.environ, **(env or {})))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def built():
+    return gpu_check("build")
+
+
+def results(out):
+    with open(os.path.join(out, "results.json")) as handle:
+        return json.load(handle)
+
+
+def test_the_cpu_path_builds_nothing_new_and_measures_three_loads_on_the_cpu(built, tmp_path):
+    assert "gpu_check: no nvidia-smi: the CPU build (the CPU path)" in built
+    printed = gpu_check("measure", "--out", str(tmp_path), *SMALL)
+    got = results(tmp_path)
+    assert sorted(got["loads"]) == ["fit", "none", "plan"]
+    for name, load in got["loads"].items():
+        assert load["args"] == ["-c", "512", "-ngl", "0", "-fit", "off"], name
+        assert load["speed"]["decode_tokens_per_second"] > 0 and load["speed"]["prompt_tokens_per_second"] > 0
+        assert load["speed"]["predicted_tokens"] == 8 and load["nvidia_smi_mib"] is None
+        assert "model loaded" in (tmp_path / ("%s.log" % name)).read_text()
+    assert got["gpus"] == [] and got["planned_mib"] == []
+    assert "planned MiB per GPU:     none (a CPU plan)" in printed
+
+
+def test_the_gpu_path_plans_for_the_cards_nvidia_smi_names_and_loads_each_placement(built, tmp_path):
+    env = {"PATH": DOUBLES + os.pathsep + os.environ["PATH"], "NVIDIA_SMI_FIXTURE": "dual_a5500_a4000"}
+    gpu_check("measure", "--out", str(tmp_path), *SMALL, env=env)
+    got = results(tmp_path)
+    assert [g["name"] for g in got["gpus"]] == ["NVIDIA RTX A5500", "NVIDIA RTX A4000"]
+    plan = got["plan"]
+    assert len(got["planned_mib"]) == len(plan["devices"]) >= 1
+    assert got["loads"]["none"]["args"] == ["-c", "512", "-ngl", "99", "-fit", "off"]
+    assert got["loads"]["fit"]["args"] == ["-c", "512", "-fit", "on"]
+    expected = ["-c", "512", "-ngl", "99", "-fit", "off"] + (["-ts", plan["tensor_split"]] if plan["tensor_split"]
+                                                             else [])
+    assert got["loads"]["plan"]["args"][:len(expected)] == expected
+    # the double prints the same memory before and during each load
+    assert [load["nvidia_smi_mib"] for load in got["loads"].values()] == [[0, 0]] * 3
