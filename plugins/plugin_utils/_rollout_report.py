@@ -14,6 +14,7 @@ A host's status:
 - ``unreachable``: Ansible lost it (in the preflight or in its batch);
 - its ``llm_server_result.status`` from its batch (``changed``, ``unchanged``, ``failed``, ``rolled_back``,
   ``checked``), except ``failed`` when a later task of the play failed on it;
+- ``unchanged`` from the preflight: it already ran this configuration, verified, and joined no batch;
 - ``failed``: its run ended with an Ansible failure (a plan refused in the preflight, an error outside the role),
   or its batch stopped before the role published a result on it;
 - ``not_reached``: the rollout stopped before its batch; nothing was done on it.
@@ -91,6 +92,8 @@ def host_status(run):
         if run.failure is not None and run.failure_phase == "deploy" and status in OK_STATUSES:
             return "failed", one_line("after the role ended %s: %s" % (status, run.failure))
         return status, one_line(result.get("message") or status)
+    if result is not None and result["status"] == "unchanged" and run.failure is None:
+        return "unchanged", one_line(result.get("message") or "unchanged")  # the preflight's: it joined no batch
     if result is not None and result["status"] == "failed":
         return "failed", one_line(result.get("message") or "failed in the %s" % (run.result_phase or "rollout"))
     if run.failure is not None:

@@ -219,13 +219,17 @@ def test_first_rollout_a_canary_then_the_batches(fleet):
 
 
 def test_second_rollout_changes_nothing(fleet):
-    """The same rollout again, as the collection's playbook: changed=0 on every host, nothing restarted."""
+    """The same rollout again, as the collection's playbook: changed=0 on every host, nothing restarted; every host
+    is reported unchanged from the preflight's read and joins no batch (the deploy play matches no host)."""
     proc, report = rollout(fleet, "again", playbook="ai_llm.moe_offload.deploy")
     assert {host: counts["changed"] for host, counts in recap(proc).items()} == {h: 0 for h in fleet.hosts}
     assert "RUNNING HANDLER" not in proc.stdout
-    assert statuses(report) == [("h1", 1, "unchanged"), ("h2", 2, "unchanged"), ("h3", 3, "unchanged"),
-                                ("h4", 3, "unchanged")]
-    assert report["summary"] == {"unchanged": 4} and report["outcome"] == "completed"
+    assert statuses(report) == [("h1", None, "unchanged"), ("h2", None, "unchanged"), ("h3", None, "unchanged"),
+                                ("h4", None, "unchanged")]
+    assert report["summary"] == {"unchanged": 4} and report["outcome"] == "completed" and report["batches"] == []
+    assert all(row["result_from"] == "preflight" for row in report["hosts"])
+    # each host read once, in the preflight: the read's task ran in one play
+    assert proc.stdout.count("llm_server : Check the variables into settings, read the host, plan and decide]") == 1
     assert state(fleet) == fleet.after_first
 
 

@@ -89,6 +89,12 @@ LONG = "unreachable in the deploy: " + "z" * (597 - len("unreachable in the depl
     (HostRun("h", batch=1, result_phase="deploy"), ("failed", BATCH_STOPPED)),
     (HostRun("h"), ("not_reached", NOT_REACHED)),
     (HostRun("h", result={"status": "changed"}, result_phase="preflight"), ("not_reached", NOT_REACHED)),
+    # unchanged in the preflight: it runs this configuration, verified, and joins no batch; unless Ansible failed it
+    (HostRun("h", result={"status": "unchanged", "message": "nothing\nchanged"}, result_phase="preflight"),
+     ("unchanged", "nothing changed")),
+    (HostRun("h", result={"status": "unchanged"}, result_phase="preflight"), ("unchanged", "unchanged")),
+    (HostRun("h", result={"status": "unchanged"}, result_phase="preflight", failure="boom", failure_phase="preflight"),
+     ("failed", "preflight: boom")),
     # a deploy result gives its status and its message on one line, or the status alone
     *[row for status in ("changed", "unchanged", "checked", "rolled_back", "failed") for row in (
         (deploy(status, "line 1\nline 2"), (status, "line 1 line 2")), (deploy(status, ""), (status, status)),
