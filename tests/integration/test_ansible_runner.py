@@ -1,5 +1,5 @@
-"""playbooks/deploy.yml as AWX runs a job: ``ansible-runner run PRIVATE_DATA_DIR -p playbooks/deploy.yml`` (ansible-runner
-in .cache/venvs/ee, requirements/ee.txt; ansible-playbook from .venv) on two fake hosts of the test fleet
+"""playbooks/deploy.yml as AWX runs a job: ``ansible-runner run PRIVATE_DATA_DIR -p playbooks/deploy.yml``
+(ansible-runner in .cache/venvs/ee, requirements/ee.txt; ansible-playbook from .venv) on two fake hosts of the test fleet
 (tests/helpers/fleet.py), in check mode. The private data dir holds what an AWX job template gives a job:
 ``project`` (this checkout, as AWX checks a project out), ``inventory/hosts.yml`` (the fleet's), ``env/envvars``
 (the collections path, the report callback), ``env/extravars`` (the report folder, the canary's serial) and

@@ -117,7 +117,8 @@ def test_create_writes_the_build_context_of_the_example_ee(tarball, collections,
     assert build_args["PYCMD"] == "/usr/bin/python3.12"
     for line in ("COPY _build /build", "WORKDIR /build",
                  'RUN ANSIBLE_GALAXY_DISABLE_GPG_VERIFY=1 ansible-galaxy collection install '
-                 '$ANSIBLE_GALAXY_CLI_COLLECTION_OPTS -r requirements.yml --collections-path "/usr/share/ansible/collections"',
+                 '$ANSIBLE_GALAXY_CLI_COLLECTION_OPTS -r requirements.yml '
+                 '--collections-path "/usr/share/ansible/collections"',
                  "RUN $PYCMD /output/scripts/introspect.py introspect --write-bindep=/tmp/src/bindep.txt "
                  "--write-pip=/tmp/src/requirements.txt",
                  "RUN /output/scripts/install-from-bindep && rm -rf /output/wheels"):
@@ -126,8 +127,8 @@ def test_create_writes_the_build_context_of_the_example_ee(tarball, collections,
     written = tmp_path / "src"
     written.mkdir()
     proc = subprocess.run([str(EE_BIN / "python"), str(context / "_build" / "scripts" / "introspect.py"), "introspect",
-                           "--write-bindep=%s" % (written / "bindep.txt"), "--write-pip=%s" % (written / "requirements.txt"),
-                           str(collections)], capture_output=True, text=True, timeout=120, check=False)
+                           "--write-bindep=%s" % (written / "bindep.txt"),
+                           "--write-pip=%s" % (written / "requirements.txt"), str(collections)], capture_output=True, text=True, timeout=120, check=False)
     assert introspect_output(proc)["system"] == [line + SOURCE for line in SYSTEM]
     assert (written / "bindep.txt").read_text().splitlines() == [line + SOURCE for line in SYSTEM]
     assert not (written / "requirements.txt").exists()
