@@ -42,6 +42,8 @@ fi
 
 # galaxy-importer (Galaxy's checks of a collection tarball) needs a venv of its own: it pins older packages
 bash scripts/venv.sh .cache/venvs/galaxy-importer "$PY" -r requirements/galaxy-importer.txt
+# ansible-builder and ansible-runner (the execution environment and the AWX job engine) in a venv of their own
+bash scripts/venv.sh .cache/venvs/ee "$PY" -r requirements/ee.txt
 
 bash scripts/llama-cpp.sh
 bash scripts/docker.sh install

@@ -2,7 +2,8 @@
 
 Makes ``ansible_collections.ai_llm.moe_offload`` importable from this checkout (the
 ``.collections`` link made by ``scripts/setup.sh``) and offers a fixture that runs a module in a
-process of its own and returns its result.
+process of its own and returns its result, and ``tarball``: the collection as ``ansible-galaxy collection build``
+makes it, once per test module.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ if str(COLLECTIONS) not in sys.path:
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # for tools.gguf_models
 
-from tests.helpers.llm_deploy import DOCKER_OWNER_ENV, docker_script  # noqa: E402  (needs the paths above)
+from tests.helpers.collection_run import build_tarball  # noqa: E402  (needs the paths above)
+from tests.helpers.llm_deploy import DOCKER_OWNER_ENV, docker_script  # noqa: E402
 
 
 def pytest_configure(config):
@@ -103,3 +105,9 @@ def _run_module_process(name, args, check, env):
 def ansible_module():
     """The ``run_ansible_module`` function, as a fixture."""
     return run_ansible_module
+
+
+@pytest.fixture(scope="module")
+def tarball(tmp_path_factory):
+    """The collection's tarball (``ansible-galaxy collection build`` of this checkout), built in a temporary folder."""
+    return build_tarball(Path(sys.executable).parent, tmp_path_factory.mktemp("build"))

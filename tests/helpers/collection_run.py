@@ -1,6 +1,9 @@
 """Running the collection with a given ansible-core and collections path, for the tarball test and the compat stage
 (scripts/compat.py).
 
+``build_tarball()`` is ``ansible-galaxy collection build`` of this checkout, ``install_tarball()`` its install into a
+collections path of its own (``ansible-galaxy collection install --offline``).
+
 ``ansible_env()`` is the environment: that ansible-core first on PATH, one collections path and config file, nothing
 of the caller's ANSIBLE_* or LLM_* variables.
 
@@ -17,6 +20,10 @@ import os
 import subprocess
 import uuid
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# Where a collection installed into a collections path lives, below that path.
+INSTALLED = Path("ansible_collections") / "ai_llm" / "moe_offload"
 
 # tools/gguf_models.py write_demo_model: nemotron_h_moe whose MoE blocks 1 and 4 hold routed up/down experts
 DEMO_PATTERN = r"\.ffn_.*_exps\.weight"
@@ -37,6 +44,30 @@ def ansible_env(bin_dir, config, collections, **extra):
     })
     env.update(extra)
     return env
+
+
+def build_tarball(bin_dir, out):
+    """Build the collection (this checkout, galaxy.yml's build_ignore) into the folder ``out``; its tarball's path."""
+    proc = subprocess.run([str(Path(bin_dir) / "ansible-galaxy"), "collection", "build", "--output-path", str(out),
+                           str(ROOT)], capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (path,) = Path(out).glob("ai_llm-moe_offload-*.tar.gz")
+    return path
+
+
+def install_tarball(bin_dir, tarball, home):
+    """Install ``tarball`` (offline) into ``home``/collections, an empty collections path, with an empty
+    ``home``/ansible.cfg: (the environment of ``ansible_env()`` for them, the installed collection's folder)."""
+    home = Path(home)
+    (home / "ansible.cfg").write_text("[defaults]\n")
+    env = ansible_env(bin_dir, home / "ansible.cfg", home / "collections")
+    proc = subprocess.run([str(Path(bin_dir) / "ansible-galaxy"), "collection", "install", "--offline", "-p",
+                           str(home / "collections"), str(tarball)],
+                          capture_output=True, text=True, env=env, cwd=home, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    installed = home / "collections" / INSTALLED
+    assert (installed / "MANIFEST.json").is_file()
+    return env, installed
 
 
 def check_deploy(ansible_playbook, root, model, env, cwd):

@@ -32,9 +32,13 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import yaml
+
+from tests.helpers.llm_deploy import cpu_image
+from tools.gguf_models import write_demo_model
 
 ROOT = Path(__file__).resolve().parents[2]    # the checkout: its path names the fleet
 DEPLOY_DIR = "srv/ai-llm"               # under the fleet's base directory; the same path on every host
@@ -576,3 +580,42 @@ def leftovers(names=NAMES):
         if names.prefix in line:
             found.append("mount " + line.split()[4])
     return found
+
+
+def demo_fleet(request, base, names=("h1", "h2", "h3", "h4"), checkout=ROOT):
+    """A started fleet of the local CPU image whose ``models`` folder holds the demo model (``demo.gguf``), with
+    ``group_vars`` (the demo's settings at the tests' sizes) written as the inventory ``base``/hosts.yml; torn down,
+    and checked to leave nothing behind, by ``request``'s finalizer. ``checkout`` names the fleet (``FleetNames``):
+    test modules that may run at the same time give different ones."""
+    image = cpu_image()
+    fl = Fleet(base, names=names, image=image, checkout=checkout)
+    found = leftovers(fl.names)
+    if found:
+        warnings.warn("a previous fleet run left %s; cleaning up" % found)
+    clean_leftovers(fl.names)
+
+    def teardown():
+        fl.down()
+        assert leftovers(fl.names) == [], "the fleet's teardown left something behind"
+    request.addfinalizer(teardown)
+    fl.up()
+    fl.models = fl.base / "models"
+    fl.models.mkdir()
+    write_demo_model(str(fl.models / "demo.gguf"))
+    fl.group_vars = {
+        "llm_server_project_dir": str(fl.deploy_dir),
+        "llm_server_model_path": str(fl.models / "demo.gguf"),
+        "llm_server_image": image,
+        "llm_server_network_mode": "host",
+        "llm_server_port": 8080,
+        "llm_server_ctx_size": 2048,
+        "llm_server_moe_offload_mode": "all",
+        "llm_server_log_verbosity": 5,
+        "llm_server_health_timeout": 60,
+        # the speed check at the tests' sizes (tests/helpers/llm_deploy.py): four hosts share two cores
+        "llm_server_speed_prompt_tokens": 8,
+        "llm_server_speed_predict_tokens": 4,
+        "llm_server_speed_runs": 1,
+    }
+    fl.inventory(fl.base / "hosts.yml", group_vars=fl.group_vars)
+    return fl

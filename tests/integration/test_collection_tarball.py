@@ -16,18 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.collection_run import ansible_env, check_deploy, check_deploy_problems
+from tests.helpers.collection_run import INSTALLED, check_deploy, check_deploy_problems, install_tarball
 from tools.gguf_models import write_demo_model
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 IMPORTER = ROOT / ".cache" / "venvs" / "galaxy-importer" / "bin"
-INSTALLED = Path("ansible_collections") / "ai_llm" / "moe_offload"
 
 # What users run, and nothing else (galaxy.yml build_ignore).
 TOP_LEVEL = {"FILES.json", "MANIFEST.json", "LICENSE", "README.md", "changelogs", "docs", "images", "inventory",
              "meta", "playbooks", "plugins", "roles"}
-USER_DOCS = {"docs/deploy.md", "docs/fleet.md", "docs/memory-model.md"}
+USER_DOCS = {"docs/deploy.md", "docs/execution-environment.yml", "docs/fleet.md", "docs/memory-model.md"}
 IMAGE_FILES = {"images/ai-llm/Dockerfile.cuda", "images/ai-llm/start-llama-server"}
 SHIPPED_WHOLE = ("plugins", "roles", "playbooks", "meta", "inventory/examples")
 
@@ -39,26 +38,10 @@ def tracked(*folders):
 
 
 @pytest.fixture(scope="module")
-def tarball(tmp_path_factory):
-    out = tmp_path_factory.mktemp("build")
-    proc = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(out), str(ROOT)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (path,) = out.glob("ai_llm-moe_offload-*.tar.gz")
-    return path
-
-
-@pytest.fixture(scope="module")
 def installed(tarball, tmp_path_factory):
     """(environment, working directory) of an empty collections path holding only the installed tarball."""
     home = tmp_path_factory.mktemp("user")
-    (home / "ansible.cfg").write_text("[defaults]\n")
-    env = ansible_env(BIN, home / "ansible.cfg", home / "collections")
-    proc = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", "--offline", "-p",
-                           str(home / "collections"), str(tarball)],
-                          capture_output=True, text=True, env=env, cwd=home, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (home / "collections" / INSTALLED / "MANIFEST.json").is_file()
+    env, _ = install_tarball(BIN, tarball, home)
     proc = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "list", "ai_llm.moe_offload"],
                           capture_output=True, text=True, env=env, cwd=home, timeout=120, check=False)
     # the only copy ansible sees is the installed one

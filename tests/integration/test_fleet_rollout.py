@@ -18,15 +18,13 @@ import shutil
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tools.gguf_models import write_demo_model
-from tests.helpers.llm_deploy import cpu_image, write_cut_model, write_wrong_shape
-from tests.helpers.fleet import PREFIX, Fleet, FleetNames, HealthPoller, clean_leftovers, fleet_id, leftovers
+from tests.helpers.llm_deploy import write_cut_model, write_wrong_shape
+from tests.helpers.fleet import PREFIX, Fleet, FleetNames, HealthPoller, demo_fleet, fleet_id, leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -43,42 +41,11 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory, request):
     """Four hosts h1..h4 (netns + ssh + private podman storage), the models, the base inventory."""
-    found = leftovers()
-    if found:
-        warnings.warn("a previous fleet run left %s; cleaning up" % found)
-    clean_leftovers()
-    image = cpu_image()
-    fl = Fleet(tmp_path_factory.mktemp(PREFIX), names=("h1", "h2", "h3", "h4"), image=image)
-
-    def teardown():
-        fl.down()
-        assert leftovers() == [], "the fleet's teardown left something behind"
-    request.addfinalizer(teardown)
-    fl.up()
-    models = fl.base / "models"
-    models.mkdir()
-    write_demo_model(str(models / "demo.gguf"))
+    fl = demo_fleet(request, tmp_path_factory.mktemp(PREFIX))
     # cut.gguf: the role refuses it in the preflight; wrong-shape.gguf: the header reads fine, llama-server
     # refuses to load it (the role recreates, sees it exit, rolls back)
-    write_cut_model(models / "demo.gguf", models / "cut.gguf")
-    write_wrong_shape(models / "demo.gguf", models / "wrong-shape.gguf")
-    fl.models = models
-    fl.group_vars = {
-        "llm_server_project_dir": str(fl.deploy_dir),
-        "llm_server_model_path": str(models / "demo.gguf"),
-        "llm_server_image": image,
-        "llm_server_network_mode": "host",
-        "llm_server_port": 8080,
-        "llm_server_ctx_size": 2048,
-        "llm_server_moe_offload_mode": "all",
-        "llm_server_log_verbosity": 5,
-        "llm_server_health_timeout": 60,
-        # the speed check at the tests' sizes (tests/helpers/llm_deploy.py): four hosts share two cores
-        "llm_server_speed_prompt_tokens": 8,
-        "llm_server_speed_predict_tokens": 4,
-        "llm_server_speed_runs": 1,
-    }
-    fl.inventory(fl.base / "hosts.yml", group_vars=fl.group_vars)
+    write_cut_model(fl.models / "demo.gguf", fl.models / "cut.gguf")
+    write_wrong_shape(fl.models / "demo.gguf", fl.models / "wrong-shape.gguf")
     return fl
 
 
