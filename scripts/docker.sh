@@ -52,7 +52,8 @@ ai_llm_docker() {
       printf '{"bridge": "none", "iptables": false, "data-root": "%s", "exec-root": "%s", "pidfile": "%s", "hosts": ["%s"]}\n' \
         "$run/data" "$run/exec" "$run/dockerd.pid" "$DOCKER_HOST" > "$run/daemon.json"
       SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-      $SUDO nohup dockerd --config-file "$run/daemon.json" > "$run/dockerd.log" 2>&1 &
+      # (without the lock's descriptor: dockerd would hold the lock as long as it runs)
+      $SUDO nohup dockerd --config-file "$run/daemon.json" {lock}>&- > "$run/dockerd.log" 2>&1 &
       local i
       for i in $(seq 60); do
         if ai_llm_docker status; then
