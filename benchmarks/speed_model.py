@@ -326,10 +326,11 @@ def verdict(rows, report):
         for which, among in (("every row", rows), ("rows not calibrated on", applied)):
             worst = max(among, key=lambda r: abs(error(r["cal"][key], r["got"][key])))
             misses = [r for r in among if abs(error(r["cal"][key], r["got"][key])) > TARGET_ERROR]
-            lines.append("%s after calibration |error| <= %.0f%%, %s: %s (worst %+.1f%%, %s %s)" % (
+            noisy = [r for r in misses if abs(error(r["cal"][key], r["got"][key])) <= 100 * r["spread"][short]]
+            lines.append("%s after calibration |error| <= %.0f%%, %s: %s (worst %+.1f%%, %s %s)%s" % (
                 short, TARGET_ERROR, which, "met" if not misses else "MISSED in %d of %d rows" % (
                     len(misses), len(among)), error(worst["cal"][key], worst["got"][key]), worst["model"],
-                worst["label"]))
+                worst["label"], "; %d of the misses within their row's spread of runs" % len(noisy) if misses else ""))
     for f in report["fit"]:
         for key, short in (("decode_tokens_per_second", "decode"), ("prompt_tokens_per_second", "prompt")):
             ratio = f["ours"]["got"][key] / f["fit"][key]
