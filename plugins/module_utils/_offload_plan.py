@@ -333,31 +333,49 @@ def answer_terms(facts, answer, options, context_tokens=None, prompt_tokens=None
     return speed_terms(facts, options, cpu, shares, len(names), device_tensors, context_tokens, prompt_tokens), names
 
 
-def calibration(facts, answer, options, measured, host=None):
-    """The ``calibration`` input of a later plan, from the speed ``_speed_check`` measured (``measured``:
-    ``decode_tokens_per_second``, ``prompt_tokens``, ``predicted_tokens``) of the placement of ``answer`` (this
-    planner's result for ``facts`` and ``options``; ``host``: ``host_info``'s result).
+def _measured_terms(facts, answer, options, measured):
+    """``(terms, GPU names)`` of ``answer``'s placement at ``measured``'s context (the prompt and half the generated
+    tokens, the mean a decoded token attends to) and prompt."""
+    prompt, predicted = int(measured["prompt_tokens"]), int(measured["predicted_tokens"])
+    return answer_terms(facts, answer, options, prompt + predicted // 2, prompt)
 
-    The placement's terms are taken at the measured context (the prompt and half the generated tokens, the mean
-    a decoded token attends to) and ``_speed_model.calibrate`` solves the host's effective bandwidth, the split cost
-    held (at ``options.calibration``'s when it has one). ``PlanError`` when the measurement cannot be used."""
+
+def calibration(facts, answer, options, measured, host=None, more=()):
+    """The ``calibration`` input of a later plan, from the speed ``_speed_check`` measured (``measured``:
+    ``decode_tokens_per_second``, ``prompt_tokens_per_second``, ``prompt_tokens``, ``predicted_tokens``) of the
+    placement of ``answer`` (this planner's result for ``facts`` and ``options``; ``host``: ``host_info``'s result)
+    and of the ``more`` placements (``(answer, options, measured)`` each, on the same host and model).
+
+    Each placement's terms are taken at its measured context and prompt and ``_speed_model.calibrate`` solves the
+    host's effective bandwidth (one measurement: the split cost and the overhead held, at ``options.calibration``'s
+    when it has them; two placements that differ in splits: the split cost too), then the host's compute rate from
+    the prompt figures. ``PlanError`` when the measurements cannot be used."""
     host_memory = normalize_host(host)
+    probe = host_memory.bandwidth_bytes_per_second if host_memory else None
     try:
-        prompt, predicted = int(measured["prompt_tokens"]), int(measured["predicted_tokens"])
-        terms, names = answer_terms(facts, answer, options, prompt + predicted // 2, prompt)
-        rates = bandwidths(names, options, host_memory.bandwidth_bytes_per_second if host_memory else None)
-        solved = calibrate([(terms, measured["decode_tokens_per_second"])], rates)
+        rows = []
+        for one_answer, one_options, one_measured in [(answer, options, measured)] + list(more):
+            terms, names = _measured_terms(facts, one_answer, one_options, one_measured)
+            rows.append((terms, one_measured["decode_tokens_per_second"],
+                         one_measured.get("prompt_tokens_per_second"), bandwidths(names, one_options, probe)))
+        rates = rows[0][3]
+        solved = calibrate(rows, rates)
     except (KeyError, TypeError, ValueError) as exc:  # (SpeedModelError is a ValueError)
         raise PlanError("cannot calibrate on %r: %s" % (measured, exc)) from None
-    if solved["split_seconds"] is None and rates.sources["split"] == "calibrated":
-        solved["split_seconds"] = rates.split_seconds
+    held = {"split_seconds": (rates.sources["split"], rates.split_seconds),
+            "token_seconds": (rates.sources["token"], rates.token_seconds),
+            "host_flops_per_second": (rates.sources["host_flops"], rates.host_flops)}
+    for key, (source, value) in held.items():
+        if solved[key] is None and source == "calibrated":
+            solved[key] = value
     solved = dict((k, v) for k, v in solved.items() if v is not None)
+    prompt, predicted = int(measured["prompt_tokens"]), int(measured["predicted_tokens"])
     solved["measured"] = {"decode_tokens_per_second": measured["decode_tokens_per_second"],
                           "prompt_tokens_per_second": measured.get("prompt_tokens_per_second"),
                           "prompt_tokens": prompt, "predicted_tokens": predicted, "placement": answer["placement"],
                           "gpu_devices": list(answer["gpu_devices"]),
                           "cpu_expert_layers": list(answer["cpu_expert_layers"]), "ctx_size": options.ctx_size,
-                          "parallel": options.parallel}
+                          "parallel": options.parallel, "placements": 1 + len(more)}
     return solved
 
 

@@ -32,7 +32,8 @@ class Options:
     ``gpu_devices``, ``split``), whether experts may go to another GPU (``experts_per_gpu``), llama.cpp's
     ``device_names`` of the GPUs in plan order and the ``goal`` among the placements that fit (``GOALS``). The speed
     model's rates (``_speed_model``): ``gpu_bytes_per_second`` (``{GPU name: bytes/s}``), ``host_bytes_per_second``,
-    ``pcie_bytes_per_second`` and a ``calibration`` (``{host_bytes_per_second, split_seconds, measured}``)."""
+    ``gpu_flops_per_second`` (``{GPU name: FLOP/s}``), ``host_flops_per_second``, ``pcie_bytes_per_second`` and a
+    ``calibration`` (``{host_bytes_per_second, split_seconds, token_seconds, host_flops_per_second, measured}``)."""
 
     ctx_size: int
     parallel: int = 1
@@ -59,6 +60,8 @@ class Options:
     goal: str = "fit"
     gpu_bytes_per_second: dict | None = None
     host_bytes_per_second: float | None = None
+    gpu_flops_per_second: dict | None = None
+    host_flops_per_second: float | None = None
     pcie_bytes_per_second: float | None = None
     calibration: dict | None = None
 

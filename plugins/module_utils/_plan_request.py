@@ -41,6 +41,8 @@ ARGUMENT_SPEC = dict(
     goal=dict(type="str", default="fit", choices=list(GOALS)),
     gpu_bytes_per_second=dict(type="dict"),
     host_bytes_per_second=dict(type="float"),
+    gpu_flops_per_second=dict(type="dict"),
+    host_flops_per_second=dict(type="float"),
     pcie_bytes_per_second=dict(type="float"),
     calibration=dict(type="dict"),
 )

@@ -35,12 +35,17 @@ description:
     RV(candidates)). Decode is bound by memory bandwidth. Each device reads its dense weights whole and
     C(n_expert_used / n_expert) of each routed-expert tensor, plus the KV cache of a full slot and the recurrent
     state. Experts in host memory are read by the CPU at the host's bandwidth. Each graph split adds a fixed cost.
-    A prompt micro-batch of 32 tokens or more copies the host's experts over PCIe (llama.cpp's op offload). The
-    prompt's compute is not counted, so the prompt figure is an upper bound.
+    A fixed overhead per graph evaluation (graph build, sampling) is added to each token. A prompt micro-batch of
+    32 tokens or more copies the host's experts over PCIe (llama.cpp's op offload). A prompt micro-batch also
+    computes its matrix products, 2 FLOP per weight element per token (the routed experts for
+    C(n_expert_used / n_expert)), on the device that holds or receives the weights, at that device's compute rate.
   - The rates are the GPUs' datasheet peak bandwidth (or O(gpu_bytes_per_second)), the host's (O(host_bytes_per_second),
     O(calibration), the probe of M(ai_llm.moe_offload.host_info), or an assumed 40 GB/s), PCIe
-    (O(pcie_bytes_per_second)) and the split cost (O(calibration) or an assumed 100 microseconds). Uncalibrated
-    figures compare placements; calibrated on the host they predict its speed.
+    (O(pcie_bytes_per_second)), the split cost (O(calibration) or an assumed 100 microseconds) and the overhead
+    (O(calibration) or an assumed 0, which folds it into the host's bandwidth). The compute rates are the GPUs'
+    datasheet peak FP16 dense tensor throughput (or O(gpu_flops_per_second)) and the host's
+    (O(host_flops_per_second), O(calibration) or an assumed 100 GFLOP/s). Uncalibrated figures compare placements;
+    calibrated on the host they predict its speed.
   - O(goal=speed) keeps, among the placements that fit the context and the slots, the one with the highest
     predicted decode speed. It weighs the same placements as O(goal=fit); placements with fewer layers on the GPU
     (C(-ngl) below all) are not among them.
@@ -183,15 +188,29 @@ options:
         M(ai_llm.moe_offload.host_info) with O(ai_llm.moe_offload.host_info#module:bandwidth_probe)), then an
         assumed 40 GB/s.
     type: float
+  gpu_flops_per_second:
+    description:
+      - The compute rate of GPUs in floating-point operations per second, by the name C(nvidia-smi) prints. It
+        replaces the collection's table of datasheet peak FP16 dense tensor figures for those names.
+      - A GPU neither here nor in the table counts 50 TFLOP/s.
+    type: dict
+  host_flops_per_second:
+    description:
+      - The host's effective compute rate in floating-point operations per second, for the matrix products the
+        CPU computes in a prompt micro-batch.
+      - Without it, the planner uses O(calibration), then an assumed 100 GFLOP/s.
+    type: float
   pcie_bytes_per_second:
     description: The host-to-GPU copy bandwidth in bytes per second. The default 25 GB/s is PCIe 4.0 x16.
     type: float
   calibration:
     description:
       - Figures fitted to a measured speed on this host. C(host_bytes_per_second) is the host's effective
-        bandwidth, C(split_seconds) the cost of one graph split, and C(measured) (free form) what they were
-        measured on. Either figure may be left out.
-      - The predicted figures are then marked C(calibrated).
+        bandwidth, C(split_seconds) the cost of one graph split, C(token_seconds) the fixed overhead of one graph
+        evaluation, C(host_flops_per_second) the host's compute rate (from the measured prompt speed), and
+        C(measured) (free form) what they were measured on. Any figure may be left out, but not all.
+      - The predicted figures are then marked C(calibrated), the prompt figure C(prompt_calibrated) when
+        C(host_flops_per_second) is given.
     type: dict
 extends_documentation_fragment:
   - ai_llm.moe_offload.info_module
@@ -405,24 +424,27 @@ speed:
   description:
     - The predicted speed of the chosen placement. C(decode_tokens_per_second) is for one slot whose cache is full
       (C(terms.context_tokens) tokens). C(prompt_tokens_per_second) is for micro-batches of C(terms.ubatch_tokens)
-      tokens and does not count compute, so it is an upper bound.
+      tokens, memory and compute.
     - C(from) names the terms and where each rate comes from. C(calibrated) is V(true) when O(calibration) gave the
-      host's bandwidth or the split cost in use.
+      host's bandwidth, the split cost or the overhead in use. C(prompt_calibrated) is V(true) when it gave the
+      host's compute rate.
     - C(terms) holds the bytes read per decoded token and per prompt micro-batch on each GPU (in RV(devices) order)
-      and on the host, the bytes copied over PCIe and the graph splits.
+      and on the host, the bytes copied over PCIe, the graph splits and the FLOP of a prompt micro-batch on each GPU
+      and on the host.
   returned: success
   type: dict
   sample:
     decode_tokens_per_second: 117.3
     prompt_tokens_per_second: 3682.0
     from: "decode reads per token GPU 0 1.91 GB at 768 GB/s (datasheet peak of NVIDIA RTX A5500), host 0.04 GB
-      at 40 GB/s (assumed), 8 graph splits at 100 us (assumed), at a context of 16384 tokens; prompt: micro-batches
-      of 512 tokens, 0.36 GB copied over PCIe each at 25 GB/s (default (PCIe 4.0 x16)), compute not counted (an upper
-      bound)"
+      at 40 GB/s (assumed), 8 graph splits at 100 us (assumed), 0 us overhead a graph evaluation (assumed), at a
+      context of 16384 tokens; prompt: micro-batches of 512 tokens, 0.36 GB copied over PCIe each at 25 GB/s
+      (default (PCIe 4.0 x16)), computing GPU 0 3.07e+03 GFLOP at 136.4 TFLOP/s (datasheet peak of NVIDIA RTX A5500)"
     calibrated: false
+    prompt_calibrated: false
     terms: {decode_gpu_bytes: [1910000000], decode_host_bytes: 40000000, decode_splits: 8, ubatch_tokens: 512,
             prompt_gpu_bytes: [19200000000], prompt_host_bytes: 0, prompt_pcie_bytes: 360000000, prompt_splits: 10,
-            context_tokens: 16384}
+            context_tokens: 16384, prompt_gpu_flops: [3070000000000], prompt_host_flops: 0}
 goal:
   description: The O(goal) the placement was chosen by.
   returned: success

@@ -18,7 +18,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text im
 STATUSES = ("changed", "unchanged", "failed", "rolled_back", "checked")
 PLAN_GPU_KEYS = ("index", "name", "model_mib", "kv_mib", "recurrent_mib", "compute_mib", "margin_mib", "total_mib",
                  "free_mib")
-PLAN_SPEED_KEYS = ("decode_tokens_per_second", "prompt_tokens_per_second", "calibrated")
+PLAN_SPEED_KEYS = ("decode_tokens_per_second", "prompt_tokens_per_second", "calibrated", "prompt_calibrated")
 
 
 def _ran(result):

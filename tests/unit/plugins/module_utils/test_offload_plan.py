@@ -446,3 +446,23 @@ def test_a_calibration_from_a_measured_speed_gives_back_the_host_bandwidth_it_wa
     with pytest.raises(PlanError, match="cannot calibrate"):
         op.calibration(moe, answer, options, {"decode_tokens_per_second": 1e9, "prompt_tokens": 64,
                                               "predicted_tokens": 32})
+
+
+def test_a_calibration_from_two_placements_that_differ_in_splits_gives_back_the_split_cost_too(moe):
+    """Speeds made from 25 GB/s and 300 us a split: every block's experts in host memory (10 splits) and none
+    (4 splits), each at its own terms; ``calibration`` with the second as ``more`` solves both figures."""
+    gpus = [gpu(100, name="NVIDIA H200")]
+    every, none = Options(4096, mode="all", **SIZING), Options(4096, mode="none", **SIZING)
+    measured = []
+    for options in (every, none):
+        answer = plan(moe, gpus, None, options)
+        terms, _names = op.answer_terms(moe, answer, options, 64 + 16, 64)
+        rate = 1 / (terms.decode_gpu_bytes[0] / 4800e9 + terms.decode_host_bytes / 25e9 + terms.decode_splits * 300e-6)
+        measured.append((answer, options, {"decode_tokens_per_second": rate, "prompt_tokens": 64,
+                                           "predicted_tokens": 32}))
+        assert terms.decode_splits == (10 if options is every else 4)
+    solved = op.calibration(moe, *measured[0], more=measured[1:])
+    assert solved["host_bytes_per_second"] == pytest.approx(25e9, rel=1e-6)
+    assert solved["split_seconds"] == pytest.approx(300e-6, rel=1e-6) and solved["measured"]["placements"] == 2
+    with pytest.raises(PlanError, match="degenerate"):
+        op.calibration(moe, *measured[0], more=measured[:1])

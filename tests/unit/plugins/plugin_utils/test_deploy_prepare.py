@@ -124,7 +124,8 @@ def test_a_measured_speed_gives_the_calibration_that_the_next_plan_of_the_host_r
     first = prepare(s, found)
     assert "calibration" not in plan_args(s, found) and first["plan"]["speed"]["calibrated"] is False
     solved, problem = calibration_of(s, found, first["plan"], MEASURED)
-    assert problem == "" and set(solved) == {"host_bytes_per_second", "measured"}
+    # the measured prompt speed gives the host's compute rate too, the bandwidth solved from decode first
+    assert problem == "" and set(solved) == {"host_bytes_per_second", "host_flops_per_second", "measured"}
     halved, _problem = calibration_of(s, found, first["plan"], dict(MEASURED, decode_tokens_per_second=25.0))
     assert halved["host_bytes_per_second"] == pytest.approx(solved["host_bytes_per_second"] / 2, abs=1)
     assert (solved["measured"]["decode_tokens_per_second"], solved["measured"]["prompt_tokens"],
@@ -132,7 +133,7 @@ def test_a_measured_speed_gives_the_calibration_that_the_next_plan_of_the_host_r
     again = verified(found, calibration=solved)
     assert plan_args(s, again)["calibration"] == solved
     planned = prepare(s, again)["plan"]["speed"]
-    assert planned["calibrated"] is True and "(calibrated)" in planned["from"]
+    assert planned["calibrated"] is True and planned["prompt_calibrated"] is True and "(calibrated)" in planned["from"]
     # the plan predicts a full slot of 512 tokens, which reads more of the cache than the 66 measured at
     assert planned["decode_tokens_per_second"] <= MEASURED["decode_tokens_per_second"]
 
