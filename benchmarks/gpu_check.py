@@ -89,7 +89,7 @@ def used_mib(gpu):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--out", default=str(ROOT / "gpu-check"))
     parser.add_argument("--model-mib", type=float, default=None, help="default: 3072 with a GPU, 200 without")
     parser.add_argument("--ctx-size", type=int, default=4096)

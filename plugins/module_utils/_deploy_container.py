@@ -65,7 +65,7 @@ def docker_gpu_access(info):
     reservations, which the NVIDIA container toolkit's runtime serves). ``info`` is what ``DOCKER_CDI_FORMAT``
     printed: ``25.0.3 ["/etc/cdi","/var/run/cdi"]``; empty when the template failed (docker before 25 has no
     ``CDISpecDirs``)."""
-    version, _, dirs = info.strip().partition(" ")
+    version, _sep, dirs = info.strip().partition(" ")
     major = major_version(version)
     try:
         dirs = json.loads(dirs)

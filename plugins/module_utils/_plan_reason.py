@@ -97,7 +97,7 @@ def _placement_text(facts, answer, candidate, baseline, host, options):
 
 def _figures(speed):
     return "%.1f tokens/s decode, %.0f tokens/s prompt" % (speed["decode_tokens_per_second"] or 0,
-                                                          speed["prompt_tokens_per_second"] or 0)
+                                                           speed["prompt_tokens_per_second"] or 0)
 
 
 def _candidate_text(candidate):

@@ -83,7 +83,7 @@ def test_the_job_is_successful(job):
 
 
 def test_the_job_events_carry_each_hosts_llm_server_result(job):
-    private, _ = job
+    private = job[0]
     published = {e["event_data"]["host"]: e["event_data"]["res"]["ansible_facts"]["llm_server_result"]
                  for e in events(private) if e["event"] == "runner_on_ok" and e["event_data"]["task"] == PUBLISH_TASK}
     assert sorted(published) == ["r1", "r2"]
@@ -95,7 +95,7 @@ def test_the_job_events_carry_each_hosts_llm_server_result(job):
 
 
 def test_the_report_says_what_check_mode_found_and_nothing_runs(job, fleet):
-    private, _ = job
+    private = job[0]
     report = json.loads((private / "report" / "rollout.json").read_text())
     assert report["check_mode"] is True and report["outcome"] == "completed"
     assert report["summary"] == {"checked": 2} and report["serial"] == [1, "100%"]

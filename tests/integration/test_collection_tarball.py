@@ -41,7 +41,7 @@ def tracked(*folders):
 def installed(tarball, tmp_path_factory):
     """(environment, working directory) of an empty collections path holding only the installed tarball."""
     home = tmp_path_factory.mktemp("user")
-    env, _ = install_tarball(BIN, tarball, home)
+    env = install_tarball(BIN, tarball, home)[0]
     proc = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "list", "ai_llm.moe_offload"],
                           capture_output=True, text=True, env=env, cwd=home, timeout=120, check=False)
     # the only copy ansible sees is the installed one
