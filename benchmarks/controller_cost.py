@@ -23,7 +23,6 @@ import os
 import resource
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -31,9 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / ".collections")]
 
+from benchmarks.rollout import demo_fleet  # noqa: E402  pylint: disable=wrong-import-position
 from tests.helpers.llm_deploy import cpu_image  # noqa: E402  pylint: disable=wrong-import-position
-from tests.helpers.fleet import PREFIX, Fleet, clean_leftovers  # noqa: E402  pylint: disable=wrong-import-position
-from tools.gguf_models import write_demo_model  # noqa: E402  pylint: disable=wrong-import-position
+from tests.helpers.fleet import clean_leftovers  # noqa: E402  pylint: disable=wrong-import-position
 
 BIN = Path(sys.executable).parent
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -103,19 +102,9 @@ def run(fleet, name, forks, *args):
 
 
 def fleet_of(size, image):
-    names = ["h%d" % i for i in range(1, size + 1)]
-    fleet = Fleet(Path(tempfile.mkdtemp(prefix=PREFIX + "-cost-")), names=names, image=image)
-    fleet.up()
-    models = fleet.base / "models"
-    models.mkdir()
-    write_demo_model(str(models / "demo.gguf"))
-    fleet.inventory(fleet.base / "hosts.yml", group_vars={
-        "llm_server_project_dir": str(fleet.deploy_dir), "llm_server_model_path": str(models / "demo.gguf"),
-        "llm_server_image": image, "llm_server_network_mode": "host", "llm_server_port": 8080,
-        "llm_server_ctx_size": 2048, "llm_server_moe_offload_mode": "all", "llm_server_health_timeout": 300,
-        "llm_server_log_verbosity": 5, "llm_server_speed_runs": 1, "llm_server_speed_prompt_tokens": 8,
-        "llm_server_speed_predict_tokens": 4})
-    return fleet
+    """The benchmark's fleet, the speed check at the tests' sizes (64 hosts share the two CPUs)."""
+    return demo_fleet(size, image, "cost", llm_server_health_timeout=300, llm_server_speed_runs=1,
+                      llm_server_speed_prompt_tokens=8, llm_server_speed_predict_tokens=4)
 
 
 def row(kind, size, forks, got):

@@ -51,20 +51,27 @@ def run(fleet, name, forks, serial):
     return wall, report, tasks, proc.returncode
 
 
-def measure(size, forks, serial, image):
+def demo_fleet(size, image, label, **role_vars):
+    """A fleet of ``size`` fake hosts up, the demo model written, its inventory (``hosts.yml``) with ``role_vars``
+    over the benchmarks' group variables; the caller takes it down."""
     names = ["h%d" % i for i in range(1, size + 1)]
-    fleet = Fleet(Path(tempfile.mkdtemp(prefix=PREFIX + "-bench-")), names=names, image=image)
+    fleet = Fleet(Path(tempfile.mkdtemp(prefix="%s-%s-" % (PREFIX, label))), names=names, image=image)
+    fleet.up()
+    models = fleet.base / "models"
+    models.mkdir()
+    write_demo_model(str(models / "demo.gguf"))
+    fleet.inventory(fleet.base / "hosts.yml", group_vars=dict({
+        "llm_server_project_dir": str(fleet.deploy_dir), "llm_server_model_path": str(models / "demo.gguf"),
+        "llm_server_image": image, "llm_server_network_mode": "host", "llm_server_port": 8080,
+        "llm_server_ctx_size": 2048, "llm_server_moe_offload_mode": "all", "llm_server_health_timeout": 120,
+        # the per-tensor override lines, which the role needs to prove the placement on a CPU host
+        "llm_server_log_verbosity": 5}, **role_vars))
+    return fleet
+
+
+def measure(size, forks, serial, image):
+    fleet = demo_fleet(size, image, "bench")
     try:
-        fleet.up()
-        models = fleet.base / "models"
-        models.mkdir()
-        write_demo_model(str(models / "demo.gguf"))
-        fleet.inventory(fleet.base / "hosts.yml", group_vars={
-            "llm_server_project_dir": str(fleet.deploy_dir), "llm_server_model_path": str(models / "demo.gguf"),
-            "llm_server_image": image, "llm_server_network_mode": "host", "llm_server_port": 8080,
-            "llm_server_ctx_size": 2048, "llm_server_moe_offload_mode": "all", "llm_server_health_timeout": 120,
-            # the per-tensor override lines, which the role needs to prove the placement on a CPU host
-            "llm_server_log_verbosity": 5})
         out = {}
         for name in ("first", "again"):
             wall, report, tasks, code = run(fleet, "%d-%s" % (size, name), forks, serial)
