@@ -29,8 +29,8 @@ run_stage() {
       # requirements/compat.txt: each ansible-core release in its own venv under .cache/compat
       python scripts/compat.py 2>&1 | tee "$results/compat.log" || rc=1 ;;
     pytest)
-      # three workers (pytest-xdist), each test file on one worker in order (a module's fixtures, such as the test
-      # fleet, are made once): the integration tests mostly wait on servers, containers and ssh. The longest files
+      # four workers (pytest-xdist) on two cores, each test file on one worker in order (a module's fixtures, such as
+      # the test fleet, are made once): the integration tests mostly wait on servers, containers and ssh. The longest files
       # start first, in the order given (--no-loadscope-reorder: xdist's own order is by number of tests, which
       # would start the fleet, 13 tests and the longest file, near the end and make it the stage's tail); the
       # many short files then fill the workers around them. --durations names the slowest tests. A test (with its
@@ -44,7 +44,7 @@ run_stage() {
       for f in tests/integration/test_*.py; do
         [[ " ${longest[*]} " == *" $f "* ]] || files+=("$f")
       done
-      timeout -s INT 3600 python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --no-loadscope-reorder --durations=20 --timeout=900 \
+      timeout -s INT 3600 python -m pytest -q -p no:cacheprovider -n 4 --dist loadfile --no-loadscope-reorder --durations=20 --timeout=900 \
         --junitxml="$results/pytest.xml" "${files[@]}" tests/unit \
         || rc=1 ;;
     mutation-fast)
