@@ -14,8 +14,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._speed_check import gate_problem, with_previous
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import VERIFIED_STATUSES
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import calibration_of
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import calibration_of, verified_speed
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof import (
     log_args,
     parity_answer,
@@ -39,13 +38,6 @@ def speed_args(settings):
         return None
     return {"prompt_tokens": settings["speed_prompt_tokens"], "predict_tokens": settings["speed_predict_tokens"],
             "runs": settings["speed_runs"]}
-
-
-def previous_speed(verification):
-    """The speed that ``verification.json`` recorded for the last verified configuration, or None."""
-    verification = verification if isinstance(verification, dict) else {}
-    speed = verification.get("speed")
-    return speed if verification.get("status") in VERIFIED_STATUSES and isinstance(speed, dict) else None
 
 
 def wait_args(settings, engine, api_key):
@@ -165,8 +157,7 @@ class ActionModule(ActionBase):
                 result.update(failed=True, msg=measured.get("cause") or measured.get("msg"))
                 return result
             service = (task_vars.get("_llm_server_prepared") or {}).get("service") or {}
-            result["speed"] = with_previous(measured["speed"],
-                                            previous_speed((service.get("disk") or {}).get("verification")))
+            result["speed"] = with_previous(measured["speed"], verified_speed(service))
             # The host's figures solved from this measurement: the next plan of the host predicts with them.
             result["speed"]["calibration"], unsolved = calibration_of(settings, service, plan, measured["speed"])
             if unsolved:

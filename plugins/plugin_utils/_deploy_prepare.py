@@ -58,13 +58,19 @@ def service_args(settings, api_key, entry="main"):
     return args
 
 
+def verified_speed(service):
+    """The speed that ``verification.json`` (in the host read ``service``) recorded for the last verified
+    configuration, or None: none recorded, or the last run was not verified."""
+    verification = (service.get("disk") or {}).get("verification")
+    verification = verification if isinstance(verification, dict) else {}
+    speed = verification.get("speed")
+    return speed if verification.get("status") in VERIFIED_STATUSES and isinstance(speed, dict) else None
+
+
 def stored_calibration(service):
     """The calibration the last verification of the host recorded (``speed.calibration`` of
     ``verification.json``), or None: none recorded, or the last run was not verified."""
-    verification = (service.get("disk") or {}).get("verification")
-    verification = verification if isinstance(verification, dict) else {}
-    speed = verification.get("speed") if verification.get("status") in VERIFIED_STATUSES else None
-    found = speed.get("calibration") if isinstance(speed, dict) else None
+    found = (verified_speed(service) or {}).get("calibration")
     return found if isinstance(found, dict) else None
 
 
