@@ -110,7 +110,7 @@ gpu_access:
   description:
     - How the engine gives the container its GPUs, what the role's C(llm_server_gpu_access=auto) becomes - V(cdi) (CDI device
       names) with podman, and with docker 25 or newer with CDI enabled; V(reservations) with any other docker.
-  returned: when O(gpus) is set
+  returned: when O(gpus) is set and the host has GPUs
   type: str
   sample: cdi
 container:
@@ -225,8 +225,9 @@ def main():
     # The reads of the host that a deploy needs besides the service, in the order the role reads them.
     try:
         if p["gpus"]:
-            result["gpu_access"] = engine_gpu_access(run, engine)
             result["gpu_info"] = read(module.get_bin_path, run, pid=pid, pids=pids)
+            if result["gpu_info"]["gpus"]:  # (a host without GPUs renders no GPU access: docker info not asked)
+                result["gpu_access"] = engine_gpu_access(run, engine)
             for warning in result["gpu_info"].pop("warnings"):
                 module.warn(warning)
         if p["host_memory"]:
