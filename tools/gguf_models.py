@@ -348,11 +348,11 @@ def _simple_types(expert_type, other_type="f32"):
 def write_tiny_nemotron_h_moe(path, *, n_embd: int = 64, n_ff_exp: int = 32, n_expert: int = 8,
                               n_expert_used: int = 2, dtype: str = "f32", other_dtype: str = "f32",
                               endian: str = "little", context_length: int = 4096, n_vocab: int = 512,
-                              seed: int = 0) -> str:
+                              seed: int = 0, shards: int = 1):
     """A tiny ``nemotron_h_moe`` (blocks ``MEM*E``) with random weights that llama-server loads.
 
     ``dtype``: ggml type of the routed expert tensors (``f32``, ``f16``, ``q8_0``, ``q4_0``...);
-    ``other_dtype``: type of the other matrices (norms, biases, router stay F32).
+    ``other_dtype``: type of the other matrices (norms, biases, router stay F32); ``shards`` as ``_write_gguf``.
     """
     add_kv, tensors = _nemotron_h(
         "MEM*E", n_embd=n_embd, n_vocab=n_vocab, n_head=4, n_head_kv=2, head_dim=n_embd // 4, n_ff=n_ff_exp,
@@ -365,13 +365,14 @@ def write_tiny_nemotron_h_moe(path, *, n_embd: int = 64, n_ff_exp: int = 32, n_e
         w.add_name("tiny nemotron_h_moe")
         add_kv(w)
         _add_spm_tokenizer(w, n_vocab)
-    return _write_gguf(path, "nemotron_h_moe", kv, tensors, endian=endian, seed=seed)
+    return _write_gguf(path, "nemotron_h_moe", kv, tensors, endian=endian, seed=seed, shards=shards)
 
 
-def write_demo_model(path, *, endian: str = "little", dtype: str = "f32") -> str:
-    """The demo model: ``nemotron_h_moe`` ``MEM*E`` whose 4 expert tensors are 1 MiB each in f32."""
+def write_demo_model(path, *, endian: str = "little", dtype: str = "f32", seed: int = 0, shards: int = 1):
+    """The demo model: ``nemotron_h_moe`` ``MEM*E`` whose 4 expert tensors are 1 MiB each in f32 (``seed``: other
+    random weights, so another file; ``shards`` as ``_write_gguf``)."""
     return write_tiny_nemotron_h_moe(path, n_embd=256, n_ff_exp=128, n_expert=8, n_expert_used=2,
-                                     dtype=dtype, endian=endian)
+                                     dtype=dtype, endian=endian, seed=seed, shards=shards)
 
 
 # --------------------------------------------------------------------------- Nemotron-3-Nano-30B-A3B header

@@ -2,23 +2,37 @@
 # Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The first step of the llm_server role, on the controller: checks the role's variables into its settings
-(``_deploy_settings.role_settings``), reads the host once (the module ``llm_server_service_info``: the service,
-the project directory, the GPUs, the host memory and the model's header), plans, places and tells whether the run
-has anything to do (``_deploy_prepare.prepare``). Nothing on the host changes."""
+(``_deploy_settings.role_settings``), fetches the model when ``llm_server_model_url`` is set and the host lacks it
+(the module ``llm_server_model``, in pieces with a line of progress between them), reads the host once (the module
+``llm_server_service_info``: the service, the project directory, the GPUs, the host memory and the model's header),
+plans, places and tells whether the run has anything to do (``_deploy_prepare.prepare``). Apart from the model's
+files, nothing on the host changes."""
 
 from __future__ import annotations
 
+import time
+
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import first_snapshot
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import (
     Refused,
+    fetch_args,
+    fetch_line,
+    fetch_summary,
     prepare,
     service_args,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_settings import role_settings
 
 ANSIBLE_KEYS = ("changed", "failed", "invocation", "warnings", "deprecations", "_ansible_no_log")
+# A download goes in pieces of this many seconds, with a line of progress after each.
+PIECE_SECONDS = 10.0
+# Pieces in a row that fetch no byte before the fetch fails.
+STALLED_PIECES = 3
+
+display = Display()
 
 
 def _plain(result):
@@ -29,6 +43,31 @@ def _plain(result):
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = True
+
+    def _fetch(self, settings, task_vars):
+        """The model fetched (or in check mode, what would be fetched): the pieces of ``llm_server_model`` until
+        every file is there, one line of progress after each. Returns ``fetch_summary``'s result (failed when a
+        piece failed or STALLED_PIECES pieces in a row fetched nothing) and whether a piece changed the host."""
+        host = task_vars.get("inventory_hostname", "?")
+        headers = self._templar.template(task_vars.get("llm_server_model_headers") or {})
+        args = fetch_args(settings, headers, PIECE_SECONDS)
+        started, pieces, stalled = time.time(), [], 0
+        while True:
+            piece = self._execute_module("ai_llm.moe_offload.llm_server_model", module_args=args, task_vars=task_vars)
+            piece.pop("invocation", None)
+            pieces.append(piece)
+            if piece.get("failed") or piece.get("done") or self._play_context.check_mode:
+                break
+            stalled = 0 if piece.get("bytes_fetched") else stalled + 1
+            if stalled >= STALLED_PIECES:
+                cut = next((f["cut"] for f in piece.get("files") or [] if f.get("cut")), "no byte arrived")
+                piece.update(failed=True, msg="llm_server: the model cannot be fetched: %d tries in a row fetched "
+                             "nothing (%s)" % (stalled, cut))
+                break
+            display.display(fetch_line(host, piece, time.time() - started))
+        return fetch_summary(pieces, time.time() - started,
+                             (task_vars.get("_llm_server_prepared") or {}).get("model_fetch")), \
+            any(p.get("changed") for p in pieces)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -44,6 +83,21 @@ class ActionModule(ActionBase):
         result.update(changed=False, settings=settings)
         if not self._task.args.get("read", True):
             return result
+        if settings["model_url"] and self._task.args.get("settings"):
+            # the read under the lock: the model was fetched (or found) by this run's first step
+            result["model_fetch"] = (task_vars.get("_llm_server_prepared") or {}).get("model_fetch")
+        elif settings["model_url"] and entry != "rollback":
+            fetched, result["changed"] = self._fetch(settings, task_vars)
+            result["model_fetch"] = fetched
+            if fetched.get("failed"):
+                result.update(failed=True, msg=fetched["msg"], warnings=warnings)
+                return result
+            if fetched.get("would_fetch"):
+                # check mode: the plan needs the model's header, which is not on the host yet
+                result["decision"] = {"unchanged": False, "fetch_first": True, "reason": fetched["msg"]}
+                if warnings:
+                    result["warnings"] = warnings
+                return result
         api_key = str(self._templar.template(task_vars.get("llm_server_api_key", ""))) \
             if settings.get("api_key_set") else ""
         service = self._execute_module("ai_llm.moe_offload.llm_server_service_info",

@@ -26,6 +26,12 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_encodin
     offload_pattern_problem,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import MAX_BLOCKS, OFFLOAD_MODES
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_fetch import (
+    RECORD_NAME,
+    FetchError,
+    sources,
+    url_problem,
+)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import GOALS
 
 MODES = OFFLOAD_MODES
@@ -258,6 +264,9 @@ class Settings:
     model_dir: str
     model_mount: str
     container_model_path: str
+    model_url: list
+    model_sha256: list
+    model_keep: int
     ctx_size: int
     parallel: int
     n_gpu_layers: str
@@ -348,6 +357,7 @@ _VALUES = (
     ("parallel", "integer", {"low": 1, "high": LLAMA_MAX_SEQ}),
     ("n_gpu_layers", "gpu_layers", {}),
     ("gpu_devices", "int_list", {"low": 0, "high": 1023}),
+    ("model_keep", "integer", {"low": 1, "high": 1000}),
     ("moe_offload_mode", "choice", {"choices": MODES}),
     ("moe_offload_goal", "choice", {"choices": GOALS}),
     ("cpu_expert_layers", "int_list", {"low": 0, "high": MAX_BLOCKS - 1}),
@@ -456,6 +466,55 @@ def _model(c, s, entry):
     s["container_model_path"] = inside
 
 
+def _model_source(c, s):
+    """Where the model comes from (empty: it is on the host already): one URL, or one per shard; its sha256 (one
+    per file, or a SHA256SUMS URL). The pairing of URLs and host files is ``_model_fetch.sources``' rule."""
+    name = PREFIX + "model_url"
+    raw = c.raw(name)
+    c.values = dict(c.values, **{name: [raw] if isinstance(raw, str) and raw else raw or []})
+    urls = c.string_list(name)
+    for url in urls or []:
+        problem = url_problem(url)
+        if problem:
+            urls = c.fail(name, problem)
+            break
+    if urls and s["model_path"]:
+        try:
+            sources(urls, s["model_path"])
+        except FetchError as exc:
+            variable, _sep, message = str(exc).partition(": ")
+            urls = c.fail(variable if variable.startswith(PREFIX) else name, message)
+    s["model_url"] = urls or []
+    name = PREFIX + "model_sha256"
+    raw = c.raw(name)
+    c.values = dict(c.values, **{name: [raw] if isinstance(raw, str) and raw else raw or []})
+    sums = [v.strip() for v in c.string_list(name) or []]
+    bad = [v for v in sums if not (re.fullmatch(r"[0-9a-fA-F]{64}", v) or (len(sums) == 1 and not url_problem(v)))]
+    if bad:
+        sums = c.fail(name, "%s is neither a sha256 (64 hex digits) nor, alone, the URL of a SHA256SUMS file"
+                      % json.dumps(shorten(bad[0], 80)))
+    elif sums and not s["model_url"] and not c.problems:
+        sums = c.fail(name, "it checks a model fetched from llm_server_model_url, which is empty")
+    s["model_sha256"] = [v.lower() if len(v) == 64 else v for v in sums or []]
+
+
+def _model_headers(c, headers):
+    """The HTTP headers of the model's host (checked, never kept): names and values that HTTP carries as given."""
+    name = PREFIX + "model_headers"
+    if headers is None:
+        return
+    if not isinstance(headers, dict):
+        c.fail(name, "it is not a dict of header names and values")
+        return
+    for key, value in headers.items():
+        if not isinstance(key, str) or not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", key):
+            c.fail(name, "%s is not an HTTP header name" % json.dumps(shorten(str(key), 40)))
+            return
+        if not isinstance(value, (str, int)) or isinstance(value, bool) or control_chars(str(value)):
+            c.fail(name, "the value of %s is not one line of text (not shown: it may be a token)" % key)
+            return
+
+
 def _offload(c, s):
     """The user's pattern (the rules of any deployed pattern) and mode ``layers``, which needs layers or a pattern."""
     name = PREFIX + "moe_offload_pattern"
@@ -484,13 +543,14 @@ def _rollback_and_lock(c, s):
                "llm_server_health_timeout plus 300 s: %d s)" % (s["lock_lease"], held))
 
 
-def check_settings(values, api_key=None, entry="main", unknown=()):
+def check_settings(values, api_key=None, entry="main", unknown=(), model_headers=None):
     """``Settings`` from the role's variables (``llm_server_*`` names), or ``SettingsError`` with every problem.
 
     The one check of the role's variables, for every action that reads them. ``values`` holds every variable
     (``VARIABLES``) after the argument spec and the role's defaults applied: types, choices and defaults come
     from there; this adds formats, ranges and the rules between variables. ``api_key`` is the key itself
-    (checked, never kept or quoted); ``None`` means "not given". The ``rollback`` entry point does not need the
+    (checked, never kept or quoted); ``None`` means "not given"; so are ``model_headers``, the HTTP headers of
+    ``llm_server_model_headers``. The ``rollback`` entry point does not need the
     model: its variables are only checked when it is set. ``unknown`` holds ``(name, message)`` of the names that
     mean nothing to the role: problems when ``llm_server_strict_variables`` is true.
     """
@@ -500,6 +560,8 @@ def check_settings(values, api_key=None, entry="main", unknown=()):
     _api_key(c, s, api_key)
     _bind_address(c, s)
     _model(c, s, entry)
+    _model_source(c, s)
+    _model_headers(c, model_headers)
     _offload(c, s)
     _rollback_and_lock(c, s)
     if s["strict_variables"]:
@@ -514,7 +576,7 @@ def check_settings(values, api_key=None, entry="main", unknown=()):
 # Every variable check_settings reads (the API key apart: it is passed on its own).
 VARIABLES = tuple(PREFIX + key for key, _check, _args in _VALUES) + tuple(
     PREFIX + key for key in ("compose_project", "compose_command", "bind_address", "model_path", "model_dir",
-                             "model_mount", "moe_offload_pattern", "rollback_dir"))
+                             "model_mount", "model_url", "model_sha256", "moe_offload_pattern", "rollback_dir"))
 
 
 def project_paths(project_dir, compose_file, rollback_dir):
@@ -526,6 +588,7 @@ def project_paths(project_dir, compose_file, rollback_dir):
         "secrets": posixpath.join(project_dir, "secrets"),
         "api_key": posixpath.join(project_dir, "secrets", "api-key"),
         "lock": posixpath.join(project_dir, ".llm_server.lock"),
+        "models": posixpath.join(project_dir, RECORD_NAME),
         "rollback": rollback_dir,
     }
 

@@ -26,7 +26,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values im
     GGUFError,
 )
 
-__all__ = ["GGUFError", "GGUFModel", "read_gguf", "find_split_files", "read_model"]
+__all__ = ["GGUFError", "GGUFModel", "read_gguf", "find_split_files", "read_model", "split_name", "shard_name"]
 
 _SPLIT_RE = re.compile(r"^(?P<base>.+)-(?P<no>[0-9]{5,})-of-(?P<count>[0-9]{5,})\.gguf$")
 
@@ -57,6 +57,22 @@ class GGUFModel:
                 f"{len(self.tensors)} tensors, {self.file_bytes} bytes)")
 
 
+def split_name(name):
+    """``(base, number, count, width, count_text)`` of a file name that gguf-split's naming gives a shard
+    (``<base>-NNNNN-of-MMMMM.gguf``, 1-based), else ``None``."""
+    match = _SPLIT_RE.match(name)
+    if not match:
+        return None
+    return (match.group("base"), int(match.group("no")), int(match.group("count")), len(match.group("no")),
+            match.group("count"))
+
+
+def shard_name(name, number):
+    """The name of shard ``number`` (1-based) of the split model whose shard ``name`` is (``split_name``)."""
+    base, _no, _count, width, count_text = split_name(name)
+    return f"{base}-{number:0{width}d}-of-{count_text}.gguf"
+
+
 def find_split_files(path):
     """All shards of the split model that ``path`` belongs to, in order (``[path]`` when not split).
 
@@ -64,17 +80,15 @@ def find_split_files(path):
     """
     path = os.fspath(path)
     folder, name = os.path.split(path)
-    match = _SPLIT_RE.match(name)
-    if not match:
+    named = split_name(name)
+    if not named:
         return [path]
-    number = int(match.group("no"))
-    count = int(match.group("count"))
+    number, count = named[1], named[2]
     if not 1 <= number <= count:
         raise GGUFError(path, 0, f"the file name says shard {number} of {count}")
-    base, width, total = match.group("base"), len(match.group("no")), match.group("count")
     files = []
     for i in range(1, count + 1):
-        shard = os.path.join(folder, f"{base}-{i:0{width}d}-of-{total}.gguf")
+        shard = os.path.join(folder, shard_name(name, i))
         if not os.path.isfile(shard):
             raise GGUFError(path, 0, f"shard {i} of {count} is missing: {shard}")
         files.append(shard)

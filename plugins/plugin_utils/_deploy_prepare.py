@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import mib, mib_text
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import calibration
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_request import (
@@ -56,6 +57,43 @@ def service_args(settings, api_key, entry="main"):
         args.update(lock_path=settings["paths"]["lock"], gpus=True, host_memory=True,
                     model_path=settings["model_path"], model_dir=settings["model_dir"])
     return args
+
+
+def fetch_args(settings, headers, piece_seconds):
+    """The options of ``llm_server_model`` (state present) for ``settings``; ``headers`` are the role's
+    ``llm_server_model_headers`` (a token: never in the settings)."""
+    return {"url": settings["model_url"], "path": settings["model_path"], "sha256": settings["model_sha256"],
+            "headers": headers or {}, "record": settings["paths"]["models"], "piece_seconds": piece_seconds}
+
+
+def fetch_line(host, piece, seconds):
+    """The line of progress after one piece of a download: bytes there of the total, the rate of this run."""
+    have, total = piece.get("bytes_have") or 0, piece.get("bytes_total") or 0
+    cut = next((f["cut"] for f in piece.get("files") or [] if f.get("cut")), "")
+    return "%s: fetching the model, %s of %s MiB (%d %%), %d s%s" % (
+        host, mib_text(mib(have)), mib_text(mib(total)), 100 * have // total if total else 0, seconds,
+        "; %s, resuming" % cut if cut else "")
+
+
+def fetch_summary(pieces, seconds, earlier=None):
+    """What the role keeps of a fetch (``model_fetch`` of the prepare step and of ``llm_server_result``): the
+    bytes fetched this run over all pieces, the seconds, the files and, in check mode, the bytes a run would
+    fetch; ``failed`` and ``msg`` of a piece that failed. ``earlier`` is the summary of this run's earlier prepare
+    step on the host (the rollout's preflight fetches, its batch finds the model there): its bytes and seconds
+    count too."""
+    last = pieces[-1] if pieces else {}
+    earlier = earlier if isinstance(earlier, dict) else {}
+    fetched = sum(p.get("bytes_fetched") or 0 for p in pieces) + (earlier.get("bytes") or 0)
+    seconds += earlier.get("seconds") or 0
+    summary = {"bytes": fetched, "seconds": round(seconds, 3), "bytes_total": last.get("bytes_total"),
+               "files": [f.get("path") for f in last.get("files") or []],
+               "fetched": bool(last.get("fetched") or earlier.get("fetched")), "would_fetch": last.get("would_fetch") or 0}
+    if last.get("failed"):
+        summary.update(failed=True, msg=last.get("msg"))
+    elif summary["would_fetch"]:
+        summary["msg"] = "check mode: the model would be fetched first (%s MiB), and the plan made from its header" \
+            % mib_text(mib(summary["would_fetch"]))
+    return summary
 
 
 def verified_speed(service):

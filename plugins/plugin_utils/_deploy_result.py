@@ -113,6 +113,8 @@ def _status_and_message(parts):
         return status, ("llm_server: the deploy on %s failed: %s.%s" % (host, parts["failure"].rstrip("."),
                                                                         " " + text if text else ""))
     if parts.get("check_mode"):
+        if (parts.get("model_fetch") or {}).get("would_fetch"):
+            return "checked", "%s (nothing was changed)" % parts["model_fetch"]["msg"]
         if converge.get("recreate"):
             return "checked", "check mode: %s (nothing was changed)" % converge.get("reason")
         if any(parts.get("changes") or []):
@@ -138,6 +140,15 @@ def restored_speed(service, rollback):
     last = (service.get("disk") or {}).get("verification") or {}
     same = last.get("config_hash") and last.get("config_hash") == rollback.get("config_hash")
     return last.get("speed") if same else None
+
+
+def model_fetch_part(fetched):
+    """``llm_server_result.model_fetch``: the bytes and seconds this run fetched the model in, its files and their
+    bytes; None without ``llm_server_model_url``."""
+    if not isinstance(fetched, dict):
+        return None
+    return {"bytes": fetched.get("bytes") or 0, "seconds": fetched.get("seconds"), "files": fetched.get("files") or [],
+            "bytes_total": fetched.get("bytes_total"), "would_fetch": fetched.get("would_fetch") or 0}
 
 
 def build(parts, now=None):
@@ -190,6 +201,7 @@ def build(parts, now=None):
         "auth": {"enforced": auth["enforced"], "checked": auth["checked"]},
         "parity": parity_text(settings, parts.get("parity"), parts.get("parity_note")) if log or not last
         else last.get("parity", "off"),
+        "model_fetch": model_fetch_part(parts.get("model_fetch")),
         "speed": restored_speed(service, rollback) if rollback.get("performed") else
         (parts.get("speed") if log else last.get("speed")),
         "timings": {
@@ -309,6 +321,7 @@ def parts_from(facts, check_mode=False, status=""):
         "vram": verify.get("vram") or [],
         "parity": verify.get("parity") or {},
         "speed": verify.get("speed"),
+        "model_fetch": prepared.get("model_fetch"),
         "parity_note": verify.get("parity_note") or "",
         "snapshot": facts.get("_llm_server_snapshot") or {},
         "rollback": rollback_part(facts),

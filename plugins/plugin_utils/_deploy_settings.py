@@ -24,7 +24,9 @@ PLAYBOOK_VARIABLES = (
     "llm_server_hosts", "llm_server_result", "llm_rollout_batch", "llm_rollout_max_fail_percentage",
     "llm_rollout_report_dir", "llm_rollout_serial", "llm_rollout_skip_refused_hosts",
 )
-KNOWN_VARIABLES = tuple(sorted(set(VARIABLES) | {PREFIX + "api_key"} | set(PLAYBOOK_VARIABLES)))
+# The secrets: read by the actions that need them, never kept in the settings.
+SECRET_VARIABLES = (PREFIX + "api_key", PREFIX + "model_headers")
+KNOWN_VARIABLES = tuple(sorted(set(VARIABLES) | set(SECRET_VARIABLES) | set(PLAYBOOK_VARIABLES)))
 PREFIXES = (PREFIX, "llm_rollout_")
 
 
@@ -52,7 +54,8 @@ def role_settings(template, task_vars, entry="main"):
     unknown = unknown_variables(task_vars)
     warnings = ["%s: %s" % problem for problem in unknown]
     try:
-        settings = check_settings(values, api_key=None if key is None else str(key), entry=entry, unknown=unknown)
+        settings = check_settings(values, api_key=None if key is None else str(key), entry=entry, unknown=unknown,
+                                  model_headers=template(task_vars.get(PREFIX + "model_headers") or {}))
     except SettingsError as exc:
         return None, {"failed": True, "problems": exc.lines(),
                       "msg": exc.refusal(task_vars.get("inventory_hostname", "?"))}, warnings

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import mib_text, shorten
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import mib, mib_text, shorten
 
 
 def failure_cause(failed_result, failed_task=None):
@@ -48,7 +48,8 @@ def parity_text(settings, parity, note=None):
 def result_line(result):
     """What a run did on one host, in one line, from its ``llm_server_result``: the status, then the message of a
     failure or a rollback, else the pattern and its source, the tensors in host memory, the VRAM that frees (the
-    plan's routed-expert MiB on a GPU host), the speed when it was measured; and the seconds the run took."""
+    plan's routed-expert MiB on a GPU host), the model's bytes when this run fetched it, the speed when it was
+    measured; and the seconds the run took."""
     head = "%s: %s" % (result.get("host") or "?", result.get("status") or "?")
     took = (result.get("timings") or {}).get("total")
     tail = [] if took is None else ["%.1f s" % took]
@@ -65,6 +66,10 @@ def result_line(result):
         parts.append("%s of VRAM freed" % mib_text(experts or 0, unit=" MiB"))
     elif plan:
         parts.append("no GPU")
+    fetched = result.get("model_fetch") or {}
+    if fetched.get("bytes"):
+        parts.append("model fetched: %s in %.1f s" % (mib_text(mib(fetched["bytes"]), unit=" MiB"),
+                                                      fetched.get("seconds") or 0))
     speed = result.get("speed") or {}
     if speed.get("decode_tokens_per_second") is not None:
         parts.append("decode %.1f, prompt %.1f tokens/s" % (

@@ -26,7 +26,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import mib_text, shorten
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import mib, mib_text, shorten
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_memory import (
     KIND_LABELS, ReportError, memory_views)
 
@@ -143,6 +143,27 @@ def fleet_decode(rows):
     return round(sum(figures), 1) if figures else None
 
 
+def host_fetch(result):
+    """``{"bytes", "seconds"}`` of the model this run fetched onto the host (``llm_server_result.model_fetch``),
+    or None when it fetched nothing."""
+    fetched = (result or {}).get("model_fetch")
+    if not isinstance(fetched, dict) or not fetched.get("bytes"):
+        return None
+    return {"bytes": fetched["bytes"], "seconds": fetched.get("seconds")}
+
+
+def fetch_text(fetched):
+    """A fetch as the table writes it: ``1,234.5 MiB in 12.3 s``, ``-`` for none."""
+    if not fetched:
+        return "-"
+    return "%s in %.1f s" % (mib_text(mib(fetched["bytes"]), unit=" MiB"), fetched.get("seconds") or 0)
+
+
+def has_fetch(report):
+    """Whether a host of ``report`` fetched its model in this run: the table and rollout.md show the column then."""
+    return any(row.get("fetch") for row in report["hosts"])
+
+
 def host_row(run):
     """The report row of one host: ``host``, ``batch``, ``status``, ``message``, the pattern, what Ansible said,
     and the role's result verbatim (``result``; ``result_from`` says which play published it)."""
@@ -157,6 +178,7 @@ def host_row(run):
         "pattern_source": result.get("pattern_source"),
         "config_hash": result.get("config_hash"),
         "speed": host_speed(result),
+        "fetch": host_fetch(result),
         "ansible": _ansible_outcome(run),
         "result_from": run.result_phase if run.result is not None else None,
         "result": run.result,
@@ -281,10 +303,12 @@ def table(report, width=132):
     """The short table the play's output ends with: one line per host (with the decode and prompt tokens/s, before
     -> after, when a host has them), then the outcome; a message is cut to fit after the role's own prefix is
     dropped (rollout.md and rollout.json keep it whole)."""
-    speeds = has_speed(report)
-    heads = ("HOST", "BATCH", "STATUS", "PATTERN") + (("DECODE TOK/S", "PROMPT TOK/S") if speeds else ()) + ("MESSAGE",)
+    speeds, fetches = has_speed(report), has_fetch(report)
+    heads = ("HOST", "BATCH", "STATUS", "PATTERN") + (("DECODE TOK/S", "PROMPT TOK/S") if speeds else ()) \
+        + (("MODEL FETCHED",) if fetches else ()) + ("MESSAGE",)
     rows = [(row["host"], _cell(row["batch"]), row["status"], shorten(_cell(row["pattern"]), 32))
             + ((speed_text(row["speed"]["decode"]), speed_text(row["speed"]["prompt"])) if speeds else ())
+            + ((fetch_text(row.get("fetch")),) if fetches else ())
             + (ROLE_PREFIX.sub("", row["message"]),) for row in report["hosts"]]
     columns = len(heads) - 1
     widths = [max([len(heads[i])] + [len(r[i]) for r in rows]) for i in range(columns)]
@@ -315,14 +339,14 @@ def markdown(report):
     out += ["", "Batches as Ansible ran them (serial %s, llm_rollout_max_fail_percentage %s): %s." % (
         _md(json.dumps(report["serial"])), report["max_fail_percentage"],
         _md(batch_list(report)))]
-    speeds = has_speed(report)
+    speeds, fetches = has_speed(report), has_fetch(report)
     heads = ["host", "batch", "status", "pattern"] + (["decode tokens/s", "prompt tokens/s"] if speeds else []) \
-        + ["message"]
+        + (["model fetched"] if fetches else []) + ["message"]
     out += ["", "| %s |" % " | ".join(heads), "|%s" % ("---|" * len(heads))]
     for row in report["hosts"]:
         cells = [_md(row["host"]), _cell(row["batch"]), "**%s**" % row["status"], _md_code(row["pattern"])] \
             + ([_md(speed_text(row["speed"]["decode"])), _md(speed_text(row["speed"]["prompt"]))] if speeds else []) \
-            + [_md(row["message"])]
+            + ([_md(fetch_text(row.get("fetch")))] if fetches else []) + [_md(row["message"])]
         out.append("| %s |" % " | ".join(cells))
     for row in report["hosts"]:
         views = memory_views(row.get("result"), row["host"])

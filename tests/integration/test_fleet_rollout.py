@@ -6,11 +6,13 @@ ssh to every host; the first rollout (a canary, then batches as serial cuts them
 counts the hosts serving; a plan refused in the preflight (nothing restarts, or the others roll out when allowed);
 a model llama-server cannot load on the second host (rolled back, the rollout stops, the later batches are
 untouched), on the canary (nobody else is touched), on one host of a batch allowed 50% failures (the others go
-on); a host's sshd killed in the middle of a rollout (unreachable, the others go on). Every run writes its
+on); a host's sshd killed in the middle of a rollout (unreachable, the others go on); a 2-shard model from a URL,
+fetched by every host in the preflight before the batches roll it out. Every run writes its
 report (rollout.json, rollout.md, rollout.html) into its own directory; the fleet is torn down whatever happens.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -23,8 +25,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.http_server import FileServer
 from tests.helpers.llm_deploy import write_cut_model, write_wrong_shape
 from tests.helpers.fleet import PREFIX, Fleet, FleetNames, HealthPoller, demo_fleet, fleet_id, leftovers
+from tools.gguf_models import write_demo_model
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -196,7 +200,7 @@ def test_second_rollout_changes_nothing(fleet):
     assert report["summary"] == {"unchanged": 4} and report["outcome"] == "completed" and report["batches"] == []
     assert all(row["result_from"] == "preflight" for row in report["hosts"])
     # each host read once, in the preflight: the read's task ran in one play
-    assert proc.stdout.count("llm_server : Check the variables into settings, read the host, plan and decide]") == 1
+    assert proc.stdout.count("llm_server : Check the variables, fetch the model if missing, read the host, plan and decide]") == 1
     assert state(fleet) == fleet.after_first
 
 
@@ -349,6 +353,51 @@ def test_sshd_killed_in_the_middle_of_a_rollout(fleet):
         assert after["h3"] == before["h3"]          # still serving its configuration, untouched
     finally:
         fleet.hosts["h3"].start_sshd()
+
+
+def test_a_split_model_from_a_url_is_fetched_by_every_host_before_the_batches(fleet, tmp_path):
+    """A model change to a 2-shard model served over HTTP (from the controller's address of the fleet): every host
+    fetches both shards in the preflight, side by side, before any batch (the batches find them there); then the
+    batches roll it out, canary first; the report gives each host's bytes and seconds."""
+    served = tmp_path / "served"
+    served.mkdir()
+    names = [Path(p).name for p in write_demo_model(served / "split.gguf", seed=5, shards=2)]
+    sums = "".join("%s  %s\n" % (hashlib.sha256((served / n).read_bytes()).hexdigest(), n) for n in names)
+    (served / "SHA256SUMS").write_text(sums)
+    size = sum((served / n).stat().st_size for n in names)
+    models = fleet.deploy_dir / "models"   # the deploy directory: each host's own
+    with FileServer(served, bind=fleet.names.controller_address) as server:
+        server.pause = 0.08   # about 11 s per host: long enough for a line of progress, and to overlap
+        inv = inventory_with(fleet, "split.yml", llm_server_model_url=server.url(names[0]),
+                             llm_server_model_sha256=server.url("SHA256SUMS"),
+                             llm_server_model_path=str(models / names[0]), llm_server_model_dir=str(models))
+        proc, report = rollout(fleet, "split", inventory=inv)
+        requests = server.take()
+    assert statuses(report) == [("h1", 1, "changed"), ("h2", 2, "changed"), ("h3", 3, "changed"),
+                                ("h4", 3, "changed")]
+    after = state(fleet)
+    for name, host in fleet.hosts.items():
+        for shard in names:
+            assert (host.dir / "deploy" / "models" / shard).read_bytes() == (served / shard).read_bytes()
+        assert "LLM_MODEL_PATH='/models/%s'" % names[0] in after[name]["env"] and after[name]["health"] == 200
+        assert rows(report)[name]["fetch"]["bytes"] == size
+    # each host asked for each shard from its start once (a later piece goes on with a Range request), and the
+    # hosts' downloads ran side by side (not one host after another)
+    address = {host.address: name for name, host in fleet.hosts.items()}
+    gets = sorted((r for r in requests if r.method == "GET" and r.path != "/SHA256SUMS"), key=lambda r: r.at)
+    assert sorted((address[r.client], r.path) for r in gets if r.range is None) == sorted(
+        (name, "/" + shard) for name in fleet.hosts for shard in names)
+    order = [address[r.client] for r in gets]
+    assert sum(a != b for a, b in zip(order, order[1:])) > len(fleet.hosts) - 1, order
+    # the fetch ran in the preflight (changed there); the batches found the model (ok)
+    preflight, batches = proc.stdout.split("PLAY [Deploy in batches", 1)
+    task = "llm_server : Check the variables, fetch the model if missing, read the host, plan and decide]"
+    for name in fleet.hosts:
+        assert re.search(r"^changed: \[%s\]" % name, preflight.split(task, 1)[1].split("TASK [", 1)[0], re.M)
+        assert re.search(r"^%s: fetching the model, [0-9.,]+ of [0-9.,]+ MiB \(\d+ %%\), \d+ s$" % name,
+                         preflight, re.M), preflight[-4000:]
+    assert "changed: [" not in batches.split(task, 1)[1].split("TASK [", 1)[0]
+    assert "MODEL FETCHED" in proc.stdout
 
 
 def unanswered_deploy(tmp_path, count, config, *args, settings=None, **env):

@@ -254,7 +254,7 @@ def test_a_chosen_gpu_the_host_lacks_is_refused_before_anything_changes(deploy, 
     assert run.result["status"] == "failed"
     assert "llm_server_gpu_devices [2]" in msg and "[0, 1]" in msg
     # the planner did not run
-    prepared = run.chunks["Check the variables into settings, read the host, plan and decide"]
+    prepared = run.chunks["Check the variables, fetch the model if missing, read the host, plan and decide"]
     failed = re.search(r"^fatal: \[localhost\]: FAILED! => ", prepared, re.MULTILINE)
     assert json.JSONDecoder().raw_decode(prepared[failed.end():].lstrip())[0]["plan"]["skipped"] is True
     assert run.result["plan"]["fits"] is None

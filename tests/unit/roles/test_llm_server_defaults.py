@@ -28,7 +28,7 @@ def test_the_defaults_file_and_check_settings_have_every_variable_of_the_argumen
     assert {name: option.get("default") for name, option in OPTIONS.items()} == ROLE_DEFAULTS
     assert OPTIONS["llm_server_compose_project"]["default"] == "{{ llm_server_project_dir | basename }}"
     assert sorted(VARIABLES) == sorted(set(VARIABLES))
-    assert sorted(set(VARIABLES) | {"llm_server_api_key"}) == sorted(OPTIONS)
+    assert sorted(set(VARIABLES) | {"llm_server_api_key", "llm_server_model_headers"}) == sorted(OPTIONS)
 
 
 def test_every_entry_point_shares_the_one_declaration():
@@ -40,7 +40,7 @@ def test_every_entry_point_shares_the_one_declaration():
 
 def test_every_option_has_a_type_a_description_and_a_default_and_the_defaults_pass_the_spec():
     for name, option in OPTIONS.items():
-        assert option.get("type") in ("str", "int", "bool", "path", "list", "float"), name
+        assert option.get("type") in ("str", "int", "bool", "path", "list", "float", "dict"), name
         assert option.get("description"), name
         assert "default" in option and not option.get("required"), name
         assert option["type"] != "list" or option.get("elements") in ("str", "int"), name
@@ -68,6 +68,7 @@ def test_the_role_defaults_as_check_settings_gives_them_and_the_templated_ones_f
         "container_port": 8080, "log_max_size": "50m", "log_max_file": 3, "log_verbosity": 4, "extra_args": [],
         "api_key_set": False, "allow_unauthenticated": False, "model_path": "/srv/models/x.gguf",
         "model_dir": "/srv/models", "model_mount": "/models", "container_model_path": "/models/x.gguf",
+        "model_url": [], "model_sha256": [], "model_keep": 2,
         "ctx_size": 8192, "parallel": 1, "n_gpu_layers": "99", "gpu_devices": [], "moe_offload_mode": "auto",
         "moe_offload_goal": "fit",
         "cpu_expert_layers": [], "moe_offload_pattern": "", "moe_offload_force": False, "health_timeout": 300,
@@ -82,7 +83,7 @@ def test_the_role_defaults_as_check_settings_gives_them_and_the_templated_ones_f
             "env": "/srv/ai-llm/.env", "compose": "/srv/ai-llm/docker-compose.prod.yml",
             "verification": "/srv/ai-llm/verification.json", "secrets": "/srv/ai-llm/secrets",
             "api_key": "/srv/ai-llm/secrets/api-key", "lock": "/srv/ai-llm/.llm_server.lock",
-            "rollback": "/srv/ai-llm/.rollback",
+            "models": "/srv/ai-llm/.llm_server_models.json", "rollback": "/srv/ai-llm/.rollback",
         },
     }
     # the templated defaults follow the project dir and the model

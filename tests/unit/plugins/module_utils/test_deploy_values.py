@@ -85,6 +85,58 @@ def test_the_api_key_is_checked_but_never_shown():
         "llm_server_api_key": "it is not a string", "llm_server_bind_address": OPEN_BIND % "0.0.0.0"}
 
 
+SPLIT_URL = "https://models.example/n/m-00001-of-00002.gguf"
+HEX = "ab" * 32
+
+
+@pytest.mark.parametrize("values, expected", [
+    # one URL, a scalar or a list of one; a split model's first shard with a host path named the same way
+    ({"model_url": "https://models.example/m.gguf"}, {"model_url": ["https://models.example/m.gguf"]}),
+    ({"model_url": [SPLIT_URL], "model_path": "/srv/models/m-00001-of-00002.gguf", "model_sha256": [HEX.upper(), HEX]},
+     {"model_url": [SPLIT_URL], "model_sha256": [HEX, HEX]}),
+    ({"model_url": SPLIT_URL, "model_path": "/srv/models/m-00001-of-00002.gguf",
+      "model_sha256": "https://models.example/n/SHA256SUMS"},
+     {"model_sha256": ["https://models.example/n/SHA256SUMS"]}),
+    ({}, {"model_url": [], "model_sha256": [], "model_keep": 2}),
+])
+def test_the_model_source_is_kept_as_lists(values, expected):
+    given = settings(**{"llm_server_" + k: v for k, v in values.items()}).as_dict()
+    assert {k: given[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize("values, variable, message", [
+    ({"model_url": "ftp://models.example/m.gguf"}, "model_url", "ftp://models.example/m.gguf is not an http or https URL"),
+    ({"model_url": "https://u:secret@models.example/m.gguf"}, "model_url",
+     "https://models.example/m.gguf holds credentials, which would show in logs: give them in llm_server_model_headers"),
+    ({"model_url": SPLIT_URL}, "model_path",
+     "/srv/models/x.gguf must be named as the first of 2 shards (<name>-00001-of-00002.gguf), the names llama.cpp "
+     "looks for the other shards under"),
+    ({"model_url": "https://models.example/m.gguf", "model_sha256": ["abc"]}, "model_sha256",
+     '"abc" is neither a sha256 (64 hex digits) nor, alone, the URL of a SHA256SUMS file'),
+    ({"model_sha256": [HEX]}, "model_sha256", "it checks a model fetched from llm_server_model_url, which is empty"),
+    ({"model_keep": 0}, "model_keep", "0 is out of range: an integer from 1 to 1000"),
+])
+def test_a_model_source_that_cannot_be_fetched_is_refused_by_name(values, variable, message):
+    assert problems(**{"llm_server_" + k: v for k, v in values.items()}) == {"llm_server_" + variable: message}
+
+
+@pytest.mark.parametrize("headers, message", [
+    ({"Authorization": "Bearer hf_x", "X-Count": 3}, None),
+    ("Bearer hf_x", "it is not a dict of header names and values"),
+    ({"Bad Name": "v"}, '"Bad Name" is not an HTTP header name'),
+    ({"Authorization": "Bearer x\r\nX-Injected: 1"},
+     "the value of Authorization is not one line of text (not shown: it may be a token)"),
+])
+def test_the_model_headers_are_checked_but_never_kept_or_shown(headers, message):
+    try:
+        kept = check_settings(dict(BASE), model_headers=headers).as_dict()
+    except SettingsError as exc:
+        assert dict(exc.problems) == {"llm_server_model_headers": message}
+        assert "hf_x" not in str(exc)
+    else:
+        assert message is None and "hf_x" not in repr(kept)
+
+
 def test_several_bad_values_give_one_message_each_in_order():
     with pytest.raises(SettingsError) as caught:
         check_settings(dict(BASE, llm_server_port=0, llm_server_image="a b", llm_server_ctx_size="x"))

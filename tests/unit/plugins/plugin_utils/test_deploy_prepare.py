@@ -8,7 +8,7 @@ import pytest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import (
-    Refused, calibration_of, make_plan, plan_args, prepare, service_args)
+    Refused, calibration_of, fetch_args, fetch_line, fetch_summary, make_plan, plan_args, prepare, service_args)
 from tests.helpers.deploy_hosts import holding, proved
 from tests.helpers.deploy_settings import EXPERTS, demo_model, settings
 
@@ -147,3 +147,37 @@ def test_no_calibration_is_read_from_a_failed_verification_nor_solved_without_a_
     lacking = {"decode_tokens_per_second": 50.0}
     solved, problem = calibration_of(s, found, prepare(s, found)["plan"], lacking)
     assert solved is None and problem.startswith("cannot calibrate on {'decode_tokens_per_second': 50.0}")
+
+
+def piece(got, have, total=10 * 2 ** 20, **more):
+    """One piece of llm_server_model as the module returns it (two files): ``got`` bytes fetched, ``have`` there."""
+    return dict({"bytes_fetched": got, "bytes_have": have, "bytes_total": total, "done": have >= total,
+                 "files": [{"path": "/m/a-00001-of-00002.gguf"}, {"path": "/m/a-00002-of-00002.gguf"}]}, **more)
+
+
+def test_a_fetch_is_asked_with_the_settings_and_summed_over_its_pieces_and_the_earlier_step(demo):
+    s = dict(settings(demo, llm_server_model_url=["https://m.example/x.gguf"]), model_sha256=["ab" * 32])
+    assert fetch_args(s, {"Authorization": "Bearer t"}, 10.0) == {
+        "url": ["https://m.example/x.gguf"], "path": s["model_path"], "sha256": ["ab" * 32],
+        "headers": {"Authorization": "Bearer t"}, "record": s["project_dir"] + "/.llm_server_models.json",
+        "piece_seconds": 10.0}
+    mib = 2 ** 20
+    pieces = [piece(4 * mib, 4 * mib), piece(6 * mib, 10 * mib, fetched=True)]
+    summary = fetch_summary(pieces, 12.5, {"bytes": mib, "seconds": 1.25, "fetched": False})
+    assert summary == {"bytes": 11 * mib, "seconds": 13.75, "bytes_total": 10 * mib, "fetched": True,
+                       "files": ["/m/a-00001-of-00002.gguf", "/m/a-00002-of-00002.gguf"], "would_fetch": 0}
+    failed = fetch_summary([piece(0, 0, failed=True, msg="llm_server: the model cannot be fetched: 404")], 0.4)
+    assert (failed["failed"], failed["msg"]) == (True, "llm_server: the model cannot be fetched: 404")
+    checked = fetch_summary([piece(0, 0, would_fetch=10 * mib)], 0.3)
+    assert checked["msg"] == "check mode: the model would be fetched first (10.0 MiB), and the plan made from its header"
+
+
+@pytest.mark.parametrize("one, seconds, line", [
+    (piece(0, 3 * 2 ** 20 + 2 ** 19), 10.4, "h1: fetching the model, 3.5 of 10.0 MiB (35 %), 10 s"),
+    (piece(0, 5 * 2 ** 20, files=[{"path": "/m/a", "cut": "the connection ended at byte 5242880 of 10485760"}]), 21.0,
+     "h1: fetching the model, 5.0 of 10.0 MiB (50 %), 21 s; the connection ended at byte 5242880 of 10485760, "
+     "resuming"),
+    (piece(0, 0, total=0), 1.0, "h1: fetching the model, 0.0 of 0.0 MiB (0 %), 1 s"),
+])
+def test_the_line_of_progress_says_the_bytes_there_of_the_total_and_a_cut(one, seconds, line):
+    assert fetch_line("h1", one, seconds) == line

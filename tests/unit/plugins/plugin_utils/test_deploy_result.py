@@ -150,6 +150,11 @@ VERIFY = {"recreate": False, "verify": True, "reason": ""}
     ({"check_mode": True, "converge": VERIFY, "log": LOG, "changes": [False, True]},
      ("checked", "check mode: the configuration files would change (nothing was changed)")),
     ({"check_mode": True, "converge": VERIFY, "changes": [False, False]}, ("checked", "check mode: nothing would change")),
+    # a model to fetch first: the plan waits for its header
+    ({"check_mode": True, "converge": VERIFY, "model_fetch": {"would_fetch": 5, "msg": "check mode: the model would "
+                                                               "be fetched first (0.0 MiB), and the plan made from its header"}},
+     ("checked", "check mode: the model would be fetched first (0.0 MiB), and the plan made from its header "
+                 "(nothing was changed)")),
     ({"check_mode": True, "changes": [True], "converge": {"recreate": True, "reason": "the image changed"}},
      ("checked", "check mode: the image changed (nothing was changed)")),
     # a verified run: its reason and what the log proved
@@ -183,7 +188,7 @@ NOTHING_REGISTERED = {
     "device_overrides": [], "tensors_moved": [], "evidence": None, "plan": EMPTY_PLAN, "vram": [],
     "buffers": EMPTY_BUFFERS, "offloaded_layers": None,
     "rollback": {"performed": False, "reason": None, "restored_from": None, "serving": None},
-    "auth": {"enforced": False, "checked": False}, "parity": "off", "speed": None,
+    "auth": {"enforced": False, "checked": False}, "parity": "off", "speed": None, "model_fetch": None,
     "timings": {"total": None, "recreate": None, "health": None, "lock_wait": None},
     "files": {"env": None, "compose": None, "verification": None}}
 # What SETTINGS alone put in the result.

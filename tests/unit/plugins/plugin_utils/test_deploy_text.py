@@ -92,6 +92,13 @@ SPEED = {"decode_tokens_per_second": 41.25, "prompt_tokens_per_second": 812.0}
     (dict(DEMO, status="rolled_back", message="m" * 401, timings=None),
      "localhost: rolled_back: " + "m" * 397 + "..."),
     ({}, "?: ?, no offload pattern, 0 tensors in host memory"),
+    # a model this run fetched: its MiB and seconds; none fetched says nothing
+    (dict(DEMO, model_fetch={"bytes": 3 * 2 ** 20 + 2 ** 19, "seconds": 12.34}),
+     "localhost: changed, --override-tensor \\.ffn_.*_exps\\.weight=CPU (plan), 4 tensors in host memory, "
+     "no GPU, model fetched: 3.5 MiB in 12.3 s, 4.8 s"),
+    (dict(DEMO, model_fetch={"bytes": 0, "seconds": 0.2}),
+     "localhost: changed, --override-tensor \\.ffn_.*_exps\\.weight=CPU (plan), 4 tensors in host memory, "
+     "no GPU, 4.8 s"),
 ])
 def test_result_line(result, line):
     assert result_line(result) == line

@@ -9,7 +9,7 @@ import datetime
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_report import (
-    HostRun, Rollout, batch_list, build_report, check_result, host_row, host_speed, host_status, markdown,
+    HostRun, Rollout, batch_list, build_report, check_result, host_fetch, host_row, host_speed, host_status, markdown,
     one_line, speed_text, stop_reason, summary_line, table, to_json)
 from tests.helpers import rollout_samples as samples
 from tests.helpers.rollout_samples import error_of
@@ -106,7 +106,7 @@ def test_host_status(run, expected):
 
 NO_SPEED = {"decode": {"before": None, "after": None}, "prompt": {"before": None, "after": None}}
 NEVER_RUN = {"host": "h", "batch": None, "status": "not_reached", "message": NOT_REACHED, "pattern": None,
-             "pattern_source": None, "config_hash": None, "speed": NO_SPEED,
+             "pattern_source": None, "config_hash": None, "speed": NO_SPEED, "fetch": None,
              "ansible": {"outcome": "not_run", "phase": None, "msg": None},
              "result_from": None, "result": None}
 RAN = {"outcome": "ok", "phase": None, "msg": None}
@@ -151,9 +151,9 @@ def test_build_report_whole_dict_of_a_rollout_that_completed_with_failures_and_o
         "started": "S", "finished": "F", "seconds": 9.25, "fleet_decode_tokens_per_second": None,
         "hosts": [
             {"host": "a", "batch": 1, "status": "changed", "message": "m a", "pattern": "pa", "pattern_source": "plan",
-             "config_hash": "h1", "speed": NO_SPEED, "ansible": RAN, "result_from": "deploy", "result": a},
+             "config_hash": "h1", "speed": NO_SPEED, "fetch": None, "ansible": RAN, "result_from": "deploy", "result": a},
             {"host": "b", "batch": 2, "status": "failed", "message": "boom", "pattern": None, "pattern_source": None,
-             "config_hash": None, "speed": NO_SPEED, "ansible": RAN, "result_from": "deploy", "result": b}],
+             "config_hash": None, "speed": NO_SPEED, "fetch": None, "ansible": RAN, "result_from": "deploy", "result": b}],
         "errors": []}
     assert list(report) == ["outcome", "reason", "check_mode", "summary", "serial", "max_fail_percentage",
                             "batches", "started", "finished", "seconds", "fleet_decode_tokens_per_second", "hosts",
@@ -281,6 +281,21 @@ def test_table_aligns_the_columns_and_ends_with_the_summary_and_the_reason():
         "c     -      not_reached  -        not touched",
         "rollout stopped: changed 1, failed 1, not_reached 1",
         "stopped: R"])
+
+
+def test_the_table_and_rollout_md_show_the_model_fetched_when_a_host_fetched_one():
+    report = table_report([
+        {"host": "a", "batch": 1, "status": "changed", "pattern": "p", "message": "ok",
+         "fetch": {"bytes": 9 * 2 ** 20, "seconds": 15.04}},
+        {"host": "b", "batch": 2, "status": "changed", "pattern": "p", "message": "ok", "fetch": None}])
+    assert table(report).splitlines()[:3] == [
+        "HOST  BATCH  STATUS   PATTERN  MODEL FETCHED      MESSAGE",
+        "a     1      changed  p        9.0 MiB in 15.0 s  ok",
+        "b     2      changed  p        -                  ok"]
+    report.update(serial=[1], max_fail_percentage=0, batches=[])
+    assert "| a | 1 | **changed** | `` p `` | 9.0 MiB in 15.0 s | ok |" in markdown(report)
+    assert host_fetch({"model_fetch": {"bytes": 5, "seconds": 1.0}}) == {"bytes": 5, "seconds": 1.0}
+    assert host_fetch({"model_fetch": {"bytes": 0, "seconds": 1.0}}) is host_fetch(None) is None
 
 
 START = "h     1      changed  p        "                 # 29 characters and two blanks

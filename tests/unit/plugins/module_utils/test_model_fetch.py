@@ -1,0 +1,635 @@
+"""The fetch of a model onto the host (plugins/module_utils/_model_fetch.py): its sources and checksums, the
+download in pieces from a real HTTP server on 127.0.0.1 (tests/helpers/http_server.py) with its faults, the checks
+before a rename, the record, the clean-up and the snapshots' models.
+
+Models are real GGUF files written by gguf-py (split ones as gguf-split names and keys them); every figure a test
+expects comes from the files it wrote (their bytes, ``hashlib``, ``os.stat``) or from what the server logged.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import gguf
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_fetch
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import save_snapshot
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import env_block, env_values, render_compose
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_fetch import (
+    PART_SUFFIX,
+    RECORD_NAME,
+    FetchError,
+    display_url,
+    expected_sums,
+    fetch,
+    get_text,
+    prune,
+    snapshot_models,
+    sources,
+)
+from tests.helpers.deploy_settings import settings as deploy_settings
+from tests.helpers.gguf_files import write_gguf
+from tests.helpers.http_server import FileServer
+
+MIB = 1 << 20
+
+
+# --------------------------------------------------------------------------- models, the server, the host
+
+
+def write_model(path, seed, tensors=4, floats=16384, split=0):
+    """A GGUF of ``tensors`` f32 tensors, written by gguf-py, whose ``test.seed`` key makes it differ from every
+    other model; with ``split`` tensors per shard, the shards ``<stem>-0000i-of-0000n.gguf`` with split.no,
+    split.count and split.tensors.count in each, as gguf-split writes them. Returns the files written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_gguf(path, [("test.seed", seed, gguf.GGUFValueType.UINT32)],
+                      [("blk.%d.ffn_up.weight" % i, (floats,), 0) for i in range(tensors)], arch="llama",
+                      split_max_tensors=split)
+
+
+def sha(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def state(folder):
+    """Every file under ``folder`` with its size, mtime and sha256: equal before and after means untouched."""
+    found = {}
+    for root, _dirs, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            info = os.stat(path)
+            found[os.path.relpath(path, folder)] = (info.st_size, info.st_mtime_ns, sha(path))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def loopback_only(monkeypatch):
+    """Proxies set in the environment would send the requests for 127.0.0.1 elsewhere: none then."""
+    if urllib.request.getproxies():
+        monkeypatch.setattr(_model_fetch, "_OPENER", urllib.request.build_opener(
+            urllib.request.ProxyHandler({}), _model_fetch._NoRedirect))
+
+
+@pytest.fixture
+def www(tmp_path):
+    folder = tmp_path / "www"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def server(www):
+    with FileServer(www) as files:
+        yield files
+
+
+class Host:
+    """The target's folders: ``models`` (``llm_server_model_dir``) and ``project`` (the record's folder)."""
+
+    def __init__(self, tmp_path):
+        self.root = tmp_path / "host"
+        self.models = self.root / "models"
+        self.project = self.root / "project"
+        self.models.mkdir(parents=True)
+        self.project.mkdir()
+        self.record = self.project / RECORD_NAME
+
+    def args(self, urls, name, **more):
+        """The module's arguments for ``urls`` to ``models/name``, pieces of 5 s unless ``more`` says otherwise."""
+        return dict({"url": list(urls), "path": str(self.models / name), "record": str(self.record), "sha256": [],
+                     "headers": {}, "piece_seconds": 5, "timeout": 10}, **more)
+
+    def read_record(self):
+        return json.loads(self.record.read_text())
+
+
+@pytest.fixture
+def host(tmp_path):
+    return Host(tmp_path)
+
+
+def fetch_all(args, limit=100):
+    """Call ``fetch`` piece after piece until it is done, as the role's action does; the result of every piece."""
+    results = []
+    for _ in range(limit):
+        results.append(fetch(args))
+        if results[-1]["done"]:
+            return results
+    raise AssertionError("not done after %d pieces: %r" % (limit, results[-1]))
+
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------- sources, display, checksums
+
+U = "https://models.example/repo"
+SPLIT_3 = ["%s/m-%05d-of-00003.gguf" % (U, i) for i in (1, 2, 3)]
+HOST_3 = ["/srv/x-%05d-of-00003.gguf" % i for i in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("urls, path, expected", [
+    pytest.param([U + "/m.gguf"], "/srv/m.gguf", [(U + "/m.gguf", "/srv/m.gguf")], id="one-url"),
+    pytest.param([SPLIT_3[0]], HOST_3[0], list(zip(SPLIT_3, HOST_3)), id="split-url-stands-for-every-shard"),
+    pytest.param([U + "/a.gguf?sig=1", U + "/b.gguf"], "/srv/x-00001-of-00002.gguf",
+                 [(U + "/a.gguf?sig=1", "/srv/x-00001-of-00002.gguf"), (U + "/b.gguf", "/srv/x-00002-of-00002.gguf")],
+                 id="one-url-per-shard"),
+    pytest.param([SPLIT_3[1]], HOST_3[0], "names shard 2 of 3: give the first shard's URL", id="shard-2-url"),
+    pytest.param([SPLIT_3[0]], "/srv/x.gguf", "/srv/x.gguf must be named as the first of 3 shards", id="path-not-split"),
+    pytest.param([U + "/a.gguf", U + "/b.gguf"], HOST_3[0], "must be named as the first of 2 shards",
+                 id="two-urls-three-shard-path"),
+    pytest.param(["ftp://models.example/m.gguf"], "/srv/m.gguf", "is not an http or https URL", id="ftp"),
+    pytest.param(["http:///m.gguf"], "/srv/m.gguf", "has no host", id="no-host"),
+    pytest.param(["https://hf:s3cret@models.example/m.gguf"], "/srv/m.gguf",
+                 "https://models.example/m.gguf holds credentials", id="credentials"),
+    pytest.param(["http://models.example:99999/m.gguf"], "/srv/m.gguf",
+                 "http://models.example has a bad port: Port out of range 0-65535", id="bad-port"),
+    pytest.param(["https://hf:s3cret@models.example:x/m.gguf"], "/srv/m.gguf", "https://models.example has a bad port",
+                 id="bad-port-and-credentials"),
+    pytest.param([], "/srv/m.gguf", "llm_server_model_url is empty", id="empty"),
+])
+def test_sources_pair_each_url_with_its_host_path(urls, path, expected):
+    if isinstance(expected, list):
+        assert sources(urls, path) == expected
+        return
+    with pytest.raises(FetchError) as raised:
+        sources(urls, path)
+    assert expected in str(raised.value)
+    assert "s3cret" not in str(raised.value)
+
+
+def test_display_url_drops_the_query_and_the_credentials_and_keeps_the_port():
+    assert display_url("https://u:p@models.example:8443/a/m.gguf?X-Amz-Signature=abc#f") == \
+        "https://models.example:8443/a/m.gguf"
+
+
+HEX = [hashlib.sha256(b"%d" % i).hexdigest() for i in range(3)]
+FILES_2 = [(U + "/m-00001-of-00002.gguf", "/srv/a"), (U + "/m-00002-of-00002.gguf", "/srv/b")]
+
+
+@pytest.mark.parametrize("given, expected", [
+    pytest.param([], [None, None], id="none"),
+    pytest.param([HEX[0].upper(), " " + HEX[1]], HEX[:2], id="hex-list"),
+    pytest.param([HEX[0]], "holds 1 sha256 for the model's 2 file(s)", id="wrong-count"),
+    pytest.param([HEX[0], HEX[1][:-1] + "g"], "%r is not a sha256" % (HEX[1][:-1] + "g"), id="bad-hex"),
+    pytest.param(["abc"], "abc is neither a sha256 (64 hex digits) nor a SHA256SUMS URL", id="neither"),
+    pytest.param(["SUMS"], HEX[:2], id="sums-url-star-and-two-space-forms"),
+    pytest.param(["SUMS-SHORT"], "lists no sha256 for m-00002-of-00002.gguf", id="name-missing-from-sums"),
+    pytest.param(["https://hf:s3cret@models.example/SHA256SUMS"],
+                 "llm_server_model_sha256: https://models.example/SHA256SUMS holds credentials", id="sums-credentials"),
+    pytest.param(["ftp://models.example/SHA256SUMS"], "ftp://models.example/SHA256SUMS is not an http or https URL",
+                 id="sums-ftp"),
+])
+def test_expected_sums(www, server, given, expected):
+    (www / "SUMS").write_text("%s *m-00001-of-00002.gguf\n%s  ./m-00002-of-00002.gguf\n%s  other.gguf\n" % tuple(HEX))
+    (www / "SUMS-SHORT").write_text("%s *m-00001-of-00002.gguf\n" % HEX[0])
+    given = [server.url(g) if g.startswith("SUMS") else g for g in given]
+    fetched = []
+
+    def read(url):
+        fetched.append(url)
+        return get_text(url)
+
+    if isinstance(expected, list):
+        assert expected_sums(given, FILES_2, read) == expected
+    else:
+        with pytest.raises(FetchError) as raised:
+            expected_sums(given, FILES_2, read)
+        assert expected in str(raised.value)
+        assert "s3cret" not in str(raised.value)
+    assert fetched == [g for g in given if g.startswith(server.url(""))]  # a SHA256SUMS of the server, read once
+
+
+# --------------------------------------------------------------------------- the download
+
+
+def test_a_model_comes_in_pieces_each_resuming_where_the_last_stopped_and_an_unchanged_rerun_asks_nothing(
+        www, server, host, monkeypatch):
+    """Blocks of 32 KiB, sent with a pause, and pieces of 50 ms: the download takes several pieces."""
+    monkeypatch.setattr(_model_fetch, "CHUNK", 32 * 1024)
+    server.block, server.pause = 32 * 1024, 0.02
+    served = write_model(www / "m.gguf", seed=1)[0]
+    size = os.path.getsize(served)
+    args = host.args([server.url("m.gguf")], "m.gguf", piece_seconds=0.05)
+
+    pieces = fetch_all(args)
+
+    assert len(pieces) >= 2
+    log = server.take()
+    gets = [r for r in log if r.method == "GET"]
+    assert [r.method for r in log] == ["HEAD", "GET"] * len(pieces)
+    done_before = [sum(p["bytes_fetched"] for p in pieces[:i]) for i in range(len(pieces))]
+    assert [g.range for g in gets] == [None] + ["bytes=%d-" % n for n in done_before[1:]]
+    assert sum(p["bytes_fetched"] for p in pieces) == size
+    assert [p["bytes_have"] for p in pieces] == [n + p["bytes_fetched"] for n, p in zip(done_before, pieces)]
+    assert [(p["done"], p["changed"]) for p in pieces] == [(False, True)] * (len(pieces) - 1) + [(True, True)]
+    path = host.models / "m.gguf"
+    assert path.read_bytes() == Path(served).read_bytes()
+    assert sorted(os.listdir(host.models)) == ["m.gguf"]
+    info = os.stat(path)
+    entry = host.read_record()["files"][str(path)]
+    assert (entry["size"], entry["mtime_ns"], entry["sha256"], entry["fetched"]) == (
+        size, info.st_mtime_ns, sha(served), True)
+
+    again = fetch(args)
+    assert server.take() == []
+    assert (again["done"], again["changed"], again["fetched"], again["bytes_fetched"]) == (True, False, False, 0)
+
+
+@pytest.mark.parametrize("cut, ignore_range", [
+    pytest.param(2, False, id="cut-inside-the-magic"),
+    pytest.param("half", False, id="cut-halfway"),
+    pytest.param("half", True, id="cut-halfway-server-ignores-range"),
+])
+def test_a_cut_download_goes_on_from_its_part_or_starts_over_where_the_server_ignores_range(
+        www, server, host, cut, ignore_range):
+    served = write_model(www / "m.gguf", seed=2)[0]
+    size = os.path.getsize(served)
+    cut = size // 2 if cut == "half" else cut
+    server.cuts["/m.gguf"] = cut
+    args = host.args([server.url("m.gguf")], "m.gguf")
+
+    first = fetch(args)
+    assert (first["done"], first["bytes_fetched"]) == (False, cut)
+    assert "ended at byte %d of %d" % (cut, size) in first["files"][0]["cut"]
+    assert os.path.getsize(str(host.models / "m.gguf") + PART_SUFFIX) == cut
+    server.ignore_range = ignore_range
+    server.take()
+
+    rest = fetch_all(args)
+
+    gets = [r for r in server.take() if r.method == "GET"]
+    assert [g.range for g in gets] == ["bytes=%d-" % cut]
+    fetched = cut + sum(p["bytes_fetched"] for p in rest)
+    assert fetched == (cut + size if ignore_range else size)
+    assert (host.models / "m.gguf").read_bytes() == Path(served).read_bytes()
+    assert sorted(os.listdir(host.models)) == ["m.gguf"]
+
+
+def test_a_wrong_sha256_removes_the_part_and_leaves_the_host_as_it_was(www, server, host):
+    write_model(www / "old.gguf", seed=3)
+    fetch_all(host.args([server.url("old.gguf")], "old.gguf"))
+    before, record_before = state(host.root), host.read_record()
+    served = write_model(www / "m.gguf", seed=4)[0]
+    wrong = sha(www / "old.gguf")
+
+    with pytest.raises(FetchError) as raised:
+        fetch_all(host.args([server.url("m.gguf")], "m.gguf", sha256=[wrong]))
+
+    assert str(raised.value) == "%s: the sha256 of the %d bytes fetched is %s, not %s (llm_server_model_sha256)" % (
+        server.url("m.gguf"), os.path.getsize(served), sha(served), wrong)
+    assert state(host.root) == before  # no part, no m.gguf, old.gguf and the record as they were
+    assert host.read_record() == record_before
+
+
+@pytest.mark.parametrize("setup, url, message", [
+    pytest.param(lambda s: s.missing.add("/m.gguf"), "m.gguf", "{m} answered HTTP 404 Not Found", id="404"),
+    pytest.param(lambda s: s.redirects.update({"/a.gguf": "/b.gguf", "/b.gguf": "/a.gguf"}), "a.gguf",
+                 "{a} redirects in a loop ({a} -> {b} -> {a})", id="redirect-loop"),
+    pytest.param(lambda s: s.redirects.update({"/m.gguf": "ftp://127.0.0.1/m.gguf"}), "m.gguf",
+                 "{m} redirects to ftp://127.0.0.1/m.gguf is not an http or https URL", id="redirect-to-ftp"),
+    pytest.param(lambda s: s.required.update({"*": ("Authorization", "Bearer T")}), "m.gguf",
+                 "{m} answered HTTP 401 Unauthorized", id="401-without-the-token"),
+    pytest.param(lambda s: None, "http://127.0.0.1:{closed}/m.gguf", "http://127.0.0.1:{closed}/m.gguf cannot be reached",
+                 id="nothing-listening"),
+    pytest.param(lambda s: s.garbage.add("/m.gguf"), "m.gguf", "{m} cannot be reached: SSH-2.0", id="not-http"),
+])
+def test_an_answer_that_is_not_the_model_is_refused_and_nothing_is_written(www, server, host, setup, url, message):
+    write_model(www / "m.gguf", seed=5)
+    (host.models / "old.gguf").write_bytes(b"kept")
+    setup(server)
+    names = {"m": server.url("m.gguf"), "a": server.url("a.gguf"), "b": server.url("b.gguf"), "closed": closed_port()}
+    url = url.format(**names) if url.startswith("http") else server.url(url)
+    before = state(host.models)
+
+    with pytest.raises(FetchError) as raised:
+        fetch(host.args([url], "m.gguf"))
+
+    assert str(raised.value).startswith(message.format(**names))
+    assert state(host.models) == before
+    assert not host.record.exists()
+
+
+def _html(www):
+    (www / "m.gguf").write_bytes(b"<!DOCTYPE html><html><body>Sign in to download</body></html>\n" * 20)
+    return "is not a GGUF file (it starts with b'<!DOCTYPE html><'"
+
+
+def _truncated(www):
+    whole = Path(write_model(www / "whole.gguf", seed=6)[0]).read_bytes()
+    (www / "m.gguf").write_bytes(whole[:64])
+    return "is not a GGUF model: "
+
+
+def _a_shard_under_a_plain_name(www):
+    shutil.copy(write_model(www / "s.gguf", seed=7, split=2)[0], www / "m.gguf")
+    return "split.count is 2: it is one shard of a split model"
+
+
+@pytest.mark.parametrize("serve", [_html, _truncated, _a_shard_under_a_plain_name])
+def test_bytes_that_are_not_a_model_are_refused_and_nothing_is_left(www, server, host, serve):
+    message = serve(www)
+
+    with pytest.raises(FetchError) as raised:
+        fetch_all(host.args([server.url("m.gguf")], "m.gguf"))
+
+    assert str(raised.value).startswith(server.url("m.gguf"))
+    assert message in str(raised.value)
+    assert os.listdir(host.models) == []  # neither the file nor its part
+    assert not host.record.exists()
+
+
+def split_names(base, count):
+    return ["%s-%05d-of-%05d.gguf" % (base, i, count) for i in range(1, count + 1)]
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_a_split_model_comes_shard_by_shard_under_the_host_names_checked_against_sha256sums(
+        www, server, host, count):
+    served = write_model(www / "m.gguf", seed=8, tensors=2 * count, floats=4096, split=2)
+    assert [os.path.basename(s) for s in served] == split_names("m", count)
+    lines = ["%s %s%s" % (sha(s), "*" if i == 0 else " ", os.path.basename(s)) for i, s in enumerate(served)]
+    (www / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+    args = host.args([server.url(os.path.basename(served[0]))], split_names("x", count)[0],
+                     sha256=[server.url("SHA256SUMS")])
+
+    pieces = fetch_all(args)
+
+    assert sorted(os.listdir(host.models)) == split_names("x", count)
+    for s, name in zip(served, split_names("x", count)):
+        assert (host.models / name).read_bytes() == Path(s).read_bytes()
+    assert sum(p["bytes_fetched"] for p in pieces) == sum(os.path.getsize(s) for s in served)
+    record = host.read_record()
+    assert {p: e["sha256"] for p, e in record["files"].items()} == {
+        str(host.models / name): sha(s) for s, name in zip(served, split_names("x", count))}
+    assert [m["files"] for m in record["models"]] == [[str(host.models / n) for n in split_names("x", count)]]
+    server.take()
+
+    again = fetch(args)
+    assert (again["done"], again["changed"]) == (True, False)
+    assert server.take() == []  # not even the SHA256SUMS file
+
+
+def test_a_shard_missing_on_the_server_is_refused_before_any_byte_is_written(www, server, host):
+    served = write_model(www / "m.gguf", seed=9, tensors=6, floats=4096, split=2)
+    server.missing.add("/" + os.path.basename(served[1]))
+
+    with pytest.raises(FetchError) as raised:
+        fetch(host.args([server.url(os.path.basename(served[0]))], split_names("m", 3)[0]))
+
+    assert str(raised.value) == "%s answered HTTP 404 Not Found" % server.url(os.path.basename(served[1]))
+    assert [r.method for r in server.take()] == ["HEAD", "HEAD"]
+    assert os.listdir(host.models) == []
+
+
+@pytest.mark.parametrize("wrong, message", [
+    pytest.param("count", "split.count is 2, but it is shard 2 of 3", id="split.count-of-another-model"),
+    pytest.param("no", "split.no is 2, but it is shard 2 of 3", id="split.no-of-shard-3"),
+])
+def test_a_shard_whose_split_keys_disagree_with_its_place_is_refused_with_every_part_of_the_fetch(
+        www, server, host, wrong, message):
+    served = write_model(www / "m.gguf", seed=10, tensors=6, floats=4096, split=2)
+    good_second = Path(served[1]).read_bytes()
+    other = write_model(www / "other" / "o.gguf", seed=11, tensors=4, floats=4096, split=2)
+    Path(served[1]).write_bytes(Path(other[1] if wrong == "count" else served[2]).read_bytes())
+    names = split_names("m", 3)
+    args = host.args([server.url(names[0])], names[0])
+
+    with pytest.raises(FetchError) as raised:
+        fetch_all(args)
+
+    assert str(raised.value) == "%s: %s" % (server.url(names[1]), message)
+    assert os.listdir(host.models) == []  # the model is all its shards: no part of this fetch stays
+    assert not host.record.exists()
+
+    Path(served[1]).write_bytes(good_second)  # the server is mended: the model comes whole
+    pieces = fetch_all(args)
+    assert sum(p["bytes_fetched"] for p in pieces) == sum(os.path.getsize(f) for f in served)
+    assert sorted(os.listdir(host.models)) == names
+    for name, f in zip(names, served):
+        assert (host.models / name).read_bytes() == Path(f).read_bytes()
+
+
+@pytest.fixture
+def small_disk(tmp_path, monkeypatch):
+    """A folder with 512 KiB free: a tmpfs of that size where this user may mount one (root), else the real
+    folder with ``os.statvfs`` reporting 512 KiB available there (the real figures otherwise)."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    mounted = os.geteuid() == 0 and shutil.which("mount") and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(folder)], capture_output=True).returncode == 0
+    if not mounted:
+        real = os.statvfs
+
+        def statvfs(path):
+            info = real(path)
+            if not os.path.realpath(path).startswith(str(folder)):
+                return info
+            return os.statvfs_result((info.f_bsize, info.f_frsize, info.f_blocks, info.f_bfree,
+                                      512 * 1024 // info.f_frsize) + tuple(info)[5:])
+
+        monkeypatch.setattr(os, "statvfs", statvfs)
+    try:
+        yield folder
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_disk_too_small_is_refused_with_the_mib_missing_and_nothing_written(www, server, host, small_disk):
+    served = write_model(www / "m.gguf", seed=12, tensors=2, floats=262144)[0]
+    size = os.path.getsize(served)
+    info = os.statvfs(small_disk)
+    free = info.f_bavail * info.f_frsize
+    assert free <= 512 * 1024 < size
+    args = dict(host.args([server.url("m.gguf")], "m.gguf"), path=str(small_disk / "models" / "m.gguf"))
+
+    with pytest.raises(FetchError) as raised:
+        fetch(args)
+
+    assert str(raised.value) == ("%s has %.1f MiB free, and the model needs %.1f MiB more there: %.1f MiB missing. "
+                                 "Nothing was written" % (small_disk / "models", free / MIB, size / MIB,
+                                                          (size - free) / MIB))
+    assert os.listdir(small_disk) == []
+    assert [r.method for r in server.take()] == ["HEAD"]
+
+
+@pytest.mark.parametrize("part", [0, 1000])
+def test_check_mode_says_the_bytes_it_would_fetch_and_writes_nothing(www, server, host, part):
+    served = write_model(www / "m.gguf", seed=13)[0]
+    size = os.path.getsize(served)
+    if part:
+        server.cuts["/m.gguf"] = part
+        fetch(host.args([server.url("m.gguf")], "m.gguf"))
+    before = state(host.root)
+
+    result = fetch(host.args([server.url("m.gguf")], "m.gguf"), check_mode=True)
+
+    assert (result["would_fetch"], result["bytes_have"], result["done"], result["changed"]) == (
+        size - part, part, False, True)
+    assert state(host.root) == before
+    assert [r.method for r in server.take()][-1:] == ["HEAD"]
+
+
+def test_the_headers_go_to_the_first_host_and_not_after_a_redirect_to_another(www, server, host):
+    served = write_model(www / "cdn" / "m.gguf", seed=14)[0]
+    server.required["/m.gguf"] = ("Authorization", "Bearer T")
+    server.redirects["/m.gguf"] = server.url("cdn/m.gguf", host="localhost")
+
+    fetch_all(host.args([server.url("m.gguf")], "m.gguf", headers={"Authorization": "Bearer T"}))
+
+    assert (host.models / "m.gguf").read_bytes() == Path(served).read_bytes()
+    seen = [(r.method, r.path, r.host.split(":")[0], r.headers.get("authorization")) for r in server.take()]
+    assert seen == [("HEAD", "/m.gguf", "127.0.0.1", "Bearer T"), ("HEAD", "/cdn/m.gguf", "localhost", None),
+                    ("GET", "/m.gguf", "127.0.0.1", "Bearer T"), ("GET", "/cdn/m.gguf", "localhost", None)]
+
+
+def test_a_host_that_refuses_head_tells_the_size_by_a_one_byte_range(www, server, host):
+    served = write_model(www / "m.gguf", seed=15)[0]
+    server.head_allowed = False
+
+    pieces = fetch_all(host.args([server.url("m.gguf")], "m.gguf"))
+
+    assert pieces[-1]["bytes_total"] == os.path.getsize(served)
+    assert [(r.method, r.range) for r in server.take()] == [("HEAD", None), ("GET", "bytes=0-0"), ("GET", None)]
+    assert (host.models / "m.gguf").read_bytes() == Path(served).read_bytes()
+
+
+@pytest.mark.parametrize("same", [True, False], ids=["same-sha-recorded", "other-sha-refused"])
+def test_a_file_already_at_the_path_is_checked_never_fetched_over(www, server, host, same):
+    served = write_model(www / "m.gguf", seed=16)[0]
+    there = host.models / "m.gguf"
+    if same:
+        shutil.copy(served, there)
+    else:
+        write_model(there, seed=17)
+    before = state(host.models)
+    args = host.args([server.url("m.gguf")], "m.gguf", sha256=[sha(served)])
+
+    if same:
+        result = fetch(args)
+        assert (result["done"], result["fetched"]) == (True, False)
+        info = os.stat(there)
+        entry = host.read_record()["files"][str(there)]
+        assert (entry["size"], entry["mtime_ns"], entry["sha256"], entry["fetched"]) == (
+            os.path.getsize(served), info.st_mtime_ns, sha(served), False)
+    else:
+        with pytest.raises(FetchError) as raised:
+            fetch(args)
+        assert "%s is already there with sha256 %s, not %s" % (there, sha(there), sha(served)) in str(raised.value)
+        assert not host.record.exists()
+    assert server.take() == []
+    assert state(host.models) == before
+
+
+def test_a_recorded_file_asked_for_from_another_url_without_a_sha256_is_refused(www, server, host):
+    write_model(www / "a.gguf", seed=18)
+    write_model(www / "b.gguf", seed=19)
+    fetch_all(host.args([server.url("a.gguf")], "m.gguf"))
+    before = state(host.root)
+    server.take()
+
+    with pytest.raises(FetchError) as raised:
+        fetch(host.args([server.url("b.gguf")], "m.gguf"))
+
+    assert str(raised.value).startswith("%s holds the model fetched from %s, not %s" % (
+        host.models / "m.gguf", server.url("a.gguf"), server.url("b.gguf")))
+    assert server.take() == []
+    assert state(host.root) == before
+
+
+# --------------------------------------------------------------------------- the clean-up
+
+
+def fetch_three(www, server, host, a_there=False):
+    """Models A, B (two shards) and C fetched in that order (A found already at its path with ``a_there``: checked
+    and recorded, not fetched by the role); ``{name: [host files]}``."""
+    models = {}
+    for seed, (name, split) in enumerate([("A", 0), ("B", 1), ("C", 0)], 20):
+        served = write_model(www / name / "m.gguf", seed=seed, tensors=2, floats=1024, split=split)
+        names = split_names(name, 2) if split else [name + ".gguf"]
+        if name == "A" and a_there:
+            shutil.copy(served[0], host.models / names[0])
+        fetch_all(host.args([server.url("%s/%s" % (name, os.path.basename(served[0])))], names[0]))
+        models[name] = [str(host.models / n) for n in names]
+    return models
+
+
+def test_prune_keeps_the_models_used_last_and_removes_the_files_of_the_others(www, server, host):
+    three = fetch_three(www, server, host)
+    everything = state(host.models)
+
+    assert prune(str(host.record), three["A"][0], 2) == three["B"]  # A deployed now, C the newer fetch
+
+    assert state(host.models) == {k: v for k, v in everything.items() if not k.startswith("B-")}
+    record = host.read_record()
+    assert sorted(record["files"]) == three["A"] + three["C"]
+    assert [m["path"] for m in record["models"]] == [three["A"][0], three["C"][0]]
+
+    assert prune(str(host.record), three["C"][0], 1) == three["A"]  # C deployed now, A before it
+    assert sorted(os.listdir(host.models)) == ["C.gguf"]
+
+
+def test_keep_counts_only_the_models_the_role_fetched(www, server, host):
+    """A was found at its path (not fetched) and is deployed now: B and C, both fetched, are the two kept."""
+    three = fetch_three(www, server, host, a_there=True)
+    everything = state(host.models)
+    assert prune(str(host.record), three["A"][0], 2) == []
+    assert state(host.models) == everything
+
+
+@pytest.mark.parametrize("case, kept_in_record", [
+    ("current", True), ("protected-by-a-snapshot", True), ("not-fetched-by-the-role", True),
+    ("changed-since-recorded", False)])
+def test_prune_never_removes(www, server, host, case, kept_in_record):
+    """A is the oldest model and keep is 1; only its record may go, and only when its file changed."""
+    three = fetch_three(www, server, host, a_there=case == "not-fetched-by-the-role")
+    a = three["A"][0]
+    if case == "changed-since-recorded":
+        with open(a, "ab") as f:
+            f.write(b"\0")
+    a_before = state(host.models)["A.gguf"]
+
+    removed = prune(str(host.record), a if case == "current" else three["C"][0], 1,
+                    [a] if case == "protected-by-a-snapshot" else [])
+
+    assert a not in removed and three["B"][0] in removed
+    assert state(host.models)["A.gguf"] == a_before
+    record = host.read_record()
+    assert (a in record["files"], a in [m["path"] for m in record["models"]]) == (kept_in_record, kept_in_record)
+
+
+CPU = {"topology": "cpu", "pattern": "", "device_overrides": [], "gpu_devices": [], "tensor_split": ""}
+
+
+def role_snapshot(rollback, model_path, config_hash, inside=None, **values):
+    """Keep as the last snapshot the ``.env`` and compose file the role renders for ``model_path`` (``inside``:
+    the ``.env``'s LLM_MODEL_PATH changed to that)."""
+    s = deploy_settings(model_path, **values)
+    env = env_block(env_values(s, CPU), config_hash)
+    if inside:
+        env = env.replace("LLM_MODEL_PATH='%s'" % s["container_model_path"], "LLM_MODEL_PATH='%s'" % inside)
+    save_snapshot(rollback, {".env": env.encode(), s["compose_file"]: render_compose(s, CPU, "podman").encode()},
+                  config_hash)
+
+
+def test_snapshot_models_are_the_host_paths_of_the_models_the_kept_snapshots_run(tmp_path):
+    rollback = str(tmp_path / ".rollback")
+    assert snapshot_models(rollback) == []
+    role_snapshot(rollback, "/srv/mo dels/sub/a-00001-of-00002.gguf", "h1", llm_server_model_mount="/data")
+    role_snapshot(rollback, "/srv/models/b.gguf", "h2")
+    assert snapshot_models(rollback) == ["/srv/models/b.gguf", "/srv/mo dels/sub/a-00001-of-00002.gguf"]
+
+    role_snapshot(rollback, "/srv/models/c.gguf", "h3", inside="/models2/c.gguf")  # not under the mount /models
+    assert snapshot_models(rollback) == ["/srv/models/b.gguf"]
