@@ -58,8 +58,11 @@ def model_vars(site, name, **more):
 
 
 def deploy_run(site, **role_vars):
+    """deploy.yml with ``role_vars``; its output is kept as ``run-N.log`` in the deploy's directory."""
     proc = site.playbook("deploy", **role_vars)
     output = proc.stdout + "\n" + proc.stderr
+    site.runs = getattr(site, "runs", 0) + 1
+    (site.root / ("run-%d.log" % site.runs)).write_text(output)
     assert recap(proc.stdout), output[-5000:]
     return {"rc": proc.returncode, "output": output, "result": result(proc.stdout) or {},
             "recap": recap(proc.stdout), "requests": site.server.take()}

@@ -153,6 +153,8 @@ HOST_3 = ["/srv/x-%05d-of-00003.gguf" % i for i in (1, 2, 3)]
     pytest.param(["http:///m.gguf"], "/srv/m.gguf", "has no host", id="no-host"),
     pytest.param(["https://hf:s3cret@models.example/m.gguf"], "/srv/m.gguf",
                  "https://models.example/m.gguf holds credentials", id="credentials"),
+    pytest.param(["https://hf_s3cret@models.example/m.gguf"], "/srv/m.gguf",
+                 "https://models.example/m.gguf holds credentials", id="a-token-as-the-user-name"),
     pytest.param(["http://models.example:99999/m.gguf"], "/srv/m.gguf",
                  "http://models.example has a bad port: Port out of range 0-65535", id="bad-port"),
     pytest.param(["https://hf:s3cret@models.example:x/m.gguf"], "/srv/m.gguf", "https://models.example has a bad port",
@@ -241,6 +243,7 @@ def test_a_model_comes_in_pieces_each_resuming_where_the_last_stopped_and_an_unc
     entry = host.read_record()["files"][str(path)]
     assert (entry["size"], entry["mtime_ns"], entry["sha256"], entry["fetched"]) == (
         size, info.st_mtime_ns, sha(served), True)
+    assert os.stat(host.record).st_mode & 0o777 == 0o640   # readable by the group, like verification.json
 
     again = fetch(args)
     assert server.take() == []
