@@ -65,6 +65,8 @@ class ActionModule(ActionBase):
                              "nothing (%s)" % (stalled, cut))
                 break
             display.display(fetch_line(host, piece, time.time() - started))
+            files = piece.get("files") or []
+            args["known"] = {"sizes": [f["size"] for f in files], "sha256": [f["sha256"] for f in files]}
         return fetch_summary(pieces, time.time() - started,
                              (task_vars.get("_llm_server_prepared") or {}).get("model_fetch")), \
             any(p.get("changed") for p in pieces)

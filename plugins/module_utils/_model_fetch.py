@@ -309,13 +309,13 @@ def _part_size(path):
         return 0
 
 
-def plan_files(files, sums, record, headers, timeout):
+def plan_files(files, sums, record, headers, timeout, sizes=None):
     """One row per file: ``url``, ``path``, ``sha256`` (expected), ``state`` (``present``: recorded or checked
     before, nothing to fetch; ``check``: a file the record does not know, checked and recorded, never overwritten;
     ``fetch``), ``size`` and ``have`` (the bytes of its part). A file recorded from another URL is refused unless
-    its sha256 is given and matches."""
+    its sha256 is given and matches. ``sizes`` are the files' sizes when known (else a HEAD request asks)."""
     rows = []
-    for (url, path), sha in zip(files, sums):
+    for index, ((url, path), sha) in enumerate(zip(files, sums)):
         entry = recorded(record, path, sha)
         if entry is not None:
             if entry.get("url") not in (None, display_url(url)) and not sha:
@@ -329,7 +329,7 @@ def plan_files(files, sums, record, headers, timeout):
             rows.append({"url": url, "path": path, "sha256": sha, "state": "check",
                          "size": os.path.getsize(path), "have": os.path.getsize(path)})
             continue
-        size = remote_size(url, headers, timeout)
+        size = sizes[index] if sizes else remote_size(url, headers, timeout)
         have = _part_size(path)
         rows.append({"url": url, "path": path, "sha256": sha, "state": "fetch", "size": size,
                      "have": have if have <= size else 0})
@@ -502,15 +502,19 @@ def fetch(args, check_mode=False):
     """One piece of the fetch of a model (the module ``llm_server_model``, state ``present``): what is there,
     what is missing, the disk check, then at most ``piece_seconds`` of download; once every file is complete, the
     checks and the renames. Returns the module's result: ``done``, ``files``, ``bytes_total``, ``bytes_have``,
-    ``bytes_fetched`` (this piece), ``changed``."""
+    ``bytes_fetched`` (this piece), ``changed``. ``known`` holds what the last piece found (``sizes`` and
+    ``sha256`` per file): the next piece asks for neither again."""
     headers = args.get("headers") or {}
     timeout = float(args.get("timeout") or 30)
     files = sources(args["url"], args["path"])
     record_path = args["record"]
+    known = args.get("known") or {}
+    known_sums, sizes = known.get("sha256") or [], known.get("sizes") or []
     with _record_lock(record_path, check_mode):
         record = read_record(record_path)
-        rows = plan_files(files, _sums(args.get("sha256"), files, record, args["path"], headers, timeout), record,
-                          headers, timeout)
+        sums = known_sums if len(known_sums) == len(files) else \
+            _sums(args.get("sha256"), files, record, args["path"], headers, timeout)
+        rows = plan_files(files, sums, record, headers, timeout, sizes if len(sizes) == len(files) else None)
         result = {"changed": False, "done": False, "bytes_total": sum(r["size"] for r in rows),
                   "bytes_fetched": 0, "files": rows}
         if all(r["state"] == "present" for r in rows):

@@ -56,6 +56,12 @@ options:
     description: The record of the models on the host (the role uses C(<project dir>/.llm_server_models.json)).
     type: path
     required: true
+  known:
+    description:
+      - Set by the role's action between two pieces (C(sizes) and C(sha256) per file, as the last piece found them),
+        so that a piece asks for neither again; not for direct use.
+    type: dict
+    default: {}
   piece_seconds:
     description: How long one piece downloads before it returns, in seconds.
     type: float
@@ -157,6 +163,7 @@ def main():
             sha256=dict(type="list", elements="str", default=[]),
             headers=dict(type="dict", default={}, no_log=True),
             record=dict(type="path", required=True),
+            known=dict(type="dict", default={}),
             piece_seconds=dict(type="float", default=10),
             timeout=dict(type="float", default=30),
             keep=dict(type="int", default=2),

@@ -117,12 +117,15 @@ def host(tmp_path):
 
 
 def fetch_all(args, limit=100):
-    """Call ``fetch`` piece after piece until it is done, as the role's action does; the result of every piece."""
-    results = []
+    """Call ``fetch`` piece after piece until it is done, as the role's action does (each piece gets the sizes and
+    sha256 the last one found); the result of every piece."""
+    results, args = [], dict(args)
     for _ in range(limit):
         results.append(fetch(args))
         if results[-1]["done"]:
             return results
+        files = results[-1]["files"]
+        args["known"] = {"sizes": [f["size"] for f in files], "sha256": [f["sha256"] for f in files]}
     raise AssertionError("not done after %d pieces: %r" % (limit, results[-1]))
 
 
@@ -218,19 +221,23 @@ def test_expected_sums(www, server, given, expected):
 
 def test_a_model_comes_in_pieces_each_resuming_where_the_last_stopped_and_an_unchanged_rerun_asks_nothing(
         www, server, host, monkeypatch):
-    """Blocks of 32 KiB, sent with a pause, and pieces of 50 ms: the download takes several pieces."""
+    """Blocks of 32 KiB, sent with a pause, and pieces of 50 ms: the download takes several pieces. The size and
+    the SHA256SUMS file are asked for once: the later pieces get them from the first."""
     monkeypatch.setattr(_model_fetch, "CHUNK", 32 * 1024)
     server.block, server.pause = 32 * 1024, 0.02
     served = write_model(www / "m.gguf", seed=1)[0]
+    (www / "SHA256SUMS").write_text("%s  m.gguf\n" % sha(served))
     size = os.path.getsize(served)
-    args = host.args([server.url("m.gguf")], "m.gguf", piece_seconds=0.05)
+    args = host.args([server.url("m.gguf")], "m.gguf", piece_seconds=0.05, sha256=[server.url("SHA256SUMS")])
 
     pieces = fetch_all(args)
 
     assert len(pieces) >= 2
     log = server.take()
+    assert [(r.method, r.path) for r in log[:2]] == [("GET", "/SHA256SUMS"), ("HEAD", "/m.gguf")]
+    log = log[2:]
     gets = [r for r in log if r.method == "GET"]
-    assert [r.method for r in log] == ["HEAD", "GET"] * len(pieces)
+    assert [(r.method, r.path) for r in log] == [("GET", "/m.gguf")] * len(pieces)
     done_before = [sum(p["bytes_fetched"] for p in pieces[:i]) for i in range(len(pieces))]
     assert [g.range for g in gets] == [None] + ["bytes=%d-" % n for n in done_before[1:]]
     assert sum(p["bytes_fetched"] for p in pieces) == size
