@@ -9,8 +9,9 @@ llama-server), from a real HTTP server on loopback (``tests/helpers/http_server.
 - model B with the URL of a ``SHA256SUMS`` file: both shards fetched, deployed and verified;
 - model C, which llama-server cannot load: fetched, then rolled back to B with no request for B;
 - model D in check mode: one HEAD request, the bytes it would fetch, nothing written;
-- model D with ``llm_server_model_keep`` 1: after its verified deploy A and C are removed (fetched by the role,
-  run by no snapshot), B stays (the previous snapshot runs it) and so does the model the role did not fetch.
+- model D, from a host that wants a token (``llm_server_model_headers``, never shown), with
+  ``llm_server_model_keep`` 1: after its verified deploy A and C are removed (fetched by the role, run by no
+  snapshot), B stays (the previous snapshot runs it) and so does the model the role did not fetch.
 
 Run under the podman lock: ``flock /tmp/ai-llm-podman.lock python -m pytest tests/integration/test_role_model_fetch.py``.
 """
@@ -140,7 +141,13 @@ def test_check_mode_says_what_it_would_fetch_and_fetches_nothing(site, first):
 
 
 def test_keep_removes_the_fetched_models_no_snapshot_runs_after_a_verified_deploy(site, first):
-    run = deploy_run(site, **model_vars(site, "demo-d.gguf", llm_server_model_keep=1))
+    """D's host wants a token: the role sends llm_server_model_headers, and no output of the run (at -v) shows it."""
+    token = "Bearer tok-%s" % hashlib.sha256(b"d").hexdigest()[:16]
+    site.server.required["/demo-d.gguf"] = ("Authorization", token)
+    run = deploy_run(site, **model_vars(site, "demo-d.gguf", llm_server_model_keep=1,
+                                        llm_server_model_headers={"Authorization": token}))
     assert run["rc"] == 0, run["output"][-5000:]
+    assert token.split()[1] not in run["output"]
+    assert {r.headers.get("authorization") for r in run["requests"]} == {token}
     left = sorted(p.name for p in site.models.iterdir() if p.suffix == ".gguf")
     assert left == sorted(["demo-d.gguf", "demo.gguf"] + site.shards)

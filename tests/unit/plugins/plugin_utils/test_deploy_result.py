@@ -151,8 +151,8 @@ VERIFY = {"recreate": False, "verify": True, "reason": ""}
      ("checked", "check mode: the configuration files would change (nothing was changed)")),
     ({"check_mode": True, "converge": VERIFY, "changes": [False, False]}, ("checked", "check mode: nothing would change")),
     # a model to fetch first: the plan waits for its header
-    ({"check_mode": True, "converge": VERIFY, "model_fetch": {"would_fetch": 5, "msg": "check mode: the model would "
-                                                               "be fetched first (0.0 MiB), and the plan made from its header"}},
+    ({"check_mode": True, "converge": VERIFY, "model_fetch": {
+        "would_fetch": 5, "msg": "check mode: the model would be fetched first (0.0 MiB), and the plan made from its header"}},
      ("checked", "check mode: the model would be fetched first (0.0 MiB), and the plan made from its header "
                  "(nothing was changed)")),
     ({"check_mode": True, "changes": [True], "converge": {"recreate": True, "reason": "the image changed"}},
