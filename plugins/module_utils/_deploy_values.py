@@ -549,8 +549,8 @@ def check_settings(values, api_key=None, entry="main", unknown=(), model_headers
     The one check of the role's variables, for every action that reads them. ``values`` holds every variable
     (``VARIABLES``) after the argument spec and the role's defaults applied: types, choices and defaults come
     from there; this adds formats, ranges and the rules between variables. ``api_key`` is the key itself
-    (checked, never kept or quoted); ``None`` means "not given"; so are ``model_headers``, the HTTP headers of
-    ``llm_server_model_headers``. The ``rollback`` entry point does not need the
+    (checked, never kept or quoted); ``None`` means "not given". ``model_headers`` (the HTTP headers of
+    ``llm_server_model_headers``) are checked and never kept the same way. The ``rollback`` entry point does not need the
     model: its variables are only checked when it is set. ``unknown`` holds ``(name, message)`` of the names that
     mean nothing to the role: problems when ``llm_server_strict_variables`` is true.
     """
@@ -573,7 +573,7 @@ def check_settings(values, api_key=None, entry="main", unknown=(), model_headers
     return Settings(**s)
 
 
-# Every variable check_settings reads (the API key apart: it is passed on its own).
+# Every variable check_settings reads (the API key and the model's HTTP headers apart: they are passed on their own).
 VARIABLES = tuple(PREFIX + key for key, _check, _args in _VALUES) + tuple(
     PREFIX + key for key in ("compose_project", "compose_command", "bind_address", "model_path", "model_dir",
                              "model_mount", "model_url", "model_sha256", "moe_offload_pattern", "rollback_dir"))
