@@ -15,12 +15,14 @@ import time
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_fetch import known_of
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import first_snapshot
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import (
     Refused,
     fetch_args,
     fetch_line,
     fetch_summary,
+    piece_cut,
     prepare,
     service_args,
 )
@@ -60,13 +62,11 @@ class ActionModule(ActionBase):
                 break
             stalled = 0 if piece.get("bytes_fetched") else stalled + 1
             if stalled >= STALLED_PIECES:
-                cut = next((f["cut"] for f in piece.get("files") or [] if f.get("cut")), "no byte arrived")
                 piece.update(failed=True, msg="llm_server: the model cannot be fetched: %d tries in a row fetched "
-                             "nothing (%s)" % (stalled, cut))
+                             "nothing (%s)" % (stalled, piece_cut(piece) or "no byte arrived"))
                 break
             display.display(fetch_line(host, piece, time.time() - started))
-            files = piece.get("files") or []
-            args["known"] = {"sizes": [f["size"] for f in files], "sha256": [f["sha256"] for f in files]}
+            args["known"] = known_of(piece)
         return fetch_summary(pieces, time.time() - started,
                              (task_vars.get("_llm_server_prepared") or {}).get("model_fetch")), \
             any(p.get("changed") for p in pieces)

@@ -466,13 +466,19 @@ def _model(c, s, entry):
     s["container_model_path"] = inside
 
 
+def _one_or_list(c, name):
+    """``string_list`` of ``name``, where one non-empty string stands for a list of it and an empty value for
+    none."""
+    raw = c.raw(name)
+    c.values = dict(c.values, **{name: [raw] if isinstance(raw, str) and raw else raw or []})
+    return c.string_list(name)
+
+
 def _model_source(c, s):
     """Where the model comes from (empty: it is on the host already): one URL, or one per shard; its sha256 (one
     per file, or a SHA256SUMS URL). The pairing of URLs and host files is ``_model_fetch.sources``' rule."""
     name = PREFIX + "model_url"
-    raw = c.raw(name)
-    c.values = dict(c.values, **{name: [raw] if isinstance(raw, str) and raw else raw or []})
-    urls = c.string_list(name)
+    urls = _one_or_list(c, name)
     for url in urls or []:
         problem = url_problem(url)
         if problem:
@@ -486,9 +492,7 @@ def _model_source(c, s):
             urls = c.fail(variable if variable.startswith(PREFIX) else name, message)
     s["model_url"] = urls or []
     name = PREFIX + "model_sha256"
-    raw = c.raw(name)
-    c.values = dict(c.values, **{name: [raw] if isinstance(raw, str) and raw else raw or []})
-    sums = [v.strip() for v in c.string_list(name) or []]
+    sums = [v.strip() for v in _one_or_list(c, name) or []]
     bad = [v for v in sums if not (re.fullmatch(r"[0-9a-fA-F]{64}", v) or (len(sums) == 1 and not url_problem(v)))]
     if bad:
         sums = c.fail(name, "%s is neither a sha256 (64 hex digits) nor, alone, the URL of a SHA256SUMS file"

@@ -33,7 +33,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import MIB
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import MIB, read_bytes
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import (
     LINKS,
     SnapshotError,
@@ -142,15 +142,16 @@ def expected_sums(sha256, files, get_text):
     sha256 = [str(s).strip() for s in sha256 or [] if str(s).strip()]
     if not sha256:
         return [None] * len(files)
-    if len(sha256) == 1 and not _HEX_RE.match(sha256[0]):
-        problem = url_problem(sha256[0])
-        if problem and "://" in sha256[0]:
+    url = _sums_url(sha256)
+    if url:
+        problem = url_problem(url)
+        if problem and "://" in url:
             raise FetchError("llm_server_model_sha256: " + problem)
         if problem:
             raise FetchError("llm_server_model_sha256: %s is neither a sha256 (64 hex digits) nor a SHA256SUMS URL"
-                             % sha256[0])
+                             % url)
         sums = {}
-        for line in get_text(sha256[0]).splitlines():
+        for line in get_text(url).splitlines():
             match = _SUMS_LINE_RE.match(line.strip())
             if match:
                 sums[posixpath.basename(match.group(2).strip())] = match.group(1).lower()
@@ -158,7 +159,7 @@ def expected_sums(sha256, files, get_text):
         for url, _path in files:
             name = _url_name(url)
             if name not in sums:
-                raise FetchError("llm_server_model_sha256: %s lists no sha256 for %s" % (display_url(sha256[0]), name))
+                raise FetchError("llm_server_model_sha256: %s lists no sha256 for %s" % (display_url(url), name))
             found.append(sums[name])
         return found
     bad = [s for s in sha256 if not _HEX_RE.match(s)]
@@ -252,10 +253,9 @@ def get_text(url, headers=None, timeout=30.0, limit=MIB):
 def read_record(path):
     """The record (``{"files": {path: {...}}, "models": [...]}``); empty when there is none or it is unreadable."""
     try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError):
-        return {"files": {}, "models": []}
+        data = json.loads((read_bytes(path, missing=(OSError,)) or b"null").decode("utf-8"))
+    except ValueError:
+        data = None
     files = data.get("files") if isinstance(data, dict) else None
     models = data.get("models") if isinstance(data, dict) else None
     return {"files": files if isinstance(files, dict) else {},
@@ -326,8 +326,8 @@ def plan_files(files, sums, record, headers, timeout, sizes=None):
                          "size": entry["size"], "have": entry["size"]})
             continue
         if os.path.lexists(path):
-            rows.append({"url": url, "path": path, "sha256": sha, "state": "check",
-                         "size": os.path.getsize(path), "have": os.path.getsize(path)})
+            size = os.path.getsize(path)
+            rows.append({"url": url, "path": path, "sha256": sha, "state": "check", "size": size, "have": size})
             continue
         size = sizes[index] if sizes else remote_size(url, headers, timeout)
         have = _part_size(path)
@@ -510,23 +510,23 @@ def fetch(args, check_mode=False):
     record_path = args["record"]
     known = args.get("known") or {}
     known_sums, sizes = known.get("sha256") or [], known.get("sizes") or []
-    with _record_lock(record_path, check_mode):
-        record = read_record(record_path)
-        sums = known_sums if len(known_sums) == len(files) else \
-            _sums(args.get("sha256"), files, record, args["path"], headers, timeout)
-        rows = plan_files(files, sums, record, headers, timeout, sizes if len(sizes) == len(files) else None)
-        result = {"changed": False, "done": False, "bytes_total": sum(r["size"] for r in rows),
-                  "bytes_fetched": 0, "files": rows}
-        if all(r["state"] == "present" for r in rows):
-            result.update(done=True, bytes_have=result["bytes_total"], fetched=False)
-            return _shown(result)
-        problem = disk_problem(rows)
-        if problem:
-            raise FetchError(problem)
-        if check_mode:
-            result.update(changed=any(r["state"] == "fetch" for r in rows), bytes_have=sum(r["have"] for r in rows),
-                          would_fetch=sum(r["size"] - r["have"] for r in rows if r["state"] == "fetch"))
-            return _shown(result)
+    # (read without the record's lock: it is only ever replaced whole, by atomic_write)
+    record = read_record(record_path)
+    sums = known_sums if len(known_sums) == len(files) else \
+        _sums(args.get("sha256"), files, record, args["path"], headers, timeout)
+    rows = plan_files(files, sums, record, headers, timeout, sizes if len(sizes) == len(files) else None)
+    result = {"changed": False, "done": False, "bytes_total": sum(r["size"] for r in rows),
+              "bytes_fetched": 0, "files": rows}
+    if all(r["state"] == "present" for r in rows):
+        result.update(done=True, bytes_have=result["bytes_total"], fetched=False)
+        return _shown(result)
+    problem = disk_problem(rows)
+    if problem:
+        raise FetchError(problem)
+    if check_mode:
+        result.update(changed=any(r["state"] == "fetch" for r in rows), bytes_have=sum(r["have"] for r in rows),
+                      would_fetch=sum(r["size"] - r["have"] for r in rows if r["state"] == "fetch"))
+        return _shown(result)
     deadline = time.monotonic() + float(args.get("piece_seconds") or 10)
     for row in rows:
         if row["state"] == "fetch" and row["have"] < row["size"] and time.monotonic() < deadline:
@@ -534,7 +534,7 @@ def fetch(args, check_mode=False):
     result["bytes_have"] = sum(r["have"] for r in rows)
     result["changed"] = result["bytes_fetched"] > 0
     if all(r["have"] >= r["size"] for r in rows):
-        with _record_lock(record_path, False):
+        with _record_lock(record_path):
             record = read_record(record_path)
             for row in rows:  # another run may have finished it meanwhile
                 if row["state"] != "present" and recorded(record, row["path"], row["sha256"]) is not None:
@@ -542,6 +542,12 @@ def fetch(args, check_mode=False):
             finish(rows, record, record_path, args["path"], _sums_url(args.get("sha256")))
         result.update(done=True, changed=True, fetched=any(r["state"] == "fetch" for r in rows))
     return _shown(result)
+
+
+def known_of(result):
+    """What a piece's ``result`` found, as the next piece's ``known`` option: ``sizes`` and ``sha256`` per file."""
+    files = result.get("files") or []
+    return {"sizes": [f["size"] for f in files], "sha256": [f["sha256"] for f in files]}
 
 
 def _sums_url(sha256):
@@ -567,24 +573,22 @@ def _shown(result):
 
 
 class _record_lock:
-    """The record's lock (``<record>.lock``): one run at a time reads and writes it."""
+    """The record's lock (``<record>.lock``, its directory made when missing): one run at a time reads, changes
+    and writes the record. A file of its own, not the project directory's flock (``_deploy_lock``): a run holds it
+    while it hashes a whole model, which must not hold up another deploy's lock of the project."""
 
-    def __init__(self, record_path, check_mode):
+    def __init__(self, record_path):
         self.path = record_path + ".lock"
-        self.check_mode = check_mode
         self.f = None
 
     def __enter__(self):
-        if self.check_mode and not os.path.isfile(self.path):
-            return self  # check mode creates nothing, not even the lock (the record is replaced whole: atomic_write)
         os.makedirs(os.path.dirname(self.path), mode=0o750, exist_ok=True)
         self.f = open(self.path, "a")
         _lock(self.f)
         return self
 
     def __exit__(self, *exc):
-        if self.f is not None:
-            self.f.close()
+        self.f.close()
         return False
 
 
@@ -627,7 +631,7 @@ def prune(record_path, current, keep, protected=()):
     of the snapshots) nor a file changed since it was recorded (only the record of it goes). Returns the paths
     removed."""
     removed = []
-    with _record_lock(record_path, False):
+    with _record_lock(record_path):
         record = read_record(record_path)
         now = time.time()
         for model in record["models"]:

@@ -66,10 +66,15 @@ def fetch_args(settings, headers, piece_seconds):
             "headers": headers or {}, "record": settings["paths"]["models"], "piece_seconds": piece_seconds}
 
 
+def piece_cut(piece):
+    """How a piece of a download ended early (the first file's ``cut``: the connection ended or failed), or ``""``."""
+    return next((f["cut"] for f in piece.get("files") or [] if f.get("cut")), "")
+
+
 def fetch_line(host, piece, seconds):
-    """The line of progress after one piece of a download: bytes there of the total, the rate of this run."""
+    """The line of progress after one piece of a download: bytes there of the total, the seconds of this run."""
     have, total = piece.get("bytes_have") or 0, piece.get("bytes_total") or 0
-    cut = next((f["cut"] for f in piece.get("files") or [] if f.get("cut")), "")
+    cut = piece_cut(piece)
     return "%s: fetching the model, %s of %s MiB (%d %%), %d s%s" % (
         host, mib_text(mib(have)), mib_text(mib(total)), 100 * have // total if total else 0, seconds,
         "; %s, resuming" % cut if cut else "")

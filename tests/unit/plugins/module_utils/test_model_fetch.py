@@ -30,6 +30,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_fetch im
     expected_sums,
     fetch,
     get_text,
+    known_of,
     prune,
     snapshot_models,
     sources,
@@ -124,8 +125,7 @@ def fetch_all(args, limit=100):
         results.append(fetch(args))
         if results[-1]["done"]:
             return results
-        files = results[-1]["files"]
-        args["known"] = {"sizes": [f["size"] for f in files], "sha256": [f["sha256"] for f in files]}
+        args["known"] = known_of(results[-1])
     raise AssertionError("not done after %d pieces: %r" % (limit, results[-1]))
 
 
