@@ -6,9 +6,12 @@
 (``gpu_info``) and the parity answer, judged by ``_deploy_proof``, then the speed and the calibration it gives
 (``_deploy_prepare.calibration_of``). With ``baseline`` it only asks the running configuration the parity prompt,
 before a recreate. With ``publish`` it sets ``llm_server_result`` from what the role's tasks registered
-(``_deploy_result``), or in a rescue says what went wrong."""
+(``_deploy_result``) and records it in verification.json when the run recreated, verified or returned to a
+snapshot (``llm_server_config`` with ``state=recorded``), or in a rescue says what went wrong."""
 
 from __future__ import annotations
+
+import json
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
@@ -22,7 +25,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof i
     verification_problem,
     vram_rows,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import build, failure, parts_from
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import build, failure, parts_from, to_record
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text import result_line
 
 PROOF_OPTIONS = ("prove", "baseline", "settings", "plan", "placement", "gpu_baseline", "parity_before")
@@ -89,7 +92,14 @@ class ActionModule(ActionBase):
         if status == "rolled_back" and not parts["failure"] and not parts["rollback"].get("performed"):
             return {"changed": False, "failed": True, "msg": "llm_server: %s" % parts["rollback"].get("reason")}
         published = build(parts)
-        return {"changed": False, "line": result_line(published), "ansible_facts": {"llm_server_result": published}}
+        result = {"changed": False, "line": result_line(published), "ansible_facts": {"llm_server_result": published}}
+        if to_record(published, facts, bool(self._play_context.check_mode)):
+            settings = (facts.get("_llm_server_prepared") or {}).get("settings") or {}
+            recorded = self._execute_module("ai_llm.moe_offload.llm_server_config", module_args={
+                "state": "recorded", "settings": settings,
+                "content": json.dumps(published, indent=4, sort_keys=True) + "\n"}, task_vars=facts)
+            result.update((k, recorded[k]) for k in ("changed", "failed", "msg", "diff") if k in recorded)
+        return result
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)

@@ -26,6 +26,9 @@ description:
   - Lines outside the block that set one of the role's keys are removed (they would win over the block).
   - With O(state=pattern_cleared) it clears C(LLM_MOE_OFFLOAD_PATTERN) and C(LLM_DEVICE_OVERRIDES) of the
     current C(.env) and updates the hash (the on-demand rollback V(none)).
+  - With O(state=recorded) it writes O(content) into C(verification.json) next to the compose file (the role's
+    C(llm_server_result) of a run that recreated, verified or rolled back ai-llm), mode C(0640), through a temporary
+    file renamed over it.
   - With O(service), its action plugin then decides on the controller whether ai-llm must be recreated, verified or
     waited for, and why (RV(converge)).
 author:
@@ -41,20 +44,27 @@ options:
       - Required with O(state=present).
     type: dict
   compose_command:
-    description: The compose tool as an argv list, used to check the files before they are written.
+    description:
+      - The compose tool as an argv list, used to check the files before they are written.
+      - Required with O(state=present) and O(state=pattern_cleared).
     type: list
     elements: str
-    required: true
   engine:
-    description: The container engine the compose tool drives (CDI devices and k8s-file logs for podman).
+    description:
+      - The container engine the compose tool drives (CDI devices and k8s-file logs for podman).
+      - Required with O(state=present) and O(state=pattern_cleared).
     type: str
     choices: [podman, docker]
-    required: true
   state:
-    description: V(present) writes the configuration, V(pattern_cleared) clears the offload pattern.
+    description:
+      - V(present) writes the configuration, V(pattern_cleared) clears the offload pattern, V(recorded) writes
+        C(verification.json).
     type: str
-    choices: [present, pattern_cleared]
+    choices: [present, pattern_cleared, recorded]
     default: present
+  content:
+    description: The text of C(verification.json). Required with O(state=recorded).
+    type: str
   service:
     description:
       - What M(ai_llm.moe_offload.llm_server_service_info) found before the writes; with it the action plugin returns
@@ -70,7 +80,7 @@ attributes:
     description: Reports and shows what it would write and writes nothing.
   diff_mode:
     support: full
-    description: Shows C(.env) and the compose file before and after. The API key is not in them.
+    description: Shows C(.env) and the compose file (or C(verification.json)) before and after. The API key is not in them.
   idempotent:
     support: full
     description: The same settings give the same files, and nothing is written.
@@ -91,12 +101,12 @@ EXAMPLES = r"""
 RETURN = r"""
 config_hash:
   description: The hash of the configuration now on disk (C(LLM_CONFIG_HASH)).
-  returned: success
+  returned: success, with O(state=present) or O(state=pattern_cleared)
   type: str
   sample: 9b1e4c...
 changed_keys:
   description: The role's C(.env) keys whose value changes, with the old and new value.
-  returned: success
+  returned: success, with O(state=present) or O(state=pattern_cleared)
   type: list
   elements: dict
   sample: [{key: LLM_CTX_SIZE, old: "512", new: "1024"}]
@@ -108,7 +118,7 @@ files_changed:
   sample: [/srv/ai-llm/.env]
 dropped_keys:
   description: Lines outside the role's block that set one of its keys, removed.
-  returned: success
+  returned: success, with O(state=present) or O(state=pattern_cleared)
   type: list
   elements: str
   sample: [LLM_CTX_SIZE]
@@ -149,24 +159,42 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
 )
 
 
+def record(module, path, content):
+    """Write ``content`` into ``path`` (verification.json) when it differs; exits the module."""
+    old = (read_bytes(path) or b"").decode("utf-8", "replace")
+    changed = old != content
+    if changed and not module.check_mode:
+        try:
+            atomic_write(path, content.encode("utf-8"), 0o640)
+        except OSError as exc:
+            module.fail_json(msg="llm_server: writing %s failed: %s" % (path, exc), changed=False)
+    module.exit_json(changed=changed, files_changed=[path] if changed else [],
+                     diff=[{"before_header": path, "after_header": path, "before": old, "after": content}] if changed else [])
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             settings=dict(type="dict", required=True),
             placement=dict(type="dict"),
-            compose_command=dict(type="list", elements="str", required=True),
-            engine=dict(type="str", choices=["podman", "docker"], required=True),
-            state=dict(type="str", choices=["present", "pattern_cleared"], default="present"),
+            compose_command=dict(type="list", elements="str"),
+            engine=dict(type="str", choices=["podman", "docker"]),
+            state=dict(type="str", choices=["present", "pattern_cleared", "recorded"], default="present"),
+            content=dict(type="str"),
             # For the action plugin's decision; it keeps them on the controller.
             service=dict(type="dict"),
             key_changed=dict(type="bool", default=False),
         ),
-        required_if=[("state", "present", ("placement",))],
+        required_if=[("state", "present", ("placement", "compose_command", "engine")),
+                     ("state", "pattern_cleared", ("compose_command", "engine")),
+                     ("state", "recorded", ("content",))],
         supports_check_mode=True,
     )
     p = module.params
     settings = p["settings"]
     paths = settings["paths"]
+    if p["state"] == "recorded":
+        record(module, paths["verification"], p["content"])
     old_env = (read_bytes(paths["env"]) or b"").decode("utf-8", "replace")
     old_compose = (read_bytes(paths["compose"]) or b"").decode("utf-8", "replace")
     api_key = read_bytes(paths["api_key"]) or b""

@@ -279,6 +279,17 @@ def rollback_part(facts):
     return {"performed": False, "reason": reason}
 
 
+def to_record(published, facts, check_mode=False):
+    """Whether this run writes ``published`` (``llm_server_result``) into verification.json: not in check mode,
+    and only when the run recreated ai-llm, verified it without a recreate, or returned to a snapshot, so that the
+    file always describes what was last proved to run (a run that changes nothing or is refused leaves it)."""
+    if check_mode or not (published.get("files") or {}).get("verification"):
+        return False
+    converge = (facts.get("_llm_server_config") or {}).get("converge") or {}
+    return bool(facts.get("_llm_server_recreated") or converge.get("verify")
+                or (published.get("rollback") or {}).get("performed"))
+
+
 def parts_from(facts, check_mode=False, status=""):
     """``build``'s parts from what the role's tasks registered (``facts``: the host's variables): the prepared
     settings, service, plan and placement, the lock, the writes, the recreate, the proof, the snapshot, the return

@@ -10,7 +10,7 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import (
     PLAN_GPU_KEYS, STATUSES, _ran, _seconds, build, buffers, delta_seconds, failure, parts_from, plan_summary,
-    rollback_part, rollback_text, status_and_message)
+    rollback_part, rollback_text, status_and_message, to_record)
 
 README = Path(__file__).resolve().parents[4] / "roles" / "llm_server" / "README.md"
 BASE_URL = "http://127.0.0.1:8080"
@@ -416,3 +416,21 @@ def test_the_parts_of_a_refusal_a_verified_recreate_and_a_failure():
                          "_llm_server_returned": {"healthy": False, "seconds": 9.0},
                          "_llm_server_verify": {"health": {"seconds": 3.0}}})
     assert (failed["refusal"], failed["failure"], failed["health"]) == ("", "c", {"healthy": False, "seconds": 9.0})
+
+
+RECORDED = {"files": {"verification": "/p/verification.json"}, "rollback": {"performed": False}}
+
+
+@pytest.mark.parametrize("published, facts, check_mode, recorded", [
+    (RECORDED, {"_llm_server_recreated": True}, False, True),                                # a recreate
+    (RECORDED, {"_llm_server_config": {"converge": {"verify": True}}}, False, True),        # verified, no recreate
+    (dict(RECORDED, rollback={"performed": True}), {}, False, True),                         # back to a snapshot
+    (RECORDED, {"_llm_server_config": {"converge": {"verify": False}}}, False, False),      # nothing to prove
+    (RECORDED, {"_llm_server_config": {"skipped": True}}, False, False),                    # the writes skipped
+    (RECORDED, {}, False, False),                                                            # unchanged or refused
+    (RECORDED, {"_llm_server_recreated": True}, True, False),                                # check mode
+    (dict(RECORDED, files={"verification": None}), {"_llm_server_recreated": True}, False, False),  # no file known
+])
+def test_verification_json_is_written_after_a_recreate_a_verify_or_a_rollback_only(published, facts, check_mode,
+                                                                                   recorded):
+    assert to_record(published, facts, check_mode) is recorded
