@@ -3,7 +3,7 @@ at the default verbosity and with the YAML results of ansible.cfg: a changed run
 each print one line per host that says what happened, and not the whole result (that is for -v); a misspelt
 variable is warned about once with the closest name, and refused before anything changes with
 llm_server_strict_variables; while ai-llm starts, the wait says every few seconds how long it has waited and where
-the start is (a start slowed by 12 s in front of the image's own start command: the server is real).
+the start is (a start slowed by 20 s in front of the image's own start command: the server is real).
 
 Run under the podman lock: ``flock /tmp/ai-llm-podman.lock python -m pytest tests/integration/test_role_output.py``.
 """
