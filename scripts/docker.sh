@@ -54,8 +54,7 @@ ai_llm_docker() {
       SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
       # (without the lock's descriptor: dockerd would hold the lock as long as it runs)
       $SUDO nohup dockerd --config-file "$run/daemon.json" {lock}>&- > "$run/dockerd.log" 2>&1 &
-      local i
-      for i in $(seq 60); do
+      for _ in $(seq 60); do
         if ai_llm_docker status; then
           exec {lock}>&-
           return 0
@@ -68,12 +67,12 @@ ai_llm_docker() {
     stop)
       [ -s "$run/dockerd.pid" ] || return 0
       [ -z "${2:-}" ] || [ "$(cat "$run/owner" 2>/dev/null)" = "$2" ] || return 0
-      local pid i
+      local pid
       pid="$(cat "$run/dockerd.pid")"
       SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
       $SUDO kill "$pid" 2>/dev/null || true
       # dockerd stops its containers first (its shutdown-timeout, 15 s): then SIGKILL
-      for i in $(seq 150); do
+      for _ in $(seq 150); do
         $SUDO kill -0 "$pid" 2>/dev/null || break
         sleep 0.2
       done

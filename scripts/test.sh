@@ -109,7 +109,7 @@ while :; do
   stage="${stage_of[$ended]}"
   echo "=== test stage: $stage"
   cat "$results/$stage.out"
-  read -r took[$stage] rc cpu[$stage] <"$results/$stage.took"
+  read -r "took[$stage]" rc "cpu[$stage]" <"$results/$stage.took"
   echo "(stage $stage: ${took[$stage]}s)"
   [ "$rc" -eq 0 ] || status=1
 done

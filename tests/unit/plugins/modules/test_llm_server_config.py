@@ -1,6 +1,6 @@
 """llm_server_config with ``state=recorded``: verification.json written whole (mode 0640, through a renamed
-temporary file), not again when it holds the same text, nothing written in check mode. The other states are checked through the role (tests/integration/test_role_container.py and the
-scenarios)."""
+temporary file), not again when it holds the same text, nothing written in check mode. The other states are
+checked through the role (tests/integration/test_role_container.py and the scenarios)."""
 from __future__ import annotations
 
 import json
