@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 EE_BIN = ROOT / ".cache" / "venvs" / "ee" / "bin"
 IDENT = "deploy-check"
-PUBLISH_TASK = "Publish what this run did as llm_server_result, and record it in verification.json"    # roles/llm_server/tasks/result.yml
+PUBLISH_TASK = "Publish what this run did as llm_server_result"    # roles/llm_server/tasks/result.yml
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("sshd") or not shutil.which("podman"),
