@@ -12,7 +12,7 @@ the collection from its tarball) stays as documented.
 
 ``check`` runs ``ansible-playbook ai_llm.moe_offload.deploy --check`` (the playbook of the collection installed in
 the image, not this checkout's) inside the image, ``podman run --rm --network host``, against two hosts of a test
-fleet (tests/helpers/fleet.py) made for it and torn down after: the fleet's inventory, a copy of its ssh key and
+fleet (benchmarks/rollout.py's demo fleet) made for it and torn down after: the fleet's inventory, a copy of its ssh key and
 known_hosts for the image's user, and a report folder are mounted in, the report callback enabled as a job
 template's ``ansible.cfg`` or environment enables it (docs/fleet.md, "AWX and Automation Platform"). It prints
 ansible-core's, ansible-runner's and ssh's versions in the image and the collection it holds, the play recap and
@@ -28,7 +28,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -37,9 +36,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / ".collections")]
 
-from tests.helpers.fleet import PREFIX, Fleet, FleetNames, clean_leftovers, leftovers  # noqa: E402  pylint: disable=wrong-import-position
+from benchmarks.rollout import demo_fleet  # noqa: E402  pylint: disable=wrong-import-position
+from tests.helpers.fleet import FleetNames, clean_leftovers, leftovers  # noqa: E402  pylint: disable=wrong-import-position
 from tests.helpers.llm_deploy import cpu_image  # noqa: E402  pylint: disable=wrong-import-position
-from tools.gguf_models import write_demo_model  # noqa: E402  pylint: disable=wrong-import-position
 
 HOSTS = ("e1", "e2")
 # a fleet named apart from the tests' fleets (test_fleet_rollout.py, test_ansible_runner.py), which may run meanwhile
@@ -84,21 +83,6 @@ def image_versions(image):
     if proc.returncode != 0:
         raise SystemExit("the image's versions: exit %d: %s" % (proc.returncode, proc.stdout + proc.stderr))
     return proc.stdout.strip()
-
-
-def make_fleet(image):
-    """Two fake hosts up with the demo model (as benchmarks/rollout.py makes them); the caller takes them down."""
-    fleet = Fleet(Path(tempfile.mkdtemp(prefix="%s-ee-" % PREFIX)), names=HOSTS, image=image, checkout=CHECKOUT)
-    fleet.up()
-    models = fleet.base / "models"
-    models.mkdir()
-    write_demo_model(str(models / "demo.gguf"))
-    fleet.group_vars = {
-        "llm_server_project_dir": str(fleet.deploy_dir), "llm_server_model_path": str(models / "demo.gguf"),
-        "llm_server_image": image, "llm_server_network_mode": "host", "llm_server_port": 8080,
-        "llm_server_ctx_size": 2048, "llm_server_moe_offload_mode": "all", "llm_server_health_timeout": 60,
-        "llm_server_log_verbosity": 5}
-    return fleet
 
 
 def job_files(fleet, uid):
@@ -171,7 +155,7 @@ def check(image):
     print("check: in %s:\n%s" % (image, image_versions(image)), flush=True)
     uid = image_uid(image)
     clean_leftovers(FleetNames.of(CHECKOUT))      # what a crashed run of this check left
-    fleet = make_fleet(cpu_image())
+    fleet = demo_fleet(len(HOSTS), cpu_image(), "ee", names=HOSTS, checkout=CHECKOUT)
     try:
         print("check: fleet %s up: %s" % (fleet.names.prefix, ", ".join(
             "%s [%s]" % (host.name, host.address) for host in fleet.hosts.values())), flush=True)

@@ -51,21 +51,24 @@ def run(fleet, name, forks, serial):
     return wall, report, tasks, proc.returncode
 
 
-def demo_fleet(size, image, label, **role_vars):
-    """A fleet of ``size`` fake hosts up, the demo model written, its inventory (``hosts.yml``) with ``role_vars``
-    over the benchmarks' group variables; the caller takes it down."""
-    names = ["h%d" % i for i in range(1, size + 1)]
-    fleet = Fleet(Path(tempfile.mkdtemp(prefix="%s-%s-" % (PREFIX, label))), names=names, image=image)
+def demo_fleet(size, image, label, names=None, checkout=None, **role_vars):
+    """A fleet of ``size`` fake hosts (``h1``.. or ``names``; ``checkout`` names the fleet apart from others, as
+    ``Fleet`` takes it) up, the demo model written, its inventory (``hosts.yml``) with ``role_vars`` over the
+    benchmarks' group variables, which ``fleet.group_vars`` keeps; the caller takes it down."""
+    names = list(names or ["h%d" % i for i in range(1, size + 1)])
+    more = {"checkout": checkout} if checkout else {}
+    fleet = Fleet(Path(tempfile.mkdtemp(prefix="%s-%s-" % (PREFIX, label))), names=names, image=image, **more)
     fleet.up()
     models = fleet.base / "models"
     models.mkdir()
     write_demo_model(str(models / "demo.gguf"))
-    fleet.inventory(fleet.base / "hosts.yml", group_vars=dict({
+    fleet.group_vars = dict({
         "llm_server_project_dir": str(fleet.deploy_dir), "llm_server_model_path": str(models / "demo.gguf"),
         "llm_server_image": image, "llm_server_network_mode": "host", "llm_server_port": 8080,
         "llm_server_ctx_size": 2048, "llm_server_moe_offload_mode": "all", "llm_server_health_timeout": 120,
         # the per-tensor override lines, which the role needs to prove the placement on a CPU host
-        "llm_server_log_verbosity": 5}, **role_vars))
+        "llm_server_log_verbosity": 5}, **role_vars)
+    fleet.inventory(fleet.base / "hosts.yml", group_vars=fleet.group_vars)
     return fleet
 
 
