@@ -7,11 +7,13 @@ are the IPv6 ULA ``fd7a:11f0:XXXX::/64`` (controller ``::1``, hosts ``::11``, ``
 always written in the canonical form ssh looks up in ``known_hosts`` (``fleet_address``).
 A host also has its own mount, UTS and PID namespaces (``unshare ... --mount-proc``, started through ``nsenter
 --net``: ``ip netns exec`` would remount /sys and hide the cgroups podman needs); ``fleet_host_init.sh`` gives it a
-private /run, /etc/containers, /var/lib/containers and deploy directory, starts its sshd (host key and authorized
-key generated here) and becomes ``catatonit -P``. ``kill_sshd()`` kills its sshd alone (the host and its
-containers keep running: Ansible finds it unreachable), ``start_sshd()`` starts it again. Every host has its own
-containers of the local CPU image, from one shared read-only image store (``additionalimagestores``), and its own
-loopback (llama-server on 127.0.0.1:8080 in each); the rest of the root filesystem is shared.
+private /run, /etc/containers, /var/lib/containers, deploy directory and root's home (an empty directory named in
+the host's own /etc/passwd: no start-up file of this machine's root runs in its ssh sessions), starts its sshd
+(host key and authorized key generated here) and becomes ``catatonit -P``. ``kill_sshd()`` kills its sshd alone
+(the host and its containers keep running: Ansible finds it unreachable), ``start_sshd()`` starts it again.
+Every host has its own containers of the local CPU image, from one shared read-only image store
+(``additionalimagestores``), and its own loopback (llama-server on 127.0.0.1:8080 in each); the rest of the root
+filesystem is shared.
 
 Teardown (``Fleet.down``; ``clean_leftovers`` for a run that crashed, from the state file in the temp directory):
 ssh masters, containers, the launchers (SIGKILL: ``unshare --fork`` ignores SIGTERM, ``--kill-child`` ends the
@@ -346,6 +348,7 @@ class Fleet:
         for host in self.hosts.values():
             for sub in ("etc-containers", "containers", "deploy"):
                 (host.dir / sub).mkdir(parents=True, exist_ok=True)
+            (host.dir / "home").mkdir(mode=0o700, exist_ok=True)
             hostkey = host.dir / "ssh_host_ed25519_key"
             for old in host.dir.glob("ssh_host_ed25519_key*"):
                 old.unlink()
@@ -376,6 +379,10 @@ class Fleet:
             "SetEnv PATH=%s:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" % (self.base / "bin"),
             "",
         ]))
+        # /etc/passwd with root's home in the host's directory (fleet_host_init.sh mounts it over the machine's)
+        users = [line.split(":") for line in Path("/etc/passwd").read_text().splitlines() if line]
+        (host.dir / "passwd").write_text("".join(":".join(u[:5] + [str(host.dir / "home")] + u[6:] if u[0] == "root"
+                                                          else u) + "\n" for u in users))
         etc = host.dir / "etc-containers"
         for name in ("policy.json", "registries.conf"):
             if Path("/etc/containers", name).exists():

@@ -21,6 +21,10 @@ mkdir -p /var/lib/containers
 mount --bind "$hostdir/containers" /var/lib/containers
 # The deploy directory: the same path on every host, a different directory behind it.
 mount --bind "$hostdir/deploy" "$deploy_dir"
+# root's home (ansible_user root) is the host's own, empty directory (its passwd, written by fleet.py, says so), so
+# that an ssh session runs no start-up file of this machine's root (bash reads ~/.bashrc for every ssh command)
+# and Ansible's remote temporary directory is the host's.
+mount --bind "$hostdir/passwd" /etc/passwd
 # sshd daemonizes (a child of this PID 1), so that a test can kill it alone and start it again: the host keeps
 # running its containers without it. catatonit, podman's init, stays PID 1 and reaps orphans.
 /usr/sbin/sshd -f "$hostdir/sshd_config" -E "$hostdir/sshd.log"
