@@ -55,17 +55,20 @@ def free_port():
 
 
 class RpcDevices:
-    """``count`` ggml-rpc-server processes on loopback: the benchmark's stand-in GPUs."""
+    """``count`` ggml-rpc-server processes on loopback: the benchmark's stand-in GPUs (``threads``: the threads each
+    computes with, ``-t``; the server's default is 1)."""
 
-    def __init__(self, count):
+    def __init__(self, count, threads=None):
         self.count = count
+        self.threads = threads
         self.procs = []
         self.endpoints = []
 
     def __enter__(self):
         for _attempt in range(self.count):
             port = free_port()
-            proc = subprocess.Popen(["ggml-rpc-server", "-H", "127.0.0.1", "-p", str(port)],
+            threads = ["-t", str(self.threads)] if self.threads else []
+            proc = subprocess.Popen(["ggml-rpc-server", "-H", "127.0.0.1", "-p", str(port)] + threads,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self.procs.append(proc)
             self.endpoints.append("127.0.0.1:%d" % port)

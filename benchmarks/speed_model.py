@@ -5,9 +5,10 @@ own ``--fit on``.
 Models: the demo model (tools/gguf_models.py ``demo``, a few MiB) and a generated qwen3moe of about 370 MiB in f32
 (8 experts, 2 used: each decoded token reads about 150 MiB, so decode is bound by memory bandwidth). A CPU build
 has no GPU: as in benchmarks/plan_accuracy.py, two ``ggml-rpc-server`` on 127.0.0.1 are two devices (RPC0, RPC1),
-and ``-ot ...=CPU`` keeps experts in host memory exactly as on a GPU host. Placements: CPU only, the layers split
-over both devices with every expert on them, with every expert in host memory, with half the MoE blocks' experts in
-host memory, and the plan (mode auto) for devices given only room for their layers and half the experts.
+each computing with as many threads as llama-server's CPU backend (``-t``, the CPU's count), and ``-ot ...=CPU``
+keeps experts in host memory exactly as on a GPU host. Placements: CPU only, the layers split over both devices
+with every expert on them, with every expert in host memory, with half the MoE blocks' experts in host memory, and
+the plan (mode auto) for devices given only room for their layers and half the experts.
 
 Each row is measured as the role's speed check measures (``_speed_check``: the same ``/completion`` request, one
 warm-up, then ``--runs`` runs, the medians of the server's own timings) and printed beside:
@@ -65,6 +66,9 @@ from benchmarks.plan_accuracy import UNLIMITED, RpcDevices, free_port  # noqa: E
 from tools import gguf_models  # noqa: E402
 
 CTX = 2048
+# The threads of llama-server's CPU backend and of each RPC device: the same, so that an RPC device computes as fast
+# as the host (ggml-rpc-server's default is one thread, llama-server's the CPU's cores).
+THREADS = os.cpu_count() or 1
 TARGET_ERROR = 15.0  # per cent, after calibration
 CALIBRATION_ROW = "2 RPC, experts on CPU"  # calibrated on with CPU only: the most splits, every expert on the host
 # device_info lines of llama-server's log (-lv 4): "  - RPC0    : 127.0.0.1:PORT (TOTAL MiB, FREE MiB free)"
@@ -84,8 +88,8 @@ class Server:
         self.url = "http://127.0.0.1:%d" % free_port()
         port = self.url.rsplit(":", 1)[1]
         self.log = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(["llama-server", "-m", str(model), "-c", str(CTX), "-np", "1", "--host",
-                                      "127.0.0.1", "--port", port, "-lv", "4"] + list(args),
+        self.proc = subprocess.Popen(["llama-server", "-m", str(model), "-c", str(CTX), "-np", "1", "-t", str(THREADS),
+                                      "--host", "127.0.0.1", "--port", port, "-lv", "4"] + list(args),
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + timeout
         while time.time() < deadline and self.proc.poll() is None:
@@ -213,7 +217,7 @@ def model_rows(name, path, shape, host_bw, report):
     """Every placement of one model, measured and predicted; the plan with limited room beside ``--fit on``."""
     facts = load_facts(str(path))
     rows, measured = [], []
-    with RpcDevices(2) as rpc:
+    with RpcDevices(2, THREADS) as rpc:
         names = ["RPC0[%s]" % e for e in rpc.endpoints]
         cases = [(label, gpus, options(names if gpus else None, **kw)) for label, gpus, kw in
                  placements(facts, rpc.endpoints)]
