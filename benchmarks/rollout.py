@@ -7,8 +7,10 @@ no-change run, side by side.
 Each size gets a fresh fleet (network namespaces, real ssh, podman, llama-server with the demo model); the
 first run deploys ai-llm on every host, the second changes nothing. Printed per size: the forks, the batches
 Ansible ran, the seconds of the preflight and of the whole run (from the rollout report), the tasks per host,
-and the no-change time relative to one host. Needs root, sshd, podman and the local CPU image
-(images/ai-llm/build.sh); run it inside the podman lock on a shared machine.
+the no-change time relative to one host, and beside it Ansible's own floor on the same fleet: a playbook of one
+``ansible.builtin.ping`` per host (one module run on every host, what any read of the hosts costs at least), and
+its time relative to one host. Needs root, sshd, podman and the local CPU image (images/ai-llm/build.sh); run it
+inside the podman lock on a shared machine.
 """
 from __future__ import annotations
 
@@ -51,6 +53,28 @@ def run(fleet, name, forks, serial):
     return wall, report, tasks, proc.returncode
 
 
+PING = """- name: One module run on every host, nothing else
+  hosts: llm_servers
+  gather_facts: false
+  vars:
+    ansible_pipelining: true
+  tasks:
+    - name: Ping
+      ansible.builtin.ping:
+"""
+
+
+def ping(fleet, forks):
+    """Wall seconds of one ``ansible.builtin.ping`` per host of ``fleet``, the playbook's floor."""
+    playbook = fleet.base / "ping.yml"
+    playbook.write_text(PING)
+    cmd = [str(BIN / "ansible-playbook"), "-i", str(fleet.base / "hosts.yml"), str(playbook), "--forks", str(forks)]
+    start = time.monotonic()
+    subprocess.run(cmd, capture_output=True, text=True, env=fleet.ansible_env(), cwd=str(fleet.base), timeout=600,
+                   check=True)
+    return time.monotonic() - start
+
+
 def demo_fleet(size, image, label, names=None, checkout=None, **role_vars):
     """A fleet of ``size`` fake hosts (``h1``.. or ``names``; ``checkout`` names the fleet apart from others, as
     ``Fleet`` takes it) up, the demo model written, its inventory (``hosts.yml``) with ``role_vars`` over the
@@ -85,6 +109,7 @@ def measure(size, forks, serial, image):
             batches = report["batches"]
             out[name] = {"wall": wall, "preflight": report["seconds"] - sum(b["seconds"] or 0 for b in batches),
                          "batches": [len(b["hosts"]) for b in batches], "tasks": tasks}
+        out["ping"] = ping(fleet, forks)
         return out
     finally:
         fleet.down()
@@ -103,19 +128,22 @@ def main():
     image = cpu_image()
     print("playbooks/deploy.yml, demo model, image %s, forks %d, serial %s, %d CPUs"
           % (image, args.forks, args.serial or '[1, "34%", "100%"] (default)', os.cpu_count()))
-    print("%5s  %5s  %-10s  %9s  %9s  %9s  %9s  %12s  %10s" % (
-        "hosts", "forks", "batches", "first s", "preflight", "again s", "preflight", "tasks/host", "again/min"))
-    base = None
+    print("%5s  %5s  %-10s  %9s  %9s  %9s  %9s  %12s  %10s  %7s  %9s" % (
+        "hosts", "forks", "batches", "first s", "preflight", "again s", "preflight", "tasks/host", "again/min",
+        "ping s", "ping/min"))
+    base = ping_base = None
     sizes = sorted(args.hosts)
     for size in sizes:
         got = measure(size, args.forks, args.serial, image)
         first, again = got["first"], got["again"]
-        base = base or again["wall"]
-        print("%5d  %5d  %-10s  %9.1f  %9.1f  %9.1f  %9.1f  %5d / %-4d  %9.2fx" % (
+        base, ping_base = base or again["wall"], ping_base or got["ping"]
+        print("%5d  %5d  %-10s  %9.1f  %9.1f  %9.1f  %9.1f  %5d / %-4d  %9.2fx  %7.1f  %8.2fx" % (
             size, args.forks, "+".join(str(n) for n in again["batches"]), first["wall"], first["preflight"],
-            again["wall"], again["preflight"], first["tasks"], again["tasks"], again["wall"] / base), flush=True)
-        last = again["wall"]
-    print("no-change run, %d hosts against %d: %.2fx (target: at most 1.5x)" % (sizes[-1], sizes[0], last / base))
+            again["wall"], again["preflight"], first["tasks"], again["tasks"], again["wall"] / base, got["ping"],
+            got["ping"] / ping_base), flush=True)
+        last, last_ping = again["wall"], got["ping"]
+    print("no-change run, %d hosts against %d: %.2fx (target: at most 1.5x); one ping per host: %.2fx" % (
+        sizes[-1], sizes[0], last / base, last_ping / ping_base))
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@
 (``_deploy_settings.role_settings``), fetches the model when ``llm_server_model_url`` is set and the host lacks it
 (the module ``llm_server_model``, in pieces with a line of progress between them), reads the host once (the module
 ``llm_server_service_info``: the service, the project directory, the GPUs, the host memory and the model's header),
-plans, places and tells whether the run has anything to do (``_deploy_prepare.prepare``). Apart from the model's
-files, nothing on the host changes."""
+plans, places and tells whether the run has anything to do (``_deploy_prepare.prepare``). A run that ends here
+(ai-llm already serves this configuration, verified; or in check mode, the model would be fetched first) publishes
+its ``llm_server_result`` and says its line here, as the role's publish step does for the others. Apart from the
+model's files, nothing on the host changes."""
 
 from __future__ import annotations
 
@@ -26,7 +28,9 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare
     prepare,
     service_args,
 )
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import build, parts_from
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_settings import role_settings
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text import result_line
 
 ANSIBLE_KEYS = ("changed", "failed", "invocation", "warnings", "deprecations", "_ansible_no_log")
 # A download goes in pieces of this many seconds, with a line of progress after each.
@@ -71,6 +75,12 @@ class ActionModule(ActionBase):
                              (task_vars.get("_llm_server_prepared") or {}).get("model_fetch")), \
             any(p.get("changed") for p in pieces)
 
+    def _publish(self, result, task_vars):
+        """``llm_server_result`` of a run that ends with this step, set as a fact, and its line said."""
+        published = build(parts_from(dict(task_vars, _llm_server_prepared=result), bool(self._play_context.check_mode)))
+        result.update(ansible_facts={"llm_server_result": published}, line=result_line(published))
+        display.display(result["line"])
+
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
@@ -99,6 +109,7 @@ class ActionModule(ActionBase):
                 result["decision"] = {"unchanged": False, "fetch_first": True, "reason": fetched["msg"]}
                 if warnings:
                     result["warnings"] = warnings
+                self._publish(result, task_vars)
                 return result
         api_key = str(self._templar.template(task_vars.get("llm_server_api_key", ""))) \
             if settings.get("api_key_set") else ""
@@ -124,4 +135,7 @@ class ActionModule(ActionBase):
             result["failed"] = True
         if warnings:
             result["warnings"] = warnings
+        if not result.get("failed") and not self._task.args.get("settings") and (
+                result.get("decision") or {}).get("unchanged"):
+            self._publish(result, task_vars)  # (the read under the lock goes on to the deploy, which publishes)
         return result

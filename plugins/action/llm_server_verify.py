@@ -93,6 +93,7 @@ class ActionModule(ActionBase):
             return {"changed": False, "failed": True, "msg": "llm_server: %s" % parts["rollback"].get("reason")}
         published = build(parts)
         result = {"changed": False, "line": result_line(published), "ansible_facts": {"llm_server_result": published}}
+        display.display(result["line"])
         if to_record(published, facts, bool(self._play_context.check_mode)):
             settings = (facts.get("_llm_server_prepared") or {}).get("settings") or {}
             recorded = self._execute_module("ai_llm.moe_offload.llm_server_config", module_args={

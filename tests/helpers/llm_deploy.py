@@ -245,17 +245,19 @@ class LocalDeploy:
 
 
 def result(output):
-    """llm_server_result as the role shows it at the end of a run at -v (the default callback, YAML or JSON)."""
-    chunks = re.split(r"^TASK \[", output, flags=re.MULTILINE)
-    shown = [c for c in chunks if c.startswith("ai_llm.moe_offload.llm_server : Show the whole result (-v)]")]
-    if not shown:
-        return None
-    body = shown[-1].split("\n", 1)[1]
-    match = re.search(r"^ok: \[localhost\] => ", body, re.MULTILINE)
-    text = body[match.end():]
-    if text.lstrip().startswith("{"):
-        return json.JSONDecoder().raw_decode(text.lstrip())[0]["llm_server_result"]
-    return yaml.safe_load(text.split("\n\n", 1)[0])["llm_server_result"]
+    """llm_server_result as the role publishes it at -v (the default callback, YAML or JSON): the facts of the last
+    task result that sets it (the publish step, or the first step of a run that changes nothing)."""
+    for chunk in reversed(re.split(r"^TASK \[", output, flags=re.MULTILINE)):
+        match = re.search(r"^(?:ok|changed): \[localhost\] => ", chunk, re.MULTILINE)
+        if not match or "llm_server_result" not in chunk[match.end():]:
+            continue
+        text = chunk[match.end():].lstrip()
+        shown = json.JSONDecoder().raw_decode(text)[0] if text.startswith("{") else yaml.safe_load(
+            text.split("\n\n", 1)[0])
+        facts = shown.get("ansible_facts") or {}
+        if "llm_server_result" in facts:
+            return facts["llm_server_result"]
+    return None
 
 
 def recap(output):

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.helpers.llama_server import free_port
-from tests.helpers.llm_deploy import cpu_image, playbook_env
+from tests.helpers.llm_deploy import cpu_image, playbook_env, result
 from tools.gguf_models import write_demo_model, write_nemotron_nano_30b
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,10 +60,9 @@ class Run:
     @property
     def result(self):
         """llm_server_result, as the role shows it at the end (also after a refusal)."""
-        chunk = self.chunks.get("Show the whole result (-v)", "")
-        match = re.search(r"^ok: \[localhost\] => ", chunk, re.MULTILINE)
-        assert match, "no llm_server_result shown:\n%s" % self
-        return json.JSONDecoder().raw_decode(chunk[match.end():].lstrip())[0]["llm_server_result"]
+        published = result(self.proc.stdout)
+        assert published is not None, "no llm_server_result shown:\n%s" % self
+        return published
 
     def diff_lines(self, name, sign="+"):
         """The added (or removed) lines of the diff of the file called ``name``, without the sign."""
@@ -167,8 +166,8 @@ def seed_project(project, pattern=r"\.ffn_.*_exps\.weight"):
 
 def plan_of(run):
     """The plan part of llm_server_result, with the pattern and whether anything moves."""
-    result = run.result
-    return dict(result["plan"], pattern=result["pattern"], offload=bool(result["pattern"]))
+    published = run.result
+    return dict(published["plan"], pattern=published["pattern"], offload=bool(published["pattern"]))
 
 
 NANO = {"llm_server_ctx_size": 32768, "llm_server_parallel": 2}  # the Nano's settings in (b), (c), (d)
