@@ -12,8 +12,8 @@ the collection from its tarball) stays as documented.
 
 ``check`` runs ``ansible-playbook ai_llm.moe_offload.deploy --check`` (the playbook of the collection installed in
 the image, not this checkout's) inside the image, ``podman run --rm --network host``, against two hosts of a test
-fleet (benchmarks/rollout.py's demo fleet) made for it and torn down after: the fleet's inventory, a copy of its ssh key and
-known_hosts for the image's user, and a report folder are mounted in, the report callback enabled as a job
+fleet (benchmarks/rollout.py's demo fleet) made for it and torn down after: the fleet's inventory, a copy of its ssh
+key and known_hosts for the image's user, and a report folder are mounted in, the report callback enabled as a job
 template's ``ansible.cfg`` or environment enables it (docs/fleet.md, "AWX and Automation Platform"). It prints
 ansible-core's, ansible-runner's and ssh's versions in the image and the collection it holds, the play recap and
 the report's closing table, and fails unless the run exits 0 and the report (rollout.json) says check mode,

@@ -28,9 +28,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare
     prepare,
     service_args,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import build, parts_from
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import parts_from, publishing
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_settings import role_settings
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text import result_line
 
 ANSIBLE_KEYS = ("changed", "failed", "invocation", "warnings", "deprecations", "_ansible_no_log")
 # A download goes in pieces of this many seconds, with a line of progress after each.
@@ -77,8 +76,8 @@ class ActionModule(ActionBase):
 
     def _publish(self, result, task_vars):
         """``llm_server_result`` of a run that ends with this step, set as a fact, and its line said."""
-        published = build(parts_from(dict(task_vars, _llm_server_prepared=result), bool(self._play_context.check_mode)))
-        result.update(ansible_facts={"llm_server_result": published}, line=result_line(published))
+        result.update(publishing(parts_from(dict(task_vars, _llm_server_prepared=result),
+                                            bool(self._play_context.check_mode))))
         display.display(result["line"])
 
     def run(self, tmp=None, task_vars=None):

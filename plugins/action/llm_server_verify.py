@@ -25,8 +25,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof i
     verification_problem,
     vram_rows,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import build, failure, parts_from, to_record
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text import result_line
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import (
+    failure, parts_from, publishing, to_record)
 
 PROOF_OPTIONS = ("prove", "baseline", "settings", "plan", "placement", "gpu_baseline", "parity_before")
 # Seconds between two lines that say where a start of ai-llm is, while the wait lasts.
@@ -91,8 +91,8 @@ class ActionModule(ActionBase):
         parts = parts_from(facts, bool(self._play_context.check_mode), status)
         if status == "rolled_back" and not parts["failure"] and not parts["rollback"].get("performed"):
             return {"changed": False, "failed": True, "msg": "llm_server: %s" % parts["rollback"].get("reason")}
-        published = build(parts)
-        result = {"changed": False, "line": result_line(published), "ansible_facts": {"llm_server_result": published}}
+        result = dict(publishing(parts), changed=False)
+        published = result["ansible_facts"]["llm_server_result"]
         display.display(result["line"])
         if to_record(published, facts, bool(self._play_context.check_mode)):
             settings = (facts.get("_llm_server_prepared") or {}).get("settings") or {}

@@ -13,7 +13,8 @@ from __future__ import annotations
 import time
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import return_due
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text import failure_cause, parity_text
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text import (
+    failure_cause, parity_text, result_line)
 
 STATUSES = ("changed", "unchanged", "failed", "rolled_back", "checked")
 PLAN_GPU_KEYS = ("index", "name", "model_mib", "kv_mib", "recurrent_mib", "compute_mib", "margin_mib", "total_mib",
@@ -214,6 +215,13 @@ def build(parts, now=None):
                   "verification": paths.get("verification")},
     }
     return result
+
+
+def publishing(parts):
+    """What an action returns to publish ``build(parts)``: ``line`` (``result_line``, what the action says) and
+    ``ansible_facts`` with ``llm_server_result``."""
+    published = build(parts)
+    return {"line": result_line(published), "ansible_facts": {"llm_server_result": published}}
 
 
 def _failed(result):
