@@ -75,7 +75,7 @@ def load_args(name, answer, gpu):
         return ["-fit", "on"]
     override = ",".join(o for o in [answer["override_tensor"]] + [
         "%s=%s" % (d["pattern"], d["device"]) for d in answer["device_overrides"]] if o)
-    args = ["-ngl", "99", "-fit", "off"]
+    args = ["-ngl", str(answer.get("n_gpu_layers") or 99), "-fit", "off"]
     if answer["tensor_split"]:
         args += ["-ts", answer["tensor_split"]]
     return args + (["-ot", override] if override else [])

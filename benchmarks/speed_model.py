@@ -7,8 +7,9 @@ Models: the demo model (tools/gguf_models.py ``demo``, a few MiB) and a generate
 has no GPU: as in benchmarks/plan_accuracy.py, two ``ggml-rpc-server`` on 127.0.0.1 are two devices (RPC0, RPC1),
 each computing with as many threads as llama-server's CPU backend (``-t``, the CPU's count), and ``-ot ...=CPU``
 keeps experts in host memory exactly as on a GPU host. Placements: CPU only, the layers split over both devices
-with every expert on them, with every expert in host memory, with half the MoE blocks' experts in host memory, and
-the plan (mode auto) for devices given only room for their layers and half the experts.
+with every expert on them, with every expert in host memory, with half the MoE blocks' experts in host memory, with
+the first half of the blocks on the host (``-ngl`` below all), and the plan (mode auto) for devices given only room
+for their layers and half the experts.
 
 Each row is measured as the role's speed check measures (``_speed_check``: the same ``/completion`` request, one
 warm-up, then ``--runs`` runs, the medians of the server's own timings) and printed beside:
@@ -148,11 +149,13 @@ def placements(facts, endpoints):
     """``[(label, gpus, mode keywords)]`` of the fixed placements; the plan with limited room comes later."""
     rooms = [{"name": "rpc", "memory_free_mib": UNLIMITED, "index": i} for i in range(len(endpoints))]
     half = facts.expert_blocks[:len(facts.expert_blocks) // 2]
+    layers = facts.block_count + 1 - facts.block_count // 2  # the first half of the blocks on the host
     return [("CPU only", [], {"mode": "none"}),
             ("2 RPC, experts on them", rooms, {"mode": "none", "split": [1, 1]}),
             ("2 RPC, experts on CPU", rooms, {"mode": "all", "split": [1, 1]}),
             ("2 RPC, blk %s on CPU" % ",".join(map(str, half)), rooms,
-             {"mode": "layers", "cpu_expert_layers": half, "split": [1, 1]})]
+             {"mode": "layers", "cpu_expert_layers": half, "split": [1, 1]}),
+            ("2 RPC, -ngl %d" % layers, rooms, {"mode": "none", "split": [1, 1], "n_gpu_layers": layers})]
 
 
 def limited_rooms(facts, names):
@@ -171,7 +174,7 @@ def server_args(answer, endpoints):
         return ["-ngl", "0", "-fit", "off"]
     override = ",".join(o for o in [answer["override_tensor"]] + [
         "%s=%s" % (d["pattern"], d["device"]) for d in answer["device_overrides"]] if o)
-    args = ["--rpc", ",".join(endpoints), "-ngl", "99", "-fit", "off"]
+    args = ["--rpc", ",".join(endpoints), "-ngl", str(answer["n_gpu_layers"] or 99), "-fit", "off"]
     if answer["tensor_split"]:
         args += ["-ts", answer["tensor_split"]]
     return args + (["-ot", override] if override else [])
@@ -264,8 +267,9 @@ def placement_text(answer):
         return "cpu"
     cpu = answer["cpu_expert_layers"]
     moved = ["%s->%s" % (",".join(map(str, o["blocks"])), o["device"][:4]) for o in answer["device_overrides"]]
-    return "ts %s, cpu blk %s%s" % (answer["tensor_split"] or "-", ",".join(map(str, cpu)) or "-",
-                                    ", " + " ".join(moved) if moved else "")
+    layers = ", -ngl %d" % answer["n_gpu_layers"] if answer["n_gpu_layers"] is not None else ""
+    return "ts %s, cpu blk %s%s%s" % (answer["tensor_split"] or "-", ",".join(map(str, cpu)) or "-",
+                                      ", " + " ".join(moved) if moved else "", layers)
 
 
 def fit_choice(text):

@@ -286,7 +286,8 @@ def _expert_tokens(facts, shape, block):
 
 
 def compute_buffer_bytes(facts, options, blocks=None, has_output=True, cpu_expert_bytes_max=0, *,
-                         foreign_expert_blocks=(), copies=1, remote_expert_blocks=()):
+                         foreign_expert_blocks=(), copies=1, remote_expert_blocks=(), host_blocks=(),
+                         host_attention=()):
     """An upper estimate of one device's compute buffer (see the notes above and docs/memory-model.md).
 
     ``blocks``: the blocks on this device (all by default); ``has_output``: the output layer is on it;
@@ -296,6 +297,11 @@ def compute_buffer_bytes(facts, options, blocks=None, has_output=True, cpu_exper
     (llama.cpp keeps 4 on several GPUs without tensor overrides, ggml-backend.cpp GGML_SCHED_MAX_COPIES, and
     never frees them). With op offload, CUDA computes the products of host-resident experts from 32 tokens on and
     copies each weight in as the input of a split of its own: the room of the largest host-resident block's experts is added (``cpu_expert_bytes_max``).
+    ``host_blocks``: blocks that ``-ngl`` leaves on the host whose matrix products this device computes (op
+    offload): their worst nodes count among the peaks. ``host_attention``: ``(block, cache bytes)`` of attention
+    blocks left on the host whose attention the scheduler may run here (ggml-backend.cpp
+    ggml_backend_sched_split_graph gives an op without weights the backend of its neighbours): the block's K and V
+    cache come in as split inputs beside its attention's worst node, and its cache's mask is an input.
     """
     shape = graph_shape(facts, options)
     flash_attn = options.flash
@@ -309,25 +315,32 @@ def compute_buffer_bytes(facts, options, blocks=None, has_output=True, cpu_exper
     peaks = [_moe_peak(facts, _expert_tokens(facts, shape, b), 0, routed_here=False)
              for b in foreign_expert_blocks if b in facts.expert_tensors_by_block and facts.n_ff_exp]
     peaks += [block_peak(facts, b, shape, flash_attn, rotations, b not in remote, hybrid) for b in blocks]
+    peaks += [block_peak(facts, b, shape, flash_attn, rotations, True, hybrid) for b in host_blocks]
+    peaks += [cache + _attention_peak(facts, b, shape, flash_attn, rotations) for b, cache in host_attention]
     if has_output:
         peaks.append(_output_peak(facts, shape))
     offload_copy = cpu_expert_bytes_max if (options.op_offload and shape.tokens >= OP_OFFLOAD_MIN_BATCH) else 0
-    return copies * _input_bytes(facts, shape, flash_attn, blocks, has_output, rotations) + max(peaks + [0]) \
-        + offload_copy
+    inputs = _input_bytes(facts, shape, flash_attn, blocks | set(b for b, _cache in host_attention), has_output,
+                          rotations)
+    return copies * inputs + max(peaks + [0]) + offload_copy
 
 
-def host_compute_bytes(facts, options, cpu_expert_blocks=(), copies=1):
+def host_compute_bytes(facts, options, cpu_expert_blocks=(), copies=1, host_blocks=()):
     """The host's compute buffer beside GPUs (CUDA_Host memory on a CUDA build). The scheduler keeps every graph
     input on the CPU backend (ggml-backend.cpp ggml_backend_sched_backend_id_from_cur, GGML_TENSOR_FLAG_INPUT):
     the token ids and the embeddings input (llm_graph_context::build_inp_embd), the positions, each cache's KQ mask
     and row indices, s_copy and inp_out_ids, ``copies`` times in a pipeline-parallel graph. token_embd stays on the
     host, so the embedding rows are looked up there; when the GPU does not compute the host-resident experts (no op
     offload, or micro-batches under 32 tokens) the host computes their products from copies of the normed input
-    and of the expert ids."""
+    and of the expert ids. The blocks ``-ngl`` leaves on the host (``host_blocks``) are computed there as on a
+    host without GPU: their worst nodes count among the peaks."""
     shape = graph_shape(facts, options)
     rotations = _rotations(facts, options.cache_type_k, options.cache_type_v)
     inputs = shape.tokens * I32 + _input_bytes(facts, shape, options.flash, rotations=rotations)
     work = [facts.n_embd * shape.tokens * F32]
+    if host_blocks:
+        hybrid = len(set(_block_kind(facts, b) for b in range(facts.block_count))) > 1
+        work += [block_peak(facts, b, shape, options.flash, rotations, True, hybrid) for b in host_blocks]
     if facts.n_ff_exp and not (options.op_offload and shape.tokens >= OP_OFFLOAD_MIN_BATCH):
         work += [_moe_peak(facts, _expert_tokens(facts, shape, b), 0, routed_here=False) for b in cpu_expert_blocks
                  if b in facts.expert_tensors_by_block]

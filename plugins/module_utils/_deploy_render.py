@@ -60,7 +60,8 @@ def env_values(settings, placement):
     """The role's ``.env`` keys (without the hash) as plain strings, in order.
 
     ``settings`` is ``Settings.as_dict()``; ``placement`` has ``pattern``, ``device_overrides`` (list),
-    ``gpu_devices`` (list), ``tensor_split`` (str) and ``topology``.
+    ``gpu_devices`` (list), ``tensor_split`` (str), ``n_gpu_layers`` (str; ``settings``' when not given) and
+    ``topology``.
     """
     gpu = placement.get("topology", "cpu") != "cpu"
     verbosity = settings.get("log_verbosity")
@@ -69,7 +70,7 @@ def env_values(settings, placement):
         "LLM_DEVICE_OVERRIDES": ",".join(placement.get("device_overrides") or []),
         "LLM_CTX_SIZE": str(settings["ctx_size"]),
         "LLM_PARALLEL": str(settings["parallel"]),
-        "LLM_N_GPU_LAYERS": str(settings["n_gpu_layers"]),
+        "LLM_N_GPU_LAYERS": str(placement.get("n_gpu_layers") or settings["n_gpu_layers"]),
         "LLM_MODEL_PATH": settings["container_model_path"],
         "LLM_BIND_ADDRESS": settings["bind_address"],
         "LLM_PORT": str(settings["port"]),

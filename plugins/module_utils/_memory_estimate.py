@@ -12,6 +12,8 @@ estimate. docs/memory-model.md has the formulas. Standard library only: this run
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import MIB, mib
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._compute_buffers import (
     OP_OFFLOAD_MIN_BATCH, compute_buffer_bytes, cpu_compute_bytes, graph_shape, host_compute_bytes)
@@ -47,22 +49,38 @@ def normalize_split(split, n_devices):
     return cumulative
 
 
-def layer_devices(block_count, split=None, n_devices=1):
-    """The device of each block and of the output layer, as llama.cpp's ``-ngl all`` assigns them.
+def layer_devices(block_count, split=None, n_devices=1, n_gpu_layers=None):
+    """The device of each block and of the output layer, as llama.cpp's ``-ngl`` assigns them
+    (llama-model.cpp ``llama_model::load_tensors``, ``get_layer_buft_list``).
 
-    Block ``i`` (and the output layer as ``i == block_count``) goes to the first device whose cumulative
-    split fraction exceeds ``i / (block_count + 1)``. Returns ``(devices_by_block, output_device)``.
+    Layers are the blocks and the output layer (``i == block_count``); ``-ngl N`` offloads the last ``N`` of them
+    (``N`` = ``n_gpu_layers``, ``None`` or more than ``block_count`` for all): layer ``i`` is on the host
+    (``None``) when ``i < block_count + 1 - N``, else on the first device whose cumulative split fraction exceeds
+    ``(i - (block_count + 1 - N)) / N``. So the output layer is the first to go to a GPU and the first blocks are
+    the ones left on the host. Returns ``(devices_by_block, output_device)``.
     """
     cumulative = normalize_split(split, n_devices)
     layers = block_count + 1
+    offloaded = layers if n_gpu_layers is None else max(0, min(int(n_gpu_layers), layers))
+    start = layers - offloaded
 
     def device(i):
-        position = float(i) / layers
+        if i < start:
+            return None
+        position = float(i - start) / offloaded
         for index, bound in enumerate(cumulative):
             if position < bound:
                 return index
         return n_devices - 1
     return [device(i) for i in range(block_count)], device(block_count)
+
+
+def host_layer_blocks(block_count, n_gpu_layers):
+    """The blocks ``-ngl n_gpu_layers`` leaves on the host (their weights, KV cache and recurrent state), lowest
+    first; none for ``None`` (every layer offloaded)."""
+    if n_gpu_layers is None:
+        return []
+    return list(range(max(0, block_count + 1 - int(n_gpu_layers))))[:block_count]
 
 
 def _alloc_bytes(tensor, alignment, row_padding):
@@ -82,13 +100,15 @@ def is_input_tensor(name):
     return name.split(".", 1)[0] in INPUT_TENSOR_BASES
 
 
-def tensor_places(facts, cpu_tensors=(), split=None, n_devices=1, device_tensors=None):
-    """Where each tensor lives, as llama.cpp's ``-ngl all``, ``--tensor-split`` and ``-ot`` place it.
+def tensor_places(facts, cpu_tensors=(), split=None, n_devices=1, device_tensors=None, n_gpu_layers=None):
+    """Where each tensor lives, as llama.cpp's ``-ngl`` (``n_gpu_layers``, ``None`` for all), ``--tensor-split``
+    and ``-ot`` place it.
 
     Returns ``(places, placement)``: ``places`` lists ``(tensor, device)``, ``device`` ``None`` for the host (the
     names of ``cpu_tensors`` and the input layer, token_embd, which llama.cpp keeps there), else the GPU's
-    position: ``device_tensors`` (``{name: device}`` of ``-ot ...=CUDA<n>``), else the device of the tensor's block,
-    else the output device (the device of ``block_count``). Without an ``output.weight`` llama.cpp puts a copy of
+    position: ``device_tensors`` (``{name: device}`` of ``-ot ...=CUDA<n>``), else the device of the tensor's block
+    (``None`` for a block that ``-ngl`` leaves on the host), else the output device (the device of
+    ``block_count``). Without an ``output.weight`` llama.cpp puts a copy of
     token_embd on the output device (tied embeddings): it is listed there too. ``placement`` is
     ``{devices_by_block, output_device}``. With ``n_devices == 0`` (a CPU host) every tensor is on the host.
     """
@@ -96,7 +116,7 @@ def tensor_places(facts, cpu_tensors=(), split=None, n_devices=1, device_tensors
         return [(t, None) for t in facts.tensors], {"devices_by_block": [], "output_device": None}
     cpu = set(cpu_tensors)
     moved = dict(device_tensors or {})
-    devices, output_device = layer_devices(facts.block_count, split, n_devices)
+    devices, output_device = layer_devices(facts.block_count, split, n_devices, n_gpu_layers)
     places = []
     for tensor in facts.tensors:
         if tensor.name in cpu or is_input_tensor(tensor.name):
@@ -113,14 +133,15 @@ def tensor_places(facts, cpu_tensors=(), split=None, n_devices=1, device_tensors
     return places, {"devices_by_block": devices, "output_device": output_device}
 
 
-def weight_bytes(facts, cpu_tensors=(), split=None, n_devices=1, backend="cuda", device_tensors=None):
+def weight_bytes(facts, cpu_tensors=(), split=None, n_devices=1, backend="cuda", device_tensors=None,
+                 n_gpu_layers=None):
     """Model weights per GPU and on the host, the tensors placed as ``tensor_places`` places them.
 
     Returns ``(gpu_bytes list, host_bytes, detail)``: on a GPU a tensor takes its backend's aligned and padded size;
     ``detail`` is ``tensor_places``' placement with ``host_expert_bytes``.
     """
     alignment, row_padding = BACKENDS[backend]
-    places, placement = tensor_places(facts, cpu_tensors, split, n_devices, device_tensors)
+    places, placement = tensor_places(facts, cpu_tensors, split, n_devices, device_tensors, n_gpu_layers)
     gpu = [0] * n_devices
     host = 0
     host_experts = 0
@@ -148,19 +169,23 @@ def estimate(facts, options, cpu_tensors=(), split=None, n_devices=1, device_ten
     ``n_devices == 0`` sizes a CPU host: everything is in host memory.
     """
     validate_context(options.ctx_size, options.parallel, options.ubatch)
+    options = resolved_options(facts, options, n_devices)
     if not options.flash and options.cache_type_v not in ("f32", "f16", "bf16"):
         raise MemoryModelError("a quantized V cache (cache_type_v=%s) needs flash attention: set flash_attn to "
                                "on or auto, or use cache_type_v f16" % options.cache_type_v)
     cpu, moved = set(cpu_tensors), dict(device_tensors or {})
-    gpu_weights, host_weights, placement = weight_bytes(facts, cpu_tensors, split, n_devices, options.backend, moved)
+    gpu_weights, host_weights, placement = weight_bytes(facts, cpu_tensors, split, n_devices, options.backend, moved,
+                                                        options.n_gpu_layers)
     kv = kv_cache_bytes(facts, options)
     rs = recurrent_state_bytes(facts, options.parallel)
+    host_blocks = host_layer_blocks(facts.block_count, options.n_gpu_layers) if n_devices else []
     # Several GPUs without any tensor override run pipeline-parallel (llama-context.cpp: n_devices > 1, all
     # layers offloaded, split mode layer, no tensor overrides): each split's inputs are kept 4 times.
-    copies = PIPELINE_COPIES if n_devices > 1 and options.backend == "cuda" and not cpu and not moved else 1
-    gpus = [_gpu_entry(facts, options, device, placement, gpu_weights[device], kv, rs, cpu, moved, copies)
-            for device in range(n_devices)]
-    host = _host_entry(facts, options, host_weights, kv, rs, cpu, n_devices, copies)
+    copies = PIPELINE_COPIES if (n_devices > 1 and options.backend == "cuda" and not cpu and not moved
+                                 and placement["output_device"] is not None and not host_blocks) else 1
+    gpus = [_gpu_entry(facts, options, device, placement, gpu_weights[device], kv, rs, cpu, moved, copies,
+                       host_blocks) for device in range(n_devices)]
+    host = _host_entry(facts, options, host_weights, kv, rs, cpu, n_devices, copies, host_blocks)
     warnings = []
     if facts.context_length and options.ctx_size > facts.context_length:
         warnings.append("ctx_size %d is beyond the model's training context (%d): quality may drop" % (
@@ -171,6 +196,19 @@ def estimate(facts, options, cpu_tensors=(), split=None, n_devices=1, device_ten
             "cells": cells, "warnings": warnings}
 
 
+def resolved_options(facts, options, n_devices):
+    """``options`` as llama.cpp resolves them for this placement. With ``-fa auto`` llama.cpp turns flash attention
+    off when the scheduler runs a layer's flash attention on another device than the layer's
+    (llama-context.cpp ``resolve_fused_ops``), which it can do for an attention block ``-ngl`` leaves on the host
+    (its attention has no weights to keep it there). So a placement with such blocks is sized without flash
+    attention, unless the V cache is quantized (that needs flash attention: llama.cpp then fails or keeps it on)."""
+    host_blocks = host_layer_blocks(facts.block_count, options.n_gpu_layers) if n_devices else []
+    if (options.flash_attn == "auto" and options.cache_type_v in ("f32", "f16", "bf16")
+            and any(b in facts.kv_blocks for b in host_blocks)):
+        return replace(options, flash_attn="off")
+    return options
+
+
 def _with_mib(entry):
     """``entry`` with its ``total`` and each value also in MiB (``<key>_mib``)."""
     entry["total"] = sum(entry.values())
@@ -179,14 +217,21 @@ def _with_mib(entry):
     return entry
 
 
-def _gpu_entry(facts, options, device, placement, weights, kv, rs, cpu, moved, copies):
-    """What one GPU holds: its weights, the caches of its blocks, its compute buffer and the margin."""
+def _gpu_entry(facts, options, device, placement, weights, kv, rs, cpu, moved, copies, host_blocks):
+    """What one GPU holds: its weights, the caches of its blocks, its compute buffer and the margin. With op
+    offload the first GPU also computes the matrix products of the blocks ``-ngl`` leaves on the host
+    (``host_blocks``), as it does those of host-resident experts."""
     devices = placement["devices_by_block"]
     sizes = dict((t.name, t.nbytes) for t in facts.tensors)
     by_block = facts.expert_tensors_by_block
     offloaded = options.op_offload and graph_shape(facts, options).tokens >= OP_OFFLOAD_MIN_BATCH
     blocks = [b for b, d in enumerate(devices) if d == device]
     cpu_expert_max = max([sum(sizes[n] for n in by_block.get(b, ()) if n in cpu) for b in blocks] + [0])
+    computed_here = list(host_blocks) if offloaded and device == 0 else []
+    if computed_here:
+        weights_of = _block_weight_bytes(facts)
+        cpu_expert_max = max([cpu_expert_max] + [weights_of.get(b, 0) for b in computed_here])
+    host_attention = [(b, kv.get(b, 0)) for b in host_blocks if b in facts.kv_blocks] if device == 0 else []
     foreign = sorted(b for b, names in by_block.items()
                      if devices[b] != device and any(moved.get(n) == device for n in names))
     # blocks whose experts' products all run elsewhere: on the host, or on the device holding them
@@ -198,20 +243,34 @@ def _gpu_entry(facts, options, device, placement, weights, kv, rs, cpu, moved, c
         "recurrent": sum(rs.get(b, 0) for b in blocks),
         "compute": compute_buffer_bytes(facts, options, blocks, device == placement["output_device"],
                                         cpu_expert_max, foreign_expert_blocks=foreign, copies=copies,
-                                        remote_expert_blocks=remote),
+                                        remote_expert_blocks=remote, host_blocks=computed_here,
+                                        host_attention=host_attention),
         "margin": int(options.margin_mib * MIB),
     })
 
 
-def _host_entry(facts, options, weights, kv, rs, cpu, n_devices, copies):
-    """What the host holds: its weights, the logits, the caches without GPU, its compute buffer and the margin."""
+def _block_weight_bytes(facts):
+    """``{block: bytes of its weights}``."""
+    sizes = {}
+    for tensor in facts.tensors:
+        if tensor.block is not None:
+            sizes[tensor.block] = sizes.get(tensor.block, 0) + tensor.nbytes
+    return sizes
+
+
+def _host_entry(facts, options, weights, kv, rs, cpu, n_devices, copies, host_blocks):
+    """What the host holds: its weights, the logits, the caches of the blocks on the host (all without GPU; those
+    ``-ngl`` leaves there beside GPUs: llama-kv-cache.cpp puts a layer's cache on its layer's device), its compute
+    buffer and the margin."""
     host = {"model": weights, "kv": 0, "recurrent": 0, "output": output_buffer_bytes(facts, options.parallel)}
     if n_devices == 0:
         host["kv"], host["recurrent"] = sum(kv.values()), sum(rs.values())
         host["compute"] = cpu_compute_bytes(facts, options)
     else:
+        host["kv"] = sum(kv.get(b, 0) for b in host_blocks)
+        host["recurrent"] = sum(rs.get(b, 0) for b in host_blocks)
         cpu_blocks = sorted(set(b for b, names in facts.expert_tensors_by_block.items() if cpu.intersection(names)))
-        host["compute"] = host_compute_bytes(facts, options, cpu_blocks, copies=copies)
+        host["compute"] = host_compute_bytes(facts, options, cpu_blocks, copies=copies, host_blocks=host_blocks)
     host["margin"] = int(options.host_margin_mib * MIB)
     _with_mib(host)
     # --no-mmap on a CUDA build: host weights go to a pinned CUDA_Host buffer (locked, never swapped);

@@ -17,7 +17,7 @@ Block order for ``auto``: lowest block index first, the blocks llama.cpp's ``--n
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import MIB, mib
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import CACHE_TYPES, OFFLOAD_MODES
@@ -221,6 +221,11 @@ class _Candidate:
     speed: dict | None = None  # _speed_model.predict's figures, set by rate()
     terms: object = None  # the _speed_model.SpeedTerms they come from
 
+    @property
+    def n_gpu_layers(self):
+        """The ``-ngl`` this placement is sized for, ``None`` for every layer."""
+        return self.sizer.options.n_gpu_layers
+
     def host_expert_bytes(self):
         sizes = self.sizer.facts.expert_bytes_by_block()
         if self.sizer.fixed_cpu is not None:
@@ -230,9 +235,10 @@ class _Candidate:
         return sum(sizes[b] for b in self.cpu_blocks)  # (only MoE blocks are ever placed on the CPU)
 
     def key(self, goal="fit"):
-        """Fitting first, then the fewest expert bytes in host memory, the fewest overrides, one GPU; with goal
-        ``speed`` the highest predicted decode speed comes before the expert bytes."""
-        fit_key = (self.host_expert_bytes(), len(self.moved), 0 if self.label == "single" else 1)
+        """Fitting first, then the fewest expert bytes in host memory, the fewest overrides, one GPU, every layer on
+        the GPUs; with goal ``speed`` the highest predicted decode speed comes before the expert bytes."""
+        fit_key = (self.host_expert_bytes(), len(self.moved), 0 if self.label == "single" else 1,
+                   0 if self.n_gpu_layers is None else 1)
         if goal == "speed":
             return (not self.sizer.fits(self.result), -(self.speed["decode_tokens_per_second"] or 0)) + fit_key
         return (not self.sizer.fits(self.result),) + fit_key
@@ -241,7 +247,7 @@ class _Candidate:
         """Predict this placement's speed (``speed`` and ``terms``) at the plan's context and micro-batch."""
         cpu, device_tensors = self.sizer.tensors(self.cpu_blocks, self.moved)
         self.terms = speed_terms(self.sizer.facts, self.sizer.options, cpu, self.shares, len(self.gpus),
-                                 device_tensors)
+                                 device_tensors)  # (the sizer's options carry the candidate's -ngl)
         rates = bandwidths([g.name for g in self.gpus], options, host.bandwidth_bytes_per_second if host else None)
         self.speed = predict(self.terms, rates, ["GPU %d" % g.index for g in self.gpus])
 
@@ -250,7 +256,7 @@ class _Candidate:
         return {"placement": self.label, "gpu_devices": [g.index for g in self.gpus],
                 "tensor_split": split_text(self.shares) if self.label == "split" else "",
                 "cpu_expert_layers": list(self.cpu_blocks), "device_override_blocks": sorted(self.moved),
-                "fits": self.sizer.fits(self.result), "host_expert_mib": mib(self.host_expert_bytes()),
+                "n_gpu_layers": self.n_gpu_layers, "fits": self.sizer.fits(self.result), "host_expert_mib": mib(self.host_expert_bytes()),
                 "speed": dict(self.speed), "chosen": chosen}
 
 
@@ -301,13 +307,15 @@ def plan(facts, gpus, host, options):
     """
     devices = normalize_gpus(gpus, options.gpu_devices)
     host_memory = normalize_host(host)
+    options = _layers_option(facts, options)
     warnings = list(facts.warnings)
     warnings += _check_options(facts, options)
     user_check, fixed_cpu = _user_pattern(facts, options.pattern, warnings)
     try:
         best, tried = _best_candidate(facts, devices, host_memory, options, fixed_cpu)
         sizer, blocks, moved = best.sizer, best.cpu_blocks, best.moved
-        baseline = sizer.estimate([])
+        # what the GPUs would hold with every expert beside its layer, at the -ngl asked for
+        baseline = _Sizer(facts, best.gpus, best.shares, options, host_memory, fixed_cpu).estimate([])
         headroom = {"this_plan": sizer.largest(blocks, moved, options.ctx_size, options.parallel),
                     "all_experts_on_cpu": sizer.largest(facts.expert_blocks, {}, options.ctx_size, options.parallel)}
     except (MemoryModelError, SpeedModelError) as exc:
@@ -315,16 +323,32 @@ def plan(facts, gpus, host, options):
     answer = _answer(facts, best, baseline, headroom, options, user_check)
     answer["candidates"] = [c.summary(c is best) for c in tried]
     answer["warnings"] = warnings + [w for w in best.result["warnings"] if "training context" not in w]
+    if options.flash and not best.result["flash_attn"]:
+        answer["warnings"].append(
+            "with -ngl %d and flash_attn auto llama.cpp turns flash attention off (it runs the attention of a block "
+            "left on the host on the GPU): the plan is sized without it" % best.n_gpu_layers)
     answer["reason"] = reason(facts, answer, best, baseline, host_memory, options, tried)
     if not answer["fits"]:
         raise PlanError(answer["reason"], answer)
     return answer
 
 
+def _layers_option(facts, options):
+    """``options`` with ``n_gpu_layers`` ``None`` when it offloads every layer (the blocks and the output layer);
+    ``PlanError`` for a count that is not one."""
+    layers = options.n_gpu_layers
+    if layers is None:
+        return options
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 0:
+        raise PlanError("n_gpu_layers must be a count of layers >= 0, got %r" % (layers,))
+    return replace(options, n_gpu_layers=None) if layers > facts.block_count else options
+
+
 def answer_terms(facts, answer, options, context_tokens=None, prompt_tokens=None):
     """``(SpeedTerms, GPU names)`` of the placement of ``answer`` (this planner's result for ``facts`` and
     ``options``) at ``context_tokens`` and ``prompt_tokens`` (``_speed_model.speed_terms``' defaults when None)."""
     names = [d["name"] for d in answer["devices"]]
+    options = replace(options, n_gpu_layers=answer.get("n_gpu_layers", options.n_gpu_layers))
     positions = dict((d["index"], p) for p, d in enumerate(answer["devices"]))
     check = answer["pattern_check"]
     cpu = list(check["tensors"]) + list(check["non_expert"]) if answer["pattern"] else []
@@ -407,9 +431,33 @@ def _best_candidate(facts, devices, host_memory, options, fixed_cpu):
                 cpu_blocks, moved = filled
                 tried.append(_Candidate(label, used, shares, sizer, cpu_blocks, moved,
                                         sizer.estimate(cpu_blocks, moved)))
+        if (options.goal == "speed" and used and options.mode == "auto" and fixed_cpu is None
+                and options.n_gpu_layers is None and not sizer.fits(sizer.estimate([]))):
+            layered = _fewer_layers(facts, used, shares, options, host_memory)
+            if layered is not None:
+                tried.append(_Candidate(label, used, shares, layered, [], {}, layered.estimate([])))
     for candidate in tried:
         candidate.rate(options, host_memory)
     return min(tried, key=lambda c: c.key(options.goal)), tried
+
+
+def _fewer_layers(facts, gpus, shares, options, host_memory):
+    """The ``_Sizer`` of the most layers (``-ngl`` from ``block_count`` down to 1) that fit on ``gpus`` with every
+    expert beside its layer, the first blocks' weights, KV cache and recurrent state left on the host: what users
+    ran before ``-ot``. ``None`` when not even one layer fits on the GPUs (whether the host holds the rest is the
+    candidate's ``fits``)."""
+    def sizer(layers):
+        return _Sizer(facts, gpus, shares, replace(options, n_gpu_layers=layers), host_memory)
+
+    low, high = 0, facts.block_count
+    while low < high:  # the most layers that fit; fewer layers never need more GPU memory
+        mid = (low + high + 1) // 2
+        trial = sizer(mid)
+        if trial.gpu_fits(trial.estimate([])):
+            low = mid
+        else:
+            high = mid - 1
+    return sizer(low) if low else None
 
 
 def _answer(facts, best, baseline, headroom, options, user_check):
@@ -436,6 +484,7 @@ def _answer(facts, best, baseline, headroom, options, user_check):
         "gpu_devices": [d.index for d in best.gpus], "pattern_check": proof,
         "kv_cache": _kv_report(facts, result["cells"]), "n_ctx": result["n_ctx"],
         "speed": dict(best.speed, terms=best.terms.as_dict()), "goal": options.goal,
+        "n_gpu_layers": best.n_gpu_layers,
     }
 
 

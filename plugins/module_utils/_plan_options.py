@@ -27,10 +27,11 @@ FLASH_ATTN_ON = (True, "on", "auto", "true", "enabled")  # llama.cpp's auto turn
 class Options:
     """What a plan is made for. Server settings: ``ctx_size`` to ``batch`` (llama-server's ``-c``, ``-np``,
     ``-ctk``, ``-ctv``, ``-ub``, ``-fa``, ``--kv-unified``, ``--swa-full``, ``--no-mmap``, ``--no-op-offload``,
-    ``-b``), the free memory kept per GPU and on the host, and the backend. Planner choices: ``mode`` and
-    ``cpu_expert_layers`` (what moves to host memory), a user's ``pattern`` instead, the GPUs (``gpu_index``,
-    ``gpu_devices``, ``split``), whether experts may go to another GPU (``experts_per_gpu``), llama.cpp's
-    ``device_names`` of the GPUs in plan order and the ``goal`` among the placements that fit (``GOALS``). The speed
+    ``-b``; ``n_gpu_layers`` is ``-ngl``, ``None`` for every layer), the free memory kept per GPU and on the host,
+    and the backend. Planner choices: ``mode`` and ``cpu_expert_layers`` (what moves to host memory), a user's
+    ``pattern`` instead, the GPUs (``gpu_index``, ``gpu_devices``, ``split``), whether experts may go to another GPU
+    (``experts_per_gpu``), llama.cpp's ``device_names`` of the GPUs in plan order and the ``goal`` among the
+    placements that fit (``GOALS``). The speed
     model's rates (``_speed_model``): ``gpu_bytes_per_second`` (``{GPU name: bytes/s}``), ``host_bytes_per_second``,
     ``gpu_flops_per_second`` (``{GPU name: FLOP/s}``), ``host_flops_per_second``, ``pcie_bytes_per_second`` and a
     ``calibration`` (``{host_bytes_per_second, split_seconds, token_seconds, host_flops_per_second, measured}``)."""
@@ -49,6 +50,7 @@ class Options:
     host_margin_mib: int = DEFAULT_HOST_MARGIN_MIB
     backend: str = "cuda"
     batch: int = DEFAULT_BATCH
+    n_gpu_layers: int | None = None
     mode: str = "auto"
     cpu_expert_layers: int | list | None = None
     pattern: str | None = None

@@ -84,6 +84,8 @@ def _placement_text(facts, answer, candidate, baseline, host, options):
     if candidate.label == "cpu":
         return _cpu_text(facts, answer, host, options.parallel)
     host_note = "" if host is not None else " Host memory was not checked (give host, the result of host_info)."
+    if candidate.n_gpu_layers is not None and not answer["cpu_expert_layers"] and not answer["pattern"]:
+        return _layers_text(facts, answer, candidate, options) + host_note
     if not answer["cpu_expert_layers"] and not answer["device_overrides"] and not answer["pattern"]:
         gpus = answer["memory"]["gpus"]
         text = "Everything fits on %s: %s need %.0f MiB including the %d MiB margin" % (
@@ -93,6 +95,25 @@ def _placement_text(facts, answer, candidate, baseline, host, options):
             text += ", so no expert moves to host memory and the GPU keeps full speed"
         return text + "." + _headroom_text(answer, options.parallel) + host_note
     return _offload_text(facts, answer, candidate, baseline, options) + host_note
+
+
+def _host_blocks(facts, n_gpu_layers):
+    """The blocks ``-ngl n_gpu_layers`` leaves on the host, as the plan reports them."""
+    count = max(0, facts.block_count + 1 - n_gpu_layers)
+    return "block 0" if count == 1 else "blocks 0-%d" % (count - 1)
+
+
+def _layers_text(facts, answer, candidate, options):
+    """A plan with fewer layers on the GPUs (``-ngl`` below all) and every expert beside its layer."""
+    gpus = answer["memory"]["gpus"]
+    host = answer["memory"]["host"]
+    return ("With -ngl %d the weights, KV cache and recurrent state of %s stay in host memory and the CPU "
+            "computes them; the other blocks and the output layer fit on %s: %s need %.0f MiB there including the "
+            "%d MiB margin, and the host holds %.0f MiB of weights and %.0f MiB of caches." % (
+                candidate.n_gpu_layers, _host_blocks(facts, candidate.n_gpu_layers), _where(candidate),
+                _contents(facts, answer, options.parallel), sum(e["total_mib"] for e in gpus), gpus[0]["margin_mib"],
+                host["model_mib"], host["kv_mib"] + host["recurrent_mib"])
+            + _headroom_text(answer, options.parallel))
 
 
 def _figures(speed):
@@ -110,6 +131,9 @@ def _candidate_text(candidate):
     held = ("the experts of %d block(s) in host memory" % blocks) if blocks else "no expert in host memory"
     if candidate.sizer.fixed_cpu is not None:
         held = "the given pattern's tensors in host memory"
+    if candidate.n_gpu_layers is not None:
+        layers = candidate.n_gpu_layers
+        held = "-ngl %d (%s on the CPU)" % (layers, _host_blocks(candidate.sizer.facts, layers))
     return "%s with %s%s" % (where, held, moved)
 
 

@@ -38,6 +38,7 @@ ARGUMENT_SPEC = dict(
     swa_full=dict(type="bool", default=False),
     mmap=dict(type="bool", default=True),
     op_offload=dict(type="bool", default=True),
+    n_gpu_layers=dict(type="int"),
     goal=dict(type="str", default="fit", choices=list(GOALS)),
     gpu_bytes_per_second=dict(type="dict"),
     host_bytes_per_second=dict(type="float"),

@@ -185,7 +185,7 @@ def speed_terms(facts, options, cpu_tensors=(), split=None, n_devices=1, device_
     there), else the CPU reads them (experts for ``experts_hit``) and computes them. The FLOP of each tensor are
     ``matmul_flops`` for the micro-batch's tokens.
     """
-    places, placement = tensor_places(facts, cpu_tensors, split, n_devices, device_tensors)
+    places, placement = tensor_places(facts, cpu_tensors, split, n_devices, device_tensors, options.n_gpu_layers)
     devices = placement["devices_by_block"]
     cells = cache_cells(facts, options)
     context = min(context_tokens or cells.cells, cells.cells)
@@ -223,18 +223,22 @@ def speed_terms(facts, options, cpu_tensors=(), split=None, n_devices=1, device_
     for block in set(per_cell) | set(recurrent):
         step = per_cell.get(block, 0) * min(context, block_cells.get(block, 0)) + recurrent.get(block, 0)
         batch = per_cell.get(block, 0) * min(ubatch, block_cells.get(block, 0)) + recurrent.get(block, 0)
-        if n_devices:
+        if n_devices and devices[block] is not None:
             decode[devices[block]] += step
             prompt[devices[block]] += batch
         else:
             host_decode += step
             host_prompt += batch
     if n_devices:
-        boundaries = len(set(devices + [placement["output_device"]])) - 1
+        # the blocks -ngl leaves on the host run first, on the CPU beside the input layer: they add no device
+        # change of their own for decode; with op offload a prompt's products of their weights go to the GPU
+        host_blocks = set(b for b, d in enumerate(devices) if d is None)
+        boundaries = len(set(d for d in devices + [placement["output_device"]] if d is not None)) - 1
+        cpu_blocks -= host_blocks
         fixed = BASE_SPLITS + SPLITS_PER_MOVED_BLOCK * len(moved_blocks) + boundaries
         decode_splits = fixed + DECODE_SPLITS_PER_CPU_BLOCK * len(cpu_blocks)
         prompt_splits = fixed + (PROMPT_SPLITS_PER_CPU_BLOCK if offload else DECODE_SPLITS_PER_CPU_BLOCK) * len(
-            cpu_blocks)
+            cpu_blocks) + (PROMPT_SPLITS_PER_CPU_BLOCK * len(host_blocks) if offload else 0)
     else:
         decode_splits = prompt_splits = 0  # one backend: the graph is one split
     return SpeedTerms(tuple(int(round(b)) for b in decode), int(round(host_decode)), decode_splits, ubatch,

@@ -47,8 +47,10 @@ description:
     (O(host_flops_per_second), O(calibration) or an assumed 100 GFLOP/s). Uncalibrated figures compare placements;
     calibrated on the host they predict its speed.
   - O(goal=speed) keeps, among the placements that fit the context and the slots, the one with the highest
-    predicted decode speed. It weighs the same placements as O(goal=fit); placements with fewer layers on the GPU
-    (C(-ngl) below all) are not among them.
+    predicted decode speed. Besides the placements O(goal=fit) weighs, it weighs, on each set of GPUs where the
+    whole model does not fit, the most layers that fit with every expert beside its layer (C(-ngl) below all, what
+    users ran before C(--override-tensor)). The first blocks then stay on the host with their KV cache and
+    recurrent state, and the CPU computes them (RV(n_gpu_layers)).
 author:
   - ai_llm maintainers (@ai-llm)
 options:
@@ -168,6 +170,12 @@ options:
         buffer. Set V(false) when the server runs with C(--no-op-offload).
     type: bool
     default: true
+  n_gpu_layers:
+    description:
+      - The layers llama-server offloads to the GPUs (C(-ngl)), counting the blocks and the output layer. llama.cpp
+        offloads the last ones, so the first blocks stay on the host with their KV cache and recurrent state.
+      - Omitted, or more than the model's blocks, for every layer; then O(goal=speed) may choose fewer.
+    type: int
   goal:
     description:
       - What to keep among the placements that fit. V(fit) keeps the fewest expert bytes in host memory (then the
@@ -377,6 +385,13 @@ placement:
   returned: success
   type: str
   sample: single
+n_gpu_layers:
+  description:
+    - The C(-ngl) the plan is sized for, V(null) for every layer. A count when O(n_gpu_layers) gave fewer layers
+      than the model has, or when O(goal=speed) found fewer layers on the GPUs the fastest placement that fits.
+  returned: success
+  type: int
+  sample: null
 tensor_split:
   description: The C(--tensor-split) value for a split placement, V("") otherwise.
   returned: success
@@ -454,14 +469,14 @@ candidates:
   description:
     - Every placement the planner weighed, the chosen one with C(chosen) V(true). Each has its GPUs, its
       C(tensor_split), the blocks whose experts are in host memory, the blocks whose experts are on another GPU
-      (C(device_override_blocks)), whether it fits, the MiB of experts in host memory and its RV(speed) (without
-      C(terms)).
+      (C(device_override_blocks)), its RV(n_gpu_layers), whether it fits, the MiB of experts in host memory and
+      its RV(speed) (without C(terms)).
   returned: success
   type: list
   elements: dict
   sample:
     - {placement: single, gpu_devices: [0], tensor_split: "", cpu_expert_layers: [1, 3], device_override_blocks: [],
-       fits: true, host_expert_mib: 1076.2, chosen: true,
+       n_gpu_layers: null, fits: true, host_expert_mib: 1076.2, chosen: true,
        speed: {decode_tokens_per_second: 117.3, prompt_tokens_per_second: 3682.0, from: "...", calibrated: false}}
 n_ctx:
   description: The context llama.cpp allocates (O(ctx_size) padded to 256, per slot).

@@ -67,7 +67,9 @@ def _matching(pattern, names):
 def place(settings, model, plan, gpu_info, missing_gpus=(), host="?"):
     """The placement: ``pattern``, ``pattern_source`` (inventory, plan, model or none), ``device_overrides``
     (device overrides before the CPU pattern), ``expected_tensors`` (what the log must show moved),
-    ``gpu_devices``, ``tensor_split``, ``topology``. ``PlacementRefused`` with the reason otherwise.
+    ``gpu_devices``, ``tensor_split``, ``n_gpu_layers`` (llama-server's ``-ngl``: the plan's count when it keeps
+    fewer layers on the GPUs, else ``llm_server_n_gpu_layers``), ``topology``. ``PlacementRefused`` with the
+    reason otherwise.
 
     ``plan`` is the registered result of ``moe_offload_plan`` (``None`` or skipped when it did not run, as when a
     chosen GPU is missing).
@@ -133,5 +135,7 @@ def place(settings, model, plan, gpu_info, missing_gpus=(), host="?"):
         "expected_tensors": expected,
         "gpu_devices": devices if topology != "cpu" else [],
         "tensor_split": (plan or {}).get("tensor_split") or "" if plan_ok else "",
+        "n_gpu_layers": (str(plan["n_gpu_layers"]) if plan_ok and plan.get("n_gpu_layers") is not None
+                         else settings["n_gpu_layers"]),
         "topology": topology,
     }

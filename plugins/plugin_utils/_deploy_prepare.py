@@ -119,8 +119,9 @@ def stored_calibration(service):
 
 def plan_args(settings, service):
     """The options of ``moe_offload_plan`` for ``settings`` and the host read: the chosen GPUs when given, the mode
-    (an inventory pattern is checked in mode auto), the goal, the blocks of mode layers, the inventory pattern and
-    the calibration the host's last verification recorded."""
+    (an inventory pattern is checked in mode auto), the goal, a count of GPU layers (``-ngl``; auto and all are
+    every layer), the blocks of mode layers, the inventory pattern and the calibration the host's last verification
+    recorded."""
     pattern = settings["moe_offload_pattern"]
     args = {
         "gguf": service.get("model_info") or {},
@@ -133,6 +134,8 @@ def plan_args(settings, service):
     }
     if settings["gpu_devices"]:
         args["gpu_devices"] = list(settings["gpu_devices"])
+    if str(settings["n_gpu_layers"]).isdigit():
+        args["n_gpu_layers"] = int(settings["n_gpu_layers"])
     if settings["moe_offload_mode"] == "layers":
         args["cpu_expert_layers"] = settings["cpu_expert_layers"]
     if pattern:

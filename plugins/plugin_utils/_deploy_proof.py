@@ -50,11 +50,12 @@ def log_expectations(plan, topology, settings, expected_tensors=None):
     without the per-tensor lines.
 
     On GPUs: each device's model, KV and RS buffer equal to the plan, its compute buffer at most the plan's (an
-    upper estimate). On a host without GPU: the CPU KV, RS and compute buffers (the weights are the mapped file).
+    upper estimate), and with fewer layers on the GPUs than all the CPU KV and RS buffers of the others. On a host
+    without GPU: the CPU KV, RS and compute buffers (the weights are the mapped file).
     Nothing when the server does not run as planned: no plan, extra arguments (they may change the batch, the
-    cache types or the layers) or an -ngl that may offload fewer layers than all (under 99, or
-    auto). Zero-sized buffers are left out (llama.cpp
-    prints no line for a cache the model does not have).
+    cache types or the layers) or an -ngl (``settings["n_gpu_layers"]``) other than the plan's: the plan sizes every
+    layer unless its ``n_gpu_layers`` says how many, and under 99, or auto, may offload fewer. Zero-sized buffers
+    are left out (llama.cpp prints no line for a cache the model does not have).
 
     ``expect_tensors`` is ``expected_tensors`` where the log can show them: on GPUs always (hidden per-tensor lines
     fall back on the device buffers), on a host without GPU only from ``-lv 5``: there every tensor is in host
@@ -69,13 +70,19 @@ def log_expectations(plan, topology, settings, expected_tensors=None):
     if plan.get("skipped") or plan.get("failed") or not isinstance(memory, dict) or settings.get("extra_args"):
         return expect
     layers = str(settings.get("n_gpu_layers", ALL_LAYERS_FROM)).strip()
-    if layers != "all" and not (layers.isdigit() and int(layers) >= ALL_LAYERS_FROM):
+    planned = plan.get("n_gpu_layers")
+    if planned is not None:
+        if layers != str(planned):
+            return expect
+    elif layers != "all" and not (layers.isdigit() and int(layers) >= ALL_LAYERS_FROM):
         return expect
     if topology == "cpu" or not plan.get("devices"):
         rows = [("CPU", memory.get("host") or {}, ("kv", "recurrent", "compute"))]
     else:
         rows = [(device["device"], gpu, ("model", "kv", "recurrent", "compute"))
                 for device, gpu in zip(plan["devices"], memory.get("gpus") or [])]
+        if planned is not None:  # the caches of the blocks -ngl leaves on the host are in CPU buffers
+            rows.append(("CPU", memory.get("host") or {}, ("kv", "recurrent")))
     for name, figures, parts in rows:
         for part, key in zip(("model", "kv", "recurrent", "compute"), keys):
             value = float(figures.get(part + "_mib") or 0)
@@ -109,7 +116,9 @@ def log_args(plan, placement, settings):
     buffers (``log_expectations``; an empty expectation is left out) and, on GPUs with a memory plan, the model
     MiB the GPUs must hold in all."""
     plan = plan or {}
-    expect = log_expectations(plan, placement.get("topology"), settings, placement.get("expected_tensors"))
+    layers = placement.get("n_gpu_layers") or settings.get("n_gpu_layers", ALL_LAYERS_FROM)
+    expect = log_expectations(plan, placement.get("topology"), dict(settings, n_gpu_layers=layers),
+                              placement.get("expected_tensors"))
     tensors = expect.pop("expect_tensors")
     args = {"fail_on_mismatch": False}
     if tensors is not None:

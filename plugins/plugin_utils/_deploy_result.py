@@ -42,6 +42,7 @@ def plan_summary(settings, plan, placement):
         "placement": plan.get("placement"),
         "gpu_devices": plan.get("gpu_devices") or (placement or {}).get("gpu_devices") or [],
         "tensor_split": plan.get("tensor_split") or "",
+        "n_gpu_layers": plan.get("n_gpu_layers"),
         "gpus": [{k: g.get(k) for k in PLAN_GPU_KEYS} for g in memory.get("gpus") or []],
         "host": {"experts_mib": host.get("model_mib"),
                  "available_mib": host.get("available_mib")},

@@ -172,3 +172,26 @@ def test_experts_placed_on_the_other_device(models):
         assert abs(predicted["kv_mib"] - got["kv"][device]) <= 0.01
         assert predicted["compute_mib"] >= got["compute"][device]
     assert PA.override_lines(text) == dict((t, names[0]) for t in item["tensors"])
+
+
+@pytest.mark.parametrize("name, ctx, parallel, layers", [("qwen3moe h8/kv2", 4096, 2, 3),
+                                                         ("nemotron_h dense hybrid", 1300, 3, 4)])
+def test_fewer_gpu_layers_leave_the_first_blocks_and_their_caches_on_the_host(models, name, ctx, parallel, layers):
+    """-ngl below all: the device holds the last blocks and the output layer, the CPU KV and RS buffers hold the
+    caches of the first blocks, as the plan sized them for that -ngl."""
+    path = models[name]
+    facts = load_facts(path)
+    gpu = {"name": "rpc", "memory_total_mib": 100000, "memory_free_mib": 100000}
+    planned = plan(facts, [gpu], None, Options(ctx, parallel, backend="rpc", op_offload=False, mode="none",
+                                               n_gpu_layers=layers))
+    assert planned["n_gpu_layers"] == layers
+    with PA.RpcDevices(1) as rpc:
+        text = PA.run_server(path, ctx, parallel, rpc.endpoints, extra=["-ngl", str(layers)])
+    got = PA.measured(text, rpc.endpoints)
+    assert not got["error"] and got["model"][0], text[-2000:]
+    device, host = planned["memory"]["gpus"][0], planned["memory"]["host"]
+    assert abs(device["model_mib"] - got["model"][0]) <= 0.01
+    assert abs(device["kv_mib"] - got["kv"][0]) <= 0.01 and abs(device["recurrent_mib"] - got["recurrent"][0]) <= 0.01
+    assert host["kv_mib"] + host["recurrent_mib"] > 0
+    assert abs(host["kv_mib"] - got["host_kv"]) <= 0.01 and abs(host["recurrent_mib"] - got["host_recurrent"]) <= 0.01
+    assert device["compute_mib"] >= got["compute"][0] and host["compute_mib"] >= got["host_compute"]

@@ -23,7 +23,7 @@ import yaml
 
 from tests.helpers.llama_server import free_port
 from tests.helpers.llm_deploy import cpu_image, playbook_env, result
-from tools.gguf_models import write_demo_model, write_nemotron_nano_30b
+from tools.gguf_models import write_demo_model, write_nemotron_h, write_nemotron_nano_30b
 
 ROOT = Path(__file__).resolve().parents[2]
 DOUBLES = ROOT / "tests" / "doubles"
@@ -214,6 +214,20 @@ def test_busy_a5500_nemotron_nano_partial_offload(deploy, models, ansible_module
     assert sorted(check["pattern_check"]["matched"]) == expected
     assert check["pattern_check"]["non_expert"] == []
     assert sorted(check["pattern_check"]["missed"]) == sorted(set(info["expert_tensors"]) - set(expected))
+
+
+def test_busy_a5500_dense_model_goal_speed_keeps_fewer_layers_on_the_gpu(deploy, models):
+    """A dense hybrid of 6.4 GiB does not fit the busy card's 5276 MiB and has no expert to move: goal speed keeps
+    the most layers that fit, and .env gets the plan's -ngl instead of the inventory's 99."""
+    dense = write_nemotron_h(Path(models["dir"]) / "dense.gguf", n_blocks=40, n_embd=4096, n_ff=16384)
+    run = deploy("rtx_a5500_busy", dense, llm_server_moe_offload_goal="speed")
+    plan = plan_of(run)
+    layers = plan["n_gpu_layers"]
+    assert plan["fits"] is True and plan["offload"] is False and 0 < layers < 41
+    assert plan["reason"].startswith("With -ngl %d the weights, KV cache and recurrent state of blocks 0-%d stay in "
+                                     "host memory" % (layers, 40 - layers))
+    assert run.env_added()["LLM_N_GPU_LAYERS"] == str(layers)
+    assert run.result["status"] == "checked"
 
 
 # --- (c) two GPUs: a split in proportion to free memory, or one chosen card ---------------------------

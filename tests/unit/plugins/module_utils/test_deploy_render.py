@@ -365,3 +365,9 @@ def test_managed_block_is_the_text_between_the_markers(text, block):
     cpu = cpu_block()
     text = text.format(block=cpu, crlf_block=cpu.replace("\n", "\r\n"))
     assert managed_block(text) == block.format(block=cpu)
+
+
+def test_the_placement_s_gpu_layers_go_to_env_else_the_setting_s():
+    s = settings()
+    assert env_values(s, PLACEMENT)["LLM_N_GPU_LAYERS"] == "40"
+    assert env_values(s, dict(PLACEMENT, n_gpu_layers="31"))["LLM_N_GPU_LAYERS"] == "31"

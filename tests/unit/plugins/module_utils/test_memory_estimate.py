@@ -115,6 +115,44 @@ def test_layer_devices_first_device_whose_cumulative_share_exceeds_the_position(
         assert mest.layer_devices(blocks) == expected
 
 
+@pytest.mark.parametrize("blocks, split, n, layers, expected", [
+    # llama-model.cpp: i_gpu_start = n_layer + 1 - ngl, layer il on the host below it, else on the first device
+    # whose bound exceeds (il - i_gpu_start) / ngl
+    (5, None, 1, 3, ([None, None, None, 0, 0], 0)),  # i_gpu_start 3: blocks 3, 4 and the output layer
+    (5, [1, 1], 2, 4, ([None, None, 0, 0, 1], 1)),  # positions 0, 1/4, 2/4, 3/4 against the bounds 0.5, 1.0
+    (5, None, 1, 1, ([None] * 5, 0)),  # -ngl 1: the output layer alone
+    (5, None, 1, 0, ([None] * 5, None)),  # -ngl 0: nothing offloaded
+    (5, [1, 1], 2, 6, ([0, 0, 0, 1, 1], 1)), (5, [1, 1], 2, 99, ([0, 0, 0, 1, 1], 1)),  # every layer, as None
+])
+def test_layer_devices_with_fewer_gpu_layers_leave_the_first_blocks_on_the_host(blocks, split, n, layers, expected):
+    assert mest.layer_devices(blocks, split, n, layers) == expected
+    assert mest.host_layer_blocks(blocks, layers) == [b for b, d in enumerate(expected[0]) if d is None]
+    assert mest.host_layer_blocks(blocks, None) == []
+
+
+def test_blocks_left_on_the_host_keep_their_weights_kv_cache_and_recurrent_state_there():
+    """Nemotron Nano -ngl 40 on one GPU: blocks 0-12 on the host (52 blocks + output = 53 layers), their weights,
+    their KV cache (llama-kv-cache.cpp: a layer's cache on dev_layer(il)) and their recurrent state."""
+    options = Options(4096, 2, n_gpu_layers=40)
+    result = mest.estimate(NANO_FACTS, options)
+    every = mest.estimate(NANO_FACTS, Options(4096, 2))
+    host_blocks = list(range(13))
+    assert result["devices_by_block"] == [None] * 13 + [0] * 39 and result["output_device"] == 0
+    block_bytes = sum(t.nbytes for t in NANO_FACTS.tensors if t.block in host_blocks)
+    assert result["host"]["model"] == every["host"]["model"] + block_bytes
+    kv = kvc.kv_cache_bytes(NANO_FACTS, options)
+    rs = kvc.recurrent_state_bytes(NANO_FACTS, 2)
+    assert result["host"]["kv"] == sum(kv.get(b, 0) for b in host_blocks) > 0
+    assert result["host"]["recurrent"] == sum(rs.get(b, 0) for b in host_blocks) > 0
+    assert result["gpus"][0]["kv"] + result["host"]["kv"] == every["gpus"][0]["kv"]
+    assert result["gpus"][0]["recurrent"] + result["host"]["recurrent"] == every["gpus"][0]["recurrent"]
+    assert result["gpus"][0]["model"] < every["gpus"][0]["model"] - block_bytes * 0.99
+    # the host computes its blocks; with op offload the GPU also computes their products from 32 tokens on
+    assert result["host"]["compute"] > every["host"]["compute"]
+    assert result["gpus"][0]["compute"] > mest.estimate(NANO_FACTS, Options(4096, 2, n_gpu_layers=40,
+                                                                            op_offload=False))["gpus"][0]["compute"]
+
+
 def test_weights_on_cuda_pad_quantized_rows_once_and_align_to_128():
     """ggml-cuda.cu get_alloc_size: a quantized tensor whose ne0 is not a multiple of MATRIX_ROW_PADDING (512) gets
     ggml_row_size(type, 512 - ne0 % 512) more bytes; the CUDA buffer type aligns every tensor to 128."""

@@ -466,3 +466,60 @@ def test_a_calibration_from_two_placements_that_differ_in_splits_gives_back_the_
     assert solved["split_seconds"] == pytest.approx(300e-6, rel=1e-6) and solved["measured"]["placements"] == 2
     with pytest.raises(PlanError, match="degenerate"):
         op.calibration(moe, *measured[0], more=measured[:1])
+
+
+def test_goal_speed_keeps_fewer_layers_on_the_gpu_when_the_whole_dense_model_does_not_fit():
+    """A dense model one byte too large for the GPU (flash attention on): goal fit has nothing to move and refuses;
+    goal speed weighs the most layers that fit (-ngl 4 of the 5 layers: block 0 on the host) and keeps them."""
+    dense = exact_moe("DDDD")
+    sizing = dict(SIZING, flash_attn="on")
+    free = (need(dense, [], **sizing) - 1) / float(common.MIB)
+    with pytest.raises(PlanError, match="Does not fit"):
+        plan(dense, [gpu(free)], None, Options(4096, **sizing))
+    result = plan(dense, [gpu(free)], None, Options(4096, goal="speed", **sizing))
+    assert result["fits"] and result["n_gpu_layers"] == 4 and result["pattern"] == "" and not result["offload"]
+    every, layered = result["candidates"]
+    assert (every["n_gpu_layers"], every["fits"], layered["n_gpu_layers"], layered["chosen"]) == (None, False, 4, True)
+    host = result["memory"]["host"]
+    assert host["kv_mib"] == round(kvc.kv_cache_bytes(dense, Options(4096, **SIZING))[0] / float(common.MIB), 2)
+    assert result["reason"].startswith("With -ngl 4 the weights, KV cache and recurrent state of block 0 stay in host "
+                                       "memory and the CPU computes them; the other blocks and the output layer fit")
+    assert result["speed"]["terms"]["decode_host_bytes"] > 0
+
+
+def test_goal_speed_weighs_fewer_layers_against_moving_experts_on_nemotron_nano(nano):
+    """On a 24 GB card at 32K x 2 the most layers that fit with every expert beside its layer are 49 of 53 (50 do
+    not fit); they read the dense weights of 4 blocks from host memory each token, where moving the experts of two
+    blocks reads 6/128 of them: goal speed keeps the experts' move, and the reason names both."""
+    free = 24148
+    result = plan(nano, [gpu(free)], None, Options(32768, 2, goal="speed"))
+    moved, layered = result["candidates"]
+    assert moved["chosen"] and moved["n_gpu_layers"] is None and result["n_gpu_layers"] is None
+    assert layered["n_gpu_layers"] == 49 and layered["fits"] and layered["cpu_expert_layers"] == []
+    for layers, fits in ((49, True), (50, False)):
+        used = mest.estimate(nano, Options(32768, 2, n_gpu_layers=layers))["gpus"][0]["total"]
+        assert (used <= free * common.MIB) is fits
+    assert layered["speed"]["decode_tokens_per_second"] < moved["speed"]["decode_tokens_per_second"]
+    assert "ahead of GPU 0 alone with -ngl 49 (blocks 0-3 on the CPU) (%.1f)." % (
+        layered["speed"]["decode_tokens_per_second"]) in result["reason"]
+    fit = plan(nano, [gpu(free)], None, Options(32768, 2))
+    assert [c["n_gpu_layers"] for c in fit["candidates"]] == [None]  # goal fit weighs every layer only
+
+
+def test_a_given_n_gpu_layers_is_sized_as_given():
+    """-ngl 3 of a 4-block model: blocks 0 and 1 with their KV cache on the host; more layers than the model has
+    are every layer; a count below 0 is refused."""
+    dense = exact_moe("DDDD")
+    result = plan(dense, [gpu(1000)], None, Options(4096, n_gpu_layers=3, **SIZING))
+    kv = kvc.kv_cache_bytes(dense, Options(4096, **SIZING))
+    assert result["n_gpu_layers"] == 3 and result["memory"]["host"]["kv_mib"] == round((kv[0] + kv[1]) / 2.0 ** 20, 2)
+    assert plan(dense, [gpu(1000)], None, Options(4096, n_gpu_layers=99, **SIZING))["n_gpu_layers"] is None
+    # flash_attn auto: llama.cpp turns it off for an attention block on the host; the KQ scores of 4 heads over 4096
+    # cells for 512 tokens (32 MiB in F32) then count on the GPU
+    assert result["warnings"] == ["with -ngl 3 and flash_attn auto llama.cpp turns flash attention off (it runs the "
+                                  "attention of a block left on the host on the GPU): the plan is sized without it"]
+    on = plan(dense, [gpu(1000)], None, Options(4096, n_gpu_layers=3, **dict(SIZING, flash_attn="on")))
+    assert on["warnings"] == [] and result["memory"]["gpus"][0]["compute_mib"] - on["memory"]["gpus"][0][
+        "compute_mib"] >= 32
+    with pytest.raises(PlanError, match="n_gpu_layers must be a count of layers >= 0, got -1"):
+        plan(dense, [gpu(1000)], None, Options(4096, n_gpu_layers=-1, **SIZING))

@@ -85,6 +85,23 @@ def test_splits_of_a_layer_split_and_of_experts_on_another_gpu_and_none_on_a_cpu
     assert cpu.decode_host_bytes == DENSE_GPU + 3 * EXPERTS * SHARE + 4 * KV_CELL * 4096
 
 
+def test_blocks_that_ngl_leaves_on_the_host_are_read_there_whole_with_their_cache(moe):
+    """-ngl 3 of 5 layers: blocks 0 and 1 on the host (block 0 dense, block 1 with experts). Per token the host reads
+    their attention, block 0's FFN, block 1's router and 2/8 of its experts, and their KV cache; they add no split
+    (they run on the CPU beside the input layer). A prompt micro-batch with op offload copies their weights over
+    PCIe to GPU 0, 3 splits a block (as host experts); without op offload the CPU reads them."""
+    options = Options(4096, n_gpu_layers=3, **SIZING)
+    terms = spm.speed_terms(moe, options)
+    host = 2 * ATTENTION + DENSE_FFN + ROUTER
+    assert terms.decode_host_bytes == host + EXPERTS * SHARE + 2 * KV_CELL * 4096
+    assert terms.decode_gpu_bytes == (OUTPUT + 2 * ATTENTION + 2 * ROUTER + 2 * EXPERTS * SHARE + 2 * KV_CELL * 4096,)
+    assert terms.decode_splits == 4 and terms.prompt_splits == 4 and terms.prompt_pcie_bytes == 0
+    assert terms.prompt_host_bytes == round(host + EXPERTS * (1 - 0.75 ** 512) + 2 * KV_CELL * 512)
+    offload = spm.speed_terms(moe, Options(4096, n_gpu_layers=3, backend="cuda", op_offload=True, margin_mib=0))
+    assert offload.prompt_pcie_bytes == host + EXPERTS and offload.prompt_splits == 4 + 3 * 2
+    assert offload.prompt_host_bytes == 2 * KV_CELL * 512 and offload.decode_splits == 4
+
+
 def test_gpu_bandwidth_from_the_datasheet_table_a_given_figure_or_an_assumption():
     assert spm.gpu_bandwidth("NVIDIA H200") == (4800 * GB, "datasheet peak of NVIDIA H200")
     assert spm.gpu_bandwidth("NVIDIA H200 NVL") == (4800 * GB, "datasheet peak of NVIDIA H200")

@@ -90,6 +90,16 @@ def test_gpu_plan_pattern_and_devices(nano):
     assert p["expected_tensors"] == sorted(t for t in report(nano)["expert_tensors"] if int(t.split(".")[1]) in blocks)
 
 
+def test_the_plan_s_count_of_gpu_layers_replaces_the_inventory_s(nano):
+    """The inventory's -ngl (99: every layer) goes to .env unless the plan keeps fewer layers on the GPUs."""
+    every = gpu_plan(nano, A5500_BUSY["gpus"], ctx_size=32768, parallel=2)
+    assert every["n_gpu_layers"] is None
+    assert place(settings(nano), report(nano), every, A5500_BUSY)["n_gpu_layers"] == "99"
+    fewer = dict(every, n_gpu_layers=40, pattern="", cpu_expert_layers=[])
+    assert place(settings(nano), report(nano), fewer, A5500_BUSY)["n_gpu_layers"] == "40"
+    assert place(settings(nano), report(nano), dict(fewer, failed=True), A5500_BUSY)["n_gpu_layers"] == "99"
+
+
 def test_a_plan_that_does_not_fit_is_refused_unless_forced(nano):
     answer = gpu_plan(nano, A5500_BUSY["gpus"], ctx_size=1048576)
     assert answer["fits"] is False

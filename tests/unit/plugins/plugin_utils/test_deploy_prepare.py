@@ -59,6 +59,11 @@ def test_the_planner_gets_the_chosen_gpus_the_mode_the_goal_the_layers_and_the_i
     pattern = plan_args(settings(demo, llm_server_moe_offload_mode="none",
                                  llm_server_moe_offload_pattern=r"blk\.1\.ffn_(up|down)_exps"), found)
     assert (pattern["mode"], pattern["pattern"]) == ("auto", r"blk\.1\.ffn_(up|down)_exps")
+    # a count of GPU layers is sized as given (99, the default, is every layer of the demo); auto and all are not counts
+    assert args["n_gpu_layers"] == 99
+    assert plan_args(settings(demo, llm_server_n_gpu_layers="3"), found)["n_gpu_layers"] == 3
+    for word in ("all", "auto"):
+        assert "n_gpu_layers" not in plan_args(settings(demo, llm_server_n_gpu_layers=word), found)
 
 
 def test_a_missing_gpu_skips_the_plan_and_is_refused_by_the_placement(demo):

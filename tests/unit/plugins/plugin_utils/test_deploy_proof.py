@@ -70,6 +70,20 @@ def test_buffers_are_expected_from_99_layers_or_all(layers, expected):
     assert expect == dict(ON_GPUS if expected else NONE_EXPECTED, expect_tensors=["t"])
 
 
+@pytest.mark.parametrize("layers, expected", [("30", True), (30, True), ("99", False), ("31", False), ("all", False)])
+def test_a_plan_with_fewer_gpu_layers_is_proved_at_its_own_count_with_the_host_s_caches(layers, expected):
+    """A plan sized for -ngl 30 holds only at -ngl 30; then the caches of the blocks left on the host are in the
+    CPU KV and RS buffers (llama-kv-cache.cpp, llama-memory-recurrent.cpp: the buffer of the layer's device)."""
+    plan = dict(TWO_GPUS, n_gpu_layers=30, memory=dict(TWO_GPUS["memory"], host=dict(
+        TWO_GPUS["memory"]["host"], kv_mib=48.0, recurrent_mib=11.9)))
+    expect = log_expectations(plan, "multi", {"n_gpu_layers": layers}, ("t",))
+    host = {"expect_kv_buffers": dict(ON_GPUS["expect_kv_buffers"], CPU=48.0),
+            "expect_rs_buffers": dict(ON_GPUS["expect_rs_buffers"], CPU=11.9)}
+    assert expect == dict(dict(ON_GPUS, **host) if expected else NONE_EXPECTED, expect_tensors=["t"])
+    args = log_args(plan, {"topology": "multi", "n_gpu_layers": "30"}, {"n_gpu_layers": "99", "extra_args": []})
+    assert args["expect_kv_buffers"] == host["expect_kv_buffers"]  # the placement's -ngl, not the inventory's
+
+
 @pytest.mark.parametrize("plan, settings", [
     (TWO_GPUS, {"extra_args": ["-ub", "1024"]}), ({"skipped": True}, {}), (dict(TWO_GPUS, failed=True), {}),
     (dict(TWO_GPUS, memory=[]), {}), (None, {}), ({}, {}),

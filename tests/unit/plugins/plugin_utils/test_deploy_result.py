@@ -33,8 +33,8 @@ LAST = {"pattern": r"blk\.1\.ffn_.*_exps\.weight", "pattern_source": "plan",
 NEW_SPEED = dict(LAST["speed"], decode_tokens_per_second=10.05, previous=LAST["speed"], decode_ratio=0.5,
                  prompt_ratio=1.0)
 EMPTY_PLAN = {"mode": None, "fits": None, "reason": None, "cpu_expert_layers": [], "placement": None,
-              "gpu_devices": [], "tensor_split": "", "gpus": [], "host": {"experts_mib": None, "available_mib": None},
-              "speed": None}
+              "gpu_devices": [], "tensor_split": "", "n_gpu_layers": None, "gpus": [],
+              "host": {"experts_mib": None, "available_mib": None}, "speed": None}
 
 
 def test_the_result_has_the_keys_the_readme_documents_and_no_other():
@@ -57,13 +57,13 @@ H200 = {"index": 0, "name": "H200", "model_mib": 1000, "kv_mib": 200, "recurrent
     # every documented key of a plan
     ({"moe_offload_mode": "auto"},
      {"fits": True, "reason": "the experts of 2 blocks go to host RAM", "msg": "not this", "cpu_expert_layers": [3, 4],
-      "placement": "layer", "gpu_devices": [1], "tensor_split": "3,1",
+      "placement": "layer", "gpu_devices": [1], "tensor_split": "3,1", "n_gpu_layers": 40,
       "memory": {"gpus": [dict(H200, extra="dropped"), {"index": 1}], "host": {"model_mib": 1600, "available_mib": 64000}},
       "speed": {"decode_tokens_per_second": 41.5, "prompt_tokens_per_second": 900.0, "calibrated": True,
                 "prompt_calibrated": False, "from": "..."}},
      {"gpu_devices": [0]},
      {"mode": "auto", "fits": True, "reason": "the experts of 2 blocks go to host RAM", "cpu_expert_layers": [3, 4],
-      "placement": "layer", "gpu_devices": [1], "tensor_split": "3,1",
+      "placement": "layer", "gpu_devices": [1], "tensor_split": "3,1", "n_gpu_layers": 40,
       "gpus": [H200, dict({k: None for k in PLAN_GPU_KEYS}, index=1)],
       "host": {"experts_mib": 1600, "available_mib": 64000},
       "speed": {"decode_tokens_per_second": 41.5, "prompt_tokens_per_second": 900.0, "calibrated": True,
@@ -74,8 +74,8 @@ H200 = {"index": 0, "name": "H200", "model_mib": 1000, "kv_mib": 200, "recurrent
       "memory": {"host": {"model_mib": 700, "available_mib": 100}}},
      {"gpu_devices": [0, 1]},
      {"mode": "layers", "fits": False, "reason": "does not fit", "cpu_expert_layers": [5], "placement": None,
-      "gpu_devices": [0, 1], "tensor_split": "", "gpus": [], "host": {"experts_mib": 700, "available_mib": 100},
-      "speed": None}),
+      "gpu_devices": [0, 1], "tensor_split": "", "n_gpu_layers": None, "gpus": [],
+      "host": {"experts_mib": 700, "available_mib": 100}, "speed": None}),
     # a plan that did not run is empty
     ({}, None, None, EMPTY_PLAN), ({}, {}, {}, EMPTY_PLAN),
     ({"moe_offload_mode": "all"}, {"skipped": True, "fits": True, "reason": "r", "gpu_devices": [3], "tensor_split": "1,1"},
