@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import MIB, mib
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import CACHE_TYPES, OFFLOAD_MODES
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._kv_cache import N_CTX_PAD, pad, validate_context
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._memory_estimate import estimate
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._memory_estimate import estimate, host_layer_blocks
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_facts import MemoryModelError
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import block_expert_pattern
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_check import check_pattern
@@ -232,15 +232,18 @@ class _Candidate:
             experts = set(self.sizer.facts.expert_names)
             return sum(t.nbytes for t in self.sizer.facts.tensors if t.name in experts and t.name in
                        set(self.sizer.fixed_cpu))
-        return sum(sizes[b] for b in self.cpu_blocks)  # (only MoE blocks are ever placed on the CPU)
+        host_blocks = set(self.cpu_blocks) | set(host_layer_blocks(self.sizer.facts.block_count, self.n_gpu_layers))
+        return sum(sizes.get(b, 0) for b in host_blocks)  # the experts moved and those of blocks -ngl leaves there
 
     def key(self, goal="fit"):
         """Fitting first, then the fewest expert bytes in host memory, the fewest overrides, one GPU, every layer on
-        the GPUs; with goal ``speed`` the highest predicted decode speed comes before the expert bytes."""
+        the GPUs; with goal ``speed`` the highest predicted decode speed of a placement that fits comes before the
+        expert bytes."""
         fit_key = (self.host_expert_bytes(), len(self.moved), 0 if self.label == "single" else 1,
                    0 if self.n_gpu_layers is None else 1)
         if goal == "speed":
-            return (not self.sizer.fits(self.result), -(self.speed["decode_tokens_per_second"] or 0)) + fit_key
+            fits = self.sizer.fits(self.result)
+            return (not fits, -(self.speed["decode_tokens_per_second"] or 0) if fits else 0) + fit_key
         return (not self.sizer.fits(self.result),) + fit_key
 
     def rate(self, options, host):
@@ -256,8 +259,8 @@ class _Candidate:
         return {"placement": self.label, "gpu_devices": [g.index for g in self.gpus],
                 "tensor_split": split_text(self.shares) if self.label == "split" else "",
                 "cpu_expert_layers": list(self.cpu_blocks), "device_override_blocks": sorted(self.moved),
-                "n_gpu_layers": self.n_gpu_layers, "fits": self.sizer.fits(self.result), "host_expert_mib": mib(self.host_expert_bytes()),
-                "speed": dict(self.speed), "chosen": chosen}
+                "n_gpu_layers": self.n_gpu_layers, "fits": self.sizer.fits(self.result),
+                "host_expert_mib": mib(self.host_expert_bytes()), "speed": dict(self.speed), "chosen": chosen}
 
 
 def _placements(gpus, gpu_index, split):
