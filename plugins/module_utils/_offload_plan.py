@@ -332,8 +332,23 @@ def plan(facts, gpus, host, options):
             "left on the host on the GPU): the plan is sized without it" % best.n_gpu_layers)
     answer["reason"] = reason(facts, answer, best, baseline, host_memory, options, tried)
     if not answer["fits"]:
+        answer["reason"] += _layers_hint(facts, best, options, host_memory, fixed_cpu)
         raise PlanError(answer["reason"], answer)
     return answer
+
+
+def _layers_hint(facts, best, options, host_memory, fixed_cpu):
+    """For a plan of goal fit that does not fit: the fewer layers on the GPUs that goal speed would weigh and that
+    fit, in a sentence; ``""`` when none does or goal speed would weigh none."""
+    if options.goal != "fit" or not best.gpus or options.mode != "auto" or fixed_cpu is not None or \
+            options.n_gpu_layers is not None:
+        return ""
+    for cpu_blocks in ([], list(facts.expert_blocks)):
+        layered = _fewer_layers(facts, best.gpus, best.shares, options, host_memory, cpu_blocks)
+        if layered is not None and layered.fits(layered.estimate(cpu_blocks)):
+            return " Fewer layers on the GPU fit: goal speed weighs them (-ngl %d%s)." % (
+                layered.options.n_gpu_layers, " with every expert in host memory" if cpu_blocks else "")
+    return ""
 
 
 def _layers_option(facts, options):
@@ -436,19 +451,24 @@ def _best_candidate(facts, devices, host_memory, options, fixed_cpu):
                                         sizer.estimate(cpu_blocks, moved)))
         if (options.goal == "speed" and used and options.mode == "auto" and fixed_cpu is None
                 and options.n_gpu_layers is None and not sizer.fits(sizer.estimate([]))):
-            layered = _fewer_layers(facts, used, shares, options, host_memory)
-            if layered is not None:
-                tried.append(_Candidate(label, used, shares, layered, [], {}, layered.estimate([])))
+            # fewer layers with every expert beside its layer; and, when even every expert in host memory does not
+            # fit, fewer layers with every expert there
+            every = list(facts.expert_blocks)
+            for cpu_blocks in [[]] + ([every] if every and not sizer.gpu_fits(sizer.estimate(every)) else []):
+                layered = _fewer_layers(facts, used, shares, options, host_memory, cpu_blocks)
+                if layered is not None:
+                    tried.append(_Candidate(label, used, shares, layered, cpu_blocks, {},
+                                            layered.estimate(cpu_blocks)))
     for candidate in tried:
         candidate.rate(options, host_memory)
     return min(tried, key=lambda c: c.key(options.goal)), tried
 
 
-def _fewer_layers(facts, gpus, shares, options, host_memory):
-    """The ``_Sizer`` of the most layers (``-ngl`` from ``block_count`` down to 1) that fit on ``gpus`` with every
-    expert beside its layer, the first blocks' weights, KV cache and recurrent state left on the host: what users
-    ran before ``-ot``. ``None`` when not even one layer fits on the GPUs (whether the host holds the rest is the
-    candidate's ``fits``)."""
+def _fewer_layers(facts, gpus, shares, options, host_memory, cpu_blocks=()):
+    """The ``_Sizer`` of the most layers (``-ngl`` from ``block_count`` down to 1) that fit on ``gpus`` with the
+    experts of ``cpu_blocks`` in host memory and every other expert beside its layer, the first blocks' weights, KV
+    cache and recurrent state left on the host (with none moved, what users ran before ``-ot``). ``None`` when not
+    even one layer fits on the GPUs (whether the host holds the rest is the candidate's ``fits``)."""
     def sizer(layers):
         return _Sizer(facts, gpus, shares, replace(options, n_gpu_layers=layers), host_memory)
 
@@ -456,7 +476,7 @@ def _fewer_layers(facts, gpus, shares, options, host_memory):
     while low < high:  # the most layers that fit; fewer layers never need more GPU memory
         mid = (low + high + 1) // 2
         trial = sizer(mid)
-        if trial.gpu_fits(trial.estimate([])):
+        if trial.gpu_fits(trial.estimate(cpu_blocks)):
             low = mid
         else:
             high = mid - 1

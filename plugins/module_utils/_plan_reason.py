@@ -94,7 +94,11 @@ def _placement_text(facts, answer, candidate, baseline, host, options):
         if not facts.dense:
             text += ", so no expert moves to host memory and the GPU keeps full speed"
         return text + "." + _headroom_text(answer, options.parallel) + host_note
-    return _offload_text(facts, answer, candidate, baseline, options) + host_note
+    text = _offload_text(facts, answer, candidate, baseline, options)
+    if candidate.n_gpu_layers is not None:
+        text += (" With -ngl %d the weights, KV cache and recurrent state of %s also stay in host memory and the "
+                 "CPU computes them." % (candidate.n_gpu_layers, _host_blocks(facts, candidate.n_gpu_layers)))
+    return text + host_note
 
 
 def _host_blocks(facts, n_gpu_layers):

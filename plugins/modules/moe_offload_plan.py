@@ -49,8 +49,9 @@ description:
   - O(goal=speed) keeps, among the placements that fit the context and the slots, the one with the highest
     predicted decode speed. Besides the placements O(goal=fit) weighs, it weighs, on each set of GPUs where the
     whole model does not fit, the most layers that fit with every expert beside its layer (C(-ngl) below all, what
-    users ran before C(--override-tensor)). The first blocks then stay on the host with their KV cache and
-    recurrent state, and the CPU computes them (RV(n_gpu_layers)).
+    users ran before C(--override-tensor)), and when even every expert in host memory does not fit, the most layers
+    that fit with every expert there. The first blocks then stay on the host with their KV cache and recurrent
+    state, and the CPU computes them (RV(n_gpu_layers)).
 author:
   - ai_llm maintainers (@ai-llm)
 options:

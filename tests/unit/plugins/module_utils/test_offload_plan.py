@@ -474,8 +474,10 @@ def test_goal_speed_keeps_fewer_layers_on_the_gpu_when_the_whole_dense_model_doe
     dense = exact_moe("DDDD")
     sizing = dict(SIZING, flash_attn="on")
     free = (need(dense, [], **sizing) - 1) / float(common.MIB)
-    with pytest.raises(PlanError, match="Does not fit"):
-        plan(dense, [gpu(free)], None, Options(4096, **sizing))
+    refused = refusal(dense, [gpu(free)], None, Options(4096, **sizing))
+    assert str(refused).endswith(" Fewer layers on the GPU fit: goal speed weighs them (-ngl 4).")
+    assert refused.details["reason"] == str(refused)
+    assert "Fewer layers" not in str(refusal(dense, [gpu(0.5)], None, Options(4096, **sizing)))  # not even one fits
     result = plan(dense, [gpu(free)], None, Options(4096, goal="speed", **sizing))
     assert result["fits"] and result["n_gpu_layers"] == 4 and result["pattern"] == "" and not result["offload"]
     every, layered = result["candidates"]
@@ -523,3 +525,24 @@ def test_a_given_n_gpu_layers_is_sized_as_given():
         "compute_mib"] >= 32
     with pytest.raises(PlanError, match="n_gpu_layers must be a count of layers >= 0, got -1"):
         plan(dense, [gpu(1000)], None, Options(4096, n_gpu_layers=-1, **SIZING))
+
+
+def test_goal_speed_also_weighs_fewer_layers_with_every_expert_in_host_memory_when_nothing_else_fits(moe):
+    """Every expert in host memory needs one byte more than the GPU has: goal speed weighs the most layers that fit
+    with every expert beside its layer (-ngl 3) and with every expert in host memory (-ngl 4), and keeps the one
+    predicted faster; a placement with both is reported with both, its pattern moving exactly the experts."""
+    sizing = dict(SIZING, flash_attn="on")
+    free = (need(moe, moe.expert_blocks, **sizing) - 1) / float(common.MIB)
+    with pytest.raises(PlanError, match="Does not fit"):
+        plan(moe, [gpu(free)], None, Options(4096, **sizing))
+    result = plan(moe, [gpu(free)], None, Options(4096, goal="speed", **sizing))
+    every, layered, both = result["candidates"]
+    assert [(c["n_gpu_layers"], c["cpu_expert_layers"], c["fits"]) for c in (every, layered, both)] == [
+        (None, [1, 2, 3], False), (3, [], True), (4, [1, 2, 3], True)]
+    fastest = max((layered, both), key=lambda c: c["speed"]["decode_tokens_per_second"])
+    assert fastest["chosen"] and result["n_gpu_layers"] == fastest["n_gpu_layers"]
+    given = plan(moe, [gpu(1000)], None, Options(4096, mode="all", n_gpu_layers=4, **sizing))
+    assert moved_by(given["pattern"], moe.tensor_names) == set(moe.expert_names)
+    assert given["reason"].startswith("All routed experts (3 MoE blocks) go to host memory")
+    assert " With -ngl 4 the weights, KV cache and recurrent state of block 0 also stay in host memory and the CPU " \
+        "computes them." in given["reason"]
