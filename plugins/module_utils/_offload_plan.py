@@ -469,18 +469,13 @@ def _fewer_layers(facts, gpus, shares, options, host_memory, cpu_blocks=()):
     experts of ``cpu_blocks`` in host memory and every other expert beside its layer, the first blocks' weights, KV
     cache and recurrent state left on the host (with none moved, what users ran before ``-ot``). ``None`` when not
     even one layer fits on the GPUs (whether the host holds the rest is the candidate's ``fits``)."""
-    def sizer(layers):
-        return _Sizer(facts, gpus, shares, replace(options, n_gpu_layers=layers), host_memory)
-
-    low, high = 0, facts.block_count
-    while low < high:  # the most layers that fit; fewer layers never need more GPU memory
-        mid = (low + high + 1) // 2
-        trial = sizer(mid)
+    # from the most layers down, each sized (a millisecond each): fewer layers need less memory, except where an
+    # attention block reaches the host and flash attention turns off (see _memory_estimate.resolved_options)
+    for layers in range(facts.block_count, 0, -1):
+        trial = _Sizer(facts, gpus, shares, replace(options, n_gpu_layers=layers), host_memory)
         if trial.gpu_fits(trial.estimate(cpu_blocks)):
-            low = mid
-        else:
-            high = mid - 1
-    return sizer(low) if low else None
+            return trial
+    return None
 
 
 def _answer(facts, best, baseline, headroom, options, user_check):

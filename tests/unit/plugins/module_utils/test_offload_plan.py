@@ -508,6 +508,18 @@ def test_goal_speed_weighs_fewer_layers_against_moving_experts_on_nemotron_nano(
     assert [c["n_gpu_layers"] for c in fit["candidates"]] == [None]  # goal fit weighs every layer only
 
 
+def test_the_most_layers_that_fit_are_searched_past_where_flash_attention_turns_off(nano):
+    """Fewer layers need less memory except where an attention block (5, 12, ...) reaches the host and flash
+    attention turns off: -ngl 47 leaves blocks 0-5 there and needs more than -ngl 48. With room for 48 the search
+    finds 48, where halving the range would stop below 47."""
+    def total(layers):
+        return mest.estimate(nano, Options(32768, 2, n_gpu_layers=layers))["gpus"][0]["total"]
+    assert total(47) > total(48)
+    free = total(48) / float(common.MIB) + 1
+    layered = plan(nano, [gpu(free)], None, Options(32768, 2, goal="speed"))["candidates"][-1]
+    assert layered["n_gpu_layers"] == 48 and all(total(n) > free * common.MIB for n in range(49, 53))
+
+
 def test_a_given_n_gpu_layers_is_sized_as_given():
     """-ngl 3 of a 4-block model: blocks 0 and 1 with their KV cache on the host; more layers than the model has
     are every layer; a count below 0 is refused."""
