@@ -217,7 +217,7 @@ def test_busy_a5500_nemotron_nano_partial_offload(deploy, models, ansible_module
 
 
 def test_busy_a5500_dense_model_goal_speed_keeps_fewer_layers_on_the_gpu(deploy, models):
-    """A dense hybrid of 6.4 GiB does not fit the busy card's 5276 MiB and has no expert to move: goal speed keeps
+    """A dense hybrid of 6450 MiB does not fit the busy card's 5276 MiB and has no expert to move: goal speed keeps
     the most layers that fit, and .env gets the plan's -ngl instead of the inventory's 99."""
     dense = write_nemotron_h(Path(models["dir"]) / "dense.gguf", n_blocks=40, n_embd=4096, n_ff=16384)
     run = deploy("rtx_a5500_busy", dense, llm_server_moe_offload_goal="speed")
