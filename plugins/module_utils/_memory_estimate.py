@@ -169,7 +169,8 @@ def estimate(facts, options, cpu_tensors=(), split=None, n_devices=1, device_ten
     ``n_devices == 0`` sizes a CPU host: everything is in host memory.
     """
     validate_context(options.ctx_size, options.parallel, options.ubatch)
-    options = resolved_options(facts, options, n_devices)
+    host_blocks = host_layer_blocks(facts.block_count, options.n_gpu_layers) if n_devices else []
+    options = resolved_options(facts, options, host_blocks)
     if not options.flash and options.cache_type_v not in ("f32", "f16", "bf16"):
         raise MemoryModelError("a quantized V cache (cache_type_v=%s) needs flash attention: set flash_attn to "
                                "on or auto, or use cache_type_v f16" % options.cache_type_v)
@@ -178,7 +179,6 @@ def estimate(facts, options, cpu_tensors=(), split=None, n_devices=1, device_ten
                                                         options.n_gpu_layers)
     kv = kv_cache_bytes(facts, options)
     rs = recurrent_state_bytes(facts, options.parallel)
-    host_blocks = host_layer_blocks(facts.block_count, options.n_gpu_layers) if n_devices else []
     # Several GPUs without any tensor override run pipeline-parallel (llama-context.cpp: n_devices > 1, all
     # layers offloaded, split mode layer, no tensor overrides): each split's inputs are kept 4 times.
     copies = PIPELINE_COPIES if (n_devices > 1 and options.backend == "cuda" and not cpu and not moved
@@ -196,13 +196,13 @@ def estimate(facts, options, cpu_tensors=(), split=None, n_devices=1, device_ten
             "cells": cells, "warnings": warnings}
 
 
-def resolved_options(facts, options, n_devices):
-    """``options`` as llama.cpp resolves them for this placement. With ``-fa auto`` llama.cpp turns flash attention
-    off when the scheduler runs a layer's flash attention on another device than the layer's
-    (llama-context.cpp ``resolve_fused_ops``), which it can do for an attention block ``-ngl`` leaves on the host
-    (its attention has no weights to keep it there). So a placement with such blocks is sized without flash
-    attention, unless the V cache is quantized (that needs flash attention: llama.cpp then fails or keeps it on)."""
-    host_blocks = host_layer_blocks(facts.block_count, options.n_gpu_layers) if n_devices else []
+def resolved_options(facts, options, host_blocks):
+    """``options`` as llama.cpp resolves them for a placement that leaves ``host_blocks`` on the host. With
+    ``-fa auto`` llama.cpp turns flash attention off when the scheduler runs a layer's flash attention on another
+    device than the layer's (llama-context.cpp ``resolve_fused_ops``), which it can do for an attention block
+    ``-ngl`` leaves on the host (its attention has no weights to keep it there). So a placement with such blocks is
+    sized without flash attention, unless the V cache is quantized (that needs flash attention: llama.cpp then fails
+    or keeps it on)."""
     if (options.flash_attn == "auto" and options.cache_type_v in ("f32", "f16", "bf16")
             and any(b in facts.kv_blocks for b in host_blocks)):
         return replace(options, flash_attn="off")
@@ -229,7 +229,7 @@ def _gpu_entry(facts, options, device, placement, weights, kv, rs, cpu, moved, c
     cpu_expert_max = max([sum(sizes[n] for n in by_block.get(b, ()) if n in cpu) for b in blocks] + [0])
     computed_here = list(host_blocks) if offloaded and device == 0 else []
     if computed_here:
-        weights_of = _block_weight_bytes(facts)
+        weights_of = facts.bytes_by_block()
         cpu_expert_max = max([cpu_expert_max] + [weights_of.get(b, 0) for b in computed_here])
     host_attention = [(b, kv.get(b, 0)) for b in host_blocks if b in facts.kv_blocks] if device == 0 else []
     foreign = sorted(b for b, names in by_block.items()
@@ -247,15 +247,6 @@ def _gpu_entry(facts, options, device, placement, weights, kv, rs, cpu, moved, c
                                         host_attention=host_attention),
         "margin": int(options.margin_mib * MIB),
     })
-
-
-def _block_weight_bytes(facts):
-    """``{block: bytes of its weights}``."""
-    sizes = {}
-    for tensor in facts.tensors:
-        if tensor.block is not None:
-            sizes[tensor.block] = sizes.get(tensor.block, 0) + tensor.nbytes
-    return sizes
 
 
 def _host_entry(facts, options, weights, kv, rs, cpu, n_devices, copies, host_blocks):

@@ -202,6 +202,14 @@ class ModelFacts:
         sizes = dict((t.name, t.nbytes) for t in self.tensors)
         return dict((b, sum(sizes.get(n, 0) for n in names)) for b, names in self.expert_tensors_by_block.items())
 
+    def bytes_by_block(self):
+        """``{block: bytes of all its weights}``."""
+        sizes = {}
+        for tensor in self.tensors:
+            if tensor.block is not None:
+                sizes[tensor.block] = sizes.get(tensor.block, 0) + tensor.nbytes
+        return sizes
+
     @property
     def swa_blocks(self):
         return self.sliding_window.blocks if self.sliding_window else frozenset()
