@@ -1,7 +1,7 @@
 """The compat stage of scripts/test.sh: the claims of meta/runtime.yml and tests/config.yml, tested.
 
 For every ansible-core release of requirements/compat.txt, in its own venv under .cache/compat/ (made by
-scripts/venv.sh, the pip cache makes it cheap):
+scripts/venv.sh from the release's lock, requirements/compat/ansible-core-X.Y.txt; uv's cache makes it cheap):
   - ansible-doc of every module, the filter and the role;
   - ansible-playbook --syntax-check of every playbook, by its FQCN;
   - tests/integration/compat/modules.yml: every module and the filter run, with the release's target Python;
@@ -120,13 +120,26 @@ def check_docs_and_playbooks(bin_, env):
     return problems
 
 
+def release_lock(requirement):
+    """The lock of ``requirement`` ('ansible-core==2.19.14'): requirements/compat/ansible-core-2.19.txt, which must pin
+    that very release; else SystemExit naming the lock, what it pins and the command that writes it again."""
+    version = requirement.split("==", 1)[1]
+    lock = ROOT / "requirements" / "compat" / ("ansible-core-%s.txt" % version.rsplit(".", 1)[0])
+    pinned = re.findall(r"^ansible-core==(\S+)", lock.read_text(), re.MULTILINE) if lock.exists() else []
+    if pinned != [version]:
+        raise SystemExit("%s: pins %s, requirements/compat.txt asks for %s: run bash scripts/lock.sh" % (
+            lock.relative_to(ROOT), "ansible-core " + pinned[0] if pinned else "no ansible-core", requirement))
+    return lock
+
+
 def check_release(requirement, python, target, model, work):
     """The problems of one ansible-core release ([] when none)."""
     venv = CACHE / ("%s-py%s" % (requirement.replace("==", "-"), python[1]))
-    made = subprocess.run(["bash", str(ROOT / "scripts" / "venv.sh"), str(venv), python[0], requirement],
+    lock = release_lock(requirement)
+    made = subprocess.run(["bash", str(ROOT / "scripts" / "venv.sh"), str(venv), python[0], str(lock)],
                           capture_output=True, text=True, check=False)
     if made.returncode != 0:
-        return ["pip install %s: %s" % (requirement, made.stderr[-2000:])]
+        return ["install %s from %s: %s" % (requirement, lock.relative_to(ROOT), made.stderr[-2000:])]
     env = venv_env(venv)
     bin_ = venv / "bin"
     problems = []
@@ -172,6 +185,8 @@ def main():
     if not model.exists():
         write_demo_model(model)
     passed = failures = 0
+    for requirement, _, _ in releases():
+        release_lock(requirement)   # a stale lock stops the stage before any venv is made
 
     def one(release):
         requirement, pythons, target = release

@@ -11,3 +11,7 @@ export ANSIBLE_CONFIG="$ROOT/ansible.cfg"
 # Podman settings this kind of machine needs (no CAP_SYS_RESOURCE, hybrid cgroups, no bridge).
 export CONTAINERS_CONF="$ROOT/scripts/containers.conf"
 export PYTHONDONTWRITEBYTECODE=1
+# uv (scripts/uv.sh): never download a Python of its own (the Pythons are the machine's), and copy files from its
+# cache into an environment instead of linking them (a cache on another filesystem would warn on every install)
+export UV_PYTHON_DOWNLOADS=never
+export UV_LINK_MODE=copy

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-time (and idempotent) set-up of a fresh Debian 12 machine for this project:
-# system packages (requirements/debian.txt), a pinned Python virtual environment in .venv
+# system packages (requirements/debian.txt), a Python virtual environment in .venv installed from its lock
 # (requirements/dev.txt), llama.cpp's llama-server and ggml-rpc-server (scripts/llama-cpp.sh: built once, then
 # cached in ~/.cache/ai-llm-moe-offload/llama.cpp/) and the collection link .collections/ansible_collections/ai_llm/moe_offload -> ../../..
 set -euo pipefail
@@ -21,17 +21,9 @@ if ((${#missing[@]})); then
 fi
 
 PY="${PYTHON:-python3}"
-stamp=".venv/.requirements.sha256"
-want="$(sha256sum requirements/dev.txt | cut -d' ' -f1)"
-if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "setup: creating .venv with the pinned tools in requirements/dev.txt"
-  "$PY" -m venv .venv
-  # (this machine's pip.conf names local mirror folders that may not exist: drop pip's notes about them)
-  quiet() { "$@" 2> >(grep -v "^WARNING: Location 'file://.*' is ignored" >&2); }
-  quiet .venv/bin/pip install -q --disable-pip-version-check --upgrade pip
-  quiet .venv/bin/pip install -q --disable-pip-version-check -r requirements/dev.txt
-  echo "$want" > "$stamp"
-fi
+# .venv and the tools' own venvs, each installed from its lock (scripts/lock.sh writes them; scripts/venv.sh makes an
+# environment again when its lock changes)
+bash scripts/venv.sh .venv "$PY" requirements/dev.txt
 
 # The clone is the collection (ansible.cfg: collections_path = ./.collections): the link is tracked by git;
 # make it again where a checkout lost it (a copy without symlinks).
@@ -41,9 +33,9 @@ if [ ! -e "$link/galaxy.yml" ]; then
 fi
 
 # galaxy-importer (Galaxy's checks of a collection tarball) needs a venv of its own: it pins older packages
-bash scripts/venv.sh .cache/venvs/galaxy-importer "$PY" -r requirements/galaxy-importer.txt
+bash scripts/venv.sh .cache/venvs/galaxy-importer "$PY" requirements/galaxy-importer.txt
 # ansible-builder and ansible-runner (the execution environment and the AWX job engine) in a venv of their own
-bash scripts/venv.sh .cache/venvs/ee "$PY" -r requirements/ee.txt
+bash scripts/venv.sh .cache/venvs/ee "$PY" requirements/ee.txt
 
 bash scripts/llama-cpp.sh
 bash scripts/docker.sh install

@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# A pinned virtual environment for one tool, made again only when its inputs change:
-#   bash scripts/venv.sh DIR PYTHON PIP-ARGUMENT...   e.g. .cache/venvs/galaxy-importer python3 -r requirements/galaxy-importer.txt
-# DIR/.inputs.sha256 records the Python's version and the pip arguments (and the files they name).
+# A Python environment installed from a lock that scripts/lock.sh wrote, made again only when the lock or the Python
+# changes:
+#   bash scripts/venv.sh DIR PYTHON LOCK     e.g. .cache/venvs/ee python3 requirements/ee.txt
+# uv (scripts/uv.sh) makes the venv on PYTHON's base interpreter and syncs it to the lock: exactly the locked
+# packages at the locked versions, each checked against the lock's hashes, and nothing else (uv pip sync removes
+# whatever the lock does not name). DIR/.inputs.sha256 records the Python's version and the lock.
 set -euo pipefail
-dir="$1" py="$2"; shift 2
-inputs="$("$py" -c 'import sys; print(sys.version)'; printf '%s\n' "$@"; for a in "$@"; do [ -f "$a" ] && cat "$a"; done; true)"
-want="$(printf '%s' "$inputs" | sha256sum | cut -d' ' -f1)"
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+dir="$1" py="$2" lock="$3"
+[ -f "$lock" ] || { echo "venv.sh: no lock $lock (bash scripts/lock.sh writes the locks)" >&2; exit 2; }
+# the base interpreter, found before anything is removed: PYTHON may be the venv that is made again (.venv/bin is
+# first on PATH)
+base="$("$py" -c 'import os, sys; print(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))')"
+want="$({ "$base" -c 'import sys; print(sys.version)'; cat "$lock"; } | sha256sum | cut -d' ' -f1)"
 if [ -x "$dir/bin/python" ] && [ "$(cat "$dir/.inputs.sha256" 2>/dev/null)" = "$want" ]; then
   exit 0
 fi
-echo "venv: making $dir ($*)"
+uv="$(bash "$ROOT/scripts/uv.sh" "$base")"
+echo "venv: making $dir from $lock"
 rm -rf "$dir"
-"$py" -m venv "$dir"
-# (pip.conf on some machines names local mirror folders that may not exist: drop pip's notes about them)
-"$dir/bin/pip" install -q --disable-pip-version-check "$@" 2> >(grep -v "^WARNING: Location 'file://.*' is ignored" >&2)
+"$uv" venv --quiet --python "$base" "$dir"
+"$uv" pip sync --quiet --python "$dir/bin/python" --require-hashes "$lock"
 echo "$want" > "$dir/.inputs.sha256"
