@@ -185,8 +185,8 @@ def main():
     if not model.exists():
         write_demo_model(model)
     passed = failures = 0
-    for requirement, _, _ in releases():
-        release_lock(requirement)   # a stale lock stops the stage before any venv is made
+    for release in releases():
+        release_lock(release[0])   # a stale lock stops the stage before any venv is made
 
     def one(release):
         requirement, pythons, target = release

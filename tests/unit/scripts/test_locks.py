@@ -12,6 +12,7 @@ import re
 import sys
 import sysconfig
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from packaging.markers import Marker
@@ -27,8 +28,15 @@ PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)\s*(?:;\s*([^\\]*?)
 LOCKS = sorted(p.with_suffix(".txt") for p in REQUIREMENTS.glob("*.in") if p.name != "constraints.in")
 
 
+class Pin(NamedTuple):
+    """One package of a lock: its version, its environment marker (None: every environment) and its sha256s."""
+    version: str
+    marker: str | None
+    hashes: list
+
+
 def pins(lock):
-    """{canonical name: (version, marker or None, hashes)} of a lock written by uv pip compile --generate-hashes."""
+    """{canonical name: Pin} of a lock written by uv pip compile --generate-hashes."""
     found = {}
     lines = lock.read_text().splitlines()
     for number, line in enumerate(lines):
@@ -42,7 +50,7 @@ def pins(lock):
                 hashes.append(hashed.group(1))
             name = canonicalize_name(match.group(1))
             assert name not in found, "%s: %s pinned twice" % (lock.name, name)
-            found[name] = (match.group(2), match.group(3), hashes)
+            found[name] = Pin(match.group(2), match.group(3), hashes)
         else:
             assert not re.match(r"^[A-Za-z0-9]", line), "%s: not a pin with hashes: %r" % (lock.name, line)
     return found
@@ -67,8 +75,8 @@ def test_the_venv_holds_exactly_its_lock_at_the_locked_versions():
     assert Path(sys.prefix) == ROOT / ".venv", "the tests run in .venv (scripts/test.sh), not in %s" % sys.prefix
     site = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     have = installed(site)
-    want = {name: version for name, (version, marker, _) in pins(REQUIREMENTS / "dev.txt").items()
-            if marker is None or Marker(marker).evaluate()}
+    want = {name: pin.version for name, pin in pins(REQUIREMENTS / "dev.txt").items()
+            if pin.marker is None or Marker(pin.marker).evaluate()}
     assert {"ansible-core", "cryptography", "pytest", "pip"} <= set(have)    # the walk saw the venv's packages
     unlocked = sorted("%s %s" % item for item in have.items() if item[0] not in want)
     missing = sorted(name for name in want if name not in have)
@@ -87,10 +95,10 @@ def assert_allows(lock, requirements, required=True):
         name = canonicalize_name(requirement.name)
         assert name in locked or not required, "%s: %s is not locked: bash scripts/lock.sh" % (lock.name, requirement)
         if name in locked:
-            assert requirement.specifier.contains(locked[name][0], prereleases=True), (
+            assert requirement.specifier.contains(locked[name].version, prereleases=True), (
                 "%s: %s==%s, %s asks for %s: bash scripts/lock.sh" % (
-                    lock.name, name, locked[name][0], "the input" if required else "constraints.in", requirement))
-    assert [name for name, (_, _, hashes) in locked.items() if not hashes] == [], lock.name
+                    lock.name, name, locked[name].version, "the input" if required else "constraints.in", requirement))
+    assert [name for name, pin in locked.items() if not pin.hashes] == [], lock.name
 
 
 @pytest.mark.parametrize("lock", LOCKS, ids=lambda p: p.name)
@@ -100,12 +108,12 @@ def test_a_lock_pins_what_its_input_and_the_constraints_ask_for_with_hashes(lock
 
 
 def test_each_compat_release_has_one_lock_that_pins_it_under_the_constraints():
-    locks = {requirement: compat.release_lock(requirement) for requirement, _, _ in compat.releases()}
+    locks = {release[0]: compat.release_lock(release[0]) for release in compat.releases()}
     assert len(locks) == 3 and "ansible-core==2.21.5" in locks, locks      # the list was read
     assert sorted(locks.values()) == sorted((REQUIREMENTS / "compat").glob("*.txt")), (
         "requirements/compat/ holds a lock of a release that compat.txt no longer lists")
     for requirement, lock in locks.items():
-        assert pins(lock)["ansible-core"][0] == requirement.split("==")[1]
+        assert pins(lock)["ansible-core"].version == requirement.split("==")[1]
         assert_allows(lock, [Requirement(requirement)])
         assert_allows(lock, CONSTRAINTS, required=False)
     assert "cryptography" in {canonicalize_name(r.name) for r in CONSTRAINTS}
