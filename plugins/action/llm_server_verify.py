@@ -139,6 +139,8 @@ class ActionModule(ActionBase):
                                                     container=settings["container_name"],
                                                     container_engine=args["engine"]), task_vars)
         result["log"] = log
+        if log.get("build_warning"):
+            result.setdefault("warnings", []).append("llm_server: " + log["build_warning"])
         if log.get("failed"):
             result.update(failed=True, msg=log.get("msg"))
             return result

@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import shorten
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_devices import USING_DEVICE, parse_using_device
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._log_prefixes import strip_prefixes as _strip
 
 __all__ = [
     "LogParser",
@@ -63,31 +65,6 @@ MAX_OVERRIDES = 65536   # override lines kept per load (more tensors than any mo
 MAX_BUFFER_NAMES = 64   # distinct buffer names kept per table
 MAX_MESSAGE = 512       # characters kept of an error message
 _MESSAGE_WIDTH = MAX_MESSAGE + len("...")  # a longer message: its first MAX_MESSAGE characters and "..."
-_MAX_WRAPPERS = 8       # nested prefixes removed from one line (a timestamp inside a compose prefix...)
-
-# ANSI colour sequences (--log-colors on, or colourised chat-template diagnostics).
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_SPACES = re.compile(r"\s*")
-# Prefixes that the log picks up on its way to the reader, removed (each optional, in any order):
-# - a container runtime's timestamp (`docker logs -t`, `podman logs -t`): "2025-08-20T11:41:20.014123456Z ";
-# - journald (`journalctl -u ...`): "Apr 17 23:09:42 athena ollama[2840147]: ";
-# - "ai-llm-1  | " / "ai-llm | " / "[ai-llm] | ": the service prefix of `docker compose logs` / `podman-compose logs`;
-# - "[47161] ": the llama-server router (--models-preset/--models-dir) prefixes every child line with its port;
-# - the loader's progress dots ("....") are printed without a newline, so the next line can be glued to them.
-# (Used with .match(line, pos): each is anchored where the previous one ended.)
-_WRAPPERS = (
-    re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? "),
-    re.compile(r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@/-]+(?:\[\d+\])?: "),
-    re.compile(r"\[?[A-Za-z0-9][\w.-]*\]?\s*\| ?"),
-    re.compile(r"\[\d+\] "),
-    re.compile(r"\.+"),
-)
-# Optional "0.00.011.842 D " (timestamp + level letter), or just the level letter, then an optional
-# component tag of the newer common logger ("srv  ", "cmn  ", "slot ", "que  ", "spec ").
-_PREFIX = re.compile(
-    r"(?:(?P<ts>\d+(?:\.\d+){3}) )?(?:(?P<lvl>[IWEDT]) )?"
-    r"(?:(?:srv|cmn|slot|que|spec|main|ctx|res) +(?=\S+:))?"
-)
 
 # Numbers are bounded in length: int() of thousands of digits raises (and a number that long is no number).
 _BUILD = [
@@ -173,7 +150,7 @@ _READY = ("model loaded", "listening on http", "all slots are idle")
 # ("model", "context", "argument") and every crash form. Other lines are skipped unread.
 _KEYWORDS = ("build", "version: ", "verbosity = ", "system_info: ", "model", "tensor", "buffer", "alloc",
              "listening on ", "slots are idle", "context", "argument", "error", "terminate called", "what():",
-             "GGML_", "fault", "Abort", "Illegal", "Killed", "exception", "0x", "[Inferior")
+             "GGML_", "fault", "Abort", "Illegal", "Killed", "exception", "0x", "[Inferior", USING_DEVICE)
 
 # Signals by number (Linux x86-64/arm64 numbering) and what they mean for llama-server, in plain words.
 SIGNALS = {
@@ -238,26 +215,6 @@ def signal_of_exit_code(exit_code):
     return None
 
 
-def _strip(line):
-    """Return (level letter or None, the message without timestamp/level/component/wrapper prefixes).
-
-    Linear in the line: the prefixes are matched in place (no copies), at most ``_MAX_WRAPPERS`` rounds.
-    """
-    if "\x1b" in line:
-        line = _ANSI.sub("", line)
-    pos = _SPACES.match(line).end()
-    for _round in range(_MAX_WRAPPERS):
-        start = pos
-        for rx in _WRAPPERS:
-            m = rx.match(line, pos)
-            if m and m.end() > pos:
-                pos = _SPACES.match(line, m.end()).end()
-        if pos == start:
-            break
-    m = _PREFIX.match(line, pos)
-    return m.group("lvl"), line[m.end():].rstrip()
-
-
 def _crash_cause(message):
     """A plain cause for a crash line."""
     if "GGML_ASSERT(" in message:
@@ -309,6 +266,7 @@ class _Run:
     ready: bool = False             # the run shows the server loaded and serving
     loads: int = 0                  # loads seen in this run
     load: _Load = field(default_factory=_Load)
+    devices: dict = field(default_factory=dict)  # device name -> its last "using device" line (_llama_devices)
 
     def has_content(self):
         return self.load.has_content or bool(self.load_errors) or self.loads > 0 or self.crash is not None
@@ -369,6 +327,12 @@ class LogParser:
         run = self.run
         if lvl == "D":
             run.debug_visible = True
+        if USING_DEVICE in msg:
+            device = parse_using_device(msg)
+            if device is not None:
+                if len(run.devices) < MAX_BUFFER_NAMES or device["device"] in run.devices:
+                    run.devices[device["device"]] = device
+                return
         if run.terminate_pending:
             run.terminate_pending = False
             if msg.startswith("what():"):
@@ -635,6 +599,7 @@ class LogParser:
             "per_tensor_lines_visible": visible,
             "runs": max(self.runs, 1) if self.seen_text else 0,
             "loads": run.loads,
+            "devices": list(run.devices.values()),
         }
 
 
@@ -728,7 +693,9 @@ def parse_log(source, exit_code=None):
     backtrace, ``Segmentation fault``, or ``exit code 139 (SIGSEGV) ...``; or None), ``crash_cause`` (in plain
     words), ``backtrace`` (a backtrace was printed), ``exit_code`` (as given), ``failure`` (one line: why the run
     failed, or None), ``server_ready`` (the last run shows the server loaded and serving), ``per_tensor_lines_visible``,
-    ``runs`` and ``loads`` (how many of each the text held; only the last load of the last run is reported).
+    ``runs`` and ``loads`` (how many of each the text held; only the last load of the last run is reported),
+    ``devices`` (the last run's ``using device`` lines in order: ``{device, description, id, pci_bus_id,
+    free_mib}``, see ``_llama_devices.parse_using_device``).
     """
     parser = LogParser()
     for chunk in iter_chunks(source):

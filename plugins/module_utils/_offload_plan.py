@@ -493,7 +493,7 @@ def _answer(facts, best, baseline, headroom, options, user_check):
         "override_tensor": cpu_pattern + "=CPU" if cpu_pattern else "",
         "cpu_expert_layers": blocks, "n_cpu_moe": _n_cpu_moe(facts, blocks) if fixed_cpu is None else None,
         "device_overrides": overrides,
-        "devices": [{"device": n, "index": g.index, "uuid": g.uuid, "name": g.name} for g, n in zip(best.gpus, names)],
+        "devices": [{"device": n, "index": g.index, "uuid": g.uuid, "name": g.name, "pci_bus_id": g.pci_bus_id} for g, n in zip(best.gpus, names)],
         "memory": _memory_report(best.gpus, result), "fits": sizer.fits(result),
         "vram_saved_mib": mib(sum(e["total"] for e in baseline["gpus"]) - sum(e["total"] for e in result["gpus"])),
         "headroom": headroom, "placement": best.label,

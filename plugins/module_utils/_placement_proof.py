@@ -9,7 +9,8 @@ The proof uses the strongest evidence the log holds: the per-tensor override lin
 src/llama-model-loader.cpp ``create_tensor`` (``-lv 5``), else the per-device model buffers of src/llama-model.cpp
 ``load_tensors``, else the sum of the device model buffers. The KV (src/llama-kv-cache.cpp), recurrent-state
 (src/llama-memory-recurrent.cpp) and compute (src/llama-context.cpp) buffers and the ``offloaded N/M layers``
-line are checked beside it. A log of a failed load, a crash or an exit before the server was ready proves nothing.
+line are checked beside it, and the devices llama-server uses (its ``using device`` lines, ``_llama_devices``)
+against the plan's cards. A log of a failed load, a crash or an exit before the server was ready proves nothing.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_build import BUILD, COMMIT
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_devices import device_problem
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import MAX_OVERRIDES
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax import matcher
 
@@ -28,6 +31,7 @@ __all__ = [
     "prove",
     "expected_from_pattern",
     "expected_from_overrides",
+    "build_warning",
 ]
 
 # Host-side buffer types: everything else (CUDA0, Vulkan0, ROCm0, Metal, SYCL0, CUDA_Split, RPC[...]) is a device.
@@ -114,6 +118,7 @@ class Expectations:
     offloaded_layers: Optional[int] = None
     buffer_tolerance_mib: float = 0.01
     require_ready: bool = False
+    devices: Optional[tuple] = None         # the plan's devices, {device, pci_bus_id, name}; () for a CPU plan
 
     @property
     def of_tensors(self):
@@ -131,13 +136,17 @@ class Expectations:
     def any_given(self):
         others = (self.gpu_model_mib, self.model_buffers, self.kv_buffers, self.rs_buffers, self.compute_buffers,
                   self.offloaded_layers)
-        return self.of_tensors or any(v is not None for v in others)
+        return self.of_tensors or self.devices is not None or any(v is not None for v in others)
+
+    def of_placement(self):
+        """Whether anything beside the devices is expected."""
+        return Expectations(**dict(self.__dict__, devices=None)).any_given()
 
 
 def verify_placement(parsed, expected=None, expect_gpu_model_mib=None, tolerance_mib=1.0, tolerance_pct=1.0, *,
                      expect_overrides=None, expect_model_buffers=None, expect_kv_buffers=None,
                      expect_rs_buffers=None, expect_compute_buffers=None, expect_offloaded_layers=None,
-                     buffer_tolerance_mib=0.01, require_ready=False):
+                     buffer_tolerance_mib=0.01, require_ready=False, expect_devices=None):
     """Decide whether the parsed log proves the expected placement.
 
     Placement, by the first evidence the log and the expectations allow:
@@ -156,6 +165,8 @@ def verify_placement(parsed, expected=None, expect_gpu_model_mib=None, tolerance
     ``expect_compute_buffers`` (at most: the plan's compute figure is an upper bound) and
     ``expect_offloaded_layers`` (the N of ``offloaded N/M layers``). Never verified after a load error, a crash,
     an exit before the server was ready, without the ready line when ``require_ready``, or without evidence.
+    ``expect_devices`` (the plan's ``devices``, ``[]`` for a CPU plan): the log's ``using device`` lines must
+    name exactly those devices, each ``CUDA<n>`` on the card of the plan (``_llama_devices.device_problem``).
 
     Returns ``verified`` (bool), ``evidence`` (``per_tensor``, ``device_buffers``, ``buffers``, ``host_buffers`` or
     ``none``), ``missing``, ``unexpected`` (sorted names; empty lists without per-tensor evidence), ``checks`` (one
@@ -165,7 +176,8 @@ def verify_placement(parsed, expected=None, expect_gpu_model_mib=None, tolerance
     want = Expectations(
         None if expected is None else tuple(expected), expect_overrides, expect_gpu_model_mib, tolerance_mib,
         tolerance_pct, expect_model_buffers, expect_kv_buffers, expect_rs_buffers, expect_compute_buffers,
-        expect_offloaded_layers, buffer_tolerance_mib, require_ready)
+        expect_offloaded_layers, buffer_tolerance_mib, require_ready,
+        None if expect_devices is None else tuple(expect_devices))
     return prove(parsed, want)
 
 
@@ -185,12 +197,18 @@ def prove(parsed, want):
     if refusal:
         res["msg"] = refusal
         return res
+    devices = None if want.devices is None else device_problem(parsed, want.devices)
+    if devices is not None and not want.of_placement():
+        res["verified"] = not devices
+        res["msg"] = devices or _devices_text(parsed)
+        return res
     checks = _checks(parsed, want)
     res["checks"] = checks
     failed = [c for c in checks if not c["ok"]]
     placement_ok, placement_msg = _placement(parsed, res, want, failed)
-    res["verified"] = placement_ok and not failed
-    parts = [placement_msg] if placement_msg else []
+    res["verified"] = placement_ok and not failed and not devices
+    parts = [devices] if devices else []
+    parts += [placement_msg] if placement_msg else []
     parts += [_failure_text(c) for c in failed]
     if res["verified"] and checks:
         parts.append(f"{len(checks)} buffer and layer checks match")
@@ -381,3 +399,25 @@ def _proved_text(went, wanted):
         msg += (f" (and {len(pinned)} tensors pinned to devices: "
                 f"{', '.join(sorted({went[t] for t in pinned}))})")
     return msg
+
+
+def _devices_text(parsed):
+    """The devices of a log that match the plan, in words."""
+    logged = parsed.get("devices") or []
+    if not logged:
+        return "llama-server uses no GPU, as planned"
+    return "llama-server uses exactly the planned devices: " + ", ".join(
+        f"{d['device']} ({d['pci_bus_id'] or d['id'] or d['description']})" for d in logged)
+
+
+def build_warning(parsed):
+    """Why the build of the log is not the one the collection models (``_llama_build``), or ``None`` (the same
+    build, or no build line)."""
+    number, build = parsed.get("build_number"), parsed.get("build")
+    if number is None or not build:
+        return None
+    commit = build.rpartition("-")[2].lower()
+    if number == BUILD and (commit.startswith(COMMIT) or COMMIT.startswith(commit)):
+        return None
+    return (f"llama-server runs build {number} ({commit}), the collection models build {BUILD} ({COMMIT}): its "
+            "memory and log formats may differ from the plan's")

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_devices import normalize_pci_bus_id
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_facts import MemoryModelError, model_facts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_summary import SummaryError, read_summary
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._nvidia_smi import GPU_EXTRA_KEYS, GPU_KEYS
@@ -74,6 +75,7 @@ class Gpu:
     memory_total_mib: float | None
     memory_free_mib: float
     held_mib: float = 0
+    pci_bus_id: str | None = None   # normalized (_llama_devices.normalize_pci_bus_id): 0000:01:00.0
 
 
 def _number(value, where):
@@ -87,7 +89,9 @@ def _number(value, where):
 def normalize_gpus(gpus, gpu_devices=None):
     """A ``gpu_info`` result or a list of ``{name, memory_total_mib, memory_free_mib}`` -> a list of ``Gpu``.
 
-    An empty list is a CPU host. ``gpu_devices`` keeps only those GPUs (the ones the container gets).
+    An empty list is a CPU host. ``gpu_devices`` keeps only those GPUs (the ones the container gets). When every
+    GPU has a ``pci_bus_id`` they are ordered by it: the order of nvidia-smi and of CUDA with
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so that the plan's ``CUDA<n>`` is the n-th card of that order.
     """
     if isinstance(gpus, dict):
         if "gpus" not in gpus:
@@ -118,8 +122,14 @@ def normalize_gpus(gpus, gpu_devices=None):
             raise PlanError("gpus[%d] (%s) is in MIG mode: plan for one MIG device by passing a gpus list with its "
                             "memory" % (position, gpu.get("name")))
         index = gpu.get("index", position)
+        bus = gpu.get("pci_bus_id")
+        if bus is not None and normalize_pci_bus_id(bus) is None:
+            raise PlanError("gpus[%d].pci_bus_id must be a PCI bus id such as 00000000:01:00.0, got %r" % (
+                position, bus))
         result.append(Gpu(gpu.get("name") or "GPU %d" % position, index, gpu.get("uuid"), total,
-                          free + (held or 0), held or 0))
+                          free + (held or 0), held or 0, normalize_pci_bus_id(bus)))
+    if result and all(g.pci_bus_id for g in result):
+        result.sort(key=lambda g: tuple(int(part, 16) for part in g.pci_bus_id.replace(".", ":").split(":")))
     if gpu_devices is not None:
         known = [g.index for g in result]
         wrong = [i for i in gpu_devices if i not in known]

@@ -13,24 +13,22 @@ version_added: 0.1.0
 description:
   - Parses the log of C(llama-server) (llama.cpp) given as a file (O(path)), as text (O(content)) or read from a
     container (O(container)) with C(podman logs) or C(docker logs).
-  - Understands the log lines of every llama.cpp era, from the C(llm_load_tensors:) prefix of 2024 to the leveled,
-    timestamped lines (C(0.00.011.842 D ...)) of current builds, the old C(tensor ... buffer type overriden to CPU)
-    line without a size, the current C(tensor ... buffer type overridden to CPU) line that gives the size and type
-    in parentheses after the name, and the C(Tensor ... overriden) line of the fork ik_llama.cpp.
-  - Reads the log as a stream, line by line, in time linear in its size and with bounded memory, whatever the
-    size of the log. Bytes that are not UTF-8 are replaced, never fatal.
+  - Understands the log lines of every llama.cpp era, from the C(llm_load_tensors:) prefix of 2024 to the leveled, timestamped lines
+    (C(0.00.011.842 D ...)) of current builds, the old C(tensor ... buffer type overriden to CPU) line without a size, the current
+    C(tensor ... buffer type overridden to CPU) line that gives the size and type in parentheses after the name, and the C(Tensor ... overriden)
+    line of the fork ik_llama.cpp.
+  - Reads the log as a stream, line by line, in time linear in its size and with bounded memory, whatever its size. Bytes that are not UTF-8
+    are replaced, never fatal.
   - Only the last model load of the last server run counts. A log of a restarted container holds several runs,
     and C(-fit on) (the default of current builds) loads the model twice, printing the whole load block twice.
-  - "Proves the placement with the best evidence the log holds: the per-tensor override lines (DEBUG lines, shown
-    with C(-lv 5)) against O(expect_tensors), O(expect_pattern), O(expect_overrides) or O(expect_override_patterns);
-    at the default verbosity, which hides them, the model buffer of every device against O(expect_model_buffers)
-    (or the sum of the device buffers against O(expect_gpu_model_mib)). RV(evidence) says which proof was used."
-  - Also checks, when given, the KV cache, recurrent-state and compute buffers per device and the number of
-    offloaded layers.
-  - "Sees crashes for what they are, during or after the load, with a cause in plain words (RV(crash_cause)) -
-    a C(GGML_ABORT) or failed C(GGML_ASSERT) line (C(file.cpp:123: message)), C(terminate called after throwing),
-    a backtrace, a backend error such as C(CUDA error), and an exit by SIGILL, SIGABRT or SIGSEGV given as
-    O(exit_code) (132, 134, 139)."
+  - "Proves the placement with the best evidence the log holds: the per-tensor override lines (DEBUG lines, shown with C(-lv 5)) against
+    O(expect_tensors), O(expect_pattern), O(expect_overrides) or O(expect_override_patterns); at the default verbosity, which hides them, the
+    model buffer of every device against O(expect_model_buffers) (or the sum of the device buffers against O(expect_gpu_model_mib)).
+    RV(evidence) says which proof was used."
+  - Also checks, when given, the KV cache, recurrent-state and compute buffers per device, the number of offloaded layers and the devices used.
+  - "Sees crashes for what they are, during or after the load, with a cause in plain words (RV(crash_cause)) - a C(GGML_ABORT) or failed
+    C(GGML_ASSERT) line (C(file.cpp:123: message)), C(terminate called after throwing), a backtrace, a backend error such as C(CUDA error),
+    and an exit by SIGILL, SIGABRT or SIGSEGV given as O(exit_code) (132, 134, 139)."
   - Never RV(verified=true) after a crash, a failed load, an exit before the server was ready, or without
     evidence; with O(fail_on_mismatch) the task then fails. It never passes silently.
 author:
@@ -47,29 +45,26 @@ options:
     type: str
   container:
     description:
-      - The name or ID of a container whose logs (stdout and stderr, as one stream) are read with
-        O(container_engine).
+      - The name or ID of a container whose logs (stdout and stderr, as one stream) are read with O(container_engine).
     type: str
   container_engine:
     description:
-      - The engine that reads the logs of O(container).
-      - V(auto) takes C(podman) when it is installed, else C(docker).
+      - The engine that reads the logs of O(container). V(auto) takes C(podman) when it is installed, else C(docker).
     type: str
     choices: [auto, podman, docker]
     default: auto
   exit_code:
     description:
-      - How the server process ended, when it has ended, for example the container's C(State.ExitCode) from
-        C(podman inspect).
-      - 128 plus a signal number is a crash, with its cause - 132 (SIGILL, an instruction the CPU does not have),
-        134 (SIGABRT), 135 (SIGBUS), 136 (SIGFPE), 137 (SIGKILL, often the out-of-memory killer), 139 (SIGSEGV).
-        A negative value -N (signal N, as Python reports it) is read the same way.
+      - How the server process ended, when it has ended, for example the container's C(State.ExitCode) from C(podman inspect).
+      - 128 plus a signal number is a crash, with its cause - 132 (SIGILL, an instruction the CPU does not have), 134 (SIGABRT), 135 (SIGBUS),
+        136 (SIGFPE), 137 (SIGKILL, often the out-of-memory killer), 139 (SIGSEGV). A negative value -N (signal N, as Python reports it) is read
+        the same way.
       - Any exit code with no ready line in the log means that the server never became ready.
     type: int
   require_ready:
     description:
-      - Verify only when the log shows the server loaded and serving (C(model loaded), C(listening on http) or
-        C(all slots are idle); llama-server prints them at its default verbosity).
+      - Verify only when the log shows the server loaded and serving (C(model loaded), C(listening on http) or C(all slots are idle);
+        llama-server prints them at its default verbosity).
       - Defaults to V(true) with O(container) and to V(false) with O(path) or O(content), which may hold an excerpt.
     type: bool
   expect_tensors:
@@ -141,11 +136,9 @@ options:
     default: 0.01
   expect_gpu_model_mib:
     description:
-      - The GPU model buffer the planner predicts, in MiB (the sum of the device model buffers
-        C(CUDA0), C(CUDA1), C(Vulkan0), C(ROCm0), C(Metal)...; host buffers such as C(CPU_Mapped) and C(CUDA_Host)
-        are not counted).
-      - Used only when the per-tensor lines are hidden, or when no tensor expectation is given, and
-        O(expect_model_buffers) is not given.
+      - The GPU model buffer the planner predicts, in MiB (the sum of the device model buffers C(CUDA0), C(CUDA1), C(Vulkan0), C(ROCm0),
+        C(Metal)...; host buffers such as C(CPU_Mapped) and C(CUDA_Host) are not counted).
+      - Used only when the per-tensor lines are hidden, or when no tensor expectation is given, and O(expect_model_buffers) is not given.
     type: float
   gpu_model_tolerance_mib:
     description:
@@ -158,6 +151,12 @@ options:
       - The allowed difference as a percentage of O(expect_gpu_model_mib).
     type: float
     default: 1.0
+  expect_devices:
+    description:
+      - The devices llama-server must use, as RV(ai_llm.moe_offload.moe_offload_plan#module:devices) lists them (C(device), C(pci_bus_id),
+        C(name)); V([]) expects no CUDA device. Its C(using device) lines must name exactly these, each C(CUDA<n>) on the PCI bus id of its card.
+    type: list
+    elements: dict
   fail_on_mismatch:
     description:
       - Fail the task when the log shows a failed model load, a crash or an exit before the server was ready
@@ -169,23 +168,21 @@ options:
 extends_documentation_fragment:
   - ai_llm.moe_offload.info_module
 notes:
-  - "Production can run llama-server at its default verbosity - the per-device model buffer lines, the KV,
-    recurrent-state and compute buffer lines, the offloaded layers and the ready line are INFO lines, printed by
-    default; give O(expect_model_buffers) (and the other buffer expectations) for the proof. The per-tensor lines
-    need C(-lv 5) (with C(--no-log-prefix --no-log-timestamps -fit off) for a plain log) on builds since about
-    b9208, C(-lv 4) on builds b7217 to b9208, C(-v) or C(--log-file) before; they cost about 1 KB of log per
-    generated token at C(-lv 5)."
-  - RV(per_tensor_lines_visible) is decided from the log itself. It is V(true) when an override line is present,
-    or when a DEBUG line is present (a C(D) level letter, or the loader's C(layer N assigned to device) and
-    C(create_tensor) lines, which llama.cpp prints at the same level, in the same function, as the override lines).
-    Only then does an absent override line mean that the pattern matched nothing.
-  - With O(expect_tensors) or O(expect_pattern), only an override to a host buffer (C(CPU*), C(*_Host), C(AMX)...)
-    counts as moved off the GPUs; overrides to another device (C(-ot ...=CUDA1), C(RPC[...])) are listed in
-    RV(overridden) with their buffer. Use O(expect_overrides) or O(expect_override_patterns) to expect them.
-  - The log may come through C(docker logs -t), C(docker compose logs), C(journalctl), the llama-server router
-    (C([port]) prefix), with ANSI colours or Windows line ends; those prefixes are removed before parsing.
-  - The fork ik_llama.cpp prints its C(Tensor ... overriden) line at INFO level. When its pattern matched nothing
-    the log holds no DEBUG line to prove the lines were visible, and the buffer evidence is used.
+  - "Production can run llama-server at its default verbosity - the per-device model buffer lines, the KV, recurrent-state and compute buffer
+    lines, the offloaded layers, the C(using device) lines and the ready line are INFO lines, printed by default; give O(expect_model_buffers)
+    (and the other buffer expectations) for the proof. The per-tensor lines need C(-lv 5) (with C(--no-log-prefix --no-log-timestamps -fit off)
+    for a plain log) on builds since about b9208, C(-lv 4) on builds b7217 to b9208, C(-v) or C(--log-file) before; they cost about 1 KB of
+    log per generated token at C(-lv 5)."
+  - RV(per_tensor_lines_visible) is decided from the log itself. It is V(true) when an override line is present, or when a DEBUG line is present
+    (a C(D) level letter, or the loader's C(layer N assigned to device) and C(create_tensor) lines, which llama.cpp prints at the same level, in
+    the same function, as the override lines). Only then does an absent override line mean that the pattern matched nothing.
+  - With O(expect_tensors) or O(expect_pattern), only an override to a host buffer (C(CPU*), C(*_Host), C(AMX)...) counts as moved off the GPUs;
+    overrides to another device (C(-ot ...=CUDA1), C(RPC[...])) are listed in RV(overridden) with their buffer. Use O(expect_overrides) or
+    O(expect_override_patterns) to expect them.
+  - The log may come through C(docker logs -t), C(docker compose logs), C(journalctl) (with or without the hostname), a C(2026-05-16 22:21:42.654 | )
+    timestamp, the llama-server router (C([port]) prefix), with ANSI colours or Windows line ends; those prefixes are removed before parsing.
+  - The fork ik_llama.cpp prints its C(Tensor ... overriden) line at INFO level. When its pattern matched nothing the log holds no DEBUG line to
+    prove the lines were visible, and the buffer evidence is used.
 seealso:
   - module: ai_llm.moe_offload.gguf_info
   - module: ai_llm.moe_offload.moe_offload_plan
@@ -447,6 +444,14 @@ loads:
   returned: always
   type: int
   sample: 1
+devices:
+  description: The C(using device) lines of the last run, in order; C(pci_bus_id) is C(id) normalized (C(0000:01:00.0)), V(null) for C(unknown id)
+    (an RPC device) or a build that prints no id.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"device": CUDA0, "description": NVIDIA RTX A5500, "id": "0000:01:00.0", "pci_bus_id": "0000:01:00.0", "free_mib": 23876}]
+build_warning: {description: How the build of the log differs from the one the collection models (b10435), or V(null)., returned: always, type: str}
 """
 
 import os
@@ -459,6 +464,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log impo
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax import PatternError
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proof import (
     expected_from_overrides,
+    build_warning,
     expected_from_pattern,
     verify_placement,
 )
@@ -557,6 +563,7 @@ def main():
             expect_gpu_model_mib=dict(type="float"),
             gpu_model_tolerance_mib=dict(type="float", default=1.0),
             gpu_model_tolerance_pct=dict(type="float", default=1.0),
+            expect_devices=dict(type="list", elements="dict"),
             fail_on_mismatch=dict(type="bool", default=True),
         ),
         mutually_exclusive=[("path", "content", "container"),
@@ -573,14 +580,16 @@ def main():
     check = verify_placement(
         parsed, host, p["expect_gpu_model_mib"], p["gpu_model_tolerance_mib"], p["gpu_model_tolerance_pct"],
         expect_overrides=overrides, expect_offloaded_layers=p["expect_offloaded_layers"],
-        buffer_tolerance_mib=p["buffer_tolerance_mib"], require_ready=require_ready, **buffers)
-    result = dict(parsed, **check)
+        buffer_tolerance_mib=p["buffer_tolerance_mib"], require_ready=require_ready, expect_devices=p["expect_devices"], **buffers)
+    result = dict(parsed, build_warning=build_warning(parsed), **check)
+    if result["build_warning"]:
+        module.warn(result["build_warning"])
     expected = set(host or ()).union(*(overrides or {}).values())
     result["expected_count"] = None if host is None and overrides is None else len(expected)
     if p["expect_pattern"] is not None and not host:
         result["msg"] = "expect_pattern matches no tensor of the model; " + result["msg"]
     has_expectation = host is not None or overrides is not None or p["expect_gpu_model_mib"] is not None or any(
-        v is not None for v in buffers.values()) or p["expect_offloaded_layers"] is not None
+        v is not None for v in buffers.values()) or p["expect_offloaded_layers"] is not None or p["expect_devices"] is not None
     if p["fail_on_mismatch"] and (parsed["failure"] or (has_expectation and not check["verified"])):
         module.fail_json(changed=False, **result)
     module.exit_json(changed=False, **result)

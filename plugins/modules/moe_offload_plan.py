@@ -343,11 +343,16 @@ device_overrides:
             "tensors": ["blk.7.ffn_down_exps.weight", "blk.7.ffn_up_exps.weight", "blk.9.ffn_down_exps.weight",
                         "blk.9.ffn_up_exps.weight"]}]
 devices:
-  description: The llama.cpp device name of each GPU of the plan, in order.
+  description:
+    - The llama.cpp device name of each GPU of the plan, in order, with the card's C(nvidia-smi) index, UUID, name
+      and PCI bus id (C(pci_bus_id), normalized to C(0000:01:00.0); V(null) when the GPUs given have none).
+    - With PCI bus ids the GPUs are in PCI bus order, the order of CUDA with C(CUDA_DEVICE_ORDER=PCI_BUS_ID); the
+      proof checks each device of llama-server's log against the card given here.
   returned: success
   type: list
   elements: dict
-  sample: [{"device": CUDA0, "index": 0, "uuid": GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60, "name": NVIDIA RTX A5500}]
+  sample: [{"device": CUDA0, "index": 0, "uuid": GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60, "name": NVIDIA RTX A5500,
+            "pci_bus_id": "0000:01:00.0"}]
 memory:
   description:
     - What the plan allocates on each GPU (in the order used) and in host memory, in MiB.

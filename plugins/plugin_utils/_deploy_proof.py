@@ -113,8 +113,9 @@ def verification_problem(log, pattern, vram=None, parity=None, tolerance_mib=0, 
 
 def log_args(plan, placement, settings):
     """The options of ``llama_server_log`` that prove the placement: the container, the expected tensors and
-    buffers (``log_expectations``; an empty expectation is left out) and, on GPUs with a memory plan, the model
-    MiB the GPUs must hold in all."""
+    buffers (``log_expectations``; an empty expectation is left out), on GPUs with a memory plan the model MiB the
+    GPUs must hold in all, and the devices llama-server must use (``expect_devices``: the plan's devices with the
+    PCI bus id of each card; none on a host without GPU)."""
     plan = plan or {}
     layers = placement.get("n_gpu_layers") or settings.get("n_gpu_layers", ALL_LAYERS_FROM)
     expect = log_expectations(plan, placement.get("topology"), dict(settings, n_gpu_layers=layers),
@@ -127,6 +128,11 @@ def log_args(plan, placement, settings):
     memory = plan.get("memory")
     if placement.get("topology") != "cpu" and memory is not None:
         args["expect_gpu_model_mib"] = round(sum(g.get("model_mib") for g in memory.get("gpus") or []), 2)
+    if placement.get("topology") == "cpu":
+        args["expect_devices"] = []
+    elif isinstance(plan.get("devices"), list) and not (plan.get("skipped") or plan.get("failed")):
+        args["expect_devices"] = [{"device": d.get("device"), "pci_bus_id": d.get("pci_bus_id"), "name": d.get("name")}
+                                  for d in plan["devices"]]
     return args
 
 

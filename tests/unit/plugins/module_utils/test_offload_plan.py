@@ -279,8 +279,8 @@ def test_experts_per_gpu_fill_a_card_the_split_leaves_room_on_apart_from_those_o
     assert result["fits"] and result["placement"] == "split"
     assert host_expert_mib(nano, result) < min(host_expert_mib(nano, r) for r in others)
     assert result["cpu_expert_layers"] == [] and result["pattern"] == ""
-    assert result["devices"] == [{"device": "CUDA0", "index": 0, "uuid": "GPU-0", "name": "NVIDIA RTX A5500"},
-                                 {"device": "CUDA1", "index": 1, "uuid": "GPU-1", "name": "small card"}]
+    assert result["devices"] == [{"device": "CUDA0", "index": 0, "uuid": "GPU-0", "name": "NVIDIA RTX A5500", "pci_bus_id": None},
+                                 {"device": "CUDA1", "index": 1, "uuid": "GPU-1", "name": "small card", "pci_bus_id": None}]
     (override,) = result["device_overrides"]
     assert override["device"] == "CUDA0" and override["gpu_index"] == 0 and override["blocks"]
     # every pattern is proved: it moves exactly the experts of its blocks, and llama.cpp can split the value

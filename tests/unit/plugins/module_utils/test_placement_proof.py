@@ -446,3 +446,16 @@ def test_no_public_log_verifies_without_its_evidence(name):
             assert "verbosity hides the per-tensor" in v["msg"]
         assert v["verified"] is bool(ok), (name, v)
         assert v["evidence"] == ("buffers" if ok else "none")
+
+
+def test_a_build_other_than_the_modelled_one_is_a_warning():
+    """The real b10435 server prints "build 10435 (9e40df63b)" (tests/data/llama_logs/b10435_rpc_server_killed_lv4.log)."""
+    from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proof import build_warning
+    modelled = "0.00.155.704 I cmn  common_param: common_params_print_info: build 10435 (9e40df63b) with GNU 12.2.0"
+    assert build_warning(parse_log(modelled)) is None
+    assert build_warning(parse_log(modelled.replace("9e40df63b", "9e40df6"))) is None   # a shorter commit
+    assert build_warning(parse_log("build: 6096 (fd1234cb) with cc (Debian 12.2.0-14+deb12u1) 12.2.0")) == (
+        "llama-server runs build 6096 (fd1234cb), the collection models build 10435 (9e40df63b): its memory and log "
+        "formats may differ from the plan's")
+    assert "(0123abcde)" in build_warning(parse_log(modelled.replace("9e40df63b", "0123abcde")))
+    assert build_warning(parse_log("main: server is listening")) is None

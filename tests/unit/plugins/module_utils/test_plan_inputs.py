@@ -117,3 +117,15 @@ def test_a_gguf_info_result_is_not_read_again(tmp_path):
     with pytest.raises(PlanError) as error:
         load_facts({"path": path})
     assert str(error.value) == "%s: at byte 0: cannot open: %s" % (path, os.strerror(2))
+
+
+def test_gpus_with_pci_bus_ids_are_in_pci_bus_order():
+    """nvidia-smi numbers the GPUs in PCI bus order; a list given in another order is put back in it, the bus id
+    normalized (CUDA's cudaDeviceGetPCIBusId form, 0000:01:00.0)."""
+    a5500 = {"index": 0, "name": "A5500", "memory_free_mib": 24148, "pci_bus_id": "00000000:01:00.0"}
+    a4000 = {"index": 1, "name": "A4000", "memory_free_mib": 15746, "pci_bus_id": "00000000:0A:00.0"}
+    gpus = pin.normalize_gpus([a4000, a5500])
+    assert [(g.name, g.pci_bus_id) for g in gpus] == [("A5500", "0000:01:00.0"), ("A4000", "0000:0a:00.0")]
+    assert [g.name for g in pin.normalize_gpus([a4000, dict(a5500, pci_bus_id=None)])] == ["A4000", "A5500"]
+    with pytest.raises(pin.PlanError, match=r"gpus\[0\]\.pci_bus_id must be a PCI bus id .* got '01:00'"):
+        pin.normalize_gpus([dict(a5500, pci_bus_id="01:00")])

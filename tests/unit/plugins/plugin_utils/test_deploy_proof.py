@@ -161,12 +161,22 @@ def test_verification_problem(log, pattern, more, problem):
 def test_the_log_is_asked_for_what_the_plan_and_the_placement_expect():
     placement = {"topology": "multi", "expected_tensors": ["t"], "pattern": "p"}
     args = log_args(TWO_GPUS, placement, {"extra_args": []})      # no n_gpu_layers: the role's default, every layer
-    assert args == dict(ON_GPUS, fail_on_mismatch=False, expect_tensors=["t"], expect_gpu_model_mib=2169.73)
+    devices = [{"device": "CUDA0", "pci_bus_id": None, "name": None}, {"device": "CUDA1", "pci_bus_id": None, "name": None}]
+    assert args == dict(ON_GPUS, fail_on_mismatch=False, expect_tensors=["t"], expect_gpu_model_mib=2169.73,
+                        expect_devices=devices)
     cpu = log_args(CPU_ONLY, {"topology": "cpu", "expected_tensors": ["t"]}, {})
     assert cpu == {"fail_on_mismatch": False, "expect_kv_buffers": {"CPU": 27.0}, "expect_rs_buffers": {"CPU": 0.5},
-                   "expect_compute_buffers": {"CPU": 22.77}}
+                   "expect_compute_buffers": {"CPU": 22.77}, "expect_devices": []}
     assert log_args({"skipped": True}, placement, {}) == {"fail_on_mismatch": False, "expect_tensors": ["t"]}
-    assert log_args(None, dict(placement, topology="cpu"), {}) == {"fail_on_mismatch": False}
+    assert log_args(None, dict(placement, topology="cpu"), {}) == {"fail_on_mismatch": False, "expect_devices": []}
+
+
+def test_the_log_must_show_the_plans_cards_by_pci_bus_id():
+    plan = dict(TWO_GPUS, devices=[{"device": "CUDA0", "index": 0, "name": "NVIDIA RTX A5500", "pci_bus_id": "0000:01:00.0",
+                                    "uuid": "GPU-8d4f"}])
+    args = log_args(plan, {"topology": "single"}, {"extra_args": []})
+    assert args["expect_devices"] == [{"device": "CUDA0", "pci_bus_id": "0000:01:00.0", "name": "NVIDIA RTX A5500"}]
+    assert "expect_devices" not in log_args(dict(plan, failed=True), {"topology": "single"}, {})
 
 
 def test_a_parity_answer_is_kept_only_when_it_is_200():
