@@ -25,8 +25,15 @@ GPU_FIELDS = tuple(f for f, _k in GPU_QUERY)
 GPU_KEYS = tuple(k for _f, k in GPU_QUERY)
 _KEY_OF = dict(GPU_QUERY)
 _INT_KEYS = ("index", "memory_total_mib", "memory_used_mib", "memory_free_mib")
-# What gpu_info adds to each GPU: its MIG devices and, with a pid, the memory that process tree holds on it.
-GPU_EXTRA_KEYS = ("mig_devices", "memory_held_by_pid_mib")
+# What gpu_info adds to each GPU: its MIG mode and MIG devices and, with a pid, the memory that process tree holds on it.
+GPU_EXTRA_KEYS = ("mig_mode", "mig_devices", "memory_held_by_pid_mib")
+# The MIG mode of each GPU, asked apart from GPU_QUERY: ``mig.mode.current`` prints "Enabled" or "Disabled", and
+# "[N/A]" on a GPU without MIG (nvidia-smi(1) of driver 550, "MIG Mode":
+# https://manpages.ubuntu.com/manpages/plucky/man1/nvidia-smi.1.html; the query as NVIDIA's own projects use it:
+# https://github.com/NVIDIA/gpu-operator/issues/132). A driver that
+# does not know the field (before R450, the first with MIG) fails the query: the mode is then unknown (``None``).
+MIG_QUERY = ("uuid", "mig.mode.current")
+MIG_ENABLED = "Enabled"
 
 APP_QUERY = (("gpu_uuid", "gpu_uuid"), ("pid", "pid"), ("process_name", "process_name"),
              ("used_memory", "used_memory_mib"))
@@ -68,6 +75,11 @@ def query_gpu_args(fields=GPU_FIELDS):
 def query_apps_args():
     """The arguments (without the program) of the per-process memory query."""
     return ["--query-compute-apps=" + ",".join(APP_FIELDS), "--format=csv,noheader,nounits"]
+
+
+def query_mig_args():
+    """The arguments (without the program) of the MIG mode query."""
+    return ["--query-gpu=" + ",".join(MIG_QUERY), "--format=csv,noheader,nounits"]
 
 
 def list_args():
@@ -175,6 +187,36 @@ def parse_list(text):
     return mig
 
 
+def parse_mig_modes(text):
+    """Parse the output of the MIG mode query: ``{gpu uuid: "Enabled" | "Disabled" | None}`` (``None``: nvidia-smi
+    printed ``[N/A]``, a GPU without MIG). Raises ``NvidiaSmiError`` for output that is not the CSV asked for."""
+    modes = {}
+    for number, row in enumerate(_rows(text), 1):
+        if len(row) != len(MIG_QUERY):
+            raise NvidiaSmiError("nvidia-smi printed an unexpected line %d (expected %d comma-separated fields %s): "
+                                 "%r" % (number, len(MIG_QUERY), ",".join(MIG_QUERY), ", ".join(row)))
+        modes[row[0].strip()] = _value(row[1])
+    return modes
+
+
+def mig_without_instances(gpu):
+    """Why ``gpu`` (a ``gpu_info`` GPU) cannot be planned when its MIG mode is on and it has no MIG device, else
+    ``None``. With MIG mode on, CUDA enumerates only the GPU's MIG devices (compute instances), so a GPU with none is
+    no CUDA device at all, and the CUDA device numbers of the GPUs after it shift (NVIDIA MIG user guide, "Device
+    Enumeration": https://docs.nvidia.com/datacenter/tesla/mig-user-guide/mig-device-names.html, and "Getting Started
+    with MIG", whose ``nvidia-smi mig -cgi ... -C`` creates GPU and compute instances and ``nvidia-smi -i N -mig 0``
+    turns MIG mode off: https://docs.nvidia.com/datacenter/tesla/mig-user-guide/contents.html; real hosts in that
+    state, CUDA failing: https://github.com/NVIDIA/gpu-operator/issues/382, and ``nvidia-smi -L`` listing the GPU
+    line alone: https://github.com/NVIDIA/gpu-operator/issues/442)."""
+    if gpu.get("mig_mode") != MIG_ENABLED or gpu.get("mig_devices"):
+        return None
+    index = gpu.get("index")
+    return ("GPU %s (%s) has MIG mode enabled but no MIG instances: CUDA sees no device on it. Create GPU and "
+            "compute instances (nvidia-smi mig -i %s -cgi <profiles> -C; nvidia-smi mig -i %s -lgip lists the "
+            "profiles), or turn MIG mode off (nvidia-smi -i %s -mig 0, then reset the GPU or reboot)" % (
+                index, gpu.get("name"), index, index, index))
+
+
 def topology(gpus):
     """``cpu`` (no GPU), ``single``, ``dual`` or ``multi``."""
     count = len(gpus)
@@ -213,12 +255,19 @@ def gather(run, processes=False, pids=None):
     gpus, parse_warnings = parse_gpus(out, fields)
     warnings.extend(parse_warnings)
     for gpu in gpus:
+        gpu["mig_mode"] = None
         gpu["mig_devices"] = []
     if gpus:
         rc, out, err = run(list_args())
         mig = parse_list(out) if rc == 0 else {}
+        rc, out, err = run(query_mig_args())
+        modes = parse_mig_modes(out) if rc == 0 else {}
         for gpu in gpus:
+            gpu["mig_mode"] = modes.get(gpu["uuid"])
             gpu["mig_devices"] = mig.get(gpu["uuid"], [])
+            refusal = mig_without_instances(gpu)
+            if refusal:
+                warnings.append(refusal)
             if gpu["mig_devices"]:
                 warnings.append("GPU %s (%s) is in MIG mode: CUDA sees its %d MIG devices (%s), each with a slice "
                                 "of the memory, not the whole GPU" % (

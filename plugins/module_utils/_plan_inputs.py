@@ -16,7 +16,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GG
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_devices import normalize_pci_bus_id
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_facts import MemoryModelError, model_facts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_summary import SummaryError, read_summary
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._nvidia_smi import GPU_EXTRA_KEYS, GPU_KEYS
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._nvidia_smi import GPU_EXTRA_KEYS, GPU_KEYS, mig_without_instances
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 
 GPU_INPUT_KEYS = GPU_KEYS + GPU_EXTRA_KEYS
@@ -118,6 +118,9 @@ def normalize_gpus(gpus, gpu_devices=None):
         if free is None:
             raise PlanError("gpus[%d] (%s) reports no free memory (nvidia-smi printed [N/A]?): give "
                             "memory_free_mib in a gpus list" % (position, gpu.get("name") or "unnamed"))
+        refusal = mig_without_instances(gpu)
+        if refusal:
+            raise PlanError("gpus[%d]: %s" % (position, refusal))
         if gpu.get("mig_devices"):
             raise PlanError("gpus[%d] (%s) is in MIG mode: plan for one MIG device by passing a gpus list with its "
                             "memory" % (position, gpu.get("name")))

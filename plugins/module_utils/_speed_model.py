@@ -35,27 +35,12 @@ import math
 from dataclasses import dataclass, replace
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._compute_buffers import OP_OFFLOAD_MIN_BATCH
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gpu_specs import (  # noqa: F401 (GB, TFLOPS: users)
+    GB, GPU_PEAK_BANDWIDTH, GPU_PEAK_FLOPS, TFLOPS, UNKNOWN_GPU_BANDWIDTH, UNKNOWN_GPU_FLOPS)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._kv_cache import (
     cache_cells, kv_cache_bytes, recurrent_state_bytes)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._memory_estimate import is_input_tensor, tensor_places
 
-GB = 10 ** 9  # bandwidths are quoted in decimal gigabytes per second
-
-# Vendors' datasheet peak memory bandwidth, bytes/s, keyed by the name nvidia-smi prints (--query-gpu=name). These
-# are peak figures: kernels reach less, and the calibration puts what they do not explain into the split cost.
-GPU_PEAK_BANDWIDTH = {
-    "NVIDIA RTX A5500": 768 * GB,
-    "NVIDIA GeForce RTX 4090": 1008 * GB,
-    "NVIDIA GeForce RTX 3090": 936 * GB,
-    "NVIDIA A100-SXM4-80GB": 2039 * GB,
-    "NVIDIA A100-PCIE-40GB": 1555 * GB,
-    "NVIDIA H100 80GB HBM3": 3350 * GB,
-    "NVIDIA H100 PCIe": 2000 * GB,
-    "NVIDIA H200": 4800 * GB,
-    "NVIDIA L40S": 864 * GB,
-    "NVIDIA RTX 6000 Ada Generation": 960 * GB,
-}
-UNKNOWN_GPU_BANDWIDTH = 500 * GB  # assumed for a GPU the table does not name and no figure is given for
 DEFAULT_PCIE_BANDWIDTH = 25 * GB  # PCIe 4.0 x16: 31.5 GB/s on the wire, about 25 GB/s in host-to-device copies
 DEFAULT_HOST_BANDWIDTH = 40 * GB  # assumed effective host memory bandwidth when none is given, measured or calibrated
 DEFAULT_SPLIT_SECONDS = 100e-6  # assumed cost of one graph split (a device change: a synchronisation and a copy)
@@ -64,23 +49,6 @@ DEFAULT_SPLIT_SECONDS = 100e-6  # assumed cost of one graph split (a device chan
 # measurements enough to tell it apart (three placements, see calibrate) calibrate it.
 DEFAULT_TOKEN_SECONDS = 0.0
 
-TFLOPS = 10 ** 12  # compute rates are quoted in decimal tera floating-point operations per second
-# Vendors' datasheet peak FP16 dense tensor-core throughput (FLOP/s, without structured sparsity; FP16 accumulate on
-# GeForce cards, whose FP32-accumulate rate is half), keyed as GPU_PEAK_BANDWIDTH. Peak figures: llama.cpp's kernels
-# (cuBLAS for F16/BF16, MMQ integer kernels for quantized types) reach less; a given figure replaces them.
-GPU_PEAK_FLOPS = {
-    "NVIDIA RTX A5500": 136.4 * TFLOPS,
-    "NVIDIA GeForce RTX 4090": 330.3 * TFLOPS,
-    "NVIDIA GeForce RTX 3090": 142 * TFLOPS,
-    "NVIDIA A100-SXM4-80GB": 312 * TFLOPS,
-    "NVIDIA A100-PCIE-40GB": 312 * TFLOPS,
-    "NVIDIA H100 80GB HBM3": 989.4 * TFLOPS,
-    "NVIDIA H100 PCIe": 756 * TFLOPS,
-    "NVIDIA H200": 989.4 * TFLOPS,
-    "NVIDIA L40S": 362.05 * TFLOPS,
-    "NVIDIA RTX 6000 Ada Generation": 364.2 * TFLOPS,
-}
-UNKNOWN_GPU_FLOPS = 50 * TFLOPS  # assumed for a GPU the table does not name and no figure is given for
 # Assumed effective host compute rate (FLOP/s) of llama.cpp's CPU matrix products when none is given or calibrated:
 # a few cores of 256-bit FMA (16 FP32 FLOP a cycle each at about 3 GHz) at a fraction of their peak.
 DEFAULT_HOST_FLOPS = 100 * 10 ** 9
@@ -288,17 +256,13 @@ def _seconds(value, where):
 
 def _gpu_rate(name, given, table, unknown, option):
     """``(rate, source)`` of a GPU by the name nvidia-smi prints: ``given`` (``{name: rate}``, the option
-    ``option``) first, then ``table`` (the exact name, else the longest table name it starts with: "NVIDIA H200
-    NVL"), else ``unknown``, assumed."""
+    ``option``) first, then ``table`` (``_gpu_specs``: the exact name, never a prefix, which would read a 3090 Ti as
+    a 3090), else ``unknown``, assumed."""
     given = given or {}
     if name in given:
         return _rate(given[name], "%s[%r]" % (option, name)), "given"
     if name in table:
         return float(table[name]), "datasheet peak of %s" % name
-    prefixes = [known for known in table if name.startswith(known + " ")]
-    if prefixes:
-        known = max(prefixes, key=len)
-        return float(table[known]), "datasheet peak of %s" % known
     return float(unknown), "assumed: %s is not in the table" % name
 
 

@@ -42,6 +42,9 @@ notes:
   - Memory figures are in MiB (2^20 bytes), as C(nvidia-smi) prints them with C(nounits).
   - On a GPU in MIG mode, CUDA programs see the MIG devices listed in RV(gpus[].mig_devices), each with a
     slice of the memory, not the whole GPU.
+  - A GPU whose RV(gpus[].mig_mode) is V(Enabled) but that has no MIG devices is no CUDA device at all: the module
+    warns, and M(ai_llm.moe_offload.moe_offload_plan) and the C(llm_server) role refuse to plan it until GPU and
+    compute instances exist (C(nvidia-smi mig -cgi ... -C)) or MIG mode is off (C(nvidia-smi -i N -mig 0)).
 seealso:
   - module: ai_llm.moe_offload.moe_offload_plan
 """
@@ -110,6 +113,12 @@ gpus:
       description: The CUDA compute capability, V(null) with drivers before 510.
       type: str
       sample: "8.6"
+    mig_mode:
+      description: >-
+        The GPU's current MIG mode as C(nvidia-smi --query-gpu=mig.mode.current) prints it, V(Enabled) or
+        V(Disabled); V(null) on a GPU without MIG or with a driver that does not know the field.
+      type: str
+      sample: Disabled
     mig_devices:
       description: The MIG devices of a GPU in MIG mode (empty otherwise).
       type: list

@@ -16,15 +16,15 @@ def fixture(name):
 
 
 def answers(by_args):
-    """A ``run(args)`` for gather that answers each query (the key: the first argument's start) with its
-    ``(rc, stdout, stderr)``, and records the calls."""
+    """A ``run(args)`` for gather that answers each query (the key: the first argument's start, the longest that
+    matches) with its ``(rc, stdout, stderr)``, and records the calls."""
     calls = []
 
     def run(args):
         calls.append(list(args))
-        for start, answer in by_args.items():
-            if args[0].startswith(start):
-                return answer
+        starts = [start for start in by_args if args[0].startswith(start)]
+        if starts:
+            return by_args[max(starts, key=len)]
         raise AssertionError("unexpected query %r" % (args,))
     return run, calls
 
@@ -38,11 +38,13 @@ def error_of(call, *args, **kw):
 
 def fake_run(name):
     """A ``run(args)`` that answers every query from the fixtures of ``name`` (none: no output)."""
-    files = {"--query-compute-apps=": ".apps.txt", "-L": ".list.txt", "--query-gpu=": ".txt"}
+    files = {"--query-compute-apps=": ".apps.txt", "-L": ".list.txt", "--query-gpu=": ".txt", MIG_QUERY: ".mig.txt"}
     return answers(dict((start, (0, fixture(name + suffix) if (DATA / (name + suffix)).exists() else "", ""))
                         for start, suffix in files.items()))
 
 
+MIG_QUERY = "--query-gpu=uuid,mig.mode.current"
+NO_MIG = {MIG_QUERY: (0, "", "")}  # a MIG mode query that prints nothing: the mode unknown
 A5500 = "GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60"
 A4000 = "GPU-c05e7d29-4a18-3b6f-90d2-18e4a7f65c0b"
 MISMATCH = ("nvidia-smi failed (rc=18): Failed to initialize NVML: Driver/library version mismatch / NVML library "
@@ -195,19 +197,19 @@ def test_list_lines_and_mig_devices_only_from_a_list_that_succeeded_and_each_gpu
     assert smi.parse_list(None) == {} and smi.parse_list("") == {}
     a100 = fixture("mig_a100.txt")
     mig_list = fixture("mig_a100.list.txt")
-    run, calls = answers({"--query-gpu=": (0, a100, ""), "-L": (0, mig_list, "")})
+    run, calls = answers({"--query-gpu=": (0, a100, ""), "-L": (0, mig_list, ""), **NO_MIG})
     result = smi.gather(run)
     assert calls[1] == ["-L"] and result["topology"] == "single" and "processes" not in result
     assert result["gpus"][0]["mig_devices"] == smi.parse_list(mig_list)["GPU-e3a91c57-2b0f-8d46-a5c1-7f9b03d2e864"]
     assert result["warnings"] == ["GPU 0 (NVIDIA A100-SXM4-40GB) is in MIG mode: CUDA sees its 3 MIG devices "
                                   "(3g.20gb, 2g.10gb, 1g.5gb), each with a slice of the memory, not the whole GPU"]
-    failed = smi.gather(answers({"--query-gpu=": (0, a100, ""), "-L": (15, mig_list, "")})[0])
+    failed = smi.gather(answers({"--query-gpu=": (0, a100, ""), "-L": (15, mig_list, ""), **NO_MIG})[0])
     assert failed["gpus"][0]["mig_devices"] == [] and failed["warnings"] == []
-    plain = smi.gather(answers({"--query-gpu=": (0, fixture("h100.txt"), ""), "-L": (0, "", "")})[0])
+    plain = smi.gather(answers({"--query-gpu=": (0, fixture("h100.txt"), ""), "-L": (0, "", ""), **NO_MIG})[0])
     assert plain["gpus"][0]["mig_devices"] == []
     run = answers({"--query-gpu=": (0, fixture("dual_a5500_a4000.txt"), ""), "-L": (0, "", ""),
-                   "--query-compute-apps=": (0, "", "")})[0]
-    assert [sorted(g) for g in smi.gather(run)["gpus"]] == [sorted(smi.GPU_KEYS + ("mig_devices",))] * 2
+                   "--query-compute-apps=": (0, "", ""), **NO_MIG})[0]
+    assert [sorted(g) for g in smi.gather(run)["gpus"]] == [sorted(smi.GPU_KEYS + ("mig_mode", "mig_devices"))] * 2
     assert [sorted(g) for g in smi.gather(run, pids=[1])["gpus"]] == [sorted(smi.GPU_KEYS + smi.GPU_EXTRA_KEYS)] * 2
 
 
@@ -241,7 +243,7 @@ def test_parse_errors_and_a_failure_not_asked_again_keep_their_words():
     run, calls = answers({"--query-gpu=": (18, fixture("driver_mismatch.txt"), "")})
     assert error_of(smi.gather, run) == MISMATCH and len(calls) == 1
     assert smi.invalid_field(None) is None and smi.invalid_field("") is None  # no output names no field
-    run = answers({"--query-gpu=": (0, fixture("h100.txt"), ""), "-L": (0, "", ""),
+    run = answers({"--query-gpu=": (0, fixture("h100.txt"), ""), "-L": (0, "", ""), **NO_MIG,
                    "--query-compute-apps=": (2, "Unable to determine the device handle for GPU0000:01:00.0", "x")})[0]
     assert error_of(smi.gather, run, processes=True) == (
         "nvidia-smi failed (rc=2): Unable to determine the device handle for GPU0000:01:00.0 / x. This means a GPU "
@@ -256,13 +258,63 @@ def test_a_rejected_field_is_asked_again_without_it(rc):
     for first in ((rc, "", rejection), (rc, rejection, None)):
         run, calls = answers({"--query-gpu=index,name,uuid,pci.bus_id,memory.total,memory.used,memory.free,"
                               "driver_version,compute_cap": first, "--query-gpu=": (0, legacy, ""),
-                              "-L": (0, "", "")})
+                              "-L": (0, "", ""), **NO_MIG})
         result = smi.gather(run)
         assert result["warnings"] == ["this driver does not know the field compute_cap (drivers before 510 lack "
                                       "compute_cap): compute_capability is left empty"]
         fields = "index,name,uuid,pci.bus_id,memory.total,memory.used,memory.free,driver_version"
         assert calls == [["--query-gpu=%s,compute_cap" % fields, "--format=csv,noheader,nounits"],
-                         ["--query-gpu=%s" % fields, "--format=csv,noheader,nounits"], ["-L"]]
+                         ["--query-gpu=%s" % fields, "--format=csv,noheader,nounits"], ["-L"],
+                         [MIG_QUERY, "--format=csv,noheader,nounits"]]
         gpu = result["gpus"][0]
         assert (gpu["name"], gpu["compute_capability"], gpu["memory_free_mib"]) == (
             "NVIDIA GeForce RTX 3090", None, 24263)
+
+
+# The MIG mode fixtures (*.mig.txt) print what ``nvidia-smi --query-gpu=uuid,mig.mode.current
+# --format=csv,noheader,nounits`` prints: the GPU's UUID, then "Enabled", "Disabled" or "[N/A]" (nvidia-smi(1) of
+# driver 550, "MIG Mode": https://manpages.ubuntu.com/manpages/plucky/man1/nvidia-smi.1.html; the query in
+# https://github.com/NVIDIA/gpu-operator/issues/132). mig_a100_no_instances.list.txt is what ``nvidia-smi -L`` prints
+# for a GPU in MIG mode with no instance: its GPU line alone (https://github.com/NVIDIA/gpu-operator/issues/442).
+NO_INSTANCES = ("GPU 0 (NVIDIA A100-SXM4-40GB) has MIG mode enabled but no MIG instances: CUDA sees no device on it. "
+                "Create GPU and compute instances (nvidia-smi mig -i 0 -cgi <profiles> -C; nvidia-smi mig -i 0 -lgip "
+                "lists the profiles), or turn MIG mode off (nvidia-smi -i 0 -mig 0, then reset the GPU or reboot)")
+
+
+@pytest.mark.parametrize("name, mode, devices, refused", [
+    ("mig_a100_no_instances", "Enabled", 0, True),  # MIG on, no instance: CUDA sees nothing on it
+    ("mig_a100", "Enabled", 3, False),  # MIG on with instances: CUDA sees them (the planner refuses it apart)
+    ("h100", "Disabled", 0, False),  # MIG-capable, off: the whole GPU
+    ("rtx_4090", None, 0, False),  # no MIG: [N/A]
+    ("rtx_a5500", None, 0, False),  # the query printed nothing: unknown
+])
+def test_the_mig_mode_of_each_gpu_and_mig_on_without_instances_named(name, mode, devices, refused):
+    run, calls = fake_run(name)
+    result = smi.gather(run)
+    gpu = result["gpus"][0]
+    assert (gpu["mig_mode"], len(gpu["mig_devices"])) == (mode, devices)
+    assert calls[2] == [MIG_QUERY, "--format=csv,noheader,nounits"] == [smi.query_mig_args()[0], calls[2][1]]
+    assert smi.mig_without_instances(gpu) == (NO_INSTANCES if refused else None)
+    assert (NO_INSTANCES in result["warnings"]) is refused
+
+
+def test_mig_mode_lines_a_failed_query_and_the_index_in_the_advice():
+    text = fixture("mig_a100.mig.txt") + fixture("h100.mig.txt") + fixture("rtx_4090.mig.txt")
+    assert smi.parse_mig_modes(text) == {"GPU-e3a91c57-2b0f-8d46-a5c1-7f9b03d2e864": "Enabled",
+                                         "GPU-a47c0e52-1d9b-6f38-2e7a-c9051b8d3f64": "Disabled",
+                                         "GPU-3b9e1f07-c2d4-58a6-7e10-94f2ab6c8d31": None}
+    assert smi.parse_mig_modes("") == {} and smi.parse_mig_modes(None) == {}
+    assert error_of(smi.parse_mig_modes, "Enabled\n") == (
+        "nvidia-smi printed an unexpected line 1 (expected 2 comma-separated fields uuid,mig.mode.current): 'Enabled'")
+    # A driver that rejects the field (or any failure of this query): the mode is unknown, nothing refused.
+    run = answers({"--query-gpu=": (0, fixture("mig_a100.txt"), ""), "-L": (0, fixture("mig_a100_no_instances.list.txt"), ""),
+                   MIG_QUERY: (2, 'Field "mig.mode.current" is not a valid field to query.', "")})[0]
+    result = smi.gather(run)
+    assert result["gpus"][0]["mig_mode"] is None and result["warnings"] == []
+    third = {"index": 2, "name": "NVIDIA H100 PCIe", "mig_mode": "Enabled", "mig_devices": []}
+    assert smi.mig_without_instances(third) == (
+        "GPU 2 (NVIDIA H100 PCIe) has MIG mode enabled but no MIG instances: CUDA sees no device on it. Create GPU "
+        "and compute instances (nvidia-smi mig -i 2 -cgi <profiles> -C; nvidia-smi mig -i 2 -lgip lists the "
+        "profiles), or turn MIG mode off (nvidia-smi -i 2 -mig 0, then reset the GPU or reboot)")
+    assert smi.mig_without_instances(dict(third, mig_mode="Disabled")) is None
+    assert smi.mig_without_instances(dict(third, mig_devices=[{"index": 0}])) is None

@@ -54,6 +54,12 @@ def test_normalize_gpus_counts_the_running_servers_memory_as_free():
     ([{"memory_total_mib": 100}], None, NO_FREE % "unnamed"),
     ([{"memory_free_mib": 100, "mig_devices": [{}]}], None,
      "gpus[0] (None) is in MIG mode: plan for one MIG device by passing a gpus list with its memory"),
+    # MIG mode on with no instance (gpu_info's mig_mode "Enabled", no mig_devices): refused with what to do, even where
+    # gpu_devices leaves it out, since CUDA numbers the GPUs after it one lower than nvidia-smi does.
+    ([gpu(1000, 0), dict(gpu(40960, 1), name="NVIDIA A100-SXM4-40GB", mig_mode="Enabled", mig_devices=[])], [0],
+     "gpus[1]: GPU 1 (NVIDIA A100-SXM4-40GB) has MIG mode enabled but no MIG instances: CUDA sees no device on it. "
+     "Create GPU and compute instances (nvidia-smi mig -i 1 -cgi <profiles> -C; nvidia-smi mig -i 1 -lgip lists the "
+     "profiles), or turn MIG mode off (nvidia-smi -i 1 -mig 0, then reset the GPU or reboot)"),
     ([{"memory_free_mib": 1, "vram": 2}], None,
      "gpus[0] has unknown field(s) vram (known: %s)" % ", ".join(pin.GPU_INPUT_KEYS)),
     ([gpu(1000, 0), gpu(1000, 1)], [1, 4, 5], "gpu_devices 4, 5 are not among the GPUs (0, 1)"),
@@ -63,6 +69,12 @@ def test_normalize_gpus_errors(gpus, devices, message):
     with pytest.raises(pin.PlanError) as info:
         pin.normalize_gpus(gpus, devices)
     assert str(info.value) == message
+
+
+def test_a_gpu_with_its_mig_mode_off_or_unknown_is_planned_whole():
+    for mode in ("Disabled", None):
+        normal = pin.normalize_gpus([dict(gpu(81559, 0, "NVIDIA H100 80GB HBM3"), mig_mode=mode, mig_devices=[])])
+        assert [(g.name, g.index, g.memory_free_mib) for g in normal] == [("NVIDIA H100 80GB HBM3", 0, 81559)]
 
 
 @pytest.mark.parametrize("host, normal", [

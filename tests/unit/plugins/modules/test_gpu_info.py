@@ -42,7 +42,7 @@ def test_dual_with_processes_in_check_mode_and_the_memory_a_process_tree_holds(a
     assert result["processes"] == []
     assert log.read_text().splitlines() == [
         "--query-gpu=index,name,uuid,pci.bus_id,memory.total,memory.used,memory.free,driver_version,compute_cap "
-        "--format=csv,noheader,nounits", "-L",
+        "--format=csv,noheader,nounits", "-L", "--query-gpu=uuid,mig.mode.current --format=csv,noheader,nounits",
         "--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits"]
     # pid 48213 is the llama-server of the busy A5500 fixture: its 18342 MiB count for the tree; pid 1771 is another
     # process. The pid does not exist here, so its tree is itself.
@@ -82,3 +82,15 @@ def test_no_nvidia_smi_is_a_cpu_host(ansible_module, tmp_path):
     result = ansible_module("gpu_info", {"processes": True}, extra_env={"PATH": str(tmp_path)})
     assert result["failed"] is False
     assert result["gpus"] == [] and result["topology"] == "cpu" and result["nvidia_smi"] is None
+
+
+def test_a_gpu_in_mig_mode_without_instances_is_reported_with_a_warning(ansible_module):
+    result = ansible_module("gpu_info", {}, extra_env=env_with_double("mig_a100_no_instances"))
+    assert result["failed"] is False
+    gpu = result["gpus"][0]
+    assert (gpu["name"], gpu["mig_mode"], gpu["mig_devices"]) == ("NVIDIA A100-SXM4-40GB", "Enabled", [])
+    words = [w["event"]["msg"] if isinstance(w, dict) else w for w in result["warnings"]]  # 2.19 wraps each warning
+    assert any("GPU 0 (NVIDIA A100-SXM4-40GB) has MIG mode enabled but no MIG instances" in w
+               and "nvidia-smi -i 0 -mig 0" in w for w in words)
+    plain = ansible_module("gpu_info", {}, extra_env=env_with_double("h100"))
+    assert plain["gpus"][0]["mig_mode"] == "Disabled" and not plain.get("warnings")
