@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-# Copyright: (c) 2026, ai_llm.moe_offload contributors
-# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Small jobs that host and controller code share, each with one home: hashing, reading a file, integers from
 metadata, MiB and cutting text to a width. Standard library only (this file runs on the target hosts)."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-# Copyright: ai_llm maintainers
+# Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read a GGUF model (llama.cpp's model format): one file, or every shard of a split model, headers only.
 

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-# Copyright: (c) 2026, ai_llm.moe_offload contributors
-# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The GGUF metadata keys this collection reads, one table, named as gguf-py names them.
 
 Names and values are those of llama.cpp's gguf-py, ``gguf/constants.py`` class ``Keys`` (the same strings as

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-# Copyright: ai_llm maintainers
+# Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Bounded reading of GGUF values from one file: scalars, strings and (nested) arrays, never tensor data.
 

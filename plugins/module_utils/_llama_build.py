@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-# Copyright: (c) 2026, ai_llm.moe_offload contributors
-# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The llama.cpp build this collection models: the memory and speed rules of the planner, the log formats of the
 proof and the start command were read from its sources, and the tests run a llama-server of this build."""
 from __future__ import annotations

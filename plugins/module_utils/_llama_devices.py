@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-# Copyright (c) ai_llm.moe_offload contributors
+# Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The devices llama.cpp says it uses (its ``using device`` lines), and whether they are the planned cards.
 

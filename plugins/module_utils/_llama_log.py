@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-# Copyright (c) ai_llm.moe_offload contributors
+# Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Parse a llama-server log: the build, the runs and loads, the overridden tensors, the buffers, errors and crashes.
 

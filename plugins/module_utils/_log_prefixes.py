@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-# Copyright (c) ai_llm.moe_offload contributors
+# Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The prefixes a llama-server log line picks up (llama.cpp's own timestamp, level and component; a container
 runtime's, journald's, compose's, a collector's), removed before ``_llama_log`` reads the message.

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-# Copyright (c) ai_llm.moe_offload contributors
+# Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Decide whether a parsed llama-server log (``_llama_log.parse_log``) proves where the tensors were placed.
 
