@@ -6,9 +6,10 @@
 #                                                  capability from nvidia-smi), from the same llama.cpp sources as
 #                                                  scripts/llama-cpp.sh (LLAMA_CPP_CUDA_ARCH); needs nvcc
 #   bash benchmarks/gpu_check.sh measure [ARGS]    benchmarks/gpu_check.py with that build: a generated MoE model of
-#                                                  a few GiB loaded with no offload, with the plan's placement and
-#                                                  with --fit on; nvidia-smi's memory, the logs, the plan and the
-#                                                  speeds in gpu-check/ (ARGS: gpu_check.py's, e.g. --model-mib 6144)
+#                                                  a few GiB loaded with no offload, with the plan's placement, with
+#                                                  --fit on, and with the first or the last blocks' experts in host
+#                                                  memory; nvidia-smi's memory, the logs, the plan and the speeds in
+#                                                  gpu-check/ (ARGS: gpu_check.py's, e.g. --model-mib 6144)
 # Without nvidia-smi (the CPU path, as the tests run it) build links the CPU build and measure runs on the CPU.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"

@@ -1,7 +1,8 @@
 """benchmarks/gpu_check.sh on this machine: the CPU path (no nvidia-smi: the CPU build, every load on the CPU), and
 its GPU path's plan and flags with the nvidia-smi test double of a dual RTX A5500 + A4000 (the CPU build of
 llama-server has no CUDA device, so -ngl 99 and --fit on load on the CPU; the double's memory does not move).
-The real llama-server serves every load; a small model and a short speed check keep it to seconds."""
+The real llama-server serves every load (five: none, plan, fit, and the first or the last blocks' experts on the host);
+a small model and a short speed check keep it to seconds."""
 from __future__ import annotations
 
 import json
@@ -40,7 +41,7 @@ def test_the_cpu_path_builds_nothing_new_and_measures_three_loads_on_the_cpu(bui
     assert "gpu_check: no nvidia-smi: the CPU build (the CPU path)" in built
     printed = gpu_check("measure", "--out", str(tmp_path), *SMALL)
     got = results(tmp_path)
-    assert sorted(got["loads"]) == ["fit", "none", "plan"]
+    assert sorted(got["loads"]) == ["first", "fit", "last", "none", "plan"]
     for name, load in got["loads"].items():
         assert load["args"] == ["-c", "512", "-ngl", "0", "-fit", "off"], name
         assert load["speed"]["decode_tokens_per_second"] > 0 and load["speed"]["prompt_tokens_per_second"] > 0
@@ -62,5 +63,11 @@ def test_the_gpu_path_plans_for_the_cards_nvidia_smi_names_and_loads_each_placem
     expected = ["-c", "512", "-ngl", "99", "-fit", "off"] + (["-ts", plan["tensor_split"]] if plan["tensor_split"]
                                                              else [])
     assert got["loads"]["plan"]["args"][:len(expected)] == expected
+    # 60 MiB of f32 qwen3moe: round(60 / 96) = 1, so 2 expert blocks (write_model's least), and the default
+    # --host-blocks is one of them: block 0 for the first load, block 1 for the last
+    assert got["ends"] == {"first": r"blk\.0\.ffn_.*_exps\.weight", "last": r"blk\.1\.ffn_.*_exps\.weight"}
+    for name in ("first", "last"):
+        assert got["loads"][name]["args"] == ["-c", "512", "-ngl", "99", "-fit", "off", "-ot", got["ends"][name] + "=CPU"]
+        assert got["loads"][name]["speed"]["decode_tokens_per_second"] > 0
     # the double prints the same memory before and during each load
-    assert [load["nvidia_smi_mib"] for load in got["loads"].values()] == [[0, 0]] * 3
+    assert [load["nvidia_smi_mib"] for load in got["loads"].values()] == [[0, 0]] * 5
