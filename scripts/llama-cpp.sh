@@ -27,7 +27,9 @@ cd "$ROOT"
 build_module="$ROOT/plugins/module_utils/_llama_build.py"
 build_number="$(sed -n 's/^BUILD = \([0-9][0-9]*\).*/\1/p' "$build_module")"
 commit="$(sed -n 's/^COMMIT = "\([0-9a-f][0-9a-f]*\)".*/\1/p' "$build_module")"
-[ -n "$build_number" ] && [ -n "$commit" ] || { echo "llama-cpp.sh: cannot read BUILD and COMMIT from $build_module" >&2; exit 1; }
+if [ -z "$build_number" ] || [ -z "$commit" ]; then
+  echo "llama-cpp.sh: cannot read BUILD and COMMIT from $build_module" >&2; exit 1
+fi
 version="$build_number.0.0"
 sha256=a14361d98298fca2184cc769285c053b7e3869ab44ed985845890e875a61bd59
 cpu="${LLAMA_CPP_CPU:-avx2}"

@@ -42,7 +42,7 @@ notes:
   - Memory figures are in MiB (2^20 bytes), as C(nvidia-smi) prints them with C(nounits).
   - On a GPU in MIG mode, CUDA programs see the MIG devices listed in RV(gpus[].mig_devices), each with a
     slice of the memory, not the whole GPU.
-  - A GPU whose RV(gpus[].mig_mode) is V(Enabled) but that has no MIG devices is no CUDA device at all: the module
+  - A GPU whose RV(gpus[].mig_mode) is V(Enabled) but that has no MIG devices is no CUDA device at all; the module
     warns, and M(ai_llm.moe_offload.moe_offload_plan) and the C(llm_server) role refuse to plan it until GPU and
     compute instances exist (C(nvidia-smi mig -cgi ... -C)) or MIG mode is off (C(nvidia-smi -i N -mig 0)).
 seealso:
