@@ -253,6 +253,9 @@ def render_compose(settings, placement, engine):
     # storage/bind-mounts/#configure-the-selinux-label; compose's bind.selinux: docs.docker.com/reference/compose-file/
     # services/#volumes). The model directory may be shared with other containers: z, the shared label. The secrets
     # directory is this container's alone: Z, a label private to it. On a host without SELinux both do nothing.
+    # docker compose passes the relabel on only in the "-v" form, which it uses when create_host_path is true; with
+    # the mount API (its choice otherwise) docker gets no SELinux option (compose 2.40.3 on docker 20.10:
+    # HostConfig.Binds "src:dst:ro,z" with it, HostConfig.Mounts without any label without it).
     lines += [
         "    volumes:",
         "      - type: \"bind\"",
@@ -261,12 +264,14 @@ def render_compose(settings, placement, engine):
         "        read_only: true",
         "        bind:",
         "          selinux: \"z\"",
+        "          create_host_path: true",
         "      - type: \"bind\"",
         "        source: %s" % lit(settings["paths"]["secrets"]),
         "        target: %s" % lit(SECRETS_MOUNT),
         "        read_only: true",
         "        bind:",
         "          selinux: \"Z\"",
+        "          create_host_path: true",
     ]
     # (auto is the engine's own form, resolved from the host's read: llm_server_service_info's gpu_access)
     access = settings["gpu_access"]

@@ -268,12 +268,14 @@ VOLUMES = """\
         read_only: true
         bind:
           selinux: "z"
+          create_host_path: true
       - type: "bind"
         source: "/srv/ai-llm/secrets"
         target: "/run/secrets/ai-llm"
         read_only: true
         bind:
           selinux: "Z"
+          create_host_path: true
 """
 DOCKER_LOGGING = """\
     logging:
