@@ -27,6 +27,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._nvidia_smi import parse_gpus
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_placement import place
+from tests.helpers.cdi import cdi_spec
 from tests.helpers.deploy_settings import settings as checked_settings
 from tests.helpers.llama_server import free_port
 from tests.helpers.llm_deploy import cpu_image, docker_image, start_docker
@@ -83,28 +84,6 @@ def inspect(engine, name):
     assert rc == 0, err
     data = json.loads(out)
     return data[0] if isinstance(data, list) else data
-
-
-@contextlib.contextmanager
-def cdi_spec(devices):
-    """A CDI spec of this test's own, kind nvidia.com/gpu, in /var/run/cdi (podman 4.3.1 reads it and /etc/cdi):
-    one device per name whose only edit is the variable ``AI_LLM_CDI_<n>=<name>``; removed after, with the folder
-    when the test made it."""
-    folder = Path("/var/run/cdi")
-    made = not folder.exists()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / ("ai-llm-test-%s.json" % uuid.uuid4().hex[:12])
-    spec = {"cdiVersion": "0.3.0", "kind": "nvidia.com/gpu",
-            "devices": [{"name": d, "containerEdits": {"env": ["AI_LLM_CDI_%d=%s" % (n, d)]}}
-                        for n, d in enumerate(devices)]}
-    path.write_text(json.dumps(spec))
-    try:
-        yield path
-    finally:
-        path.unlink()
-        if made:
-            with contextlib.suppress(OSError):
-                folder.rmdir()
 
 
 def cdi_variables(env):
