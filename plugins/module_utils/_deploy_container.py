@@ -29,6 +29,11 @@ COMPOSE_INSTALL = ("no compose tool works on this host: install podman-compose (
 # docker info's server version and CDI spec directories (docker 25 or newer)
 DOCKER_CDI_FORMAT = "{{.ServerVersion}} {{json .CDISpecDirs}}"
 _VERSION_RE = re.compile(r"(?<![\w.])v?(\d+)\.\d+")
+_PROVIDER_RE = re.compile(r'Executing external compose provider "([^"]+)"')
+CDI_KIND = "nvidia.com/gpu"
+# docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/cdi-support.html
+CDI_GENERATE = "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
+DOCKER_COMPOSE_CDI = (2, 30)
 # llama-server answers every path but these without the API key with 401 (tools/server/server-http.cpp,
 # middleware_validate_api_key); /props needs the key and is cheap.
 AUTH_PROBE_PATH = "/props"
@@ -74,6 +79,84 @@ def docker_gpu_access(info):
     return "cdi" if major is not None and major >= 25 and dirs else "reservations"
 
 
+def podman_compose_provider(run, program):
+    """The program ``podman compose`` hands its work to (podman 4.7 and newer run an external provider: the
+    ``compose_providers`` of containers.conf or ``PODMAN_COMPOSE_PROVIDER``, else docker-compose before podman-compose;
+    docs.podman.io/en/latest/markdown/podman-compose.1.html): ``docker-compose`` or ``podman-compose``, read from the
+    banner podman prints on stderr (``>>>> Executing external compose provider "/usr/bin/docker-compose"``) or, where
+    ``compose_warning_logs`` hides it, from the provider's own version line; ``None`` when ``podman compose`` fails."""
+    rc, out, err = run([program, "compose", "version"])
+    if rc != 0:
+        return None
+    banner = _PROVIDER_RE.search(err or "")
+    if banner:
+        return "podman-compose" if "podman-compose" in os.path.basename(banner.group(1)) else "docker-compose"
+    return "docker-compose" if "docker compose" in (out or "").lower() else "podman-compose"
+
+
+def compose_version(run, compose_command):
+    """``(major, minor)`` of docker's compose (``docker compose version --short``: ``2.40.3``), or ``None``."""
+    rc, out, _err = run(list(compose_command) + ["version", "--short"])
+    match = re.search(r"(\d+)\.(\d+)", out or "") if rc == 0 else None
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def cdi_devices_problem(run, engine, image, names):
+    """Whether the engine resolves the CDI devices ``nvidia.com/gpu=<name>`` of ``names``: a container of ``image``
+    with those devices is created and removed, never started; podman resolves CDI devices when it prepares the
+    container's runtime spec, so it is also initialised (``podman init``: the runtime creates it, its process does not
+    run). The engine's refusal in one line, or ``None``."""
+    name = "ai-llm-cdi-check-%d-%s" % (os.getpid(), os.urandom(4).hex())
+    argv = [engine, "create", "--name", name, "--network", "none"]
+    for device in names:
+        argv += ["--device", CDI_KIND + "=" + device]
+    rc, out, err = run(argv + [image])
+    try:
+        if rc == 0 and engine == "podman":
+            rc, out, err = run([engine, "init", name])
+    finally:
+        run([engine, "rm", "--force", name])
+    if rc != 0:
+        lines = [line.strip() for line in (err or out or "").splitlines() if line.strip()]
+        return lines[-1] if lines else "%s create failed (rc=%d)" % (engine, rc)
+    return None
+
+
+def gpu_access_check(run, compose_command, engine, access, image, names):
+    """How the container gets the GPUs ``names`` (UUIDs, else indices), checked on this host before anything stops:
+    ``(access, problem)``. ``access`` is ``llm_server_gpu_access`` (``auto``, ``cdi`` or ``reservations``); ``auto``
+    becomes ``cdi`` with podman, and with docker whose daemon has CDI enabled (``engine_gpu_access``). CDI is kept
+    only when the compose tool passes CDI devices on and the engine resolves every name; on docker a CDI that does
+    not hold falls back to compose's device reservations unless ``cdi`` was asked for; on podman it is refused.
+    ``problem`` is ``None`` or the refusal, naming what to do."""
+    chosen = engine_gpu_access(run, engine) if access == "auto" else access
+    if chosen != "cdi":
+        return chosen, None
+    problem = None
+    if engine == "podman" and engine_of(compose_command) == "podman" and list(compose_command[1:2]) == ["compose"]:
+        if podman_compose_provider(run, compose_command[0]) == "docker-compose":
+            # containers/podman#28436, #28309: through docker-compose, CDI device names are dropped or refused
+            problem = ("'%s' runs docker-compose, which drops CDI devices (github.com/containers/podman/issues/28436): "
+                       "install podman-compose or set llm_server_compose_command to [podman-compose]"
+                       % " ".join(compose_command))
+    elif engine == "docker":
+        version = compose_version(run, compose_command)
+        if version is None or version < DOCKER_COMPOSE_CDI:
+            # compose turns CDI names under devices: into device requests from 2.30 (github.com/docker/compose/pull/12184)
+            problem = "%s %s passes CDI devices on only from 2.30" % (
+                " ".join(compose_command), "%d.%d" % version if version else "(version unknown)")
+    if problem is None:
+        refused = cdi_devices_problem(run, engine, image, names)
+        if refused:
+            problem = ("%s does not resolve the CDI devices %s (%s): generate NVIDIA's CDI spec with '%s'"
+                       % (engine, ", ".join(CDI_KIND + "=" + n for n in names), refused, CDI_GENERATE))
+    if problem is None:
+        return "cdi", None
+    if engine == "docker" and access == "auto":
+        return "reservations", None
+    return "cdi", "llm_server: GPU access through CDI: %s. Nothing was changed." % problem
+
+
 def major_version(text):
     """The major version in a tool's version output (``1.29.2``, ``v2.40.3``, ``docker-compose version 1.29.2,
     build unknown``, docker's ``25.0.3``), or ``None`` when it names none."""
@@ -83,8 +166,9 @@ def major_version(text):
 
 def find_compose(run, which, given=None):
     """The compose tool as ``(argv, None)``: ``given`` when set, else the first of ``COMPOSE_CANDIDATES`` that
-    works (``podman compose`` is asked for its version; docker's tools for theirs, which must be compose v2 or
-    newer; podman-compose only needs to be on PATH). ``(None, why)`` when there is none, ``why`` saying what was
+    works (``podman compose`` is asked for its version, and gives way to podman-compose when it runs docker-compose:
+    ``podman_compose_provider``; docker's tools for theirs, which must be compose v2 or newer; podman-compose only
+    needs to be on PATH). ``(None, why)`` when there is none, ``why`` saying what was
     refused and what to install."""
     if given:
         return list(given), None
@@ -96,7 +180,10 @@ def find_compose(run, which, given=None):
         if candidate == ("podman-compose",):
             return [candidate[0]], None
         if candidate[0] == "podman":
-            if run([program, "compose", "version"])[0] == 0:
+            provider = podman_compose_provider(run, program)
+            if provider == "docker-compose" and which("podman-compose"):
+                return ["podman-compose"], None  # it passes CDI devices on; docker-compose under podman does not
+            if provider:
                 return list(candidate), None
             continue
         rc, out, _err = run([program] + list(candidate[1:]) + ["version", "--short"])

@@ -50,6 +50,11 @@ SECRETS_MOUNT = "/run/secrets/ai-llm"
 API_KEY_FILE = SECRETS_MOUNT + "/api-key"
 _NEWLINE_RE = re.compile(r"\r\n|\n|\r")
 _ENV_LINE_RE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.-]*)\s*=(.*)$")
+# A GPU's UUID as nvidia-smi prints it (``GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60``).
+_GPU_UUID_RE = re.compile(r"^GPU-[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$")
+# The probe of the compose healthcheck: start-llama-server asks llama-server's /health on LLAMA_HOST:LLAMA_PORT with
+# the curl or wget its image has (images/ai-llm/start-llama-server).
+HEALTH_PROBE = ("/usr/local/bin/start-llama-server", "--health")
 
 
 class RenderError(Exception):
@@ -167,6 +172,27 @@ def merge_env(text, block):
     return "\n".join(out) + "\n", dropped
 
 
+def gpu_names(placement):
+    """The planned GPUs as the engine is to name them: their UUIDs (``placement["gpu_uuids"]``, one per entry of
+    ``gpu_devices``), which name the same card whatever order CUDA or the driver enumerates in, else their indices.
+
+    NVIDIA's ``nvidia-ctk cdi generate`` names every GPU by index and by UUID by default (``--device-name-strategy``,
+    default ``index`` and ``uuid``: github.com/NVIDIA/nvidia-container-toolkit, cmd/nvidia-ctk/cdi/generate), and
+    ``NVIDIA_VISIBLE_DEVICES`` and compose's ``device_ids`` take either (docs.nvidia.com/datacenter/cloud-native/
+    container-toolkit/latest/docker-specialized.html, "GPU Enumeration")."""
+    devices = [str(d) for d in placement.get("gpu_devices") or []]
+    uuids = [str(u) for u in placement.get("gpu_uuids") or []]
+    if not uuids:
+        return devices
+    if len(uuids) != len(devices):
+        raise RenderError("gpu_uuids %s do not match gpu_devices %s one to one" % (json.dumps(uuids), json.dumps(devices)))
+    for uuid in uuids:
+        if not _GPU_UUID_RE.match(uuid):
+            raise RenderError("GPU UUID %s is not a UUID as nvidia-smi prints it (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"
+                              % json.dumps(uuid))
+    return uuids
+
+
 def render_compose(settings, placement, engine):
     """The compose file (text) for ``settings`` (``Settings.as_dict()``), the placement and the engine."""
     gpu = placement.get("topology", "cpu") != "cpu"
@@ -202,22 +228,51 @@ def render_compose(settings, placement, engine):
     else:
         lines += ["      LLAMA_HOST: \"0.0.0.0\"",
                   "      LLAMA_PORT: %s" % lit(str(settings["container_port"]))]
-    if gpu:
-        lines.append("      NVIDIA_VISIBLE_DEVICES: %s" % ref("LLM_GPU_DEVICES"))
+    devices = gpu_names(placement) if gpu else []
+    # CUDA numbers devices fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID (docs.nvidia.com/cuda/
+    # cuda-c-programming-guide/#cuda-environment-variables): the device overrides' CUDA<n> follow the PCI order.
+    lines.append("      CUDA_DEVICE_ORDER: \"PCI_BUS_ID\"")
+    # The CUDA image sets NVIDIA_VISIBLE_DEVICES=all: a CPU deploy says void, which the NVIDIA runtime reads as no GPU
+    # at all, also where nvidia is docker's default runtime (docs.nvidia.com/datacenter/cloud-native/container-toolkit/
+    # latest/docker-specialized.html, "GPU Enumeration").
+    lines.append("      NVIDIA_VISIBLE_DEVICES: %s" % lit(",".join(devices) if gpu else "void"))
     if settings["extra_args"]:
         lines.append("    command: [%s]" % ", ".join(lit(a) for a in settings["extra_args"]))
+    # The healthcheck replaces the image's own (upstream's CUDA image probes localhost:8080 with no start period): the
+    # probe asks the address and port llama-server listens on, and the start period covers the longest load the role
+    # waits for (llm_server_health_timeout).
+    lines += [
+        "    healthcheck:",
+        "      test: [%s]" % ", ".join(lit(a) for a in ("CMD",) + HEALTH_PROBE),
+        "      interval: \"10s\"",
+        "      timeout: \"5s\"",
+        "      retries: 3",
+        "      start_period: %s" % lit("%ds" % settings["health_timeout"]),
+    ]
+    # SELinux hosts: the container reads the bind mounts only once relabelled (podman-run(1) and docs.docker.com/engine/
+    # storage/bind-mounts/#configure-the-selinux-label; compose's bind.selinux: docs.docker.com/reference/compose-file/
+    # services/#volumes). The model directory may be shared with other containers: z, the shared label. The secrets
+    # directory is this container's alone: Z, a label private to it. On a host without SELinux both do nothing.
+    # docker compose passes the relabel on only in the "-v" form, which it uses when create_host_path is true; with
+    # the mount API (its choice otherwise) docker gets no SELinux option (compose 2.40.3 on docker 20.10:
+    # HostConfig.Binds "src:dst:ro,z" with it, HostConfig.Mounts without any label without it).
     lines += [
         "    volumes:",
         "      - type: \"bind\"",
         "        source: %s" % lit(settings["model_dir"]),
         "        target: %s" % lit(settings["model_mount"]),
         "        read_only: true",
+        "        bind:",
+        "          selinux: \"z\"",
+        "          create_host_path: true",
         "      - type: \"bind\"",
         "        source: %s" % lit(settings["paths"]["secrets"]),
         "        target: %s" % lit(SECRETS_MOUNT),
         "        read_only: true",
+        "        bind:",
+        "          selinux: \"Z\"",
+        "          create_host_path: true",
     ]
-    devices = [str(d) for d in placement.get("gpu_devices") or []]
     # (auto is the engine's own form, resolved from the host's read: llm_server_service_info's gpu_access)
     access = settings["gpu_access"]
     if gpu and access not in ("cdi", "reservations"):
@@ -226,6 +281,10 @@ def render_compose(settings, placement, engine):
         # CDI device names: podman, and docker 25 or newer with CDI enabled (docs.docker.com/reference/cli/dockerd/#enable-cdi-devices)
         lines.append("    devices:")
         lines += ["      - %s" % lit("nvidia.com/gpu=" + d) for d in devices]
+        if engine == "podman":
+            # NVIDIA's CDI instructions run podman's GPU containers with label=disable (docs.nvidia.com/datacenter/
+            # cloud-native/container-toolkit/latest/cdi-support.html, "Running a Workload with CDI")
+            lines += ["    security_opt:", "      - \"label=disable\""]
     elif gpu:
         # docs.docker.com/compose/how-tos/gpu-support/
         lines += [

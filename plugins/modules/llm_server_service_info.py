@@ -63,6 +63,26 @@ options:
         RV(gpu_info), and how the engine gives a container GPUs into RV(gpu_access).
     type: bool
     default: false
+  image:
+    description:
+      - The image of the deploy; with O(gpus) on a host with GPUs, the GPU access is checked with it before anything
+        changes - a container of it with the planned CDI devices is created (on podman also initialised, never started)
+        and removed, so that a CDI device the engine cannot resolve is refused here rather than after the old
+        container stopped.
+    type: str
+  gpu_access:
+    description:
+      - C(llm_server_gpu_access) - V(auto), V(cdi) or V(reservations); checked with O(image).
+    type: str
+    choices: [auto, cdi, reservations]
+    default: auto
+  gpu_devices:
+    description:
+      - The GPUs the deploy may use (nvidia-smi indices, C(llm_server_gpu_devices)); empty for every GPU. Their UUIDs
+        are the CDI names the check asks for.
+    type: list
+    elements: int
+    default: []
   host_memory:
     description:
       - Also read the host memory, as M(ai_llm.moe_offload.host_info) with the running container's pid does, into
@@ -110,6 +130,10 @@ gpu_access:
   description:
     - How the engine gives the container its GPUs, what the role's C(llm_server_gpu_access=auto) becomes - V(cdi) (CDI device
       names) with podman, and with docker 25 or newer with CDI enabled; V(reservations) with any other docker.
+    - With O(image), V(cdi) only where the compose tool passes CDI devices on (not C(podman compose) running docker-compose;
+      docker compose 2.30 or newer) and the engine resolves the GPUs' CDI names; else docker falls back to
+      V(reservations) (for V(auto)) and the module fails naming C(nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml)
+      or podman-compose.
   returned: when O(gpus) is set and the host has GPUs
   type: str
   sample: cdi
@@ -171,6 +195,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_contain
     container_state,
     engine_gpu_access,
     engine_of,
+    gpu_access_check,
     find_compose,
     http_get,
 )
@@ -193,6 +218,9 @@ def main():
             lock_path=dict(type="path"),
             gpus=dict(type="bool", default=False),
             host_memory=dict(type="bool", default=False),
+            image=dict(type="str"),
+            gpu_access=dict(type="str", default="auto", choices=["auto", "cdi", "reservations"]),
+            gpu_devices=dict(type="list", elements="int", default=[]),
             model_path=dict(type="path"),
             model_dir=dict(type="path"),
         ),
@@ -226,7 +254,14 @@ def main():
     try:
         if p["gpus"]:
             result["gpu_info"] = read(module.get_bin_path, run, pid=pid, pids=pids)
-            if result["gpu_info"]["gpus"]:  # (a host without GPUs renders no GPU access: docker info not asked)
+            gpus = result["gpu_info"]["gpus"]
+            if gpus and p["image"]:  # (a host without GPUs renders no GPU access: nothing asked)
+                chosen = [g for g in gpus if not p["gpu_devices"] or g.get("index") in p["gpu_devices"]]
+                names = [str(g.get("uuid") or g.get("index")) for g in chosen]
+                result["gpu_access"], problem = gpu_access_check(run, compose, engine, p["gpu_access"], p["image"], names)
+                if problem:
+                    module.fail_json(msg=problem, **result)
+            elif gpus:
                 result["gpu_access"] = engine_gpu_access(run, engine)
             for warning in result["gpu_info"].pop("warnings"):
                 module.warn(warning)

@@ -64,6 +64,13 @@ def _matching(pattern, names):
     return sorted(n for n in names if regex.search(n))
 
 
+def _uuids(gpu_info, devices):
+    """The UUIDs of the GPUs ``devices`` (nvidia-smi indices); ``[]`` when one of them has none."""
+    by_index = {g.get("index"): g.get("uuid") for g in (gpu_info or {}).get("gpus") or []}
+    uuids = [by_index.get(d) for d in devices]
+    return uuids if all(uuids) else []
+
+
 def place(settings, model, plan, gpu_info, missing_gpus=(), host="?"):
     """The placement: ``pattern``, ``pattern_source`` (inventory, plan, model or none), ``device_overrides``
     (device overrides before the CPU pattern), ``expected_tensors`` (what the log must show moved),
@@ -134,6 +141,8 @@ def place(settings, model, plan, gpu_info, missing_gpus=(), host="?"):
         "device_overrides": overrides,
         "expected_tensors": expected,
         "gpu_devices": devices if topology != "cpu" else [],
+        # the same GPUs by UUID, which the compose file names them by (_deploy_render.gpu_names)
+        "gpu_uuids": _uuids(gpu_info, devices) if topology != "cpu" else [],
         "tensor_split": (plan or {}).get("tensor_split") or "" if plan_ok else "",
         "n_gpu_layers": (str(plan["n_gpu_layers"]) if plan_ok and plan.get("n_gpu_layers") is not None
                          else settings["n_gpu_layers"]),

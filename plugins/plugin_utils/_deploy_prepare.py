@@ -55,7 +55,8 @@ def service_args(settings, api_key, entry="main"):
         args["api_key"] = api_key
     if entry != "rollback":
         args.update(lock_path=settings["paths"]["lock"], gpus=True, host_memory=True,
-                    model_path=settings["model_path"], model_dir=settings["model_dir"])
+                    model_path=settings["model_path"], model_dir=settings["model_dir"], image=settings["image"],
+                    gpu_access=settings["gpu_access"], gpu_devices=list(settings["gpu_devices"] or []))
     return args
 
 

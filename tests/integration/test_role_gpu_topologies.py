@@ -21,11 +21,13 @@ import dotenv
 import pytest
 import yaml
 
+from tests.helpers.cdi import cdi_spec
 from tests.helpers.llama_server import free_port
 from tests.helpers.llm_deploy import cpu_image, playbook_env, result
 from tools.gguf_models import write_demo_model, write_nemotron_h, write_nemotron_nano_30b
 
 ROOT = Path(__file__).resolve().parents[2]
+A5500_UUID, A4000_UUID = "GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60", "GPU-c05e7d29-4a18-3b6f-90d2-18e4a7f65c0b"
 DOUBLES = ROOT / "tests" / "doubles"
 FIXTURES = ROOT / "tests" / "data" / "nvidia_smi"
 ROLE = "ai_llm.moe_offload.llm_server : "
@@ -91,7 +93,7 @@ def deploy(tmp_path):
     name = "ai-llm-gputopo-" + uuid.uuid4().hex[:8]
     project = tmp_path / "ai-llm"
 
-    def run(fixture, model, ok=True, doubles=DOUBLES, **role_vars):
+    def run(fixture, model, ok=True, doubles=DOUBLES, cdi=True, **role_vars):
         args_log = tmp_path / "nvidia-smi-args.log"
         host_vars = {
             "ansible_connection": "local",
@@ -114,8 +116,13 @@ def deploy(tmp_path):
         cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "playbooks" / "deploy.yml"),
                "-v", "-i", str(inventory), "--check", "--diff"]
         before_files, before_container = files_state(project), containers(name)
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300,
-                              check=False)
+        # the GPUs' CDI names, which the role checks podman resolves before it changes anything (also in check mode)
+        fixture_file = FIXTURES / (fixture + ".txt")
+        uuids = sorted(set(re.findall(r"GPU-[0-9a-f-]{36}", fixture_file.read_text()))) if fixture_file.exists() else []
+        uuids = uuids if cdi else []
+        with cdi_spec(uuids):
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300,
+                                  check=False)
         done = Run(proc, project, args_log)
         assert (proc.returncode == 0) == ok, done
         assert files_state(project) == before_files, "check mode changed the project directory"
@@ -186,7 +193,7 @@ def test_single_a5500_small_model_no_offload(deploy, models):
     assert env["LLM_MOE_OFFLOAD_PATTERN"] == ""
     assert env["LLM_GPU_DEVICES"] == "0" and env["LLM_TENSOR_SPLIT"] == ""
     service = run.compose_after()["services"]["ai-llm"]
-    assert service["devices"] == ["nvidia.com/gpu=0"]
+    assert service["devices"] == ["nvidia.com/gpu=" + A5500_UUID]
     assert run.result["status"] == "checked"
     assert run.result["message"].startswith("check mode: the configuration changed (")
     assert run.result["message"].endswith(": ai-llm is recreated (nothing was changed)")
@@ -244,7 +251,7 @@ def test_dual_gpu_split_over_both_cards(deploy, models):
     for share, mib in zip(shares, free):
         assert share == pytest.approx(mib / sum(free), abs=0.001)
     assert env["LLM_GPU_DEVICES"] == "0,1" and env["LLM_MOE_OFFLOAD_PATTERN"] == ""
-    assert run.compose_after()["services"]["ai-llm"]["devices"] == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
+    assert run.compose_after()["services"]["ai-llm"]["devices"] == ["nvidia.com/gpu=" + A5500_UUID, "nvidia.com/gpu=" + A4000_UUID]
 
 
 def test_dual_gpu_one_chosen_card_is_planned_alone(deploy, models):
@@ -258,7 +265,7 @@ def test_dual_gpu_one_chosen_card_is_planned_alone(deploy, models):
     env = run.env_added()
     assert env["LLM_GPU_DEVICES"] == "1" and env["LLM_TENSOR_SPLIT"] == ""
     assert env["LLM_MOE_OFFLOAD_PATTERN"] == plan["pattern"]
-    assert run.compose_after()["services"]["ai-llm"]["devices"] == ["nvidia.com/gpu=1"]
+    assert run.compose_after()["services"]["ai-llm"]["devices"] == ["nvidia.com/gpu=" + A4000_UUID]
 
 
 def test_a_chosen_gpu_the_host_lacks_is_refused_before_anything_changes(deploy, models):
@@ -273,6 +280,12 @@ def test_a_chosen_gpu_the_host_lacks_is_refused_before_anything_changes(deploy, 
     assert run.result["plan"]["fits"] is None
 
 
+def test_gpus_podman_cannot_resolve_are_refused_in_check_mode_naming_the_spec_to_generate(deploy, models):
+    run = deploy("rtx_a5500", models["demo"], ok=False, cdi=False)
+    assert "does not resolve the CDI devices nvidia.com/gpu=%s" % A5500_UUID in run.proc.stdout, run
+    assert "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml" in run.proc.stdout
+
+
 # --- (d) docker: device reservations instead of CDI devices ---------------------------------------------
 
 
@@ -281,7 +294,7 @@ def test_docker_compose_renders_device_reservations(deploy, models):
     service = run.compose_after()["services"]["ai-llm"]
     assert "devices" not in service
     assert service["deploy"]["resources"]["reservations"]["devices"] == [
-        {"driver": "nvidia", "device_ids": ["0", "1"], "capabilities": ["gpu"]}]
+        {"driver": "nvidia", "device_ids": [A5500_UUID, A4000_UUID], "capabilities": ["gpu"]}]
     assert run.env_added()["LLM_GPU_DEVICES"] == "0,1"
 
 

@@ -18,6 +18,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_contain
     COMPOSE_CANDIDATES,
     COMPOSE_INSTALL,
     DOCKER_CDI_FORMAT,
+    podman_compose_provider,
     compose_config_check,
     container_state,
     docker_gpu_access,
@@ -312,3 +313,29 @@ def test_one_health_probe_waits_one_to_five_seconds(monkeypatch, timeout, probe)
     monkeypatch.setattr(_deploy_container, "http_get", http_get)
     answer = wait_healthy(replying(*RUNNING), "podman", "ai-llm", "http://127.0.0.1:9/health", timeout=timeout)
     assert answer["healthy"] is True and probes == [probe]
+
+
+# What podman 4.7+ prints on stderr before it runs a compose provider (cmd/podman/compose.go), unless
+# compose_warning_logs = false in containers.conf hides it; then only the provider's own version line tells.
+BANNER = ('>>>> Executing external compose provider "%s". Please see podman-compose(1) for how to disable this '
+          'message. <<<<\n\n')
+
+
+@pytest.mark.parametrize("answer, provider", [
+    ((0, "Docker Compose version v2.37.1\n", BANNER % "/usr/libexec/docker/cli-plugins/docker-compose"), "docker-compose"),
+    ((0, "podman-compose version 1.6.0\npodman version 5.4.0\n", BANNER % "/usr/bin/podman-compose"), "podman-compose"),
+    ((0, "Docker Compose version v2.37.1\n", ""), "docker-compose"),  # the banner hidden
+    ((0, "podman-compose version 1.6.0\n", ""), "podman-compose"),
+    ((125, "", 'Error: unrecognized command `podman compose`'), None),  # podman before 4.7
+])
+def test_the_provider_podman_compose_runs_is_read_from_its_banner_or_its_version(answer, provider):
+    assert podman_compose_provider(lambda argv: answer, "/usr/bin/podman") == provider
+
+
+def test_podman_compose_running_docker_compose_gives_way_to_podman_compose():
+    docker_compose = (0, "Docker Compose version v2.37.1\n", BANNER % "/usr/local/bin/docker-compose")
+    assert find_compose(lambda argv: docker_compose, ALL.get) == (["podman-compose"], None)
+    # without podman-compose it stays (a GPU deploy is refused by gpu_access_check); with podman-compose behind it too
+    assert find_compose(lambda argv: docker_compose, NO_PODMAN_COMPOSE.get) == (["podman", "compose"], None)
+    own = (0, "podman-compose version 1.6.0\n", BANNER % "/usr/bin/podman-compose")
+    assert find_compose(lambda argv: own, ALL.get) == (["podman", "compose"], None)

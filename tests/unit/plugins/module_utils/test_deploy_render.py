@@ -253,16 +253,29 @@ ENVIRONMENT = """\
       LOG_VERBOSITY: "${LLM_LOG_VERBOSITY:-}"
       API_KEY_FILE: "/run/secrets/ai-llm/api-key"
 """
+UUID_A, UUID_B = "GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60", "GPU-2b9e7f14-c3a8-4d56-8e01-7f4a2c9d3e85"
 VOLUMES = """\
+    healthcheck:
+      test: ["CMD", "/usr/local/bin/start-llama-server", "--health"]
+      interval: "10s"
+      timeout: "5s"
+      retries: 3
+      start_period: "%ds"
     volumes:
       - type: "bind"
         source: "/srv/models"
         target: "/models"
         read_only: true
+        bind:
+          selinux: "z"
+          create_host_path: true
       - type: "bind"
         source: "/srv/ai-llm/secrets"
         target: "/run/secrets/ai-llm"
         read_only: true
+        bind:
+          selinux: "Z"
+          create_host_path: true
 """
 DOCKER_LOGGING = """\
     logging:
@@ -291,20 +304,23 @@ def test_the_whole_compose_file_for_podman_and_for_docker_on_gpus_or_the_host_ne
 """ + ENVIRONMENT + """\
       LLAMA_HOST: "0.0.0.0"
       LLAMA_PORT: "9000"
-      NVIDIA_VISIBLE_DEVICES: "${LLM_GPU_DEVICES:-}"
+      CUDA_DEVICE_ORDER: "PCI_BUS_ID"
+      NVIDIA_VISIBLE_DEVICES: "%s,%s"
     command: ["--alias", "x"]
-""" + VOLUMES + """\
+""" % (UUID_A, UUID_B) + VOLUMES % 300 + """\
     devices:
-      - "nvidia.com/gpu=0"
-      - "nvidia.com/gpu=1"
+      - "nvidia.com/gpu=%s"
+      - "nvidia.com/gpu=%s"
+    security_opt:
+      - "label=disable"
     logging:
       driver: "k8s-file"
       options:
         max-size: "10m"
-"""
-    assert render_compose(s, PLACEMENT, "podman") == expected
+""" % (UUID_A, UUID_B)
+    assert render_compose(s, dict(PLACEMENT, gpu_uuids=[UUID_A, UUID_B]), "podman") == expected
     # docker on the host network without GPU: no ports, and llama-server listens on the .env address and port itself
-    s = settings(llm_server_network_mode="host", llm_server_log_max_file=7)
+    s = settings(llm_server_network_mode="host", llm_server_log_max_file=7, llm_server_health_timeout=1500)
     expected = HEAD + """\
   "ai-llm":
     image: "localhost/ai-llm:cuda"
@@ -317,23 +333,43 @@ def test_the_whole_compose_file_for_podman_and_for_docker_on_gpus_or_the_host_ne
 """ + ENVIRONMENT + """\
       LLAMA_HOST: "${LLM_BIND_ADDRESS:-127.0.0.1}"
       LLAMA_PORT: "${LLM_PORT:-8080}"
-""" + VOLUMES + DOCKER_LOGGING % 7
+      CUDA_DEVICE_ORDER: "PCI_BUS_ID"
+      NVIDIA_VISIBLE_DEVICES: "void"
+""" + VOLUMES % 1500 + DOCKER_LOGGING % 7
     assert render_compose(s, {"topology": "cpu", "gpu_devices": [0]}, "docker") == expected
     assert render_compose(s, {}, "docker") == expected
     # docker reserves the GPUs
-    text = render_compose(settings(llm_server_gpu_access="reservations"), {"topology": "dual", "gpu_devices": [3, 1]},
-                          "docker")
+    text = render_compose(settings(llm_server_gpu_access="reservations"),
+                          {"topology": "dual", "gpu_devices": [3, 1], "gpu_uuids": [UUID_B, UUID_A]}, "docker")
     assert text.endswith("""\
-      NVIDIA_VISIBLE_DEVICES: "${LLM_GPU_DEVICES:-}"
-""" + VOLUMES + """\
+      CUDA_DEVICE_ORDER: "PCI_BUS_ID"
+      NVIDIA_VISIBLE_DEVICES: "%s,%s"
+""" % (UUID_B, UUID_A) + VOLUMES % 300 + """\
     deploy:
       resources:
         reservations:
           devices:
             - driver: "nvidia"
-              device_ids: ["3", "1"]
+              device_ids: ["%s", "%s"]
               capabilities: ["gpu"]
-""" + DOCKER_LOGGING % 3)
+""" % (UUID_B, UUID_A) + DOCKER_LOGGING % 3)
+    # docker with CDI: the devices by UUID, and no label=disable (NVIDIA's instructions use it for podman)
+    text = render_compose(settings(), {"topology": "dual", "gpu_devices": [1], "gpu_uuids": [UUID_A]}, "docker")
+    assert '    devices:\n      - "nvidia.com/gpu=%s"\n    logging:' % UUID_A in text and "security_opt" not in text
+    # without the UUIDs (a placement of an older read), the indices
+    text = render_compose(settings(), {"topology": "dual", "gpu_devices": [1, 0]}, "podman")
+    assert 'NVIDIA_VISIBLE_DEVICES: "1,0"' in text and '"nvidia.com/gpu=1"\n      - "nvidia.com/gpu=0"' in text
+
+
+@pytest.mark.parametrize("uuids, problem", [
+    (["GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60"], "do not match gpu_devices"),
+    (["GPU-1", "GPU-2"], 'GPU UUID "GPU-1" is not a UUID'),
+    (["GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60", 'GPU-2b9e7f14-c3a8-4d56-8e01-7f4a2c9d3e8"\nx: "'], "is not a UUID"),
+    (["MIG-4a7f2c90-d1e8-5b36-a0c4-9e2f71b8d653", "GPU-2b9e7f14-c3a8-4d56-8e01-7f4a2c9d3e85"], "is not a UUID"),
+])
+def test_a_gpu_uuid_that_is_not_one_is_refused_by_name(uuids, problem):
+    with pytest.raises(RenderError, match=problem):
+        render_compose(settings(), dict(PLACEMENT, gpu_uuids=uuids), "podman")
 
 
 @pytest.mark.parametrize("text, lines", [

@@ -212,3 +212,17 @@ def test_missing_gpus_are_the_chosen_indices_the_host_lacks_as_numbers():
     assert missing_gpus(DUAL, ["1", 2]) == [2]
     assert missing_gpus({"gpus": DUAL["gpus"]}, [5]) == []  # no topology: a CPU host
     assert missing_gpus(None, [0]) == [] and missing_gpus(DUAL, None) == []
+
+
+def test_the_placed_gpus_by_uuid_in_the_order_of_their_indices(nano):
+    """The compose file names GPUs by UUID: each placed index's UUID from nvidia-smi, none on a CPU host, and none
+    when a placed GPU has no UUID (the indices are used then)."""
+    uuids = {0: "GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60", 1: "GPU-c05e7d29-4a18-3b6f-90d2-18e4a7f65c0b"}
+    dual = dict(DUAL, gpus=[dict(g, uuid=uuids[g["index"]]) for g in DUAL["gpus"]])
+    p = place(settings(nano, llm_server_gpu_devices=[1, 0]), report(nano), None, dual)
+    assert p["gpu_uuids"] == [uuids[1], uuids[0]]
+    p = place(settings(nano, llm_server_gpu_devices=[1]), report(nano), None, dual)
+    assert p["gpu_uuids"] == [uuids[1]]
+    assert place(settings(nano, llm_server_gpu_devices=[1]), report(nano), None, CPU)["gpu_uuids"] == []
+    no_uuid = dict(dual, gpus=[dict(g, uuid=None) if g["index"] == 1 else g for g in dual["gpus"]])
+    assert place(settings(nano), report(nano), None, no_uuid)["gpu_uuids"] == []
