@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_build import BUILD
+
 __all__ = ["USING_DEVICE", "parse_using_device", "normalize_pci_bus_id", "device_problem"]
 
 USING_DEVICE = "using device "
@@ -132,7 +134,7 @@ def device_problem(parsed, planned):
                 problems.append(f"{name} is logged with an unknown id: its card cannot be checked")
             else:
                 problems.append(f"{name} is logged without a PCI id: this llama.cpp build is too old to print one "
-                                "(the collection models build 10435)")
+                                f"(the collection models build {BUILD})")
         elif got["pci_bus_id"] != card:
             problems.append(f"{name} is {got['pci_bus_id']} ({got['description']}), the plan put {_card(p)} at "
                             f"{card} there: is CUDA_DEVICE_ORDER=PCI_BUS_ID set?")
