@@ -79,8 +79,7 @@ def cuda_image_fixture(tmp_path):
 
 
 @pytest.mark.parametrize("fixture, brand, cuda", [("rtx_a5500", "Unknown", "12.4"), ("rtx_4090", "GeForce", "12.6")])
-def test_the_image_requirement_and_each_gpu_s_facts_are_read(ansible_module, tmp_path, cuda_image, fixture, brand,
-                                                              cuda):
+def test_the_image_requirement_and_each_gpu_s_facts_are_read(ansible_module, tmp_path, cuda_image, fixture, brand, cuda):
     args = {"project_dir": str(tmp_path / "ai-llm"), "container_name": "ai-llm-absent-" + tmp_path.name[-8:],
             "compose_command": ["podman-compose"], "gpus": True, "image": cuda_image}
     result = ansible_module("llm_server_service_info", args, extra_env=dict(GPU_ENV, NVIDIA_SMI_FIXTURE=fixture))
