@@ -25,7 +25,10 @@ Standard library only (this file runs on the target hosts).
 """
 from __future__ import annotations
 
+import json
 import re
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._nvidia_smi import details_args, parse_details
 
 OPERATORS = ("=", "!=", "<", "<=", ">", ">=")
 NAMES = ("cuda", "driver", "arch", "brand")
@@ -114,3 +117,106 @@ def refusal(expression, facts, gpu_label):
     known = [facts.get(k) or "unknown" for k in ("driver", "cuda", "brand")]
     return ("GPU %s (driver %s, CUDA %s, brand %s) does not meet the image's NVIDIA_REQUIRE_CUDA: NVIDIA's container "
             "hook would refuse to start it; it needs %s" % tuple([gpu_label] + known + [needs]))
+
+
+# The image's requirement and each GPU's facts, read on the host before anything stops.
+
+VARIABLE = "NVIDIA_REQUIRE_CUDA"
+# libnvidia-container names a GPU's brand for ``brand=`` conditions from NVML's ``nvmlDeviceGetBrand`` in
+# ``src/driver.c``, ``driver_get_device_brand_1_svc``: NVML_BRAND_QUADRO "Quadro", TESLA "Tesla", NVS "NVS", GRID
+# "GRID", GEFORCE "GeForce", TITAN "TITAN", and every other brand (NVIDIA_RTX, NVIDIA, QUADRO_RTX, GEFORCE_RTX, the
+# virtual ones...) "Unknown". nvidia-smi prints the same NVML brand as "Product Brand" of ``nvidia-smi -q`` ("NVIDIA
+# RTX" for an RTX A6000, "NVIDIA" for an H100, "GeForce" for an RTX 5090 in the captures of tests/data/nvidia_smi).
+HOOK_BRANDS = {"quadro": "Quadro", "tesla": "Tesla", "nvs": "NVS", "grid": "GRID", "geforce": "GeForce",
+               "titan": "TITAN"}
+
+
+def hook_brand(product_brand):
+    """The brand the hook compares for nvidia-smi's "Product Brand" (``None`` when nvidia-smi gave none)."""
+    if not product_brand:
+        return None
+    return HOOK_BRANDS.get(str(product_brand).strip().lower(), "Unknown")
+
+
+def image_env_args(engine, image):
+    """The command that prints an image's environment (``Config.Env``) as JSON, for podman and docker alike."""
+    return [engine, "image", "inspect", "--format", "{{json .Config.Env}}", image]
+
+
+def parse_image_env(text):
+    """``{name: value}`` of the JSON list of ``NAME=value`` that ``image_env_args`` prints; ``ValueError`` for other
+    output."""
+    items = json.loads(text or "null") or []
+    if not isinstance(items, list):
+        raise ValueError("not a list: %r" % (text or "")[:200])
+    env = {}
+    for item in items:
+        name, sep, value = str(item).partition("=")
+        if sep:
+            env[name] = value
+    return env
+
+
+def image_requirement(run, engine, image):
+    """What the image asks of the driver: ``{"image", "found", "require"}``; ``found`` false when the image is not
+    on the host (compose pulls it at ``up``), ``require`` ``None`` when the image does not set the variable (a CPU
+    image). ``run(argv) -> (rc, stdout, stderr)``."""
+    rc, out, err = run(image_env_args(engine, image))
+    if rc != 0:
+        return {"image": image, "found": False, "require": None,
+                "error": " ".join(((err or "") + " " + (out or "")).split())[:300]}
+    try:
+        env = parse_image_env(out)
+    except ValueError as exc:
+        return {"image": image, "found": False, "require": None,
+                "error": "%s image inspect printed no environment: %s" % (engine, exc)}
+    return {"image": image, "found": True, "require": env.get(VARIABLE)}
+
+
+def gpu_facts(gpus, details):
+    """The facts the hook checks, per GPU of ``gpu_info`` (``gpus``), from ``_nvidia_smi.parse_details`` of
+    ``nvidia-smi -q`` (``details``): ``index``, ``name``, ``driver``, ``cuda``, ``arch``, ``product_brand`` (as
+    nvidia-smi prints it) and ``brand`` (as the hook names it). A fact nvidia-smi does not give is ``None``."""
+    by_bus = details.get("gpus") or {}
+    facts = []
+    for gpu in gpus:
+        found = by_bus.get(str(gpu.get("pci_bus_id") or "").upper()) or {}
+        facts.append({"index": gpu.get("index"), "name": gpu.get("name"),
+                      "driver": gpu.get("driver_version") or details.get("driver_version"),
+                      "cuda": details.get("cuda_version"), "arch": gpu.get("compute_capability"),
+                      "product_brand": found.get("product_brand"), "brand": hook_brand(found.get("product_brand"))})
+    return facts
+
+
+def refusals(found, chosen):
+    """The refusals for the GPUs ``chosen`` (indices) of ``found``, what ``llm_server_service_info`` returns as
+    ``cuda_requirement``: one sentence per GPU the hook would refuse, or for a requirement it cannot parse."""
+    found = found or {}
+    expression = found.get("require")
+    if not expression or not chosen:
+        return []
+    try:
+        for name, _op, value in [c for alternative in parse(expression) for c in alternative]:
+            if name != "brand" and not _VERSION_RE.match(value):
+                raise RequirementError("invalid condition %r: not a version" % (name + _op + value))
+    except RequirementError as exc:
+        return ["the image %s sets %s=%r, which NVIDIA's container hook rejects as an invalid expression (%s)"
+                % (found.get("image"), VARIABLE, expression, exc)]
+    out = []
+    for facts in found.get("gpus") or []:
+        if facts.get("index") in chosen:
+            text = refusal(expression, facts, "%s (%s)" % (facts.get("index"), facts.get("name")))
+            if text:
+                out.append(text)
+    return out
+
+
+def read(run, engine, image, gpu_info):
+    """``image_requirement`` of ``image`` and, when it sets a requirement, ``gpus``: ``gpu_facts`` of the GPUs of
+    ``gpu_info`` (what ``_nvidia_smi.read`` returned), from one ``nvidia-smi -q``. When that fails, the facts it
+    would have given are ``None``: the hook counts a fact it cannot read as met."""
+    found = image_requirement(run, engine, image)
+    if found["require"] and gpu_info.get("gpus"):
+        rc, out, _err = run([gpu_info.get("nvidia_smi") or "nvidia-smi"] + details_args())
+        found["gpus"] = gpu_facts(gpu_info["gpus"], parse_details(out) if rc == 0 else {})
+    return found

@@ -311,3 +311,39 @@ def read(find_binary, run_command, pid=None, processes=False, pids=None):
     if tree:
         result["process_tree"] = tree
     return result
+
+
+# ``nvidia-smi -q`` (nvidia-smi(1), "-q, --query": every GPU attribute as "Name : value" lines): the one place
+# nvidia-smi prints the driver's CUDA version ("CUDA Version", also in the default banner) and NVML's brand
+# ("Product Brand", nvmlDeviceGetBrand), neither of which ``--query-gpu`` offers. A GPU's section starts with
+# "GPU <PCI bus id>", the id ``pci.bus_id`` prints.
+_DETAIL_GPU_RE = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
+_DETAIL_LINE_RE = re.compile(r"^(\s*)([^:]+?)\s*:\s*(.*?)\s*$")
+
+
+def details_args():
+    """The arguments of ``nvidia-smi -q``."""
+    return ["-q"]
+
+
+def parse_details(text):
+    """``{"driver_version", "cuda_version", "gpus": {PCI bus id in upper case: {"product_name", "product_brand"}}}``
+    from ``nvidia-smi -q``; ``None`` for a value nvidia-smi does not give ("N/A", "Not Found" on a host without CUDA
+    driver)."""
+    found = {"driver_version": None, "cuda_version": None, "gpus": {}}
+    current = None
+    for line in (text or "").splitlines():
+        gpu = _DETAIL_GPU_RE.match(line)
+        if gpu:
+            current = found["gpus"].setdefault(gpu.group(1).upper(), {"product_name": None, "product_brand": None})
+            continue
+        match = _DETAIL_LINE_RE.match(line)
+        if not match:
+            continue
+        indent, name, raw = len(match.group(1)), match.group(2), match.group(3)
+        value = None if raw in UNAVAILABLE or raw in ("", "Not Found") else raw
+        if indent == 0 and name in ("Driver Version", "CUDA Version"):
+            found[name.lower().replace(" ", "_")] = value
+        elif current is not None and indent == 4 and name in ("Product Name", "Product Brand"):
+            current[name.lower().replace(" ", "_")] = value
+    return found

@@ -65,10 +65,13 @@ options:
     default: false
   image:
     description:
-      - The image of the deploy; with O(gpus) on a host with GPUs, the GPU access is checked with it before anything
-        changes - a container of it with the planned CDI devices is created (on podman also initialised, never started)
-        and removed, so that a CDI device the engine cannot resolve is refused here rather than after the old
+      - The image ai-llm runs (C(llm_server_image)). With O(gpus) on a host with GPUs, two checks use it before
+        anything changes.
+      - The GPU access - a container of it with the planned CDI devices is created (on podman also initialised, never
+        started) and removed, so that a CDI device the engine cannot resolve is refused here rather than after the old
         container stopped.
+      - The image's C(NVIDIA_REQUIRE_CUDA) (C(image inspect) of the engine) and, when the image sets it, each GPU's
+        driver, CUDA version and brand (C(nvidia-smi -q)), into RV(cuda_requirement).
     type: str
   gpu_access:
     description:
@@ -179,6 +182,17 @@ host_info:
   returned: with O(host_memory)
   type: dict
   sample: {memory_total_mib: 64214.38, memory_available_mib: 60211.4, cgroup: null}
+cuda_requirement:
+  description:
+    - The image's C(NVIDIA_REQUIRE_CUDA) (C(require), V(null) when it sets none; C(found) false when the image is not
+      on the host) and, when it sets one, per GPU the facts NVIDIA's container hook checks it against - C(driver),
+      C(cuda) (the driver's CUDA version), C(arch), C(product_brand) as nvidia-smi prints it and C(brand) as the hook
+      names it. A fact nvidia-smi does not give is V(null), which the hook counts as met.
+  returned: with O(gpus) and O(image) on a host with GPUs
+  type: dict
+  sample: {image: "localhost/ai-llm:cuda-b10435", found: true, require: "cuda>=12.8 brand=unknown,driver>=550,driver<551",
+           gpus: [{index: 0, name: NVIDIA RTX A5500, driver: 550.127.05, cuda: "12.4", arch: "8.6",
+                   product_brand: NVIDIA RTX, brand: Unknown}]}
 model_info:
   description: What M(ai_llm.moe_offload.gguf_info) returns for O(model_path), without the tensor list.
   returned: with O(model_path)
@@ -190,6 +204,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._cuda_requirement import read as read_requirement
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import (
     auth_check,
     container_state,
@@ -263,6 +278,8 @@ def main():
                     module.fail_json(msg=problem, **result)
             elif gpus:
                 result["gpu_access"] = engine_gpu_access(run, engine)
+                if p["image"]:
+                    result["cuda_requirement"] = read_requirement(run, engine, p["image"], result["gpu_info"])
             for warning in result["gpu_info"].pop("warnings"):
                 module.warn(warning)
         if p["host_memory"]:

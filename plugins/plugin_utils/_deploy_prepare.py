@@ -14,6 +14,7 @@ from __future__ import annotations
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import mib, mib_text
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._cuda_requirement import VARIABLE, refusals
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import calibration
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_request import (
@@ -196,5 +197,24 @@ def prepare(settings, service, api_key="", host="?"):
                           host)
     except PlacementRefused as exc:
         raise Refused({"failed": True, "msg": str(exc)}, plan=plan, warnings=warnings) from None
+    warnings.extend(check_requirement(service.get("cuda_requirement"), placement["gpu_devices"], plan, warnings,
+                                      host))
     return {"plan": plan, "placement": placement, "warnings": warnings,
             "decision": unchanged(service, settings, placement, api_key)}
+
+
+def check_requirement(found, chosen, plan=None, warnings=(), host="?"):
+    """The warnings of the image's ``NVIDIA_REQUIRE_CUDA`` check for the chosen GPUs (``found``: ``cuda_requirement``
+    of the host read); ``Refused`` when NVIDIA's container hook would refuse to start the container on one of them,
+    which it does at ``up``, after the old container is removed (``_cuda_requirement``)."""
+    found = found or {}
+    if not chosen or not found:
+        return []
+    problems = refusals(found, chosen)
+    if problems:
+        raise Refused({"failed": True, "msg": "llm_server: %s on %s. Nothing was changed." % ("; ".join(problems), host),
+                       "cuda_requirement": found}, plan=plan, warnings=list(warnings))
+    if not found.get("found"):
+        return ["the image %s is not on %s (%s): its %s is checked against the GPUs only once the image is there"
+                % (found.get("image"), host, found.get("error") or "not found", VARIABLE)]
+    return []

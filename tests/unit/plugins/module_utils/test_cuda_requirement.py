@@ -1,9 +1,13 @@
 """plugins/module_utils/_cuda_requirement.py: NVIDIA_REQUIRE_CUDA as libnvidia-container evaluates it
 (src/cli/dsl.c ``dsl_evaluate``, ``dsl_compare_version``; src/cli/configure.c ``check_*``)."""
+import json
+from pathlib import Path
+
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._cuda_requirement import (
-    RequirementError, allowed_branches, compare_version, parse, refusal, satisfied)
+    VARIABLE, RequirementError, allowed_branches, compare_version, hook_brand, parse, parse_image_env, read, refusal,
+    refusals, satisfied)
 
 BRANDS = ("unknown", "grid", "tesla", "nvidia", "quadro", "quadrortx", "nvidiartx", "vapps", "vpc", "vcs", "vws",
           "cloudgaming")
@@ -92,3 +96,88 @@ def test_every_condition_of_an_alternative_must_hold():
     assert satisfied(req, {"cuda": "12.4", "driver": "550.1", "brand": "tesla"})
     assert satisfied("arch>=8.0", {"arch": "8.6"}) and not satisfied("arch>=8.0", {"arch": "7.5"})
     assert satisfied("brand!=geforce", {"brand": "Tesla"}) and not satisfied("brand!=geforce", {"brand": "GeForce"})
+
+
+# The reads on the host: the image's environment, nvidia-smi -q, the brand as the hook names it
+# (libnvidia-container src/driver.c, driver_get_device_brand_1_svc).
+DATA = Path(__file__).resolve().parents[3] / "data" / "nvidia_smi"
+
+
+@pytest.mark.parametrize("product_brand, expected", [
+    ("GeForce", "GeForce"), ("Tesla", "Tesla"), ("Quadro", "Quadro"), ("GRID", "GRID"), ("NVS", "NVS"),
+    ("Titan", "TITAN"), ("NVIDIA RTX", "Unknown"), ("NVIDIA", "Unknown"), ("Quadro RTX", "Unknown"),
+    ("GeForce RTX", "Unknown"), ("NVIDIA RTX Virtual Workstation", "Unknown"), (None, None), ("", None),
+])
+def test_the_brand_is_named_as_the_hook_names_it(product_brand, expected):
+    assert hook_brand(product_brand) == expected
+
+
+def test_the_image_environment_is_read_from_its_json():
+    assert parse_image_env('["PATH=/usr/bin","NVIDIA_REQUIRE_CUDA=cuda>=12.8 brand=tesla,driver>=470,driver<471",'
+                           '"EMPTY=","NOEQ"]') == {"PATH": "/usr/bin", "EMPTY": "",
+                                                   VARIABLE: "cuda>=12.8 brand=tesla,driver>=470,driver<471"}
+    assert parse_image_env("null") == {}
+    with pytest.raises(ValueError):
+        parse_image_env('{"PATH": "/usr/bin"}')
+
+
+def _run(answers, calls):
+    def run(argv):
+        calls.append(argv)
+        for start, answer in answers.items():
+            if argv[:len(start)] == list(start):
+                return answer
+        raise AssertionError(argv)
+    return run
+
+
+def _gpu_info(index, name, bus, driver, arch):
+    return {"nvidia_smi": "/usr/bin/nvidia-smi", "gpus": [{"index": index, "name": name, "pci_bus_id": bus,
+                                                           "driver_version": driver, "compute_capability": arch}]}
+
+
+@pytest.mark.parametrize("fixture, gpu, refused", [
+    ("rtx_a5500", (0, "NVIDIA RTX A5500", "00000000:01:00.0", "550.127.05", "8.6"), False),
+    ("rtx_4090", (0, "NVIDIA GeForce RTX 4090", "00000000:01:00.0", "560.35.03", "8.9"), True),
+])
+def test_read_gives_each_gpu_s_facts_and_the_verdict(fixture, gpu, refused):
+    env = json.dumps(["PATH=/usr/bin", VARIABLE + "=" + REQUIRE_12_8_1])
+    calls = []
+    run = _run({("podman", "image", "inspect"): (0, env, ""),
+                ("/usr/bin/nvidia-smi", "-q"): (0, (DATA / (fixture + ".q.txt")).read_text(), "")}, calls)
+    found = read(run, "podman", "localhost/ai-llm:cuda", _gpu_info(*gpu))
+    assert calls[0] == ["podman", "image", "inspect", "--format", "{{json .Config.Env}}", "localhost/ai-llm:cuda"]
+    assert found["found"] and found["require"] == REQUIRE_12_8_1
+    facts = found["gpus"][0]
+    assert (facts["driver"], facts["arch"]) == (gpu[3], gpu[4])
+    assert facts["cuda"] == ("12.4" if not refused else "12.6")
+    assert facts["brand"] == ("Unknown" if not refused else "GeForce")
+    problems = refusals(found, [0])
+    assert bool(problems) is refused
+    if refused:
+        assert "GPU 0 (NVIDIA GeForce RTX 4090) (driver 560.35.03, CUDA 12.6, brand GeForce)" in problems[0]
+        assert "a driver of CUDA 12.8 or newer" in problems[0]
+    assert refusals(found, [1]) == [] and refusals(found, []) == []
+
+
+def test_an_image_without_the_variable_or_absent_asks_nothing_of_the_gpus():
+    calls = []
+    cpu = read(_run({("docker", "image", "inspect"): (0, '["PATH=/bin"]', "")}, calls), "docker", "ai-llm:cpu",
+               _gpu_info(0, "x", "00000000:01:00.0", "560.35.03", "8.9"))
+    assert cpu == {"image": "ai-llm:cpu", "found": True, "require": None} and len(calls) == 1
+    absent = read(_run({("podman", "image", "inspect"): (125, "", "Error: no such image")}, []), "podman", "x:y",
+                  _gpu_info(0, "x", "00000000:01:00.0", "560.35.03", "8.9"))
+    assert absent["found"] is False and "no such image" in absent["error"] and refusals(absent, [0]) == []
+
+
+def test_facts_nvidia_smi_cannot_give_count_as_met():
+    run = _run({("podman", "image", "inspect"): (0, json.dumps([VARIABLE + "=" + REQUIRE_12_8_1]), ""),
+                ("/usr/bin/nvidia-smi", "-q"): (6, "", "failed")}, [])
+    found = read(run, "podman", "i", _gpu_info(0, "NVIDIA GeForce RTX 4090", "00000000:01:00.0", "560.35.03", "8.9"))
+    assert found["gpus"][0]["cuda"] is None and found["gpus"][0]["brand"] is None
+    assert refusals(found, [0]) == []
+
+
+def test_an_invalid_requirement_is_refused_naming_the_image():
+    problems = refusals({"image": "i:1", "found": True, "require": "cuda>=12.8x", "gpus": []}, [0])
+    assert len(problems) == 1 and "i:1" in problems[0] and "invalid expression" in problems[0]

@@ -318,3 +318,25 @@ def test_mig_mode_lines_a_failed_query_and_the_index_in_the_advice():
         "profiles), or turn MIG mode off (nvidia-smi -i 2 -mig 0, then reset the GPU or reboot)")
     assert smi.mig_without_instances(dict(third, mig_mode="Disabled")) is None
     assert smi.mig_without_instances(dict(third, mig_devices=[{"index": 0}])) is None
+
+
+# nvidia-smi -q: the driver's CUDA version and NVML's brand (captures of tests/data/nvidia_smi/SOURCES.md)
+@pytest.mark.parametrize("name, driver, cuda, bus, product, brand", [
+    ("rtx_a5500", "550.127.05", "12.4", "00000000:01:00.0", "NVIDIA RTX A5500", "NVIDIA RTX"),
+    ("rtx_4090", "560.35.03", "12.6", "00000000:01:00.0", "NVIDIA GeForce RTX 4090", "GeForce"),
+])
+def test_details_give_the_cuda_version_and_the_brand_per_bus_id(name, driver, cuda, bus, product, brand):
+    found = smi.parse_details(fixture(name + ".q.txt"))
+    assert found["driver_version"] == driver and found["cuda_version"] == cuda
+    assert found["gpus"] == {bus: {"product_name": product, "product_brand": brand}}
+    assert smi.details_args() == ["-q"]
+
+
+def test_details_without_a_cuda_driver_and_nested_names_are_not_taken_for_the_gpu_s():
+    text = ("Driver Version                            : 525.147.01\nCUDA Version                              : Not Found\n"
+            "GPU 00000000:4f:00.0\n    Product Brand                         : [N/A]\n"
+            "    MIG Mode\n        Product Name                      : nested\n")
+    found = smi.parse_details(text)
+    assert found["cuda_version"] is None and found["driver_version"] == "525.147.01"
+    assert found["gpus"] == {"00000000:4F:00.0": {"product_name": None, "product_brand": None}}
+    assert smi.parse_details("") == {"driver_version": None, "cuda_version": None, "gpus": {}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,39 @@ def test_a_failed_read_fails_with_its_own_message(ansible_module, tmp_path):
     alone = ansible_module("gpu_info", {}, extra_env=env)
     assert result["failed"] is True and alone["failed"] is True and result["msg"] == alone["msg"]
     assert "model_info" not in result  # the reads stop at the first failure, in the role's order
+
+
+# NVIDIA_REQUIRE_CUDA of nvidia/cuda:12.8.1-*-ubuntu24.04, the base of llama.cpp's server-cuda-b10435: cuda>=12.8,
+# then for each driver branch 470, 535, 550, 560, 565 one alternative per brand (tests/unit/plugins/module_utils/
+# test_cuda_requirement.py names its source).
+BRANDS = ("unknown", "grid", "tesla", "nvidia", "quadro", "quadrortx", "nvidiartx", "vapps", "vpc", "vcs", "vws",
+          "cloudgaming")
+REQUIRE_12_8_1 = "cuda>=12.8 " + " ".join("brand=%s,driver>=%d,driver<%d" % (brand, branch, branch + 1)
+                                          for branch in (470, 535, 550, 560, 565) for brand in BRANDS)
+
+
+@pytest.fixture(name="cuda_image")
+def cuda_image_fixture(tmp_path):
+    """A FROM-scratch image whose only content is the CUDA image's requirement, built with real podman."""
+    tag = "localhost/ai-llm-require-test:%s" % os.urandom(4).hex()
+    (tmp_path / "Containerfile").write_text('FROM scratch\nENV NVIDIA_REQUIRE_CUDA="%s"\n' % REQUIRE_12_8_1)
+    built = subprocess.run(["podman", "build", "-q", "-t", tag, str(tmp_path)], capture_output=True, text=True,
+                           check=False)
+    assert built.returncode == 0, built.stderr
+    yield tag
+    subprocess.run(["podman", "rmi", "-f", tag], capture_output=True, check=False)
+
+
+@pytest.mark.parametrize("fixture, brand, cuda", [("rtx_a5500", "Unknown", "12.4"), ("rtx_4090", "GeForce", "12.6")])
+def test_the_image_requirement_and_each_gpu_s_facts_are_read(ansible_module, tmp_path, cuda_image, fixture, brand, cuda):
+    args = {"project_dir": str(tmp_path / "ai-llm"), "container_name": "ai-llm-absent-" + tmp_path.name[-8:],
+            "compose_command": ["podman-compose"], "gpus": True, "image": cuda_image}
+    result = ansible_module("llm_server_service_info", args, extra_env=dict(GPU_ENV, NVIDIA_SMI_FIXTURE=fixture))
+    found = result["cuda_requirement"]
+    assert result["failed"] is False and found["found"] is True and found["require"] == REQUIRE_12_8_1
+    assert [(g["index"], g["brand"], g["cuda"]) for g in found["gpus"]] == [(0, brand, cuda)]
+    absent = ansible_module("llm_server_service_info", dict(args, image=cuda_image + "-absent"),
+                            extra_env=dict(GPU_ENV, NVIDIA_SMI_FIXTURE=fixture))
+    assert absent["cuda_requirement"]["found"] is False and "gpus" not in absent["cuda_requirement"]
+    cpu = ansible_module("llm_server_service_info", args, extra_env={"PATH": os.environ["PATH"]})
+    assert "cuda_requirement" not in cpu  # a host without GPU: nothing to check

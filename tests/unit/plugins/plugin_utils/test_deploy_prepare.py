@@ -8,7 +8,7 @@ import pytest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import (
-    Refused, calibration_of, fetch_args, fetch_line, fetch_summary, make_plan, plan_args, prepare, service_args)
+    Refused, calibration_of, check_requirement, fetch_args, fetch_line, fetch_summary, make_plan, plan_args, prepare, service_args)
 from tests.helpers.deploy_hosts import holding, proved
 from tests.helpers.deploy_settings import EXPERTS, demo_model, settings
 
@@ -186,3 +186,18 @@ def test_a_fetch_is_asked_with_the_settings_and_summed_over_its_pieces_and_the_e
 ])
 def test_the_line_of_progress_says_the_bytes_there_of_the_total_and_a_cut(one, seconds, line):
     assert fetch_line("h1", one, seconds) == line
+
+
+def test_a_gpu_the_image_s_requirement_does_not_allow_is_refused_before_anything_changes():
+    require = "cuda>=12.8 brand=unknown,driver>=550,driver<551 brand=tesla,driver>=560,driver<561"
+    geforce = {"index": 0, "name": "NVIDIA GeForce RTX 4090", "driver": "560.35.03", "cuda": "12.6", "brand": "GeForce"}
+    found = {"image": "localhost/ai-llm:cuda", "found": True, "require": require, "gpus": [geforce]}
+    caught = refused(check_requirement, found, [0], host="h1")
+    assert caught.result["msg"].startswith("llm_server: GPU 0 (NVIDIA GeForce RTX 4090) (driver 560.35.03, CUDA 12.6, "
+                                           "brand GeForce) does not meet the image's NVIDIA_REQUIRE_CUDA")
+    assert caught.result["msg"].endswith("on h1. Nothing was changed.")
+    a5500 = dict(geforce, name="NVIDIA RTX A5500", driver="550.127.05", cuda="12.4", brand="Unknown")
+    assert check_requirement(dict(found, gpus=[a5500]), [0]) == []
+    assert check_requirement(found, []) == [] and check_requirement(found, [1]) == []   # CPU deploy; another GPU
+    absent = check_requirement({"image": "x:1", "found": False, "require": None, "error": "no such image"}, [0])
+    assert len(absent) == 1 and "x:1 is not on" in absent[0]
