@@ -51,24 +51,26 @@ def test_names_compare_without_case_and_empty_pieces_are_skipped():
 
 
 # The facts of the fixtures' cards: nvidia-smi's driver_version (tests/data/nvidia_smi), the driver's CUDA version
-# (nvidia-smi's banner "CUDA Version": 12.4 on branch 550, 12.6 on 560) and NVML's brand, in each spelling the brand of
-# such a card may take (NVML_BRAND_NVIDIA_RTX / QUADRO_RTX / QUADRO for an RTX A5500; NVIDIA / TESLA for an H100;
-# GEFORCE / GEFORCE_RTX for a GeForce RTX 4090), so the verdict does not rest on one spelling.
-@pytest.mark.parametrize("brand", ["NvidiaRTX", "QuadroRTX", "Quadro"])
-def test_rtx_a5500_on_550_is_allowed_by_its_brand_exception(brand):
-    facts = {"driver": "550.127.05", "cuda": "12.4", "brand": brand, "arch": "8.6"}
+# (nvidia-smi's banner "CUDA Version": 12.4 on branch 550, 12.6 on 560) and the brand the hook compares, which
+# hook_brand derives from nvidia-smi's "Product Brand" as libnvidia-container derives it from NVML's brand (src/driver.c,
+# driver_get_device_brand_1_svc): "NVIDIA RTX" (an RTX A5500, NVML_BRAND_NVIDIA_RTX) and "NVIDIA" (an H100) are
+# "Unknown" there, "GeForce" stays "GeForce". Each verdict is also taken with the other brands such a card reports
+# through NVML (Quadro for older RTX A-series drivers, Tesla for data-center cards), so it does not rest on one.
+@pytest.mark.parametrize("product_brand", ["NVIDIA RTX", "Quadro RTX", "Quadro"])
+def test_rtx_a5500_on_550_is_allowed_by_its_brand_exception(product_brand):
+    facts = {"driver": "550.127.05", "cuda": "12.4", "brand": hook_brand(product_brand), "arch": "8.6"}
     assert satisfied(REQUIRE_12_8_1, facts) and refusal(REQUIRE_12_8_1, facts, "0") is None
     assert not satisfied(REQUIRE_12_8_1, dict(facts, driver="555.42.02", cuda="12.5"))   # 555: no exception
 
 
-@pytest.mark.parametrize("brand", ["Nvidia", "Tesla"])
-def test_h100_on_550_is_allowed(brand):
-    assert satisfied(REQUIRE_12_8_1, {"driver": "550.90.07", "cuda": "12.4", "brand": brand, "arch": "9.0"})
+@pytest.mark.parametrize("product_brand", ["NVIDIA", "Tesla"])
+def test_h100_on_550_is_allowed(product_brand):
+    assert satisfied(REQUIRE_12_8_1, {"driver": "550.90.07", "cuda": "12.4", "brand": hook_brand(product_brand),
+                                      "arch": "9.0"})
 
 
-@pytest.mark.parametrize("brand", ["GeForce", "GeForceRTX"])
-def test_geforce_on_560_is_refused_naming_the_driver_it_needs(brand):
-    facts = {"driver": "560.35.03", "cuda": "12.6", "brand": brand, "arch": "8.9"}
+def test_geforce_on_560_is_refused_naming_the_driver_it_needs():
+    facts = {"driver": "560.35.03", "cuda": "12.6", "brand": hook_brand("GeForce"), "arch": "8.9"}
     assert not satisfied(REQUIRE_12_8_1, facts)
     text = refusal(REQUIRE_12_8_1, facts, "0 (NVIDIA GeForce RTX 4090)")
     assert "GPU 0 (NVIDIA GeForce RTX 4090)" in text and "driver 560.35.03" in text and "CUDA 12.6" in text
