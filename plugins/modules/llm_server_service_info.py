@@ -271,6 +271,7 @@ def main():
             result["gpu_info"] = read(module.get_bin_path, run, pid=pid, pids=pids)
             gpus = result["gpu_info"]["gpus"]
             if gpus and p["image"]:  # (a host without GPUs renders no GPU access: nothing asked)
+                result["cuda_requirement"] = read_requirement(run, engine, p["image"], result["gpu_info"])
                 chosen = [g for g in gpus if not p["gpu_devices"] or g.get("index") in p["gpu_devices"]]
                 names = [str(g.get("uuid") or g.get("index")) for g in chosen]
                 result["gpu_access"], problem = gpu_access_check(run, compose, engine, p["gpu_access"], p["image"], names)
@@ -278,8 +279,6 @@ def main():
                     module.fail_json(msg=problem, **result)
             elif gpus:
                 result["gpu_access"] = engine_gpu_access(run, engine)
-                if p["image"]:
-                    result["cuda_requirement"] = read_requirement(run, engine, p["image"], result["gpu_info"])
             for warning in result["gpu_info"].pop("warnings"):
                 module.warn(warning)
         if p["host_memory"]:

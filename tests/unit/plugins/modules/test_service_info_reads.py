@@ -80,8 +80,10 @@ def cuda_image_fixture(tmp_path):
 
 @pytest.mark.parametrize("fixture, brand, cuda", [("rtx_a5500", "Unknown", "12.4"), ("rtx_4090", "GeForce", "12.6")])
 def test_the_image_requirement_and_each_gpu_s_facts_are_read(ansible_module, tmp_path, cuda_image, fixture, brand, cuda):
+    # (gpu_access reservations: no CDI check, which the doubles' GPUs would fail without a spec of their own; the
+    # access checks are tests/integration/test_gpu_access.py's)
     args = {"project_dir": str(tmp_path / "ai-llm"), "container_name": "ai-llm-absent-" + tmp_path.name[-8:],
-            "compose_command": ["podman-compose"], "gpus": True, "image": cuda_image}
+            "compose_command": ["podman-compose"], "gpus": True, "image": cuda_image, "gpu_access": "reservations"}
     result = ansible_module("llm_server_service_info", args, extra_env=dict(GPU_ENV, NVIDIA_SMI_FIXTURE=fixture))
     found = result["cuda_requirement"]
     assert result["failed"] is False and found["found"] is True and found["require"] == REQUIRE_12_8_1
