@@ -8,15 +8,7 @@ import pytest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._cuda_requirement import (
     VARIABLE, RequirementError, allowed_branches, compare_version, hook_brand, parse, parse_image_env, read, refusal,
     refusals, satisfied)
-
-BRANDS = ("unknown", "grid", "tesla", "nvidia", "quadro", "quadrortx", "nvidiartx", "vapps", "vpc", "vcs", "vws",
-          "cloudgaming")
-# NVIDIA_REQUIRE_CUDA of nvidia/cuda:12.8.1-*-ubuntu24.04, the base of llama.cpp's server-cuda-b10435
-# (.devops/cuda.Dockerfile, CUDA_VERSION=12.8.1, UBUNTU_VERSION=24.04), as the image's ENV layer prints it in public
-# image histories (NVIDIA's container-images/cuda, dist/12.8.1/ubuntu2404): cuda>=12.8, then for each driver branch
-# 470, 535, 550, 560, 565 one alternative per brand above.
-REQUIRE_12_8_1 = "cuda>=12.8 " + " ".join("brand=%s,driver>=%d,driver<%d" % (brand, branch, branch + 1)
-                                          for branch in (470, 535, 550, 560, 565) for brand in BRANDS)
+from tests.helpers.cuda_image import REQUIRE_12_8_1
 
 
 def test_the_real_string_has_its_published_shape():

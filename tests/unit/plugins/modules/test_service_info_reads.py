@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.cuda_image import REQUIRE_12_8_1, image_requiring
 from tools import gguf_models
 
 pytestmark = pytest.mark.skipif(not shutil.which("podman"), reason="needs podman (the compose tool's engine)")
@@ -57,25 +57,11 @@ def test_a_failed_read_fails_with_its_own_message(ansible_module, tmp_path):
     assert "model_info" not in result  # the reads stop at the first failure, in the role's order
 
 
-# NVIDIA_REQUIRE_CUDA of nvidia/cuda:12.8.1-*-ubuntu24.04, the base of llama.cpp's server-cuda-b10435: cuda>=12.8,
-# then for each driver branch 470, 535, 550, 560, 565 one alternative per brand (tests/unit/plugins/module_utils/
-# test_cuda_requirement.py names its source).
-BRANDS = ("unknown", "grid", "tesla", "nvidia", "quadro", "quadrortx", "nvidiartx", "vapps", "vpc", "vcs", "vws",
-          "cloudgaming")
-REQUIRE_12_8_1 = "cuda>=12.8 " + " ".join("brand=%s,driver>=%d,driver<%d" % (brand, branch, branch + 1)
-                                          for branch in (470, 535, 550, 560, 565) for brand in BRANDS)
-
-
 @pytest.fixture(name="cuda_image")
-def cuda_image_fixture(tmp_path):
+def cuda_image_fixture():
     """A FROM-scratch image whose only content is the CUDA image's requirement, built with real podman."""
-    tag = "localhost/ai-llm-require-test:%s" % os.urandom(4).hex()
-    (tmp_path / "Containerfile").write_text('FROM scratch\nENV NVIDIA_REQUIRE_CUDA="%s"\n' % REQUIRE_12_8_1)
-    built = subprocess.run(["podman", "build", "-q", "-t", tag, str(tmp_path)], capture_output=True, text=True,
-                           check=False)
-    assert built.returncode == 0, built.stderr
-    yield tag
-    subprocess.run(["podman", "rmi", "-f", tag], capture_output=True, check=False)
+    with image_requiring() as tag:
+        yield tag
 
 
 @pytest.mark.parametrize("fixture, brand, cuda", [("rtx_a5500", "Unknown", "12.4"), ("rtx_4090", "GeForce", "12.6")])
