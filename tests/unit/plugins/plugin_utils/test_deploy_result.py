@@ -440,3 +440,13 @@ RECORDED = {"files": {"verification": "/p/verification.json"}, "rollback": {"per
 def test_verification_json_is_written_after_a_recreate_a_verify_or_a_rollback_only(published, facts, check_mode,
                                                                                    recorded):
     assert to_record(published, facts, check_mode) is recorded
+
+
+def test_the_cuda_context_measured_this_run_is_published_and_a_rollback_clears_it():
+    measured = [{"index": 0, "uuid": "GPU-1", "name": "H200", "device": "CUDA0", "held_mib": 900, "buffers_mib": 400.0,
+                 "context_mib": 500}]
+    parts = parts_from({"_llm_server_verify": {"cuda_context": measured, "log": LOG}})
+    assert parts["cuda_context"] == measured
+    assert build(dict(parts, service={"disk": {"verification": LAST}}), now=0.0)["cuda_context"] == measured
+    # nothing measured and nothing proved: the last verification's
+    assert build({"service": {"disk": {"verification": LAST}}}, now=0.0)["cuda_context"] == LAST["cuda_context"]
