@@ -16,6 +16,7 @@ import json
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._cuda_context import measure
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._speed_check import gate_problem, with_previous
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import calibration_of, verified_speed
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof import (
@@ -146,12 +147,15 @@ class ActionModule(ActionBase):
             return result
         baseline = (proof["gpu_baseline"] or {}).get("gpus") or []
         if baseline:
-            after = self._module("gpu_info", {}, task_vars)
+            pid = (health.get("container") or {}).get("pid")
+            after = self._module("gpu_info", {"pid": pid} if pid else {}, task_vars)
             if after.get("failed"):
                 result.update(failed=True, msg=after.get("msg"))
                 return result
             result["vram"] = vram_rows(placement.get("gpu_devices"), baseline, after.get("gpus"),
-                                       plan.get("memory") or {}, settings["vram_tolerance_mib"])
+                                       plan.get("memory") or {}, settings["vram_tolerance_mib"], plan.get("devices"))
+            # what the server's process holds beyond its buffers: the next plan of the host counts it
+            result["cuda_context"] = measure(plan.get("devices"), after.get("gpus"), log)
         before = parity_answer(proof["parity_before"])
         if settings.get("parity_check") and before is not None:
             answer = self._completion(settings, args.get("api_key") or "", task_vars)

@@ -308,7 +308,7 @@ def plan(facts, gpus, host, options):
     Raises ``PlanError`` for bad input and when even the lightest plan does not fit (``details`` has the numbers of
     that plan and the warnings).
     """
-    devices = normalize_gpus(gpus, options.gpu_devices)
+    devices = normalize_gpus(gpus, options.gpu_devices, options)
     host_memory = normalize_host(host)
     options = _layers_option(facts, options)
     warnings = list(facts.warnings)

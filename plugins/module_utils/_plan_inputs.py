@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._cuda_context import checked_measurements, context_of
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_devices import normalize_pci_bus_id
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_facts import MemoryModelError, model_facts
@@ -67,7 +68,9 @@ def _facts(architecture, metadata, tensors, path, warnings):
 
 @dataclass(frozen=True)
 class Gpu:
-    """One GPU as the plan sees it: ``memory_free_mib`` counts what the running server holds as free."""
+    """One GPU as the plan sees it: ``memory_free_mib`` counts what the running server holds as free and, planned for
+    a CUDA build, leaves out the CUDA context the new server creates (``context_mib``, ``context_source``: measured,
+    table or assumed; ``_cuda_context``)."""
 
     name: str
     index: int
@@ -76,6 +79,8 @@ class Gpu:
     memory_free_mib: float
     held_mib: float = 0
     pci_bus_id: str | None = None   # normalized (_llama_devices.normalize_pci_bus_id): 0000:01:00.0
+    context_mib: float = 0
+    context_source: str = ""
 
 
 def _number(value, where):
@@ -86,8 +91,11 @@ def _number(value, where):
     return value
 
 
-def normalize_gpus(gpus, gpu_devices=None):
+def normalize_gpus(gpus, gpu_devices=None, options=None):
     """A ``gpu_info`` result or a list of ``{name, memory_total_mib, memory_free_mib}`` -> a list of ``Gpu``.
+
+    With ``options`` (``_plan_options.Options``) of the CUDA backend, each GPU's free memory leaves out its CUDA
+    context: ``options.cuda_context``'s measurement of that card, else its card's figure (``_cuda_context``).
 
     An empty list is a CPU host. ``gpu_devices`` keeps only those GPUs (the ones the container gets). When every
     GPU has a ``pci_bus_id`` they are ordered by it: the order of nvidia-smi and of CUDA with
@@ -100,6 +108,11 @@ def normalize_gpus(gpus, gpu_devices=None):
     if not isinstance(gpus, list):
         raise PlanError("gpus must be the registered result of gpu_info or a list of {name, memory_total_mib, "
                         "memory_free_mib}, got %r" % (gpus,))
+    try:
+        measured = checked_measurements(getattr(options, "cuda_context", None))
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
+    cuda = options is not None and options.backend == "cuda"
     result = []
     for position, gpu in enumerate(gpus):
         if not isinstance(gpu, dict):
@@ -129,8 +142,10 @@ def normalize_gpus(gpus, gpu_devices=None):
         if bus is not None and normalize_pci_bus_id(bus) is None:
             raise PlanError("gpus[%d].pci_bus_id must be a PCI bus id such as 00000000:01:00.0, got %r" % (
                 position, bus))
-        result.append(Gpu(gpu.get("name") or "GPU %d" % position, index, gpu.get("uuid"), total,
-                          free + (held or 0), held or 0, normalize_pci_bus_id(bus)))
+        name = gpu.get("name") or "GPU %d" % position
+        context, source = context_of(name, gpu.get("uuid"), index, measured) if cuda else (0, "")
+        result.append(Gpu(name, index, gpu.get("uuid"), total, free + (held or 0) - context, held or 0,
+                          normalize_pci_bus_id(bus), context, source))
     if result and all(g.pci_bus_id for g in result):
         result.sort(key=lambda g: tuple(int(part, 16) for part in g.pci_bus_id.replace(".", ":").split(":")))
     if gpu_devices is not None:

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-DEFAULT_MARGIN_MIB = 1024  # llama.cpp's --fit keeps this much free per device (driver, CUDA context)
+# Free memory kept per GPU beyond the CUDA context (which the plan counts apart: _cuda_context): llama.cpp's --fit
+# keeps 1024 MiB by default (common/common.h fit_params_target) out of the free memory it reads once its own
+# context exists (common/fit.cpp common_get_device_memory_data_impl).
+DEFAULT_MARGIN_MIB = 1024
 DEFAULT_HOST_MARGIN_MIB = 1024  # the server process itself on the host: binary, libraries, CUDA runtime
 DEFAULT_BATCH = 2048  # llama-server's -b (common/common.h n_batch)
 MAX_PARALLEL = 256  # the most slots the planner's headroom search tries
@@ -34,7 +37,9 @@ class Options:
     placements that fit (``GOALS``). The speed
     model's rates (``_speed_model``): ``gpu_bytes_per_second`` (``{GPU name: bytes/s}``), ``host_bytes_per_second``,
     ``gpu_flops_per_second`` (``{GPU name: FLOP/s}``), ``host_flops_per_second``, ``pcie_bytes_per_second`` and a
-    ``calibration`` (``{host_bytes_per_second, split_seconds, token_seconds, host_flops_per_second, measured}``)."""
+    ``calibration`` (``{host_bytes_per_second, split_seconds, token_seconds, host_flops_per_second, measured}``).
+    ``cuda_context``: the CUDA context measured on this host's GPUs (``_cuda_context.measure``), taken off their
+    free memory before the margin; a GPU without a measurement counts its card's figure."""
 
     ctx_size: int
     parallel: int = 1
@@ -66,6 +71,7 @@ class Options:
     host_flops_per_second: float | None = None
     pcie_bytes_per_second: float | None = None
     calibration: dict | None = None
+    cuda_context: list | None = None
 
     @property
     def flash(self):

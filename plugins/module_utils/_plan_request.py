@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import CACHE_TYPES, OFFLOAD_MODES
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts, normalize_gpus
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import (
     DEFAULT_HOST_MARGIN_MIB, DEFAULT_MARGIN_MIB, GOALS, Options)
 
@@ -46,6 +46,7 @@ ARGUMENT_SPEC = dict(
     host_flops_per_second=dict(type="float"),
     pcie_bytes_per_second=dict(type="float"),
     calibration=dict(type="dict"),
+    cuda_context=dict(type="list", elements="dict"),
 )
 MUTUALLY_EXCLUSIVE = [("gpu_index", "gpu_devices")]
 
@@ -79,9 +80,21 @@ def run(params):
     """``(result, warnings)`` of the planner for validated ``params`` (the module's options); ``result`` has
     ``failed`` and ``msg`` when the input cannot be planned or the plan does not fit."""
     try:
-        result = plan(*plan_inputs(params))
+        inputs = plan_inputs(params)
+        result = plan(*inputs)
     except PlanError as exc:
         failed = dict((k, v) for k, v in exc.details.items() if k in FAILURE_KEYS)
         failed.update(failed=True, msg=str(exc))
         return failed, list(exc.details.get("warnings", []))
+    with_context(result, inputs[1], inputs[3])
     return result, result.pop("warnings")
+
+
+def with_context(result, gpus, options):
+    """The CUDA context the plan took off each of its devices' free memory, in ``result["devices"]``:
+    ``cuda_context_mib`` and ``cuda_context_source`` (measured, table, assumed; 0 and ``""`` off CUDA)."""
+    known = dict((g.index, g) for g in normalize_gpus(gpus, options.gpu_devices, options))
+    for device in result.get("devices") or []:
+        gpu = known.get(device.get("index"))
+        device["cuda_context_mib"] = gpu.context_mib if gpu else 0
+        device["cuda_context_source"] = gpu.context_source if gpu else ""

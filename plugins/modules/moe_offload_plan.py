@@ -101,7 +101,10 @@ options:
     default: f16
     choices: [f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1]
   margin_mib:
-    description: The memory to leave free on each GPU for the driver and the CUDA context, as C(--fit) does.
+    description:
+      - The memory to leave free on each GPU beyond the CUDA context, as C(--fit) leaves its C(--fit-target) beyond
+        the context it created before it reads the free memory. The plan takes the context off each GPU's free
+        memory first (see O(cuda_context) and RV(devices)).
     type: int
     default: 1024
   host_margin_mib:
@@ -221,6 +224,15 @@ options:
       - The predicted figures are then marked C(calibrated), the prompt figure C(prompt_calibrated) when
         C(host_flops_per_second) is given.
     type: dict
+  cuda_context:
+    description:
+      - The CUDA context measured on this host's GPUs after a start (the llm_server role records it in
+        C(verification.json)), each C(name) (as C(nvidia-smi) prints it), C(context_mib) and C(uuid) or C(index).
+      - A GPU with a measurement of the same card (the same uuid, or without uuids the same index, and the same name)
+        counts it; any other counts its card's published figure, or an assumed 555 MiB for a card without one.
+      - Only plans for CUDA count a context.
+    type: list
+    elements: dict
 extends_documentation_fragment:
   - ai_llm.moe_offload.info_module
 attributes:
@@ -348,14 +360,19 @@ devices:
       and PCI bus id (C(pci_bus_id), normalized to C(0000:01:00.0); V(null) when the GPUs given have none).
     - With PCI bus ids the GPUs are in PCI bus order, the order of CUDA with C(CUDA_DEVICE_ORDER=PCI_BUS_ID); the
       proof checks each device of llama-server's log against the card given here.
+    - C(cuda_context_mib) is the CUDA context the plan took off the GPU's free memory before the margin, and
+      C(cuda_context_source) where it comes from, V(measured) (O(cuda_context)), V(table) (a published figure for
+      the card) or V(assumed).
   returned: success
   type: list
   elements: dict
   sample: [{"device": CUDA0, "index": 0, "uuid": GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60, "name": NVIDIA RTX A5500,
-            "pci_bus_id": "0000:01:00.0"}]
+            "pci_bus_id": "0000:01:00.0", "cuda_context_mib": 555, "cuda_context_source": assumed}]
 memory:
   description:
     - What the plan allocates on each GPU (in the order used) and in host memory, in MiB.
+    - A GPU's C(free_mib) is what C(nvidia-smi) shows free, plus what the running server holds, less the CUDA
+      context (RV(devices)); C(free_after_mib) is C(free_mib) less C(total_mib).
     - C(host.available_mib) and C(host.free_after_mib) are V(null) without O(host). C(host.pinned) is V(true)
       when the weights in host memory are pinned (C(--no-mmap) on CUDA).
   returned: always

@@ -119,11 +119,20 @@ def stored_calibration(service):
     return found if isinstance(found, dict) else None
 
 
+def stored_cuda_context(service):
+    """The CUDA context per GPU the last verification of the host measured (``cuda_context`` of
+    ``verification.json``, ``_cuda_context.measure``), or None: none recorded, or the last run was not verified."""
+    verification = (service.get("disk") or {}).get("verification")
+    verification = verification if isinstance(verification, dict) else {}
+    found = verification.get("cuda_context")
+    return found if verification.get("status") in VERIFIED_STATUSES and isinstance(found, list) and found else None
+
+
 def plan_args(settings, service):
     """The options of ``moe_offload_plan`` for ``settings`` and the host read: the chosen GPUs when given, the mode
     (an inventory pattern is checked in mode auto), the goal, a count of GPU layers (``-ngl``; auto and all are
     every layer), the blocks of mode layers, the inventory pattern and the calibration the host's last verification
-    recorded."""
+    recorded, and the CUDA context it measured on each GPU."""
     pattern = settings["moe_offload_pattern"]
     args = {
         "gguf": service.get("model_info") or {},
@@ -145,6 +154,9 @@ def plan_args(settings, service):
     found = stored_calibration(service)
     if found:
         args["calibration"] = found
+    measured = stored_cuda_context(service)
+    if measured:
+        args["cuda_context"] = measured
     return args
 
 

@@ -13,20 +13,23 @@ from __future__ import annotations
 import json
 
 
-def vram_rows(devices, baseline, after, plan_memory, tolerance_mib):
+def vram_rows(devices, baseline, after, plan_memory, tolerance_mib, plan_devices=None):
     """Per GPU: the memory ai-llm took (after minus the baseline without it) against the plan (its total without
-    the margin it keeps free). ``[{index, planned_mib, used_mib, ok}]``."""
+    the margin it keeps free, plus the CUDA context it counted on that GPU: ``cuda_context_mib`` of the plan's
+    ``plan_devices``). ``[{index, planned_mib, used_mib, ok}]``."""
     def by_index(items):
         return {g.get("index"): g for g in items or []}
 
     before, now, planned = by_index(baseline), by_index(after), by_index((plan_memory or {}).get("gpus"))
+    context = by_index(plan_devices)
     rows = []
     for dev in devices or []:
         dev = int(dev)
         plan = planned.get(dev) or {}
         used = int(now.get(dev, {}).get("memory_used_mib") or 0) - int(before.get(dev, {}).get("memory_used_mib") or 0)
         if "total_mib" in plan:
-            want = float(plan.get("total_mib") or 0) - float(plan.get("margin_mib") or 0)
+            want = float(plan.get("total_mib") or 0) - float(plan.get("margin_mib") or 0) + float(
+                context.get(dev, {}).get("cuda_context_mib") or 0)
             rows.append({"index": dev, "planned_mib": int(round(want)), "used_mib": used,
                          "ok": abs(used - want) <= float(tolerance_mib)})
         else:

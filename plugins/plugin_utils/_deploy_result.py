@@ -47,6 +47,8 @@ def plan_summary(settings, plan, placement):
         "host": {"experts_mib": host.get("model_mib"),
                  "available_mib": host.get("available_mib")},
         "speed": {k: predicted.get(k) for k in PLAN_SPEED_KEYS} if predicted else None,
+        "cuda_context": [{"index": d.get("index"), "name": d.get("name"), "context_mib": d.get("cuda_context_mib"),
+                          "source": d.get("cuda_context_source")} for d in plan.get("devices") or []],
     }
 
 
@@ -195,6 +197,7 @@ def build(parts, now=None):
         "evidence": log.get("evidence") if log else (None if restored else last.get("evidence")),
         "plan": plan_summary(settings, parts.get("plan"), placement),
         "vram": parts.get("vram") or ([] if log or restored else last.get("vram") or []),
+        "cuda_context": parts.get("cuda_context") or ([] if log or restored else last.get("cuda_context") or []),
         "buffers": buffers(log) if log else (buffers(None) if restored else last.get("buffers", buffers(None))),
         "offloaded_layers": log.get("offloaded_layers") if log else
         (None if restored else last.get("offloaded_layers")),
@@ -339,6 +342,7 @@ def parts_from(facts, check_mode=False, status=""):
         "health": returned if _ran(returned) else verify.get("health") or {},
         "log": verify.get("log") or {},
         "vram": verify.get("vram") or [],
+        "cuda_context": verify.get("cuda_context") or [],
         "parity": verify.get("parity") or {},
         "speed": verify.get("speed"),
         "model_fetch": prepared.get("model_fetch"),

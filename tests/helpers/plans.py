@@ -9,6 +9,7 @@ import re
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _common as common
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _cuda_context as cctx
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_estimate as mest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_facts as mfacts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _offload_plan as op
@@ -60,6 +61,16 @@ def gpu(free, index=0, name=None, total=None):
     """A row of gpu_info: ``free`` MiB free (of ``total``, default ``free``)."""
     return {"name": name or "GPU%d" % index, "memory_total_mib": total or free, "memory_free_mib": free,
             "index": index, "uuid": "GPU-%d" % index}
+
+
+def cuda_gpu(free, index=0, name=None, total=None):
+    """``gpu`` for a plan of the CUDA backend: nvidia-smi shows ``free`` MiB for the buffers and the margin plus the
+    card's CUDA context free before the start, and the plan takes the context off first (``_cuda_context``: the
+    card's figure, or the assumption for a card without one), so that such a plan has ``free`` MiB to place."""
+    row = gpu(free, index, name, total)
+    context = cctx.context_of(row["name"])[0]
+    row.update(memory_free_mib=free + context, memory_total_mib=row["memory_total_mib"] + context)
+    return row
 
 
 def sizer(facts, free_mib, available_mib=None):

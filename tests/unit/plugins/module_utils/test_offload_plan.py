@@ -13,7 +13,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs im
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._speed_model import speed_terms
 from tests.helpers.plans import (
-    SIZING, exact_moe, gemma_summary, gpu, host_expert_mib, moved_by, need, plan_gpu, refusal, sizer)
+    SIZING, cuda_gpu, exact_moe, gemma_summary, gpu, host_expert_mib, moved_by, need, plan_gpu, refusal, sizer)
 
 NOT_A_COUNT = "cpu_expert_layers must be a count from 0 to 3 (the MoE blocks) or a list of block indices, got %r"
 KNOWN = "llama-server knows bf16, f16, f32, iq4_nl, q4_0, q4_1, q5_0, q5_1, q8_0"
@@ -24,7 +24,7 @@ TWO = [plan_gpu(1, 0), plan_gpu(1, 1)]
 @pytest.mark.parametrize("free, ctx, parallel", [(24148, 32768, 2), (15746, 65536, 1), (11804, 32768, 4),
                                                  (7796, 32768, 1), (7796, 131072, 2)])
 def test_nano_plans_fit_and_move_exactly_their_blocks(nano, free, ctx, parallel):
-    result = plan(nano, [gpu(free)], None, Options(ctx, parallel))
+    result = plan(nano, [cuda_gpu(free)], None, Options(ctx, parallel))
     assert result["fits"] and result["offload"]
     used = result["memory"]["gpus"][0]
     assert used["free_after_mib"] >= 0 and used["kv_mib"] == round(6144 * kvc.pad(ctx, 256) / 2.0 ** 20, 2)
@@ -41,7 +41,7 @@ def test_nano_plans_fit_and_move_exactly_their_blocks(nano, free, ctx, parallel)
 
 
 def test_dual_gpu_split_or_single_the_one_that_fits_and_the_memory_the_running_server_holds(nano, moe):
-    dual = [gpu(24148, 0, "NVIDIA RTX A5500", 24564), gpu(15746, 1, "NVIDIA RTX A4000", 16376)]
+    dual = [cuda_gpu(24148, 0, "NVIDIA RTX A5500", 24564), cuda_gpu(15746, 1, "NVIDIA RTX A4000", 16376)]
     result = plan(nano, dual, None, Options(32768, 2))
     assert result["placement"] == "split" and result["offload"] is False  # 40 GB together hold everything
     assert result["tensor_split"] == "0.605,0.395" and result["visible_devices"] == "GPU-0,GPU-1"
@@ -50,10 +50,10 @@ def test_dual_gpu_split_or_single_the_one_that_fits_and_the_memory_the_running_s
     assert single["placement"] == "single" and single["visible_devices"] == "GPU-0" and single["offload"]
     forced = plan(nano, dual, None, Options(32768, 2, split=[1, 1]))
     assert forced["tensor_split"] == "0.5,0.5"
-    big = [gpu(81007, 0), gpu(81007, 1)]
+    big = [cuda_gpu(81007, 0), cuda_gpu(81007, 1)]
     assert plan(nano, big, None, Options(32768, 2))["placement"] == "single"  # one GPU is enough: no split
     # gpu_devices picks the GPUs; the memory the running server holds counts as free
-    gpus = {"gpus": [dict(gpu(3000, 0), memory_held_by_pid_mib=21148), gpu(5000, 1)], "topology": "dual"}
+    gpus = {"gpus": [dict(cuda_gpu(3000, 0), memory_held_by_pid_mib=21148), cuda_gpu(5000, 1)], "topology": "dual"}
     result = plan(nano, gpus, None, Options(32768, 2, gpu_devices=[0]))
     assert result["gpu_devices"] == [0] and result["memory"]["gpus"][0]["free_mib"] == 24148
     assert result["memory"]["gpus"][0]["held_by_pid_mib"] == 21148
@@ -356,7 +356,7 @@ def test_a_users_pattern_is_checked_and_sized(nano):
 def test_gemma_fits_with_its_small_sliding_cache_and_warnings_reach_the_user_on_failure_too():
     """The measured need of Gemma 3 270M at 32768/1 (111 MiB of KV) fits 1800 MiB with the margin."""
     facts = load_facts(gemma_summary())
-    result = plan(facts, [gpu(1800, 0)], None, Options(32768, 1))
+    result = plan(facts, [cuda_gpu(1800, 0)], None, Options(32768, 1))
     assert result["fits"] and result["memory"]["gpus"][0]["kv_mib"] == 111.0
     assert result["kv_cache"] == {"layout": "iswa", "cells": 32768, "streams": 1, "full_blocks": [5, 11, 17],
                                   "swa_blocks": [b for b in range(18) if b not in (5, 11, 17)], "swa_cells": 1024,
@@ -365,15 +365,15 @@ def test_gemma_fits_with_its_small_sliding_cache_and_warnings_reach_the_user_on_
     assert "(15 of its 18 blocks keep a sliding window: 1024 cells per slot)" in result["reason"]
     assert "expert" not in result["reason"]
     # --swa-full: every block keeps the whole context, 18 x 32768 cells x (256 + 256) x 2 bytes = 576 MiB
-    full = plan(facts, [gpu(4000, 0)], None, Options(32768, 1, swa_full=True))
+    full = plan(facts, [cuda_gpu(4000, 0)], None, Options(32768, 1, swa_full=True))
     assert full["memory"]["gpus"][0]["kv_mib"] == 576.0
     # an architecture not known here: its warning reaches the user, with a plan and with a refusal
     summary = gemma_summary()
     facts = load_facts(dict(summary, architecture="mygemma", metadata=dict(
         (k.replace("gemma3", "mygemma"), v) for k, v in summary["metadata"].items())))
     (warning,) = [w for w in facts.warnings if "not known here" in w]
-    assert warning in plan(facts, [gpu(4000, 0)], None, Options(32768, 1))["warnings"]
-    assert warning in refusal(facts, [gpu(1000, 0)], None, Options(32768, 1)).details["warnings"]
+    assert warning in plan(facts, [cuda_gpu(4000, 0)], None, Options(32768, 1))["warnings"]
+    assert warning in refusal(facts, [cuda_gpu(1000, 0)], None, Options(32768, 1)).details["warnings"]
 
 
 @pytest.mark.parametrize("mode, blocks, short, missing", [
@@ -516,7 +516,7 @@ def test_the_most_layers_that_fit_are_searched_past_where_flash_attention_turns_
         return mest.estimate(nano, Options(32768, 2, n_gpu_layers=layers))["gpus"][0]["total"]
     assert total(47) > total(48)
     free = total(48) / float(common.MIB) + 1
-    layered = plan(nano, [gpu(free)], None, Options(32768, 2, goal="speed"))["candidates"][-1]
+    layered = plan(nano, [cuda_gpu(free)], None, Options(32768, 2, goal="speed"))["candidates"][-1]
     assert layered["n_gpu_layers"] == 48 and all(total(n) > free * common.MIB for n in range(49, 53))
 
 

@@ -9,7 +9,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _plan_re
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from tests.helpers.memory_models import MIB
-from tests.helpers.plans import SIZING, exact_moe, gpu, need, refusal
+from tests.helpers.plans import SIZING, cuda_gpu, exact_moe, gpu, need, refusal
 
 
 def speed_sentence(result):
@@ -24,7 +24,7 @@ def speed_sentence(result):
 def test_a_plan_that_does_not_fit_names_what_to_lower_the_split_and_the_gpu_most_short(nano, moe):
     """262144 tokens for 4 slots on a 4 GiB card, short even with every expert on the host: a model with recurrent
     state can lower parallel, and CUDA's op offload reserves the room of the largest host-resident block's experts."""
-    error = refusal(nano, [gpu(4096)], None, Options(262144, 4))
+    error = refusal(nano, [cuda_gpu(4096)], None, Options(262144, 4))
     details = error.details
     (short,) = details["memory"]["gpus"]
     assert details["fits"] is False and short["free_after_mib"] < 0
@@ -53,7 +53,7 @@ def test_a_plan_that_does_not_fit_names_what_to_lower_the_split_and_the_gpu_most
 def test_the_reason_names_what_moves_and_stays_on_an_a5500_and_what_a_host_without_gpu_keeps(nano, moe):
     """The A5500 (24148 MiB free) at 32K with two slots: the experts of two blocks go to host memory, the Nano's
     recurrent (Mamba) tensors stay on the GPU with its attention."""
-    result = plan(nano, [gpu(24148)], None, Options(32768, 2))
+    result = plan(nano, [cuda_gpu(24148)], None, Options(32768, 2))
     used, here = result["memory"]["gpus"][0], result["headroom"]["this_plan"]
     assert result["reason"] == (
         "The routed experts of 2 of the 23 MoE blocks (1, 3) go to host memory: everything on the GPU would need "

@@ -82,3 +82,23 @@ def test_the_options_refuse_what_the_module_refuses():
                     mmap=True, experts_per_gpu=True)
     given = params(gguf="m.gguf", gpus=[], ctx_size=1)
     assert dict((k, given[k]) for k in defaults) == defaults
+
+
+def test_the_plan_takes_the_cuda_context_off_the_free_memory_and_a_stored_measurement_wins(nano):
+    """Without a measurement the A5500 (not in _cuda_context's table) counts the assumed 555 MiB: 24148 - 555 =
+    23593 MiB free for the buffers and the margin. A measurement of that card (its uuid) replaces the figure."""
+    gpus = {"gpus": [dict(A5500, index=0, uuid="GPU-8d4f")], "topology": "single"}
+    assumed, _w = run(params(gguf=nano, gpus=gpus, ctx_size=4096))
+    assert assumed["memory"]["gpus"][0]["free_mib"] == 23593
+    assert [(d["cuda_context_mib"], d["cuda_context_source"]) for d in assumed["devices"]] == [(555, "assumed")]
+    stored = [{"index": 0, "uuid": "GPU-8d4f", "name": "NVIDIA RTX A5500", "context_mib": 300}]
+    measured, _w = run(params(gguf=nano, gpus=gpus, ctx_size=4096, cuda_context=stored))
+    assert measured["memory"]["gpus"][0]["free_mib"] == 24148 - 300
+    assert [(d["cuda_context_mib"], d["cuda_context_source"]) for d in measured["devices"]] == [(300, "measured")]
+    # the same buffers, 255 MiB more room after them
+    assert measured["memory"]["gpus"][0]["free_after_mib"] - assumed["memory"]["gpus"][0]["free_after_mib"] == 255
+    # a measurement of another card is not this one's
+    other, _w = run(params(gguf=nano, gpus=gpus, ctx_size=4096, cuda_context=[dict(stored[0], uuid="GPU-else")]))
+    assert other["devices"][0]["cuda_context_source"] == "assumed"
+    wrong, _w = run(params(gguf=nano, gpus=gpus, ctx_size=4096, cuda_context=[{"name": "NVIDIA RTX A5500"}]))
+    assert wrong["failed"] and wrong["msg"] == "cuda_context[0].context_mib must be a number of MiB >= 0, got None"

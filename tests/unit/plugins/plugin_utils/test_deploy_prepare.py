@@ -8,7 +8,8 @@ import pytest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import (
-    Refused, calibration_of, check_requirement, fetch_args, fetch_line, fetch_summary, make_plan, plan_args, prepare, service_args)
+    Refused, calibration_of, check_requirement, fetch_args, fetch_line, fetch_summary, make_plan, plan_args, prepare,
+    service_args, stored_cuda_context)
 from tests.helpers.deploy_hosts import holding, proved
 from tests.helpers.deploy_settings import EXPERTS, demo_model, settings
 
@@ -201,3 +202,15 @@ def test_a_gpu_the_image_s_requirement_does_not_allow_is_refused_before_anything
     assert check_requirement(found, []) == [] and check_requirement(found, [1]) == []   # CPU deploy; another GPU
     absent = check_requirement({"image": "x:1", "found": False, "require": None, "error": "no such image"}, [0])
     assert len(absent) == 1 and "x:1 is not on" in absent[0]
+
+
+def test_the_cuda_context_a_verified_run_measured_reaches_the_next_plan(demo):
+    s, found = settings(demo), service(demo)
+    measured = [{"index": 0, "uuid": "GPU-1", "name": "NVIDIA RTX A5500", "context_mib": 468}]
+    recorded = dict(found, disk=dict(found["disk"], verification={"status": "changed", "cuda_context": measured}))
+    assert stored_cuda_context(recorded) == measured and plan_args(s, recorded)["cuda_context"] == measured
+    # a failed verification, none recorded or an empty list: nothing
+    failed = dict(found, disk=dict(found["disk"], verification={"status": "failed", "cuda_context": measured}))
+    empty = dict(found, disk=dict(found["disk"], verification={"status": "changed", "cuda_context": []}))
+    for service_read in (failed, empty, found):
+        assert stored_cuda_context(service_read) is None and "cuda_context" not in plan_args(s, service_read)

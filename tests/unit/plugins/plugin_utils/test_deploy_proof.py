@@ -43,6 +43,17 @@ def test_each_gpu_row_compares_what_ai_llm_took_with_the_plan_without_its_margin
     assert vram_rows(devices, baseline, after, plan, tolerance) == rows
 
 
+def test_the_planned_figure_includes_the_cuda_context_the_plan_counted_on_that_gpu():
+    """The plan keeps its 1024 MiB margin free beyond the context: ai-llm takes its buffers (2000 MiB) and its
+    context (555 MiB on GPU 0, 300 on GPU 1), so 2555 and 2300 MiB are planned."""
+    plan = {"gpus": [{"index": 0, "total_mib": 3024, "margin_mib": 1024}, {"index": 1, "total_mib": 3024, "margin_mib": 1024}]}
+    devices = [{"index": 0, "cuda_context_mib": 555}, {"index": 1, "cuda_context_mib": 300}]
+    rows = vram_rows([0, 1], [], reading((0, 2555), (1, 2555)), plan, 100, devices)
+    assert rows == [row(0, 2555, 2555, True), row(1, 2300, 2555, False)]
+    # without the context the same use is 555 MiB over the plan
+    assert vram_rows([0], [], reading((0, 2555)), plan, 100)[0]["ok"] is False
+
+
 # log_expectations
 
 # moe_offload_plan's result as the role registers it: two GPUs, the second holding the experts of the first's blocks

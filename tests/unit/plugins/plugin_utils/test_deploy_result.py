@@ -25,6 +25,8 @@ EMPTY_BUFFERS = {"model": {}, "kv": {}, "rs": {}, "compute": {}}
 LAST = {"pattern": r"blk\.1\.ffn_.*_exps\.weight", "pattern_source": "plan",
         "device_overrides": [r"blk\.2\.ffn_.*_exps\.weight=CUDA0"], "tensors_moved": ["blk.1.ffn_up_exps.weight"],
         "evidence": "device_buffers", "vram": [{"index": 0, "planned_mib": 100, "used_mib": 90, "ok": True}],
+        "cuda_context": [{"index": 0, "uuid": "GPU-1", "name": "H200", "device": "CUDA0", "held_mib": 90,
+                          "buffers_mib": 13.0, "context_mib": 77}],
         "buffers": {"model": {"CUDA0": 10.0}, "kv": {"CUDA0": 1.0}, "rs": {}, "compute": {"CUDA0": 2.0}},
         "offloaded_layers": {"offloaded": 49, "total": 49}, "parity": 'identical: 2 tokens "ok"',
         "speed": {"decode_tokens_per_second": 20.1, "prompt_tokens_per_second": 400.0, "runs": 3, "prompt_tokens": 512,
@@ -34,7 +36,7 @@ NEW_SPEED = dict(LAST["speed"], decode_tokens_per_second=10.05, previous=LAST["s
                  prompt_ratio=1.0)
 EMPTY_PLAN = {"mode": None, "fits": None, "reason": None, "cpu_expert_layers": [], "placement": None,
               "gpu_devices": [], "tensor_split": "", "n_gpu_layers": None, "gpus": [],
-              "host": {"experts_mib": None, "available_mib": None}, "speed": None}
+              "host": {"experts_mib": None, "available_mib": None}, "speed": None, "cuda_context": []}
 
 
 def test_the_result_has_the_keys_the_readme_documents_and_no_other():
@@ -60,14 +62,17 @@ H200 = {"index": 0, "name": "H200", "model_mib": 1000, "kv_mib": 200, "recurrent
       "placement": "layer", "gpu_devices": [1], "tensor_split": "3,1", "n_gpu_layers": 40,
       "memory": {"gpus": [dict(H200, extra="dropped"), {"index": 1}], "host": {"model_mib": 1600, "available_mib": 64000}},
       "speed": {"decode_tokens_per_second": 41.5, "prompt_tokens_per_second": 900.0, "calibrated": True,
-                "prompt_calibrated": False, "from": "..."}},
+                "prompt_calibrated": False, "from": "..."},
+      "devices": [{"device": "CUDA0", "index": 1, "name": "H200", "uuid": "GPU-1", "cuda_context_mib": 555,
+                   "cuda_context_source": "assumed"}]},
      {"gpu_devices": [0]},
      {"mode": "auto", "fits": True, "reason": "the experts of 2 blocks go to host RAM", "cpu_expert_layers": [3, 4],
       "placement": "layer", "gpu_devices": [1], "tensor_split": "3,1", "n_gpu_layers": 40,
       "gpus": [H200, dict({k: None for k in PLAN_GPU_KEYS}, index=1)],
       "host": {"experts_mib": 1600, "available_mib": 64000},
       "speed": {"decode_tokens_per_second": 41.5, "prompt_tokens_per_second": 900.0, "calibrated": True,
-                "prompt_calibrated": False}}),
+                "prompt_calibrated": False},
+      "cuda_context": [{"index": 1, "name": "H200", "context_mib": 555, "source": "assumed"}]}),
     # msg without a reason, the placed GPUs without the plan's; the host's model size counts as its experts
     ({"moe_offload_mode": "layers"},
      {"fits": False, "msg": "does not fit", "cpu_expert_layers": [5],
@@ -75,7 +80,7 @@ H200 = {"index": 0, "name": "H200", "model_mib": 1000, "kv_mib": 200, "recurrent
      {"gpu_devices": [0, 1]},
      {"mode": "layers", "fits": False, "reason": "does not fit", "cpu_expert_layers": [5], "placement": None,
       "gpu_devices": [0, 1], "tensor_split": "", "n_gpu_layers": None, "gpus": [],
-      "host": {"experts_mib": 700, "available_mib": 100}, "speed": None}),
+      "host": {"experts_mib": 700, "available_mib": 100}, "speed": None, "cuda_context": []}),
     # a plan that did not run is empty
     ({}, None, None, EMPTY_PLAN), ({}, {}, {}, EMPTY_PLAN),
     ({"moe_offload_mode": "all"}, {"skipped": True, "fits": True, "reason": "r", "gpu_devices": [3], "tensor_split": "1,1"},
@@ -185,7 +190,7 @@ def test_status_and_message(parts, said):
 NOTHING_REGISTERED = {
     "status": "unchanged", "changed": False, "message": "ai-llm serves the configuration on disk (); nothing to change",
     "host": None, "image": None, "model": None, "config_hash": None, "pattern": "", "pattern_source": "none",
-    "device_overrides": [], "tensors_moved": [], "evidence": None, "plan": EMPTY_PLAN, "vram": [],
+    "device_overrides": [], "tensors_moved": [], "evidence": None, "plan": EMPTY_PLAN, "vram": [], "cuda_context": [],
     "buffers": EMPTY_BUFFERS, "offloaded_layers": None,
     "rollback": {"performed": False, "reason": None, "restored_from": None, "serving": None},
     "auth": {"enforced": False, "checked": False}, "parity": "off", "speed": None, "model_fetch": None,
@@ -210,7 +215,8 @@ def test_build_of_a_run_that_measured_nothing_reports_the_last_verification():
     assert result == dict(
         OF_SETTINGS, host="h1", config_hash="c" * 64, pattern=LAST["pattern"], pattern_source="plan",
         device_overrides=LAST["device_overrides"], tensors_moved=["blk.1.ffn_up_exps.weight"], evidence="device_buffers",
-        vram=LAST["vram"], buffers=LAST["buffers"], offloaded_layers={"offloaded": 49, "total": 49},
+        vram=LAST["vram"], cuda_context=LAST["cuda_context"], buffers=LAST["buffers"],
+        offloaded_layers={"offloaded": 49, "total": 49},
         auth={"enforced": True, "checked": True}, parity='identical: 2 tokens "ok"', speed=LAST["speed"],
         timings={"total": 0.75, "recreate": None, "health": None, "lock_wait": 1.5})
 
@@ -434,3 +440,13 @@ RECORDED = {"files": {"verification": "/p/verification.json"}, "rollback": {"per
 def test_verification_json_is_written_after_a_recreate_a_verify_or_a_rollback_only(published, facts, check_mode,
                                                                                    recorded):
     assert to_record(published, facts, check_mode) is recorded
+
+
+def test_the_cuda_context_measured_this_run_is_published_and_a_rollback_clears_it():
+    measured = [{"index": 0, "uuid": "GPU-1", "name": "H200", "device": "CUDA0", "held_mib": 900, "buffers_mib": 400.0,
+                 "context_mib": 500}]
+    parts = parts_from({"_llm_server_verify": {"cuda_context": measured, "log": LOG}})
+    assert parts["cuda_context"] == measured
+    assert build(dict(parts, service={"disk": {"verification": LAST}}), now=0.0)["cuda_context"] == measured
+    # nothing measured and nothing proved: the last verification's
+    assert build({"service": {"disk": {"verification": LAST}}}, now=0.0)["cuda_context"] == LAST["cuda_context"]
