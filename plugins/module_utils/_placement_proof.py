@@ -15,7 +15,7 @@ against the plan's cards. A log of a failed load, a crash or an exit before the 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_build import BUILD, COMMIT
@@ -140,7 +140,7 @@ class Expectations:
 
     def of_placement(self):
         """Whether anything beside the devices is expected."""
-        return Expectations(**dict(self.__dict__, devices=None)).any_given()
+        return replace(self, devices=None).any_given()
 
 
 def verify_placement(parsed, expected=None, expect_gpu_model_mib=None, tolerance_mib=1.0, tolerance_pct=1.0, *,
