@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from tests.helpers.cdi import cdi_spec
+from tests.helpers.cuda_image import image_requiring
 from tests.helpers.llama_server import free_port
 from tests.helpers.llm_deploy import cpu_image, playbook_env, result
 from tools.gguf_models import write_demo_model, write_nemotron_h, write_nemotron_nano_30b
@@ -289,6 +290,20 @@ def test_gpus_podman_cannot_resolve_are_refused_in_check_mode_naming_the_spec_to
     run = deploy("rtx_a5500", models["demo"], ok=False, cdi=False)
     assert "does not resolve the CDI devices nvidia.com/gpu=%s" % A5500_UUID in run.proc.stdout, run
     assert "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml" in run.proc.stdout
+
+
+def test_a_gpu_the_image_s_driver_requirement_refuses_is_refused_in_check_mode(deploy, models):
+    """An image with the CUDA 12.8.1 image's NVIDIA_REQUIRE_CUDA: the RTX A5500 on driver 550 (brand "NVIDIA RTX",
+    which libnvidia-container compares as "unknown", listed for branch 550) is planned; the RTX 4090 on 560 (brand
+    "GeForce", not listed; its driver's CUDA 12.6 is below 12.8) is refused before anything changes."""
+    with image_requiring(base=cpu_image()) as image:
+        allowed = deploy("rtx_a5500", models["demo"], llm_server_image=image)
+        assert allowed.result["status"] == "checked"
+        refused = deploy("rtx_4090", models["demo"], ok=False, llm_server_image=image)
+    msg = refused.result["message"]
+    assert refused.result["status"] == "failed" and "Nothing was changed" in msg
+    assert ("GPU 0 (NVIDIA GeForce RTX 4090) (driver 560.35.03, CUDA 12.6, brand GeForce) does not meet the image's "
+            "NVIDIA_REQUIRE_CUDA") in msg and "a driver of CUDA 12.8 or newer" in msg
 
 
 # --- (d) docker: device reservations instead of CDI devices ---------------------------------------------
