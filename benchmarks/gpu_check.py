@@ -14,8 +14,11 @@ defaults, ``--ctx-size`` and one slot) and three loads of the same llama-server:
   prompt speed with the last blocks' experts on the host (ikawrakow/ik_llama.cpp#2262), and these two loads
   measure it with this llama-server on this GPU.
 
-Each load: ``nvidia-smi``'s memory used per GPU while it serves (minus what was used before it started), the speed
-as the role's speed check measures it (``_speed_check``: one warm-up, then ``--runs`` runs, the medians), its log.
+Each load runs at ``-lv 4`` (the buffer lines). Each: ``nvidia-smi``'s memory used per GPU while it serves (minus
+what was used before it started), the devices of its ``using device`` lines (which card each ``CUDA<n>`` is), the
+CUDA context of each device (``_cuda_context.measure``: the memory nvidia-smi shows for the server's process there
+minus the buffers its log reports), the speed as the role's speed check measures it (``_speed_check``: one warm-up,
+then ``--runs`` runs, the medians), its log.
 Written to ``--out``: ``results.json`` (the plan, every load's figures) and one ``<load>.log`` per load; the table
 is printed. Without nvidia-smi (the CPU path, which the tests run) every load runs on the CPU, ``nvidia-smi`` MiB
 are ``None`` and the plan is a CPU plan.
@@ -37,7 +40,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / ".collections"))
 sys.path.insert(0, str(ROOT))
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._cuda_context import measure as context_of_devices  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._host_memory import gather  # noqa: E402
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_devices import normalize_pci_bus_id  # noqa: E402
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._nvidia_smi import read  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import block_expert_pattern  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import load_facts  # noqa: E402
@@ -107,6 +113,16 @@ def load_args(name, answer, gpu, ends):
     return args + (["-ot", override] if override else [])
 
 
+def devices_and_context(log, gpus):
+    """The ``using device`` lines of a load's log, and the CUDA context of each of its CUDA devices (``gpus``: the
+    GPUs as nvidia-smi reads them with the server's pid), each device matched to its GPU by PCI bus id."""
+    parsed = parse_log(log)
+    by_bus = {normalize_pci_bus_id(g.get("pci_bus_id")): g for g in gpus}
+    planned = [dict(device=d["device"], index=by_bus[d["pci_bus_id"]]["index"], uuid=by_bus[d["pci_bus_id"]]["uuid"],
+                    name=by_bus[d["pci_bus_id"]]["name"]) for d in parsed.get("devices") or [] if d["pci_bus_id"] in by_bus]
+    return parsed.get("devices") or [], context_of_devices(planned, gpus, parsed)
+
+
 def used_mib(gpu):
     """nvidia-smi's memory used per GPU (MiB), ``None`` without a GPU."""
     if not gpu:
@@ -142,20 +158,29 @@ def main(argv=None):
     answer, warnings = the_plan(model, gpu_info, gather(), args.ctx_size)
     loads = {}
     for name in LOADS:
-        flags = ["-c", str(args.ctx_size)] + load_args(name, answer, gpu, ends)  # (the last -c is the one that counts)
+        # (the last -c is the one that counts)
+        flags = ["-c", str(args.ctx_size), "-lv", "4"] + load_args(name, answer, gpu, ends)
         before = used_mib(gpu)
         server = speed_model.Server(model, flags, timeout=600)
         try:
             during = used_mib(gpu)
             got = measure(server.url, args.prompt_tokens, args.predict_tokens, args.runs)
-            (out / ("%s.log" % name)).write_text(server.text())
+            log = server.text()
+            (out / ("%s.log" % name)).write_text(log)
+            serving = read(shutil.which, run_command, pid=server.proc.pid)["gpus"] if gpu else []
+            devices, context = devices_and_context(log, serving)
         finally:
             server.stop()
-        loads[name] = {"args": flags, "speed": got,
+        loads[name] = {"args": flags, "speed": got, "devices": devices, "cuda_context": context,
                        "nvidia_smi_mib": None if before is None else [d - b for d, b in zip(during, before)]}
         print("gpu_check: %-4s %-60s decode %8.1f  prompt %9.1f tokens/s  nvidia-smi %s MiB" % (
             name, " ".join(flags)[:60], got["decode_tokens_per_second"], got["prompt_tokens_per_second"],
             loads[name]["nvidia_smi_mib"]), flush=True)
+        for device in devices:
+            print("gpu_check:      %s is %s (%s)" % (device["device"], device["description"], device["id"]), flush=True)
+        for row in context:
+            print("gpu_check:      %s CUDA context %d MiB (%s MiB held, %s MiB of buffers)" % (
+                row["device"], row["context_mib"], row["held_mib"], row["buffers_mib"]), flush=True)
     planned = [g["total_mib"] for g in answer["memory"]["gpus"]]
     results = {"gpus": gpu_info["gpus"], "model": str(model), "plan": answer, "warnings": warnings, "ends": ends,
                "planned_mib": planned, "predicted": answer["speed"], "loads": loads}

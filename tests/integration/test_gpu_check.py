@@ -8,11 +8,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
 from tests.helpers.llama_server import SERVER
 from tests.helpers.llm_deploy import ROOT
+
+sys.path.insert(0, str(ROOT))
+from benchmarks import gpu_check as benchmark  # noqa: E402  (the benchmark's own functions)
 
 SCRIPT = str(ROOT / "benchmarks" / "gpu_check.sh")
 DOUBLES = str(ROOT / "tests" / "doubles")
@@ -43,7 +47,8 @@ def test_the_cpu_path_builds_nothing_new_and_measures_three_loads_on_the_cpu(bui
     got = results(tmp_path)
     assert sorted(got["loads"]) == ["first", "fit", "last", "none", "plan"]
     for name, load in got["loads"].items():
-        assert load["args"] == ["-c", "512", "-ngl", "0", "-fit", "off"], name
+        assert load["args"] == ["-c", "512", "-lv", "4", "-ngl", "0", "-fit", "off"], name
+        assert load["devices"] == [] and load["cuda_context"] == []   # the CPU backend prints no 'using device' line
         assert load["speed"]["decode_tokens_per_second"] > 0 and load["speed"]["prompt_tokens_per_second"] > 0
         assert load["speed"]["predicted_tokens"] == 8 and load["nvidia_smi_mib"] is None
         assert "model loaded" in (tmp_path / ("%s.log" % name)).read_text()
@@ -58,16 +63,32 @@ def test_the_gpu_path_plans_for_the_cards_nvidia_smi_names_and_loads_each_placem
     assert [g["name"] for g in got["gpus"]] == ["NVIDIA RTX A5500", "NVIDIA RTX A4000"]
     plan = got["plan"]
     assert len(got["planned_mib"]) == len(plan["devices"]) >= 1
-    assert got["loads"]["none"]["args"] == ["-c", "512", "-ngl", "99", "-fit", "off"]
-    assert got["loads"]["fit"]["args"] == ["-c", "512", "-fit", "on"]
-    expected = ["-c", "512", "-ngl", "99", "-fit", "off"] + (["-ts", plan["tensor_split"]] if plan["tensor_split"]
-                                                             else [])
+    assert got["loads"]["none"]["args"] == ["-c", "512", "-lv", "4", "-ngl", "99", "-fit", "off"]
+    assert got["loads"]["fit"]["args"] == ["-c", "512", "-lv", "4", "-fit", "on"]
+    split = ["-ts", plan["tensor_split"]] if plan["tensor_split"] else []
+    expected = ["-c", "512", "-lv", "4", "-ngl", "99", "-fit", "off"] + split
     assert got["loads"]["plan"]["args"][:len(expected)] == expected
     # 60 MiB of f32 qwen3moe: round(60 / 96) = 1, so 2 expert blocks (write_model's least), and the default
     # --host-blocks is one of them: block 0 for the first load, block 1 for the last
     assert got["ends"] == {"first": r"blk\.0\.ffn_.*_exps\.weight", "last": r"blk\.1\.ffn_.*_exps\.weight"}
     for name in ("first", "last"):
-        assert got["loads"][name]["args"] == ["-c", "512", "-ngl", "99", "-fit", "off", "-ot", got["ends"][name] + "=CPU"]
+        assert got["loads"][name]["args"] == ["-c", "512", "-lv", "4", "-ngl", "99", "-fit", "off", "-ot",
+                                              got["ends"][name] + "=CPU"]
         assert got["loads"][name]["speed"]["decode_tokens_per_second"] > 0
     # the double prints the same memory before and during each load
     assert [load["nvidia_smi_mib"] for load in got["loads"].values()] == [[0, 0]] * 5
+
+
+def test_each_cuda_device_of_a_real_log_is_matched_to_its_card_by_bus_id_and_gets_its_context():
+    """A real CUDA log (llama-server b7500 on an RTX 4090, -lv 4): ``using device CUDA0 (NVIDIA GeForce RTX 4090)
+    (0000:01:00.0)``, and CUDA0's model 1369.43, KV 768.00, RS 47.62 and compute 1078.13 MiB buffers (3263.18 MiB).
+    nvidia-smi names the card 00000000:01:00.0; with 3731 MiB held by the server's process the context is
+    3731 - 3263.18 = 467.82, 468 MiB; a card at another bus id is not that device."""
+    log = (ROOT / "tests" / "data" / "llama_logs" / "b7500_nemotron_cuda_lv4_overridden_cuda_host.log").read_text()
+    card = {"index": 0, "uuid": "GPU-3b9e1f07-c2d4-58a6-7e10-94f2ab6c8d31", "name": "NVIDIA GeForce RTX 4090",
+            "pci_bus_id": "00000000:01:00.0", "memory_held_by_pid_mib": 3731}
+    devices, context = benchmark.devices_and_context(log, [card])
+    assert [(d["device"], d["description"], d["pci_bus_id"]) for d in devices] == [
+        ("CUDA0", "NVIDIA GeForce RTX 4090", "0000:01:00.0")]
+    assert [(r["device"], r["index"], r["buffers_mib"], r["context_mib"]) for r in context] == [("CUDA0", 0, 3263.18, 468)]
+    assert benchmark.devices_and_context(log, [dict(card, pci_bus_id="00000000:02:00.0")])[1] == []
