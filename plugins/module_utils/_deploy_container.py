@@ -34,6 +34,11 @@ CDI_KIND = "nvidia.com/gpu"
 # docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/cdi-support.html
 CDI_GENERATE = "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
 DOCKER_COMPOSE_CDI = (2, 30)
+# What serves the docker CLI's endpoint (DOCKER_HOST or the current context), which docker's compose tools use too:
+# docker version's server part. podman's docker API names its first component "Podman Engine" (containers/podman,
+# pkg/api/handlers/compat/version.go, VersionHandler); dockerd names its own "Engine".
+DOCKER_SERVER_FORMAT = "{{json .Server}}"
+PODMAN_COMPONENT = "Podman Engine"
 # llama-server answers every path but these without the API key with 401 (tools/server/server-http.cpp,
 # middleware_validate_api_key); /props needs the key and is cheap.
 AUTH_PROBE_PATH = "/props"
@@ -77,6 +82,31 @@ def docker_gpu_access(info):
     except ValueError:
         dirs = None
     return "cdi" if major is not None and major >= 25 and dirs else "reservations"
+
+
+def docker_server(run, compose_command):
+    """The engine that serves the docker CLI that docker's compose tool ``compose_command`` talks to (the same
+    ``DOCKER_HOST`` or context): ``(engine, version)``, ``engine`` being ``podman`` (``podman system service``
+    behind a docker socket) or ``docker``; ``(None, None)`` when no server answers."""
+    program = compose_command[0] if os.path.basename(compose_command[0]) == "docker" else "docker"
+    rc, out, _err = run([program, "version", "--format", DOCKER_SERVER_FORMAT])
+    return server_engine(out) if rc == 0 else (None, None)
+
+
+def server_engine(text):
+    """``(engine, version)`` of what ``docker version --format '{{json .Server}}'`` printed: ``podman`` when a
+    component is the ``Podman Engine``, else ``docker``; ``(None, None)`` when it is no server (``null``: none
+    answered)."""
+    try:
+        server = json.loads(text or "")
+    except ValueError:
+        return None, None
+    if not isinstance(server, dict):
+        return None, None
+    for component in server.get("Components") or []:
+        if isinstance(component, dict) and component.get("Name") == PODMAN_COMPONENT:
+            return "podman", str(component.get("Version") or "")
+    return "docker", str(server.get("Version") or "")
 
 
 def podman_compose_provider(run, program):
@@ -128,7 +158,20 @@ def gpu_access_check(run, compose_command, engine, access, image, names):
     becomes ``cdi`` with podman, and with docker whose daemon has CDI enabled (``engine_gpu_access``). CDI is kept
     only when the compose tool passes CDI devices on and the engine resolves every name; on docker a CDI that does
     not hold falls back to compose's device reservations unless ``cdi`` was asked for; on podman it is refused.
-    ``problem`` is ``None`` or the refusal, naming what to do."""
+    Docker's compose tool whose docker endpoint podman serves (``docker_server``) is refused whatever the access: it
+    gives the container no GPU. ``problem`` is ``None`` or the refusal, naming what to do."""
+    if engine == "docker":
+        server, version = docker_server(run, compose_command)
+        if server == "podman":
+            # Compose v2 sends CDI names as device requests of driver "cdi" and reservations as requests of driver
+            # "nvidia"; podman's docker API drops both and starts the container without them, with no error
+            # (github.com/containers/podman/issues/19338, github.com/containers/podman/issues/22645; seen with
+            # compose 2.40.3 on podman 4.3.1: tests/integration/test_compose_on_podman_service.py).
+            return ("cdi" if access == "auto" else access), (
+                "llm_server: GPU access: '%s' is served by podman %s (docker version names the %s), whose docker API "
+                "drops compose's GPU devices, CDI names and reservations alike, and starts the container without GPUs "
+                "(github.com/containers/podman/issues/19338): install podman-compose or set llm_server_compose_command "
+                "to [podman-compose]. Nothing was changed." % (" ".join(compose_command), version, PODMAN_COMPONENT))
     chosen = engine_gpu_access(run, engine) if access == "auto" else access
     if chosen != "cdi":
         return chosen, None

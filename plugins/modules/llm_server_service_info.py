@@ -137,6 +137,9 @@ gpu_access:
       docker compose 2.30 or newer) and the engine resolves the GPUs' CDI names; else docker falls back to
       V(reservations) (for V(auto)) and the module fails naming C(nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml)
       or podman-compose.
+    - With O(image), docker's compose tool whose docker endpoint podman serves (C(docker version) names the
+      C(Podman Engine), as with C(DOCKER_HOST) at C(podman system service)) fails the module whatever O(gpu_access)
+      says, naming podman-compose - podman's docker API drops CDI names and device reservations alike.
   returned: when O(gpus) is set and the host has GPUs
   type: str
   sample: cdi

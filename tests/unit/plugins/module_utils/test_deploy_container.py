@@ -19,6 +19,9 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_contain
     COMPOSE_INSTALL,
     DOCKER_CDI_FORMAT,
     podman_compose_provider,
+    docker_server,
+    gpu_access_check,
+    server_engine,
     compose_config_check,
     container_state,
     docker_gpu_access,
@@ -339,3 +342,48 @@ def test_podman_compose_running_docker_compose_gives_way_to_podman_compose():
     assert find_compose(lambda argv: docker_compose, NO_PODMAN_COMPOSE.get) == (["podman", "compose"], None)
     own = (0, "podman-compose version 1.6.0\n", BANNER % "/usr/bin/podman-compose")
     assert find_compose(lambda argv: own, ALL.get) == (["podman", "compose"], None)
+
+
+VERSIONS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "data", "docker_version")
+
+
+def captured(name):
+    with open(os.path.join(VERSIONS, name), encoding="utf-8") as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("name, server", [
+    ("podman_4.3.1_service.json", ("podman", "4.3.1")),  # its components: Podman Engine, Conmon, runc, Engine
+    ("dockerd_20.10.24.json", ("docker", "20.10.24+dfsg1")),
+    ("no_server.txt", (None, None)), ("empty.txt", (None, None)),
+])
+def test_the_server_behind_the_docker_cli_is_read_from_docker_version(name, server):
+    text = captured(name) if name != "empty.txt" else ""
+    assert server_engine(text) == server
+
+
+def test_the_docker_cli_of_the_compose_command_is_asked_and_a_failed_answer_names_no_server():
+    asked = []
+
+    def answer(argv):
+        asked.append(argv)
+        return (0, captured("podman_4.3.1_service.json"), "") if argv[0] == "/opt/docker/bin/docker" else (1, "null", "")
+    assert docker_server(answer, ["/opt/docker/bin/docker", "compose"]) == ("podman", "4.3.1")
+    assert docker_server(answer, ["docker-compose"]) == (None, None)  # the docker on PATH, which answers nothing
+    assert asked == [["/opt/docker/bin/docker", "version", "--format", "{{json .Server}}"],
+                     ["docker", "version", "--format", "{{json .Server}}"]]
+
+
+@pytest.mark.parametrize("access", ["auto", "cdi", "reservations"])
+def test_docker_compose_served_by_podman_is_refused_for_a_gpu_deploy_before_any_other_check(access):
+    asked = []
+
+    def answer(argv):
+        asked.append(argv)
+        return 0, captured("podman_4.3.1_service.json"), ""
+    chosen, problem = gpu_access_check(answer, ["docker", "compose"], "docker", access, "localhost/ai-llm:cpu", ["0"])
+    assert chosen == ("cdi" if access == "auto" else access)
+    assert problem.startswith("llm_server: GPU access: 'docker compose' is served by podman 4.3.1 ")
+    assert "podman-compose" in problem and "github.com/containers/podman/issues/19338" in problem
+    assert problem.endswith("Nothing was changed.")
+    assert asked == [["docker", "version", "--format", "{{json .Server}}"]]  # nothing created, nothing else read
