@@ -451,7 +451,7 @@ devices:
   type: list
   elements: dict
   sample: [{"device": CUDA0, "description": NVIDIA RTX A5500, "id": "0000:01:00.0", "pci_bus_id": "0000:01:00.0", "free_mib": 23876}]
-build_warning: {description: 'How the build of the log differs from the one the collection models (b10435); V(null) when it does not.', returned: always, type: str}
+build_warning: {description: 'How the build of the log differs from the modelled one (b10435); V(null) when it does not.', returned: always, type: str}
 """
 
 import os
