@@ -13,7 +13,8 @@
 #                                 run time: faster on newer CPUs, roughly twice the build time
 # LLAMA_CPP_CUDA_ARCH=90 (a CUDA compute capability without the dot, as CMAKE_CUDA_ARCHITECTURES takes it) adds the
 # CUDA backend for that architecture only (needs nvcc; benchmarks/gpu_check.sh), into a cache entry of its own,
-# and prints its folder instead of linking it into .venv/bin.
+# and prints its folder instead of linking it into .venv/bin; LLAMA_CPP_CUDA_TOOLKIT names the CUDA toolkit to build
+# with (CMake's CUDAToolkit_ROOT and its nvcc; benchmarks/cuda_build.sh makes one with cuBLAS).
 # The result is kept in the user's cache, $LLAMA_CPP_CACHE or ${XDG_CACHE_HOME:-~/.cache}/ai-llm-moe-offload/llama.cpp/
 # <build>-<cpu>-<hash of the flags and the compiler>/, shared by every checkout of the user: a later run, or a new
 # clone, only (re)links it. No curl or OpenSSL (no model downloads), no web UI assets, no tests or examples.
@@ -46,6 +47,9 @@ if [ -n "$cuda" ]; then
   [[ "$cuda" =~ ^[0-9]+$ ]] || { echo "llama-cpp.sh: LLAMA_CPP_CUDA_ARCH must be digits (90 for 9.0), not '$cuda'" >&2; exit 64; }
   flags+=(-DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$cuda")
   cpu="$cpu-cuda$cuda"
+  if [ -n "${LLAMA_CPP_CUDA_TOOLKIT:-}" ]; then
+    flags+=("-DCUDAToolkit_ROOT=$LLAMA_CPP_CUDA_TOOLKIT" "-DCMAKE_CUDA_COMPILER=$LLAMA_CPP_CUDA_TOOLKIT/bin/nvcc")
+  fi
 fi
 case "${cpu%-cuda*}" in
   avx2) flags+=(-DGGML_CPU_ALL_VARIANTS=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_F16C=ON -DGGML_FMA=ON

@@ -12,6 +12,7 @@
 #   requirements/galaxy-importer.in -> requirements/galaxy-importer.txt  3.11  .cache/venvs/galaxy-importer
 #   requirements/ee.in              -> requirements/ee.txt               3.11  .cache/venvs/ee
 #   requirements/mitogen.in         -> requirements/mitogen.txt          3.11  .cache/mitogen (benchmarks/controller_cost.py)
+#   requirements/cuda-build.in      -> requirements/cuda-build.txt       3.11  the cuBLAS wheel of benchmarks/cuda_build.sh
 #   each line of requirements/compat.txt -> requirements/compat/ansible-core-X.Y.txt, for the oldest of its python=
 # scripts/venv.sh installs an environment from its lock (uv pip sync) and makes it again when the lock changes.
 # A new environment: its .in here, a line above, and scripts/venv.sh DIR PYTHON LOCK where it is made.
@@ -35,6 +36,7 @@ compile requirements/dev.txt 3.11 requirements/dev.in
 compile requirements/galaxy-importer.txt 3.11 requirements/galaxy-importer.in
 compile requirements/ee.txt 3.11 requirements/ee.in
 compile requirements/mitogen.txt 3.11 requirements/mitogen.in
+compile requirements/cuda-build.txt 3.11 requirements/cuda-build.in
 # requirements/compat.txt: "ansible-core==X.Y.Z   python=3.A,3.B   target=3.C"
 mkdir -p requirements/compat
 sed -e 's/#.*//' -e '/^[[:space:]]*$/d' requirements/compat.txt | while read -r requirement pythons _; do

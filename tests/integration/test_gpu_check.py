@@ -92,3 +92,10 @@ def test_each_cuda_device_of_a_real_log_is_matched_to_its_card_by_bus_id_and_get
         ("CUDA0", "NVIDIA GeForce RTX 4090", "0000:01:00.0")]
     assert [(r["device"], r["index"], r["buffers_mib"], r["context_mib"]) for r in context] == [("CUDA0", 0, 3263.18, 468)]
     assert benchmark.devices_and_context(log, [dict(card, pci_bus_id="00000000:02:00.0")])[1] == []
+
+
+def test_the_device_run_without_the_cuda_carry_says_what_makes_it(tmp_path):
+    """``device`` needs the carry of benchmarks/cuda_build.sh; without one it stops before anything runs."""
+    proc = subprocess.run(["bash", SCRIPT, "device"], capture_output=True, text=True, check=False, timeout=60,
+                          env=dict(os.environ, GPU_CHECK_STATE=str(tmp_path)))
+    assert proc.returncode == 1 and "bash benchmarks/cuda_build.sh makes it" in proc.stderr, proc.stderr
