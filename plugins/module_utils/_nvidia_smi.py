@@ -332,7 +332,7 @@ def parse_details(text):
     driver)."""
     found = {"driver_version": None, "cuda_version": None, "gpus": {}}
     current = None
-    for line in (text or "").splitlines():
+    for line in text.splitlines():
         gpu = _DETAIL_GPU_RE.match(line)
         if gpu:
             current = found["gpus"].setdefault(gpu.group(1).upper(), {"product_name": None, "product_brand": None})
