@@ -327,6 +327,7 @@ def test_mig_mode_lines_a_failed_query_and_the_index_in_the_advice():
 ])
 def test_details_give_the_cuda_version_and_the_brand_per_bus_id(name, driver, cuda, bus, product, brand):
     found = smi.parse_details(fixture(name + ".q.txt"))
+    assert sorted(found) == ["cuda_version", "driver_version", "gpus"]   # the capture's other top-level lines: none
     assert found["driver_version"] == driver and found["cuda_version"] == cuda
     assert found["gpus"] == {bus: {"product_name": product, "product_brand": brand}}
     assert smi.details_args() == ["-q"]
