@@ -16,7 +16,7 @@ want="$({ "$base" -c 'import sys; print(sys.version)'; cat "$lock"; } | sha256su
 if [ -x "$dir/bin/python" ] && [ "$(cat "$dir/.inputs.sha256" 2>/dev/null)" = "$want" ]; then
   exit 0
 fi
-uv="$(bash "$ROOT/scripts/uv.sh" "$base")"
+uv="$(bash "$ROOT/scripts/uv.sh")"
 echo "venv: making $dir from $lock"
 rm -rf "$dir"
 "$uv" venv --quiet --python "$base" "$dir"
