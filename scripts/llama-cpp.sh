@@ -101,5 +101,5 @@ cp -r "$src/licenses" "$dest.tmp/licenses"
   || { echo "llama-cpp.sh: the built llama-server does not report build $build_number" >&2; exit 1; }
 mv "$dest.tmp" "$dest"
 rm -rf "$work"
-link
 echo "setup: llama.cpp b$build_number built in $(( $(date +%s) - start ))s"
+link   # (last: with LLAMA_CPP_CUDA_ARCH its line is the folder that callers read)
