@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-# Copyright: (c) 2026, ai_llm.moe_offload contributors
-# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A CUDA image's ``NVIDIA_REQUIRE_CUDA``, evaluated for one GPU as NVIDIA's container hook evaluates it.
 
 The hook (libnvidia-container, ``nvidia-container-cli configure --require``) refuses to start a container whose
@@ -54,7 +54,9 @@ def compare_version(left, operator, right):
 
 def parse(expression):
     """The alternatives of an expression: a list of lists of ``(name, operator, value)``, names in lower case.
-    Raises ``RequirementError`` naming the condition libnvidia-container would reject."""
+    Raises ``RequirementError`` naming the condition libnvidia-container would reject; a value that is not a
+    version (``dsl_compare_version``) is refused here whether or not a GPU's fact is read, so that the image is named
+    before it meets a host where it is."""
     alternatives = []
     for alternative in (expression or "").split(" "):
         conditions = []
@@ -68,6 +70,8 @@ def parse(expression):
             name, operator, value = match.group(1).lower(), match.group(2), match.group(3)
             if name == "brand" and operator not in ("=", "!="):
                 raise RequirementError("invalid condition %r: a brand compares with = or != only" % condition)
+            if name != "brand" and not _VERSION_RE.match(value):
+                raise RequirementError("invalid condition %r: not a version" % condition)
             conditions.append((name, operator, value))
         if conditions:
             alternatives.append(conditions)
@@ -86,7 +90,7 @@ def _holds(condition, facts):
 
 def satisfied(expression, facts):
     """Whether one GPU meets ``expression``. ``facts``: ``cuda`` (the driver's CUDA version), ``driver``,
-    ``arch``, ``brand`` (NVML's brand as the hook names it: ``Tesla``, ``NvidiaRTX``, ``GeForce``...)."""
+    ``arch``, ``brand`` (the brand as the hook names it, ``hook_brand``: ``Tesla``, ``GeForce``, ``Unknown``...)."""
     alternatives = parse(expression)
     if not alternatives:
         return True
@@ -196,9 +200,7 @@ def refusals(found, chosen):
     if not expression or not chosen:
         return []
     try:
-        for name, _op, value in [c for alternative in parse(expression) for c in alternative]:
-            if name != "brand" and not _VERSION_RE.match(value):
-                raise RequirementError("invalid condition %r: not a version" % (name + _op + value))
+        parse(expression)
     except RequirementError as exc:
         return ["the image %s sets %s=%r, which NVIDIA's container hook rejects as an invalid expression (%s)"
                 % (found.get("image"), VARIABLE, expression, exc)]
