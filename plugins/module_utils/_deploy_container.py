@@ -28,7 +28,7 @@ COMPOSE_INSTALL = ("no compose tool works on this host: install podman-compose (
                    "'podman compose'), or docker with compose v2 ('docker compose'), or set llm_server_compose_command")
 # docker info's server version and CDI spec directories (docker 25 or newer)
 DOCKER_CDI_FORMAT = "{{.ServerVersion}} {{json .CDISpecDirs}}"
-_VERSION_RE = re.compile(r"(?<![\w.])v?(\d+)\.\d+")
+_VERSION_RE = re.compile(r"(?<![\w.])v?(\d+)\.(\d+)")
 _PROVIDER_RE = re.compile(r'Executing external compose provider "([^"]+)"')
 CDI_KIND = "nvidia.com/gpu"
 # docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/cdi-support.html
@@ -127,8 +127,7 @@ def podman_compose_provider(run, program):
 def compose_version(run, compose_command):
     """``(major, minor)`` of docker's compose (``docker compose version --short``: ``2.40.3``), or ``None``."""
     rc, out, _err = run(list(compose_command) + ["version", "--short"])
-    match = re.search(r"(\d+)\.(\d+)", out or "") if rc == 0 else None
-    return (int(match.group(1)), int(match.group(2))) if match else None
+    return version_of(out) if rc == 0 else None
 
 
 def cdi_devices_problem(run, engine, image, names):
@@ -200,11 +199,17 @@ def gpu_access_check(run, compose_command, engine, access, image, names):
     return "cdi", "llm_server: GPU access through CDI: %s. Nothing was changed." % problem
 
 
+def version_of(text):
+    """``(major, minor)`` of the first version in a tool's version output (``1.29.2``, ``v2.40.3``,
+    ``docker-compose version 1.29.2, build unknown``, docker's ``25.0.3``), or ``None`` when it names none."""
+    match = _VERSION_RE.search(text or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
 def major_version(text):
-    """The major version in a tool's version output (``1.29.2``, ``v2.40.3``, ``docker-compose version 1.29.2,
-    build unknown``, docker's ``25.0.3``), or ``None`` when it names none."""
-    match = _VERSION_RE.search(text)
-    return int(match.group(1)) if match else None
+    """The major version of ``version_of``, or ``None``."""
+    found = version_of(text)
+    return found[0] if found else None
 
 
 def find_compose(run, which, given=None):
