@@ -5,20 +5,33 @@
 (``_deploy_settings.role_settings``), fetches the model when ``llm_server_model_url`` is set and the host lacks it
 (the module ``llm_server_model``, in pieces with a line of progress between them), reads the host once (the module
 ``llm_server_service_info``: the service, the project directory, the GPUs, the host memory and the model's header),
-plans, places and tells whether the run has anything to do (``_deploy_prepare.prepare``). A run that ends here
-(ai-llm already serves this configuration, verified; or in check mode, the model would be fetched first) publishes
-its ``llm_server_result`` and says its line here, as the role's publish step does for the others. Apart from the
-model's files, nothing on the host changes."""
+plans, places (``_deploy_prepare.prepare``), encodes the values of the role's templates, and tells what the run
+writes and does (``_deploy_decision``): nothing (ai-llm already serves this configuration, verified), or the
+writes, the restart, the proof. Apart from the model's files, nothing on the host changes."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import time
 
+from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_fetch import known_of
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import first_snapshot
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import desired_config
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (
+    RenderError,
+    compose_values,
+    env_values,
+)
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import (
+    decide,
+    first_snapshot,
+    next_steps,
+    unchanged,
+)
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import (
     Refused,
     fetch_args,
@@ -28,8 +41,13 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare
     prepare,
     service_args,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import parts_from, publishing
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof import parity_request
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_settings import role_settings
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_templates import (
+    COMPOSE_TEMPLATE,
+    ENV_TEMPLATE,
+    render,
+)
 
 ANSIBLE_KEYS = ("changed", "failed", "invocation", "warnings", "deprecations", "_ansible_no_log")
 # A download goes in pieces of this many seconds, with a line of progress after each.
@@ -74,11 +92,46 @@ class ActionModule(ActionBase):
                              (task_vars.get("_llm_server_prepared") or {}).get("model_fetch")), \
             any(p.get("changed") for p in pieces)
 
-    def _publish(self, result, task_vars):
-        """``llm_server_result`` of a run that ends with this step, set as a fact, and its line said."""
-        result.update(publishing(parts_from(dict(task_vars, _llm_server_prepared=result),
-                                            bool(self._play_context.check_mode))))
-        display.display(result["line"])
+    def _configuration(self, settings, result, api_key, task_vars):
+        """What this run writes and does (``templates``, ``compose``, ``env``, ``config``, ``decision``, ``converge``,
+        ``steps``): the values the templates place, checked and encoded, the configuration hash, whether the host
+        already runs this configuration, verified, and otherwise whether ai-llm is recreated, verified or waited
+        for. The compose template is rendered here as the template module renders it, to compare with the host's."""
+        service, placement = result["service"], result["placement"]
+        src = str(self._templar.template(task_vars.get("llm_server_compose_template") or "")) or COMPOSE_TEMPLATE
+        try:
+            templates = {"compose": self._find_needle("templates", src),
+                         "env": self._find_needle("templates", ENV_TEMPLATE)}
+        except AnsibleError as exc:
+            raise Refused({"failed": True, "msg": "llm_server: llm_server_compose_template: %s" % exc}) from None
+        try:
+            values = env_values(settings, placement)
+            compose = compose_values(settings, placement, service.get("engine"))
+        except RenderError as exc:
+            raise Refused({"failed": True, "msg": "llm_server: %s" % exc}) from None
+        try:
+            text = render(self._templar, src, templates["compose"], settings["paths"]["compose"],
+                          dict(task_vars, llm_server_compose=compose))
+        except AnsibleError as exc:
+            raise Refused({"failed": True, "msg": "llm_server: the compose template %s cannot be rendered: %s"
+                                                  % (templates["compose"], exc)}) from None
+        sources = []
+        for path in (templates["compose"], templates["env"]):
+            with open(path, "rb") as f:
+                sources.append(f.read())
+        config = desired_config(service.get("disk") or {}, values, compose, text, sources, api_key)
+        check_mode = bool(self._play_context.check_mode)
+        converge = decide(service, config, bool(settings.get("verify_always")), settings["container_name"])
+        candidate = os.path.join(settings["project_dir"], ".%s.candidate" % settings["compose_file"])
+        # the compose tool's own reading of the new .env (the template module's temporary file, %s) with the new
+        # compose file, before .env replaces the old one
+        validate = list(service.get("compose_command") or []) + ["--env-file", "%s", "-f", candidate, "config"]
+        return {"templates": templates, "compose": compose, "env": values, "config": config,
+                "files": {"candidate": candidate, "validate_env": " ".join(shlex.quote(a) for a in validate)},
+                "parity_request": parity_request(settings),
+                "decision": unchanged(service, settings, config), "converge": converge,
+                "steps": next_steps(settings, service, config, converge, check_mode),
+                "snapshot_serving": first_snapshot(settings, service, check_mode)}
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -108,7 +161,6 @@ class ActionModule(ActionBase):
                 result["decision"] = {"unchanged": False, "fetch_first": True, "reason": fetched["msg"]}
                 if warnings:
                     result["warnings"] = warnings
-                self._publish(result, task_vars)
                 return result
         api_key = str(self._templar.template(task_vars.get("llm_server_api_key", ""))) \
             if settings.get("api_key_set") else ""
@@ -122,11 +174,10 @@ class ActionModule(ActionBase):
             if service.get("failed"):
                 raise Refused(service)
             if entry != "rollback":
-                prepared = prepare(settings, result["service"], api_key, task_vars.get("inventory_hostname", "?"))
+                prepared = prepare(settings, result["service"], task_vars.get("inventory_hostname", "?"))
                 warnings.extend(prepared.pop("warnings"))
                 result.update(prepared)
-                result["snapshot_serving"] = first_snapshot(settings, result["service"],
-                                                            bool(self._play_context.check_mode))
+                result.update(self._configuration(settings, result, api_key, task_vars))
         except Refused as exc:
             warnings.extend(exc.parts.pop("warnings", None) or [])
             result.update(exc.parts)
@@ -134,7 +185,4 @@ class ActionModule(ActionBase):
             result["failed"] = True
         if warnings:
             result["warnings"] = warnings
-        if not result.get("failed") and not self._task.args.get("settings") and (
-                result.get("decision") or {}).get("unchanged"):
-            self._publish(result, task_vars)  # (the read under the lock goes on to the deploy, which publishes)
         return result

@@ -2,16 +2,11 @@
 # Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The llm_server role's proof that ai-llm serves what was deployed: the wait for ``/health`` 200 on the host
-(the module ``llm_server_verify``), then with ``prove`` the log (``llama_server_log``), the GPU memory
+(the module ``llm_server_verify``), then, given the ``plan``, the log (``llama_server_log``), the GPU memory
 (``gpu_info``) and the parity answer, judged by ``_deploy_proof``, then the speed and the calibration it gives
-(``_deploy_prepare.calibration_of``). With ``baseline`` it only asks the running configuration the parity prompt,
-before a recreate. With ``publish`` it sets ``llm_server_result`` from what the role's tasks registered
-(``_deploy_result``) and records it in verification.json when the run recreated, verified or returned to a
-snapshot (``llm_server_config`` with ``state=recorded``), or in a rescue says what went wrong."""
+(``_deploy_prepare.calibration_of``). Without a plan (a rollback waits for what it restored), the wait only."""
 
 from __future__ import annotations
-
-import json
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
@@ -23,13 +18,12 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof i
     log_args,
     parity_answer,
     parity_note,
+    parity_request,
     verification_problem,
     vram_rows,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import (
-    failure, parts_from, publishing, to_record)
 
-PROOF_OPTIONS = ("prove", "baseline", "settings", "plan", "placement", "gpu_baseline", "parity_before")
+PROOF_OPTIONS = ("settings", "plan", "placement", "service", "gpu_baseline", "parity_before")
 # Seconds between two lines that say where a start of ai-llm is, while the wait lasts.
 PROGRESS_SECONDS = 5.0
 
@@ -73,43 +67,17 @@ class ActionModule(ActionBase):
             piece.update(waited=health.get("seconds") or 0, restarts=(health.get("container") or {}).get("restarts"))
 
     def _completion(self, settings, api_key, task_vars):
-        """The parity prompt asked of the new configuration: greedy (temperature 0, top_k 1, the fixed seed)."""
+        """The parity prompt asked of the new configuration."""
         return self._execute_module("ansible.builtin.uri", module_args={
             "url": settings["base_url"] + "/completion", "method": "POST", "body_format": "json",
-            "body": {"prompt": settings["parity_prompt"], "n_predict": settings["parity_n_predict"],
-                     "temperature": 0, "top_k": 1, "seed": settings["parity_seed"], "cache_prompt": False,
-                     "return_tokens": True},
+            "body": parity_request(settings),
             "headers": {"Authorization": "Bearer " + api_key} if api_key else {},
             "timeout": 120, "status_code": [200]}, task_vars=task_vars)
-
-    def _publish(self, what, status, facts):
-        """``llm_server_result`` from what the role's tasks registered, or in a rescue what went wrong."""
-        if what != "result":
-            during = "deploy" if what == "failure" else "return"
-            name = "_llm_server_failure" if what == "failure" else "_llm_server_return_failure"
-            return {"changed": False, "ansible_facts": {name: failure(
-                facts, facts.get("ansible_failed_result") or {}, facts.get("ansible_failed_task") or {}, during)}}
-        parts = parts_from(facts, bool(self._play_context.check_mode), status)
-        if status == "rolled_back" and not parts["failure"] and not parts["rollback"].get("performed"):
-            return {"changed": False, "failed": True, "msg": "llm_server: %s" % parts["rollback"].get("reason")}
-        result = dict(publishing(parts), changed=False)
-        published = result["ansible_facts"]["llm_server_result"]
-        display.display(result["line"])
-        if to_record(published, facts, bool(self._play_context.check_mode)):
-            settings = (facts.get("_llm_server_prepared") or {}).get("settings") or {}
-            recorded = self._execute_module("ai_llm.moe_offload.llm_server_config", module_args={
-                "state": "recorded", "settings": settings,
-                "content": json.dumps(published, indent=4, sort_keys=True) + "\n"}, task_vars=facts)
-            result.update((k, recorded[k]) for k in ("changed", "failed", "msg", "diff") if k in recorded)
-        return result
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         args = dict(self._task.args)
-        if args.get("publish"):
-            result.update(self._publish(args["publish"], args.get("status") or "", task_vars))
-            return result
         proof = {k: args.pop(k, None) for k in PROOF_OPTIONS}
         settings = proof["settings"]
         if settings:
@@ -117,21 +85,14 @@ class ActionModule(ActionBase):
             api_key = str(self._templar.template(task_vars.get("llm_server_api_key", ""))) \
                 if settings.get("api_key_set") else ""
             args = dict(wait_args(settings, args.get("engine", "podman"), api_key), **args)
-        if proof["baseline"]:
-            # The old configuration may not know the new API key: no baseline then, which is not a failure.
-            answer = self._completion(settings, args.get("api_key") or "", task_vars)
-            answer.pop("failed", None)
-            answer.pop("invocation", None)  # it holds the request's headers, the API key among them
-            result.update(answer, changed=False)
-            return result
         health = self._wait(args, task_vars)
         health.pop("invocation", None)
-        if not proof["prove"]:
+        if not proof["plan"]:
             result.update(health)
             if not health.get("healthy") and not health.get("failed"):
                 result.update(failed=True, msg=health.get("cause"))
             return result
-        placement, plan = proof["placement"], proof["plan"] or {}
+        placement, plan = proof["placement"] or {}, proof["plan"]
         result.update(changed=False, health=health, parity_note=parity_note(proof["parity_before"]))
         if not health.get("healthy"):
             result.update(failed=True, msg=health.get("cause") or health.get("msg"), cause=health.get("cause"))
@@ -173,7 +134,7 @@ class ActionModule(ActionBase):
             if not measured.get("healthy"):
                 result.update(failed=True, msg=measured.get("cause") or measured.get("msg"))
                 return result
-            service = (task_vars.get("_llm_server_prepared") or {}).get("service") or {}
+            service = proof["service"] or {}
             result["speed"] = with_previous(measured["speed"], verified_speed(service))
             # The host's figures solved from this measurement: the next plan of the host predicts with them.
             result["speed"]["calibration"], unsolved = calibration_of(settings, service, plan, measured["speed"])

@@ -8,9 +8,8 @@
 file and of the API key file, the lock file, the last verification and snapshots, and whether the model resolves
 inside the directory the container mounts.
 
-``written_config`` runs on the controller: given that reading, the result ``llm_server_config`` would return when it
-writes nothing (the same rendering, ``_deploy_render``), or ``None`` when it would write something or cannot be
-proved to write nothing. A run that changes nothing then needs no second call on the host.
+``desired_config`` runs on the controller: given that reading and what this run writes, the configuration hash and
+what changes. A run that changes nothing then needs no second call on the host.
 
 Standard library only, Python >= 3.9.
 """
@@ -21,17 +20,14 @@ import json
 import os
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import read_bytes, sha256_hex
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import TMP_MARK, snapshot_hash
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import snapshot_hash
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (
+    ENV_KEYS,
     HASH_KEY,
-    RenderError,
     config_hash,
-    env_block,
-    env_values,
     managed_block,
     merge_env,
     parse_env,
-    render_compose,
 )
 
 
@@ -65,21 +61,16 @@ def read_disk(project_dir, compose_file, rollback_dir, lock_path=None, model_dir
         verification = {"unreadable": True}
     block = managed_block(env_text) if env_text is not None else ""
     api_key = read_bytes(os.path.join(project_dir, "secrets", "api-key"), missing=(OSError,))
-    try:
-        names = os.listdir(project_dir)
-    except OSError:
-        names = []
     disk = {
         "env_config_hash": parse_env(env_text).get(HASH_KEY) if env else None,
         "env_block": block or None,
-        # the rest of .env is as llm_server_config leaves it (one block, no key of the role outside it, LF ends)
+        # the rest of .env is as the role's template leaves it (one block, no key of the role outside it, LF ends)
         "env_settled": bool(block) and env_text == merge_env(env_text, block)[0],
         "compose_exists": os.path.isfile(os.path.join(project_dir, compose_file)),
         "compose_sha256": sha256_hex(read_bytes(os.path.join(project_dir, compose_file), missing=(OSError,))),
         "api_key_file": api_key is not None,
         "api_key_sha256": sha256_hex(api_key),
         "secrets_dir": os.path.isdir(os.path.join(project_dir, "secrets")),
-        "leftovers": any(TMP_MARK in name for name in names),
         "verification": verification if isinstance(verification, dict) else None,
         "snapshot_hash": snapshot_hash(rollback_dir, "last"),
         "previous_snapshot_hash": snapshot_hash(rollback_dir, "previous"),
@@ -91,25 +82,25 @@ def read_disk(project_dir, compose_file, rollback_dir, lock_path=None, model_dir
     return disk
 
 
-def written_config(disk, settings, placement, api_key, engine):
-    """``llm_server_config``'s result when the files on disk (``read_disk``) are already those it would write for
-    ``settings`` and ``placement`` (and the API key file holds ``api_key``); ``None`` otherwise."""
+def desired_config(disk, values, compose, compose_text, sources, api_key):
+    """The configuration this run writes, against what the project directory holds (``read_disk``):
+    ``config_hash`` (``config_hash`` of the values, the templates' sources and the key; the hash on disk when the
+    files already are exactly those this run writes, so that they stay as they are), ``changed_keys``, ``key_changed``,
+    ``files`` (the files that change: ``env``, ``compose``) and ``first`` (no configuration of the role yet).
+
+    ``values``: ``env_values``; ``compose``: ``compose_values``; ``compose_text``: the compose template rendered with
+    them; ``sources``: the templates' bytes."""
     key = api_key_bytes(api_key)
-    if (sha256_hex(key) if key else None) != disk.get("api_key_sha256"):
-        return None
-    if not (disk.get("env_settled") and disk.get("secrets_dir")) or disk.get("leftovers"):
-        return None
-    if disk.get("model_outside_dir", True) is not None:
-        return None
-    try:
-        values = env_values(settings, placement)
-        compose_text = render_compose(settings, placement, engine)
-    except RenderError:
-        return None
-    digest = config_hash(values, compose_text, key)
-    if disk.get("env_block") != env_block(values, digest):
-        return None
-    if disk.get("compose_sha256") != sha256_hex(compose_text.encode("utf-8")):
-        return None
-    return {"changed": False, "config_hash": digest, "changed_keys": [], "files_changed": [], "dropped_keys": [],
-            "diff": []}
+    disk_hash = disk.get("env_config_hash")
+    old = parse_env(disk.get("env_block") or "")
+    key_changed = (sha256_hex(key) if key else None) != disk.get("api_key_sha256")
+    changed_keys = [{"key": k, "old": old.get(k), "new": values[k]} for k, _c in ENV_KEYS if old.get(k) != values[k]]
+    compose_same = disk.get("compose_sha256") == sha256_hex(compose_text.encode("utf-8"))
+    if disk_hash and compose_same and not changed_keys and not key_changed:
+        digest = disk_hash
+    else:
+        digest = config_hash(values, compose, sources, key)
+    env_same = bool(disk.get("env_settled")) and disk_hash == digest and not changed_keys
+    files = [name for name, same in (("env", env_same), ("compose", compose_same)) if not same]
+    return {"config_hash": digest, "changed_keys": changed_keys if disk.get("env_block") else [],
+            "key_changed": key_changed, "files": files, "first": not disk.get("env_block")}

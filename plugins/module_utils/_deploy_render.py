@@ -96,11 +96,15 @@ def _split_text(split):
     return str(split or "")
 
 
-def config_hash(values, compose_text, api_key=b""):
-    """The hash of a configuration: the ``.env`` keys, the compose file and the API key file's bytes."""
+def config_hash(values, compose, sources, api_key=b""):
+    """The hash of a configuration: the ``.env`` keys (``env_values``), the compose template's encoded values
+    (``compose_values``), the sources of the templates (their bytes, in order) and the API key file's bytes. Not the
+    rendered text: a line a template renders from the controller (``ansible_managed``) does not change it."""
     digest = hashlib.sha256()
     digest.update(json.dumps(sorted(values.items())).encode("utf-8"))
-    digest.update(b"\0" + compose_text.encode("utf-8"))
+    digest.update(b"\0" + json.dumps(compose, sort_keys=True).encode("utf-8"))
+    for source in sources:
+        digest.update(b"\0" + hashlib.sha256(source).digest())
     digest.update(b"\0" + hashlib.sha256(api_key or b"").digest())
     return digest.hexdigest()
 
@@ -193,115 +197,96 @@ def gpu_names(placement):
     return uuids
 
 
-def render_compose(settings, placement, engine):
-    """The compose file (text) for ``settings`` (``Settings.as_dict()``), the placement and the engine."""
+def compose_values(settings, placement, engine):
+    """What the compose template places (``llm_server_compose``, the role's README, "Templates"), every value
+    encoded for the compose file: literals by ``compose_literal``, the role's own ``.env`` references by
+    ``compose_reference``. ``settings`` is ``Settings.as_dict()``."""
     gpu = placement.get("topology", "cpu") != "cpu"
     lit = compose_literal
     ref = compose_reference
-    lines = [
-        "# Written by the ai_llm.moe_offload.llm_server role; edit the inventory, not this file.",
-        "# ai-llm: llama-server with the MoE expert weights placed by LLM_MOE_OFFLOAD_PATTERN (.env, next to this",
-        "# file); the image's start command turns the variables below into llama-server's argv.",
-        "services:",
-        "  %s:" % lit(settings["service_name"]),
-        "    image: %s" % lit(settings["image"]),
-        "    container_name: %s" % lit(settings["container_name"]),
-        "    init: true",
-        "    restart: %s" % lit(settings["restart_policy"]),
-        "    labels:",
-        "      %s: %s" % (json.dumps(HASH_LABEL), ref(HASH_KEY)),
-    ]
-    if settings["network_mode"] == "host":
-        lines.append("    network_mode: \"host\"")
+    host_network = settings["network_mode"] == "host"
+    environment = [[container_key, ref(key)] for key, container_key in ENV_KEYS if container_key]
+    environment.append(["API_KEY_FILE", lit(API_KEY_FILE)])
+    if host_network:
+        environment += [["LLAMA_HOST", ref("LLM_BIND_ADDRESS", "127.0.0.1")], ["LLAMA_PORT", ref("LLM_PORT", "8080")]]
     else:
-        lines += ["    ports:",
-                  "      - %s" % json.dumps("${LLM_BIND_ADDRESS:-127.0.0.1}:${LLM_PORT:-8080}:%d"
-                                            % settings["container_port"])]
-    lines.append("    environment:")
-    for key, container_key in ENV_KEYS:
-        if container_key:
-            lines.append("      %s: %s" % (container_key, ref(key)))
-    lines.append("      API_KEY_FILE: %s" % lit(API_KEY_FILE))
-    if settings["network_mode"] == "host":
-        lines += ["      LLAMA_HOST: %s" % ref("LLM_BIND_ADDRESS", "127.0.0.1"),
-                  "      LLAMA_PORT: %s" % ref("LLM_PORT", "8080")]
-    else:
-        lines += ["      LLAMA_HOST: \"0.0.0.0\"",
-                  "      LLAMA_PORT: %s" % lit(str(settings["container_port"]))]
+        environment += [["LLAMA_HOST", lit("0.0.0.0")], ["LLAMA_PORT", lit(str(settings["container_port"]))]]
     devices = gpu_names(placement) if gpu else []
     # CUDA numbers devices fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID (docs.nvidia.com/cuda/
     # cuda-c-programming-guide/#cuda-environment-variables): the device overrides' CUDA<n> follow the PCI order.
-    lines.append("      CUDA_DEVICE_ORDER: \"PCI_BUS_ID\"")
+    environment.append(["CUDA_DEVICE_ORDER", lit("PCI_BUS_ID")])
     # The CUDA image sets NVIDIA_VISIBLE_DEVICES=all: a CPU deploy says void, which the NVIDIA runtime reads as no GPU
     # at all, also where nvidia is docker's default runtime (docs.nvidia.com/datacenter/cloud-native/container-toolkit/
     # latest/docker-specialized.html, "GPU Enumeration").
-    lines.append("      NVIDIA_VISIBLE_DEVICES: %s" % lit(",".join(devices) if gpu else "void"))
-    if settings["extra_args"]:
-        lines.append("    command: [%s]" % ", ".join(lit(a) for a in settings["extra_args"]))
-    # The healthcheck replaces the image's own (upstream's CUDA image probes localhost:8080 with no start period): the
-    # probe asks the address and port llama-server listens on, and the start period covers the longest load the role
-    # waits for (llm_server_health_timeout).
-    lines += [
-        "    healthcheck:",
-        "      test: [%s]" % ", ".join(lit(a) for a in ("CMD",) + HEALTH_PROBE),
-        "      interval: \"10s\"",
-        "      timeout: \"5s\"",
-        "      retries: 3",
-        "      start_period: %s" % lit("%ds" % settings["health_timeout"]),
-    ]
-    # SELinux hosts: the container reads the bind mounts only once relabelled (podman-run(1) and docs.docker.com/engine/
-    # storage/bind-mounts/#configure-the-selinux-label; compose's bind.selinux: docs.docker.com/reference/compose-file/
-    # services/#volumes). The model directory may be shared with other containers: z, the shared label. The secrets
-    # directory is this container's alone: Z, a label private to it. On a host without SELinux both do nothing.
-    # docker compose passes the relabel on only in the "-v" form, which it uses when create_host_path is true; with
-    # the mount API (its choice otherwise) docker gets no SELinux option (compose 2.40.3 on docker 20.10:
-    # HostConfig.Binds "src:dst:ro,z" with it, HostConfig.Mounts without any label without it).
-    lines += [
-        "    volumes:",
-        "      - type: \"bind\"",
-        "        source: %s" % lit(settings["model_dir"]),
-        "        target: %s" % lit(settings["model_mount"]),
-        "        read_only: true",
-        "        bind:",
-        "          selinux: \"z\"",
-        "          create_host_path: true",
-        "      - type: \"bind\"",
-        "        source: %s" % lit(settings["paths"]["secrets"]),
-        "        target: %s" % lit(SECRETS_MOUNT),
-        "        read_only: true",
-        "        bind:",
-        "          selinux: \"Z\"",
-        "          create_host_path: true",
-    ]
+    environment.append(["NVIDIA_VISIBLE_DEVICES", lit(",".join(devices) if gpu else "void")])
     # (auto is the engine's own form, resolved from the host's read: llm_server_service_info's gpu_access)
     access = settings["gpu_access"]
     if gpu and access not in ("cdi", "reservations"):
-        raise ValueError("gpu_access %r: render_compose needs cdi or reservations" % access)
-    if gpu and access == "cdi":
-        # CDI device names: podman, and docker 25 or newer with CDI enabled (docs.docker.com/reference/cli/dockerd/#enable-cdi-devices)
-        lines.append("    devices:")
-        lines += ["      - %s" % lit("nvidia.com/gpu=" + d) for d in devices]
-        if engine == "podman":
-            # NVIDIA's CDI instructions run podman's GPU containers with label=disable (docs.nvidia.com/datacenter/
-            # cloud-native/container-toolkit/latest/cdi-support.html, "Running a Workload with CDI")
-            lines += ["    security_opt:", "      - \"label=disable\""]
-    elif gpu:
-        # docs.docker.com/compose/how-tos/gpu-support/
-        lines += [
-            "    deploy:",
-            "      resources:",
-            "        reservations:",
-            "          devices:",
-            "            - driver: \"nvidia\"",
-            "              device_ids: [%s]" % ", ".join(lit(d) for d in devices),
-            "              capabilities: [\"gpu\"]",
-        ]
-    lines.append("    logging:")
+        raise RenderError("llm_server_gpu_access %s: the compose file needs cdi or reservations" % json.dumps(access))
+    cdi = gpu and access == "cdi"
     if engine == "podman":
-        lines += ["      driver: \"k8s-file\"", "      options:",
-                  "        max-size: %s" % lit(settings["log_max_size"])]
+        logging = {"driver": lit("k8s-file"), "options": [["max-size", lit(settings["log_max_size"])]]}
     else:
-        lines += ["      driver: \"json-file\"", "      options:",
-                  "        max-size: %s" % lit(settings["log_max_size"]),
-                  "        max-file: %s" % lit(str(settings["log_max_file"]))]
-    return "\n".join(lines) + "\n"
+        logging = {"driver": lit("json-file"), "options": [["max-size", lit(settings["log_max_size"])],
+                                                           ["max-file", lit(str(settings["log_max_file"]))]]}
+    return {
+        "service": lit(settings["service_name"]),
+        "image": lit(settings["image"]),
+        "container_name": lit(settings["container_name"]),
+        "restart": lit(settings["restart_policy"]),
+        "labels": [[json.dumps(HASH_LABEL), ref(HASH_KEY)]],
+        "network_mode": lit("host") if host_network else "",
+        "ports": [] if host_network else [json.dumps("${LLM_BIND_ADDRESS:-127.0.0.1}:${LLM_PORT:-8080}:%d"
+                                                     % settings["container_port"])],
+        "environment": environment,
+        "command": [lit(a) for a in settings["extra_args"]],
+        # The healthcheck replaces the image's own (upstream's CUDA image probes localhost:8080 with no start
+        # period): the probe asks the address and port llama-server listens on, and the start period covers the
+        # longest load the role waits for (llm_server_health_timeout).
+        "healthcheck": {"test": [lit(a) for a in ("CMD",) + HEALTH_PROBE], "interval": lit("10s"),
+                        "timeout": lit("5s"), "retries": "3", "start_period": lit("%ds" % settings["health_timeout"])},
+        # SELinux hosts: the container reads the bind mounts only once relabelled (podman-run(1) and
+        # docs.docker.com/engine/storage/bind-mounts/#configure-the-selinux-label; compose's bind.selinux:
+        # docs.docker.com/reference/compose-file/services/#volumes). The model directory may be shared with other
+        # containers: z, the shared label. The secrets directory is this container's alone: Z, a label private to
+        # it. On a host without SELinux both do nothing. docker compose passes the relabel on only in the "-v"
+        # form, which it uses when create_host_path is true (the template's); with the mount API (its choice
+        # otherwise) docker gets no SELinux option (compose 2.40.3 on docker 20.10: HostConfig.Binds "src:dst:ro,z"
+        # with it, HostConfig.Mounts without any label without it).
+        "volumes": [{"source": lit(settings["model_dir"]), "target": lit(settings["model_mount"]), "selinux": lit("z")},
+                    {"source": lit(settings["paths"]["secrets"]), "target": lit(SECRETS_MOUNT), "selinux": lit("Z")}],
+        # CDI device names: podman, and docker 25 or newer with CDI enabled
+        # (docs.docker.com/reference/cli/dockerd/#enable-cdi-devices)
+        "cdi_devices": [lit("nvidia.com/gpu=" + d) for d in devices] if cdi else [],
+        # NVIDIA's CDI instructions run podman's GPU containers with label=disable (docs.nvidia.com/datacenter/
+        # cloud-native/container-toolkit/latest/cdi-support.html, "Running a Workload with CDI")
+        "security_opt": [lit("label=disable")] if cdi and engine == "podman" else [],
+        # docs.docker.com/compose/how-tos/gpu-support/
+        "device_ids": [lit(d) for d in devices] if gpu and not cdi else [],
+        "logging": logging,
+    }
+
+
+def env_template_values(values, hash_value, env_text):
+    """What the ``.env`` template places (``llm_server_env``): the lines of ``env_text`` (``.env`` as it is) before
+    and after the role's block, without the lines outside it that set one of the role's keys (a later line would
+    win over the block), and the block's lines, each value single-quoted by ``dotenv_quote``. Also ``dropped``:
+    the keys of those lines."""
+    before, after, dropped, inside, placed = [], [], [], False, False
+    for line in env_lines(env_text or ""):
+        if line.strip() == BEGIN:
+            inside = True
+            continue
+        if line.strip() == END:
+            placed = placed or inside
+            inside = False
+            continue
+        if inside:
+            continue
+        match = _ENV_LINE_RE.match(line)
+        if match and match.group(1) in OWNED_KEYS:
+            dropped.append(match.group(1))
+            continue
+        (after if placed else before).append(line)
+    keys = [[key, dotenv_quote(values[key])] for key, _c in ENV_KEYS] + [[HASH_KEY, dotenv_quote(hash_value)]]
+    return {"before": before, "after": after, "begin": BEGIN, "end": END, "block": keys, "dropped": dropped}

@@ -17,7 +17,7 @@ description:
     in a temporary directory with a manifest (the sha256 of each file and the configuration hash) and renamed.
     A full disk or a killed run leaves the snapshots as they were and no temporary files (the next run removes
     what a killed run left).
-  - With O(state=restored), checks a snapshot (every file matches the sha256 in its manifest, and the compose
+  - With O(state=rolled_back), checks a snapshot (every file matches the sha256 in its manifest, and the compose
     tool's C(config) accepts it) before it replaces C(.env) and the compose file; a damaged snapshot is refused
     and nothing is written.
   - The API key is never part of a snapshot (it lives in C(secrets/api-key)), so a restored configuration runs with
@@ -26,9 +26,9 @@ author:
   - ai_llm maintainers (@ai-llm)
 options:
   state:
-    description: V(saved) keeps the current configuration, V(restored) puts a kept one back.
+    description: V(saved) keeps the current configuration, V(rolled_back) puts a kept one back.
     type: str
-    choices: [saved, restored]
+    choices: [saved, rolled_back]
     required: true
   project_dir:
     description: The project directory.
@@ -53,7 +53,7 @@ options:
     default: verified
   which:
     description:
-      - With O(state=restored), V(last), V(previous), or V(auto), the last one unless it holds O(avoid_hash) (the
+      - With O(state=rolled_back), V(last), V(previous), or V(auto), the last one unless it holds O(avoid_hash) (the
         configuration that failed, or that runs), then the one before it.
     type: str
     choices: [last, previous, auto]
@@ -62,7 +62,7 @@ options:
     description: With O(which=auto), the configuration hash not to return to.
     type: str
   compose_command:
-    description: With O(state=restored), the compose tool that checks the snapshot.
+    description: With O(state=rolled_back), the compose tool that checks the snapshot.
     type: list
     elements: str
 attributes:
@@ -87,7 +87,7 @@ EXAMPLES = r"""
 
 - name: Put the last verified configuration back
   ai_llm.moe_offload.llm_server_snapshot:
-    state: restored
+    state: rolled_back
     project_dir: /srv/ai-llm
     rollback_dir: /srv/ai-llm/.rollback
     compose_command: [podman-compose]
@@ -95,22 +95,22 @@ EXAMPLES = r"""
 
 RETURN = r"""
 which:
-  description: With O(state=restored), the snapshot put back, V(last) or V(previous).
+  description: With O(state=rolled_back), the snapshot put back, V(last) or V(previous).
   returned: success
   type: str
   sample: last
 missing:
-  description: With O(state=restored), when it failed, whether the snapshot asked for does not exist at all.
+  description: With O(state=rolled_back), when it failed, whether the snapshot asked for does not exist at all.
   returned: failure
   type: bool
   sample: true
 env_keys:
-  description: With O(state=restored), the role's C(.env) keys of the configuration put back.
+  description: With O(state=rolled_back), the role's C(.env) keys of the configuration put back.
   returned: success
   type: dict
   sample: {LLM_MOE_OFFLOAD_PATTERN: 'blk\.1\.ffn_(up|down)_exps', LLM_CTX_SIZE: "512"}
 restored_from:
-  description: With O(state=restored), its directory.
+  description: With O(state=rolled_back), its directory.
   returned: success
   type: str
   sample: /srv/ai-llm/.rollback/snapshots/20260504T101112-1a2b3c4d
@@ -155,7 +155,7 @@ def choose(rollback_dir, which, avoid_hash):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type="str", choices=["saved", "restored"], required=True),
+            state=dict(type="str", choices=["saved", "rolled_back"], required=True),
             project_dir=dict(type="path", required=True),
             compose_file=dict(type="str", default="docker-compose.prod.yml"),
             rollback_dir=dict(type="path", required=True),
@@ -165,7 +165,7 @@ def main():
             avoid_hash=dict(type="str"),
             compose_command=dict(type="list", elements="str"),
         ),
-        required_if=[("state", "restored", ("compose_command",))],
+        required_if=[("state", "rolled_back", ("compose_command",))],
         supports_check_mode=True,
     )
     p = module.params

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: llm_server_verify
-short_description: Internal to the ai_llm.moe_offload.llm_server role - wait for /health 200, prove the deploy, publish the result
+short_description: Internal to the ai_llm.moe_offload.llm_server role - wait for /health 200 and prove the deploy
 version_added: 0.1.0
 description:
   - Only the role M(ai_llm.moe_offload.llm_server) calls it; it is not meant to be called alone.
@@ -19,7 +19,7 @@ description:
   - With O(api_key), once C(/health) is 200, it proves the key is in force, C(/props) answers 401 without the key
     and 200 with it.
   - Fails with RV(cause) unless O(fail=false).
-  - With O(prove), its action plugin then proves the deploy on the controller - the tensors and buffers
+  - Given O(plan), its action plugin then proves the deploy on the controller - the tensors and buffers
     llama-server's log shows (M(ai_llm.moe_offload.llama_server_log), expectations from the plan), the GPU memory
     ai-llm took against the plan (M(ai_llm.moe_offload.gpu_info) against O(gpu_baseline)), the same greedy answer
     of C(/completion) as O(parity_before) - and fails with the first problem. The options of the proof stay on the
@@ -69,29 +69,6 @@ options:
     description: Fail when the server does not serve (or the key is not in force); else only report it.
     type: bool
     default: true
-  publish:
-    description:
-      - Instead of the wait, set a fact on the controller from what the role's tasks registered - V(result) sets
-        C(llm_server_result) (the status, the one-line message and what runs; the role's README, "Result" lists every
-        key), V(failure) in a rescue says what went wrong (C(_llm_server_failure), its C(cause) and whether to return
-        to the last verified configuration), V(return_failure) the same for a failed return to a snapshot
-        (C(_llm_server_return_failure)).
-    type: str
-    choices: [result, failure, return_failure]
-  status:
-    description: With O(publish=result), V(rolled_back) for the role's rollback entry point (it fails when nothing was returned to).
-    type: str
-    default: ''
-  prove:
-    description: After the wait, prove the deploy (the action plugin); O(settings) and O(placement) are required then.
-    type: bool
-    default: false
-  baseline:
-    description:
-      - Only ask the running configuration the parity prompt (greedy, the fixed seed) and return its answer, before a
-        recreate; no wait, no proof. An answer other than 200 is no failure (no baseline then).
-    type: bool
-    default: false
   settings:
     description:
       - The role's checked settings (the proof's tolerances, verbosity, parity prompt). Given, O(container_name),
@@ -102,6 +79,10 @@ options:
     type: dict
   placement:
     description: The placement deployed (its pattern, topology, GPUs and the tensors the log must show moved).
+    type: dict
+  service:
+    description: The host as the prepare step read it (RV(ai_llm.moe_offload.llm_server_prepare#module:service)); the
+      speed measured is compared with the last verified one it holds.
     type: dict
   gpu_baseline:
     description: RV(ai_llm.moe_offload.gpu_info#module:gpus) read without ai-llm; no GPU memory rows without it.
@@ -114,7 +95,7 @@ options:
       - Once C(/health) is 200, measure the speed - a prompt of exactly O(speed.prompt_tokens) token ids,
         O(speed.predict_tokens) generated (C(ignore_eos)), greedy, C(cache_prompt=false); one warm-up, then
         O(speed.runs) runs, the medians of their C(timings). A failed measurement is a RV(cause).
-      - With O(prove), the action sets it from O(settings) (C(llm_server_speed_check)).
+      - Given O(plan), the action sets it from O(settings) (C(llm_server_speed_check)).
     type: dict
     suboptions:
       prompt_tokens:
@@ -193,45 +174,32 @@ auth:
   type: dict
   sample: {enforced: true, checked: true, without_key: 401, with_key: 200}
 health:
-  description: With O(prove), the wait's result (RV(healthy), RV(seconds), RV(cause), RV(auth)...).
-  returned: with O(prove)
+  description: Given O(plan), the wait's result (RV(healthy), RV(seconds), RV(cause), RV(auth)...).
+  returned: given O(plan)
   type: dict
-ansible_facts:
-  description: With O(publish), C(llm_server_result) (or C(_llm_server_failure), C(_llm_server_return_failure)).
-  returned: with O(publish)
-  type: dict
-  sample: {llm_server_result: {status: unchanged, changed: false, message: "ai-llm serves ..."}}
-line:
-  description:
-    - With O(publish=result), what the run did on this host in one line, for the default verbosity - the status,
-      then the message of a failure or a rollback, else the pattern and its source, the tensors in host memory, the
-      VRAM the routed experts free on a GPU host, the speed when it was measured; and the seconds the run took.
-  returned: with O(publish=result)
-  type: str
-  sample: "localhost: changed, --override-tensor \\.ffn_.*_exps\\.weight=CPU (plan), 4 tensors in host memory, no GPU, 3.8 s"
 log:
-  description: With O(prove), the result of M(ai_llm.moe_offload.llama_server_log).
-  returned: with O(prove), once ai-llm serves
+  description: Given O(plan), the result of M(ai_llm.moe_offload.llama_server_log).
+  returned: given O(plan), once ai-llm serves
   type: dict
 vram:
-  description: With O(prove) and O(gpu_baseline), per GPU C(index), C(planned_mib), C(used_mib), C(ok).
-  returned: with O(prove), once ai-llm serves
+  description: Given O(plan) and O(gpu_baseline), per GPU C(index), C(planned_mib), C(used_mib), C(ok).
+  returned: given O(plan), once ai-llm serves
   type: list
   elements: dict
 parity:
-  description: With O(prove), the answers C(before) and C(after), each C(tokens) and C(content).
-  returned: with O(prove), once ai-llm serves
+  description: Given O(plan), the answers C(before) and C(after), each C(tokens) and C(content).
+  returned: given O(plan), once ai-llm serves
   type: dict
 parity_note:
   description: Why there was no baseline for the parity check, V("") when there was.
-  returned: with O(prove)
+  returned: given O(plan)
   type: str
 speed:
   description:
-    - With O(speed) (or with O(prove) and the role's C(llm_server_speed_check)), the benchmark's medians
+    - With O(speed) (or given O(plan) and the role's C(llm_server_speed_check)), the benchmark's medians
       C(decode_tokens_per_second) and C(prompt_tokens_per_second), C(runs), and C(prompt_tokens) and
       C(predicted_tokens) as the server counted them (C(timings.prompt_n), C(timings.predicted_n)).
-    - With O(prove), also C(previous) (the last verified configuration's C(speed), V(null) without one) and
+    - Given O(plan), also C(previous) (the last verified configuration's C(speed), V(null) without one) and
       C(decode_ratio) and C(prompt_ratio) against it (V(null) without one).
   returned: with O(speed), once ai-llm serves
   type: dict
@@ -239,7 +207,7 @@ speed:
            predicted_tokens: 128, previous: null, decode_ratio: null, prompt_ratio: null}
 verified:
   description: Whether the log, the GPU memory and the answers prove the deploy.
-  returned: with O(prove), once ai-llm serves
+  returned: given O(plan), once ai-llm serves
   type: bool
 """
 
@@ -263,20 +231,17 @@ def main():
             restarts=dict(type="int"),
             fail=dict(type="bool", default=True),
             # The proof's options; the action plugin keeps them on the controller.
-            publish=dict(type="str", choices=["result", "failure", "return_failure"]),
-            status=dict(type="str", default=""),
-            prove=dict(type="bool", default=False),
-            baseline=dict(type="bool", default=False),
             settings=dict(type="dict"),
             plan=dict(type="dict"),
             placement=dict(type="dict"),
+            service=dict(type="dict"),
             gpu_baseline=dict(type="dict"),
             parity_before=dict(type="dict"),
             speed=dict(type="dict", options=dict(prompt_tokens=dict(type="int", required=True, no_log=False),
                                                  predict_tokens=dict(type="int", required=True, no_log=False),
                                                  runs=dict(type="int", required=True))),
         ),
-        required_one_of=[("container_name", "settings", "publish"), ("base_url", "settings", "publish")],
+        required_one_of=[("container_name", "settings"), ("base_url", "settings")],
         supports_check_mode=True,
     )
     p = module.params

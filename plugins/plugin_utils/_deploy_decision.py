@@ -4,8 +4,8 @@
 """What the llm_server role does with what it found: recreate ai-llm, verify it, or nothing, and why; and
 whether a run has nothing to do at all (``unchanged``, read before the lock).
 
-Standard library only. Runs on the controller (the actions ``llm_server_prepare`` and ``llm_server_config``) on
-the results of ``llm_server_service_info`` and ``llm_server_config``.
+Standard library only. Runs on the controller (the action ``llm_server_prepare``) on the result of
+``llm_server_service_info`` and the configuration this run writes (``_deploy_disk.desired_config``).
 
 Converge, don't react: every run compares the configuration hash on disk with the one the container was created
 from (its label) and with the last verification, so that a run killed at any moment (or a lost recreate)
@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import shorten
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import written_config
 
 # Statuses of verification.json that mean "this configuration was proved to serve".
 VERIFIED_STATUSES = ("changed", "unchanged", "rolled_back")
@@ -28,32 +27,32 @@ def _short(value, width=60):
     return shorten(json.dumps(value if value is not None else ""), width, '..."')
 
 
-def describe_changes(changed_keys, key_changed=False, files=()):
+def describe_changes(config):
     """``LLM_CTX_SIZE "512" -> "1024"``, the API key, or the compose file, for a message."""
-    parts = ["%s %s -> %s" % (c["key"], _short(c.get("old")), _short(c.get("new"))) for c in changed_keys or []]
-    if key_changed:
+    parts = ["%s %s -> %s" % (c["key"], _short(c.get("old")), _short(c.get("new"))) for c in config.get("changed_keys") or []]
+    if config.get("key_changed"):
         parts.append("the API key")
-    if not parts and any(not f.endswith(".env") for f in files or ()):
+    if not parts and "compose" in (config.get("files") or ()):
         parts.append("the compose file")
     return ", ".join(parts) or "the configuration files"
 
 
-def decide(service, config, key_changed=False, verify_always=False, container_name="ai-llm"):
+def decide(service, config, verify_always=False, container_name="ai-llm"):
     """``{"recreate", "verify", "wait", "reason"}`` for what the run found.
 
-    ``service`` is the result of ``llm_server_service_info`` (read before the configuration was written),
-    ``config`` the result of ``llm_server_config``.
+    ``service`` is the result of ``llm_server_service_info``, ``config`` the configuration this run writes
+    (``_deploy_disk.desired_config``).
     """
     desired = config.get("config_hash")
     container = service.get("container") or {}
-    verification = (service.get("disk") or {}).get("verification") or {}
+    disk = service.get("disk") or {}
+    verification = disk.get("verification") or {}
     verified = verification.get("config_hash") == desired and verification.get("status") in VERIFIED_STATUSES
-    files = config.get("files_changed") or []
-    content_changed = any(c.get("key") for c in config.get("changed_keys") or []) or any(
-        not f.endswith("/secrets") for f in files)
-    if content_changed or key_changed:
-        reason = "the configuration changed (%s): ai-llm is recreated" % describe_changes(
-            config.get("changed_keys"), key_changed, files)
+    if config.get("first"):
+        reason = "the first deploy (.env holds no block of the role yet): ai-llm is created with this configuration"
+        return {"recreate": True, "verify": True, "wait": True, "reason": reason}
+    if desired != disk.get("env_config_hash"):
+        reason = "the configuration changed (%s): ai-llm is recreated" % describe_changes(config)
         return {"recreate": True, "verify": True, "wait": True, "reason": reason}
     if not container.get("exists"):
         reason = "the ai-llm container %s does not exist: it is created from the configuration on disk" % container_name
@@ -85,29 +84,25 @@ def decide(service, config, key_changed=False, verify_always=False, container_na
     return {"recreate": False, "verify": False, "wait": False, "reason": ""}
 
 
-def unchanged(service, settings, placement, api_key=""):
-    """Whether a run has nothing to do, from the host read without the lock (``llm_server_service_info``):
-    ``{"unchanged": True, "config", "converge"}`` (``config`` as ``llm_server_config`` returns it when it writes
-    nothing) or ``{"unchanged": False, "reason"}``.
+def unchanged(service, settings, config):
+    """Whether a run has nothing to do, from the host read without the lock (``llm_server_service_info``) and the
+    configuration it writes (``config``): ``{"unchanged": True, "converge"}`` or ``{"unchanged": False, "reason"}``.
 
-    Nothing to do: no lock file (no other deploy under way, none killed), the files on disk are those this run would
-    write (``_deploy_disk.written_config``), ``decide`` neither recreates, verifies nor waits, and with rollbacks
-    the last snapshot is this configuration. Anything else goes the way of a change: the lock, a second read under
-    it, the writes and the checks.
+    Nothing to do: no lock file (no other deploy under way, none killed), no file to write, ``decide`` neither
+    recreates, verifies nor waits, and with rollbacks the last snapshot is this configuration. Anything else goes the
+    way of a change: the lock, a second read under it, the writes and the checks.
     """
     disk = (service or {}).get("disk") or {}
     if disk.get("lock_file", True):
         return {"unchanged": False, "reason": "the project directory's lock file exists"}
-    config = written_config(disk, settings, placement, api_key, (service or {}).get("engine"))
-    if config is None:
+    if config["files"] or config["key_changed"] or not disk.get("secrets_dir"):
         return {"unchanged": False, "reason": "the files on disk are not those of this configuration"}
-    converge = decide(service, config, False, bool(settings.get("verify_always")),
-                      settings.get("container_name") or "ai-llm")
+    converge = decide(service, config, bool(settings.get("verify_always")), settings.get("container_name") or "ai-llm")
     if converge["recreate"] or converge["verify"] or converge["wait"]:
         return {"unchanged": False, "reason": converge["reason"] or "a verification is asked for"}
     if settings.get("rollback") and disk.get("snapshot_hash") != config["config_hash"]:
         return {"unchanged": False, "reason": "the last snapshot is not this configuration"}
-    return {"unchanged": True, "config": config, "converge": converge}
+    return {"unchanged": True, "converge": converge}
 
 
 def first_snapshot(settings, service, check_mode=False):
@@ -130,10 +125,6 @@ def next_steps(settings, service, config, converge, check_mode=False):
         "verify": bool(not check_mode and converge["verify"]),
         "snapshot": bool(not check_mode and settings.get("rollback")
                          and (converge["verify"] or disk.get("snapshot_hash") != config.get("config_hash"))),
+        # a failure rolls back to the last verified configuration: the new one was being proved and is not
+        "rollback": bool(not check_mode and converge["verify"] and settings.get("rollback")),
     }
-
-
-def return_due(converge, verified, check_mode=False):
-    """Whether a failure must return to the last verified configuration: the new configuration was being verified
-    (recreated, or never verified) and is not proved."""
-    return bool((converge or {}).get("verify") and not verified and not check_mode)

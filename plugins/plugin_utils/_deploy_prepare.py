@@ -23,7 +23,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_request i
     plan_inputs,
     run,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import VERIFIED_STATUSES, unchanged
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import VERIFIED_STATUSES
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_placement import (
     PlacementRefused,
     missing_gpus,
@@ -200,9 +200,12 @@ def make_plan(settings, service):
     return planned, missing, warnings
 
 
-def prepare(settings, service, api_key="", host="?"):
-    """``{"plan", "placement", "decision"}`` for a host read by ``llm_server_service_info``; ``decision`` is
-    ``_deploy_decision.unchanged``'s answer. ``Refused`` when the plan or the placement cannot be deployed."""
+def prepare(settings, service, host="?"):
+    """``{"plan", "placement", "warnings"}`` for a host read by ``llm_server_service_info``. ``Refused`` when the
+    plan or the placement cannot be deployed (the model outside the directory the container mounts among them)."""
+    outside = (service.get("disk") or {}).get("model_outside_dir")
+    if outside:
+        raise Refused({"failed": True, "msg": outside})
     plan, missing, warnings = make_plan(settings, service)
     try:
         placement = place(settings, service.get("model_info") or {}, plan, service.get("gpu_info") or {}, missing,
@@ -211,8 +214,7 @@ def prepare(settings, service, api_key="", host="?"):
         raise Refused({"failed": True, "msg": str(exc)}, plan=plan, warnings=warnings) from None
     warnings.extend(check_requirement(service.get("cuda_requirement"), placement["gpu_devices"], plan, warnings,
                                       host))
-    return {"plan": plan, "placement": placement, "warnings": warnings,
-            "decision": unchanged(service, settings, placement, api_key)}
+    return {"plan": plan, "placement": placement, "warnings": warnings}
 
 
 def check_requirement(found, chosen, plan=None, warnings=(), host="?"):

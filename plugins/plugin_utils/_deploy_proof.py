@@ -154,3 +154,9 @@ def parity_note(before):
     if before.get("skipped") or "status" not in before or before.get("status") == 200:
         return ""
     return "no baseline: the old configuration answered /completion with %s" % before["status"]
+
+
+def parity_request(settings):
+    """The body of the parity prompt's ``/completion`` request: greedy (temperature 0, top_k 1, the fixed seed)."""
+    return {"prompt": settings["parity_prompt"], "n_predict": settings["parity_n_predict"], "temperature": 0,
+            "top_k": 1, "seed": settings["parity_seed"], "cache_prompt": False, "return_tokens": True}

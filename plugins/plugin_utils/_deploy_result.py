@@ -5,14 +5,13 @@
 ``verification.json``), assembled from what each phase registered: its status, a one-line message, and what
 runs.
 
-Standard library only; runs on the controller (the action ``llm_server_verify`` with ``publish``).
+Standard library only; runs on the controller (the action ``llm_server_result``).
 """
 
 from __future__ import annotations
 
 import time
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import return_due
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_text import (
     failure_cause, parity_text, result_line)
 
@@ -236,33 +235,36 @@ def _changed(result):
     return isinstance(result, dict) and bool(result.get("changed"))
 
 
-def failure(facts, failed_result, failed_task, during="deploy"):
-    """What went wrong, for the role's rescue: ``{"cause"}`` and, for a failed deploy, ``"return"`` (whether to
-    return to the last verified configuration: ``_deploy_decision.return_due`` and ``llm_server_rollback``)."""
-    cause = failure_cause(failed_result, failed_task)
-    if during != "deploy":
-        return {"cause": cause}
-    prepared = facts.get("_llm_server_prepared") or {}
-    due = return_due((facts.get("_llm_server_config") or {}).get("converge"), _verified(facts),
-                     bool(facts.get("ansible_check_mode")))
-    return {"cause": cause, "due": due, "return": due and bool((prepared.get("settings") or {}).get("rollback"))}
-
-
-def _verified(facts):
-    verify = facts.get("_llm_server_verify") or {}
+def _verified(verify):
+    verify = verify or {}
     return bool(verify.get("verified")) and not verify.get("failed")
 
 
-def rollback_part(facts):
-    """What the return to a snapshot did (``rollback`` of ``build``'s parts), from the results of ``return.yml``:
-    the snapshot restored (or the pattern cleared), the wait, or why nothing was returned to."""
-    settings = (facts.get("_llm_server_prepared") or {}).get("settings") or {}
-    restored = facts.get("_llm_server_restored") or {}
-    cleared = facts.get("_llm_server_cleared") or {}
-    returned = facts.get("_llm_server_returned") or {}
-    return_failure = facts.get("_llm_server_return_failure")
-    if return_failure:
-        return {"performed": False, "error": return_failure["cause"]}
+def failure_of(given):
+    """What went wrong (``""`` when nothing did): the cause from the task that registered it - the proof, the
+    recreate - before the rescue's own ``ansible_failed_result`` (a handler's failure reaches the rescue without its
+    details in some ansible-core releases: ansible/ansible#81532, #85682)."""
+    found = given.get("failure") or {}
+    if not found:
+        return ""
+    recreated = given.get("recreated") or {}
+    for result in (given.get("verify"), recreated.get("up")):
+        if _failed(result):
+            return failure_cause(result, {})
+    return failure_cause(found.get("result") or {}, found.get("task") or {})
+
+
+def rollback_part(given):
+    """What the rollback to a snapshot did (``rollback`` of ``build``'s parts), from the results of
+    ``rollback_steps.yml``: the snapshot put back (or the pattern cleared), the wait, or why nothing was rolled back."""
+    settings = (given.get("prepared") or {}).get("settings") or {}
+    rollback = given.get("rollback") or {}
+    restored = rollback.get("restored") or {}
+    cleared = rollback.get("cleared") or {}
+    returned = rollback.get("returned") or {}
+    if rollback.get("error"):
+        return {"performed": False, "error": failure_cause(rollback["error"].get("result") or {},
+                                                           rollback["error"].get("task") or {})}
     if restored.get("missing"):
         return {"performed": False,
                 "reason": "No snapshot in %s (no verified deploy yet): nothing was restored, ai-llm "
@@ -279,66 +281,57 @@ def rollback_part(facts):
                 "config_hash": restored.get("config_hash") or cleared.get("config_hash"),
                 "env_keys": restored.get("env_keys") or {"LLM_MOE_OFFLOAD_PATTERN": "", "LLM_DEVICE_OVERRIDES": ""},
                 "reason": reason}
-    found = facts.get("_llm_server_failure")
-    if not found:
+    if not given.get("failure"):
         return {}
-    if _verified(facts):
+    if _verified(given.get("verify")):
         reason = "ai-llm serves the verified configuration: it was not rolled back, and the next run keeps its snapshot."
-    elif found.get("due"):
+    elif (given.get("prepared") or {}).get("converge", {}).get("verify") and not settings.get("rollback"):
         reason = "Rollback is off (llm_server_rollback=false): nothing was restored."
     else:
         reason = ""
     return {"performed": False, "reason": reason}
 
 
-def to_record(published, facts, check_mode=False):
+def to_record(published, given, check_mode=False):
     """Whether this run writes ``published`` (``llm_server_result``) into verification.json: not in check mode,
-    and only when the run recreated ai-llm, verified it without a recreate, or returned to a snapshot, so that the
+    and only when the run recreated ai-llm, verified it without a recreate, or rolled back to a snapshot, so that the
     file always describes what was last proved to run (a run that changes nothing or is refused leaves it)."""
     if check_mode or not (published.get("files") or {}).get("verification"):
         return False
-    converge = (facts.get("_llm_server_config") or {}).get("converge") or {}
-    return bool(facts.get("_llm_server_recreated") or converge.get("verify")
+    return bool(_ran((given.get("recreated") or {}).get("up")) or _ran(given.get("verify"))
                 or (published.get("rollback") or {}).get("performed"))
 
 
-def parts_from(facts, check_mode=False, status=""):
-    """``build``'s parts from what the role's tasks registered (``facts``: the host's variables): the prepared
-    settings, service, plan and placement, the lock, the writes, the recreate, the proof, the snapshot, the return
-    to a snapshot and what went wrong."""
-    prepared = facts.get("_llm_server_prepared") or {}
-    decision = prepared.get("decision") or {}
-    config = facts.get("_llm_server_config")
-    if config is None and decision.get("unchanged"):
-        config, converge = decision.get("config"), decision.get("converge")
-    else:
-        config = config or {}
-        converge = config.get("converge") or {}
-    verify = facts.get("_llm_server_verify") or {}
-    returned = facts.get("_llm_server_returned")
-    found = facts.get("_llm_server_failure") or {}
-    lock = facts.get("_llm_server_lock") or {}
+def parts_from(given, check_mode=False):
+    """``build``'s parts from the result action's options (``given``; the role's README, "Result"): the prepared
+    settings, service, plan and placement, the lock, the writes, the recreate, the proof, the snapshot, the
+    rollback and what went wrong."""
+    prepared = given.get("prepared") or {}
+    verify = given.get("verify") or {}
+    returned = (given.get("rollback") or {}).get("returned")
+    lock = given.get("lock") or {}
+    recreated = given.get("recreated") or {}
     settings = prepared.get("settings") or {}
+    failure = failure_of(given)
     refusal = ""
-    if not found:
+    if not failure:
         refusal = next((failure_cause(r) for r in (prepared, lock) if _failed(r)), "")
-    removed, up = facts.get("_llm_server_removed") or {}, facts.get("_llm_server_up") or {}
+    removed, up = recreated.get("removed") or {}, recreated.get("up") or {}
     return {
-        "host": facts.get("inventory_hostname"),
+        "host": given.get("host"),
         "check_mode": check_mode,
-        "status": "failed" if refusal else status,
+        "status": "failed" if refusal else given.get("status") or "",
         "refusal": refusal,
-        "failure": found.get("cause", ""),
+        "failure": failure,
         "settings": settings,
         "started": settings.get("started"),
         "service": prepared.get("service") or {},
         "placement": prepared.get("placement") or {},
         "plan": prepared.get("plan") or {},
-        "config": config or {},
-        "converge": converge or {},
-        "changes": [_changed(config), _changed(facts.get("_llm_server_key_dir")), _changed(facts.get("_llm_server_key")),
-                    _changed(facts.get("_llm_server_key_removed")), _changed(facts.get("_llm_server_snapshot")),
-                    bool(facts.get("_llm_server_recreated"))],
+        "config": prepared.get("config") or {},
+        "converge": prepared.get("converge") or {},
+        "changes": [_changed(r) for r in given.get("written") or []] + [
+            _changed(given.get("snapshot")), _ran(up)],
         "health": returned if _ran(returned) else verify.get("health") or {},
         "log": verify.get("log") or {},
         "vram": verify.get("vram") or [],
@@ -347,8 +340,8 @@ def parts_from(facts, check_mode=False, status=""):
         "speed": verify.get("speed"),
         "model_fetch": prepared.get("model_fetch"),
         "parity_note": verify.get("parity_note") or "",
-        "snapshot": facts.get("_llm_server_snapshot") or {},
-        "rollback": rollback_part(facts),
+        "snapshot": given.get("snapshot") or {},
+        "rollback": rollback_part(given),
         "lock": lock,
         "timings": {"commands": [removed.get("delta") or "", up.get("delta") or ""], "lock_wait": lock.get("waited")},
     }
