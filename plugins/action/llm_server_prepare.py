@@ -11,8 +11,6 @@ writes, the restart, the proof. Apart from the model's files, nothing on the hos
 
 from __future__ import annotations
 
-import os
-import shlex
 import time
 
 from ansible.errors import AnsibleError
@@ -46,6 +44,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_setting
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_templates import (
     COMPOSE_TEMPLATE,
     ENV_TEMPLATE,
+    files,
     render,
 )
 
@@ -122,12 +121,8 @@ class ActionModule(ActionBase):
         config = desired_config(service.get("disk") or {}, values, compose, text, sources, api_key)
         check_mode = bool(self._play_context.check_mode)
         converge = decide(service, config, bool(settings.get("verify_always")), settings["container_name"])
-        candidate = os.path.join(settings["project_dir"], ".%s.candidate" % settings["compose_file"])
-        # the compose tool's own reading of the new .env (the template module's temporary file, %s) with the new
-        # compose file, before .env replaces the old one
-        validate = list(service.get("compose_command") or []) + ["--env-file", "%s", "-f", candidate, "config"]
         return {"templates": templates, "compose": compose, "env": values, "config": config,
-                "files": {"candidate": candidate, "validate_env": " ".join(shlex.quote(a) for a in validate)},
+                "files": files(settings, service.get("compose_command")),
                 "parity_request": parity_request(settings),
                 "decision": unchanged(service, settings, config), "converge": converge,
                 "steps": next_steps(settings, service, config, converge, check_mode),

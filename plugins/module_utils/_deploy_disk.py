@@ -4,7 +4,7 @@
 """What the project directory of ai-llm holds, and whether it already holds a given configuration.
 
 ``read_disk`` runs on the host (``llm_server_service_info``): the configuration hash in ``.env``, the role's block of
-``.env`` as it is, whether the rest of ``.env`` is as ``llm_server_config`` would leave it, the SHA-256 of the compose
+``.env`` as it is, whether the rest of ``.env`` is as the role's .env template leaves it, the SHA-256 of the compose
 file and of the API key file, the lock file, the last verification and snapshots, and whether the model resolves
 inside the directory the container mounts.
 
@@ -24,6 +24,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files i
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (
     ENV_KEYS,
     HASH_KEY,
+    compose_body,
     config_hash,
     managed_block,
     merge_env,
@@ -60,6 +61,7 @@ def read_disk(project_dir, compose_file, rollback_dir, lock_path=None, model_dir
     except (ValueError, UnicodeDecodeError):
         verification = {"unreadable": True}
     block = managed_block(env_text) if env_text is not None else ""
+    compose = read_bytes(os.path.join(project_dir, compose_file), missing=(OSError,))
     api_key = read_bytes(os.path.join(project_dir, "secrets", "api-key"), missing=(OSError,))
     disk = {
         "env_config_hash": parse_env(env_text).get(HASH_KEY) if env else None,
@@ -67,7 +69,9 @@ def read_disk(project_dir, compose_file, rollback_dir, lock_path=None, model_dir
         # the rest of .env is as the role's template leaves it (one block, no key of the role outside it, LF ends)
         "env_settled": bool(block) and env_text == merge_env(env_text, block)[0],
         "compose_exists": os.path.isfile(os.path.join(project_dir, compose_file)),
-        "compose_sha256": sha256_hex(read_bytes(os.path.join(project_dir, compose_file), missing=(OSError,))),
+        "compose_sha256": sha256_hex(compose),
+        "compose_body_sha256": sha256_hex(compose_body(compose.decode("utf-8", "replace")).encode("utf-8"))
+        if compose is not None else None,
         "api_key_file": api_key is not None,
         "api_key_sha256": sha256_hex(api_key),
         "secrets_dir": os.path.isdir(os.path.join(project_dir, "secrets")),
@@ -86,7 +90,8 @@ def desired_config(disk, values, compose, compose_text, sources, api_key):
     """The configuration this run writes, against what the project directory holds (``read_disk``):
     ``config_hash`` (``config_hash`` of the values, the templates' sources and the key; the hash on disk when the
     files already are exactly those this run writes, so that they stay as they are), ``changed_keys``, ``key_changed``,
-    ``files`` (the files that change: ``env``, ``compose``) and ``first`` (no configuration of the role yet).
+    ``compose_changed`` (what compose reads of the compose file changes, not only its comments), ``files`` (the files
+    that change: ``env``, ``compose``) and ``first`` (no configuration of the role yet).
 
     ``values``: ``env_values``; ``compose``: ``compose_values``; ``compose_text``: the compose template rendered with
     them; ``sources``: the templates' bytes."""
@@ -96,6 +101,7 @@ def desired_config(disk, values, compose, compose_text, sources, api_key):
     key_changed = (sha256_hex(key) if key else None) != disk.get("api_key_sha256")
     changed_keys = [{"key": k, "old": old.get(k), "new": values[k]} for k, _c in ENV_KEYS if old.get(k) != values[k]]
     compose_same = disk.get("compose_sha256") == sha256_hex(compose_text.encode("utf-8"))
+    body_same = disk.get("compose_body_sha256") == sha256_hex(compose_body(compose_text).encode("utf-8"))
     if disk_hash and compose_same and not changed_keys and not key_changed:
         digest = disk_hash
     else:
@@ -103,4 +109,5 @@ def desired_config(disk, values, compose, compose_text, sources, api_key):
     env_same = bool(disk.get("env_settled")) and disk_hash == digest and not changed_keys
     files = [name for name, same in (("env", env_same), ("compose", compose_same)) if not same]
     return {"config_hash": digest, "changed_keys": changed_keys if disk.get("env_block") else [],
-            "key_changed": key_changed, "files": files, "first": not disk.get("env_block")}
+            "key_changed": key_changed, "compose_changed": not body_same, "files": files,
+            "first": not disk.get("env_block")}

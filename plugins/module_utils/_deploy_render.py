@@ -117,6 +117,12 @@ def env_block(values, hash_value):
     return "\n".join(lines) + "\n"
 
 
+def compose_body(text):
+    """The compose file's text without its comment and blank lines: what compose reads of it. A line a template
+    renders from the controller into a comment (``# {{ ansible_managed }}``) changes the file, not the service."""
+    return "\n".join(line for line in (text or "").splitlines() if line.strip() and not line.lstrip().startswith("#"))
+
+
 def env_lines(text):
     """The lines of ``.env`` text as the dotenv parsers cut them: at ``\\r\\n``, ``\\n`` or ``\\r`` only.
 

@@ -32,7 +32,7 @@ def describe_changes(config):
     parts = ["%s %s -> %s" % (c["key"], _short(c.get("old")), _short(c.get("new"))) for c in config.get("changed_keys") or []]
     if config.get("key_changed"):
         parts.append("the API key")
-    if not parts and "compose" in (config.get("files") or ()):
+    if not parts and config.get("compose_changed"):
         parts.append("the compose file")
     return ", ".join(parts) or "the configuration files"
 
@@ -51,7 +51,7 @@ def decide(service, config, verify_always=False, container_name="ai-llm"):
     if config.get("first"):
         reason = "the first deploy (.env holds no block of the role yet): ai-llm is created with this configuration"
         return {"recreate": True, "verify": True, "wait": True, "reason": reason}
-    if desired != disk.get("env_config_hash"):
+    if desired != disk.get("env_config_hash") or config.get("changed_keys") or config.get("compose_changed"):
         reason = "the configuration changed (%s): ai-llm is recreated" % describe_changes(config)
         return {"recreate": True, "verify": True, "wait": True, "reason": reason}
     if not container.get("exists"):

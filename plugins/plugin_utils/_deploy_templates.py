@@ -9,6 +9,7 @@ host already has exactly that file without a second call on the host."""
 from __future__ import annotations
 
 import os
+import shlex
 
 from ansible.template import generate_ansible_template_vars, trust_as_template
 
@@ -35,3 +36,12 @@ def render(templar, src, source, dest, variables):
     text = templar.copy_with_new_env(searchpath=searchpath, available_variables=temp_vars).template(
         data, escape_backslashes=False, overrides=TEMPLATE_OVERRIDES)
     return text or ""
+
+
+def files(settings, compose_command):
+    """Where the compose file's candidate goes (next to it, so that compose reads it from the same directory) and
+    the ``validate`` command of the ``.env`` template: the compose tool's own reading of the new ``.env`` (the
+    template module's temporary file, ``%s``) with the new compose file, before ``.env`` replaces the old one."""
+    candidate = os.path.join(settings["project_dir"], ".%s.candidate" % settings["compose_file"])
+    argv = list(compose_command or []) + ["--env-file", "%s", "-f", candidate, "config"]
+    return {"candidate": candidate, "validate_env": " ".join(shlex.quote(a) for a in argv)}

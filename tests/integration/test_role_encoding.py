@@ -1,5 +1,5 @@
-"""Hostile values from the inventory to llama-server's argv, byte for byte, with the real tools: the role's modules
-(run through Ansible) write the API key file, .env and the compose file; real podman-compose 1.6.0 reads them;
+"""Hostile values from the inventory to llama-server's argv, byte for byte, with the real tools: the role's tasks
+(run through Ansible: its templates) write the API key file, .env and the compose file; real podman-compose 1.6.0 reads them;
 real podman runs the image's start command (printing the argv it would exec) and shows what `podman inspect`
 sees. Nothing here needs llama-server itself to run.
 
@@ -15,10 +15,16 @@ import uuid
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL, parse_env
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (
+    HASH_LABEL,
+    RenderError,
+    env_values,
+    parse_env,
+)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
 from tests.helpers.role_vars import role_values
-from tests.helpers.llm_deploy import cpu_image, write_api_key
+from tests.helpers.llm_deploy import cpu_image
+from tests.helpers.role_files import write_files
 from tools.gguf_models import write_demo_model
 
 pytestmark = pytest.mark.skipif(not shutil.which("podman") or not shutil.which("podman-compose"),
@@ -60,19 +66,16 @@ def compose(settings, *args):
                           + list(args), capture_output=True, text=True, check=False, timeout=300)
 
 
-def write(ansible_module, settings):
-    key = write_api_key(ansible_module, settings, KEY)
-    assert not key["failed"] and key["changed"], key
-    assert KEY not in json.dumps(key)
+def write(settings):
     placement = {"pattern": PATTERN, "device_overrides": OVERRIDES, "topology": "cpu"}
-    config = ansible_module("llm_server_config", {
-        "settings": settings, "placement": placement, "compose_command": ["podman-compose"], "engine": "podman"})
-    assert not config["failed"] and config["changed"], config
-    return config
+    proc, given = write_files(settings, placement, api_key=KEY)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "changed=" in proc.stdout and KEY not in proc.stdout
+    return given["config"]
 
 
-def test_hostile_values_reach_llama_server_byte_for_byte(ansible_module, project):
-    config = write(ansible_module, project)
+def test_hostile_values_reach_llama_server_byte_for_byte(project):
+    config = write(project)
     run = compose(project, "run", "--rm", "-T", "-e", "START_LLAMA_SERVER_PRINT_ARGV=1", project["service_name"])
     assert run.returncode == 0, run.stderr
     argv = [line[1:-1] for line in run.stdout.splitlines() if line.startswith("[") and line.endswith("]")]
@@ -99,10 +102,10 @@ def test_hostile_values_reach_llama_server_byte_for_byte(ansible_module, project
     assert parse_env(open(project["paths"]["env"], encoding="utf-8").read())["LLM_CONFIG_HASH"] == config["config_hash"]
 
 
-def test_a_value_compose_cannot_read_back_is_not_written(ansible_module, project):
-    """The placement's pattern goes through the same encoder: one that .env would change is refused whole."""
-    result = ansible_module("llm_server_config", {
-        "settings": project, "placement": {"pattern": "blk${HOME}", "topology": "cpu"},
-        "compose_command": ["podman-compose"], "engine": "podman"})
-    assert result["failed"] and "LLM_MOE_OFFLOAD_PATTERN" in result["msg"] and "'${'" in result["msg"]
+def test_a_value_compose_cannot_read_back_is_not_written(project):
+    """The placement's pattern goes through the same encoder: one that .env would change is refused whole, by the
+    prepare step, before any file is written."""
+    with pytest.raises(RenderError) as refused:
+        env_values(project, {"pattern": "blk${HOME}", "topology": "cpu"})
+    assert "LLM_MOE_OFFLOAD_PATTERN" in str(refused.value) and "'${'" in str(refused.value)
     assert not os.path.exists(project["paths"]["env"])

@@ -47,6 +47,10 @@ def models(tmp_path_factory):
     return {"demo": str(demo), "nano": str(nano), "dir": str(root)}
 
 
+# The role's template of each file it writes (the template module's diff names the template).
+TEMPLATES = {".env": "env.j2", "docker-compose.prod.yml": "docker-compose.prod.yml.j2"}
+
+
 class Run:
     """One ansible-playbook run: what it printed, its llm_server_result and its diffs."""
 
@@ -72,10 +76,14 @@ class Run:
         return published
 
     def diff_lines(self, name, sign="+"):
-        """The added (or removed) lines of the diff of the file called ``name``, without the sign."""
-        sections = re.split(r"^--- before: ", self.proc.stdout, flags=re.MULTILINE)[1:]
+        """The added (or removed) lines of the diff of the file called ``name``, without the sign: the template
+        module's diff names the file before (``--- before: <path>``, or nothing for a new file) and its template
+        after (``+++ after: .../<template>``)."""
+        template = TEMPLATES.get(name, name)
+        sections = re.split(r"^--- before", self.proc.stdout, flags=re.MULTILINE)[1:]
         for section in sections:
-            if section.split("\n", 1)[0].endswith("/" + name):
+            header = section.split("\n@@", 1)[0]
+            if header.split("\n", 1)[0].endswith("/" + name) or header.rstrip().endswith("/" + template):
                 body = section.split("\n@@", 1)[1] if "\n@@" in section else ""
                 return [line[1:] for line in body.splitlines()
                         if line.startswith(sign) and not line.startswith(sign * 3)]
