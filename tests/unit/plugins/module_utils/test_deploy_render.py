@@ -1,5 +1,6 @@
 """The files the llm_server role writes (plugins/module_utils/_deploy_render.py): its .env block, the values of the
-compose template (the role's template rendered as ansible.builtin.template renders it) and the configuration hash, read back by the real parsers (python-dotenv, PyYAML, podman-compose 1.6.0)."""
+compose template (the role's template rendered as ansible.builtin.template renders it) and the configuration hash,
+read back by the real parsers (python-dotenv, PyYAML, podman-compose 1.6.0)."""
 from __future__ import annotations
 
 import hashlib

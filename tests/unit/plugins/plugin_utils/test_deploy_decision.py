@@ -225,4 +225,3 @@ def test_after_the_writes_the_parity_verify_and_snapshot_steps():
     assert next_steps({"rollback": False}, SERVING, {"config_hash": H}, converge)["snapshot"] is False
     # a failure rolls back only while an unproved configuration was being verified, and only with rollbacks
     assert next_steps({"rollback": False}, SERVING, {"config_hash": H}, converge)["rollback"] is False
-
