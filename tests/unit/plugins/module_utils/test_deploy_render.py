@@ -264,7 +264,7 @@ def test_the_env_template_values_are_the_lines_around_the_block_and_the_quoted_k
     assert (found["before"], found["after"], found["dropped"]) == (["A=1"], ["# kept", "B=2"], ["LLM_PORT", "LLM_CTX_SIZE"])
     assert (found["begin"], found["end"]) == (BEGIN, END)
     assert found["block"][-1] == ["LLM_CONFIG_HASH", "'it\\'s'"]
-    assert [k for k, _v in found["block"]] == [k for k in values] + ["LLM_CONFIG_HASH"]
+    assert [k for k, _v in found["block"]] == list(values) + ["LLM_CONFIG_HASH"]
     assert env_template_values(values, "h", "")["before"] == []
 
 
