@@ -34,7 +34,7 @@ A5500 = "GPU-8d4f3c2a-61b7-4e0a-9f35-2c7e1d9a4b60"
 pytestmark = pytest.mark.skipif(
     not shutil.which("podman") or not shutil.which("docker"), reason="needs podman and the docker CLI")
 
-# The two GPU forms the role renders (plugins/module_utils/_deploy_render.py, render_compose), on a container that
+# The two GPU forms the role's compose template renders (plugins/module_utils/_deploy_render.py, compose_values), on a container that
 # only sleeps.
 SERVICE = """services:
   ai-llm:

@@ -19,15 +19,15 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_container import gpu_access_check
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (
+    compose_values,
     config_hash,
-    env_block,
     env_values,
-    render_compose,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._nvidia_smi import parse_gpus
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_placement import place
 from tests.helpers.cdi import cdi_spec
 from tests.helpers.deploy_settings import settings as checked_settings
+from tests.helpers.deploy_templates import render_compose, render_env, template_sources
 from tests.helpers.llama_server import free_port
 from tests.helpers.llm_deploy import cpu_image, docker_image, start_docker
 from tools.gguf_models import write_demo_model
@@ -63,7 +63,8 @@ def write_project(tmp_path, engine, gpu_info, **values):
     placed = placement(settings, gpu_info)
     env = env_values(settings, placed)
     compose = render_compose(settings, placed, engine)
-    (project / ".env").write_text(env_block(env, config_hash(env, compose)))
+    digest = config_hash(env, compose_values(settings, placed, engine), template_sources())
+    (project / ".env").write_text(render_env(env, digest))
     (project / "docker-compose.prod.yml").write_text(compose)
     return project, settings, name
 

@@ -1,8 +1,8 @@
-"""What the project directory holds (plugins/module_utils/_deploy_disk.py) and the controller's proof that it already
-holds a configuration. The files are written as llm_server_config writes them (its steps: the API key file, the
-role's block merged into .env, the compose file, each with atomic_write); the proof must accept exactly those files
-and refuse every other state, as llm_server_config would then write something. tests/integration/
-test_role_unchanged_proof.py checks the same against the real modules run through Ansible."""
+"""What the project directory holds (plugins/module_utils/_deploy_disk.py) and the configuration a run writes against
+it (desired_config). The files are written as the llm_server role writes them (the API key file, then .env and the
+compose file from the role's templates, rendered as ansible.builtin.template renders them); desired_config must find
+nothing to write for exactly those files, and the file that changes in every other state.
+tests/integration/test_role_unchanged_proof.py checks the same against the real modules run through Ansible."""
 from __future__ import annotations
 
 import hashlib
@@ -14,20 +14,19 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import (
     api_key_bytes,
+    desired_config,
     model_outside_dir,
     read_disk,
-    written_config,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import atomic_write, ensure_dir, save_snapshot
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (
+    compose_values,
     config_hash,
-    env_block,
     env_values,
-    merge_env,
-    render_compose,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
-from tests.helpers.deploy_hosts import proved
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import decide
+from tests.helpers.deploy_templates import render_compose, render_env, template_sources
 from tests.helpers.role_vars import role_values
 
 KEY = "sk-disk-0001"
@@ -46,18 +45,18 @@ def project(tmp_path):
     return settings, write(settings, KEY, "OTHER='kept'\n")
 
 
-def write(settings, key, env_before=""):
-    """What llm_server_api_key and llm_server_config leave on disk; returns the configuration hash."""
+def write(settings, key, env_before="", digest=None):
+    """What the role leaves on disk (its API key file and its two templates); returns the configuration hash."""
     paths = settings["paths"]
     ensure_dir(settings["project_dir"], 0o750)
     ensure_dir(paths["secrets"], 0o700)
     if key:
         atomic_write(paths["api_key"], (key + "\n").encode("ascii"), 0o600)
     values = env_values(settings, PLACEMENT)
-    compose = render_compose(settings, PLACEMENT, "podman")
-    digest = config_hash(values, compose, (key + "\n").encode("ascii") if key else b"")
-    atomic_write(paths["env"], merge_env(env_before, env_block(values, digest))[0].encode("utf-8"), 0o600)
-    atomic_write(paths["compose"], compose.encode("utf-8"), 0o640)
+    digest = digest or config_hash(values, compose_values(settings, PLACEMENT, "podman"), template_sources(),
+                                   (key + "\n").encode("ascii") if key else b"")
+    atomic_write(paths["env"], render_env(values, digest, env_before).encode("utf-8"), 0o600)
+    atomic_write(paths["compose"], render_compose(settings, PLACEMENT, "podman").encode("utf-8"), 0o640)
     return digest
 
 
@@ -66,8 +65,22 @@ def disk_of(settings):
                      settings["paths"]["lock"], settings["model_dir"], settings["model_path"])
 
 
-def proof(settings, key=KEY, placement=None, engine="podman"):
-    return written_config(disk_of(settings), settings, placement or PLACEMENT, key, engine)
+def desired(settings, key=KEY, placement=None, engine="podman", disk=None):
+    """desired_config for the files of ``settings`` and ``placement`` against the project directory."""
+    placement = placement or PLACEMENT
+    return desired_config(disk_of(settings) if disk is None else disk, env_values(settings, placement),
+                          compose_values(settings, placement, engine), render_compose(settings, placement, engine),
+                          template_sources(), key)
+
+
+def writes(config):
+    """What ``desired_config`` changes: the files, and whether the API key file."""
+    return config["files"], config["key_changed"]
+
+
+def kept(digest):
+    """``desired_config`` for a directory that holds exactly the configuration ``digest``."""
+    return {"config_hash": digest, "changed_keys": [], "key_changed": False, "files": [], "first": False}
 
 
 def test_an_empty_directory_holds_nothing(tmp_path):
@@ -75,7 +88,7 @@ def test_an_empty_directory_holds_nothing(tmp_path):
                      str(tmp_path / "none" / ".llm_server.lock"))
     assert disk == {"env_config_hash": None, "env_block": None, "env_settled": False, "compose_exists": False,
                     "compose_sha256": None, "api_key_file": False, "api_key_sha256": None, "secrets_dir": False,
-                    "leftovers": False, "verification": None, "snapshot_hash": None, "previous_snapshot_hash": None,
+                    "verification": None, "snapshot_hash": None, "previous_snapshot_hash": None,
                     "lock_file": False}
 
 
@@ -88,23 +101,27 @@ def test_the_files_as_written_are_proved_with_their_hash(project):
     assert disk["api_key_sha256"] == hashlib.sha256(b"sk-disk-0001\n").hexdigest()
     assert disk["compose_sha256"] == hashlib.sha256(Path(settings["paths"]["compose"]).read_bytes()).hexdigest()
     assert disk["model_outside_dir"] is None and disk["lock_file"] is False
-    assert proof(settings) == proved(digest)
+    assert desired(settings) == kept(digest)
 
 
-def test_another_configuration_key_or_engine_is_not_proved_and_without_a_key_there_must_be_no_key_file(project):
-    settings, _digest = project
-    assert proof(settings, placement=dict(PLACEMENT, pattern=r"blk\.1\.ffn_(up|down)_exps\.weight$")) is None
-    assert proof(dict(settings, ctx_size=1024)) is None
-    assert proof(settings, key=KEY + "x") is None
-    assert proof(settings, key="") is None
-    assert proof(settings, engine="docker") is None  # another compose file (device reservations, json-file logs)
+def test_another_configuration_key_or_engine_is_written_and_without_a_key_there_must_be_no_key_file(project):
+    settings, digest = project
+    config = desired(settings, placement=dict(PLACEMENT, pattern=r"blk\.1\.ffn_(up|down)_exps\.weight$"))
+    assert writes(config) == (["env"], False) and config["config_hash"] != digest
+    assert [c["key"] for c in config["changed_keys"]] == ["LLM_MOE_OFFLOAD_PATTERN"] and config["first"] is False
+    config = desired(dict(settings, ctx_size=1024))
+    assert config["changed_keys"] == [{"key": "LLM_CTX_SIZE", "old": "512", "new": "1024"}]
+    assert writes(desired(settings, key=KEY + "x")) == (["env"], True)
+    assert writes(desired(settings, key="")) == (["env"], True)
+    # another compose file (json-file logs): the hash changes with the compose template's values
+    assert writes(desired(settings, engine="docker")) == (["env", "compose"], False)
     os.unlink(settings["paths"]["api_key"])
     digest = write(settings, "")
     assert api_key_bytes("") == b"" and disk_of(settings)["api_key_file"] is False
-    assert proof(settings, key="")["config_hash"] == digest
-    assert proof(settings, key=KEY) is None
+    assert desired(settings, key="") == kept(digest)
+    assert writes(desired(settings, key=KEY)) == (["env"], True)
     atomic_write(settings["paths"]["api_key"], b"", 0o600)  # an empty key file is still a file to remove
-    assert disk_of(settings)["api_key_file"] is True and proof(settings, key="") is None
+    assert disk_of(settings)["api_key_file"] is True and desired(settings, key="")["key_changed"] is True
 
 
 @pytest.mark.parametrize("extra, settled", [
@@ -123,9 +140,8 @@ def test_lines_outside_the_block(project, extra, settled):
         f.write(extra)
     disk = disk_of(settings)
     assert disk["env_settled"] is settled and disk["env_config_hash"] == digest
-    assert (proof(settings) is not None) is settled
-    if settled:
-        assert proof(settings)["config_hash"] == digest
+    # the hash stays: only .env is written again when a line outside the block must go
+    assert desired(settings) == dict(kept(digest), files=[] if settled else ["env"])
 
 
 def edit(name, change):
@@ -154,29 +170,31 @@ def directory_for(name):
     return damage
 
 
-@pytest.mark.parametrize("damage, key, read", [
-    (edit("env", lambda text: text + text), KEY, {"env_settled": False}),  # a second block
-    (edit("env", lambda text: text.replace("\n", "\r\n")), KEY, {"env_settled": False}),
-    (edit("env", lambda text: text.rstrip("\n")), KEY, {"env_settled": False}),
-    (edit("env", lambda text: text.replace("LLM_CTX_SIZE='512'", "LLM_CTX_SIZE='513'")), KEY, {"env_settled": True}),
-    (lambda settings: os.unlink(settings["paths"]["env"]), KEY, {"env_block": None}),
-    (edit("compose", lambda text: text + " "), KEY, {"compose_exists": True}),
-    (lambda settings: os.unlink(settings["paths"]["compose"]), KEY, {"compose_exists": False}),
-    # a killed atomic_write: the writer removes it
-    (lambda settings: open(os.path.join(settings["project_dir"], ".env.llm_server-tmp-x1"), "wb").close(), KEY,
-     {"leftovers": True}),
-    (no_secrets, "", {"secrets_dir": False, "api_key_file": False}),
+@pytest.mark.parametrize("damage, key, read, changes", [
+    (edit("env", lambda text: text + text), KEY, {"env_settled": False}, (["env"], False)),  # a second block
+    (edit("env", lambda text: text.replace("\n", "\r\n")), KEY, {"env_settled": False}, (["env"], False)),
+    (edit("env", lambda text: text.rstrip("\n")), KEY, {"env_settled": False}, (["env"], False)),
+    (edit("env", lambda text: text.replace("LLM_CTX_SIZE='512'", "LLM_CTX_SIZE='513'")), KEY, {"env_settled": True},
+     (["env"], False)),
+    (lambda settings: os.unlink(settings["paths"]["env"]), KEY, {"env_block": None}, (["env"], False)),
+    (edit("compose", lambda text: text + " "), KEY, {"compose_exists": True}, (["compose"], False)),
+    (lambda settings: os.unlink(settings["paths"]["compose"]), KEY, {"compose_exists": False}, (["compose"], False)),
+    # the files are right; the secrets directory is the role's step before the templates (unchanged reads it)
+    (no_secrets, "", {"secrets_dir": False, "api_key_file": False}, ([], False)),
     # a directory where a file belongs reads as no file (no traceback from the host)
-    (directory_for("env"), KEY, {"env_config_hash": None, "env_block": None}),
-    (directory_for("compose"), KEY, {"compose_exists": False, "compose_sha256": None}),
-    (directory_for("api_key"), KEY, {"api_key_file": False, "api_key_sha256": None}),
+    (directory_for("env"), KEY, {"env_config_hash": None, "env_block": None}, (["env"], False)),
+    (directory_for("compose"), KEY, {"compose_exists": False, "compose_sha256": None}, (["compose"], False)),
+    (directory_for("api_key"), KEY, {"api_key_file": False, "api_key_sha256": None}, ([], True)),
 ])
-def test_a_file_the_writer_would_change_is_not_proved(project, damage, key, read):
-    settings, _digest = project
+def test_a_file_the_role_would_change_is_written(project, damage, key, read, changes):
+    settings, digest = project
     damage(settings)
     disk = disk_of(settings)
     assert {name: disk[name] for name in read} == read
-    assert proof(settings, key=key) is None
+    config = desired(settings, key=key)
+    assert writes(config) == changes
+    # the same values, template sources and key as the hash on disk (or none there): the same hash
+    assert config["config_hash"] == digest
 
 
 def test_a_lock_file_and_the_last_records_are_read(project):
@@ -209,19 +227,55 @@ def test_the_model_must_resolve_inside_its_directory(tmp_path, project):
     assert message == ("llm_server_model_path: %s resolves to %s, outside llm_server_model_dir %s (%s), which is all "
                        "the container sees" % (settings["model_path"], outside, settings["model_dir"],
                                                settings["model_dir"]))
-    assert disk_of(settings)["model_outside_dir"] == message and proof(settings) is None
+    assert disk_of(settings)["model_outside_dir"] == message
     # a sibling whose name starts with the directory's is outside too (compared as paths)
     assert model_outside_dir(str(tmp_path / "mod"), str(tmp_path / "models" / "x.gguf")) is not None
 
 
 def test_the_lock_file_and_the_model_are_read_only_when_asked_and_the_compose_file_by_its_name(project):
-    """The model only with both paths; not asked: no answer, and no proof."""
+    """The model only with both paths; not asked: no answer."""
     settings, _digest = project
     for model_dir, model_path in ((settings["model_dir"], None), (None, settings["model_path"]), (None, None)):
         disk = read_disk(settings["project_dir"], settings["compose_file"], settings["rollback_dir"], None, model_dir,
                          model_path)
         assert "model_outside_dir" not in disk and "lock_file" not in disk
-        assert written_config(disk, settings, PLACEMENT, KEY, "podman") is None
     os.rename(settings["paths"]["compose"], os.path.join(settings["project_dir"], "compose.yml"))
     assert disk_of(settings)["compose_exists"] is False
     assert read_disk(settings["project_dir"], "compose.yml", settings["rollback_dir"])["compose_exists"] is True
+
+
+def test_the_hash_on_disk_is_kept_while_the_compose_file_the_values_and_the_key_are_the_same(project):
+    """A hash written from other template sources stays as long as the files are the ones this run writes: the
+    container made from it is not recreated for a template edit that changes no byte of the compose file."""
+    settings, digest = project
+    old = "f" * 64
+    write(settings, KEY, "OTHER='kept'\n", digest=old)
+    assert desired(settings) == kept(old)
+    # the key or a value changes: the new hash
+    assert desired(settings, key=KEY + "x")["config_hash"] not in (old, digest)
+    assert desired(dict(settings, ctx_size=1024))["config_hash"] not in (old, digest)
+    # the compose file differs (here a comment): the new hash, which is the same as for a directory holding nothing
+    with open(settings["paths"]["compose"], "a", encoding="utf-8") as f:
+        f.write("# a comment\n")
+    config = desired(settings)
+    assert config["config_hash"] == digest == desired(settings, disk={})["config_hash"]
+    assert writes(config) == (["env", "compose"], False)
+
+
+def test_a_compose_file_changed_by_a_comment_with_the_same_values_is_written_and_nothing_is_recreated(project):
+    settings, digest = project
+    with open(settings["paths"]["compose"], "a", encoding="utf-8") as f:
+        f.write("# a comment\n")
+    config = desired(settings)
+    assert config == dict(kept(digest), files=["compose"])
+    service = {"disk": disk_of(settings), "health": 200, "auth": {"checked": True, "enforced": True},
+               "container": {"exists": True, "running": True, "status": "running", "config_hash": digest}}
+    service["disk"]["verification"] = {"config_hash": digest, "status": "changed"}
+    assert decide(service, config) == {"recreate": False, "verify": False, "wait": False, "reason": ""}
+
+
+def test_a_directory_without_the_role_s_block_is_the_first_deploy(tmp_path, project):
+    settings, digest = project
+    os.unlink(settings["paths"]["env"])
+    config = desired(settings)
+    assert config == {"config_hash": digest, "changed_keys": [], "key_changed": False, "files": ["env"], "first": True}

@@ -1,5 +1,6 @@
-"""The files the llm_server role writes (plugins/module_utils/_deploy_render.py): its .env block, the compose file
-and the configuration hash, read back by the real parsers (python-dotenv, PyYAML, podman-compose 1.6.0)."""
+"""The files the llm_server role writes (plugins/module_utils/_deploy_render.py): its .env block, the values of the
+compose template (the role's template rendered as ansible.builtin.template renders it) and the configuration hash,
+read back by the real parsers (python-dotenv, PyYAML, podman-compose 1.6.0)."""
 from __future__ import annotations
 
 import hashlib
@@ -17,16 +18,18 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
     END,
     HASH_LABEL,
     RenderError,
+    compose_values,
     config_hash,
     env_block,
     env_lines,
+    env_template_values,
     env_values,
     managed_block,
     merge_env,
     parse_env,
-    render_compose,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from tests.helpers.deploy_templates import render_compose, render_env, template_sources
 from tests.helpers.role_vars import role_values
 
 HOSTILE = {"llm_server_model_path": "/srv/mo dels/x$y.gguf", "llm_server_project_dir": "/srv/ai $llm",
@@ -72,7 +75,8 @@ def test_podman_compose_reads_every_value_back(tmp_path):
     s = settings(HOSTILE)
     values = env_values(s, PLACEMENT)
     compose = render_compose(s, PLACEMENT, "podman")
-    (tmp_path / ".env").write_text(env_block(values, config_hash(values, compose)))
+    digest = config_hash(values, compose_values(s, PLACEMENT, "podman"), template_sources())
+    (tmp_path / ".env").write_text(env_block(values, digest))
     (tmp_path / "c.yml").write_text(compose)
     out = subprocess.run(["podman-compose", "-f", str(tmp_path / "c.yml"), "config"], capture_output=True,
                          text=True, check=True, timeout=120).stdout
@@ -81,7 +85,7 @@ def test_podman_compose_reads_every_value_back(tmp_path):
     assert service["environment"]["MODEL_PATH"] == "/models/x$y.gguf"
     assert service["command"] == HOSTILE["llm_server_extra_args"]
     assert service["volumes"][1]["source"] == "/srv/ai $llm/secrets"
-    assert service["labels"][HASH_LABEL] == config_hash(values, compose)
+    assert service["labels"][HASH_LABEL] == digest
 
 
 DOCKER_COMPOSE_V2 = shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True,
@@ -99,7 +103,8 @@ def test_docker_compose_v2_reads_every_value_and_the_gpu_access_back(tmp_path, a
     s = settings(HOSTILE, llm_server_gpu_access=access)
     values = env_values(s, placement)
     compose = render_compose(s, placement, "docker")
-    (tmp_path / ".env").write_text(env_block(values, config_hash(values, compose)))
+    digest = config_hash(values, compose_values(s, placement, "docker"), template_sources())
+    (tmp_path / ".env").write_text(env_block(values, digest))
     (tmp_path / "c.yml").write_text(compose)
     out = subprocess.run(["docker", "compose", "-f", str(tmp_path / "c.yml"), "config", "--format", "json"],
                          capture_output=True, text=True, check=True, timeout=120).stdout
@@ -109,7 +114,7 @@ def test_docker_compose_v2_reads_every_value_and_the_gpu_access_back(tmp_path, a
     assert service["environment"]["MODEL_PATH"] == "/models/x$y.gguf"
     assert service["command"] == HOSTILE["llm_server_extra_args"]
     assert service["volumes"][1]["source"] == "/srv/ai $llm/secrets"
-    assert service["labels"][HASH_LABEL] == config_hash(values, compose)
+    assert service["labels"][HASH_LABEL] == digest
     assert [d.get("source") for d in service.get("devices") or []] == (devices or [])
     got = (service.get("deploy") or {}).get("resources", {}).get("reservations", {}).get("devices")
     assert got == reservations
@@ -182,24 +187,35 @@ def test_a_value_the_placement_cannot_write_is_refused_with_its_key_and_value(pl
     assert str(info.value) == message
 
 
-def reference_hash(values, compose_text, key_bytes):
-    """The documented layout of the configuration hash: the sorted .env items as JSON, NUL, the compose text, NUL,
-    the sha256 of the API key file's bytes."""
+def reference_hash(values, compose, sources, key_bytes):
+    """The documented layout of the configuration hash: the sorted .env items as JSON, NUL, the compose template's
+    values as JSON with sorted keys, NUL and the sha256 of each template's source, NUL, the sha256 of the API key
+    file's bytes."""
     digest = hashlib.sha256(json.dumps(sorted(values.items())).encode("utf-8"))
-    digest.update(b"\0" + compose_text.encode("utf-8"))
+    digest.update(b"\0" + json.dumps(compose, sort_keys=True).encode("utf-8"))
+    for source in sources:
+        digest.update(b"\0" + hashlib.sha256(source).digest())
     digest.update(b"\0" + hashlib.sha256(key_bytes).digest())
     return digest.hexdigest()
 
 
-@pytest.mark.parametrize("values, compose, key, key_bytes", [
-    ({"LLM_CTX_SIZE": "4096", "LLM_PORT": "8081"}, "services: {}\n", b"sk-1\n", b"sk-1\n"),
-    ({"B": "2", "A": "1"}, "c", b"k", b"k"),  # the items are sorted: the order of the keys does not count
-    ({"LLM_CTX_SIZE": "4096"}, "c", None, b""),  # no API key hashes as an empty key file
+@pytest.mark.parametrize("values, compose, sources, key, key_bytes", [
+    ({"LLM_CTX_SIZE": "4096", "LLM_PORT": "8081"}, {"image": '"i"'}, [b"services:\n", b"{{ x }}\n"], b"sk-1\n",
+     b"sk-1\n"),
+    ({"B": "2", "A": "1"}, {"b": "2", "a": "1"}, [b"c"], b"k", b"k"),  # sorted: the order of the keys does not count
+    ({"LLM_CTX_SIZE": "4096"}, {}, [], None, b""),  # no API key hashes as an empty key file
 ])
-def test_the_config_hash_is_stable_across_versions(values, compose, key, key_bytes):
+def test_the_config_hash_is_stable_across_versions(values, compose, sources, key, key_bytes):
     """Containers carry the hash as a label and snapshots record it: the same inputs give the same hex digest."""
-    assert config_hash(values, compose, key) == reference_hash(values, compose, key_bytes)
-    assert config_hash(values, compose) == reference_hash(values, compose, b"")
+    assert config_hash(values, compose, sources, key) == reference_hash(values, compose, sources, key_bytes)
+    assert config_hash(values, compose, sources) == reference_hash(values, compose, sources, b"")
+
+
+def test_the_config_hash_follows_the_template_sources_not_a_rendered_line():
+    """A template's source counts (its bytes, in order); the compose text rendered from it does not."""
+    values, compose = {"LLM_CTX_SIZE": "1"}, {"image": '"i"'}
+    assert config_hash(values, compose, [b"a", b"b"]) != config_hash(values, compose, [b"b", b"a"])
+    assert config_hash(values, compose, [b"a"]) != config_hash(values, dict(compose, image='"j"'), [b"a"])
 
 
 def test_the_env_block_is_markers_quoted_keys_and_the_hash_last():
@@ -228,11 +244,28 @@ def test_the_env_block_is_markers_quoted_keys_and_the_hash_last():
      "A=1\n{block}B=2\nC=3\n", []),
     ("A=1\n  " + BEGIN + "\t\nLLM_PORT='1'\n " + END + " \nB=2\n", "A=1\n{block}B=2\n", []),  # blanks around markers
 ])
-def test_merge_env_replaces_the_block_and_keeps_the_other_lines(old, new, dropped):
+def test_merge_env_and_the_env_template_replace_the_block_and_keep_the_other_lines(old, new, dropped):
+    """merge_env (how the role reads .env back) and the role's .env template with env_template_values write the
+    same text for the same .env."""
     block = cpu_block()
     new = new.format(block=block)
     assert merge_env(old, block) == (new, dropped)
     assert merge_env(new, block) == (new, [])
+    values = env_values(settings(), CPU)
+    assert render_env(values, "h", old) == new
+    assert env_template_values(values, "h", old)["dropped"] == dropped
+    assert render_env(values, "h", new) == new
+
+
+def test_the_env_template_values_are_the_lines_around_the_block_and_the_quoted_keys():
+    values = env_values(settings(), CPU)
+    old = "\n".join(["A=1", "export LLM_PORT=9", BEGIN, "LLM_CTX_SIZE='1'", END, "# kept", "LLM_CTX_SIZE=2", "B=2", ""])
+    found = env_template_values(values, "it's", old)
+    assert (found["before"], found["after"], found["dropped"]) == (["A=1"], ["# kept", "B=2"], ["LLM_PORT", "LLM_CTX_SIZE"])
+    assert (found["begin"], found["end"]) == (BEGIN, END)
+    assert found["block"][-1] == ["LLM_CONFIG_HASH", "'it\\'s'"]
+    assert [k for k, _v in found["block"]] == list(values) + ["LLM_CONFIG_HASH"]
+    assert env_template_values(values, "h", "")["before"] == []
 
 
 HEAD = """\
@@ -369,7 +402,14 @@ def test_the_whole_compose_file_for_podman_and_for_docker_on_gpus_or_the_host_ne
 ])
 def test_a_gpu_uuid_that_is_not_one_is_refused_by_name(uuids, problem):
     with pytest.raises(RenderError, match=problem):
-        render_compose(settings(), dict(PLACEMENT, gpu_uuids=uuids), "podman")
+        compose_values(settings(), dict(PLACEMENT, gpu_uuids=uuids), "podman")
+
+
+def test_a_gpu_placement_without_a_gpu_access_the_compose_file_can_say_is_refused():
+    """``auto`` is resolved from the host's read before the values are encoded; on a CPU placement it is unused."""
+    with pytest.raises(RenderError, match='llm_server_gpu_access "auto": the compose file needs cdi or reservations'):
+        compose_values(settings(llm_server_gpu_access="auto"), PLACEMENT, "podman")
+    assert compose_values(settings(llm_server_gpu_access="auto"), CPU, "podman")["cdi_devices"] == []
 
 
 @pytest.mark.parametrize("text, lines", [

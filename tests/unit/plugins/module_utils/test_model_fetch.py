@@ -21,7 +21,7 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_fetch
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import save_snapshot
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import env_block, env_values, render_compose
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import env_values
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_fetch import (
     PART_SUFFIX,
     RECORD_NAME,
@@ -36,6 +36,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_fetch im
     sources,
 )
 from tests.helpers.deploy_settings import settings as deploy_settings
+from tests.helpers.deploy_templates import render_compose, render_env
 from tests.helpers.gguf_files import write_gguf
 from tests.helpers.http_server import FileServer
 
@@ -627,7 +628,7 @@ def role_snapshot(rollback, model_path, config_hash, inside=None, **values):
     """Keep as the last snapshot the ``.env`` and compose file the role renders for ``model_path`` (``inside``:
     the ``.env``'s LLM_MODEL_PATH changed to that)."""
     s = deploy_settings(model_path, **values)
-    env = env_block(env_values(s, CPU), config_hash)
+    env = render_env(env_values(s, CPU), config_hash)
     if inside:
         env = env.replace("LLM_MODEL_PATH='%s'" % s["container_model_path"], "LLM_MODEL_PATH='%s'" % inside)
     save_snapshot(rollback, {".env": env.encode(), s["compose_file"]: render_compose(s, CPU, "podman").encode()},

@@ -6,30 +6,34 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import (
-    decide, describe_changes, first_snapshot, next_steps, return_due, unchanged)
+    decide, describe_changes, first_snapshot, next_steps, unchanged)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
-from tests.helpers.deploy_hosts import holding, proved
+from tests.helpers.deploy_hosts import desired, holding, proved
 from tests.helpers.role_vars import role_values
 
 H = "a" * 64
 RECREATE = {"recreate": True, "verify": True, "wait": True}
 NOTHING = {"recreate": False, "verify": False, "wait": False, "reason": ""}
-COMPOSE = "/srv/ai-llm/docker-compose.prod.yml"
-ENV = "/srv/ai-llm/.env"
+N = "c" * 64
+COMPOSE = "compose"
+ENV = "env"
 
 
-def found(status="running", label=H, health=200, verification=None, auth=None, exit_code=0):
-    """``llm_server_service_info``'s result: the container, /health, the API key check and the last verification."""
+def found(status="running", label=H, health=200, verification=None, auth=None, exit_code=0, env_hash=H):
+    """``llm_server_service_info``'s result: the container, /health, the API key check, the last verification and
+    the hash in .env."""
     container = {"exists": status != "missing", "running": status == "running", "status": status,
                  "config_hash": label, "exit_code": exit_code}
     return {"container": container, "health": health, "auth": auth or {"checked": True, "enforced": True},
-            "disk": {"verification": {"config_hash": H, "status": "changed"} if verification is None
+            "disk": {"env_config_hash": env_hash,
+                     "verification": {"config_hash": H, "status": "changed"} if verification is None
                      else verification}}
 
 
-def written(changed_keys=(), files=(), digest=H):
-    """``llm_server_config``'s result."""
-    return {"config_hash": digest, "changed_keys": list(changed_keys), "files_changed": list(files)}
+def written(changed_keys=(), files=(), digest=H, key_changed=False, first=False):
+    """``desired_config``'s result."""
+    return {"config_hash": digest, "changed_keys": list(changed_keys), "files": list(files), "key_changed": key_changed,
+            "first": first}
 
 
 def recreated(reason):
@@ -60,12 +64,12 @@ CTX = {"key": "LLM_CTX_SIZE", "old": "512", "new": "1024"}
     (None, False, None, "the configuration files"),
 ])
 def test_describe_changes(changes, key_changed, files, text):
-    assert describe_changes(changes, key_changed, files) == text
+    assert describe_changes({"changed_keys": changes, "key_changed": key_changed, "files": files}) == text
 
 
 def test_a_value_is_shown_whole_up_to_60_characters_of_json_then_cut():
     fits, cut = "x" * 58, "y" * 59           # 60 and 61 characters of JSON, the quotes included
-    assert describe_changes([{"key": "K", "old": fits, "new": cut}]) == 'K "%s" -> "%s..."' % (fits, "y" * 55)
+    assert describe_changes({"changed_keys": [{"key": "K", "old": fits, "new": cut}]}) == 'K "%s" -> "%s..."' % (fits, "y" * 55)
 
 
 # decide
@@ -89,21 +93,24 @@ def verified(wait, reason=""):
     *[(found(verification={"config_hash": H, "status": status}), written(), {}, NOTHING)
       for status in ("changed", "unchanged", "rolled_back")],
     (found(), written(), {"verify_always": True}, verified(False)),
-    # a changed key, file or API key recreates with what changed
-    (found(), written([CTX]), {}, recreated(CHANGED % 'LLM_CTX_SIZE "512" -> "1024"')),
-    (found(), written(files=[COMPOSE]), {}, recreated(CHANGED % "the compose file")),
-    (found(), written(files=[ENV]), {}, recreated(CHANGED % "the configuration files")),
-    (found(), written(), {"key_changed": True}, recreated(CHANGED % "the API key")),
-    # llm_server_config lists the secrets directory when it only created it: nothing ai-llm reads changed
-    (found(), written(files=["/srv/ai-llm/secrets"]), {}, NOTHING),
-    (found(), written(changed_keys=[{"key": ""}]), {}, NOTHING),
+    # another hash than .env's (a changed key, file or API key) recreates with what changed
+    (found(), written([CTX], digest=N), {}, recreated(CHANGED % 'LLM_CTX_SIZE "512" -> "1024"')),
+    (found(), written(files=[COMPOSE], digest=N), {}, recreated(CHANGED % "the compose file")),
+    (found(), written(files=[ENV], digest=N), {}, recreated(CHANGED % "the configuration files")),
+    (found(), written(key_changed=True, digest=N), {}, recreated(CHANGED % "the API key")),
+    # a compose file written again with the same hash (a comment, the same values): nothing ai-llm reads changed
+    (found(), written(files=[COMPOSE]), {}, NOTHING),
     # a change is recreated whatever the container is
-    *[(service, written(files=[COMPOSE]), {}, recreated(CHANGED % "the compose file"))
+    *[(service, written(files=[COMPOSE], digest=N), {}, recreated(CHANGED % "the compose file"))
       for service in (found("missing"), found("exited", exit_code=1), found(label="b" * 64), found(health=503), {})],
+    # the first deploy: no block of the role in .env yet, whatever the container is
+    *[(service, written(files=[ENV, COMPOSE], first=True), {}, recreated(
+        "the first deploy (.env holds no block of the role yet): ai-llm is created with this configuration"))
+      for service in (found(env_hash=None), found("missing", env_hash=None), {})],
     # a container that is missing or does not run is recreated under its name (ai-llm by default)
     (found("missing"), written(), {}, recreated(CREATED % "ai-llm")),
     (found("missing"), written(), {"container_name": "llm-2"}, recreated(CREATED % "llm-2")),
-    ({}, written(), {}, recreated(CREATED % "ai-llm")),
+    (found("missing", env_hash=None), written(digest=None), {}, recreated(CREATED % "ai-llm")),
     # the exit code is told for an exited container only
     (found("exited", exit_code=137), written(), {"container_name": "llm-2"},
      recreated(RECREATED % ("llm-2", "exited (exit code 137)"))),
@@ -113,7 +120,7 @@ def verified(wait, reason=""):
     (found(label="b" * 64), written(), {}, recreated(OTHER_LABEL % ("bbbbbbbbbbbb", "aaaaaaaaaaaa"))),
     (found(label="b" * 64, auth=NOT_IN_FORCE), written(), {}, recreated(OTHER_LABEL % ("bbbbbbbbbbbb", "aaaaaaaaaaaa"))),
     (found(label=None), written(), {}, recreated(OTHER_LABEL % ("without the role's label", "aaaaaaaaaaaa"))),
-    (found(label=H), written(digest=None), {}, recreated(OTHER_LABEL % ("aaaaaaaaaaaa", ""))),
+    (found(label=H, env_hash=None), written(digest=None), {}, recreated(OTHER_LABEL % ("aaaaaaaaaaaa", ""))),
     # an API key not in force is recreated with what /props answered; not checked, nothing is known against it
     (found(auth=NOT_IN_FORCE), written(), {}, recreated(
         "the API key is not in force (/props answered 200 without it and 401 with it): ai-llm is recreated")),
@@ -129,7 +136,7 @@ def verified(wait, reason=""):
                   (found(health=503, verification=verification), written(), {}, verified(True, UNVERIFIED % "aaaaaaaaaaaa")),
                   (found(verification=verification), written(), {"verify_always": True},
                    verified(False, UNVERIFIED % "aaaaaaaaaaaa")))],
-    (found(label=None, verification={}), written(digest=None), {}, verified(False, UNVERIFIED % "")),
+    (found(label=None, verification={}, env_hash=None), written(digest=None), {}, verified(False, UNVERIFIED % "")),
 ])
 def test_decide(service, config, options, converge):
     assert decide(service, config, **options) == converge
@@ -158,6 +165,8 @@ LOCKED = "the project directory's lock file exists"
     ({"snapshot_hash": "0" * 64}, {"rollback": False}, (), None),
     # anything else is a change with its reason
     ({"key": b"sk-1\n"}, {}, (), "the files on disk are not those of this configuration"),
+    ({"compose_sha256": "0" * 64}, {}, (), "the files on disk are not those of this configuration"),
+    ({"secrets_dir": False}, {}, (), "the files on disk are not those of this configuration"),
     ({"lock_file": True}, {}, (), LOCKED),
     # the container is named from the settings
     ({"container": {"exists": False}}, {}, (),
@@ -170,19 +179,21 @@ LOCKED = "the project directory's lock file exists"
 def test_unchanged(held, settings, key, reason):
     service, digest = on_host(**held)
     assert SETTINGS["rollback"] is True
-    assert unchanged(service, dict(SETTINGS, **settings), PLACEMENT, *key) == (
-        {"unchanged": True, "config": proved(digest), "converge": NOTHING} if reason is None
+    config = desired(SETTINGS, PLACEMENT, service, *key)
+    assert config == proved(digest) or reason
+    assert unchanged(service, dict(SETTINGS, **settings), config) == (
+        {"unchanged": True, "converge": NOTHING} if reason is None
         else {"unchanged": False, "reason": reason.format(digest=digest[:12])})
 
 
 def test_no_answer_about_the_lock_file_is_a_change():
-    service, _digest = on_host()
+    service, digest = on_host()
     del service["disk"]["lock_file"]
-    assert unchanged(service, SETTINGS, PLACEMENT) == {"unchanged": False, "reason": LOCKED}
-    assert unchanged(None, SETTINGS, PLACEMENT) == {"unchanged": False, "reason": LOCKED}
+    assert unchanged(service, SETTINGS, proved(digest)) == {"unchanged": False, "reason": LOCKED}
+    assert unchanged(None, SETTINGS, proved(digest)) == {"unchanged": False, "reason": LOCKED}
 
 
-# first_snapshot, next_steps, return_due
+# first_snapshot, next_steps
 
 SERVING = {"health": 200, "container": {"config_hash": H},
            "disk": {"snapshot_hash": None, "compose_exists": True, "env_config_hash": H}}
@@ -204,19 +215,13 @@ def test_after_the_writes_the_parity_verify_and_snapshot_steps():
     converge = recreated("x")
     everything = {"parity_check": True, "rollback": True}
     assert next_steps(everything, SERVING, {"config_hash": H}, converge) == {
-        "parity_before": True, "verify": True, "snapshot": True}
+        "parity_before": True, "verify": True, "snapshot": True, "rollback": True}
     assert next_steps(everything, SERVING, {"config_hash": H}, converge, check_mode=True) == {
-        "parity_before": False, "verify": False, "snapshot": False}
+        "parity_before": False, "verify": False, "snapshot": False, "rollback": False}
     assert next_steps({"rollback": True}, dict(SERVING, health=None), {"config_hash": H}, NOTHING) == {
-        "parity_before": False, "verify": False, "snapshot": True}
+        "parity_before": False, "verify": False, "snapshot": True, "rollback": False}
     kept = dict(SERVING, disk=dict(SERVING["disk"], snapshot_hash=H))
     assert next_steps({"rollback": True}, kept, {"config_hash": H}, NOTHING)["snapshot"] is False
     assert next_steps({"rollback": False}, SERVING, {"config_hash": H}, converge)["snapshot"] is False
-
-
-def test_a_failure_returns_only_while_an_unproved_configuration_was_being_verified():
-    assert return_due(recreated("x"), verified=False) is True
-    assert return_due(recreated("x"), verified=True) is False
-    assert return_due(recreated("x"), verified=False, check_mode=True) is False
-    assert return_due(NOTHING, verified=False) is False
-    assert return_due(None, verified=False) is False
+    # a failure rolls back only while an unproved configuration was being verified, and only with rollbacks
+    assert next_steps({"rollback": False}, SERVING, {"config_hash": H}, converge)["rollback"] is False

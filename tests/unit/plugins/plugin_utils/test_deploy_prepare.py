@@ -10,7 +10,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report i
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import (
     Refused, calibration_of, check_requirement, fetch_args, fetch_line, fetch_summary, make_plan, plan_args, prepare,
     service_args, stored_cuda_context)
-from tests.helpers.deploy_hosts import holding, proved
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import unchanged
+from tests.helpers.deploy_hosts import desired, holding, proved
 from tests.helpers.deploy_settings import EXPERTS, demo_model, settings
 
 CPU = {"topology": "cpu", "gpus": [], "processes": []}
@@ -98,18 +99,33 @@ def test_a_planner_failure_other_than_the_fit_is_a_refusal_in_the_planners_words
                                "\"'many'\" cannot be converted to an int"}
 
 
-def test_a_deployable_host_gets_its_plan_placement_and_decision(demo):
-    prepared = prepare(settings(demo, llm_server_moe_offload_mode="all"), service(demo))
+def test_a_deployable_host_gets_its_plan_and_placement_and_the_decision_reads_them(demo):
+    s = settings(demo, llm_server_moe_offload_mode="all")
+    prepared = prepare(s, service(demo))
+    assert sorted(prepared) == ["placement", "plan", "warnings"]
     assert prepared["plan"]["failed"] is False and prepared["plan"]["changed"] is False
     assert prepared["placement"]["pattern_source"] == "plan"
     assert sorted(prepared["placement"]["expected_tensors"]) == EXPERTS
-    assert prepared["decision"] == {"unchanged": False, "reason": "the files on disk are not those of this configuration"}
     assert prepared["warnings"] == []
+    config = desired(s, prepared["placement"], service(demo))
+    assert config["first"] is True and config["files"] == ["env", "compose"]
+    assert unchanged(service(demo), s, config) == {"unchanged": False,
+                                                   "reason": "the files on disk are not those of this configuration"}
     # a host that holds, runs and proved this configuration: nothing to do
-    held, digest = holding(settings(demo, llm_server_moe_offload_mode="all"), prepared["placement"])
-    again = prepare(settings(demo, llm_server_moe_offload_mode="all"), dict(service(demo), **held))
-    assert again["decision"] == {"unchanged": True, "config": proved(digest), "converge": {
+    held, digest = holding(s, prepared["placement"])
+    again = prepare(s, dict(service(demo), **held))
+    assert again["placement"] == prepared["placement"]
+    config = desired(s, again["placement"], held)
+    assert config == proved(digest)
+    assert unchanged(held, s, config) == {"unchanged": True, "converge": {
         "recreate": False, "verify": False, "wait": False, "reason": ""}}
+
+
+def test_a_model_outside_the_directory_the_container_mounts_is_refused_before_the_plan(demo):
+    message = "llm_server_model_path: /srv/models/m.gguf resolves to /elsewhere/m.gguf, outside ..."
+    found = dict(service(demo), disk=dict(service(demo)["disk"], model_outside_dir=message))
+    caught = refused(prepare, settings(demo), found)
+    assert caught.result == {"failed": True, "msg": message} and "plan" not in caught.parts
 
 
 # What _speed_check measured on the host: medians of the server's timings, a prompt of 64 tokens, 4 generated.

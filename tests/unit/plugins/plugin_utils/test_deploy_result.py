@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import (
-    PLAN_GPU_KEYS, STATUSES, _ran, _seconds, build, buffers, delta_seconds, failure, parts_from, plan_summary,
+    PLAN_GPU_KEYS, STATUSES, _ran, _seconds, build, buffers, delta_seconds, failure_of, parts_from, plan_summary,
     rollback_part, rollback_text, status_and_message, to_record)
 
 README = Path(__file__).resolve().parents[4] / "roles" / "llm_server" / "README.md"
@@ -344,108 +344,114 @@ def test_the_total_time_runs_to_now_by_default_rounded_to_milliseconds(monkeypat
     assert build({"started": 100.0})["timings"]["total"] == 60.5
 
 
-# failure, rollback_part, parts_from: build's parts from what the role's tasks registered
+# failure_of, rollback_part, parts_from: build's parts from the options of the action llm_server_result
 
+VERIFYING = {"recreate": True, "verify": True, "wait": True, "reason": "r"}
 PREPARED = {"settings": dict(SETTINGS, rollback=True, rollback_dir="/p/.rollback", started=100.0),
             "service": {"disk": {}}, "plan": {"fits": True}, "placement": {"pattern": "p"},
+            "config": {"config_hash": "f" * 64, "files": ["env"]}, "converge": VERIFYING,
             "decision": {"unchanged": False, "reason": "r"}}
-VERIFYING = {"config_hash": "f" * 64, "changed": True,
-             "converge": {"recreate": True, "verify": True, "wait": True, "reason": "r"}}
+FAILED = {"result": {"msg": "llm_server: boom"}, "task": {"name": "Start ai-llm"}}
 
 
-def test_a_failed_deploy_returns_only_while_verifying_and_with_rollbacks():
-    found = failure({"_llm_server_prepared": PREPARED, "_llm_server_config": VERIFYING}, {"msg": "llm_server: boom"}, {})
-    assert found == {"cause": "boom", "due": True, "return": True}
-    off = {"_llm_server_prepared": dict(PREPARED, settings=dict(PREPARED["settings"], rollback=False)),
-           "_llm_server_config": VERIFYING}
-    assert failure(off, {"msg": "boom"}, {}) == {"cause": "boom", "due": True, "return": False}
-    proved = {"_llm_server_prepared": PREPARED, "_llm_server_config": VERIFYING, "_llm_server_verify": {"verified": True}}
-    assert failure(proved, {"msg": "disk full"}, {})["return"] is False
-    assert failure({}, {}, {"name": "Write"}, during="return") == {"cause": "the task Write failed"}
+def test_the_failure_is_the_cause_the_failed_step_registered_before_the_rescue_s_own():
+    assert failure_of({}) == "" and failure_of({"failure": {}, "verify": {"failed": True, "msg": "x"}}) == ""
+    assert failure_of({"failure": FAILED}) == "boom"
+    assert failure_of({"failure": {"result": {}, "task": {"name": "Write"}}}) == "the task Write failed"
+    # the proof's or the recreate's own result first: a handler's failure reaches the rescue without its details
+    assert failure_of({"failure": FAILED, "verify": {"failed": True, "msg": "llm_server: no answer"}}) == "no answer"
+    up = {"failed": True, "msg": "non-zero return code", "rc": 1, "cmd": ["podman-compose", "up"], "stderr": "no space\n"}
+    assert failure_of({"failure": FAILED, "recreated": {"up": up}}) == "podman-compose up failed (rc=1): no space"
+    assert failure_of({"failure": FAILED, "recreated": {"up": {"changed": True}}, "verify": {"verified": True}}) == "boom"
 
 
-def test_what_the_return_to_a_snapshot_did():
-    base = {"_llm_server_prepared": PREPARED}
+def test_what_the_rollback_to_a_snapshot_did():
+    base = {"prepared": PREPARED}
     restored = {"which": "last", "restored_from": "/p/.rollback/x", "config_hash": "e" * 64,
                 "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": "blk"}}
-    back = rollback_part(dict(base, _llm_server_restored=restored, _llm_server_returned={"healthy": True}))
+    back = rollback_part(dict(base, rollback={"restored": restored, "returned": {"healthy": True}}))
     assert back == {"performed": True, "serving": True, "which": "last", "restored_from": "/p/.rollback/x",
                     "config_hash": "e" * 64, "env_keys": {"LLM_MOE_OFFLOAD_PATTERN": "blk"}, "reason": ROLLED_BACK}
-    before = rollback_part(dict(base, _llm_server_restored=dict(restored, which="previous"),
-                                _llm_server_returned={"healthy": True}))
+    before = rollback_part(dict(base, rollback={"restored": dict(restored, which="previous"),
+                                                "returned": {"healthy": True}}))
     assert before["reason"] == "Rolled back to the verified configuration before the current one (/p/.rollback/x)"
-    cleared = rollback_part(dict(base, _llm_server_restored={"skipped": True}, _llm_server_cleared={"config_hash": "c"},
-                                 _llm_server_returned={"healthy": True}))
+    cleared = rollback_part(dict(base, rollback={"restored": {"skipped": True}, "cleared": {"config_hash": "c"},
+                                                 "returned": {"healthy": True}}))
     assert (cleared["reason"], cleared["which"], cleared["config_hash"]) == (
         "Cleared LLM_MOE_OFFLOAD_PATTERN", "none", "c")
     assert cleared["env_keys"] == {"LLM_MOE_OFFLOAD_PATTERN": "", "LLM_DEVICE_OVERRIDES": ""}
-    assert rollback_part(dict(base, _llm_server_restored={"missing": True, "failed": True})) == {
+    assert rollback_part(dict(base, rollback={"restored": {"missing": True, "failed": True}})) == {
         "performed": False, "reason": "No snapshot in /p/.rollback (no verified deploy yet): nothing "
                                       "was restored, ai-llm runs the failed configuration."}
-    assert rollback_part(dict(base, _llm_server_return_failure={"cause": "no"})) == {"performed": False, "error": "no"}
-    assert rollback_part(base) == {}
-    assert rollback_part(dict(base, _llm_server_failure={"due": True})) == {
+    assert rollback_part(dict(base, rollback={"error": {"result": {"msg": "no"}, "task": {}}})) == {
+        "performed": False, "error": "no"}
+    assert rollback_part(base) == {} and rollback_part(dict(base, rollback={"error": {}})) == {}
+    off = {"prepared": dict(PREPARED, settings=dict(PREPARED["settings"], rollback=False)), "failure": FAILED}
+    assert rollback_part(off) == {
         "performed": False, "reason": "Rollback is off (llm_server_rollback=false): nothing was restored."}
-    assert rollback_part(dict(base, _llm_server_failure={"due": False}, _llm_server_verify={"verified": True})) == {
+    assert rollback_part(dict(off, verify={"verified": True})) == {
         "performed": False, "reason": "ai-llm serves the verified configuration: it was not rolled back, and the next "
                                       "run keeps its snapshot."}
-    assert rollback_part(dict(base, _llm_server_failure={"due": False})) == {"performed": False, "reason": ""}
+    # nothing was being verified: no rollback was due
+    assert rollback_part(dict(off, prepared=dict(off["prepared"], converge={"verify": False}))) == {
+        "performed": False, "reason": ""}
+    assert rollback_part(dict(base, failure=FAILED)) == {"performed": False, "reason": ""}
 
 
-def test_the_parts_of_a_run_that_changes_nothing_come_from_the_decision():
-    decided = dict(PREPARED, decision={"unchanged": True, "config": {"config_hash": "f" * 64, "changed": False},
-                                       "converge": {"recreate": False, "verify": False}})
-    got = parts_from({"inventory_hostname": "h1", "_llm_server_prepared": decided})
-    assert (got["host"], got["config"], got["converge"]) == ("h1", decided["decision"]["config"],
-                                                             decided["decision"]["converge"])
-    assert got["changes"] == [False] * 6 and got["refusal"] == "" and got["status"] == ""
+def test_the_parts_of_a_run_that_changes_nothing_come_from_the_prepare_step():
+    decided = dict(PREPARED, config={"config_hash": "f" * 64, "files": []},
+                   converge={"recreate": False, "verify": False}, decision={"unchanged": True})
+    got = parts_from({"host": "h1", "prepared": decided, "written": [{}, {"changed": False}, {}, {}, {}]})
+    assert (got["host"], got["config"], got["converge"]) == ("h1", decided["config"], decided["converge"])
+    assert got["changes"] == [False] * 7 and got["refusal"] == "" and got["status"] == ""
     assert build(got)["status"] == "unchanged"
 
 
 def test_the_parts_of_a_refusal_a_verified_recreate_and_a_failure():
-    refused = parts_from({"_llm_server_prepared": dict(PREPARED, failed=True, msg="llm_server: refused x")})
+    refused = parts_from({"prepared": dict(PREPARED, failed=True, msg="llm_server: refused x")})
     assert (refused["status"], refused["refusal"]) == ("failed", "refused x")
-    locked = parts_from({"_llm_server_prepared": PREPARED, "_llm_server_lock": {"failed": True, "msg": "llm_server: waited"}})
+    locked = parts_from({"prepared": PREPARED, "lock": {"failed": True, "msg": "llm_server: waited"}})
     assert locked["refusal"] == "waited"
-    verified = parts_from({"_llm_server_prepared": PREPARED, "_llm_server_config": VERIFYING, "_llm_server_recreated": True,
-                           "_llm_server_key": {"changed": True}, "_llm_server_lock": {"waited": 0.5},
-                           "_llm_server_removed": {"delta": "0:00:01.5"}, "_llm_server_up": {"delta": "0:00:02"},
-                           "_llm_server_verify": {"verified": True, "health": {"seconds": 3.0}, "log": LOG,
-                                                  "vram": [{"index": 0}], "parity": {"after": {}},
-                                                  "parity_note": "n"}}, check_mode=False)
-    assert verified["converge"] == VERIFYING["converge"] and verified["log"] == LOG
-    assert verified["changes"] == [True, False, True, False, False, True]
+    verified = parts_from({"prepared": PREPARED, "status": "changed", "lock": {"waited": 0.5},
+                           "written": [{"changed": False}, {"changed": True}, {}, {"changed": True}, {}],
+                           "recreated": {"removed": {"delta": "0:00:01.5"}, "up": {"delta": "0:00:02", "changed": True}},
+                           "verify": {"verified": True, "health": {"seconds": 3.0}, "log": LOG,
+                                      "vram": [{"index": 0}], "parity": {"after": {}}, "parity_note": "n"}},
+                          check_mode=False)
+    assert verified["converge"] == VERIFYING and verified["log"] == LOG and verified["status"] == "changed"
+    assert verified["changes"] == [False, True, False, True, False, False, True]
     assert (verified["health"], verified["vram"], verified["parity_note"]) == ({"seconds": 3.0}, [{"index": 0}], "n")
     assert verified["timings"] == {"commands": ["0:00:01.5", "0:00:02"], "lock_wait": 0.5}
     assert build(verified, now=110.0)["timings"] == {"total": 10.0, "recreate": 3.5, "health": 3.0, "lock_wait": 0.5}
-    failed = parts_from({"_llm_server_prepared": dict(PREPARED, failed=True, msg="x"), "_llm_server_failure": {"cause": "c"},
-                         "_llm_server_returned": {"healthy": False, "seconds": 9.0},
-                         "_llm_server_verify": {"health": {"seconds": 3.0}}})
-    assert (failed["refusal"], failed["failure"], failed["health"]) == ("", "c", {"healthy": False, "seconds": 9.0})
+    failed = parts_from({"prepared": dict(PREPARED, failed=True, msg="x"), "failure": FAILED,
+                         "rollback": {"returned": {"healthy": False, "seconds": 9.0}},
+                         "verify": {"health": {"seconds": 3.0}}})
+    assert (failed["refusal"], failed["failure"], failed["health"]) == ("", "boom", {"healthy": False, "seconds": 9.0})
 
 
 RECORDED = {"files": {"verification": "/p/verification.json"}, "rollback": {"performed": False}}
+UP = {"recreated": {"up": {"changed": True}}}
 
 
-@pytest.mark.parametrize("published, facts, check_mode, recorded", [
-    (RECORDED, {"_llm_server_recreated": True}, False, True),                                # a recreate
-    (RECORDED, {"_llm_server_config": {"converge": {"verify": True}}}, False, True),        # verified, no recreate
+@pytest.mark.parametrize("published, given, check_mode, recorded", [
+    (RECORDED, UP, False, True),                                                             # a recreate
+    (RECORDED, {"verify": {"verified": True}}, False, True),                                 # verified, no recreate
+    (RECORDED, {"verify": {"failed": True}}, False, True),                                   # a proof that failed
     (dict(RECORDED, rollback={"performed": True}), {}, False, True),                         # back to a snapshot
-    (RECORDED, {"_llm_server_config": {"converge": {"verify": False}}}, False, False),      # nothing to prove
-    (RECORDED, {"_llm_server_config": {"skipped": True}}, False, False),                    # the writes skipped
+    (RECORDED, {"verify": {"skipped": True}, "recreated": {"up": {"skipped": True}}}, False, False),  # nothing to prove
     (RECORDED, {}, False, False),                                                            # unchanged or refused
-    (RECORDED, {"_llm_server_recreated": True}, True, False),                                # check mode
-    (dict(RECORDED, files={"verification": None}), {"_llm_server_recreated": True}, False, False),  # no file known
+    (RECORDED, UP, True, False),                                                             # check mode
+    (dict(RECORDED, files={"verification": None}), UP, False, False),                        # no file known
 ])
-def test_verification_json_is_written_after_a_recreate_a_verify_or_a_rollback_only(published, facts, check_mode,
+def test_verification_json_is_written_after_a_recreate_a_verify_or_a_rollback_only(published, given, check_mode,
                                                                                    recorded):
-    assert to_record(published, facts, check_mode) is recorded
+    assert to_record(published, given, check_mode) is recorded
 
 
 def test_the_cuda_context_measured_this_run_is_published_and_a_rollback_clears_it():
     measured = [{"index": 0, "uuid": "GPU-1", "name": "H200", "device": "CUDA0", "held_mib": 900, "buffers_mib": 400.0,
                  "context_mib": 500}]
-    parts = parts_from({"_llm_server_verify": {"cuda_context": measured, "log": LOG}})
+    parts = parts_from({"verify": {"cuda_context": measured, "log": LOG}})
     assert parts["cuda_context"] == measured
     assert build(dict(parts, service={"disk": {"verification": LAST}}), now=0.0)["cuda_context"] == measured
     # nothing measured and nothing proved: the last verification's
