@@ -7,7 +7,7 @@ import hashlib
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import desired_config
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (
-    compose_values, config_hash, env_block, env_values)
+    compose_body, compose_values, config_hash, env_block, env_values)
 from tests.helpers.deploy_templates import render_compose, template_sources
 
 
@@ -21,6 +21,7 @@ def holding(settings, placement, key=b"", container=None, **disk):
     held = {"lock_file": False, "api_key_sha256": hashlib.sha256(key).hexdigest() if key else None,
             "env_settled": True, "secrets_dir": True, "model_outside_dir": None, "env_config_hash": digest,
             "env_block": env_block(values, digest), "compose_sha256": hashlib.sha256(compose.encode()).hexdigest(),
+            "compose_body_sha256": hashlib.sha256(compose_body(compose).encode()).hexdigest(),
             "verification": {"config_hash": digest, "status": "changed"}, "snapshot_hash": digest}
     held.update(disk)
     service = {"engine": "podman", "disk": held, "health": 200, "auth": {"checked": True, "enforced": True},
@@ -37,4 +38,5 @@ def desired(settings, placement, service, api_key=""):
 
 def proved(digest):
     """``desired_config``'s result when the files on disk are already those of the configuration ``digest``."""
-    return {"config_hash": digest, "changed_keys": [], "key_changed": False, "files": [], "first": False}
+    return {"config_hash": digest, "changed_keys": [], "key_changed": False, "compose_changed": False, "files": [],
+            "first": False}
