@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL, parse_env
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_variables import check_settings
 from tests.helpers.role_vars import role_values
 from tests.helpers.llm_deploy import cpu_image, write_api_key
 from tools.gguf_models import write_demo_model

@@ -26,7 +26,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
     merge_env,
     render_compose,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_variables import check_settings
 from tests.helpers.deploy_hosts import proved
 from tests.helpers.role_vars import role_values
 

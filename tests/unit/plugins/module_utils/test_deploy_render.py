@@ -26,7 +26,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
     parse_env,
     render_compose,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_variables import check_settings
 from tests.helpers.role_vars import role_values
 
 HOSTILE = {"llm_server_model_path": "/srv/mo dels/x$y.gguf", "llm_server_project_dir": "/srv/ai $llm",
