@@ -146,8 +146,9 @@ def _setting_names():
 
 
 Settings = make_dataclass(
-    "Settings", [(name, object) for name in _setting_names()] + [("base_url", str, field(default="")),
-                                                                ("paths", dict, field(default_factory=dict))],
+    "Settings",
+    [(name, object) for name in _setting_names()]
+    + [("base_url", str, field(default="")), ("paths", dict, field(default_factory=dict))],
     frozen=True, namespace={
         "__module__": __name__, "as_dict": asdict,
         "__doc__": "The role's variables, checked and normalised, one field per variable of the argument spec (the "
