@@ -2,7 +2,7 @@
 # Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """How each value the llm_server role writes is encoded (``.env``, the compose file, llama-server's ``-ot`` and key
-file), and why a value cannot be: the rules that ``_deploy_values`` applies to the role's variables and
+file), and why a value cannot be: the rules that ``_role_variables`` (controller) applies to the role's variables and
 ``_deploy_render`` to what it writes.
 
 Standard library only (runs on the target hosts).

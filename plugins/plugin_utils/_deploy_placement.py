@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_placement
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_variables import check_placement
 
 FORCE = "llm_server_moe_offload_force=true"
 

@@ -2,7 +2,7 @@
 # Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The llm_server role's settings, on the controller: the role's variables templated and checked by
-``_deploy_values.check_settings`` (one message per variable) before anything is read or written on the host, and a
+``_role_variables.check_settings`` (one message per variable) before anything is read or written on the host, and a
 word about every name with the role's prefixes that means nothing to the role or the playbooks (a typo)."""
 
 from __future__ import annotations
@@ -10,12 +10,8 @@ from __future__ import annotations
 import difflib
 import time
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import (
-    PREFIX,
-    VARIABLES,
-    SettingsError,
-    check_settings,
-)
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_spec import PREFIX, SECRETS, VARIABLES
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_variables import SettingsError, check_settings
 
 
 # The names with the role's prefixes that are not the role's variables: what the collection's playbooks read
@@ -24,9 +20,7 @@ PLAYBOOK_VARIABLES = (
     "llm_server_hosts", "llm_server_result", "llm_rollout_batch", "llm_rollout_max_fail_percentage",
     "llm_rollout_report_dir", "llm_rollout_serial", "llm_rollout_skip_refused_hosts",
 )
-# The secrets: read by the actions that need them, never kept in the settings.
-SECRET_VARIABLES = (PREFIX + "api_key", PREFIX + "model_headers")
-KNOWN_VARIABLES = tuple(sorted(set(VARIABLES) | set(SECRET_VARIABLES) | set(PLAYBOOK_VARIABLES)))
+KNOWN_VARIABLES = tuple(sorted(set(VARIABLES) | set(SECRETS) | set(PLAYBOOK_VARIABLES)))
 PREFIXES = (PREFIX, "llm_rollout_")
 
 
@@ -45,8 +39,8 @@ def role_settings(template, task_vars, entry="main"):
     """The checked settings of one host as a dict (with ``started``, the time of the check), or a failed result,
     and the warnings about unknown names.
 
-    ``template`` renders one variable's value (the action's templar); only the variables the host has are read, the
-    others take check_settings' defaults. Returns ``(settings, None, warnings)`` or ``(None, failure, warnings)``,
+    ``template`` renders one variable's value (the action's templar); the role's defaults give the host every
+    variable of the argument spec. Returns ``(settings, None, warnings)`` or ``(None, failure, warnings)``,
     where the failure is an action result: ``failed``, ``problems`` (one line per variable) and ``msg`` (the refusal
     naming the host). An unknown name is a warning, and a problem when ``llm_server_strict_variables`` is true."""
     values = {n: template(task_vars[n]) for n in VARIABLES if n in task_vars}

@@ -2,7 +2,7 @@
 for a model, and the demo model of tools/gguf_models with its routed expert tensors."""
 from __future__ import annotations
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_variables import check_settings
 from tests.helpers.role_vars import role_values
 from tools.gguf_models import write_demo_model
 

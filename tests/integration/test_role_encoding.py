@@ -21,7 +21,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
     env_values,
     parse_env,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_variables import check_settings
 from tests.helpers.role_vars import role_values
 from tests.helpers.llm_deploy import cpu_image
 from tests.helpers.role_files import write_files

@@ -14,7 +14,7 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import unchanged
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import written_config
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_variables import check_settings
 from tests.helpers.deploy_hosts import proved
 from tests.helpers.llm_deploy import write_api_key
 from tests.helpers.role_vars import role_values

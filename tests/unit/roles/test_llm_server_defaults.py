@@ -1,21 +1,17 @@
 """The llm_server role's variables are declared once: meta/argument_specs.yml holds each one's type, choices and
 default, every entry point shares those options, defaults/main.yml gives the same defaults (a templated default
-compared as written), and check_settings reads exactly these variables and applies no default of its own."""
+compared as written), and the role's check reads that file (plugins/plugin_utils/_role_spec.py) and applies no
+default of its own."""
 from __future__ import annotations
 
 import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import (
-    MODES,
-    NETWORK_MODES,
-    RESTART_POLICIES,
-    ROLLBACK_TO,
-    VARIABLES,
-    check_settings,
-)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import OFFLOAD_MODES
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import GOALS
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_spec import OPTIONS as READ, SECRETS, SPEC_PATH
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_variables import check_settings
 from tests.helpers.role_vars import ROLE, ROLE_DEFAULTS, role_values
 
 SPEC_TEXT = (ROLE / "meta" / "argument_specs.yml").read_text(encoding="utf-8")
@@ -23,12 +19,13 @@ ENTRY_POINTS = yaml.safe_load(SPEC_TEXT)["argument_specs"]
 OPTIONS = ENTRY_POINTS["main"]["options"]
 
 
-def test_the_defaults_file_and_check_settings_have_every_variable_of_the_argument_spec():
-    """The defaults file with each one's default; check_settings reads each one once, and no other."""
+def test_the_defaults_file_has_every_variable_of_the_argument_spec_and_the_check_reads_the_roles_spec():
+    """The defaults file with each one's default; the role's check reads this role's spec, where the secrets are
+    the options marked no_log."""
     assert {name: option.get("default") for name, option in OPTIONS.items()} == ROLE_DEFAULTS
     assert OPTIONS["llm_server_compose_project"]["default"] == "{{ llm_server_project_dir | basename }}"
-    assert sorted(VARIABLES) == sorted(set(VARIABLES))
-    assert sorted(set(VARIABLES) | {"llm_server_api_key", "llm_server_model_headers"}) == sorted(OPTIONS)
+    assert SPEC_PATH.endswith("/roles/llm_server/meta/argument_specs.yml") and READ == OPTIONS
+    assert SECRETS == ("llm_server_api_key", "llm_server_model_headers")
 
 
 def test_every_entry_point_shares_the_one_declaration():
@@ -50,12 +47,9 @@ def test_every_option_has_a_type_a_description_and_a_default_and_the_defaults_pa
     assert result.error_messages == []
 
 
-@pytest.mark.parametrize("name, choices", [
-    ("llm_server_restart_policy", RESTART_POLICIES), ("llm_server_network_mode", NETWORK_MODES),
-    ("llm_server_moe_offload_mode", MODES), ("llm_server_rollback_to", ROLLBACK_TO),
-    ("llm_server_moe_offload_goal", GOALS),
-])
-def test_the_argument_specs_choices_are_those_check_settings_takes(name, choices):
+@pytest.mark.parametrize("name, choices", [("llm_server_moe_offload_mode", OFFLOAD_MODES),
+                                           ("llm_server_moe_offload_goal", GOALS)])
+def test_the_offload_choices_are_those_the_planner_takes(name, choices):
     assert OPTIONS[name]["choices"] == list(choices)
 
 

@@ -24,7 +24,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
     config_hash,
     env_values,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_variables import check_settings
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import decide
 from tests.helpers.deploy_templates import render_compose, render_env, template_sources
 from tests.helpers.role_vars import role_values

@@ -7,7 +7,7 @@ import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import (
     decide, describe_changes, first_snapshot, next_steps, unchanged)
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_variables import check_settings
 from tests.helpers.deploy_hosts import desired, holding, proved
 from tests.helpers.role_vars import role_values
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_variables import check_settings
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_settings import (
     KNOWN_VARIABLES,
     PLAYBOOK_VARIABLES,

@@ -1,4 +1,4 @@
-"""The llm_server role's variables checked (plugins/module_utils/_deploy_values.py): exact values, exact messages
+"""The llm_server role's variables checked (plugins/plugin_utils/_role_variables.py): exact values, exact messages
 (each names its variable and shows the value), both sides of every limit. The variables reach ``check_settings``
 with the role's defaults applied (``role_values``), as a run hands them over.
 """
@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import (
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_spec import VARIABLES, short, spec_problems
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_variables import (
     INT32_MAX,
-    VARIABLES,
     SettingsError,
-    _Checker,
     check_placement,
     check_settings,
     container_model_path,
@@ -46,7 +45,7 @@ def settings(**values):
     return check_settings(dict(BASE, **values))
 
 
-def test_input_error_joins_the_pairs_of_any_iterable_and_the_checker_keeps_the_first_of_a_variable():
+def test_input_error_joins_the_pairs_of_any_iterable():
     exc = SettingsError([("llm_server_port", "0 is out of range"), ("llm_server_image", "bad")])
     assert exc.problems == [("llm_server_port", "0 is out of range"), ("llm_server_image", "bad")]
     assert str(exc) == "llm_server_port: 0 is out of range; llm_server_image: bad"
@@ -57,12 +56,6 @@ def test_input_error_joins_the_pairs_of_any_iterable_and_the_checker_keeps_the_f
     assert (exc.problems, str(exc), exc.lines()) == ([("a", "x")], "a: x", ["a: x"])
     assert exc.refusal("h2") == "llm_server: this value cannot be deployed on h2: a: x. Nothing was changed."
     assert SettingsError([]).lines() == []
-    # only the first message of a variable is kept
-    checker = _Checker({})
-    assert checker.fail("a", "first") is None
-    checker.fail("b", "other")
-    checker.fail("a", "second")
-    assert checker.problems == [("a", "first"), ("b", "other")]
 
 
 @pytest.mark.parametrize("name", VARIABLES)
@@ -381,6 +374,24 @@ COMBINED = [
 def test_values_given_together_give_their_settings(values, expected):
     s = settings(**{"llm_server_" + name: value for name, value in values.items()})
     assert {name: getattr(s, name) for name in expected} == expected
+
+
+# The empty values the role gives a meaning (no -lv, no speed gate, no download) where ansible-core's check of the
+# spec's type refuses them (the role's README, "Variables").
+EMPTY_MEANS = ("log_verbosity", "min_decode_ratio", "min_prompt_ratio", "model_url", "model_sha256")
+
+
+def test_every_value_the_role_accepts_passes_ansible_cores_check_of_the_spec_but_the_empty_values_it_gives_a_meaning():
+    """So the role's check refuses whatever rolespec_validate would refuse: the playbooks turn that off."""
+    rows = [{variable: value} for variable, value, _setting in ACCEPTED] + [values for values, _e in COMBINED] + [{}]
+    for row in rows:
+        given = dict(BASE, **{"llm_server_" + name: value for name, value in row.items()})
+        check_settings(given)
+        assert spec_problems({name: value for name, value in given.items()
+                              if not (short(name) in EMPTY_MEANS and value in (None, ""))}) == [], row
+    for name in EMPTY_MEANS:
+        assert check_settings(dict(BASE, **{"llm_server_" + name: None}))
+        assert check_settings(dict(BASE, **{"llm_server_" + name: ""}))
 
 
 INTEGERS = [
