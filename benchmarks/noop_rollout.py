@@ -11,7 +11,7 @@ The hosts:
   project directory, compose project, container, demo model and loopback port (``tests/helpers/llm_deploy.py``'s
   ``LocalDeploy``, one per host, in one inventory); podman and podman-compose, the local CPU image.
 - ``--fleet N`` (default 0: none): N hosts of the test fleet (``tests/helpers/fleet.py``: network namespaces with
-  sshd, real ssh; ``benchmarks/rollout.py``'s ``demo_fleet``). Needs root.
+  sshd, real ssh; ``benchmarks/rollout.py``'s ``demo_fleet``). Needs root and the tests' set-up (``bash scripts/setup.sh --tests``).
 
 On each set of hosts: one deploy (every host changed; timed, not compared), then ``--runs`` rounds of a no-change
 deploy and a ping run, alternating (the order flips every round, so that a drift of the machine's load falls on

@@ -37,10 +37,13 @@ if [ "${1:-}" = "--down" ]; then
   exit 0
 fi
 
-bash scripts/setup.sh
+# the demo's set-up (podman, llama.cpp, .venv; docker with --engine docker), not what only the tests need
 if [ "$engine" = docker ]; then
+  bash scripts/setup.sh --docker
   bash scripts/docker.sh start demo
   set -- -e "{\"llm_server_compose_command\": [\"docker\", \"compose\"]}" "$@"
+else
+  bash scripts/setup.sh
 fi
 
 if [ ! -f "$model" ]; then
