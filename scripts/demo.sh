@@ -8,7 +8,7 @@
 # routed experts on CPU, whose 16 greedy tokens must equal the baseline's (parity). Later runs: one deploy,
 # which changes and restarts nothing when nothing changed.
 # Files: demo/ (git-ignored): demo/models/demo.gguf, demo/ai-llm/{.env,docker-compose.prod.yml,
-# verification.json,.rollback/}. Stop it: bash scripts/demo.sh [--engine docker] --down
+# verification.json,.rollback/}, demo/rollout-report/ (the run's report). Stop it: bash scripts/demo.sh [--engine docker] --down
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
@@ -37,10 +37,13 @@ if [ "${1:-}" = "--down" ]; then
   exit 0
 fi
 
-bash scripts/setup.sh
+# the demo's set-up (podman, llama.cpp, .venv; docker with --engine docker), not what only the tests need
 if [ "$engine" = docker ]; then
+  bash scripts/setup.sh --docker
   bash scripts/docker.sh start demo
   set -- -e "{\"llm_server_compose_command\": [\"docker\", \"compose\"]}" "$@"
+else
+  bash scripts/setup.sh
 fi
 
 if [ ! -f "$model" ]; then
@@ -77,47 +80,20 @@ except Exception:
 PY
 }
 
+# The rollout report of each run (the callback ai_llm.moe_offload.rollout_report) in demo/rollout-report/: the
+# block at the end is read from the last run's.
+report_dir="$ROOT/demo/rollout-report"
+set -- -e "llm_rollout_report_dir=$report_dir" "$@"
+
 if ! serving; then
   echo "demo: nothing serves on 127.0.0.1:$port yet: baseline deploy without offload (what the parity check compares with)"
   ansible-playbook playbooks/deploy.yml -e llm_server_moe_offload_mode=none "$@"
 fi
 
 echo "demo: deploy with the routed experts on CPU"
+rm -f "$report_dir/rollout.json"   # (a run that writes no report must not show the baseline's)
 ansible-playbook playbooks/deploy.yml "$@"
 
-python - "$project_dir" "$engine" <<'PY'
-import json, os, sys
-project = sys.argv[1]
-path = os.path.join(project, "verification.json")
-if not os.path.exists(path):
-    print("demo: no verification yet (check mode?)")
-    sys.exit(0)
-v = json.load(open(path))
-print()
-print("=== ai-llm on %s, %s (%s evidence from llama-server's log)" % (v["host"], v["status"], v.get("evidence", "?")))
-print("why:      %s" % v["message"])
-print("image:    %s" % v["image"])
-print("model:    %s" % v["model"])
-print("pattern:  --override-tensor '%s=CPU' (from the %s)" % (v["pattern"], v["pattern_source"]))
-print("moved to CPU (%d tensors): %s" % (len(v["tensors_moved"]), ", ".join(v["tensors_moved"]) or "none"))
-for kind in ("model", "kv", "rs", "compute"):
-    bufs = v["buffers"].get(kind) or {}
-    print("%-16s %s" % (kind + " buffers:", ", ".join("%s %.2f MiB" % (k, m) for k, m in bufs.items()) or "-"))
-ol = v.get("offloaded_layers")
-if ol:
-    print("offloaded layers: %s/%s" % (ol["offloaded"], ol["total"]))
-print("VRAM:     %s" % (v["vram"] or "not measured (no GPU)"))
-print("parity:   %s" % v["parity"])
-speed = v.get("speed")
-if speed:
-    before = speed.get("previous") or {}
-    for kind in ("decode", "prompt"):
-        was = before.get(kind + "_tokens_per_second")
-        print("%-9s %.1f tokens/s%s (median of %d /completion runs)" % (
-            kind + ":", speed[kind + "_tokens_per_second"], " (before %.1f)" % was if was else "", speed["runs"]))
-else:
-    print("speed:    not measured")
-print("config:   %s" % v["config_hash"])
-print("files:    %s" % ", ".join("%s=%s" % kv for kv in v["files"].items()))
-print("stop it:  bash scripts/demo.sh %s--down" % ("" if sys.argv[2] == "podman" else "--engine %s " % sys.argv[2]))
-PY
+# What this run did and the proof of what serves, from this run's report (verification.json would show the last
+# run that changed something, also after a run that changed nothing)
+python tools/demo_proof.py "$report_dir" --engine "$engine"

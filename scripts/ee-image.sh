@@ -92,7 +92,7 @@ unmount_under() {
 
 make_rootfs() {
   local tmp="$rootfs.tmp" log="$state/debootstrap.log"
-  command -v debootstrap >/dev/null || { echo "ee-image: debootstrap is missing: bash scripts/setup.sh" >&2; exit 1; }
+  command -v debootstrap >/dev/null || { echo "ee-image: debootstrap is missing: bash scripts/setup.sh --tests" >&2; exit 1; }
   [ "$(id -u)" -eq 0 ] || { echo "ee-image: debootstrap needs root" >&2; exit 1; }
   rm -rf "$tmp"
   trap 'unmount_under "$rootfs.tmp"' EXIT

@@ -1,14 +1,49 @@
 #!/usr/bin/env bash
-# One-time (and idempotent) set-up of a fresh Debian 12 machine for this project:
-# system packages (requirements/debian.txt), a Python virtual environment in .venv installed from its lock
-# (requirements/dev.txt), llama.cpp's llama-server and ggml-rpc-server (scripts/llama-cpp.sh: built once, then
-# cached in ~/.cache/ai-llm-moe-offload/llama.cpp/) and the collection link .collections/ansible_collections/ai_llm/moe_offload -> ../../..
+# One-time (and idempotent) set-up of a fresh Debian 12 machine for this project, by profile:
+#   bash scripts/setup.sh            the demo and a deploy from this machine: the system packages of
+#                                    requirements/debian.txt, a Python virtual environment in .venv installed from its
+#                                    lock (requirements/dev.txt), llama.cpp's llama-server and ggml-rpc-server
+#                                    (scripts/llama-cpp.sh: built once, then cached in ~/.cache/ai-llm-moe-offload/llama.cpp/)
+#                                    and the collection link .collections/ansible_collections/ai_llm/moe_offload -> ../../..
+#   bash scripts/setup.sh --docker   and docker: requirements/debian-docker.txt, compose v2 as docker's CLI plugin
+#                                    (scripts/docker.sh install); scripts/demo.sh --engine docker runs this
+#   bash scripts/setup.sh --tests    everything the tests need (docker included): requirements/debian-tests.txt and
+#                                    the venvs of galaxy-importer and of the execution environment's tools;
+#                                    scripts/test.sh runs this
+#   --list (with the others)         print the packages and environments of the profile; install nothing
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
 
-# requirements/debian.txt: one package a line, '#' starts a comment
-mapfile -t APT_PACKAGES < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' requirements/debian.txt | tr -d ' \t')
+docker=0 tests=0 list=0
+for arg in "$@"; do
+  case "$arg" in
+    --docker) docker=1 ;;
+    --tests) tests=1 docker=1 ;;
+    --list) list=1 ;;
+    *) echo "setup: unknown option $arg (--docker, --tests, --list)" >&2; exit 2 ;;
+  esac
+done
+package_lists=(requirements/debian.txt)
+[ "$docker" -eq 0 ] || package_lists+=(requirements/debian-docker.txt)
+[ "$tests" -eq 0 ] || package_lists+=(requirements/debian-tests.txt)
+# the environments besides .venv, each "DIR LOCK": galaxy-importer (Galaxy's checks of a collection tarball) pins
+# older packages than .venv's; ansible-builder and ansible-runner (the execution environment and the AWX job engine)
+# in a venv of their own
+tool_venvs=()
+[ "$tests" -eq 0 ] || tool_venvs+=(".cache/venvs/galaxy-importer requirements/galaxy-importer.txt"
+                                   ".cache/venvs/ee requirements/ee.txt")
+
+# requirements/debian*.txt: one package a line, '#' starts a comment
+mapfile -t APT_PACKAGES < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "${package_lists[@]}" | tr -d ' \t')
+if [ "$list" -eq 1 ]; then
+  echo "debian: ${APT_PACKAGES[*]}"
+  echo "venv: .venv requirements/dev.txt"
+  for venv in "${tool_venvs[@]}"; do echo "venv: $venv"; done
+  echo "llama.cpp: scripts/llama-cpp.sh"
+  [ "$docker" -eq 0 ] || echo "docker: scripts/docker.sh install"
+  exit 0
+fi
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -32,13 +67,20 @@ if [ ! -e "$link/galaxy.yml" ]; then
   mkdir -p "$(dirname "$link")" && ln -sfn ../../.. "$link"
 fi
 
-# galaxy-importer (Galaxy's checks of a collection tarball) needs a venv of its own: it pins older packages
-bash scripts/venv.sh .cache/venvs/galaxy-importer "$PY" requirements/galaxy-importer.txt
-# ansible-builder and ansible-runner (the execution environment and the AWX job engine) in a venv of their own
-bash scripts/venv.sh .cache/venvs/ee "$PY" requirements/ee.txt
+for venv in "${tool_venvs[@]}"; do
+  read -r dir lock <<<"$venv"
+  bash scripts/venv.sh "$dir" "$PY" "$lock"
+done
 
 bash scripts/llama-cpp.sh
-bash scripts/docker.sh install
+engines="$(podman --version)"
+if [ "$docker" -eq 1 ]; then
+  bash scripts/docker.sh install
+  engines+=", docker $(/usr/bin/docker --version | cut -d" " -f3 | tr -d ,) with compose $(docker compose version --short)"
+fi
 # (read all of ansible's output: `| head -1` would close the pipe early and ansible prints a BrokenPipeError)
 ansible_version="$(ansible --version)"
-echo "setup: ready (${ansible_version%%$'\n'*}, $(podman --version), docker $(/usr/bin/docker --version | cut -d" " -f3 | tr -d ,) with compose $(docker compose version --short))"
+profile="the demo and deploys"
+[ "$docker" -eq 0 ] || profile+=", docker"
+[ "$tests" -eq 0 ] || profile+=", the tests"
+echo "setup: ready for $profile (${ansible_version%%$'\n'*}, $engines)"

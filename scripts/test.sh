@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Every test of the project, on a fresh machine: set-up, lint, ansible-test sanity, the supported ansible-core
-# releases and Pythons (compat), pytest (unit + integration: real GGUF files, real llama-server, real podman,
-# the role's scenarios on a local host and on a fleet of fake hosts, the collection tarball), the mutation score
-# of the changed utils.
+# Every test of the project, on a fresh machine: set-up (scripts/setup.sh --tests), lint, ansible-test sanity, the
+# supported ansible-core releases and Pythons (compat), pytest (unit + integration: real GGUF files, real
+# llama-server, real podman, the role's scenarios on a local host and on a fleet of fake hosts, the collection
+# tarball), the mutation score of the changed utils.
 # Usage: bash scripts/test.sh [stage ...]
 #   stages: lint sanity compat pytest mutation-fast (default: all of these)
 #   mutation: the mutation score of every util (benchmarks/mutation.py; long, so on demand only)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
-bash scripts/setup.sh
+# everything the tests need: the demo's set-up, docker, the test fleet's packages, chromium, debootstrap and
+# the shellcheck program, the galaxy-importer and execution-environment venvs
+bash scripts/setup.sh --tests
 
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(lint sanity compat pytest mutation-fast)

@@ -24,6 +24,10 @@ description:
     V(rolled_back), V(checked)), V(unreachable) when Ansible lost it, V(failed) when its run ended with a failure
     outside the role, V(not_reached) when the rollout stopped before its batch.
   - Runs of other playbooks (nothing published C(llm_rollout)) write nothing.
+  - In every playbook, also one without C(llm_rollout), it says the line of each host that the role's publishing
+    step returns with C(llm_server_result) (C(line), with the status, the pattern, the tensors in host memory, the speed),
+    after that task's banner and the host's result (the default callback prints a task's banner only with its first
+    result when skipped or ok hosts are hidden, so a line said while the task runs would come before it).
 requirements:
   - Enable it, in C(ansible.cfg) (C(callbacks_enabled = ai_llm.moe_offload.rollout_report)) or with
     E(ANSIBLE_CALLBACKS_ENABLED=ai_llm.moe_offload.rollout_report).
@@ -110,11 +114,20 @@ class CallbackModule(CallbackBase):
             self._rollout.batch_seconds.append(round(now - self._batch_start, 1))
             self._batch_start = None
 
+    def _say(self, result):
+        """The host's line of the role's publishing step (its result's ``line``, next to ``llm_server_result``),
+        said here, after the task's banner and its host's result, in every playbook that runs the role."""
+        line = result.result.get("line")
+        if isinstance(line, str) and line and "llm_server_result" in (result.result.get("ansible_facts") or {}):
+            self._display.display(line)
+
     def v2_runner_on_ok(self, result):
         self._facts(result)
+        self._say(result)
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
         self._facts(result)
+        self._say(result)
         if self._rollout is None or ignore_errors:
             return
         run = self._run(result.host.get_name())

@@ -98,7 +98,7 @@ def start_docker():
     if proc.returncode != 0:
         return "dockerd cannot start: %s" % (proc.stderr.strip() or proc.stdout.strip())[-500:]
     if subprocess.run(["docker", "compose", "version"], capture_output=True, check=False).returncode != 0:
-        return "docker compose v2 is not installed (bash scripts/setup.sh)"
+        return "docker compose v2 is not installed (bash scripts/setup.sh --docker)"
     return None
 
 

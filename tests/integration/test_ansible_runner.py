@@ -53,7 +53,7 @@ def job(fleet):
     (private / "env" / "extravars").write_text(yaml.safe_dump({
         "llm_rollout_report_dir": str(private / "report"), "llm_rollout_serial": [1, "100%"]}))
     (private / "env" / "cmdline").write_text("--check")
-    assert (EE_BIN / "ansible-runner").exists(), "scripts/setup.sh makes .cache/venvs/ee"
+    assert (EE_BIN / "ansible-runner").exists(), "scripts/setup.sh --tests makes .cache/venvs/ee"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env["PATH"] = os.pathsep.join([str(BIN), str(EE_BIN), env["PATH"]])     # .venv's ansible-playbook first
     proc = subprocess.run([str(EE_BIN / "ansible-runner"), "run", str(private), "-p", "playbooks/deploy.yml",

@@ -136,7 +136,7 @@ def with_repository(tarball, folder):
 def test_galaxy_importer_finds_nothing_to_warn_about(tarball, tmp_path):
     """galaxy-importer runs ansible-doc and ansible-lint (offline) on the unpacked tarball; every line it logs
     below INFO (WARNING, ERROR) is a finding Galaxy would show."""
-    assert (IMPORTER / "python").exists(), "scripts/setup.sh makes .cache/venvs/galaxy-importer"
+    assert (IMPORTER / "python").exists(), "scripts/setup.sh --tests makes .cache/venvs/galaxy-importer"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update({"PATH": str(IMPORTER) + os.pathsep + env["PATH"], "TMPDIR": str(tmp_path), "HOME": str(tmp_path)})
     proc = subprocess.run([str(IMPORTER / "python"), "-m", "galaxy_importer.main",

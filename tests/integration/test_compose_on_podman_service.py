@@ -61,7 +61,7 @@ def service():
     """``podman system service`` on a socket of this module's own: the environment that points the docker CLI and
     compose at it (DOCKER_HOST); stopped, and its socket removed, after."""
     if run(["docker", "compose", "version"])[0] != 0:
-        pytest.skip("docker compose v2 is not installed (bash scripts/setup.sh)")
+        pytest.skip("docker compose v2 is not installed (bash scripts/setup.sh --docker)")
     socket = "/tmp/ai-llm-podman-service-%s.sock" % uuid.uuid4().hex[:12]
     proc = subprocess.Popen(["podman", "system", "service", "--time=0", "unix://" + socket],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -39,7 +39,7 @@ def pin(requirements, package):
 
 def builder(*args, cwd, home):
     """``ansible-builder ARGS`` with nothing of the caller's ANSIBLE_* variables and a home of its own."""
-    assert (EE_BIN / "ansible-builder").exists(), "scripts/setup.sh makes .cache/venvs/ee"
+    assert (EE_BIN / "ansible-builder").exists(), "scripts/setup.sh --tests makes .cache/venvs/ee"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update({"HOME": str(home), "PATH": str(EE_BIN) + os.pathsep + env["PATH"]})
     return subprocess.run([str(EE_BIN / "ansible-builder")] + list(args), capture_output=True, text=True, env=env,

@@ -20,7 +20,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._rollout_page i
 from tests.helpers.rollout_samples import sample_report
 
 CHROMIUM = shutil.which("chromium")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (requirements/debian.txt)")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (bash scripts/setup.sh --tests)")
 
 MEASURE = """<script>
 for (const el of document.querySelectorAll('[data-kind], g.column, section.host, .status, svg.chart')) {

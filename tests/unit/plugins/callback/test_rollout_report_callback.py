@@ -88,12 +88,12 @@ def inventory(hosts):
     return {"all": {"children": {"fleet": {"hosts": rows}}}}
 
 
-def play(tmp_path, hosts, *args, playbook=PLAYBOOK, serial=None, max_fail=0, enabled=True):
+def play(tmp_path, hosts, *args, playbook=PLAYBOOK, serial=None, max_fail=0, enabled=True, env=None):
     (tmp_path / "playbook.yml").write_text(playbook)
     (tmp_path / "hosts.yml").write_text(json.dumps(inventory(hosts)))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"),
                ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_RETRY_FILES_ENABLED="0",
-               ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"))
+               ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"), **(env or {}))
     env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
     if enabled:
         env["ANSIBLE_CALLBACKS_ENABLED"] = "ai_llm.moe_offload.rollout_report"
@@ -178,3 +178,47 @@ def test_other_playbooks_and_a_disabled_callback_write_nothing(tmp_path, enabled
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert report is None and not (tmp_path / "report").exists()
     assert "HOST  BATCH" not in proc.stdout
+
+
+# A module standing where the role's publishing step is: it returns the host's line beside llm_server_result (in a
+# library/ folder next to the playbook, where ansible-playbook finds modules)
+PUBLISH = """#!/usr/bin/python
+# WANT_JSON
+import json, sys
+with open(sys.argv[1]) as handle:
+    args = json.load(handle)
+print(json.dumps({"changed": False, "line": args["line"], "ansible_facts": {"llm_server_result": args["result"]},
+                  "failed": args.get("fail", False), "msg": "failed" if args.get("fail") else ""}))
+"""
+SAYING = """
+- name: The role alone, in a playbook that publishes no llm_rollout
+  hosts: fleet
+  gather_facts: false
+  tasks:
+    - name: Skipped everywhere
+      ansible.builtin.debug: {msg: never}
+      when: false
+    - name: Publish the result
+      publish:
+        line: "{{ inventory_hostname }}: {{ status }}, --override-tensor x=CPU (plan), 4 tensors in host memory"
+        result: {status: "{{ status }}", message: "ai-llm serves the configuration on disk"}
+        fail: "{{ status == 'failed' }}"
+"""
+
+
+def test_the_line_of_each_host_comes_after_its_task_banner_and_result(tmp_path):
+    (tmp_path / "library").mkdir()
+    (tmp_path / "library" / "publish.py").write_text(PUBLISH)
+    # with skipped hosts hidden, the default callback prints a task's banner only with its first result
+    proc, report = play(tmp_path, {"h1": {"status": "unchanged"}, "h2": {"status": "failed"}}, playbook=SAYING,
+                        env={"ANSIBLE_DISPLAY_SKIPPED_HOSTS": "false"})
+    assert proc.returncode == 2 and report is None, proc.stdout[-3000:] + proc.stderr
+    out = proc.stdout.splitlines()
+    said = {host: "%s: %s, --override-tensor x=CPU (plan), 4 tensors in host memory" % (host, status)
+            for host, status in (("h1", "unchanged"), ("h2", "failed"))}
+    # one line each, on its own (the failure's dump quotes it too, inside the result)
+    assert [out.count(line) for line in said.values()] == [1, 1], proc.stdout
+    banner = out.index(next(line for line in out if line.startswith("TASK [Publish the result]")))
+    assert banner < out.index("ok: [h1]") < out.index(said["h1"]), proc.stdout
+    failed = out.index(next(line for line in out if line.startswith("fatal: [h2]: FAILED!")))
+    assert banner < failed < out.index(said["h2"]), proc.stdout
