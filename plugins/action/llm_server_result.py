@@ -2,7 +2,8 @@
 # Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The llm_server role's last step, on the controller: ``llm_server_result`` from what the role's tasks registered,
-given as this action's options (``_deploy_result``), set as a fact; the host's line said; and ``record``, the text
+given as this action's options (``_deploy_result``), set as a fact; the host's line (``line``, which the callback
+``rollout_report`` prints); and ``record``, the text
 for verification.json when the run recreated, verified or rolled back ai-llm (the role writes it with
 ``ansible.builtin.copy``)."""
 
@@ -11,14 +12,9 @@ from __future__ import annotations
 import json
 
 from ansible.plugins.action import ActionBase
-from ansible.utils.display import Display
-
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import parts_from, publishing, to_record
 
 OPTIONS = ("status", "prepared", "lock", "written", "recreated", "verify", "snapshot", "rollback", "failure")
-
-display = Display()
-
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
@@ -39,7 +35,6 @@ class ActionModule(ActionBase):
             return result
         result.update(publishing(parts), changed=False)
         published = result["ansible_facts"]["llm_server_result"]
-        display.display(result["line"])
         result["record"] = json.dumps(published, indent=4, sort_keys=True) + "\n" \
             if to_record(published, given, check_mode) else ""
         return result

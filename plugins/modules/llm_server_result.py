@@ -13,7 +13,8 @@ version_added: 0.1.0
 description:
   - Only the role M(ai_llm.moe_offload.llm_server) calls it; it is not meant to be called alone.
   - Sets C(llm_server_result) (the role's README, "Result", lists every key) from what the role's tasks registered,
-    each given as an option, says the host's line, and returns RV(record), the text the role writes into
+    each given as an option, returns the host's line (RV(line), which the callback
+    C(ai_llm.moe_offload.rollout_report) prints) and RV(record), the text the role writes into
     C(verification.json) when the run recreated, verified or rolled back ai-llm.
   - A failure's cause comes from the result of the task that failed (O(verify), O(recreated)) before the rescue's
     O(failure), so that a failed handler is reported with its own message.
