@@ -37,6 +37,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare
     fetch_summary,
     piece_cut,
     prepare,
+    role_api_key,
     service_args,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof import parity_request
@@ -97,7 +98,7 @@ class ActionModule(ActionBase):
         already runs this configuration, verified, and otherwise whether ai-llm is recreated, verified or waited
         for. The compose template is rendered here as the template module renders it, to compare with the host's."""
         service, placement = result["service"], result["placement"]
-        src = str(self._templar.template(task_vars.get("llm_server_compose_template") or "")) or COMPOSE_TEMPLATE
+        src = settings.get("compose_template") or COMPOSE_TEMPLATE
         try:
             templates = {"compose": self._find_needle("templates", src),
                          "env": self._find_needle("templates", ENV_TEMPLATE)}
@@ -131,21 +132,18 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        entry = self._task.args.get("entry", "main")
         settings = self._task.args.get("settings")
         warnings = []
         if not settings:
-            settings, failure, warnings = role_settings(self._templar.template, task_vars, entry)
+            settings, failure, warnings = role_settings(self._templar.template, task_vars)
             if failure:
                 result.update(failure, warnings=warnings)
                 return result
         result.update(changed=False, settings=settings)
-        if not self._task.args.get("read", True):
-            return result
         if settings["model_url"] and self._task.args.get("settings"):
             # the read under the lock: the model was fetched (or found) by this run's first step
             result["model_fetch"] = (task_vars.get("_llm_server_prepared") or {}).get("model_fetch")
-        elif settings["model_url"] and entry != "rollback":
+        elif settings["model_url"]:
             fetched, result["changed"] = self._fetch(settings, task_vars)
             result["model_fetch"] = fetched
             if fetched.get("failed"):
@@ -157,10 +155,9 @@ class ActionModule(ActionBase):
                 if warnings:
                     result["warnings"] = warnings
                 return result
-        api_key = str(self._templar.template(task_vars.get("llm_server_api_key", ""))) \
-            if settings.get("api_key_set") else ""
+        api_key = role_api_key(self._templar, settings, task_vars)
         service = self._execute_module("ai_llm.moe_offload.llm_server_service_info",
-                                       module_args=service_args(settings, api_key, entry), task_vars=task_vars)
+                                       module_args=service_args(settings, api_key), task_vars=task_vars)
         warnings.extend(service.pop("warnings", None) or [])
         result["service"] = _plain(service)
         if settings.get("gpu_access") == "auto" and service.get("gpu_access"):
@@ -168,11 +165,10 @@ class ActionModule(ActionBase):
         try:
             if service.get("failed"):
                 raise Refused(service)
-            if entry != "rollback":
-                prepared = prepare(settings, result["service"], task_vars.get("inventory_hostname", "?"))
-                warnings.extend(prepared.pop("warnings"))
-                result.update(prepared)
-                result.update(self._configuration(settings, result, api_key, task_vars))
+            prepared = prepare(settings, result["service"], task_vars.get("inventory_hostname", "?"))
+            warnings.extend(prepared.pop("warnings"))
+            result.update(prepared)
+            result.update(self._configuration(settings, result, api_key, task_vars))
         except Refused as exc:
             warnings.extend(exc.parts.pop("warnings", None) or [])
             result.update(exc.parts)

@@ -26,23 +26,14 @@ description:
     anything changes, a pattern that matches nothing or moves non-expert tensors, a plan that does not fit (unless
     C(llm_server_moe_offload_force)), chosen GPUs the host lacks, a context beyond the model's training context and
     values that cannot be deployed.
+  - Checks and encodes the values the role's templates place (RV(compose), RV(env)), renders the compose template
+    as M(ansible.builtin.template) would and computes the configuration hash (RV(config)).
   - Tells whether the host already runs this configuration, verified, with its snapshot kept (then the run changes
-    nothing and takes no lock).
+    nothing and takes no lock), and otherwise what the run does (RV(converge), RV(steps)).
   - This is an action plugin that runs on the controller; it changes nothing on the host.
 author:
   - ai_llm maintainers (@ai-llm)
 options:
-  entry:
-    description:
-      - The role's entry point. V(rollback) checks the variables without the model and reads only the service and
-        the project directory; it does not plan.
-    type: str
-    choices: [main, rollback]
-    default: main
-  read:
-    description: Read the host; V(false) only checks the variables (RV(settings)).
-    type: bool
-    default: true
   settings:
     description:
       - Settings checked earlier in the same run (RV(settings) of an earlier call); given, the variables are not
@@ -88,7 +79,7 @@ placement:
     - C(pattern), C(pattern_source) (V(inventory), V(plan), V(model) or V(none)), C(device_overrides) (the device
       overrides placed before the pattern), C(expected_tensors) (what the log must show moved), C(gpu_devices),
       C(tensor_split) and C(topology).
-  returned: success, not for O(entry=rollback)
+  returned: success
   type: dict
   sample: {pattern: 'blk\.1\.ffn_.*_exps\.weight', pattern_source: plan, gpu_devices: [0], topology: single}
 problems:
@@ -101,14 +92,57 @@ snapshot_serving:
   description:
     - Whether to keep what serves now as the snapshot before the writes (with rollbacks, no
       snapshot yet, ai-llm answers with the role's files).
-  returned: success, not for O(entry=rollback)
+  returned: success
   type: bool
   sample: false
+templates:
+  description: The templates the role writes with, C(compose) (the role's or C(llm_server_compose_template)) and
+    C(env), as paths on the controller.
+  returned: success
+  type: dict
+compose:
+  description: C(llm_server_compose), the values the compose template places, each encoded (the role's README,
+    "Templates").
+  returned: success
+  type: dict
+env:
+  description: The role's C(.env) keys and their values, before quoting (the C(.env) template quotes them).
+  returned: success
+  type: dict
+  sample: {LLM_MOE_OFFLOAD_PATTERN: "\\.ffn_.*_exps\\.weight", LLM_PORT: "8080"}
+config:
+  description:
+    - C(config_hash), the configuration hash the run writes; C(changed_keys) (key, old, new), C(key_changed),
+      C(compose_changed) (what compose reads of the compose file changes), C(files) (the files that change) and
+      C(first) (no configuration of the role on the host yet).
+  returned: success
+  type: dict
+converge:
+  description:
+    - C(recreate), C(verify), C(wait) (booleans) and C(reason) (one line, empty when nothing is done).
+    - Recreates when the configuration changed, when the container is missing, stopped, paused or crash-looping,
+      when it was created from another configuration, when the key is not in force, or when a verified
+      configuration stopped answering. Verifies without a recreate a configuration that runs but was never verified.
+  returned: success
+  type: dict
+  sample: {recreate: true, verify: true, wait: true, reason: "the configuration changed (LLM_CTX_SIZE ...)"}
+steps:
+  description: What follows the writes - C(parity_before), C(verify), C(snapshot), C(rollback) (a failure rolls back).
+  returned: success
+  type: dict
+files:
+  description: C(candidate), the compose file's candidate next to it, and C(validate_env), the compose tool's check
+    of the new C(.env) with it (the C(validate) of the C(.env) template).
+  returned: success
+  type: dict
+parity_request:
+  description: The body of the parity prompt's C(/completion) request (greedy, the fixed seed).
+  returned: success
+  type: dict
 decision:
   description:
-    - C(unchanged) (the run has nothing to do); when true also C(config) and C(converge), what the writes and the
-      converge would say; when false C(reason).
-  returned: success, not for O(entry=rollback)
+    - C(unchanged) (the run has nothing to do); when false C(reason).
+  returned: success
   type: dict
   sample: {unchanged: false, reason: the files on disk are not those of this configuration}
 """

@@ -41,6 +41,11 @@ class Refused(Exception):
         self.parts = parts
 
 
+def role_api_key(templar, settings, task_vars):
+    """The API key the role deploys (``llm_server_api_key`` templated), ``""`` when none is set."""
+    return str(templar.template(task_vars.get("llm_server_api_key", ""))) if settings.get("api_key_set") else ""
+
+
 def service_args(settings, api_key, entry="main"):
     """The options of ``llm_server_service_info`` for ``settings``: the service and the project directory, and for
     a deploy also the GPUs, the host memory and the model's header (read in the same call)."""
