@@ -2,7 +2,7 @@
 # Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The llm_server role's proof that ai-llm serves what was deployed: the wait for ``/health`` 200 on the host
-(the module ``llm_server_verify``), then, given the ``plan``, the log (``llama_server_log``), the GPU memory
+(the module ``llm_server_health``), then, given the ``plan``, the log (``llama_server_log``), the GPU memory
 (``gpu_info``) and the parity answer, judged by ``_deploy_proof``, then the speed and the calibration it gives
 (``_deploy_prepare.calibration_of``). Without a plan (a rollback waits for what it restored), the wait only."""
 
@@ -13,7 +13,11 @@ from ansible.utils.display import Display
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._cuda_context import measure
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._speed_check import gate_problem, with_previous
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import calibration_of, verified_speed
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import (
+    calibration_of,
+    role_api_key,
+    verified_speed,
+)
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof import (
     log_args,
     parity_answer,
@@ -23,7 +27,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof i
     vram_rows,
 )
 
-PROOF_OPTIONS = ("settings", "plan", "placement", "service", "gpu_baseline", "parity_before")
+OPTIONS = ("settings", "engine", "plan", "placement", "service", "gpu_baseline", "parity_before")
 # Seconds between two lines that say where a start of ai-llm is, while the wait lasts.
 PROGRESS_SECONDS = 5.0
 
@@ -59,7 +63,7 @@ class ActionModule(ActionBase):
         host = task_vars.get("inventory_hostname", "?")
         piece = dict(args, for_at_most=PROGRESS_SECONDS)
         while True:
-            health = self._module("llm_server_verify", piece, task_vars)
+            health = self._module("llm_server_health", piece, task_vars)
             if not health.get("waiting"):
                 return health
             display.display("%s: waiting for /health, %d s of %s s: %s" % (
@@ -77,14 +81,14 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        args = dict(self._task.args)
-        proof = {k: args.pop(k, None) for k in PROOF_OPTIONS}
+        unknown = sorted(set(self._task.args) - set(OPTIONS))
+        if unknown:
+            result.update(failed=True, msg="llm_server_verify: unknown option(s) %s" % ", ".join(unknown))
+            return result
+        proof = {k: self._task.args.get(k) for k in OPTIONS}
         settings = proof["settings"]
-        if settings:
-            # The role's call: the wait's options come from the settings, the key from the role's variable.
-            api_key = str(self._templar.template(task_vars.get("llm_server_api_key", ""))) \
-                if settings.get("api_key_set") else ""
-            args = dict(wait_args(settings, args.get("engine", "podman"), api_key), **args)
+        # the wait's options come from the settings, the key from the role's variable
+        args = wait_args(settings, proof["engine"] or "podman", role_api_key(self._templar, settings, task_vars))
         health = self._wait(args, task_vars)
         health.pop("invocation", None)
         if not proof["plan"]:
@@ -129,7 +133,7 @@ class ActionModule(ActionBase):
                                        settings["parity_seed"])
         speed = speed_args(settings)
         if not problem and speed:
-            measured = self._module("llm_server_verify", dict(args, speed=speed), task_vars)
+            measured = self._module("llm_server_health", dict(args, speed=speed), task_vars)
             measured.pop("invocation", None)
             if not measured.get("healthy"):
                 result.update(failed=True, msg=measured.get("cause") or measured.get("msg"))

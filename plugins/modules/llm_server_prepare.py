@@ -71,7 +71,7 @@ service:
   sample: {engine: podman, health: 200, container: {exists: true, running: true}}
 plan:
   description: The result of M(ai_llm.moe_offload.moe_offload_plan) (C(skipped) when a chosen GPU is missing).
-  returned: when the host was read, not for O(entry=rollback)
+  returned: when the host was read
   type: dict
   sample: {fits: true, pattern: 'blk\.(1|4)\.ffn_.*_exps\.weight', memory: {gpus: []}}
 placement:
