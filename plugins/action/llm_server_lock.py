@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The controller side of ``llm_server_lock``: names the owner (this ``ansible-playbook``), waits while another
-deploy holds the lock, and proves a killed owner on this controller dead so that its lock is taken over."""
+"""The lock of the llm_server role's project directory, on the controller: names the owner (this
+``ansible-playbook``), asks ``llm_server_lock_file`` on the host, waits while another deploy holds the lock, and
+proves a killed owner on this controller dead so that its lock is taken over."""
 
 from __future__ import annotations
 
@@ -43,22 +44,23 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = dict(self._task.args)
-        settings = args.pop("settings", None)
-        if settings:
-            args = dict({"path": settings["paths"]["lock"], "timeout": settings["lock_timeout"],
-                         "lease": settings["lock_lease"]}, **args)
-        if args.get("state", "acquired") == "released":
-            args.pop("timeout", None)
-            result.update(self._execute_module("ai_llm.moe_offload.llm_server_lock", module_args=args,
-                                               task_vars=task_vars))
+        unknown = sorted(set(self._task.args) - {"settings", "state", "token"})
+        if unknown:
+            result.update(failed=True, msg="llm_server_lock: unknown option(s) %s" % ", ".join(unknown))
             return result
-        timeout = int(args.pop("timeout", 1800))
+        settings = self._task.args["settings"]
+        args = {"path": settings["paths"]["lock"], "lease": settings["lock_lease"]}
+        if self._task.args.get("state", "acquired") == "released":
+            result.update(self._execute_module("ai_llm.moe_offload.llm_server_lock_file", task_vars=task_vars,
+                                               module_args=dict(args, state="released",
+                                                                token=self._task.args.get("token"))))
+            return result
+        timeout = int(settings["lock_timeout"])
         owner = controller_owner()
         start = time.monotonic()
         takeover, waited_for, announced = None, None, False
         while True:
-            answer = self._execute_module("ai_llm.moe_offload.llm_server_lock",
+            answer = self._execute_module("ai_llm.moe_offload.llm_server_lock_file",
                                           module_args=dict(args, owner=owner, takeover=takeover),
                                           task_vars=task_vars)
             if answer.get("failed"):

@@ -12,59 +12,39 @@ short_description: Internal to the ai_llm.moe_offload.llm_server role - take or 
 version_added: 0.1.0
 description:
   - Only the role M(ai_llm.moe_offload.llm_server) calls it; it is not meant to be called alone.
-  - The lock is a file in the project directory that names its owner, the C(ansible-playbook) process on the
-    controller (host, boot id, pid and the pid's start time), and a lease.
-  - With O(state=acquired) the action plugin of the same name tries to take the lock until O(timeout) seconds pass.
-    While another deploy holds it, it waits and says for whom. It takes the lock over when the owner's lease ran
-    out, or when the owner ran on this controller and its C(ansible-playbook) process is gone (a killed run).
+  - The lock is a file in the project directory (M(ai_llm.moe_offload.llm_server_lock_file)) that names its owner,
+    the C(ansible-playbook) process on the controller (host, boot id, pid and the pid's start time), and a lease.
+  - With O(state=acquired) it tries to take the lock until C(llm_server_lock_timeout) seconds pass. While another
+    deploy holds it, it waits and says for whom. It takes the lock over when the owner's lease
+    (C(llm_server_lock_lease)) ran out, or when the owner ran on this controller and its C(ansible-playbook) process
+    is gone (a killed run).
   - With O(state=released) it removes the lock when it still holds O(token).
-  - The role M(ai_llm.moe_offload.llm_server) takes the lock before it reads what runs and gives it back at the
-    end, also when the deploy failed. A check mode run takes no lock.
+  - The role takes the lock before it reads what runs and gives it back at the end, also when the deploy failed. A
+    check mode run takes no lock.
+  - This is an action plugin that runs on the controller; the lock file is written on the host.
 author:
   - ai_llm maintainers (@ai-llm)
 options:
-  path:
+  settings:
     description:
-      - The lock file (the role uses C(<project dir>/.llm_server.lock)). Its directory is created when missing.
-      - Required unless O(settings) are given.
-    type: path
+      - The checked settings of the role (RV(ai_llm.moe_offload.llm_server_prepare#module:settings)) - the lock file
+        C(paths.lock), C(lock_timeout) and C(lock_lease).
+    type: dict
+    required: true
   state:
     description: V(acquired) takes the lock, V(released) gives it back.
     type: str
     choices: [acquired, released]
     default: acquired
-  timeout:
-    description: How long to wait for the lock, in seconds; the task fails after it with the owner's name.
-    type: int
-    default: 1800
-  lease:
-    description:
-      - How long the lock holds without its owner, in seconds. A lock older than its lease is taken over
-        (the owner may have been killed on another controller).
-    type: int
-    default: 3600
   token:
     description: With O(state=released), the token RV(token) of the acquiring task.
     type: str
-  owner:
-    description: Set by the action plugin (who asks for the lock); not for direct use.
-    type: dict
-  takeover:
-    description: Set by the action plugin (the token of a lock whose owner it proved gone); not for direct use.
-    type: str
-  settings:
-    description:
-      - The checked settings of the role M(ai_llm.moe_offload.llm_server); the action plugin takes O(path),
-        O(timeout) and O(lease) from them (C(paths.lock), C(lock_timeout), C(lock_lease)). They stay on the
-        controller.
-    type: dict
+extends_documentation_fragment:
+  - ai_llm.moe_offload.controller_module
 attributes:
-  action:
-    support: full
-    description: The action plugin waits on the controller and proves a killed owner dead there.
   check_mode:
     support: none
-    description: Check mode runs take no lock; the role skips this module in check mode.
+    description: Check mode runs take no lock; the role skips this action in check mode.
   diff_mode:
     support: none
     description: There is nothing to show.
@@ -72,18 +52,18 @@ attributes:
     support: none
     description: Every acquisition writes a new token.
 seealso:
-  - module: ai_llm.moe_offload.llm_server_service_info
+  - module: ai_llm.moe_offload.llm_server_lock_file
 """
 
 EXAMPLES = r"""
 - name: Take the lock of the project directory
   ai_llm.moe_offload.llm_server_lock:
-    path: /srv/ai-llm/.llm_server.lock
+    settings: "{{ prepared.settings }}"
   register: lock
 
 - name: Give it back
   ai_llm.moe_offload.llm_server_lock:
-    path: /srv/ai-llm/.llm_server.lock
+    settings: "{{ prepared.settings }}"
     state: released
     token: "{{ lock.token }}"
 """
@@ -130,39 +110,3 @@ msg:
   type: str
   sample: waited 12 s for the lock of /srv/ai-llm held by ansible-playbook (pid 4242) on ctl-1
 """
-
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_lock import acquire, describe, release
-
-
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type="path"),
-            state=dict(type="str", choices=["acquired", "released"], default="acquired"),
-            timeout=dict(type="int", default=1800),
-            lease=dict(type="int", default=3600),
-            token=dict(type="str", no_log=False),
-            owner=dict(type="dict"),
-            takeover=dict(type="str"),
-            settings=dict(type="dict"),
-        ),
-        required_one_of=[("path", "settings")],
-        required_if=[("state", "released", ("token",))],
-    )
-    p = module.params
-    if p["state"] == "released":
-        done = release(p["path"], p["token"])
-        module.exit_json(changed=False, released=done,
-                         msg="released the lock %s" % p["path"] if done else "the lock was not ours any more")
-    result = acquire(p["path"], p["owner"] or {}, p["lease"], p["takeover"])
-    holder = result.pop("holder")
-    took_over = result.pop("took_over")
-    module.exit_json(changed=result.pop("created_dir"), holder=holder, holder_text=describe(holder),
-                     took_over=("%s (%s)" % (describe(took_over), took_over["reason"])) if took_over else None,
-                     **result)
-
-
-if __name__ == "__main__":
-    main()

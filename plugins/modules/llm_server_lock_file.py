@@ -1,0 +1,149 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to ai_llm.moe_offload
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: llm_server_lock_file
+short_description: Internal to the ai_llm.moe_offload.llm_server role - the project directory's lock file on the host
+version_added: 0.1.0
+description:
+  - Only the action M(ai_llm.moe_offload.llm_server_lock) calls it; it is not meant to be called alone.
+  - The lock is a file in the project directory that names its owner, the C(ansible-playbook) process on the
+    controller (host, boot id, pid and the pid's start time), and a lease.
+  - With O(state=acquired) it tries once to take the lock - it takes it when it is free, when its lease ran out, or
+    when its token is O(takeover) - and otherwise returns who holds it (the action waits and asks again).
+  - With O(state=released) it removes the lock when it still holds O(token).
+author:
+  - ai_llm maintainers (@ai-llm)
+options:
+  path:
+    description:
+      - The lock file (the role uses C(<project dir>/.llm_server.lock)). Its directory is created when missing.
+    type: path
+    required: true
+  state:
+    description: V(acquired) takes the lock, V(released) gives it back.
+    type: str
+    choices: [acquired, released]
+    default: acquired
+  lease:
+    description:
+      - How long the lock holds without its owner, in seconds. A lock older than its lease is taken over
+        (the owner may have been killed on another controller).
+    type: int
+    default: 3600
+  token:
+    description: With O(state=released), the token RV(token) of the acquiring task.
+    type: str
+  owner:
+    description: Who asks for the lock (the action names its C(ansible-playbook) process).
+    type: dict
+  takeover:
+    description: The token of a lock whose owner the action proved gone, to take over.
+    type: str
+attributes:
+  check_mode:
+    support: none
+    description: Check mode runs take no lock; the role skips this module in check mode.
+  diff_mode:
+    support: none
+    description: There is nothing to show.
+  idempotent:
+    support: none
+    description: Every acquisition writes a new token.
+seealso:
+  - module: ai_llm.moe_offload.llm_server_service_info
+"""
+
+EXAMPLES = r"""
+- name: Take the lock of the project directory
+  ai_llm.moe_offload.llm_server_lock_file:
+    path: /srv/ai-llm/.llm_server.lock
+  register: lock
+
+- name: Give it back
+  ai_llm.moe_offload.llm_server_lock_file:
+    path: /srv/ai-llm/.llm_server.lock
+    state: released
+    token: "{{ lock.token }}"
+"""
+
+RETURN = r"""
+acquired:
+  description: Whether the lock is held now (O(state=acquired)).
+  returned: always
+  type: bool
+  sample: true
+token:
+  description: The token of the lock, for O(state=released).
+  returned: when acquired
+  type: str
+  sample: 5c1a0c0e7f2b4f51a3b1f0a2b3c4d5e6
+waited:
+  description: Seconds spent waiting for another deploy.
+  returned: with O(state=acquired)
+  type: float
+  sample: 12.4
+waited_for:
+  description: Who held the lock while this task waited, V(null) when it did not wait.
+  returned: with O(state=acquired)
+  type: str
+  sample: ansible-playbook (pid 4242) on ctl-1, since 2026-05-04 10:11:12 UTC
+took_over:
+  description: The lock that was taken over and why, V(null) when none.
+  returned: with O(state=acquired)
+  type: str
+  sample: ansible-playbook (pid 4242) on ctl-1, since 2026-05-04 10:11:12 UTC (its owner is gone)
+queued:
+  description: Whether this task waited for another deploy or took over a lock left behind (RV(msg) says which).
+  returned: with O(state=acquired)
+  type: bool
+  sample: false
+released:
+  description: Whether the lock file was removed (O(state=released)).
+  returned: with O(state=released)
+  type: bool
+  sample: true
+msg:
+  description: What happened, in one line.
+  returned: always
+  type: str
+  sample: waited 12 s for the lock of /srv/ai-llm held by ansible-playbook (pid 4242) on ctl-1
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_lock import acquire, describe, release
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            state=dict(type="str", choices=["acquired", "released"], default="acquired"),
+            lease=dict(type="int", default=3600),
+            token=dict(type="str", no_log=False),
+            owner=dict(type="dict"),
+            takeover=dict(type="str"),
+        ),
+        required_if=[("state", "released", ("token",))],
+    )
+    p = module.params
+    if p["state"] == "released":
+        done = release(p["path"], p["token"])
+        module.exit_json(changed=False, released=done,
+                         msg="released the lock %s" % p["path"] if done else "the lock was not ours any more")
+    result = acquire(p["path"], p["owner"] or {}, p["lease"], p["takeover"])
+    holder = result.pop("holder")
+    took_over = result.pop("took_over")
+    module.exit_json(changed=result.pop("created_dir"), holder=holder, holder_text=describe(holder),
+                     took_over=("%s (%s)" % (describe(took_over), took_over["reason"])) if took_over else None,
+                     **result)
+
+
+if __name__ == "__main__":
+    main()
