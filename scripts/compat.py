@@ -5,10 +5,14 @@ scripts/venv.sh from the release's lock, requirements/compat/ansible-core-X.Y.tx
   - ansible-doc of every module, the filter and the role;
   - ansible-playbook --syntax-check of every playbook, by its FQCN;
   - tests/integration/compat/modules.yml: every module and the filter run, with the release's target Python;
-  - a check-mode deploy of the role on localhost with the demo's settings (tests/helpers/collection_run.py).
+  - a check-mode deploy of the role on localhost with the demo's settings (tests/helpers/collection_run.py);
+  - a real deploy with podman and the demo model, then a restart that fails (a model llama-server cannot load): the
+    handler's failure reaches the role's rescue with its own cause, the role rolls back and the first configuration
+    serves again (check mode cannot show this; how a release hands a handler's failure to a rescue differs:
+    ansible/ansible#81532, #85682).
 The release of .venv (requirements/dev.txt, the one every other stage runs) with .venv's Python gets modules.yml
 only: its ansible-doc, syntax checks and check-mode deploy are those tests/integration/test_collection_tarball.py
-runs on the built tarball, in the pytest stage.
+runs on the built tarball, its failing restart the rollback scenarios of the pytest and molecule stages.
 Then every plugins/module_utils file is imported, and the demo model read, on every Python that tests/config.yml
 claims (python_requires) and this machine has.
 
@@ -33,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.helpers.collection_run import ansible_env, check_deploy, check_deploy_problems  # noqa: E402
+from tests.helpers.llm_deploy import local_deploy, result, write_wrong_shape  # noqa: E402
 from tools.gguf_models import write_demo_model  # noqa: E402
 
 CACHE = ROOT / ".cache" / "compat"
@@ -160,7 +165,37 @@ def check_release(requirement, python, target, model, work):
     proc, project = check_deploy(bin_ / "ansible-playbook", deploy_root, model, env, ROOT)
     if check_deploy_problems(proc, project):
         problems.append(failed("deploy --check: %s" % "; ".join(check_deploy_problems(proc, project)), proc))
+    if shutil.which("podman") and shutil.which("podman-compose"):
+        problems += check_failing_restart(bin_, Path(tempfile.mkdtemp(dir=work)), env)
     return problems
+
+
+def check_failing_restart(bin_, root, env):
+    """A real deploy of the demo model, then one of a model llama-server cannot load (``check_tensor_dims``): the
+    run fails with llama-server's own cause, rolls back, and the first configuration serves again, unchanged."""
+    with local_deploy(root, "ai-llm-compat") as local:
+        wrong = write_wrong_shape(local.model, local.models / "wrong-shape.gguf")
+
+        def play(**role_vars):
+            cmd, _env = local.command("deploy", **role_vars)
+            cmd[0] = str(bin_ / "ansible-playbook")
+            return run(cmd, dict(env, ANSIBLE_CALLBACK_RESULT_FORMAT="json"))
+
+        first = play()
+        if first.returncode != 0:
+            return [failed("deploy of the demo model", first)]
+        label = local.label()
+        second = play(llm_server_model_path=str(wrong))
+        shown = result(second.stdout) or {}
+        problems = []
+        if second.returncode == 0 or shown.get("status") != "rolled_back":
+            problems.append("want the failed restart rolled back, got status %r" % shown.get("status"))
+        if "check_tensor_dims" not in str(shown.get("message")):
+            problems.append("want llama-server's cause (check_tensor_dims) in the message, got %r" % shown.get("message"))
+        if local.label() != label or local.health() != 200:
+            problems.append("want the first configuration serving again (label %s, /health 200), got label %s, /health %s"
+                            % (label, local.label(), local.health()))
+        return [failed("failing restart: " + "; ".join(problems), second)] if problems else []
 
 
 def check_module_utils(python, model):
