@@ -41,8 +41,10 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files i
     read_snapshot,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import parse_env
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_gguf, shard_name, split_name
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_keys import Split
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.error import GGUFError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.header import read_gguf
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.keys import Split
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import shard_name, split_name
 
 RECORD_NAME = ".llm_server_models.json"
 PART_SUFFIX = ".part"

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import block_index
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_summary import summarize
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import expert_pattern
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_check import check_pattern
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax import PatternError, matcher
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import block_index
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_summary import summarize
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import BLOCK_KINDS, classify_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.error import GGUFError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
 
 GIB = 1024.0 ** 3
 SHOW = ("summary", "none", "experts", "all")

@@ -10,8 +10,8 @@ from pathlib import Path
 import gguf
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values import SkippedArray
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.values import SkippedArray
 from tests.helpers.gguf_files import MIB, cross_check
 from tests.helpers.tensor_names import NEMOTRON_NANO_LAYOUT
 from tools import gguf_models
