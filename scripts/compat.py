@@ -171,7 +171,7 @@ def check_module_utils(python, model):
         "import importlib, sys\n"
         "prefix = 'ansible_collections.ai_llm.moe_offload.plugins.module_utils.'\n"
         "mods = {n: importlib.import_module(prefix + n) for n in sys.argv[2:]}\n"
-        "report, warnings = mods['_model_report'].describe(mods['gguf.model'].read_model(sys.argv[1]))\n"
+        "report, warnings = mods['_model_inspection'].describe(mods['gguf.model'].read_model(sys.argv[1]))\n"
         "assert report['architecture'] == 'nemotron_h_moe', report['architecture']\n"
         "assert report['offload_pattern'] == r'\\.ffn_.*_exps\\.weight', report['offload_pattern']\n"
     )

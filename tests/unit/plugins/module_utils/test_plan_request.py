@@ -6,7 +6,7 @@ import pytest
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_inspection import describe
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_request import (
     ARGUMENT_SPEC,
     FAILURE_KEYS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_inspection import describe
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A compact, JSON-safe summary of a GGUF model, so that a model is read once and passed on.
+"""A model as JSON: a compact summary of its GGUF header, so that a model is read once and passed on.
 
 Standard library only: this runs on target hosts (Python >= 3.9).
 

@@ -8,7 +8,7 @@ import json
 import gguf
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_summary as ms
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_json as ms
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
 from tools.gguf_models import write_tiny_nemotron_h_moe, write_tiny_qwen3moe
 
