@@ -20,7 +20,8 @@ import time
 import urllib.parse
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import load_stage, parse_log, parse_runs
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log, parse_runs
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_stages import load_stage
 
 # The order the role looks for a compose tool in.
 COMPOSE_CANDIDATES = (("podman", "compose"), ("podman-compose",), ("docker", "compose"), ("docker-compose",))
