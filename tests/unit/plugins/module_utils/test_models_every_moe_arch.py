@@ -37,7 +37,7 @@ def check_layout(layout, files):
     assert "," not in pattern and "=" not in pattern
     assert result["tensor_bytes"] == layout.total_bytes == sum(result["bytes"].values())
     assert result["bytes"]["routed_experts"] == sum(
-        H.gguf_models.tensor_nbytes(ne, q) for n, ne, q in layout.tensors if n in set(layout.experts))
+        H.gguf_writer.tensor_nbytes(ne, q) for n, ne, q in layout.tensors if n in set(layout.experts))
     assert result["block_count"] == layout.blocks
     kinds = result["layer_kinds"]
     assert {b: {k for k in kinds if b in kinds[k]} for b in range(layout.blocks)} == layout.kinds
