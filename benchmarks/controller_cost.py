@@ -32,7 +32,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / ".collections")]
 
 from benchmarks.rollout import demo_fleet  # noqa: E402  pylint: disable=wrong-import-position
 from tests.helpers.llm_deploy import cpu_image  # noqa: E402  pylint: disable=wrong-import-position
-from tests.helpers.fleet import clean_leftovers  # noqa: E402  pylint: disable=wrong-import-position
+from tests.helpers.fleet_cleanup import clean_leftovers  # noqa: E402  pylint: disable=wrong-import-position
 
 BIN = Path(sys.executable).parent
 PAGE = os.sysconf("SC_PAGE_SIZE")

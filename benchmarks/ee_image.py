@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / ".collections")]
 
 from benchmarks.rollout import demo_fleet  # noqa: E402  pylint: disable=wrong-import-position
-from tests.helpers.fleet import FleetNames, clean_leftovers, leftovers  # noqa: E402  pylint: disable=wrong-import-position
+from tests.helpers.fleet_cleanup import clean_leftovers, leftovers  # noqa: E402  pylint: disable=wrong-import-position
+from tests.helpers.fleet_names import FleetNames  # noqa: E402  pylint: disable=wrong-import-position
 from tests.helpers.llm_deploy import cpu_image  # noqa: E402  pylint: disable=wrong-import-position
 
 HOSTS = ("e1", "e2")

@@ -55,6 +55,10 @@ for entry in (str(ROOT), str(ROOT / ".collections")):
     if entry not in sys.path:
         sys.path.insert(0, entry)
 
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_encoding import (  # noqa: E402
+    compose_literal,
+    dotenv_problem,
+)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (  # noqa: E402
     ENV_KEYS,
     RenderError,
@@ -63,12 +67,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
     merge_env,
     parse_env,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_encoding import (  # noqa: E402
-    compose_literal,
-    dotenv_problem,
-)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import block_index  # noqa: E402
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (  # noqa: E402
     block_expert_pattern,
@@ -83,6 +82,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proo
     verify_placement,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model  # noqa: E402
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.error import GGUFError  # noqa: E402
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model  # noqa: E402
 
 TARGETS = {}
 

@@ -3,7 +3,7 @@
 Each measurement runs in its own child process, so that its peak RSS (VmHWM) is its own:
 
 * ``header``: the sparse 6-shard Nemotron-3-Nano-30B-A3B Q4_K_M header (131,072-token vocab, 269,443 merges)
-  written by tools/gguf_models.py (cached under .cache/bench/): (a) ``_gguf.read_model`` on all 6 shards,
+  written by tools/gguf_models.py (cached under .cache/bench/): (a) ``gguf.model.read_model`` on all 6 shards,
   (b) gguf-py's ``GGUFReader`` on shard 1 alone, (c) ``ansible localhost -m ai_llm.moe_offload.gguf_info``;
 * ``sparse``: a sparse file of 64 GiB (``--sparse-gib``) whose header (a few hundred bytes) claims a string array
   that spans the unwritten part: ``read_gguf`` until it reports the duplicate key that follows;
@@ -57,9 +57,16 @@ def peak_kb():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def header(path, repeat):
+def gguf_model():
     import importlib
-    gguf = importlib.import_module(MU + "._gguf")
+    try:
+        return importlib.import_module(MU + ".gguf.model")
+    except ImportError:  # a baseline whose reader is the one module _gguf
+        return importlib.import_module(MU + "._gguf")
+
+
+def header(path, repeat):
+    gguf = gguf_model()
     times = []
     for _ in range(int(repeat)):
         t0 = time.perf_counter()
@@ -77,8 +84,7 @@ def gguf_py(path):
 
 
 def sparse(path):
-    import importlib
-    gguf = importlib.import_module(MU + "._gguf")
+    gguf = gguf_model()
     t0 = time.perf_counter()
     try:
         gguf.read_gguf(path)
@@ -183,7 +189,7 @@ def bench_header(trees, args):
     apparent = sum(os.path.getsize(f) for f in files)
     on_disk = sum(os.stat(f).st_blocks * 512 for f in files)
     print("\nheader: %d shards, %.2f GB apparent, %.1f MB on disk" % (len(files), apparent / 1e9, on_disk / 1e6))
-    rows = [("(a) _gguf.read_model, all %d shards [%s]" % (len(files), name),
+    rows = [("(a) gguf.model.read_model, all %d shards [%s]" % (len(files), name),
              child(tree, "header", files[0], args.repeat)) for name, tree in trees]
     rows.append(("(b) gguf-py GGUFReader, shard 1 only", child(CURRENT, "gguf_py", files[0])))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(CURRENT),

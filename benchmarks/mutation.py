@@ -1,8 +1,9 @@
 """Mutation score of plugins/module_utils and plugins/plugin_utils: how many of mutmut's mutants the unit tests
 kill, per file.
 
-A file is named by its name alone (``_gguf.py``, ``_rollout_report.py``): the names are unique across the two
-folders (host code in module_utils, controller code in plugin_utils), and "util" below means a file of either.
+A file is named by its name alone (``_ggml.py``, ``_rollout_report.py``), a package's file by its path in the
+folder (``gguf/header.py``): the names are unique across the two folders (host code in module_utils, controller
+code in plugin_utils), and "util" below means a file of either.
 
 mutmut (pinned in requirements/dev.txt) makes small changes to the code of every function of a util (a
 ``<`` for a ``<=``, a number plus one, ``and`` for ``or``, a string changed, an argument dropped, ...), one at a
@@ -30,7 +31,7 @@ equivalent mutants (changes that cannot alter behaviour) are listed in benchmark
 
 Usage:
   python benchmarks/mutation.py                  every util of both folders
-  python benchmarks/mutation.py _gguf.py ...     these files (of either folder)
+  python benchmarks/mutation.py _ggml.py ...     these files (of either folder)
   python benchmarks/mutation.py --fast           the CI subset: files changed since the last release tag, or
                                                  the sample of benchmarks/mutation.toml without a tag; of
                                                  their mutants, those named by the config's [fast] mutants
@@ -111,11 +112,12 @@ def util_folders():
     """``{file name: folder}`` of the utils of both folders; a name in both is an error (names the file alone)."""
     found = {}
     for folder in FOLDERS:
-        for path in sorted((ROOT / folder).glob("_*.py")):
-            if path.name in found:
+        for path in sorted((ROOT / folder).glob("_*.py")) + sorted((ROOT / folder).glob("[a-z]*/[a-z]*.py")):
+            name = path.relative_to(ROOT / folder).as_posix()  # a package's file: "gguf/header.py"
+            if name in found:
                 raise SystemExit("%s is in both %s and %s: a file is named by its name alone" % (
-                    path.name, found[path.name], folder))
-            found[path.name] = folder
+                    name, found[name], folder))
+            found[name] = folder
     return found
 
 
@@ -138,9 +140,9 @@ def _imported_utils(text, names):
     ``from ._x``)."""
     found = set()
     for name in names:
-        stem = name[:-3]
-        if re.search(r"(?:module|plugin)_utils(\.|\s+import\s+(\(\s*)?(\w+\s*,\s*)*)%s\b" % re.escape(stem),
-                     text) or \
+        package, _slash, stem = name[:-3].rpartition("/")
+        utils = r"(?:module|plugin)_utils" + (r"\." + package if package else "")
+        if re.search(r"%s(\.|\s+import\s+(\(\s*)?(\w+\s*,\s*)*)%s\b" % (utils, re.escape(stem)), text) or \
                 re.search(r"from \.%s import|from \. import .*\b%s\b" % (re.escape(stem), re.escape(stem)), text):
             found.add(name)
     return found
@@ -195,7 +197,7 @@ def fast_subset(config):
         names = util_files()
         for line in proc.stdout.splitlines():
             added, removed, path = line.split("\t")
-            name = Path(path).name
+            name = path.split("/", 2)[2]  # (FOLDERS are two levels deep)
             if name in names:
                 changed.append((-(int(added) + int(removed)) if added != "-" else 0, name))
         picked = [name for _n, name in sorted(changed)[:limit]]
@@ -315,7 +317,7 @@ def run_hand_mutants(files, config, niceness):
             continue
         target.write_text(source.replace(original, mutated))
         tests = [t for t in unit_test_files([entry["file"]], config) if (copy / t).is_file()]
-        tests.sort(key=lambda t: entry["file"][1:-3] not in t)  # the file's own tests first: -x stops early
+        tests.sort(key=lambda t: Path(entry["file"]).stem.lstrip("_") not in t)  # the file's own tests first: -x stops early
         proc = subprocess.run(["nice", "-n", str(niceness), sys.executable, "-m", "pytest", "-x", "-q",
                                "-p", "no:cacheprovider", "--rootdir", str(copy)] + tests,
                               cwd=copy, capture_output=True, text=True, check=False)

@@ -43,7 +43,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._memory_estimat
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options  # noqa: E402
-from tools import gguf_models  # noqa: E402
+from tools import gguf_models, gguf_transformers, gguf_writer  # noqa: E402
 
 _OUTPUT_BUF = re.compile(r"^[\w.]+: +(\S+) +output buffer size *= *([0-9.]+) MiB", re.M)
 
@@ -162,10 +162,10 @@ def write_gemma3(path, *, n_blocks=8, n_embd=256, n_head=4, head_dim=64, n_ff=10
                  dtype="f16"):
     """A small ``gemma3`` (llama.cpp's tensor names and keys; tied embeddings like the real ones): one block in
     six keeps a full cache, the others a sliding window of ``window`` tokens."""
-    types = gguf_models._simple_types(dtype, dtype)  # pylint: disable=protected-access
+    types = gguf_writer.simple_types(dtype, dtype)
 
     def T(name, ne, bid=-1):
-        return gguf_models.Tensor(name, tuple(ne), types(name.split(".", 2)[-1] if bid >= 0 else name, bid, tuple(ne)))
+        return gguf_writer.Tensor(name, tuple(ne), types(name.split(".", 2)[-1] if bid >= 0 else name, bid, tuple(ne)))
     tensors = [T("token_embd.weight", (n_embd, n_vocab))]
     for i in range(n_blocks):
         p = "blk.%d." % i
@@ -177,13 +177,13 @@ def write_gemma3(path, *, n_blocks=8, n_embd=256, n_head=4, head_dim=64, n_ff=10
                     T(p + "ffn_gate.weight", (n_embd, n_ff), i), T(p + "ffn_up.weight", (n_embd, n_ff), i),
                     T(p + "ffn_down.weight", (n_ff, n_embd), i), T(p + "post_ffw_norm.weight", (n_embd,), i)]
     tensors.append(T("output_norm.weight", (n_embd,)))
-    base = gguf_models._small_kv("small gemma3", n_vocab, n_blocks=n_blocks, n_embd=n_embd, n_head=n_head,  # pylint: disable=protected-access
-                                 n_head_kv=1, head_dim=head_dim, n_ff=n_ff, context_length=32768)
+    base = gguf_transformers.small_kv("small gemma3", n_vocab, n_blocks=n_blocks, n_embd=n_embd, n_head=n_head,
+                                      n_head_kv=1, head_dim=head_dim, n_ff=n_ff, context_length=32768)
 
     def kv(w):
         base(w)
         w.add_sliding_window(window)
-    return gguf_models._write_gguf(path, "gemma3", kv, tensors, data=False)  # pylint: disable=protected-access
+    return gguf_writer.write_tensors(path, "gemma3", kv, tensors, data=False)
 
 
 def real_gemma(path):

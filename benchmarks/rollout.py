@@ -27,7 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / ".collections")]
 
 from tests.helpers.llm_deploy import cpu_image  # noqa: E402  pylint: disable=wrong-import-position
-from tests.helpers.fleet import PREFIX, Fleet, clean_leftovers  # noqa: E402  pylint: disable=wrong-import-position
+from tests.helpers.fleet import Fleet  # noqa: E402  pylint: disable=wrong-import-position
+from tests.helpers.fleet_cleanup import clean_leftovers  # noqa: E402  pylint: disable=wrong-import-position
+from tests.helpers.fleet_names import PREFIX  # noqa: E402  pylint: disable=wrong-import-position
 from tools.gguf_models import write_demo_model  # noqa: E402  pylint: disable=wrong-import-position
 
 BIN = Path(sys.executable).parent

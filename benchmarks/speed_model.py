@@ -17,7 +17,7 @@ warm-up, then ``--runs`` runs, the medians of the server's own timings) and prin
 - the uncalibrated prediction: the host's bandwidth as ``host_info``'s copy probe measures it, its compute rate
   and the overhead at the model's assumed figures; an RPC device's memory and cores are this host's, so it gets the
   same figures (``gpu_bytes_per_second``, ``gpu_flops_per_second``);
-- the prediction after calibration: ``_offload_plan.calibration`` solved on two rows, CPU only and ``CALIBRATION_ROW``
+- the prediction after calibration: ``_plan_calibration.calibration`` solved on two rows, CPU only and ``CALIBRATION_ROW``
   (they differ in splits: the host's effective bandwidth and the split cost from decode, then the host's compute
   rate from the prompt; the overhead held at its default), applied to every row, the RPC devices again at the host's
   figures (solved to a fixed point, since the RPC rows' GPU terms are at the host's figures too). Rows marked ``*``
@@ -57,8 +57,9 @@ sys.path.insert(0, str(ROOT))
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _speed_check as check  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._host_memory import copy_bandwidth  # noqa: E402
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import (  # noqa: E402
-    answer_terms, calibration, plan)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan  # noqa: E402
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_calibration import (  # noqa: E402
+    answer_terms, calibration)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options  # noqa: E402
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._speed_model import (  # noqa: E402
@@ -198,7 +199,7 @@ def predicted(facts, answer, opts, got, host_bw, calibrated=None):
 
 
 def calibrated_on(facts, measured, host_bw):
-    """``_offload_plan.calibration`` of the ``measured`` ``(answer, options, got)`` rows, the RPC devices at the
+    """``_plan_calibration.calibration`` of the ``measured`` ``(answer, options, got)`` rows, the RPC devices at the
     host's figures: solved again with the figures it gives until they stop changing (the RPC rows' GPU terms move
     with the host's figures; a few rounds settle them to 0.1 %)."""
     bw, flops, cal = host_bw, DEFAULT_HOST_FLOPS, None

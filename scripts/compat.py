@@ -200,12 +200,13 @@ def check_failing_restart(bin_, root, env):
 
 def check_module_utils(python, model):
     """Import every plugins/module_utils file with ``python`` and read the demo model's report."""
-    names = sorted(p.stem for p in (ROOT / "plugins" / "module_utils").glob("_*.py"))
+    folder = ROOT / "plugins" / "module_utils"
+    names = sorted(".".join(p.relative_to(folder).with_suffix("").parts) for p in folder.rglob("*.py") if p.stem != "__init__")
     code = (
         "import importlib, sys\n"
         "prefix = 'ansible_collections.ai_llm.moe_offload.plugins.module_utils.'\n"
         "mods = {n: importlib.import_module(prefix + n) for n in sys.argv[2:]}\n"
-        "report, warnings = mods['_model_report'].describe(mods['_gguf'].read_model(sys.argv[1]))\n"
+        "report, warnings = mods['_model_inspection'].describe(mods['gguf.model'].read_model(sys.argv[1]))\n"
         "assert report['architecture'] == 'nemotron_h_moe', report['architecture']\n"
         "assert report['offload_pattern'] == r'\\.ffn_.*_exps\\.weight', report['offload_pattern']\n"
     )

@@ -83,7 +83,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import summary_lines
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._inspection_text import summary_lines
 
 
 def gguf_summary_lines(report, show="summary"):

@@ -20,7 +20,8 @@ import time
 import urllib.parse
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import HASH_LABEL
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import load_stage, parse_log, parse_runs
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log, parse_runs
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_stages import load_stage
 
 # The order the role looks for a compose tool in.
 COMPOSE_CANDIDATES = (("podman", "compose"), ("podman-compose",), ("docker", "compose"), ("docker-compose",))
@@ -371,7 +372,7 @@ def wait_healthy(run, engine, name, url, timeout, interval=0.5, clock=time.monot
     run that ended, when the container runs again after a restart). A wait in pieces, which says between them where
     the start is: ``waited`` seconds were waited by the pieces before (they count against ``timeout``),
     ``restarts`` is the container's restart count when the first piece began, and a piece still waiting after
-    ``for_at_most`` seconds returns ``waiting`` true with the ``stage`` of the start (``_llama_log.load_stage``).
+    ``for_at_most`` seconds returns ``waiting`` true with the ``stage`` of the start (``_llama_stages.load_stage``).
     ``seconds`` counts every piece.
     """
     start = clock()

@@ -13,13 +13,6 @@ override line), src/llama-model.cpp (``load_tensors``: model buffers, offloaded 
 src/llama-memory-recurrent.cpp and src/llama-context.cpp (KV, RS and compute buffers). ``_placement_proof``
 decides from the result whether a placement is proven.
 
-It streams: the log is read ``CHUNK`` characters at a time (a line longer than ``MAX_LINE`` characters is read in
-pieces), bytes that are not UTF-8 are replaced, what it keeps is bounded (``MAX_OVERRIDES`` override lines per
-load, ``MAX_BUFFER_NAMES`` names per buffer table, messages of ``MAX_MESSAGE`` characters), and every regular
-expression runs in time linear in the line, so a log of any size is parsed in linear time and bounded memory.
-Only the lines that hold one of ``_KEYWORDS`` (found with ``str.find`` over a whole chunk) are parsed one by one:
-the per-token lines of a debug log cost next to nothing.
-
 Two things in a log repeat and only the last one counts:
 
 * a *run*: the logs of a restarted container hold one run per start. A run starts at the build line
@@ -30,16 +23,15 @@ Two things in a log repeat and only the last one counts:
   ``load_tensors: loading model tensors``; when those INFO lines are hidden, a line that belongs to an earlier
   phase of a load (an override line after a buffer line, a model buffer after a KV/compute buffer) starts one too.
 
-Crashes: ggml/src/ggml.c ``ggml_abort`` prints ``<file>:<line>: <message>`` (``GGML_ABORT``; ``GGML_ASSERT(x)``
-prints ``GGML_ASSERT(x) failed`` as its message) and then ``ggml_print_backtrace`` (gdb's ``#0  0x... in ...``
-frames, or glibc ``backtrace_symbols_fd`` lines ``lib.so(symbol+0x1f)[0x7f...]``); an uncaught C++ exception
-prints ``terminate called after throwing an instance of '...'`` and ``  what():  ...``; the backends print
-``CUDA error: ...``. An exit code given with the log (``exit_code``) of 128 + a signal number, as a container
-runtime or shell reports a process killed by SIGILL (132), SIGABRT (134) or SIGSEGV (139), is a crash too.
+It streams: the log is read in chunks of whole lines (``_log_chunks.iter_chunks``), what it keeps is bounded
+(``MAX_OVERRIDES`` override lines per load, ``MAX_BUFFER_NAMES`` names per buffer table, messages of ``MAX_MESSAGE``
+characters), and every regular expression runs in time linear in the line, so a log of any size is parsed in
+linear time and bounded memory. Only the lines that hold one of ``_KEYWORDS`` (found with ``str.find`` over a whole
+chunk) are parsed one by one: the per-token lines of a debug log cost next to nothing. The crash lines and what they
+mean are in ``_llama_crash``, the stages of a start in ``_llama_stages``.
 """
 from __future__ import annotations
 
-import io
 import re
 import subprocess
 from collections import deque
@@ -47,7 +39,18 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import shorten
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_crash import (
+    ABORT,
+    ABORT_HINT,
+    BACKTRACE,
+    GPU_ERROR,
+    SHELL_SIGNALS,
+    SIGNALS,
+    crash_cause,
+    signal_of_exit_code,
+)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_devices import USING_DEVICE, parse_using_device
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._log_chunks import iter_chunks
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._log_prefixes import strip_prefixes as _strip
 
 __all__ = [
@@ -55,12 +58,8 @@ __all__ = [
     "parse_log",
     "parse_runs",
     "parse_command_log",
-    "iter_chunks",
-    "signal_of_exit_code",
 ]
 
-MAX_LINE = 1 << 20      # characters of one line parsed at a time (a longer line is read in pieces)
-CHUNK = 1 << 20         # characters read at a time
 MAX_OVERRIDES = 65536   # override lines kept per load (more tensors than any model llama.cpp loads)
 MAX_BUFFER_NAMES = 64   # distinct buffer names kept per table
 MAX_MESSAGE = 512       # characters kept of an error message
@@ -132,105 +131,18 @@ _ALLOC_FAILURES = (
                 r"exceeds)"), True),
     (re.compile(r"(?P<msg>unable to allocate \S+ buffer)"), False),
 )
-# Fatal errors of the running server (during or after the load): the process is gone.
-# ggml/src/ggml.c ggml_abort: "%s:%d: " (file, line) and the message; the file is a source file of ggml or llama.cpp.
-_ABORT_HINT = re.compile(r"\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp|m|mm|metal|comp):\d")
-_ABORT = re.compile(r"(?P<where>[^\s:]{0,400}\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp|m|mm|metal|comp):\d{1,7}): (?P<msg>\S)")
-_GPU_ERROR = re.compile(r"\b(?:CUDA|ROCm|MUSA|HIP|SYCL) error: ")
-# ggml_print_backtrace: gdb's frames and glibc backtrace_symbols_fd lines.
-_BACKTRACE = re.compile(r"(?:#\d{1,4} +0x[0-9a-fA-F]{1,16} in |[^\s()]{1,400}\([\w.]{0,400}\+0x[0-9a-fA-F]{1,16}\) ?"
-                        r"\[0x[0-9a-fA-F]{1,16}\]$)")
-_SHELL_SIGNALS = (("Illegal instruction", 4), ("Aborted", 6), ("Segmentation fault", 11), ("Bus error", 7),
-                  ("Floating point exception", 8))
 # (b10435: "llama_server: model loaded", "llama_server: listening on http://..."; older: "main: server is listening
 # on http://..."; the older "HTTP server is listening, hostname: ..." comes before the load and proves nothing)
 _READY = ("model loaded", "listening on http", "all slots are idle")
-# Every line that a handler of LogParser.feed reads holds one of these (or matches _ABORT_HINT): the build and
+# Every line that a handler of LogParser.feed reads holds one of these (or matches ABORT_HINT): the build and
 # run-start lines, the loader's lines ("model", "tensor"), buffers, allocation failures, ready lines, load errors
 # ("model", "context", "argument") and every crash form. Other lines are skipped unread.
 _KEYWORDS = ("build", "version: ", "verbosity = ", "system_info: ", "model", "tensor", "buffer", "alloc",
              "listening on ", "slots are idle", "context", "argument", "error", "terminate called", "what():",
              "GGML_", "fault", "Abort", "Illegal", "Killed", "exception", "0x", "[Inferior", USING_DEVICE)
 
-# Signals by number (Linux x86-64/arm64 numbering) and what they mean for llama-server, in plain words.
-SIGNALS = {
-    4: ("SIGILL", "an instruction this CPU does not have: the CPU backend was built for a newer CPU "
-                  "(use a build with runtime CPU detection, or build for this CPU)"),
-    6: ("SIGABRT", "llama-server aborted itself (GGML_ABORT, a failed GGML_ASSERT or an uncaught C++ exception)"),
-    7: ("SIGBUS", "a memory-mapped file went away or was truncated while in use (the model file?)"),
-    8: ("SIGFPE", "an arithmetic error (division by zero)"),
-    9: ("SIGKILL", "it was killed, most often by the kernel's or the container's out-of-memory killer"),
-    11: ("SIGSEGV", "a segmentation fault: a bug, or a stack overflow (a very long --override-tensor pattern "
-         "overflows std::regex)"),
-}
-
-# The stages of a start of llama-server (b10435), by the line it prints when it enters each, in that order:
-# tools/server/server-context.cpp load_model ("loading model '%s'", "initializing, n_slots = ..."),
-# src/llama-model.cpp load_tensors ("loading model tensors, this can take a while..."), src/llama-context.cpp
-# llama_context::llama_context ("constructing llama_context"), common/common.cpp common_init_from_params
-# ("warming up the model with an empty run"), tools/server/server.cpp main ("model loaded", "listening on").
-_STAGES = (
-    ("loading model '", "reading the model's header"),
-    ("loading model tensors", "loading the tensors"),
-    ("constructing llama_context", "making the context (KV cache, compute buffers)"),
-    ("warming up the model", "warming up"),
-    ("initializing, n_slots", "making the slots"),
-    ("model loaded", "model loaded"),
-    ("listening on", "listening"),
-)
-# one line per tensor as the loader creates it (src/llama-model.cpp create_tensor, at -lv 5)
-_TENSOR_CREATED = "create_tensor: loading tensor "
-
-
 # Phases of one load, in the order llama.cpp prints them.
 _PH_NONE, _PH_TENSORS, _PH_MODEL_BUF, _PH_CONTEXT = 0, 1, 2, 3
-
-
-def load_stage(lines):
-    """Where the last start of llama-server in ``lines`` (its log) is, in words: its last stage (``_STAGES``), with
-    the tensors created so far while it loads them; ``"starting"`` before the first stage line."""
-    stage, created = "starting", 0
-    for line in lines:
-        if _TENSOR_CREATED in line:
-            created += 1
-            continue
-        for marker, name in _STAGES:
-            if marker in line:
-                stage, created = name, 0
-                break
-    if stage == _STAGES[1][1] and created:
-        return "%s (%d created)" % (stage, created)
-    return stage
-
-
-def signal_of_exit_code(exit_code):
-    """The signal number behind an exit code: 128 + N as shells and container runtimes report it, or -N as
-    Python's ``subprocess`` does; ``None`` for a normal exit code (or ``None``)."""
-    if exit_code is None:
-        return None
-    if exit_code < 0:
-        return -exit_code
-    if 128 < exit_code < 160:
-        return exit_code - 128
-    return None
-
-
-def _crash_cause(message):
-    """A plain cause for a crash line."""
-    if "GGML_ASSERT(" in message:
-        return "an internal check of llama.cpp failed (GGML_ASSERT): a bug, or input it does not handle"
-    if "Remote RPC server crashed or returned malformed response" in message:
-        return "an RPC server (rpc-server) that llama-server uses as a device died or answered garbage"
-    if _GPU_ERROR.search(message):
-        return "the GPU backend failed (a GPU fault, a driver problem or out of GPU memory)"
-    if message.startswith("terminate called"):
-        return "an uncaught C++ exception ended llama-server"
-    for text, number in _SHELL_SIGNALS:
-        if message.startswith(text):
-            return SIGNALS[number][1]
-    if message == "Killed":
-        return SIGNALS[9][1]
-    return "llama-server aborted (GGML_ABORT)"
 
 
 @dataclass
@@ -389,11 +301,11 @@ class LogParser:
                 if end < 0:
                     break
                 i = find(keyword, end + 1)
-        m = _ABORT_HINT.search(chunk)
+        m = ABORT_HINT.search(chunk)
         while m:
             starts.add(chunk.rfind("\n", 0, m.start()) + 1)
             end = find("\n", m.end())
-            m = _ABORT_HINT.search(chunk, end + 1) if end >= 0 else None
+            m = ABORT_HINT.search(chunk, end + 1) if end >= 0 else None
         previous = 0
         for start in sorted(starts):
             if not self.run.debug_visible and start > previous:
@@ -524,8 +436,8 @@ class LogParser:
     def _crash(self, msg):
         run = self.run
         message = None   # the part of the line that says what happened (after "file:line: " for an abort)
-        gpu = _GPU_ERROR.search(msg) if "error: " in msg else None
-        abort = _ABORT.match(msg) if _ABORT_HINT.search(msg) else None
+        gpu = GPU_ERROR.search(msg) if "error: " in msg else None
+        abort = ABORT.match(msg) if ABORT_HINT.search(msg) else None
         if msg.startswith("terminate called"):
             message = msg
             run.terminate_pending = True
@@ -535,9 +447,9 @@ class LogParser:
             message = msg[abort.start("msg"):]
         elif "GGML_ASSERT(" in msg:
             msg = message = msg[msg.find("GGML_ASSERT("):]
-        elif msg.startswith(tuple(text for text, _number in _SHELL_SIGNALS)) or msg == "Killed":
+        elif msg.startswith(tuple(text for text, _number in SHELL_SIGNALS)) or msg == "Killed":
             message = msg
-        elif ("0x" in msg and _BACKTRACE.match(msg)) or msg.startswith("[Inferior 1 (process"):
+        elif ("0x" in msg and BACKTRACE.match(msg)) or msg.startswith("[Inferior 1 (process"):
             run.backtrace = True
             if run.crash is None:
                 run.crash = shorten(msg, _MESSAGE_WIDTH)
@@ -545,7 +457,7 @@ class LogParser:
             return
         if message is not None and run.crash is None:
             run.crash = shorten(msg, _MESSAGE_WIDTH)
-            run.crash_cause = _crash_cause(message)
+            run.crash_cause = crash_cause(message)
 
     # -- the result
 
@@ -601,79 +513,6 @@ class LogParser:
             "loads": run.loads,
             "devices": list(run.devices.values()),
         }
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _clean(text):
-    """``text`` with lone surrogates replaced: Ansible decodes undecodable bytes of a command's output as surrogates
-    (surrogateescape), and refuses a module result that holds one ("Refusing to deserialize an invalid UTF8
-    string")."""
-    if not _SURROGATE.search(text):
-        return text
-    try:
-        raw = text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        raw = text.encode("utf-8", "surrogatepass")
-    return raw.decode("utf-8", "replace")
-
-
-def _pieces(source):
-    """Pieces of the text of ``source`` (universal newlines, bytes that are not UTF-8 replaced)."""
-    if isinstance(source, str):
-        stream = io.StringIO(source, newline=None)
-    elif isinstance(source, (bytes, bytearray)):
-        stream = io.TextIOWrapper(io.BytesIO(source), encoding="utf-8", errors="replace", newline=None)
-    elif hasattr(source, "read"):
-        if isinstance(source, io.TextIOBase):
-            stream = source
-        else:
-            stream = io.TextIOWrapper(source, encoding="utf-8", errors="replace", newline=None)
-    else:  # an iterable of lines
-        for item in source:
-            if isinstance(item, (bytes, bytearray)):
-                item = item.decode("utf-8", "replace")
-            item = _clean(item.replace("\r\n", "\n").replace("\r", "\n"))
-            yield item if item.endswith("\n") else item + "\n"
-        return
-    while True:
-        piece = stream.read(CHUNK)
-        if not piece:
-            return
-        yield _clean(piece)
-
-
-def iter_chunks(source):
-    """The text of ``source`` in chunks of whole lines, each line ended by ``\\n``; a line longer than
-    ``MAX_LINE`` characters comes in pieces. ``source``: a ``str``, ``bytes``, a text or binary file object, or an
-    iterable of lines (``str`` or ``bytes``)."""
-    if source is None:
-        return
-    carry = ""
-    size = 0
-    pending = []
-    for piece in _pieces(source):
-        pending.append(piece)
-        size += len(piece)
-        if size < CHUNK:
-            continue
-        text = carry + "".join(pending)
-        pending, size = [], 0
-        cut = text.rfind("\n") + 1
-        chunk, carry = text[:cut], text[cut:]
-        while len(carry) > MAX_LINE:
-            chunk += carry[:MAX_LINE] + "\n"
-            carry = carry[MAX_LINE:]
-        if chunk:
-            yield chunk
-    text = carry + "".join(pending)
-    while len(text) > MAX_LINE:
-        cut = text.rfind("\n", 0, MAX_LINE) + 1 or MAX_LINE
-        yield text[:cut] if text[cut - 1] == "\n" else text[:cut] + "\n"
-        text = text[cut:]
-    if text:
-        yield text if text.endswith("\n") else text + "\n"
 
 
 def parse_log(source, exit_code=None):

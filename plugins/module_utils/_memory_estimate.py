@@ -17,10 +17,10 @@ from dataclasses import replace
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import MIB, mib
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._compute_buffers import (
     OP_OFFLOAD_MIN_BATCH, compute_buffer_bytes, cpu_compute_bytes, graph_shape, host_compute_bytes)
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import PLAIN_TYPE_IDS
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._kv_cache import (
     cache_cells, kv_cache_bytes, output_buffer_bytes, pad, recurrent_state_bytes, validate_context)
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_facts import MemoryModelError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.types import PLAIN_TYPE_IDS
 
 PIPELINE_COPIES = 4  # ggml-backend.h GGML_SCHED_MAX_COPIES: input copies of a pipeline-parallel multi-GPU graph
 

@@ -17,7 +17,7 @@ from functools import cached_property
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import as_int
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import BLOCK_RE, LLAMA_MAX_LAYERS, MAX_BLOCKS
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_keys import (
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.keys import (
     LLM, SSM, WKV, Attention, General, ShortConv, Tokenizer, arch_key)
 
 # Architectures llama.cpp runs without any memory module (llama-model.cpp llama_model::create_memory: res = nullptr).

@@ -1,174 +1,53 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A model fetched onto the host over HTTP(S): its files (one, or every shard of a split model), their sizes and
-checksums, the free disk, the download itself (resumable, in pieces of a few seconds) and the record of what the
-role fetched, which the clean-up reads.
+"""A model fetched onto the host over HTTP(S), a piece at a time: what is there and what is missing, the free disk,
+the download itself (resumable, in pieces of a few seconds), the checks before a file is renamed into place, and the
+record of what the role fetched.
 
 Standard library only, Python >= 3.9; runs on the target hosts (the module ``llm_server_model``).
 
-- Sources: ``llm_server_model_url`` is one URL, or one per shard in order. One URL named as llama.cpp's gguf-split
-  names shards (``<base>-00001-of-00006.gguf``) stands for all six; the host names follow the same rule from
-  ``llm_server_model_path``, which llama.cpp needs to find the other shards.
+- Sources: which URLs, which host paths and which sha256 are ``_model_sources``'s; ``sources`` pairs them.
 - Bytes go to ``<file>.part`` and are appended with a ``Range`` request from what is there, so a cut download
   (a killed run, a dropped connection, the end of a piece) goes on where it stopped. A complete part is checked
   (the sha256, a GGUF header, the shard's ``split.no`` and ``split.count``) and only then renamed; a part that
   fails is removed, so the host holds what it held before.
-- The record (``RECORD_NAME`` in the project directory) holds every file with its size, mtime and sha256: a file
-  whose size and mtime are still those recorded is neither fetched nor hashed again.
+- The record (``RECORD_NAME`` in the project directory, ``_model_record``) holds every file with its size, mtime and
+  sha256: a file whose size and mtime are still those recorded is neither fetched nor hashed again. The clean-up
+  (``_model_cleanup``) reads it.
 """
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import hashlib
 import http.client
-import json
 import os
-import posixpath
-import re
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import MIB, read_bytes
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import (
-    LINKS,
-    SnapshotError,
-    atomic_write,
-    read_snapshot,
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import MIB
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_record import read_record, record_lock, recorded, write_record
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_sources import (
+    FetchError,
+    display_url,
+    expected_sums,
+    sources,
+    sums_url_of,
+    url_problem,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import parse_env
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_gguf, shard_name, split_name
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_keys import Split
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.error import GGUFError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.header import read_gguf
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.keys import Split
 
 RECORD_NAME = ".llm_server_models.json"
 PART_SUFFIX = ".part"
-SCHEMES = ("http", "https")
 MAX_REDIRECTS = 10
 CHUNK = MIB
 # A GGUF file starts with these bytes in either byte order (ggml.h GGUF_MAGIC "GGUF").
 MAGICS = (b"GGUF",)
-_HEX_RE = re.compile(r"^[0-9a-fA-F]{64}$")
-_SUMS_LINE_RE = re.compile(r"^([0-9a-fA-F]{64}) [ *]?(.+)$")
-
-
-class FetchError(Exception):
-    """A model that cannot be fetched; the message names the URL or the file and what is wrong."""
-
-
-# --- where the files come from and go ---------------------------------------------------------------------------
-
-
-def url_problem(url):
-    """Why ``url`` cannot be a model's URL (not http or https, no host, credentials in it), or ``""``."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError as exc:
-        return "%s is not a URL: %s" % (url, exc)
-    if parts.scheme not in SCHEMES:
-        return "%s is not an http or https URL" % url
-    if not parts.hostname:
-        return "%s has no host" % url
-    try:
-        if parts.port == 0:
-            raise ValueError("Port 0 cannot be connected to")
-    except ValueError as exc:  # not a number, or out of range: display_url and urllib would raise it later
-        return "%s://%s has a bad port: %s" % (parts.scheme, parts.hostname, exc)
-    if parts.username or parts.password:
-        return "%s holds credentials, which would show in logs: give them in llm_server_model_headers" % (
-            display_url(url))
-    return ""
-
-
-def display_url(url):
-    """``url`` without credentials and without its query (a signed URL's query is a credential)."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = "[%s]" % host
-    if parts.port:
-        host += ":%d" % parts.port
-    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-def _url_name(url):
-    return urllib.parse.unquote(posixpath.basename(urllib.parse.urlsplit(url).path))
-
-
-def _with_name(url, name):
-    parts = urllib.parse.urlsplit(url)
-    path = posixpath.join(posixpath.dirname(parts.path), urllib.parse.quote(name))
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
-
-
-def sources(urls, model_path):
-    """``[(url, host path)]`` of every file of the model: ``urls`` is one URL (a first shard named as gguf-split
-    names shards stands for all of them) or one per shard in order; the host names come from ``model_path`` by
-    the same rule. ``FetchError`` when they cannot be paired."""
-    urls = [str(u) for u in urls]
-    if not urls:
-        raise FetchError("llm_server_model_url is empty")
-    for url in urls:
-        problem = url_problem(url)
-        if problem:
-            raise FetchError("llm_server_model_url: " + problem)
-    if len(urls) == 1:
-        name = _url_name(urls[0])
-        named = split_name(name)
-        if named and named[2] > 1:
-            number, count = named[1], named[2]
-            if number != 1:
-                raise FetchError("llm_server_model_url: %s names shard %d of %d: give the first shard's URL"
-                                 % (display_url(urls[0]), number, count))
-            urls = [_with_name(urls[0], shard_name(name, i)) for i in range(1, count + 1)]
-    if len(urls) == 1:
-        return [(urls[0], model_path)]
-    folder, name = posixpath.split(model_path)
-    named = split_name(name)
-    if not named or named[1] != 1 or named[2] != len(urls):
-        raise FetchError("llm_server_model_path: %s must be named as the first of %d shards "
-                         "(<name>-%05d-of-%05d.gguf), the names llama.cpp looks for the other shards under"
-                         % (model_path, len(urls), 1, len(urls)))
-    return [(url, posixpath.join(folder, shard_name(name, i))) for i, url in enumerate(urls, 1)]
-
-
-def expected_sums(sha256, files, get_text):
-    """The sha256 each of ``files`` (``[(url, path)]``) must have: ``sha256`` is one hex per file, or the URL of a
-    ``SHA256SUMS`` file (``<hex>  <name>`` lines, as sha256sum writes them) that ``get_text`` fetches; empty
-    checks nothing (``[None, ...]``)."""
-    sha256 = [str(s).strip() for s in sha256 or [] if str(s).strip()]
-    if not sha256:
-        return [None] * len(files)
-    url = _sums_url(sha256)
-    if url:
-        problem = url_problem(url)
-        if problem and "://" in url:
-            raise FetchError("llm_server_model_sha256: " + problem)
-        if problem:
-            raise FetchError("llm_server_model_sha256: %s is neither a sha256 (64 hex digits) nor a SHA256SUMS URL"
-                             % url)
-        sums = {}
-        for line in get_text(url).splitlines():
-            match = _SUMS_LINE_RE.match(line.strip())
-            if match:
-                sums[posixpath.basename(match.group(2).strip())] = match.group(1).lower()
-        found = []
-        for url, _path in files:
-            name = _url_name(url)
-            if name not in sums:
-                raise FetchError("llm_server_model_sha256: %s lists no sha256 for %s" % (display_url(url), name))
-            found.append(sums[name])
-        return found
-    bad = [s for s in sha256 if not _HEX_RE.match(s)]
-    if bad:
-        raise FetchError("llm_server_model_sha256: %r is not a sha256 (64 hex digits)" % bad[0])
-    if len(sha256) != len(files):
-        raise FetchError("llm_server_model_sha256 holds %d sha256 for the model's %d file(s)"
-                         % (len(sha256), len(files)))
-    return [s.lower() for s in sha256]
 
 
 # --- HTTP -------------------------------------------------------------------------------------------------------
@@ -247,42 +126,6 @@ def get_text(url, headers=None, timeout=30.0, limit=MIB):
         return response.read(limit).decode("utf-8", "replace")
 
 
-# --- the record of what is on the host --------------------------------------------------------------------------
-
-
-def read_record(path):
-    """The record (``{"files": {path: {...}}, "models": [...]}``); empty when there is none or it is unreadable."""
-    try:
-        data = json.loads((read_bytes(path, missing=(OSError,)) or b"null").decode("utf-8"))
-    except ValueError:
-        data = None
-    files = data.get("files") if isinstance(data, dict) else None
-    models = data.get("models") if isinstance(data, dict) else None
-    return {"files": files if isinstance(files, dict) else {},
-            "models": [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []}
-
-
-def write_record(path, record):
-    folder = os.path.dirname(path)
-    os.makedirs(folder, mode=0o750, exist_ok=True)
-    atomic_write(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode("utf-8"), 0o640)
-
-
-def recorded(record, path, expected=None):
-    """The record of ``path`` when the file still has the size and mtime recorded (and the sha256 ``expected``,
-    when given), else None."""
-    entry = record["files"].get(path)
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    if not isinstance(entry, dict) or entry.get("size") != info.st_size or entry.get("mtime_ns") != info.st_mtime_ns:
-        return None
-    if expected and entry.get("sha256") != expected:
-        return None
-    return entry
-
-
 def file_sha256(path):
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -353,10 +196,6 @@ def disk_problem(rows):
     return ""
 
 
-def _lock(f):
-    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-
-
 def download(row, headers, deadline, timeout):
     """Append to ``row``'s part until it is complete or ``deadline`` (a ``time.monotonic()``) passes; the bytes
     written. A part that does not start as a GGUF file is removed (``FetchError``): an error page is not a model.
@@ -365,7 +204,7 @@ def download(row, headers, deadline, timeout):
     os.makedirs(os.path.dirname(part) or ".", mode=0o755, exist_ok=True)
     written = 0
     with open(part, "ab") as f:
-        _lock(f)
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         have = os.fstat(f.fileno()).st_size
         if have > row["size"]:
             f.truncate(0)
@@ -534,12 +373,12 @@ def fetch(args, check_mode=False):
     result["bytes_have"] = sum(r["have"] for r in rows)
     result["changed"] = result["bytes_fetched"] > 0
     if all(r["have"] >= r["size"] for r in rows):
-        with _record_lock(record_path):
+        with record_lock(record_path):
             record = read_record(record_path)
             for row in rows:  # another run may have finished it meanwhile
                 if row["state"] != "present" and recorded(record, row["path"], row["sha256"]) is not None:
                     row["state"] = "present"
-            finish(rows, record, record_path, args["path"], _sums_url(args.get("sha256")))
+            finish(rows, record, record_path, args["path"], sums_url_of(args.get("sha256")))
         result.update(done=True, changed=True, fetched=any(r["state"] == "fetch" for r in rows))
     return _shown(result)
 
@@ -550,16 +389,10 @@ def known_of(result):
     return {"sizes": [f["size"] for f in files], "sha256": [f["sha256"] for f in files]}
 
 
-def _sums_url(sha256):
-    """The ``SHA256SUMS`` URL ``llm_server_model_sha256`` gives, or ``""`` (hex digits, or nothing)."""
-    values = [str(v).strip() for v in sha256 or [] if str(v).strip()]
-    return values[0] if len(values) == 1 and not _HEX_RE.match(values[0]) else ""
-
-
 def _sums(sha256, files, record, model_path, headers, timeout):
     """``expected_sums``, without fetching the ``SHA256SUMS`` file again when every file is recorded as checked
     against that same URL."""
-    url = _sums_url(sha256)
+    url = sums_url_of(sha256)
     model = next((m for m in record["models"] if m.get("path") == model_path), {})
     if url and model.get("sums_url") == display_url(url) and all(recorded(record, p) for _u, p in files):
         return [None] * len(files)
@@ -570,90 +403,3 @@ def _shown(result):
     """The result without the URLs' queries (signed URLs carry credentials there)."""
     result["files"] = [dict(r, url=display_url(r["url"])) for r in result["files"]]
     return result
-
-
-class _record_lock:
-    """The record's lock (``<record>.lock``, its directory made when missing): one run at a time reads, changes
-    and writes the record. A file of its own, not the project directory's flock (``_deploy_lock``): a run holds it
-    while it hashes a whole model, which must not hold up another deploy's lock of the project."""
-
-    def __init__(self, record_path):
-        self.path = record_path + ".lock"
-        self.f = None
-
-    def __enter__(self):
-        os.makedirs(os.path.dirname(self.path), mode=0o750, exist_ok=True)
-        self.f = open(self.path, "a")
-        _lock(self.f)
-        return self
-
-    def __exit__(self, *exc):
-        self.f.close()
-        return False
-
-
-# --- the clean-up -------------------------------------------------------------------------------------------------
-
-
-# The model directory's bind mount as render_compose writes it (its first volume; the values are JSON strings).
-_MOUNT_RE = re.compile(r'^\s*source: ("(?:[^"\\]|\\.)*")\s*\n\s*target: ("(?:[^"\\]|\\.)*")', re.MULTILINE)
-
-
-def snapshot_models(rollback_dir):
-    """The host paths of the models the kept snapshots run: their ``.env``'s ``LLM_MODEL_PATH`` (a path in the
-    container) through the model directory's bind mount of their compose file; a snapshot that cannot be read
-    names none."""
-    paths = []
-    for which in LINKS:
-        try:
-            files, _manifest, _path = read_snapshot(rollback_dir, which)
-        except SnapshotError:
-            continue
-        inside = parse_env(files.get(".env", b"").decode("utf-8", "replace")).get("LLM_MODEL_PATH") or ""
-        if not inside.startswith("/"):
-            continue
-        for name, data in files.items():
-            match = _MOUNT_RE.search(data.decode("utf-8", "replace")) if name.endswith((".yml", ".yaml")) else None
-            if not match or not inside:
-                continue
-            try:
-                source, target = json.loads(match.group(1)), json.loads(match.group(2))
-            except ValueError:
-                continue
-            if posixpath.commonpath([target, inside]) == target:
-                paths.append(posixpath.normpath(posixpath.join(source, posixpath.relpath(inside, target))))
-    return paths
-
-
-def prune(record_path, current, keep, protected=()):
-    """After a verified deploy of ``current`` (a model path): mark it used, then remove the files of the models the
-    role fetched beyond the ``keep`` most recently used, never ``current`` nor the ``protected`` paths (the models
-    of the snapshots) nor a file changed since it was recorded (only the record of it goes). Returns the paths
-    removed."""
-    removed = []
-    with _record_lock(record_path):
-        record = read_record(record_path)
-        now = time.time()
-        for model in record["models"]:
-            if model.get("path") == current:
-                model["used_at"] = now
-        order = sorted((m for m in record["models"] if m.get("fetched")),
-                       key=lambda m: (m.get("used_at") or m.get("fetched_at") or 0), reverse=True)
-        kept = {m.get("path") for m in order[:max(keep, 1)]} | {current} | set(protected)
-        models = []
-        for model in record["models"]:
-            if model.get("path") in kept or not model.get("fetched"):
-                models.append(model)
-                continue
-            for path in model.get("files") or []:
-                entry = record["files"].pop(path, None)
-                if entry and entry.get("fetched") and recorded({"files": {path: entry}}, path) is not None:
-                    try:
-                        os.unlink(path)
-                        removed.append(path)
-                    except OSError as exc:
-                        if exc.errno != errno.ENOENT:
-                            raise
-        record["models"] = models
-        write_record(record_path, record)
-    return removed

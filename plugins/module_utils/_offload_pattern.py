@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import BLOCK_RE, GGML_MAX_NAME, block_index
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import BLOCK_RE, block_index
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax import (
     MAX_PATTERN_BYTES,
     PatternError,
@@ -28,6 +28,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax
     pattern_problem,
     utf8,
 )
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.types import GGML_MAX_NAME
 
 # Readable, convention-based candidates, most readable first (the first one is llama.cpp's
 # documented seed pattern).

@@ -13,12 +13,13 @@ import math
 from dataclasses import dataclass
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._cuda_context import checked_measurements, context_of
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_devices import normalize_pci_bus_id
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_facts import MemoryModelError, model_facts
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_summary import SummaryError, read_summary
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_json import SummaryError, read_summary
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._nvidia_smi import GPU_EXTRA_KEYS, GPU_KEYS, mig_without_instances
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.error import GGUFError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
 
 GPU_INPUT_KEYS = GPU_KEYS + GPU_EXTRA_KEYS
 

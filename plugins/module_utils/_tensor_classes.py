@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import as_int
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import BLOCK_RE, MAX_BLOCKS, block_index
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_keys import LLM, Attention, arch_key
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.keys import LLM, Attention, arch_key
 
 TENSOR_CLASSES = (
     "routed_experts",

@@ -264,7 +264,7 @@ pattern_check:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import ReportError, report
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_inspection import ReportError, report
 
 
 def main():

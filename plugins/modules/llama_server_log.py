@@ -459,7 +459,6 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_command_log, parse_log
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax import PatternError
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proof import (
@@ -468,6 +467,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proo
     expected_from_pattern,
     verify_placement,
 )
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.error import GGUFError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
 
 _MIB_DICTS = ("expect_model_buffers", "expect_kv_buffers", "expect_rs_buffers", "expect_compute_buffers")
 

@@ -146,12 +146,9 @@ removed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_fetch import (
-    FetchError,
-    fetch,
-    prune,
-    snapshot_models,
-)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_cleanup import prune, snapshot_models
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_fetch import fetch
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_sources import FetchError
 
 
 def main():

@@ -219,7 +219,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_contain
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import read_disk
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._host_memory import HostMemoryError, gather, process_tree
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import ReportError, report
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_inspection import ReportError, report
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._nvidia_smi import NvidiaSmiError, read
 
 

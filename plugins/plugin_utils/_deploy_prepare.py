@@ -15,7 +15,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._common import mib, mib_text
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._cuda_requirement import VARIABLE, refusals
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import calibration
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_calibration import calibration
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_request import (
     ARGUMENT_SPEC,

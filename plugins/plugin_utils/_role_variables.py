@@ -28,8 +28,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_encodin
     offload_pattern_problem,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import MAX_BLOCKS
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_fetch import (
-    RECORD_NAME,
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_fetch import RECORD_NAME
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_sources import (
     FetchError,
     sources,
     url_problem,
@@ -273,7 +273,7 @@ def _one_or_list(c, name):
 
 def _model_source(c, s):
     """Where the model comes from (empty: it is on the host already): one URL, or one per shard; its sha256 (one
-    per file, or a SHA256SUMS URL). The pairing of URLs and host files is ``_model_fetch.sources``' rule."""
+    per file, or a SHA256SUMS URL). The pairing of URLs and host files is ``_model_sources.sources``' rule."""
     name = PREFIX + "model_url"
     urls = _one_or_list(c, name)
     for url in urls or []:

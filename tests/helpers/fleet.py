@@ -18,89 +18,33 @@ filesystem is shared.
 Teardown (``Fleet.down``; ``clean_leftovers`` for a run that crashed, from the state file in the temp directory):
 ssh masters, containers, the launchers (SIGKILL: ``unshare --fork`` ignores SIGTERM, ``--kill-child`` ends the
 host), veths, namespaces.
+
+The fleet's names and addresses are fleet_names.py's, what it can leave behind and its removal fleet_cleanup.py's,
+the hosts' ``/health`` seen from inside them fleet_health.py's.
 """
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import ipaddress
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 import warnings
 from pathlib import Path
 
 import yaml
 
+from tests.helpers.fleet_cleanup import (
+    clean_leftovers, close_control_sockets, delete_network, ip_command, leftovers, netns_pids, our_netns, run_command,
+    wait_gone)
+from tests.helpers.fleet_names import HOST_INIT, NETNS_DIR, ROOT, FleetNames, fleet_address, fleet_id
 from tests.helpers.llm_deploy import cpu_image
 from tools.gguf_models import write_demo_model
 
-ROOT = Path(__file__).resolve().parents[2]    # the checkout: its path names the fleet
 DEPLOY_DIR = "srv/ai-llm"               # under the fleet's base directory; the same path on every host
-HOST_INIT = Path(__file__).resolve().parent / "fleet_host_init.sh"
-NETNS_DIR = Path("/run/netns")
-
-
-def fleet_id(checkout):
-    """Four hex digits of the SHA-256 of the checkout's path: one fleet per checkout, so that the names and the
-    addresses of two checkouts' fleets on one machine never collide."""
-    return hashlib.sha256(str(checkout).encode()).hexdigest()[:4]
-
-
-def fleet_address(network, offset):
-    """Address ``offset`` of ``network`` in its canonical text (RFC 5952: leading zeros dropped), the form ssh
-    looks a numeric address up in ``known_hosts``: ``fd7a:11f0:525::11``, never ``fd7a:11f0:0525::11``."""
-    return network[offset].compressed
-
-
-@dataclasses.dataclass(frozen=True)
-class FleetNames:
-    """The names and addresses of one checkout's fleet (``FleetNames.of(path)``)."""
-
-    prefix: str
-    network: ipaddress.IPv6Network
-
-    @classmethod
-    def of(cls, checkout):
-        """``aillmXXXX`` (the start of every namespace, veth and state file) and ``fd7a:11f0:XXXX::/64``."""
-        xxxx = fleet_id(checkout)
-        return cls("aillm" + xxxx, ipaddress.IPv6Network("fd7a:11f0:%s::/64" % xxxx))
-
-    @property
-    def bridge_ns(self):
-        return self.prefix + "-br"
-
-    @property
-    def uplink(self):
-        """The controller's veth in the root namespace (<= 15 characters)."""
-        return self.prefix + "0"
-
-    @property
-    def controller_address(self):
-        return fleet_address(self.network, 1)
-
-    @property
-    def state_file(self):
-        return Path(tempfile.gettempdir()) / (self.prefix + ".state.json")
-
-
-NAMES = FleetNames.of(ROOT)
-PREFIX = NAMES.prefix
-
-
-def _run(argv, check=True, **kw):
-    return subprocess.run(argv, check=check, capture_output=True, text=True, timeout=60, **kw)
-
-
-def _ip(*args, check=True):
-    return _run(["ip"] + list(args), check=check)
 
 
 def _host_env():
@@ -109,100 +53,6 @@ def _host_env():
     for key in ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF"):
         env.pop(key, None)
     return env
-
-
-def _is_launcher(pid, names=NAMES):
-    """True when ``pid`` is a host launcher of the fleet ``names`` (unshare ... fleet_host_init.sh ... PREFIX)."""
-    try:
-        cmdline = Path("/proc/%d/cmdline" % pid).read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return (bool(cmdline) and cmdline[0].endswith(b"unshare") and str(HOST_INIT).encode() in cmdline
-            and names.prefix.encode() in cmdline)
-
-
-def _netns_pids(netns):
-    out = _ip("netns", "pids", netns, check=False).stdout
-    return [int(p) for p in out.split()]
-
-
-def _wait_gone(pids, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    left = list(pids)
-    while left and time.monotonic() < deadline:
-        left = [p for p in left if Path("/proc/%d" % p).exists() and not _is_zombie(p)]
-        if left:
-            time.sleep(0.05)
-    return left
-
-
-def _is_zombie(pid):
-    try:
-        return Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def close_control_sockets(control_dir):
-    """Close ansible's persistent ssh connections (ControlMaster processes) whose sockets are in ``control_dir``."""
-    control_dir = Path(control_dir)
-    if not control_dir.is_dir():
-        return
-    for sock in control_dir.iterdir():
-        if sock.is_socket():
-            _run(["ssh", "-o", "ControlPath=" + str(sock), "-O", "exit", "fleet-host"], check=False)
-            sock.unlink(missing_ok=True)
-
-
-def _our_netns(names=NAMES):
-    if not NETNS_DIR.is_dir():
-        return []
-    return sorted(p.name for p in NETNS_DIR.iterdir() if p.name.startswith(names.prefix + "-"))
-
-
-def clean_leftovers(names=NAMES):
-    """Remove what an earlier run left behind (crashed, killed): ssh masters, hosts, veths, namespaces."""
-    state = {}
-    if names.state_file.exists():
-        try:
-            state = json.loads(names.state_file.read_text())
-        except ValueError:
-            state = {}
-    if state.get("control_dir"):
-        close_control_sockets(state["control_dir"])
-        shutil.rmtree(state["control_dir"], ignore_errors=True)
-    # The launchers first (recorded, or found in our namespaces): SIGKILL ends each whole host.
-    launchers = [p for p in state.get("launchers", []) if _is_launcher(p, names)]
-    hosts_ns = [ns for ns in _our_netns(names) if ns != names.bridge_ns]
-    for ns in hosts_ns:
-        launchers += [p for p in _netns_pids(ns) if _is_launcher(p, names) and p not in launchers]
-    for pid in launchers:
-        os.kill(pid, signal.SIGKILL)
-    _wait_gone(launchers)
-    # Anything still living in a fleet namespace was started there by an earlier run of this harness.
-    stray = [p for ns in hosts_ns for p in _netns_pids(ns)]
-    for pid in stray:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    _wait_gone(stray)
-    _delete_network(hosts_ns, names)
-    names.state_file.unlink(missing_ok=True)
-
-
-def _delete_network(hosts_ns, names):
-    """veths first (the uplink in the root namespace, the host ports in the bridge namespace), then namespaces."""
-    if Path("/sys/class/net", names.uplink).exists():
-        _ip("link", "del", names.uplink, check=False)
-    bridge = names.bridge_ns
-    if bridge in _our_netns(names):
-        links = _ip("-n", bridge, "-o", "link", "show", "type", "veth", check=False).stdout
-        for line in links.splitlines():
-            port = line.split(":")[1].strip().split("@")[0]
-            _ip("-n", bridge, "link", "del", port, check=False)
-    for ns in hosts_ns + ([bridge] if bridge in _our_netns(names) else []):
-        _ip("netns", "del", ns, check=False)
 
 
 class FleetHost:
@@ -262,7 +112,7 @@ class FleetHost:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        left = _wait_gone(pids)
+        left = wait_gone(pids)
         if left or not pids:
             raise RuntimeError("fleet host %s: sshd pids %s, still there: %s" % (self.name, pids, left))
         return pids
@@ -336,13 +186,13 @@ class Fleet:
             return
         run = self.base / "imagestore-run"
         # In a throw-away mount namespace: the overlay driver bind-mounts its directory onto itself.
-        _run(["unshare", "--mount", "--", "podman", "push", "-q", self.image,
-              "containers-storage:[overlay@%s+%s]%s" % (self.image_store, run, self.image)])
+        run_command(["unshare", "--mount", "--", "podman", "push", "-q", self.image,
+                     "containers-storage:[overlay@%s+%s]%s" % (self.image_store, run, self.image)])
 
     def _keys(self):
         for old in self.base.glob("id_ed25519*"):
             old.unlink()
-        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "fleet-controller", "-f", str(self.key)])
+        run_command(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "fleet-controller", "-f", str(self.key)])
         (self.base / "authorized_keys").write_text(Path(str(self.key) + ".pub").read_text())
         lines = []
         for host in self.hosts.values():
@@ -352,7 +202,7 @@ class Fleet:
             hostkey = host.dir / "ssh_host_ed25519_key"
             for old in host.dir.glob("ssh_host_ed25519_key*"):
                 old.unlink()
-            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", host.name, "-f", str(hostkey)])
+            run_command(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", host.name, "-f", str(hostkey)])
             # port 22: "ADDRESS KEY", not "[ADDRESS]:22 KEY"
             lines.append("%s %s" % (host.address, " ".join(Path(str(hostkey) + ".pub").read_text().split()[:2])))
             self._host_files(host, hostkey)
@@ -401,23 +251,23 @@ class Fleet:
 
     def _network(self):
         bridge, uplink = self.names.bridge_ns, self.names.uplink
-        _ip("netns", "add", bridge)
-        _ip("-n", bridge, "link", "set", "lo", "up")
-        _ip("-n", bridge, "link", "add", "br0", "type", "bridge", "forward_delay", "0", "mcast_snooping", "0")
-        _ip("-n", bridge, "link", "set", "br0", "up")
-        _ip("link", "add", uplink, "type", "veth", "peer", "name", "uplink", "netns", bridge)
-        _ip("-n", bridge, "link", "set", "uplink", "master", "br0", "up")
-        _ip("addr", "add", "%s/%d" % (self.names.controller_address, self.names.network.prefixlen), "dev", uplink,
-            "nodad")
-        _ip("link", "set", uplink, "up")
+        ip_command("netns", "add", bridge)
+        ip_command("-n", bridge, "link", "set", "lo", "up")
+        ip_command("-n", bridge, "link", "add", "br0", "type", "bridge", "forward_delay", "0", "mcast_snooping", "0")
+        ip_command("-n", bridge, "link", "set", "br0", "up")
+        ip_command("link", "add", uplink, "type", "veth", "peer", "name", "uplink", "netns", bridge)
+        ip_command("-n", bridge, "link", "set", "uplink", "master", "br0", "up")
+        ip_command("addr", "add", "%s/%d" % (self.names.controller_address, self.names.network.prefixlen), "dev", uplink,
+                   "nodad")
+        ip_command("link", "set", uplink, "up")
         for host in self.hosts.values():
-            _ip("netns", "add", host.netns)
-            _ip("-n", bridge, "link", "add", host.port, "type", "veth", "peer", "name", "eth0", "netns", host.netns)
-            _ip("-n", bridge, "link", "set", host.port, "master", "br0", "up")
-            _ip("-n", host.netns, "link", "set", "lo", "up")
-            _ip("-n", host.netns, "addr", "add", "%s/%d" % (host.address, self.names.network.prefixlen), "dev", "eth0",
-                "nodad")
-            _ip("-n", host.netns, "link", "set", "eth0", "up")
+            ip_command("netns", "add", host.netns)
+            ip_command("-n", bridge, "link", "add", host.port, "type", "veth", "peer", "name", "eth0", "netns", host.netns)
+            ip_command("-n", bridge, "link", "set", host.port, "master", "br0", "up")
+            ip_command("-n", host.netns, "link", "set", "lo", "up")
+            ip_command("-n", host.netns, "addr", "add", "%s/%d" % (host.address, self.names.network.prefixlen), "dev", "eth0",
+                       "nodad")
+            ip_command("-n", host.netns, "link", "set", "eth0", "up")
 
     def _start(self, host):
         # the launcher keeps its own copy of the log file; it lives until down() kills it
@@ -503,90 +353,12 @@ class Fleet:
         # Processes of a host end with its launcher; wait until its namespace is empty.
         for host in self.hosts.values():
             if (NETNS_DIR / host.netns).exists():
-                _wait_gone(_netns_pids(host.netns))
-        _delete_network([h.netns for h in self.hosts.values() if h.netns in _our_netns(self.names)], self.names)
+                wait_gone(netns_pids(host.netns))
+        delete_network([h.netns for h in self.hosts.values() if h.netns in our_netns(self.names)], self.names)
         self.names.state_file.unlink(missing_ok=True)
         # The container storage is big and useless now (no mount holds it any more); logs and reports stay.
         for path in [self.image_store, self.base / "imagestore-run"] + [h.dir / "containers" for h in self.hosts.values()]:
             shutil.rmtree(path, ignore_errors=True)
-
-
-class HealthPoller:
-    """``with HealthPoller(hosts) as poller:`` polls every host's ``/health`` from inside its network namespace.
-
-    One small process per host (``fleet_poll_health.py``, started with ``nsenter --net``, stopped by its pid) polls
-    every ``interval`` seconds, and a thread per host collects its answers: ``samples[host]`` is a list of
-    ``(start epoch, HTTP status)``, ``serving()`` the number of hosts answering 200 after each poll of any host.
-    Entering waits until every host has answered once. A poll that gets no answer in ``timeout`` seconds counts
-    as not serving: the timeout is long enough for a loaded test machine, where a serving host may answer late.
-    """
-
-    def __init__(self, hosts, port=8080, interval=0.2, timeout=10.0):
-        self.hosts = list(hosts)
-        self.url = "http://127.0.0.1:%d/health" % port
-        self.interval, self.timeout = interval, timeout
-        self.procs = {}
-        self.readers = []
-        self.samples = {host.name: [] for host in self.hosts}
-
-    def _read(self, name, stream):
-        for line in stream:
-            epoch, status = line.split()
-            self.samples[name].append((float(epoch), int(status)))
-
-    def __enter__(self):
-        script = str(Path(__file__).resolve().parent / "fleet_poll_health.py")
-        for host in self.hosts:
-            proc = subprocess.Popen(  # pylint: disable=consider-using-with
-                ["nsenter", "--net=" + str(NETNS_DIR / host.netns), "--", sys.executable, script, self.url,
-                 str(self.interval), str(self.timeout)],
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd="/")
-            self.procs[host.name] = proc
-            reader = threading.Thread(target=self._read, args=(host.name, proc.stdout), daemon=True)
-            reader.start()
-            self.readers.append(reader)
-        deadline = time.monotonic() + 30
-        while not all(self.samples.values()):
-            if time.monotonic() > deadline:
-                self.__exit__()
-                raise RuntimeError("health pollers gave no answer in 30 s: %s" % self.samples)
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc):
-        for proc in self.procs.values():
-            proc.terminate()
-            proc.wait(timeout=30)
-        for reader in self.readers:
-            reader.join(timeout=30)
-        return False
-
-    def serving(self):
-        """``[(epoch, hosts answering 200)]``: after each poll, each host counted by its latest answer."""
-        events = sorted((t, name, status == 200) for name, rows in self.samples.items() for t, status in rows)
-        latest = {}
-        counts = []
-        for epoch, name, ok in events:
-            latest[name] = ok
-            if len(latest) == len(self.samples):
-                counts.append((epoch, sum(latest.values())))
-        return counts
-
-
-def leftovers(names=NAMES):
-    """What a fleet could leave behind: namespaces, the uplink, launchers, the state file (empty when clean)."""
-    found = ["netns " + ns for ns in _our_netns(names)]
-    if Path("/sys/class/net", names.uplink).exists():
-        found.append("link " + names.uplink)
-    for pid_dir in Path("/proc").iterdir():
-        if pid_dir.name.isdigit() and _is_launcher(int(pid_dir.name), names):
-            found.append("launcher pid %s" % pid_dir.name)
-    if names.state_file.exists():
-        found.append("state file %s" % names.state_file)
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        if names.prefix in line:
-            found.append("mount " + line.split()[4])
-    return found
 
 
 def demo_fleet(request, base, names=("h1", "h2", "h3", "h4"), checkout=ROOT):

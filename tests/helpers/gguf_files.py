@@ -15,9 +15,9 @@ import gguf
 import numpy as np
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_gguf
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values import (
-    GGUFError, SkippedArray, ValueReader)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.error import GGUFError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.header import read_gguf
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.values import SkippedArray, ValueReader
 
 PREFIX = {"little": "<", "big": ">"}
 U8, I8, U16, I16, U32, I32, F32V, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)

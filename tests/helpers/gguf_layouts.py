@@ -18,7 +18,7 @@ from pathlib import Path
 import gguf
 from gguf.constants import MODEL_ARCH_NAMES, MODEL_TENSOR as T, MODEL_TENSORS, TENSOR_NAMES
 
-from tools import gguf_models
+from tools import gguf_writer
 
 EXPERT_KINDS = frozenset((T.FFN_GATE_EXP, T.FFN_UP_EXP, T.FFN_DOWN_EXP, T.FFN_GATE_UP_EXP,
                           T.FFN_GATE_CHEXP, T.FFN_UP_CHEXP, T.FFN_DOWN_CHEXP))
@@ -90,7 +90,7 @@ class Layout:
 
     @property
     def total_bytes(self):
-        return sum(gguf_models.tensor_nbytes(ne, q) for _n, ne, q in self.tensors)
+        return sum(gguf_writer.tensor_nbytes(ne, q) for _n, ne, q in self.tensors)
 
 
 def make_layout(arch_name, seed, moe=True):
@@ -169,7 +169,7 @@ def make_layout(arch_name, seed, moe=True):
 def write_layout(layout, directory, seed, shards=None, endian=None):
     """Write ``layout`` as a sparse header-only model; returns the list of files (first = shard 1).
 
-    Shards are split by size as ``tools/gguf_models.py`` does (gguf-py's writer: every shard a full GGUF with
+    Shards are split by size as ``tools/gguf_writer.py`` does (gguf-py's writer: every shard a full GGUF with
     ``split.no``/``split.count``/``split.tensors.count``, the metadata in the first only).
     """
     rng = random.Random(seed)
@@ -184,7 +184,7 @@ def write_layout(layout, directory, seed, shards=None, endian=None):
                 w.add_array(key, value)
             else:
                 w.add_key_value(key, value, vtype)
-    tensors = [gguf_models.Tensor(name, ne, q) for name, ne, q in layout.tensors]
-    result = gguf_models._write_gguf(  # pylint: disable=protected-access  # the project's one GGUF writer
+    tensors = [gguf_writer.Tensor(name, ne, q) for name, ne, q in layout.tensors]
+    result = gguf_writer.write_tensors(  # the project's one GGUF writer
         path, layout.arch, add_kv, tensors, endian=endian, data=False, shards=shards)
     return result if isinstance(result, list) else [result]

@@ -8,9 +8,9 @@ from collections import namedtuple
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _common as common
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _kv_cache as kvc
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_facts as mfacts
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import tensor_nbytes
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.types import tensor_nbytes
 
 T = namedtuple("T", "name shape nbytes type_id")  # what model_facts reads of the reader's TensorInfo
 TYPE_F32, TYPE_F16, TYPE_Q8_0 = 0, 1, 8  # ggml type ids

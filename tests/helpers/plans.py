@@ -15,6 +15,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_f
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _offload_plan as op
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _plan_inputs as pin
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_placement import Sizer
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
 from tests.helpers.memory_models import f32
 from tools import gguf_models
@@ -76,7 +77,7 @@ def cuda_gpu(free, index=0, name=None, total=None):
 def sizer(facts, free_mib, available_mib=None):
     host = None if available_mib is None else pin.Host(available_mib, None, 0, "MemAvailable")
     gpus = [pin.Gpu("GPU0", 0, None, None, free_mib)]
-    return op._Sizer(facts, gpus, None, Options(4096, **SIZING), host)  # pylint: disable=protected-access
+    return Sizer(facts, gpus, None, Options(4096, **SIZING), host)
 
 
 def plan_gpu(free, index):

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers.fleet import PREFIX, demo_fleet
+from tests.helpers.fleet import demo_fleet
+from tests.helpers.fleet_names import PREFIX
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

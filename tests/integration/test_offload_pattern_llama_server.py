@@ -13,7 +13,6 @@ import subprocess
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import parse_log
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import block_expert_pattern, expert_pattern
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax import (
@@ -23,6 +22,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax
     pattern_problem,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
 from tests.helpers.llama_server import SERVER, on_a_free_port, port_taken, run_until_healthy
 from tools.gguf_models import write_tiny_qwen3moe
 

@@ -21,6 +21,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan i
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import load_facts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from tools import gguf_models as G
+from tools.gguf_transformers import gqa_attention, small_kv, transformer_tensors
+from tools.gguf_writer import simple_types, write_tensors
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import plan_accuracy as PA  # noqa: E402  # pylint: disable=wrong-import-position
@@ -32,19 +34,19 @@ pytestmark = pytest.mark.skipif(shutil.which("llama-server") is None,
 def moe(path, *, arch="qwen3moe", n_blocks=5, n_embd=256, n_head=8, n_head_kv=2, head_dim=32, n_ff_exp=64,
         n_expert=4, shards=1, dtype="q8_0", qk_norm=True, bias="", shexp=0):
     n_ff = n_ff_exp if arch == "llama" else 2 * n_ff_exp  # llama (Mixtral) sizes its experts with n_ff
-    tensors = G._transformer(  # pylint: disable=protected-access
+    tensors = transformer_tensors(
         n_blocks=n_blocks, n_embd=n_embd, n_vocab=512, n_expert=n_expert, n_ff_exp=n_ff_exp, n_ff=n_ff,
-        attention=G._gqa_attention(n_embd, n_head, n_head_kv, head_dim, qk_norm=qk_norm, bias=bias),  # pylint: disable=protected-access
-        n_ff_shexp=shexp, shexp_gate_inp=bool(shexp), types=G._simple_types(dtype, "f16"))  # pylint: disable=protected-access
-    add_kv = G._small_kv("plan-check " + arch, 512, n_blocks=n_blocks, n_embd=n_embd, n_head=n_head,  # pylint: disable=protected-access
-                         n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, context_length=8192, n_expert=n_expert,
-                         n_expert_used=2, n_ff_exp=n_ff_exp)
+        attention=gqa_attention(n_embd, n_head, n_head_kv, head_dim, qk_norm=qk_norm, bias=bias),
+        n_ff_shexp=shexp, shexp_gate_inp=bool(shexp), types=simple_types(dtype, "f16"))
+    add_kv = small_kv("plan-check " + arch, 512, n_blocks=n_blocks, n_embd=n_embd, n_head=n_head,
+                      n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff, context_length=8192, n_expert=n_expert,
+                      n_expert_used=2, n_ff_exp=n_ff_exp)
 
     def kv(w):
         add_kv(w)
         if shexp:
             w.add_expert_shared_feed_forward_length(shexp)
-    result = G._write_gguf(path, arch, kv, tensors, data=False, shards=shards)  # pylint: disable=protected-access
+    result = write_tensors(path, arch, kv, tensors, data=False, shards=shards)
     return result[0] if isinstance(result, list) else result
 
 

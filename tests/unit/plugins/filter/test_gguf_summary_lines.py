@@ -12,8 +12,8 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.ai_llm.moe_offload.plugins.filter.gguf_summary_lines import FilterModule, gguf_summary_lines
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_inspection import describe
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
 from tests.helpers.gguf_files import field_offsets, patch
 from tools.gguf_models import write_dense_llama, write_mixtral, write_nemotron_nano_30b
 

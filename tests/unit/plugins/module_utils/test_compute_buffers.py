@@ -24,8 +24,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _compute
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _kv_cache as kvc
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _memory_estimate as mest
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_facts as mfacts
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
 from tools.gguf_models import write_tiny_nemotron_h_moe
 from tests.helpers.memory_models import (
     F32, MEASURED, MIB, MODELS, T, attention_only, decoder, facts, facts_of, gemma3_270m,

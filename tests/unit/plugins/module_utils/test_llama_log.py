@@ -9,11 +9,10 @@ import sys
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _llama_log
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _llama_log, _log_chunks
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_crash import SIGNALS
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._llama_log import (
-    MAX_LINE, MAX_MESSAGE, SIGNALS, LogParser, iter_chunks, load_stage, parse_command_log, parse_log, parse_runs,
-    signal_of_exit_code,
-)
+    MAX_MESSAGE, LogParser, parse_command_log, parse_log, parse_runs)
 from tests.helpers.gguf_files import memory_below
 from tests.helpers.llama_logs import (
     BUF_CUDA0, BUILD, CONTEXT_ERROR, CRASHES, DATA, FIT, GOOD_LOAD, IK_CPU, ILLEGAL_WORDS, LAYER, LOADING, LV4, META, MMAP,
@@ -263,7 +262,7 @@ def test_run_starts_are_the_lines_where_parse_log_counts_a_new_run():
     assert parse_runs(lines)[1] == [1, 6, 9] and parse_log("\n".join(lines))["runs"] == 3
     assert parse_runs(lines, 1)[0] == parse_log("\n".join(lines), 1)
     assert parse_runs(lines[:6])[0] == parse_log("\n".join(lines[:6]))
-    long = lines[:5] + ["llama_model_load: error loading model: " + "x" * MAX_LINE]  # parsed in pieces, as parse_log
+    long = lines[:5] + ["llama_model_load: error loading model: " + "x" * _log_chunks.MAX_LINE]  # parsed in pieces, as parse_log
     assert parse_runs(long)[0] == parse_log("\n".join(long))
     assert parse_runs([META, TENSORS])[1] == [] and parse_runs([])[1] == [] and parse_runs([LOADING, META])[1] == [0]
 
@@ -284,12 +283,6 @@ def test_a_signal_exit_code_is_a_crash_after_a_good_log_named_by_its_last_line_t
     p = parse(GOOD_LOAD[:-1] + [model_buf("CUDA0", 100), READY], code, end=tail)
     assert p["crash"] == f"exit code {code} ({name}) after the line: llama_server: model loaded"
     assert words in p["crash_cause"] and p["exit_code"] == code
-
-
-@pytest.mark.parametrize("code, signal", [(0, None), (1, None), (2, None), (127, None), (128, None), (160, None), (255, None),
-                                          (None, None), (129, 1), (134, 6), (137, 9), (139, 11), (159, 31), (-9, 9), (-1, 1)])
-def test_a_shell_s_128_plus_n_and_python_s_minus_n_name_signal_n(code, signal):
-    assert signal_of_exit_code(code) == signal
 
 
 SLOTS, HEALTH = ("srv  log_server_r: request: GET /%s 127.0.0.1 D 200" % x for x in ("slots", "health"))
@@ -343,7 +336,7 @@ def test_every_source_reads_alike_and_bytes_not_utf8_and_lone_surrogates_are_rep
     assert p["crash"].startswith("CUDA error: unspecified launch failure ")
     assert "\ud800" not in p["crash"] and "\ufffd" in p["crash"]
     p["crash"].encode("utf-8")
-    # a chunk without its last newline and a long line read alike
+    # a chunk without its last newline reads as its lines
     chunked, by_lines = LogParser(), LogParser()
     chunked.feed_chunk(model_buf("CUDA0", 100) + "\nKilled")
     by_lines.feed(model_buf("CUDA0", 100))
@@ -351,10 +344,6 @@ def test_every_source_reads_alike_and_bytes_not_utf8_and_lone_surrogates_are_rep
     assert chunked.result() == by_lines.result()
     assert pick(chunked.result(), "crash", "crash_cause", "model_buffers") == {
         "crash": "Killed", "crash_cause": SIGNALS[9][1], "model_buffers": {"CUDA0": 100.0}}
-    # a line longer than MAX_LINE comes in pieces, each ended by a newline
-    assert "".join(iter_chunks("a" * (2 * MAX_LINE + 10))) == "a" * MAX_LINE + "\n" + "a" * MAX_LINE + "\n" + "a" * 10 + "\n"
-    text = "b" * (MAX_LINE + 5) + "\n" + "c" * 3
-    assert "".join(iter_chunks(text)) == "b" * MAX_LINE + "\n" + "b" * 5 + "\n" + "c" * 3 + "\n"
 
 
 @pytest.mark.parametrize("line", [
@@ -373,7 +362,7 @@ def test_every_source_reads_alike_and_bytes_not_utf8_and_lone_surrogates_are_rep
 ])
 def test_pathological_lines_and_malformed_numbers_parse_in_linear_time_and_bounded_memory_and_never_raise(line):
     """Each long line takes a stripping or a regular expression that is quadratic in the line seconds to minutes per
-    MB; a line longer than MAX_LINE is read in pieces, so memory stays bounded."""
+    MB; a line longer than _log_chunks.MAX_LINE is read in pieces, so memory stays bounded."""
     with memory_below(32 << 20):
         p = parse_log(io.BytesIO(line.encode() + b"\n"))
     assert p["runs"] == 1
@@ -502,7 +491,7 @@ WRAPPERS["all"] = lambda t: WRAPPERS["compose ai-llm  | "](WRAPPERS["docker -t"]
 
 
 @pytest.mark.parametrize("name", sorted(str(p.relative_to(DATA)) for p in DATA.rglob("*.log")))
-@pytest.mark.parametrize("how", [_llama_log.CHUNK, 97, *WRAPPERS])
+@pytest.mark.parametrize("how", [_log_chunks.CHUNK, 97, *WRAPPERS])
 def test_chunks_lines_without_a_keyword_and_wrappers_change_nothing(monkeypatch, name, how):
     """Lines fed one by one give the result of the chunked reader, which parses only the lines that hold a keyword,
     whatever the chunk boundaries; runtimes, compose and terminals add prefixes, colours and CR LF."""
@@ -513,7 +502,7 @@ def test_chunks_lines_without_a_keyword_and_wrappers_change_nothing(monkeypatch,
     parser = LogParser()
     for line in text.splitlines():
         parser.feed(line)
-    monkeypatch.setattr(_llama_log, "CHUNK", how)
+    monkeypatch.setattr(_log_chunks, "CHUNK", how)
     for exit_code in (None, 139):
         assert parse_log(text, exit_code) == parser.result(exit_code), name
 
@@ -571,18 +560,3 @@ def test_stdout_and_stderr_are_one_stream_bytes_not_utf8_replaced_and_stdin_is_d
     out = subprocess.run([sys.executable, "-c", caller, sys.executable, "-c", check], input="", capture_output=True,
                          text=True, check=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     assert out.stdout == "['stdin is /dev/null']\n"
-
-
-def test_the_stage_of_a_start_is_its_last_stage_line_and_the_tensors_created_while_it_loads_them():
-    """The stage lines of a real b10435 start, in the order llama.cpp prints them (_llama_log._STAGES cites where);
-    the per-tensor lines of -lv 5 as src/llama-model.cpp create_tensor prints them."""
-    lines = read("b10435_rpc_server_killed_lv4.log").splitlines()
-    seen = [load_stage(lines[:i + 1]) for i in range(len(lines))]
-    assert load_stage([]) == "starting"
-    assert [s for i, s in enumerate(seen) if i == 0 or s != seen[i - 1]][-7:] == [
-        "reading the model's header", "loading the tensors", "making the context (KV cache, compute buffers)",
-        "warming up", "making the slots", "model loaded", "listening"]
-    start = [line for line in lines if "loading model tensors" in line]
-    created = ["create_tensor: loading tensor blk.%d.ffn_up_exps.weight" % i for i in range(3)]
-    assert load_stage(start + created) == "loading the tensors (3 created)"
-    assert load_stage(created + lines + created[:1]) == "listening"  # (tensor lines count in the tensors stage only)

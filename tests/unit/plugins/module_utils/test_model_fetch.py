@@ -1,220 +1,32 @@
-"""The fetch of a model onto the host (plugins/module_utils/_model_fetch.py): its sources and checksums, the
-download in pieces from a real HTTP server on 127.0.0.1 (tests/helpers/http_server.py) with its faults, the checks
-before a rename, the record, the clean-up and the snapshots' models.
+"""The fetch of a model onto the host (plugins/module_utils/_model_fetch.py): the download in pieces from a real HTTP
+server on 127.0.0.1 (tests/helpers/http_server.py) with its faults, the checks before a rename and the record.
+Its sources and checksums: test_model_sources.py; the clean-up: test_model_cleanup.py.
 
 Models are real GGUF files written by gguf-py (split ones as gguf-split names and keys them); every figure a test
 expects comes from the files it wrote (their bytes, ``hashlib``, ``os.stat``) or from what the server logged.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 import socket
 import subprocess
-import urllib.request
 from pathlib import Path
 
-import gguf
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_fetch
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import save_snapshot
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import env_values
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_fetch import (
-    PART_SUFFIX,
-    RECORD_NAME,
-    FetchError,
-    display_url,
-    expected_sums,
-    fetch,
-    get_text,
-    known_of,
-    prune,
-    snapshot_models,
-    sources,
-)
-from tests.helpers.deploy_settings import settings as deploy_settings
-from tests.helpers.deploy_templates import render_compose, render_env
-from tests.helpers.gguf_files import write_gguf
-from tests.helpers.http_server import FileServer
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_fetch import PART_SUFFIX, fetch
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_sources import FetchError
+from tests.helpers.model_hosts import fetch_all, sha, split_names, state, write_model
 
 MIB = 1 << 20
-
-
-# --------------------------------------------------------------------------- models, the server, the host
-
-
-def write_model(path, seed, tensors=4, floats=16384, split=0):
-    """A GGUF of ``tensors`` f32 tensors, written by gguf-py, whose ``test.seed`` key makes it differ from every
-    other model; with ``split`` tensors per shard, the shards ``<stem>-0000i-of-0000n.gguf`` with split.no,
-    split.count and split.tensors.count in each, as gguf-split writes them. Returns the files written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return write_gguf(path, [("test.seed", seed, gguf.GGUFValueType.UINT32)],
-                      [("blk.%d.ffn_up.weight" % i, (floats,), 0) for i in range(tensors)], arch="llama",
-                      split_max_tensors=split)
-
-
-def sha(path):
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def state(folder):
-    """Every file under ``folder`` with its size, mtime and sha256: equal before and after means untouched."""
-    found = {}
-    for root, _dirs, names in os.walk(folder):
-        for name in names:
-            path = os.path.join(root, name)
-            info = os.stat(path)
-            found[os.path.relpath(path, folder)] = (info.st_size, info.st_mtime_ns, sha(path))
-    return found
-
-
-@pytest.fixture(autouse=True)
-def loopback_only(monkeypatch):
-    """Proxies set in the environment would send the requests for 127.0.0.1 elsewhere: none then."""
-    if urllib.request.getproxies():
-        monkeypatch.setattr(_model_fetch, "_OPENER", urllib.request.build_opener(
-            urllib.request.ProxyHandler({}), _model_fetch._NoRedirect))
-
-
-@pytest.fixture
-def www(tmp_path):
-    folder = tmp_path / "www"
-    folder.mkdir()
-    return folder
-
-
-@pytest.fixture
-def server(www):
-    with FileServer(www) as files:
-        yield files
-
-
-class Host:
-    """The target's folders: ``models`` (``llm_server_model_dir``) and ``project`` (the record's folder)."""
-
-    def __init__(self, tmp_path):
-        self.root = tmp_path / "host"
-        self.models = self.root / "models"
-        self.project = self.root / "project"
-        self.models.mkdir(parents=True)
-        self.project.mkdir()
-        self.record = self.project / RECORD_NAME
-
-    def args(self, urls, name, **more):
-        """The module's arguments for ``urls`` to ``models/name``, pieces of 5 s unless ``more`` says otherwise."""
-        return dict({"url": list(urls), "path": str(self.models / name), "record": str(self.record), "sha256": [],
-                     "headers": {}, "piece_seconds": 5, "timeout": 10}, **more)
-
-    def read_record(self):
-        return json.loads(self.record.read_text())
-
-
-@pytest.fixture
-def host(tmp_path):
-    return Host(tmp_path)
-
-
-def fetch_all(args, limit=100):
-    """Call ``fetch`` piece after piece until it is done, as the role's action does (each piece gets the sizes and
-    sha256 the last one found); the result of every piece."""
-    results, args = [], dict(args)
-    while len(results) < limit:
-        results.append(fetch(args))
-        if results[-1]["done"]:
-            return results
-        args["known"] = known_of(results[-1])
-    raise AssertionError("not done after %d pieces: %r" % (limit, results[-1]))
 
 
 def closed_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-# --------------------------------------------------------------------------- sources, display, checksums
-
-U = "https://models.example/repo"
-SPLIT_3 = ["%s/m-%05d-of-00003.gguf" % (U, i) for i in (1, 2, 3)]
-HOST_3 = ["/srv/x-%05d-of-00003.gguf" % i for i in (1, 2, 3)]
-
-
-@pytest.mark.parametrize("urls, path, expected", [
-    pytest.param([U + "/m.gguf"], "/srv/m.gguf", [(U + "/m.gguf", "/srv/m.gguf")], id="one-url"),
-    pytest.param([SPLIT_3[0]], HOST_3[0], list(zip(SPLIT_3, HOST_3)), id="split-url-stands-for-every-shard"),
-    pytest.param([U + "/a.gguf?sig=1", U + "/b.gguf"], "/srv/x-00001-of-00002.gguf",
-                 [(U + "/a.gguf?sig=1", "/srv/x-00001-of-00002.gguf"), (U + "/b.gguf", "/srv/x-00002-of-00002.gguf")],
-                 id="one-url-per-shard"),
-    pytest.param([SPLIT_3[1]], HOST_3[0], "names shard 2 of 3: give the first shard's URL", id="shard-2-url"),
-    pytest.param([SPLIT_3[0]], "/srv/x.gguf", "/srv/x.gguf must be named as the first of 3 shards", id="path-not-split"),
-    pytest.param([U + "/a.gguf", U + "/b.gguf"], HOST_3[0], "must be named as the first of 2 shards",
-                 id="two-urls-three-shard-path"),
-    pytest.param(["ftp://models.example/m.gguf"], "/srv/m.gguf", "is not an http or https URL", id="ftp"),
-    pytest.param(["http:///m.gguf"], "/srv/m.gguf", "has no host", id="no-host"),
-    pytest.param(["https://hf:s3cret@models.example/m.gguf"], "/srv/m.gguf",
-                 "https://models.example/m.gguf holds credentials", id="credentials"),
-    pytest.param(["https://hf_s3cret@models.example/m.gguf"], "/srv/m.gguf",
-                 "https://models.example/m.gguf holds credentials", id="a-token-as-the-user-name"),
-    pytest.param(["http://models.example:99999/m.gguf"], "/srv/m.gguf",
-                 "http://models.example has a bad port: Port out of range 0-65535", id="bad-port"),
-    pytest.param(["https://hf:s3cret@models.example:x/m.gguf"], "/srv/m.gguf", "https://models.example has a bad port",
-                 id="bad-port-and-credentials"),
-    pytest.param([], "/srv/m.gguf", "llm_server_model_url is empty", id="empty"),
-])
-def test_sources_pair_each_url_with_its_host_path(urls, path, expected):
-    if isinstance(expected, list):
-        assert sources(urls, path) == expected
-        return
-    with pytest.raises(FetchError) as raised:
-        sources(urls, path)
-    assert expected in str(raised.value)
-    assert "s3cret" not in str(raised.value)
-
-
-def test_display_url_drops_the_query_and_the_credentials_and_keeps_the_port():
-    assert display_url("https://u:p@models.example:8443/a/m.gguf?X-Amz-Signature=abc#f") == \
-        "https://models.example:8443/a/m.gguf"
-
-
-HEX = [hashlib.sha256(b"%d" % i).hexdigest() for i in range(3)]
-FILES_2 = [(U + "/m-00001-of-00002.gguf", "/srv/a"), (U + "/m-00002-of-00002.gguf", "/srv/b")]
-
-
-@pytest.mark.parametrize("given, expected", [
-    pytest.param([], [None, None], id="none"),
-    pytest.param([HEX[0].upper(), " " + HEX[1]], HEX[:2], id="hex-list"),
-    pytest.param([HEX[0]], "holds 1 sha256 for the model's 2 file(s)", id="wrong-count"),
-    pytest.param([HEX[0], HEX[1][:-1] + "g"], "%r is not a sha256" % (HEX[1][:-1] + "g"), id="bad-hex"),
-    pytest.param(["abc"], "abc is neither a sha256 (64 hex digits) nor a SHA256SUMS URL", id="neither"),
-    pytest.param(["SUMS"], HEX[:2], id="sums-url-star-and-two-space-forms"),
-    pytest.param(["SUMS-SHORT"], "lists no sha256 for m-00002-of-00002.gguf", id="name-missing-from-sums"),
-    pytest.param(["https://hf:s3cret@models.example/SHA256SUMS"],
-                 "llm_server_model_sha256: https://models.example/SHA256SUMS holds credentials", id="sums-credentials"),
-    pytest.param(["ftp://models.example/SHA256SUMS"], "ftp://models.example/SHA256SUMS is not an http or https URL",
-                 id="sums-ftp"),
-])
-def test_expected_sums(www, server, given, expected):
-    (www / "SUMS").write_text("%s *m-00001-of-00002.gguf\n%s  ./m-00002-of-00002.gguf\n%s  other.gguf\n" % tuple(HEX))
-    (www / "SUMS-SHORT").write_text("%s *m-00001-of-00002.gguf\n" % HEX[0])
-    given = [server.url(g) if g.startswith("SUMS") else g for g in given]
-    fetched = []
-
-    def read(url):
-        fetched.append(url)
-        return get_text(url)
-
-    if isinstance(expected, list):
-        assert expected_sums(given, FILES_2, read) == expected
-    else:
-        with pytest.raises(FetchError) as raised:
-            expected_sums(given, FILES_2, read)
-        assert expected in str(raised.value)
-        assert "s3cret" not in str(raised.value)
-    assert fetched == [g for g in given if g.startswith(server.url(""))]  # a SHA256SUMS of the server, read once
 
 
 # --------------------------------------------------------------------------- the download
@@ -359,10 +171,6 @@ def test_bytes_that_are_not_a_model_are_refused_and_nothing_is_left(www, server,
     assert message in str(raised.value)
     assert os.listdir(host.models) == []  # neither the file nor its part
     assert not host.record.exists()
-
-
-def split_names(base, count):
-    return ["%s-%05d-of-%05d.gguf" % (base, i, count) for i in range(1, count + 1)]
 
 
 @pytest.mark.parametrize("count", [2, 3])
@@ -558,89 +366,3 @@ def test_a_recorded_file_asked_for_from_another_url_without_a_sha256_is_refused(
         host.models / "m.gguf", server.url("a.gguf"), server.url("b.gguf")))
     assert server.take() == []
     assert state(host.root) == before
-
-
-# --------------------------------------------------------------------------- the clean-up
-
-
-def fetch_three(www, server, host, a_there=False):
-    """Models A, B (two shards) and C fetched in that order (A found already at its path with ``a_there``: checked
-    and recorded, not fetched by the role); ``{name: [host files]}``."""
-    models = {}
-    for seed, (name, split) in enumerate([("A", 0), ("B", 1), ("C", 0)], 20):
-        served = write_model(www / name / "m.gguf", seed=seed, tensors=2, floats=1024, split=split)
-        names = split_names(name, 2) if split else [name + ".gguf"]
-        if name == "A" and a_there:
-            shutil.copy(served[0], host.models / names[0])
-        fetch_all(host.args([server.url("%s/%s" % (name, os.path.basename(served[0])))], names[0]))
-        models[name] = [str(host.models / n) for n in names]
-    return models
-
-
-def test_prune_keeps_the_models_used_last_and_removes_the_files_of_the_others(www, server, host):
-    three = fetch_three(www, server, host)
-    everything = state(host.models)
-
-    assert prune(str(host.record), three["A"][0], 2) == three["B"]  # A deployed now, C the newer fetch
-
-    assert state(host.models) == {k: v for k, v in everything.items() if not k.startswith("B-")}
-    record = host.read_record()
-    assert sorted(record["files"]) == three["A"] + three["C"]
-    assert [m["path"] for m in record["models"]] == [three["A"][0], three["C"][0]]
-
-    assert prune(str(host.record), three["C"][0], 1) == three["A"]  # C deployed now, A before it
-    assert sorted(os.listdir(host.models)) == ["C.gguf"]
-
-
-def test_keep_counts_only_the_models_the_role_fetched(www, server, host):
-    """A was found at its path (not fetched) and is deployed now: B and C, both fetched, are the two kept."""
-    three = fetch_three(www, server, host, a_there=True)
-    everything = state(host.models)
-    assert prune(str(host.record), three["A"][0], 2) == []
-    assert state(host.models) == everything
-
-
-@pytest.mark.parametrize("case, kept_in_record", [
-    ("current", True), ("protected-by-a-snapshot", True), ("not-fetched-by-the-role", True),
-    ("changed-since-recorded", False)])
-def test_prune_never_removes(www, server, host, case, kept_in_record):
-    """A is the oldest model and keep is 1; only its record may go, and only when its file changed."""
-    three = fetch_three(www, server, host, a_there=case == "not-fetched-by-the-role")
-    a = three["A"][0]
-    if case == "changed-since-recorded":
-        with open(a, "ab") as f:
-            f.write(b"\0")
-    a_before = state(host.models)["A.gguf"]
-
-    removed = prune(str(host.record), a if case == "current" else three["C"][0], 1,
-                    [a] if case == "protected-by-a-snapshot" else [])
-
-    assert a not in removed and three["B"][0] in removed
-    assert state(host.models)["A.gguf"] == a_before
-    record = host.read_record()
-    assert (a in record["files"], a in [m["path"] for m in record["models"]]) == (kept_in_record, kept_in_record)
-
-
-CPU = {"topology": "cpu", "pattern": "", "device_overrides": [], "gpu_devices": [], "tensor_split": ""}
-
-
-def role_snapshot(rollback, model_path, config_hash, inside=None, **values):
-    """Keep as the last snapshot the ``.env`` and compose file the role renders for ``model_path`` (``inside``:
-    the ``.env``'s LLM_MODEL_PATH changed to that)."""
-    s = deploy_settings(model_path, **values)
-    env = render_env(env_values(s, CPU), config_hash)
-    if inside:
-        env = env.replace("LLM_MODEL_PATH='%s'" % s["container_model_path"], "LLM_MODEL_PATH='%s'" % inside)
-    save_snapshot(rollback, {".env": env.encode(), s["compose_file"]: render_compose(s, CPU, "podman").encode()},
-                  config_hash)
-
-
-def test_snapshot_models_are_the_host_paths_of_the_models_the_kept_snapshots_run(tmp_path):
-    rollback = str(tmp_path / ".rollback")
-    assert snapshot_models(rollback) == []
-    role_snapshot(rollback, "/srv/mo dels/sub/a-00001-of-00002.gguf", "h1", llm_server_model_mount="/data")
-    role_snapshot(rollback, "/srv/models/b.gguf", "h2")
-    assert snapshot_models(rollback) == ["/srv/models/b.gguf", "/srv/mo dels/sub/a-00001-of-00002.gguf"]
-
-    role_snapshot(rollback, "/srv/models/c.gguf", "h3", inside="/models2/c.gguf")  # not under the mount /models
-    assert snapshot_models(rollback) == ["/srv/models/b.gguf"]

@@ -11,12 +11,13 @@ import struct
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_inspection import describe
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import MAX_BLOCKS
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.error import GGUFError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
 
 from tests.helpers import gguf_layouts as H
 
@@ -36,7 +37,7 @@ def check_layout(layout, files):
     assert "," not in pattern and "=" not in pattern
     assert result["tensor_bytes"] == layout.total_bytes == sum(result["bytes"].values())
     assert result["bytes"]["routed_experts"] == sum(
-        H.gguf_models.tensor_nbytes(ne, q) for n, ne, q in layout.tensors if n in set(layout.experts))
+        H.gguf_writer.tensor_nbytes(ne, q) for n, ne, q in layout.tensors if n in set(layout.experts))
     assert result["block_count"] == layout.blocks
     kinds = result["layer_kinds"]
     assert {b: {k for k in kinds if b in kinds[k]} for b in range(layout.blocks)} == layout.kinds

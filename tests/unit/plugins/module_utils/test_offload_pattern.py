@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import block_index
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_pattern import (
     _candidates,
     _derived_candidates,
@@ -31,6 +30,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_syntax
     pattern_problem,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._tensor_classes import classify_model, classify_tensor
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
 from tests.helpers.tensor_names import (
     ARCH_SUFFIXES,
     full,

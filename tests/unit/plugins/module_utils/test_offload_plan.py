@@ -11,14 +11,11 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._pattern_check 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._speed_model import speed_terms
 from tests.helpers.plans import (
     SIZING, cuda_gpu, exact_moe, gemma_summary, gpu, host_expert_mib, moved_by, need, plan_gpu, refusal, sizer)
 
 NOT_A_COUNT = "cpu_expert_layers must be a count from 0 to 3 (the MoE blocks) or a list of block indices, got %r"
 KNOWN = "llama-server knows bf16, f16, f32, iq4_nl, q4_0, q4_1, q5_0, q5_1, q8_0"
-SHARES = "split must give one share >= 0 per GPU (2 GPUs), got %r"
-TWO = [plan_gpu(1, 0), plan_gpu(1, 1)]
 
 
 @pytest.mark.parametrize("free, ctx, parallel", [(24148, 32768, 2), (15746, 65536, 1), (11804, 32768, 4),
@@ -75,28 +72,6 @@ def test_auto_moves_the_fewest_lowest_blocks_that_make_the_gpu_fit(moe, fits_wit
     assert result["cpu_expert_layers"] == moved and result["n_cpu_moe"] == n_cpu_moe
     if not less:
         assert result["memory"]["gpus"][0]["free_after_mib"] == 0.0
-
-
-def test_fits_is_free_after_at_least_zero_on_every_gpu_and_the_host_and_free_after_free_minus_total(moe):
-    fits = op._Sizer.gpu_fits  # pylint: disable=protected-access
-    assert fits({"gpus": [{"free_after": 0}, {"free_after": 5}]}) is True
-    assert fits({"gpus": [{"free_after": 5}, {"free_after": -1}]}) is False
-    assert fits({"gpus": []}) is True
-    host_fits = op._Sizer.host_fits  # pylint: disable=protected-access
-    assert [host_fits({"host": {"free_after": v}}) for v in (None, 0, 1, -1)] == [True, True, True, False]
-    # On the GPU and on the host; block 0 holds no routed experts, so naming it moves nothing.
-    result = sizer(moe, need(moe, [2]) / common.MIB + 3).estimate([2])
-    assert result["gpus"][0]["free_after"] == 3 * common.MIB and result["gpus"][0]["free_after_mib"] == 3.0
-    host_total = sizer(moe, 100000).estimate([1, 2, 3])["host"]["total"]
-    for short, fits in ((0, True), (1, False)):
-        host = sizer(moe, 100000, (host_total - short) / common.MIB)
-        result = host.estimate([1, 2, 3])
-        assert result["host"]["free_after"] == -short and host.fits(result) is fits
-        assert result["host"]["available_mib"] == (host_total - short) / common.MIB
-    unchecked = sizer(moe, 100000).estimate([])
-    assert unchecked["host"]["free_after"] is None and unchecked["host"]["free_after_mib"] is None
-    assert unchecked["host"]["available_mib"] is None
-    assert sizer(moe, 100).estimate([0], {0: 0}) == sizer(moe, 100).estimate([])
 
 
 def test_mode_none_keeps_every_expert_on_the_gpu_even_when_it_does_not_fit(moe):
@@ -215,33 +190,6 @@ def test_device_names_must_be_one_plain_name_per_gpu(names):
         op._device_names(gpus, "cuda", names)  # pylint: disable=protected-access
     assert str(info.value) == "device_names must give one name (without ',') per GPU of the plan (2), got %r" % (
         names,)
-
-
-def test_placements_in_the_order_they_are_preferred():
-    placements = op._placements  # pylint: disable=protected-access
-    a, b = plan_gpu(1000, 0), plan_gpu(3000, 1)
-    assert placements([], None, None) == [("cpu", [], None)]
-    assert placements([a], None, None) == [("single", [a], None)]
-    assert placements([a, b], None, None) == [("single", [b], None), ("split", [a, b], [1000, 3000])]
-    assert placements([a, b], None, "none") == [("single", [b], None)]
-    assert placements([a, b], None, "auto") == [("split", [a, b], [1000, 3000])]
-    assert placements([a, b], None, [1, 0]) == [("split", [a, b], [1, 0])]
-    assert placements([a, b], 0, None) == [("single", [a], None)]
-    assert placements([a, b], 0, "none") == [("single", [a], None)]
-
-
-@pytest.mark.parametrize("gpus, index, split, message", [
-    ([], 0, None, "gpu_index 0 is not among the GPUs (none: a CPU host)"),
-    ([plan_gpu(1, 0), plan_gpu(1, 2)], 1, None, "gpu_index 1 is not among the GPUs (0, 2)"),
-    (TWO, 0, "auto", "give either gpu_index (serve from one GPU) or split (spread over all), not both"),
-    (TWO, None, [1], SHARES % [1]), (TWO, None, [1, -1], SHARES % [1, -1]), (TWO, None, [0, 0], SHARES % [0, 0]),
-    (TWO, None, [True, 1], SHARES % [True, 1]),
-    (TWO, None, "even", "split must be auto, none or a list of shares, got 'even'"),
-])
-def test_placement_errors(gpus, index, split, message):
-    with pytest.raises(PlanError) as info:
-        op._placements(gpus, index, split)  # pylint: disable=protected-access
-    assert str(info.value) == message
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -427,45 +375,6 @@ def test_the_host_s_bandwidth_comes_from_host_info_or_a_calibration_and_changes_
     assert difference == pytest.approx(host_bytes * (1 / 10e9 - 1 / 20e9), rel=2e-3)
     with pytest.raises(PlanError, match="calibration has unknown key"):
         plan(moe, [gpu(100)], host, Options(4096, calibration={"bandwidth": 1}, **SIZING))
-
-
-def test_a_calibration_from_a_measured_speed_gives_back_the_host_bandwidth_it_was_measured_at(moe):
-    """A speed made from a host of 25 GB/s at the speed check's shape (64 prompt tokens, 32 generated: the cache
-    holds 64 + 16 tokens on average): ``calibration`` solves 25 GB/s, and the next plan with it is calibrated."""
-    options = Options(4096, mode="all", **SIZING)
-    answer = plan(moe, [gpu(100, name="NVIDIA H200")], None, options)
-    cpu = [n for b in (1, 2, 3) for n in moe.expert_tensors_by_block[b]]
-    terms = speed_terms(moe, options, cpu, None, 1, None, 64 + 16, 64)
-    rate = 1 / (terms.decode_gpu_bytes[0] / 4800e9 + terms.decode_host_bytes / 25e9 + terms.decode_splits * 100e-6)
-    solved = op.calibration(moe, answer, options, {"decode_tokens_per_second": rate, "prompt_tokens": 64,
-                                                   "predicted_tokens": 32, "prompt_tokens_per_second": 900.0})
-    assert solved["host_bytes_per_second"] == pytest.approx(25e9, rel=1e-6) and "split_seconds" not in solved
-    assert solved["measured"]["cpu_expert_layers"] == [1, 2, 3] and solved["measured"]["prompt_tokens"] == 64
-    again = plan(moe, [gpu(100, name="NVIDIA H200")], None, Options(4096, mode="all", calibration=solved, **SIZING))
-    assert again["speed"]["calibrated"] is True and "(calibrated)" in again["speed"]["from"]
-    with pytest.raises(PlanError, match="cannot calibrate"):
-        op.calibration(moe, answer, options, {"decode_tokens_per_second": 1e9, "prompt_tokens": 64,
-                                              "predicted_tokens": 32})
-
-
-def test_a_calibration_from_two_placements_that_differ_in_splits_gives_back_the_split_cost_too(moe):
-    """Speeds made from 25 GB/s and 300 us a split: every block's experts in host memory (10 splits) and none
-    (4 splits), each at its own terms; ``calibration`` with the second as ``more`` solves both figures."""
-    gpus = [gpu(100, name="NVIDIA H200")]
-    every, none = Options(4096, mode="all", **SIZING), Options(4096, mode="none", **SIZING)
-    measured = []
-    for options in (every, none):
-        answer = plan(moe, gpus, None, options)
-        terms, _names = op.answer_terms(moe, answer, options, 64 + 16, 64)
-        rate = 1 / (terms.decode_gpu_bytes[0] / 4800e9 + terms.decode_host_bytes / 25e9 + terms.decode_splits * 300e-6)
-        measured.append((answer, options, {"decode_tokens_per_second": rate, "prompt_tokens": 64,
-                                           "predicted_tokens": 32}))
-        assert terms.decode_splits == (10 if options is every else 4)
-    solved = op.calibration(moe, *measured[0], more=measured[1:])
-    assert solved["host_bytes_per_second"] == pytest.approx(25e9, rel=1e-6)
-    assert solved["split_seconds"] == pytest.approx(300e-6, rel=1e-6) and solved["measured"]["placements"] == 2
-    with pytest.raises(PlanError, match="degenerate"):
-        op.calibration(moe, *measured[0], more=measured[:1])
 
 
 def test_goal_speed_keeps_fewer_layers_on_the_gpu_when_the_whole_dense_model_does_not_fit():

@@ -7,9 +7,9 @@ import os
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _plan_inputs as pin
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_inspection import describe
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
 from tools import gguf_models
 from tests.helpers.plans import gpu
 

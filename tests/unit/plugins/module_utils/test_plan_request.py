@@ -6,8 +6,7 @@ import pytest
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_inspection import describe
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_request import (
     ARGUMENT_SPEC,
     FAILURE_KEYS,
@@ -15,6 +14,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_request i
     model_in_hand,
     run,
 )
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
 from tools import gguf_models
 
 A5500 = {"name": "NVIDIA RTX A5500", "memory_total_mib": 24564, "memory_free_mib": 24148}

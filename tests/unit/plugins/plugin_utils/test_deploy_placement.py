@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_placement import (
-    PlacementRefused, missing_gpus, place)
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_inspection import describe
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._offload_plan import plan
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_inputs import PlanError, load_facts
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._plan_options import Options
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_placement import (
+    PlacementRefused, missing_gpus, place)
 from tests.helpers.deploy_settings import EXPERTS, demo_model, settings
 from tools.gguf_models import write_nemotron_nano_30b
 

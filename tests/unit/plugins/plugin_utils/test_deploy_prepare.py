@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import describe
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_inspection import describe
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import (
     Refused, calibration_of, check_requirement, fetch_args, fetch_line, fetch_summary, make_plan, plan_args, prepare,
     service_args, stored_cuda_context)

@@ -1,4 +1,4 @@
-"""The GGUF value reader (plugins/module_utils/_gguf_values.py): scalars, strings and (nested) arrays, which are
+"""The GGUF value reader (plugins/module_utils/gguf/values.py): scalars, strings and (nested) arrays, which are
 kept and which skipped, the bounds that come before any count, length or depth from the file is trusted, and the
 buffered reading beneath them.
 
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import errno
 import os
-from pathlib import Path
 
 import gguf
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _gguf_values as values
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_gguf
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values import GGUFError, SkippedArray
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf import values
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.error import GGUFError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.header import read_gguf
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.values import SkippedArray
 from tests.helpers.gguf_files import (
     ARRAY, BOOL, F32, F32V, F64, I8, I16, I32, I64, MIB, SCALARS, STRING, U8, U16, U32, U64, Gguf, expect_error,
     memory_below, model_file, opened, sparse, write)
@@ -28,13 +28,6 @@ G = Gguf()
 
 
 # --------------------------------------------------------------------------- the result types
-
-
-def test_gguf_error_keeps_path_offset_and_reason_as_text_int_text():
-    err = GGUFError(Path("/models/m.gguf"), "12", 404)
-    assert (err.path, err.offset, err.reason) == ("/models/m.gguf", 12, "404")
-    assert err.args == ("/models/m.gguf", 12, "404")
-    assert str(err) == "/models/m.gguf: at byte 12: 404"
 
 
 def test_skipped_array_names_its_item_type_and_has_its_count_as_length():

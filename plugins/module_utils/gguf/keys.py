@@ -4,7 +4,7 @@
 """The GGUF metadata keys this collection reads, one table, named as gguf-py names them.
 
 Names and values are those of llama.cpp's gguf-py, ``gguf/constants.py`` class ``Keys`` (the same strings as
-``src/llama-arch.cpp`` ``LLM_KV_NAMES``); ``tests/unit/plugins/module_utils/test_gguf_keys.py`` checks every one
+``src/llama-arch.cpp`` ``LLM_KV_NAMES``); ``tests/unit/plugins/module_utils/gguf/test_keys.py`` checks every one
 against the installed gguf-py. Per-architecture keys are format strings with an ``{arch}`` field:
 ``arch_key(LLM.BLOCK_COUNT, "qwen3moe")`` is ``"qwen3moe.block_count"``. Standard library only (this file runs on
 the target hosts)."""

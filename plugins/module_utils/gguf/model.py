@@ -7,8 +7,8 @@ Standard library only; runs on target hosts (Python >= 3.9).
 
 Split models are named ``<base>-NNNNN-of-MMMMM.gguf`` (1-based), as llama.cpp's gguf-split writes them: each
 shard is a whole GGUF file with ``split.no`` (0-based) and ``split.count``; the first holds the model's keys and
-``split.tensors.count``. Each file's header is read by ``_gguf_header.read_gguf`` (its values by
-``_gguf_values``); every malformed input raises ``GGUFError(path, offset, reason)``, never another exception type.
+``split.tensors.count``. Each file's header is read by ``header.read_gguf`` (its values by
+``values``); every malformed input raises ``GGUFError(path, offset, reason)``, never another exception type.
 """
 
 from __future__ import annotations
@@ -18,15 +18,10 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_header import read_gguf
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_keys import General, Split
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values import (
-    INT_TYPES,
-    VALUE_TYPE_NAMES,
-    GGUFError,
-)
-
-__all__ = ["GGUFError", "GGUFModel", "read_gguf", "find_split_files", "read_model", "split_name", "shard_name"]
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.error import GGUFError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.header import read_gguf
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.keys import General, Split
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.values import INT_TYPES, VALUE_TYPE_NAMES
 
 _SPLIT_RE = re.compile(r"^(?P<base>.+)-(?P<no>[0-9]{5,})-of-(?P<count>[0-9]{5,})\.gguf$")
 

@@ -1,4 +1,4 @@
-"""The header of one GGUF file (plugins/module_utils/_gguf_header.py), on files assembled byte by byte and on
+"""The header of one GGUF file (plugins/module_utils/gguf/header.py), on files assembled byte by byte and on
 files written by gguf-py (cross-checked against gguf-py's ``GGUFReader``).
 
 What a valid header is and what is refused follows llama.cpp's ggml/src/gguf.cpp ``gguf_init_from_file_impl``:
@@ -28,12 +28,12 @@ from unittest import mock
 import gguf
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _gguf_header as header
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _gguf_values as values
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import REMOVED_TYPE_NAMES
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import read_model
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_header import GGUFFile, TensorInfo, read_gguf
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values import GGUFError, SkippedArray
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf import header, values
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.error import GGUFError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.header import GGUFFile, TensorInfo, read_gguf
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.types import REMOVED_TYPE_NAMES
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.values import SkippedArray
 from tests.helpers.gguf_files import (
     ALL_SCALARS, BIG_ARRAYS, F32, I32, Q8_0, SMALL_ARRAYS, SOME_TENSORS, STRING, U8, U16, U32, U64, VT, Gguf,
     cross_check, expect_error, field_offsets, memory_below, model_file, pad, patch, sparse, write, write_gguf)

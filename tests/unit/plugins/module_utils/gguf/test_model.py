@@ -1,4 +1,4 @@
-"""A GGUF model (plugins/module_utils/_gguf.py): one file, or every shard of a split model as llama.cpp's
+"""A GGUF model (plugins/module_utils/gguf/model.py): one file, or every shard of a split model as llama.cpp's
 gguf-split writes them (``<base>-NNNNN-of-MMMMM.gguf``, 1-based; ``split.no`` 0-based and ``split.count`` in each
 shard, ``split.tensors.count`` and the model's keys in the first: llama.cpp's examples/gguf-split/gguf-split.cpp and
 src/llama-model-loader.cpp); and property tests of the whole reader.
@@ -15,11 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import GGML_TYPES
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import (
-    GGUFError, GGUFModel, find_split_files, read_gguf, read_model)
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_header import GGUFFile
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values import (
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.error import GGUFError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.header import GGUFFile, read_gguf
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import (
+    GGUFModel, find_split_files, read_model)
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.types import GGML_TYPES
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.values import (
     KEEP_LISTS, KEEP_NUMBERS, SkippedArray)
 from tests.helpers.gguf_files import (
     ALL_SCALARS, ARRAY, BIG_ARRAYS, BOOL, F32V, F64, I32, I64, SCALARS, SMALL_ARRAYS, SOME_TENSORS, STRING, U8, U16,

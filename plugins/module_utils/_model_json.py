@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to ai_llm.moe_offload
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A compact, JSON-safe summary of a GGUF model, so that a model is read once and passed on.
+"""A model as JSON: a compact summary of its GGUF header, so that a model is read once and passed on.
 
 Standard library only: this runs on target hosts (Python >= 3.9).
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_keys import General, Tokenizer, arch_prefix
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.keys import General, Tokenizer, arch_prefix
 
 SUMMARY_VERSION = 1
 _NUMBER = (int, float)
@@ -58,7 +58,7 @@ def _plain(value):
 
 
 def summarize(model):
-    """The summary of a ``_gguf.GGUFModel``: a dict of JSON types only."""
+    """The summary of a ``gguf.model.GGUFModel``: a dict of JSON types only."""
     arch = model.architecture or ""
     metadata = dict((key, _plain(value)) for key, value in model.metadata.items()
                     if key == General.ARCHITECTURE or (arch and key.startswith(arch_prefix(arch))))

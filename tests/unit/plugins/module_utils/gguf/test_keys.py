@@ -5,15 +5,15 @@ from __future__ import annotations
 import gguf
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _gguf_keys
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_keys import LLM, TABLE, arch_key, arch_prefix
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf import keys
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.keys import LLM, TABLE, arch_key, arch_prefix
 
 KEYS = [(cls, name) for cls in TABLE for name in vars(cls) if name.isupper()]
 
 
 def test_the_table_lists_each_of_its_classes_and_no_key_twice():
     assert sorted(c.__name__ for c in TABLE) == sorted(
-        n for n, v in vars(_gguf_keys).items() if isinstance(v, type) and v.__module__ == _gguf_keys.__name__)
+        n for n, v in vars(keys).items() if isinstance(v, type) and v.__module__ == keys.__name__)
     values = [getattr(cls, name) for cls, name in KEYS]
     assert len(values) == len(set(values))
 

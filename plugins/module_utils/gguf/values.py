@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Bounded reading of GGUF values from one file: scalars, strings and (nested) arrays, never tensor data.
 
-Standard library only; runs on target hosts (Python >= 3.9). ``_gguf`` reads a file's header with it.
+Standard library only; runs on target hosts (Python >= 3.9). ``header`` reads a file's header with it.
 
 Numeric arrays of up to ``KEEP_NUMBERS`` elements (per-layer arrays such as ``head_count_kv``) and string or
 nested arrays of up to ``KEEP_LISTS`` elements are returned as lists; longer arrays (``tokenizer.ggml.tokens``,
@@ -27,6 +27,8 @@ import os
 import re
 import struct
 from dataclasses import dataclass
+
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.error import GGUFError
 
 MAX_DEPTH = 8                  # nesting depth of arrays (arrays of arrays of ...)
 KEEP_NUMBERS = 4096            # numeric/bool arrays up to this many elements are kept as lists
@@ -65,19 +67,6 @@ _EMPTY_STRING_BYTES = 8
 _EMPTY_ARRAY_BYTES = 12
 _ZEROS = re.compile(b"\0+")
 _SEEK_DATA = getattr(os, "SEEK_DATA", None)
-
-
-class GGUFError(Exception):
-    """A GGUF file that cannot be read: ``str()`` is ``"<path>: at byte <offset>: <reason>"``."""
-
-    def __init__(self, path, offset, reason):
-        self.path = str(path)
-        self.offset = int(offset)
-        self.reason = str(reason)
-        super().__init__(self.path, self.offset, self.reason)
-
-    def __str__(self):
-        return f"{self.path}: at byte {self.offset}: {self.reason}"
 
 
 @dataclass(frozen=True)

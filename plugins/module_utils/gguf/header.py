@@ -6,7 +6,7 @@
 Standard library only; runs on target hosts (Python >= 3.9).
 
 What it reads: GGUF v2 and v3, little- and big-endian (v3 has no marker: a version whose low 16 bits
-are zero means the file is byte-swapped), the metadata (its values through ``_gguf_values``), the tensor
+are zero means the file is byte-swapped), the metadata (its values through ``values``), the tensor
 infos and ``general.alignment``. Every malformed input raises ``GGUFError(path, offset, reason)``, never another
 exception type.
 
@@ -16,7 +16,7 @@ Choices (documented for the users of this reader), as llama.cpp's ggml/src/gguf.
   errors (llama.cpp refuses them too);
 * ``n_dims`` may be 0..4; an unknown ggml type id gives ``type_name`` ``"unknown(N)"``, ``nbytes``
   ``None`` and a "size unknown" warning (newer ggml builds add types); an id that ggml removed
-  (``_ggml.REMOVED_TYPE_IDS``, such as 4, Q4_2) is an error, as llama.cpp's loader refuses it; ``ne0`` that is
+  (``types.REMOVED_TYPE_IDS``, such as 4, Q4_2) is an error, as llama.cpp's loader refuses it; ``ne0`` that is
   not a multiple of the type's block size is an error;
 * tensor offsets must be multiples of the alignment, lie (with their bytes) inside the file and not overlap
   (gaps are allowed).
@@ -30,7 +30,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import (
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.types import (
     GGML_MAX_DIMS,
     GGML_MAX_NAME,
     GGML_TYPES,
@@ -39,11 +39,11 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._ggml import (
     tensor_nbytes,
     type_name,
 )
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_keys import General
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf_values import (
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.error import GGUFError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.keys import General
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.values import (
     GGUF_TYPE_UINT32,
     VALUE_TYPE_NAMES,
-    GGUFError,
     ValueReader,
 )
 

@@ -8,8 +8,8 @@ import json
 import gguf
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _gguf
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_summary as ms
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils import _model_json as ms
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
 from tools.gguf_models import write_tiny_nemotron_h_moe, write_tiny_qwen3moe
 
 WRITERS = {"qwen3moe": write_tiny_qwen3moe, "nemotron_h_moe": write_tiny_nemotron_h_moe}
@@ -26,7 +26,7 @@ def truth(path):
 @pytest.fixture(scope="module", params=sorted(WRITERS))
 def model(request, tmp_path_factory):
     path = WRITERS[request.param](str(tmp_path_factory.mktemp("summary") / "model.gguf"))
-    return request.param, path, _gguf.read_model(path)
+    return request.param, path, read_model(path)
 
 
 def test_the_summary_is_the_arch_metadata_and_every_tensor_and_reads_back_unchanged(model):
@@ -108,6 +108,6 @@ def test_a_file_without_an_architecture_has_an_empty_one(tmp_path):
     assert data.count(b"general.architecture") == 1
     with open(path, "wb") as handle:
         handle.write(data.replace(b"general.architecture", b"general.architecturX"))
-    summary = ms.summarize(_gguf.read_model(path))
+    summary = ms.summarize(read_model(path))
     assert summary["architecture"] == ""
     assert summary["metadata"] == {"tokenizer.ggml.tokens": {"count": 512}}

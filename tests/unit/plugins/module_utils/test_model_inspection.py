@@ -1,12 +1,13 @@
-"""What gguf_info reports for a path (plugins/module_utils/_model_report.report), which llm_server_service_info
+"""What gguf_info reports for a path (plugins/module_utils/_model_inspection.report), which llm_server_service_info
 runs in the same call: the same result as the model read and described, and one message per way a path is not a
 readable model (the file named)."""
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._gguf import GGUFError, read_model
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_report import ReportError, describe, report
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_inspection import ReportError, describe, report
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.error import GGUFError
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
 from tools.gguf_models import write_demo_model
 
 
