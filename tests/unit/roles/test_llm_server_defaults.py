@@ -4,6 +4,8 @@ compared as written), and the role's check reads that file (plugins/plugin_utils
 default of its own."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -59,7 +61,7 @@ def test_the_role_defaults_as_check_settings_gives_them_and_the_templated_ones_f
         "project_dir": "/srv/ai-llm", "compose_file": "docker-compose.prod.yml", "compose_project": "ai-llm",
         "compose_command": [], "service_name": "ai-llm", "container_name": "ai-llm", "image": "localhost/ai-llm:cuda",
         "restart_policy": "unless-stopped", "network_mode": "", "gpu_access": "auto", "bind_address": "127.0.0.1", "port": 8080,
-        "container_port": 8080, "log_max_size": "50m", "log_max_file": 3, "log_verbosity": 4, "extra_args": [],
+        "container_port": 8080, "log_max_size": "50m", "log_max_file": 3, "log_verbosity": 4, "extra_args": [], "compose_template": "",
         "api_key_set": False, "allow_unauthenticated": False, "model_path": "/srv/models/x.gguf",
         "model_dir": "/srv/models", "model_mount": "/models", "container_model_path": "/models/x.gguf",
         "model_url": [], "model_sha256": [], "model_keep": 2,
@@ -84,3 +86,13 @@ def test_the_role_defaults_as_check_settings_gives_them_and_the_templated_ones_f
     s = check_settings(role_values(llm_server_model_path="/data/gguf/m.gguf", llm_server_project_dir="/opt/llm-2"))
     assert (s.project_dir, s.compose_project, s.rollback_dir, s.model_dir) == (
         "/opt/llm-2", "llm-2", "/opt/llm-2/.rollback", "/data/gguf")
+
+
+def test_the_start_command_s_defaults_are_the_roles():
+    """A compose file without the role's .env (the image run by hand) starts llama-server as the role's defaults do."""
+    script = (ROLE.parents[1] / "images" / "ai-llm" / "start-llama-server").read_text(encoding="utf-8")
+    defaults = dict(re.findall(r'"\$\{([A-Z_]+):-([^}]*)\}"', script))
+    assert defaults["CTX_SIZE"] == str(ROLE_DEFAULTS["llm_server_ctx_size"])
+    assert defaults["PARALLEL"] == str(ROLE_DEFAULTS["llm_server_parallel"])
+    assert defaults["N_GPU_LAYERS"] == str(ROLE_DEFAULTS["llm_server_n_gpu_layers"])
+    assert defaults["LLAMA_PORT"] == str(ROLE_DEFAULTS["llm_server_port"])
