@@ -13,9 +13,11 @@ from tests.helpers.llm_deploy import local_deploy, result
 
 
 def task_result(output, name):
-    """The JSON result ``ansible-playbook -v`` prints for the role's task called ``name``."""
-    chunk = re.split(r"^TASK \[ai_llm\.moe_offload\.llm_server : %s\]" % re.escape(name), output,
-                     flags=re.MULTILINE)[-1]
+    """The JSON result ``ansible-playbook -v`` prints for the role's task (or handler's task) called ``name``."""
+    chunks = re.split(r"^(?:TASK|RUNNING HANDLER) \[ai_llm\.moe_offload\.llm_server : %s\]" % re.escape(name), output,
+                      flags=re.MULTILINE)
+    assert len(chunks) > 1, "no task %r in:\n%s" % (name, output[-5000:])
+    chunk = chunks[-1]
     match = re.search(r"^ok: \[localhost\] => ", chunk, re.MULTILINE)
     assert match, output[-5000:]
     return json.JSONDecoder().raw_decode(chunk[match.end():].lstrip())[0]
