@@ -296,8 +296,9 @@ def test_a_hand_edit_of_what_compose_reads_is_restored_and_recreated_with_the_sa
     edit("compose", lambda text: text.replace('"unless-stopped"', '"always"'))(settings)
     config = desired(settings)
     assert config == dict(kept(digest), files=["compose"], compose_changed=True)
-    assert decide(serving(settings, digest), config) == {"recreate": True, "verify": True, "wait": True,
-                                       "reason": "the configuration changed (the compose file): ai-llm is recreated"}
+    assert decide(serving(settings, digest), config) == {
+        "recreate": True, "verify": True, "wait": True,
+        "reason": "the configuration changed (the compose file): ai-llm is recreated"}
 
 
 def test_a_directory_without_the_role_s_block_is_the_first_deploy(tmp_path, project):
