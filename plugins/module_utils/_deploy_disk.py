@@ -66,8 +66,9 @@ def read_disk(project_dir, compose_file, rollback_dir, lock_path=None, model_dir
     disk = {
         "env_config_hash": parse_env(env_text).get(HASH_KEY) if env else None,
         "env_block": block or None,
-        # the rest of .env is as the role's template leaves it (one block, no key of the role outside it, LF ends)
-        "env_settled": bool(block) and env_text == merge_env(env_text, block)[0],
+        # the rest of .env is as the role's template leaves it (one block, no key of the role outside it, LF ends,
+        # UTF-8: the template writes text)
+        "env_settled": bool(block) and env_text.encode("utf-8") == env and env_text == merge_env(env_text, block)[0],
         "compose_exists": os.path.isfile(os.path.join(project_dir, compose_file)),
         "compose_sha256": sha256_hex(compose),
         "compose_body_sha256": sha256_hex(compose_body(compose.decode("utf-8", "replace")).encode("utf-8"))

@@ -1,49 +1,74 @@
 """A deploy that changes nothing skips the lock and the writes: the controller proves, from one read of the host
-(llm_server_service_info), that the files on disk are those llm_server_config would write. That proof must agree
-with the module itself: here the real modules (through Ansible) write the API key file, .env and the compose file,
-then every way the files can differ from the configuration is made on disk, and each time the controller's proof
-refuses while llm_server_config (in check mode) sees a change.
+(llm_server_service_info), that the files on disk are those the run writes (``desired_config``). That proof must
+agree with the writer itself, the role's tasks/files.yml (ansible.builtin.copy and ansible.builtin.template): here
+those tasks write the API key file, .env and the compose file, then each way the files can differ is made on disk
+(or another configuration is asked for), and each time ``desired_config`` names a file to write exactly when the
+role's task that writes it reports a change in check mode; what compose reads of the compose file, and the keys of
+.env's block, change as the restart rule says.
+
+Run under the podman lock: ``flock /tmp/ai-llm-podman.lock python -m pytest tests/integration/test_role_unchanged_proof.py``.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
-from pathlib import Path
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_decision import unchanged
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk import written_config
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_variables import check_settings
-from tests.helpers.deploy_hosts import proved
-from tests.helpers.llm_deploy import write_api_key
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from tests.helpers.deploy_hosts import desired, proved
+from tests.helpers.role_files import write_files
 from tests.helpers.role_vars import role_values
 from tools.gguf_models import write_demo_model
 
 pytestmark = pytest.mark.skipif(not shutil.which("podman") or not shutil.which("podman-compose"),
-                                reason="needs podman and podman-compose")
+                                reason="needs podman and podman-compose (the compose tool checks .env when it is written)")
 
 KEY = "sk-unchanged-0001"
 PLACEMENT = {"pattern": r"blk\.(1|4)\.ffn_(up|down)_exps\.weight$", "device_overrides": [], "topology": "cpu"}
+# The tasks of tasks/files.yml that write, by what desired_config says of them.
+TASKS = {"secrets_dir": "Make the project directory", "api_key": "the API key file", "env": "Write .env",
+         "compose": "Write the compose file"}
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """The files as the role's tasks write them, and a copy of the project directory to put back before each case."""
+    tmp = tmp_path_factory.mktemp("unchanged")
+    models = tmp / "models"
+    models.mkdir()
+    model = write_demo_model(str(models / "demo.gguf"))
+    settings = check_settings(role_values({"llm_server_project_dir": str(tmp / "ai-llm"),
+                                           "llm_server_model_path": model, "llm_server_image": "localhost/ai-llm:cpu",
+                                           "llm_server_ctx_size": 512}), api_key=KEY).as_dict()
+    proc, given = write_files(settings, PLACEMENT, api_key=KEY)
+    assert proc.returncode == 0 and recap_changed(proc) > 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    shutil.copytree(settings["project_dir"], tmp / "pristine", symlinks=True)
+    return settings, given["config"]["config_hash"], tmp / "pristine"
 
 
 @pytest.fixture
-def project(tmp_path, ansible_module):
-    models = tmp_path / "models"
-    models.mkdir()
-    model = write_demo_model(str(models / "demo.gguf"))
-    settings = check_settings(role_values({"llm_server_project_dir": str(tmp_path / "ai-llm"),
-                                           "llm_server_model_path": model, "llm_server_image": "localhost/ai-llm:cpu",
-                                           "llm_server_ctx_size": 512}), api_key=KEY).as_dict()
-    key = write_api_key(ansible_module, settings, KEY)
-    config = write_config(ansible_module, settings)
-    assert not key["failed"] and not config["failed"] and config["changed"], config
-    return settings, config
+def project(written):
+    settings, digest, pristine = written
+    shutil.rmtree(settings["project_dir"])
+    shutil.copytree(pristine, settings["project_dir"], symlinks=True)
+    return settings, digest
 
 
-def write_config(ansible_module, settings, placement=None, check=False):
-    return ansible_module("llm_server_config", {"settings": settings, "placement": placement or PLACEMENT,
-                                                "compose_command": ["podman-compose"], "engine": "podman"}, check=check)
+def recap_changed(proc):
+    """``changed=N`` of the play recap."""
+    return int(re.search(r"^localhost\s*:.*\bchanged=(\d+)", proc.stdout, re.MULTILINE).group(1))
+
+
+def changed_tasks(proc):
+    """What the role's writing tasks report changed (``TASKS``' names), checked against the recap's count."""
+    blocks = proc.stdout.split("\nTASK [")[1:]
+    changed = [block.split("]", 1)[0] for block in blocks if re.search(r"^changed: \[localhost\]", block, re.MULTILINE)]
+    assert len(changed) == recap_changed(proc), proc.stdout[-4000:]
+    found = {name for name, task in TASKS.items() if any(task in block for block in changed)}
+    assert len(found) == len(changed), changed
+    return found
 
 
 def read(ansible_module, settings):
@@ -55,97 +80,65 @@ def read(ansible_module, settings):
     return result
 
 
-def test_the_proof_agrees_with_llm_server_config(ansible_module, project):
-    settings, config = project
-    disk = read(ansible_module, settings)["disk"]
-    assert written_config(disk, settings, PLACEMENT, KEY, "podman") == proved(config["config_hash"])
-    again = write_config(ansible_module, settings)
-    assert again["changed"] is False and again["config_hash"] == config["config_hash"]
-    # Another configuration or another key: the files are not those.
-    other = dict(PLACEMENT, pattern=r"blk\.1\.ffn_(up|down)_exps\.weight$")
-    assert written_config(disk, settings, other, KEY, "podman") is None
-    assert write_config(ansible_module, settings, other, check=True)["changed"] is True
-    assert written_config(disk, settings, PLACEMENT, KEY + "x", "podman") is None
-    assert written_config(disk, settings, PLACEMENT, "", "podman") is None
-    assert written_config(disk, dict(settings, ctx_size=1024), PLACEMENT, KEY, "podman") is None
+def edit(name, change):
+    """A damage: the file ``paths[name]`` rewritten by ``change`` (its bytes)."""
+    def damage(settings):
+        with open(settings["paths"][name], "rb") as f:
+            data = f.read()
+        assert change(data) != data
+        with open(settings["paths"][name], "wb") as f:
+            f.write(change(data))
+    return damage
 
 
-def test_files_that_differ_are_never_proved_unchanged(ansible_module, project):
-    """Each way the files can differ, made on disk one at a time (the files put back between): the proof refuses
-    and llm_server_config (check mode) sees a change."""
-    settings, _config = project
-    env, compose = settings["paths"]["env"], settings["paths"]["compose"]
-    kept = {path: Path(path).read_bytes() for path in (env, compose)}
-    text = kept[env].decode("utf-8")
-    damages = {
-        "stray_key": lambda: open(env, "a", encoding="utf-8").write("LLM_CTX_SIZE='4096'\n"),
-        "second_block": lambda: open(env, "a", encoding="utf-8").write(text),
-        "crlf": lambda: open(env, "w", encoding="utf-8", newline="").write(text.replace("\n", "\r\n")),
-        "compose_byte": lambda: open(compose, "a", encoding="utf-8").write(" "),
-        "no_env": lambda: os.unlink(env),
-        "no_compose": lambda: os.unlink(compose),
-    }
-    for damage, make in damages.items():
-        make()
-        disk = read(ansible_module, settings)["disk"]
-        assert written_config(disk, settings, PLACEMENT, KEY, "podman") is None, damage
-        assert write_config(ansible_module, settings, check=True)["changed"] is True, damage
-        for path, data in kept.items():
-            Path(path).write_bytes(data)
+def remove(name):
+    return lambda settings: os.unlink(settings["paths"][name])
 
 
-def test_leftovers_a_missing_secrets_dir_and_a_model_outside_are_not_proved(ansible_module, project, tmp_path):
-    settings, _config = project
-    leftover = os.path.join(settings["project_dir"], ".env.llm_server-tmp-abc123")
-    open(leftover, "w", encoding="utf-8").close()
-    assert written_config(read(ansible_module, settings)["disk"], settings, PLACEMENT, KEY, "podman") is None
-    os.unlink(leftover)
-    assert written_config(read(ansible_module, settings)["disk"], settings, PLACEMENT, KEY, "podman") is not None
-    # The model becomes a link out of the directory the container mounts: llm_server_config refuses it.
-    outside = tmp_path / "elsewhere.gguf"
-    os.replace(settings["model_path"], outside)
-    os.symlink(outside, settings["model_path"])
-    disk = read(ansible_module, settings)["disk"]
-    assert "outside llm_server_model_dir" in disk["model_outside_dir"]
-    assert written_config(disk, settings, PLACEMENT, KEY, "podman") is None
-    refused = write_config(ansible_module, settings)
-    assert refused["failed"] is True and refused["msg"] == disk["model_outside_dir"]
+def no_secrets(settings):
+    shutil.rmtree(settings["paths"]["secrets"])
 
 
-def test_a_run_has_nothing_to_do_only_when_everything_holds(ansible_module, project):
-    settings, config = project
-    digest = config["config_hash"]
+OTHER = dict(PLACEMENT, pattern=r"blk\.1\.ffn_(up|down)_exps\.weight$")
+
+
+@pytest.mark.parametrize("damage, run, found, compose_changed, keys", [
+    # the files as written; lines outside the block that stay as they are (a comment, bytes that are not UTF-8)
+    (None, {}, set(), False, []),
+    (edit("env", lambda data: data + b"# a note\n"), {}, set(), False, []),
+    # a line that is not UTF-8: the .env template rewrites it as text (U+FFFD for each byte), and read_disk asks for
+    # that write
+    (edit("env", lambda data: data + b"OTHER='\xff\xfe'\n"), {}, {"env"}, False, []),
+    # .env: a key of the block edited by hand, a key of the role outside the block, no .env
+    (edit("env", lambda data: data.replace(b"LLM_CTX_SIZE='512'", b"LLM_CTX_SIZE='513'")), {}, {"env"}, False,
+     ["LLM_CTX_SIZE"]),
+    (edit("env", lambda data: data + b"LLM_CTX_SIZE='4096'\n"), {}, {"env"}, False, []),
+    (remove("env"), {}, {"env"}, False, []),
+    # the compose file: what compose reads edited by hand, a comment only, no compose file
+    (edit("compose", lambda data: data.replace(b'"unless-stopped"', b'"always"')), {}, {"compose"}, True, []),
+    (edit("compose", lambda data: data.replace(b"services:", b"# a note\n\nservices:")), {}, {"compose"}, False, []),
+    (remove("compose"), {}, {"compose"}, True, []),
+    # the API key file: another key, no secrets directory (nor key file)
+    (edit("api_key", lambda data: b"sk-other\n"), {}, {"api_key"}, False, []),
+    (no_secrets, {}, {"secrets_dir", "api_key"}, False, []),
+    # another configuration: another placement, no API key
+    (None, {"placement": OTHER}, {"env"}, False, ["LLM_MOE_OFFLOAD_PATTERN"]),
+    (None, {"api_key": ""}, {"env", "api_key"}, False, []),
+])
+def test_the_proof_names_a_change_exactly_when_the_role_s_tasks_make_one(ansible_module, project, damage, run, found,
+                                                                         compose_changed, keys):
+    settings, digest = project
+    if damage:
+        damage(settings)
+    placement, key = run.get("placement", PLACEMENT), run.get("api_key", KEY)
     service = read(ansible_module, settings)
-    # What the host shows once the role has recreated, verified and kept this configuration.
-    service.update(container={"exists": True, "running": True, "status": "running", "config_hash": digest},
-                   health=200, auth={"checked": True, "enforced": True})
-    service["disk"].update(verification={"config_hash": digest, "status": "changed"}, snapshot_hash=digest)
-    settings = dict(settings, rollback=True, verify_always=False)
-    done = unchanged(service, settings, PLACEMENT, KEY)
-    assert done["unchanged"] is True and done["config"]["config_hash"] == digest
-    assert done["converge"] == {"recreate": False, "verify": False, "wait": False, "reason": ""}
-
-    def without(**changes):
-        changed = dict(service, **{k: v for k, v in changes.items() if k != "disk"})
-        changed["disk"] = dict(service["disk"], **changes.get("disk", {}))
-        return unchanged(changed, settings, PLACEMENT, KEY)
-
-    assert without(disk={"lock_file": True})["reason"] == "the project directory's lock file exists"
-    assert "runs configuration" in without(container=dict(service["container"], config_hash="0" * 64))["reason"]
-    assert "exited" in without(container={"exists": True, "running": False, "status": "exited"})["reason"]
-    assert "never verified" in without(disk={"verification": {"config_hash": digest, "status": "failed"}})["reason"]
-    assert "/health answers 503" in without(health=503)["reason"]
-    assert "not in force" in without(auth={"checked": True, "enforced": False})["reason"]
-    assert without(disk={"snapshot_hash": None})["reason"] == "the last snapshot is not this configuration"
-    assert unchanged(service, dict(settings, rollback=False), PLACEMENT, KEY)["unchanged"] is True
-    assert unchanged(service, dict(settings, verify_always=True), PLACEMENT, KEY)["unchanged"] is False
-    assert "not those" in unchanged(service, settings, PLACEMENT, "")["reason"]
-
-
-def test_bytes_that_are_not_utf8_outside_the_block_change_nothing_for_either(ansible_module, project):
-    settings, config = project
-    with open(settings["paths"]["env"], "ab") as f:
-        f.write(b"OTHER='\xff\xfe'\n")
-    disk = read(ansible_module, settings)["disk"]
-    assert written_config(disk, settings, PLACEMENT, KEY, "podman")["config_hash"] == config["config_hash"]
-    assert write_config(ansible_module, settings, check=True)["changed"] is False
+    config = desired(settings, placement, service, key)
+    proc, _given = write_files(settings, placement, api_key=key, check=True)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    said = set(config["files"]) | ({"api_key"} if config["key_changed"] else set()) | (
+        set() if service["disk"]["secrets_dir"] else {"secrets_dir"})
+    assert said == changed_tasks(proc) == found
+    assert config["compose_changed"] is compose_changed
+    assert [c["key"] for c in config["changed_keys"]] == keys
+    if not found:
+        assert config == proved(digest)

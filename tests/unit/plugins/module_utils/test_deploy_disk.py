@@ -20,6 +20,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_disk im
 )
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files import atomic_write, ensure_dir, save_snapshot
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import (
+    compose_body,
     compose_values,
     config_hash,
     env_values,
@@ -74,20 +75,21 @@ def desired(settings, key=KEY, placement=None, engine="podman", disk=None):
 
 
 def writes(config):
-    """What ``desired_config`` changes: the files, and whether the API key file."""
-    return config["files"], config["key_changed"]
+    """What ``desired_config`` changes: the files, whether the API key file, and whether what compose reads."""
+    return config["files"], config["key_changed"], config["compose_changed"]
 
 
 def kept(digest):
     """``desired_config`` for a directory that holds exactly the configuration ``digest``."""
-    return {"config_hash": digest, "changed_keys": [], "key_changed": False, "files": [], "first": False}
+    return {"config_hash": digest, "changed_keys": [], "key_changed": False, "compose_changed": False, "files": [],
+            "first": False}
 
 
 def test_an_empty_directory_holds_nothing(tmp_path):
     disk = read_disk(str(tmp_path / "none"), "docker-compose.prod.yml", str(tmp_path / "none" / ".rollback"),
                      str(tmp_path / "none" / ".llm_server.lock"))
     assert disk == {"env_config_hash": None, "env_block": None, "env_settled": False, "compose_exists": False,
-                    "compose_sha256": None, "api_key_file": False, "api_key_sha256": None, "secrets_dir": False,
+                    "compose_sha256": None, "compose_body_sha256": None, "api_key_file": False, "api_key_sha256": None, "secrets_dir": False,
                     "verification": None, "snapshot_hash": None, "previous_snapshot_hash": None,
                     "lock_file": False}
 
@@ -99,7 +101,9 @@ def test_the_files_as_written_are_proved_with_their_hash(project):
     # llama-server reads --api-key-file line by line (common/arg.cpp): one key, one line
     assert api_key_bytes(KEY) == b"sk-disk-0001\n"
     assert disk["api_key_sha256"] == hashlib.sha256(b"sk-disk-0001\n").hexdigest()
-    assert disk["compose_sha256"] == hashlib.sha256(Path(settings["paths"]["compose"]).read_bytes()).hexdigest()
+    compose = Path(settings["paths"]["compose"]).read_bytes()
+    assert disk["compose_sha256"] == hashlib.sha256(compose).hexdigest()
+    assert disk["compose_body_sha256"] == hashlib.sha256(compose_body(compose.decode()).encode()).hexdigest()
     assert disk["model_outside_dir"] is None and disk["lock_file"] is False
     assert desired(settings) == kept(digest)
 
@@ -107,19 +111,19 @@ def test_the_files_as_written_are_proved_with_their_hash(project):
 def test_another_configuration_key_or_engine_is_written_and_without_a_key_there_must_be_no_key_file(project):
     settings, digest = project
     config = desired(settings, placement=dict(PLACEMENT, pattern=r"blk\.1\.ffn_(up|down)_exps\.weight$"))
-    assert writes(config) == (["env"], False) and config["config_hash"] != digest
+    assert writes(config) == (["env"], False, False) and config["config_hash"] != digest
     assert [c["key"] for c in config["changed_keys"]] == ["LLM_MOE_OFFLOAD_PATTERN"] and config["first"] is False
     config = desired(dict(settings, ctx_size=1024))
     assert config["changed_keys"] == [{"key": "LLM_CTX_SIZE", "old": "512", "new": "1024"}]
-    assert writes(desired(settings, key=KEY + "x")) == (["env"], True)
-    assert writes(desired(settings, key="")) == (["env"], True)
+    assert writes(desired(settings, key=KEY + "x")) == (["env"], True, False)
+    assert writes(desired(settings, key="")) == (["env"], True, False)
     # another compose file (json-file logs): the hash changes with the compose template's values
-    assert writes(desired(settings, engine="docker")) == (["env", "compose"], False)
+    assert writes(desired(settings, engine="docker")) == (["env", "compose"], False, True)
     os.unlink(settings["paths"]["api_key"])
     digest = write(settings, "")
     assert api_key_bytes("") == b"" and disk_of(settings)["api_key_file"] is False
     assert desired(settings, key="") == kept(digest)
-    assert writes(desired(settings, key=KEY)) == (["env"], True)
+    assert writes(desired(settings, key=KEY)) == (["env"], True, False)
     atomic_write(settings["paths"]["api_key"], b"", 0o600)  # an empty key file is still a file to remove
     assert disk_of(settings)["api_key_file"] is True and desired(settings, key="")["key_changed"] is True
 
@@ -130,9 +134,9 @@ def test_another_configuration_key_or_engine_is_written_and_without_a_key_there_
     (b"export LLM_PORT=1\n", False),
     (b"OTHER2='x'\n", True),
     (b"# LLM_CTX_SIZE=1\n", True),          # a comment is kept as it is
-    # llm_server_config compares .env read with errors='replace': another line's bytes that are not UTF-8 do not
-    # make it write (which would replace them with U+FFFD); the reading here neither fails nor asks for a write
-    (b"OTHER3='\xff\xfe'\n", True),
+    # bytes that are not UTF-8 on another line: the template writes text (U+FFFD in their place), so the reading
+    # asks for that write too, and the proof agrees with the writer
+    (b"OTHER3='\xff\xfe'\n", False),
 ])
 def test_lines_outside_the_block(project, extra, settled):
     settings, digest = project
@@ -171,20 +175,27 @@ def directory_for(name):
 
 
 @pytest.mark.parametrize("damage, key, read, changes", [
-    (edit("env", lambda text: text + text), KEY, {"env_settled": False}, (["env"], False)),  # a second block
-    (edit("env", lambda text: text.replace("\n", "\r\n")), KEY, {"env_settled": False}, (["env"], False)),
-    (edit("env", lambda text: text.rstrip("\n")), KEY, {"env_settled": False}, (["env"], False)),
+    (edit("env", lambda text: text + text), KEY, {"env_settled": False}, (["env"], False, False)),  # a second block
+    (edit("env", lambda text: text.replace("\n", "\r\n")), KEY, {"env_settled": False}, (["env"], False, False)),
+    (edit("env", lambda text: text.rstrip("\n")), KEY, {"env_settled": False}, (["env"], False, False)),
     (edit("env", lambda text: text.replace("LLM_CTX_SIZE='512'", "LLM_CTX_SIZE='513'")), KEY, {"env_settled": True},
-     (["env"], False)),
-    (lambda settings: os.unlink(settings["paths"]["env"]), KEY, {"env_block": None}, (["env"], False)),
-    (edit("compose", lambda text: text + " "), KEY, {"compose_exists": True}, (["compose"], False)),
-    (lambda settings: os.unlink(settings["paths"]["compose"]), KEY, {"compose_exists": False}, (["compose"], False)),
+     (["env"], False, False)),
+    (lambda settings: os.unlink(settings["paths"]["env"]), KEY, {"env_block": None}, (["env"], False, False)),
+    # a blank line or a comment is not read by compose; a value is
+    (edit("compose", lambda text: text + " "), KEY, {"compose_exists": True}, (["compose"], False, False)),
+    (edit("compose", lambda text: text.replace("services:", "# a note\nservices:")), KEY, {"compose_exists": True},
+     (["compose"], False, False)),
+    (edit("compose", lambda text: text.replace('"unless-stopped"', '"no"')), KEY, {"compose_exists": True},
+     (["compose"], False, True)),
+    (lambda settings: os.unlink(settings["paths"]["compose"]), KEY, {"compose_exists": False},
+     (["compose"], False, True)),
     # the files are right; the secrets directory is the role's step before the templates (unchanged reads it)
-    (no_secrets, "", {"secrets_dir": False, "api_key_file": False}, ([], False)),
+    (no_secrets, "", {"secrets_dir": False, "api_key_file": False}, ([], False, False)),
     # a directory where a file belongs reads as no file (no traceback from the host)
-    (directory_for("env"), KEY, {"env_config_hash": None, "env_block": None}, (["env"], False)),
-    (directory_for("compose"), KEY, {"compose_exists": False, "compose_sha256": None}, (["compose"], False)),
-    (directory_for("api_key"), KEY, {"api_key_file": False, "api_key_sha256": None}, ([], True)),
+    (directory_for("env"), KEY, {"env_config_hash": None, "env_block": None}, (["env"], False, False)),
+    (directory_for("compose"), KEY, {"compose_exists": False, "compose_sha256": None, "compose_body_sha256": None},
+     (["compose"], False, True)),
+    (directory_for("api_key"), KEY, {"api_key_file": False, "api_key_sha256": None}, ([], True, False)),
 ])
 def test_a_file_the_role_would_change_is_written(project, damage, key, read, changes):
     settings, digest = project
@@ -259,7 +270,14 @@ def test_the_hash_on_disk_is_kept_while_the_compose_file_the_values_and_the_key_
         f.write("# a comment\n")
     config = desired(settings)
     assert config["config_hash"] == digest == desired(settings, disk={})["config_hash"]
-    assert writes(config) == (["env", "compose"], False)
+    assert writes(config) == (["env", "compose"], False, False)
+
+
+def serving(settings, digest):
+    """``llm_server_service_info``'s result: the project directory as it is, and ai-llm running ``digest`` verified."""
+    disk = dict(disk_of(settings), verification={"config_hash": digest, "status": "changed"})
+    return {"disk": disk, "health": 200, "auth": {"checked": True, "enforced": True},
+            "container": {"exists": True, "running": True, "status": "running", "config_hash": digest}}
 
 
 def test_a_compose_file_changed_by_a_comment_with_the_same_values_is_written_and_nothing_is_recreated(project):
@@ -268,14 +286,24 @@ def test_a_compose_file_changed_by_a_comment_with_the_same_values_is_written_and
         f.write("# a comment\n")
     config = desired(settings)
     assert config == dict(kept(digest), files=["compose"])
-    service = {"disk": disk_of(settings), "health": 200, "auth": {"checked": True, "enforced": True},
-               "container": {"exists": True, "running": True, "status": "running", "config_hash": digest}}
-    service["disk"]["verification"] = {"config_hash": digest, "status": "changed"}
-    assert decide(service, config) == {"recreate": False, "verify": False, "wait": False, "reason": ""}
+    assert decide(serving(settings, digest), config) == {"recreate": False, "verify": False, "wait": False, "reason": ""}
+
+
+def test_a_hand_edit_of_what_compose_reads_is_restored_and_recreated_with_the_same_hash(project):
+    """.env and its hash are as the run writes them; the compose file's service was edited by hand: the run writes the
+    compose file again, and the container made from the edited file is recreated."""
+    settings, digest = project
+    edit("compose", lambda text: text.replace('"unless-stopped"', '"always"'))(settings)
+    config = desired(settings)
+    assert config == dict(kept(digest), files=["compose"], compose_changed=True)
+    assert decide(serving(settings, digest), config) == {
+        "recreate": True, "verify": True, "wait": True,
+        "reason": "the configuration changed (the compose file): ai-llm is recreated"}
 
 
 def test_a_directory_without_the_role_s_block_is_the_first_deploy(tmp_path, project):
     settings, digest = project
     os.unlink(settings["paths"]["env"])
     config = desired(settings)
-    assert config == {"config_hash": digest, "changed_keys": [], "key_changed": False, "files": ["env"], "first": True}
+    assert config == {"config_hash": digest, "changed_keys": [], "key_changed": False, "compose_changed": False,
+                      "files": ["env"], "first": True}

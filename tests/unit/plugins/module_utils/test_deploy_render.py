@@ -18,6 +18,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render 
     END,
     HASH_LABEL,
     RenderError,
+    compose_body,
     compose_values,
     config_hash,
     env_block,
@@ -216,6 +217,21 @@ def test_the_config_hash_follows_the_template_sources_not_a_rendered_line():
     values, compose = {"LLM_CTX_SIZE": "1"}, {"image": '"i"'}
     assert config_hash(values, compose, [b"a", b"b"]) != config_hash(values, compose, [b"b", b"a"])
     assert config_hash(values, compose, [b"a"]) != config_hash(values, dict(compose, image='"j"'), [b"a"])
+
+
+@pytest.mark.parametrize("engine", ["podman", "docker"])
+def test_the_compose_body_is_what_compose_reads_without_comments_and_blank_lines(engine):
+    """The body of a compose file the role writes parses as the whole file does; a comment or a blank line (a line
+    rendered from the controller, ansible_managed) leaves it as it is, a value does not."""
+    text = render_compose(settings(HOSTILE), PLACEMENT, engine)
+    body = compose_body(text)
+    assert yaml.safe_load(body) == yaml.safe_load(text) and body.startswith("services:\n")
+    assert all(line.strip() and not line.lstrip().startswith("#") for line in body.splitlines())
+    commented = "# Ansible managed: written on host1\n\n" + text.replace("    healthcheck:", "    # checked\n\n    healthcheck:")
+    assert compose_body(commented) == body
+    assert compose_body(text.replace('"unless-stopped"', '"always"')) != body
+    assert compose_body("# a\nservices:\n\n  # b\n  x:  \n    image: i\n") == "services:\n  x:  \n    image: i"
+    assert compose_body("") == compose_body(None) == ""
 
 
 def test_the_env_block_is_markers_quoted_keys_and_the_hash_last():

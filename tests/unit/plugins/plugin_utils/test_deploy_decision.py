@@ -30,10 +30,11 @@ def found(status="running", label=H, health=200, verification=None, auth=None, e
                      else verification}}
 
 
-def written(changed_keys=(), files=(), digest=H, key_changed=False, first=False):
-    """``desired_config``'s result."""
+def written(changed_keys=(), files=(), digest=H, key_changed=False, first=False, compose_changed=None):
+    """``desired_config``'s result; what compose reads changes with the compose file unless told otherwise."""
+    compose_changed = COMPOSE in files if compose_changed is None else compose_changed
     return {"config_hash": digest, "changed_keys": list(changed_keys), "files": list(files), "key_changed": key_changed,
-            "first": first}
+            "compose_changed": compose_changed, "first": first}
 
 
 def recreated(reason):
@@ -45,26 +46,28 @@ def recreated(reason):
 CTX = {"key": "LLM_CTX_SIZE", "old": "512", "new": "1024"}
 
 
-@pytest.mark.parametrize("changes, key_changed, files, text", [
+@pytest.mark.parametrize("changes, key_changed, files, compose_changed, text", [
     # each key with its old and new value as JSON: a key the .env did not have reads as "", numbers stay bare
-    ([CTX, {"key": "LLM_PARALLEL", "old": None, "new": "2"}, {"key": "LLM_PORT", "new": 8081}], False, (),
+    ([CTX, {"key": "LLM_PARALLEL", "old": None, "new": "2"}, {"key": "LLM_PORT", "new": 8081}], False, (), False,
      'LLM_CTX_SIZE "512" -> "1024", LLM_PARALLEL "" -> "2", LLM_PORT "" -> 8081'),
     # the API key after the keys, and only when it changed
-    ([CTX], True, (), 'LLM_CTX_SIZE "512" -> "1024", the API key'),
-    ([], True, (), "the API key"),
-    ([CTX], False, (), 'LLM_CTX_SIZE "512" -> "1024"'),
-    # the compose file when nothing else explains the change
-    ([], False, [ENV, COMPOSE], "the compose file"),
-    (None, False, [COMPOSE], "the compose file"),
-    ([{"key": "K", "old": "1", "new": "2"}], False, [COMPOSE], 'K "1" -> "2"'),
-    ([], True, [COMPOSE], "the API key"),
-    # else the configuration files
-    ([], False, [ENV], "the configuration files"),
-    (None, False, (), "the configuration files"),
-    (None, False, None, "the configuration files"),
+    ([CTX], True, (), False, 'LLM_CTX_SIZE "512" -> "1024", the API key'),
+    ([], True, (), False, "the API key"),
+    ([CTX], False, (), False, 'LLM_CTX_SIZE "512" -> "1024"'),
+    # the compose file when what compose reads of it changed and nothing else explains the change
+    ([], False, [ENV, COMPOSE], True, "the compose file"),
+    (None, False, [COMPOSE], True, "the compose file"),
+    ([{"key": "K", "old": "1", "new": "2"}], False, [COMPOSE], True, 'K "1" -> "2"'),
+    ([], True, [COMPOSE], True, "the API key"),
+    # else the configuration files: a compose file rewritten for its comments only is not named
+    ([], False, [ENV, COMPOSE], False, "the configuration files"),
+    ([], False, [ENV], False, "the configuration files"),
+    (None, False, (), None, "the configuration files"),
+    (None, False, None, None, "the configuration files"),
 ])
-def test_describe_changes(changes, key_changed, files, text):
-    assert describe_changes({"changed_keys": changes, "key_changed": key_changed, "files": files}) == text
+def test_describe_changes(changes, key_changed, files, compose_changed, text):
+    assert describe_changes({"changed_keys": changes, "key_changed": key_changed, "files": files,
+                             "compose_changed": compose_changed}) == text
 
 
 def test_a_value_is_shown_whole_up_to_60_characters_of_json_then_cut():
@@ -98,8 +101,14 @@ def verified(wait, reason=""):
     (found(), written(files=[COMPOSE], digest=N), {}, recreated(CHANGED % "the compose file")),
     (found(), written(files=[ENV], digest=N), {}, recreated(CHANGED % "the configuration files")),
     (found(), written(key_changed=True, digest=N), {}, recreated(CHANGED % "the API key")),
-    # a compose file written again with the same hash (a comment, the same values): nothing ai-llm reads changed
-    (found(), written(files=[COMPOSE]), {}, NOTHING),
+    # a compose file written again with the same hash for its comments only (a line rendered from the controller,
+    # ansible_managed): nothing compose reads changed, nothing is recreated
+    (found(), written(files=[COMPOSE], compose_changed=False), {}, NOTHING),
+    (found(), written(files=[ENV, COMPOSE], compose_changed=False), {"verify_always": True}, verified(False)),
+    # the same hash as .env's, but a hand edit of what compose reads of the compose file or of a key of .env's block
+    # is restored and recreated
+    (found(), written(files=[COMPOSE]), {}, recreated(CHANGED % "the compose file")),
+    (found(), written([CTX], files=[ENV]), {}, recreated(CHANGED % 'LLM_CTX_SIZE "512" -> "1024"')),
     # a change is recreated whatever the container is
     *[(service, written(files=[COMPOSE], digest=N), {}, recreated(CHANGED % "the compose file"))
       for service in (found("missing"), found("exited", exit_code=1), found(label="b" * 64), found(health=503), {})],
