@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 
 from ansible.plugins.action import ActionBase
+
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import parts_from, publishing, to_record
 
 OPTIONS = ("status", "prepared", "lock", "written", "recreated", "verify", "snapshot", "rollback", "failure")
+
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False

@@ -159,15 +159,21 @@ def merge_env(text, block):
 
     Lines outside the block that set one of the role's keys are dropped: a later line would win over the block. Returns ``(new_text, dropped_keys)``.
     """
-    out, dropped, inside, placed = [], [], False, False
-    for line in env_lines(text):
+    before, after, dropped = split_env(text)
+    return "\n".join(before + [block.rstrip("\n")] + after) + "\n", dropped
+
+
+def split_env(text):
+    """``(before, after, dropped)``: the lines of ``.env`` text before and after the role's block (after the first
+    block that ends; all before when there is none), without the block's own lines and without the lines outside it
+    that set one of the role's keys, whose keys are ``dropped``."""
+    before, after, dropped, inside, placed = [], [], [], False, False
+    for line in env_lines(text or ""):
         if line.strip() == BEGIN:
             inside = True
             continue
         if line.strip() == END:
-            if inside and not placed:
-                out.append(block.rstrip("\n"))
-                placed = True
+            placed = placed or inside
             inside = False
             continue
         if inside:
@@ -176,10 +182,8 @@ def merge_env(text, block):
         if match and match.group(1) in OWNED_KEYS:
             dropped.append(match.group(1))
             continue
-        out.append(line)
-    if not placed:
-        out.append(block.rstrip("\n"))
-    return "\n".join(out) + "\n", dropped
+        (after if placed else before).append(line)
+    return before, after, dropped
 
 
 def gpu_names(placement):
@@ -278,21 +282,6 @@ def env_template_values(values, hash_value, env_text):
     and after the role's block, without the lines outside it that set one of the role's keys (a later line would
     win over the block), and the block's lines, each value single-quoted by ``dotenv_quote``. Also ``dropped``:
     the keys of those lines."""
-    before, after, dropped, inside, placed = [], [], [], False, False
-    for line in env_lines(env_text or ""):
-        if line.strip() == BEGIN:
-            inside = True
-            continue
-        if line.strip() == END:
-            placed = placed or inside
-            inside = False
-            continue
-        if inside:
-            continue
-        match = _ENV_LINE_RE.match(line)
-        if match and match.group(1) in OWNED_KEYS:
-            dropped.append(match.group(1))
-            continue
-        (after if placed else before).append(line)
+    before, after, dropped = split_env(env_text)
     keys = [[key, dotenv_quote(values[key])] for key, _c in ENV_KEYS] + [[HASH_KEY, dotenv_quote(hash_value)]]
     return {"before": before, "after": after, "begin": BEGIN, "end": END, "block": keys, "dropped": dropped}

@@ -83,36 +83,19 @@ token:
   returned: when acquired
   type: str
   sample: 5c1a0c0e7f2b4f51a3b1f0a2b3c4d5e6
-waited:
-  description: Seconds spent waiting for another deploy.
-  returned: with O(state=acquired)
-  type: float
-  sample: 12.4
-waited_for:
-  description: Who held the lock while this task waited, V(null) when it did not wait.
-  returned: with O(state=acquired)
-  type: str
-  sample: ansible-playbook (pid 4242) on ctl-1, since 2026-05-04 10:11:12 UTC
 took_over:
-  description: The lock that was taken over and why, V(null) when none.
+  description: The lock that was taken over (O(takeover), or a lease run out), V(null) when none.
   returned: with O(state=acquired)
   type: str
-  sample: ansible-playbook (pid 4242) on ctl-1, since 2026-05-04 10:11:12 UTC (its owner is gone)
-queued:
-  description: Whether this task waited for another deploy or took over a lock left behind (RV(msg) says which).
-  returned: with O(state=acquired)
-  type: bool
-  sample: false
+holder:
+  description: Who holds the lock when it was not acquired (the owner and the lease), for the action to wait on.
+  returned: when not acquired
+  type: dict
 released:
   description: Whether the lock file was removed (O(state=released)).
   returned: with O(state=released)
   type: bool
   sample: true
-msg:
-  description: What happened, in one line.
-  returned: always
-  type: str
-  sample: waited 12 s for the lock of /srv/ai-llm held by ansible-playbook (pid 4242) on ctl-1
 """
 
 from ansible.module_utils.basic import AnsibleModule
