@@ -23,6 +23,11 @@ def failure_cause(failed_result, failed_task=None):
         msg = msg[len("llm_server: "):]
     if result.get("cause"):
         return str(result["cause"])
+    if msg == "failed to validate":  # the validate of the .env template: the compose tool's own words
+        printed = str(result.get("stderr") or result.get("stdout") or "")
+        lines = [line.strip() for line in printed.splitlines() if line.strip()]
+        return "the compose tool refused the new .env with the new compose file (nothing was replaced): %s" % (
+            " | ".join(lines[-3:]) or "exit %s" % result.get("exit_status"))
     if not msg or msg.startswith("non-zero return code") or msg == "MODULE FAILURE":
         printed = str(result.get("stderr") or result.get("module_stderr") or result.get("stdout") or "")
         lines = [line.strip() for line in printed.splitlines() if line.strip()]
