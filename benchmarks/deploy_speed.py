@@ -18,7 +18,6 @@ Prints figures; this is not a test. Run it under the podman lock:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -118,11 +117,7 @@ def build_image():
     """This checkout's CPU image (its llama-server build and start command), which both sides run: the comparison
     is of the role."""
     build = ROOT / "images" / "ai-llm" / "build.sh"
-    base = subprocess.run(["bash", str(build), "--print-tag"], check=True, capture_output=True, text=True,
-                          cwd=ROOT).stdout.split()[-1]
-    start = hashlib.sha256((ROOT / "images" / "ai-llm" / "start-llama-server").read_bytes())
-    env = dict(os.environ, AI_LLM_IMAGE="%s-start-%s" % (base, start.hexdigest()[:12]))
-    return subprocess.run(["bash", str(build)], check=True, capture_output=True, text=True, env=env,
+    return subprocess.run(["bash", str(build), "--checkout"], check=True, capture_output=True, text=True,
                           cwd=ROOT).stdout.split()[-1]
 
 

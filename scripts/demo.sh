@@ -54,8 +54,7 @@ fi
 
 # The image with this checkout's start command (its sha256 in the tag), tagged localhost/ai-llm:demo for the
 # inventory (inventory/local).
-start_sha="$(sha256sum images/ai-llm/start-llama-server | cut -c1-12)"
-image="$(AI_LLM_IMAGE="$(bash images/ai-llm/build.sh --print-tag)-start-$start_sha" bash images/ai-llm/build.sh)"
+image="$(bash images/ai-llm/build.sh --checkout)"
 podman tag "$image" localhost/ai-llm:demo
 if [ "$engine" = docker ] && ! docker image inspect "$image" >/dev/null 2>&1; then
   podman save "$image" | docker load -q

@@ -19,8 +19,14 @@ Small header-only models for classification tests (real tensor naming of each ar
 - ``write_nemotron_h``, ``write_qwen2moe``, ``write_mixtral``, ``write_deepseek2``, ``write_gpt_oss``,
   ``write_fused_gate_up``, ``write_chexps``, ``write_unknown_moe``, ``write_dense_llama``.
 
+A model llama-server refuses to load although its header reads:
+
+- ``write_wrong_shape(model, path)``: a copy whose ``embedding_length`` disagrees with its tensors.
+
 ``write_model(kind, path, **kw)`` dispatches by name through ``ARCH_WRITERS``.
-CLI: ``python tools/gguf_models.py KIND OUT [--big-endian]`` (``nemotron-nano`` takes an output directory).
+CLI: ``python tools/gguf_models.py KIND OUT [--big-endian] [--set NAME=INT ...] [--wrong-shape]``
+(``nemotron-nano`` takes an output directory; ``--set`` passes an integer option to the writer, such as
+``--set shards=1``; ``--wrong-shape`` makes what was written a model llama-server cannot load).
 
 The writers live by family: ``gguf_nemotron`` (the Nemotron-H models), ``gguf_transformers`` (the attention-based
 ones); beneath them ``gguf_writer`` (tensors, their types and sizes, ``write_tensors``) and ``gguf_vocab`` (the
@@ -29,8 +35,11 @@ generated vocabularies).
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
+
+import gguf
 
 if __package__ in (None, ""):  # run as a script (python tools/gguf_models.py): the package tools is at the root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -79,15 +88,39 @@ def write_model(kind: str, path, **kw):
     return writer(path, **kw)
 
 
+def write_wrong_shape(model, path):
+    """``model`` (the demo model) with every byte in place but ``embedding_length`` 128 where its tensors have
+    another width: the header reads fine and llama-server refuses to load it (``check_tensor_dims``). ``path``
+    may be ``model`` itself. Returns ``path``."""
+    if Path(path).resolve() != Path(model).resolve():
+        shutil.copyfile(model, path)
+    reader = gguf.GGUFReader(str(path), "r+")
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    field = reader.fields[arch + ".embedding_length"]
+    field.parts[field.data[0]][0] = 128
+    reader.data.flush()
+    del reader
+    return Path(path)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("kind", choices=sorted(ARCH_WRITERS))
     parser.add_argument("out", help="output file (output directory for nemotron-nano)")
     parser.add_argument("--big-endian", action="store_true")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=INT",
+                        help="an integer option of the writer (e.g. shards=1, vocab_size=1024)")
+    parser.add_argument("--wrong-shape", action="store_true",
+                        help="then set embedding_length to 128: the header reads, llama-server refuses the model")
     args = parser.parse_args(argv)
     kw = {"endian": "big"} if args.big_endian else {}
+    for option in args.set:
+        name, _sep, value = option.partition("=")
+        kw[name] = int(value)
     result = write_model(args.kind, args.out, **kw)
     for p in result if isinstance(result, list) else [result]:
+        if args.wrong_shape:
+            write_wrong_shape(p, p)
         print(p)
     return 0
 

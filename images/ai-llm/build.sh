@@ -9,6 +9,9 @@
 #                                          print the tag
 #   bash images/ai-llm/build.sh --force    rebuild (after editing start-llama-server)
 #   bash images/ai-llm/build.sh --print-tag
+#   --checkout (with any of the above): the tag ends in -start-<first 12 hex digits of the sha256 of this
+#   checkout's start-llama-server>, so that an image built from another version of it (another checkout on the
+#   same machine) is never taken for this one: the image of the demo, the tests and the molecule scenarios
 # Environment: AI_LLM_IMAGE (default localhost/ai-llm:cpu-b<build>), CONTAINER_ENGINE (podman|docker).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -34,13 +37,16 @@ tag="${AI_LLM_IMAGE:-localhost/ai-llm:cpu-${llama_build}}"
 # The build directory's name (scripts/llama-cpp.sh: build, CPU variants, hash of the flags) tells builds apart.
 binary_id="$(basename "$bindir")"
 
-force=0
-case "${1:-}" in
-  --force) force=1 ;;
-  --print-tag) echo "$tag"; exit 0 ;;
-  "") ;;
-  *) echo "usage: $0 [--force|--print-tag]" >&2; exit 64 ;;
-esac
+force=0 print_tag=0
+for arg in "$@"; do
+  case "$arg" in
+    --force) force=1 ;;
+    --print-tag) print_tag=1 ;;
+    --checkout) tag="$tag-start-$(sha256sum "$HERE/start-llama-server" | cut -c1-12)" ;;
+    *) echo "usage: $0 [--force|--print-tag] [--checkout]" >&2; exit 64 ;;
+  esac
+done
+if [ "$print_tag" = 1 ]; then echo "$tag"; exit 0; fi
 
 mkdir -p "$ROOT/build"
 exec 8>"$ROOT/build/.ai-llm-image.lock"

@@ -5,11 +5,9 @@ loopback port (host network); and the two broken copies of the demo model that t
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import urllib.error
@@ -17,7 +15,6 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-import gguf
 import yaml
 
 from tests.helpers.llama_server import free_port
@@ -31,18 +28,6 @@ def write_cut_model(model, path):
     header reader refuses it, so the role refuses it before anything changes). Returns ``path``."""
     data = Path(model).read_bytes()
     Path(path).write_bytes(data[: len(data) // 2])
-    return Path(path)
-
-
-def write_wrong_shape(model, path):
-    """The demo model with every byte in place but ``embedding_length`` 128 where its tensors have another width:
-    the header reads fine and llama-server refuses to load it (``check_tensor_dims``). Returns ``path``."""
-    shutil.copyfile(model, path)
-    reader = gguf.GGUFReader(str(path), "r+")
-    field = reader.fields["nemotron_h_moe.embedding_length"]
-    field.parts[field.data[0]][0] = 128
-    reader.data.flush()
-    del reader
     return Path(path)
 
 
@@ -63,17 +48,10 @@ def playbook_env(**more):
 
 
 def cpu_image():
-    """The tag of the local CPU image with this checkout's start command (built when missing, about a second).
-
-    The tag carries the start command's sha256, so that an image built from another version of it (another
-    checkout on the same machine) is never taken for this one.
-    """
+    """The tag of the local CPU image with this checkout's start command (``images/ai-llm/build.sh --checkout``:
+    built when missing, about a second; the tag carries the start command's sha256)."""
     build = ROOT / "images" / "ai-llm" / "build.sh"
-    base = subprocess.run(["bash", str(build), "--print-tag"], capture_output=True, text=True, check=True,
-                          timeout=60).stdout.split()[-1]
-    script = hashlib.sha256((ROOT / "images" / "ai-llm" / "start-llama-server").read_bytes()).hexdigest()[:12]
-    env = dict(os.environ, AI_LLM_IMAGE="%s-start-%s" % (base, script))
-    proc = subprocess.run(["bash", str(build)], capture_output=True, text=True, check=True, timeout=600, env=env)
+    proc = subprocess.run(["bash", str(build), "--checkout"], capture_output=True, text=True, check=True, timeout=600)
     return proc.stdout.split()[-1]
 
 

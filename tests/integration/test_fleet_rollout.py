@@ -26,12 +26,12 @@ import pytest
 import yaml
 
 from tests.helpers.http_server import FileServer
-from tests.helpers.llm_deploy import write_cut_model, write_wrong_shape
+from tests.helpers.llm_deploy import write_cut_model
 from tests.helpers.fleet import Fleet, demo_fleet
 from tests.helpers.fleet_cleanup import leftovers
 from tests.helpers.fleet_health import HealthPoller
 from tests.helpers.fleet_names import PREFIX, FleetNames, fleet_id
-from tools.gguf_models import write_demo_model
+from tools.gguf_models import write_demo_model, write_wrong_shape
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -19,7 +19,8 @@ import time
 
 import pytest
 
-from tests.helpers.llm_deploy import local_deploy, recap, result, start_docker, write_wrong_shape
+from tests.helpers.llm_deploy import local_deploy, recap, result, start_docker
+from tools.gguf_models import write_wrong_shape
 
 BLOCK_1 = r"blk\.1\.ffn_(up|down)_exps"
 BLOCK_4 = r"blk\.4\.ffn_(up|down)_exps"

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.llm_deploy import local_deploy, recap, start_docker, write_wrong_shape
+from tests.helpers.llm_deploy import local_deploy, recap, start_docker
+from tools.gguf_models import write_wrong_shape
 
 NOT_SERVING = start_docker()
 pytestmark = pytest.mark.skipif(NOT_SERVING is not None, reason=str(NOT_SERVING))

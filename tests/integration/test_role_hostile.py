@@ -13,7 +13,8 @@ import subprocess
 
 import pytest
 
-from tests.helpers.llm_deploy import local_deploy, recap, result, write_wrong_shape
+from tests.helpers.llm_deploy import local_deploy, recap, result
+from tools.gguf_models import write_wrong_shape
 
 KEY = "sk-RT'0002${HOME}"  # a quote and ${HOME}: what a .env line can drop or expand
 OTHER_KEY = "sk-rotated-0003"

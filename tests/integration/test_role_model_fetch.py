@@ -23,8 +23,8 @@ import shutil
 import pytest
 
 from tests.helpers.http_server import FileServer
-from tests.helpers.llm_deploy import local_deploy, recap, result, write_wrong_shape
-from tools.gguf_models import write_demo_model
+from tests.helpers.llm_deploy import local_deploy, recap, result
+from tools.gguf_models import write_demo_model, write_wrong_shape
 
 pytestmark = pytest.mark.skipif(not shutil.which("podman") or not shutil.which("podman-compose"),
                                 reason="needs podman and podman-compose")

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.model import read_model
+from ansible_collections.ai_llm.moe_offload.plugins.module_utils.gguf.values import SkippedArray
 from tests.helpers.gguf_files import cross_check
 from tools import gguf_models
 
@@ -50,3 +51,17 @@ def test_every_kind_reads_back(tmp_path, kind, endian):
     assert os.path.getsize(path) == ref.tensors[-1].data_offset + ref.tensors[-1].n_bytes
     block_count = model.metadata.get(model.architecture + ".block_count")
     assert isinstance(block_count, int) and block_count > 0
+
+
+def test_the_command_line_passes_integer_options_and_writes_a_model_of_the_wrong_shape(tmp_path, capsys):
+    assert gguf_models.main(["nemotron-nano", str(tmp_path / "nano"), "--set", "shards=1", "--set", "vocab_size=1024",
+                             "--set", "n_merges=1000"]) == 0
+    nano = tmp_path / "nano" / "Nemotron-3-Nano-30B-A3B-Q4_K_M.gguf"
+    assert capsys.readouterr().out == "%s\n" % nano
+    assert read_model(str(nano)).metadata["tokenizer.ggml.tokens"] == SkippedArray(8, 1024)
+    assert gguf_models.main(["demo", str(tmp_path / "wrong.gguf"), "--wrong-shape"]) == 0
+    wrong = read_model(str(tmp_path / "wrong.gguf"))
+    # the header claims 128 while token_embd keeps the demo model's width of 256: llama-server's check_tensor_dims
+    assert wrong.metadata["nemotron_h_moe.embedding_length"] == 128
+    assert {t.name: t.shape for t in wrong.tensors}["token_embd.weight"][0] == 256
+    assert wrong.file_bytes == os.path.getsize(gguf_models.write_demo_model(tmp_path / "demo.gguf"))
