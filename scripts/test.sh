@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Every test of the project, on a fresh machine: set-up (scripts/setup.sh --tests), lint, ansible-test sanity, the
 # supported ansible-core releases and Pythons (compat), pytest (unit + integration: real GGUF files, real
-# llama-server, real podman, the role's scenarios on a local host and on a fleet of fake hosts, the collection
-# tarball), the mutation score of the changed utils.
+# llama-server, real podman, the role's cases on a local host and on a fleet of fake hosts, the collection
+# tarball), the role's molecule scenarios (extensions/molecule), the mutation score of the changed utils.
 # Usage: bash scripts/test.sh [stage ...]
-#   stages: lint sanity compat pytest mutation-fast (default: all of these)
+#   stages: lint sanity compat pytest molecule mutation-fast (default: all of these)
 #   mutation: the mutation score of every util (benchmarks/mutation.py; long, so on demand only)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -14,7 +14,7 @@ cd "$ROOT"
 bash scripts/setup.sh --tests
 
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(lint sanity compat pytest mutation-fast)
+[ ${#stages[@]} -gt 0 ] || stages=(lint sanity compat pytest molecule mutation-fast)
 declare -A took cpu
 status=0
 results="$ROOT/.cache/test-results"
@@ -49,6 +49,28 @@ run_stage() {
       timeout -s INT 3600 python -m pytest -q -p no:cacheprovider -n 4 --dist loadfile --no-loadscope-reorder --durations=20 --timeout=900 \
         --junitxml="$results/pytest.xml" "${files[@]}" tests/unit \
         || rc=1 ;;
+    molecule)
+      # extensions/molecule: each scenario as users run it, `molecule test -s NAME`, one after the other, each one's
+      # output in $results/molecule-NAME.log (its end printed when it fails). ANSIBLE_HOME: molecule installs the
+      # collection it builds into $ANSIBLE_HOME/collections, this checkout's own here rather than the user's
+      # ~/.ansible. gpu_topologies writes a CDI spec for the fixtures' GPUs, which the tests' specs name too: it runs
+      # under their lock (tests/helpers/cdi.py).
+      local scenario start passed=0 failed=0 lock
+      for scenario in default rollback gpu_topologies; do
+        start=$SECONDS
+        lock=()
+        [ "$scenario" != gpu_topologies ] || lock=(flock /tmp/ai-llm-cdi.lock)
+        if ANSIBLE_HOME="$ROOT/.cache/molecule" NO_COLOR=1 "${lock[@]}" molecule test -s "$scenario" \
+             >"$results/molecule-$scenario.log" 2>&1; then
+          passed=$((passed + 1))
+          echo "molecule $scenario: passed in $((SECONDS - start))s"
+        else
+          failed=$((failed + 1)) rc=1
+          tail -n 150 "$results/molecule-$scenario.log"
+          echo "molecule $scenario: FAILED in $((SECONDS - start))s (all of it: $results/molecule-$scenario.log)"
+        fi
+      done
+      echo "molecule: $passed passed, $failed failed" | tee "$results/molecule.summary" ;;
     mutation-fast)
       # the utils changed since the last release tag (a fixed sample without one): >= min_score % killed
       python benchmarks/mutation.py --fast || rc=1 ;;
@@ -60,7 +82,7 @@ run_stage() {
 
 for stage in "${stages[@]}"; do
   case "$stage" in
-    lint|sanity|compat|pytest|mutation-fast|mutation) ;;
+    lint|sanity|compat|pytest|molecule|mutation-fast|mutation) ;;
     *) echo "unknown stage: $stage" >&2; exit 2 ;;
   esac
 done
@@ -83,8 +105,9 @@ timed_stage() {
 
 # The stages run side by side, each with its output in $results/STAGE.out, printed whole when the stage ends.
 # pytest is the longest and spends much of its time waiting (servers loading, containers, ssh), so it starts
-# first and keeps the normal priority; lint, sanity and compat (each mostly one core at a time) fill the cores
-# around it at a lower priority, and the mutation stage, which keeps both cores busy, starts when they have ended.
+# first and keeps the normal priority; molecule (which waits on its deploys as much), lint, sanity and compat (each
+# mostly one core at a time) fill the cores around it at a lower priority, and the mutation stage, which keeps both
+# cores busy, starts when they have ended.
 declare -A pid stage_of
 start_stage() {
   timed_stage "$1" "${2:-}" >"$results/$1.out" 2>&1 &
@@ -94,12 +117,12 @@ start_stage() {
 }
 want() { [[ " ${stages[*]} " == *" $1 "* ]]; }
 want pytest && start_stage pytest
-for stage in lint sanity compat; do
+for stage in molecule lint sanity compat; do
   if want "$stage"; then start_stage "$stage" 10; fi
 done
 running() { local s; for s in "$@"; do [[ -n "${pid[$s]:-}" && -z "${took[$s]:-}" ]] && return 0; done; return 1; }
 while :; do
-  if ! running lint sanity compat; then
+  if ! running molecule lint sanity compat; then
     for stage in mutation-fast mutation; do
       if want "$stage" && [[ -z "${pid[$stage]:-}" ]]; then start_stage "$stage"; fi
     done
@@ -116,7 +139,7 @@ while :; do
   [ "$rc" -eq 0 ] || status=1
 done
 for stage in "${stages[@]}"; do echo "stage $stage: ${took[$stage]}s (CPU ${cpu[$stage]}s)"; done
-# One closing line over pytest's test cases and the compat checks.
+# One closing line over pytest's test cases, the compat checks and the molecule scenarios.
 python - "$results" "${stages[@]}" <<'PY'
 import re, sys, xml.etree.ElementTree as ET
 from pathlib import Path
@@ -127,9 +150,10 @@ if "pytest" in stages and (results / "pytest.xml").exists():
     total, bad = int(suite.get("tests")), int(suite.get("failures")) + int(suite.get("errors"))
     skipped += int(suite.get("skipped"))
     passed, failed = total - bad - int(suite.get("skipped")), bad
-if "compat" in stages and (results / "compat.log").exists():
-    m = re.search(r"^compat: (\d+) passed, (\d+) failed$", (results / "compat.log").read_text(), re.MULTILINE)
-    passed, failed = (passed + int(m.group(1)), failed + int(m.group(2))) if m else (passed, failed + 1)
+for stage, found in (("compat", "compat.log"), ("molecule", "molecule.summary")):
+    if stage in stages and (results / found).exists():
+        m = re.search(r"^%s: (\d+) passed, (\d+) failed$" % stage, (results / found).read_text(), re.MULTILINE)
+        passed, failed = (passed + int(m.group(1)), failed + int(m.group(2))) if m else (passed, failed + 1)
 print("tests: %d passed, %d failed, %d skipped" % (passed, failed, skipped))
 PY
 exit $status

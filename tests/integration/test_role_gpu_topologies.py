@@ -3,6 +3,8 @@ nvidia-smi test double (tests/doubles) first on PATH, fed the real-format fixtur
 
 This machine has no GPU, so a real deploy with CDI devices cannot run here; check mode shows what the role would
 write (the .env and compose diffs, the plan) and must touch nothing: no file, no container.
+One RTX A5500 with room for the whole model and a split over an RTX A5500 and an RTX A4000 are the molecule scenario
+``gpu_topologies`` (extensions/molecule).
 """
 from __future__ import annotations
 
@@ -193,25 +195,6 @@ def plan_of(run):
 NANO = {"llm_server_ctx_size": 32768, "llm_server_parallel": 2}  # the Nano's settings in (b), (c), (d)
 
 
-# --- (a) one RTX A5500 with room for the whole model ----------------------------------------------------
-
-
-def test_single_a5500_small_model_no_offload(deploy, models):
-    run = deploy("rtx_a5500", models["demo"])
-    assert any(c.startswith("--query-gpu=index,name,uuid") for c in run.args_log.read_text().splitlines())
-    plan = plan_of(run)
-    assert plan["fits"] is True and plan["offload"] is False and plan["pattern"] == ""
-    assert plan["gpu_devices"] == [0] and plan["gpus"][0]["free_mib"] == 24148 - CONTEXT
-    assert plan["cuda_context"] == [{"index": 0, "name": "NVIDIA RTX A5500", "context_mib": CONTEXT, "source": "assumed"}]
-    env = run.env_added()
-    assert env["LLM_MOE_OFFLOAD_PATTERN"] == ""
-    assert env["LLM_GPU_DEVICES"] == "0" and env["LLM_TENSOR_SPLIT"] == ""
-    service = run.compose_after()["services"]["ai-llm"]
-    assert service["devices"] == ["nvidia.com/gpu=" + A5500_UUID]
-    assert run.result["status"] == "checked"
-    assert run.result["message"].startswith("check mode: the first deploy (.env holds no block of the role yet)")
-
-
 # --- (b) a busy A5500 and the sparse Nemotron-3-Nano: experts of some blocks move ------------------------
 
 
@@ -250,21 +233,7 @@ def test_busy_a5500_dense_model_goal_speed_keeps_fewer_layers_on_the_gpu(deploy,
     assert run.result["status"] == "checked"
 
 
-# --- (c) two GPUs: a split in proportion to free memory, or one chosen card ---------------------------
-
-
-def test_dual_gpu_split_over_both_cards(deploy, models):
-    run = deploy("dual_a5500_a4000", models["nano"], **NANO)
-    plan = plan_of(run)
-    assert plan["placement"] == "split" and plan["gpu_devices"] == [0, 1] and plan["pattern"] == ""
-    env = run.env_added()
-    shares = [float(s) for s in env["LLM_TENSOR_SPLIT"].split(",")]
-    free = [24148 - CONTEXT, 15746 - CONTEXT]  # memory.free of the fixture's two cards less each one's context
-    assert len(shares) == 2
-    for share, mib in zip(shares, free):
-        assert share == pytest.approx(mib / sum(free), abs=0.001)
-    assert env["LLM_GPU_DEVICES"] == "0,1" and env["LLM_MOE_OFFLOAD_PATTERN"] == ""
-    assert run.compose_after()["services"]["ai-llm"]["devices"] == ["nvidia.com/gpu=" + A5500_UUID, "nvidia.com/gpu=" + A4000_UUID]
+# --- (c) two GPUs: one chosen card ----------------------------------------------------------------------
 
 
 def test_dual_gpu_one_chosen_card_is_planned_alone(deploy, models):
