@@ -20,7 +20,8 @@ from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_files i
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_render import parse_env
 from ansible_collections.ai_llm.moe_offload.plugins.module_utils._model_record import read_record, record_lock, recorded, write_record
 
-# The model directory's bind mount as render_compose writes it (its first volume; the values are JSON strings).
+# The model directory's bind mount as the role's compose template writes it (its first volume; the values are JSON
+# strings).
 _MOUNT_RE = re.compile(r'^\s*source: ("(?:[^"\\]|\\.)*")\s*\n\s*target: ("(?:[^"\\]|\\.)*")', re.MULTILINE)
 
 

@@ -16,7 +16,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.ai_llm.moe_offload.plugins.module_utils._deploy_values import check_settings
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._role_variables import check_settings
 from tests.helpers.deploy_hosts import desired, proved
 from tests.helpers.role_files import write_files
 from tests.helpers.role_vars import role_values
