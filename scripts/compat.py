@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.helpers.collection_run import ansible_env, check_deploy, check_deploy_problems  # noqa: E402
-from tests.helpers.llm_deploy import local_deploy, result, write_wrong_shape  # noqa: E402
-from tools.gguf_models import write_demo_model  # noqa: E402
+from tests.helpers.llm_deploy import local_deploy, result  # noqa: E402
+from tools.gguf_models import write_demo_model, write_wrong_shape  # noqa: E402
 
 CACHE = ROOT / ".cache" / "compat"
 COLLECTION = "ai_llm.moe_offload"
