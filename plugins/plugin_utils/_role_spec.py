@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 
-import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.common.yaml import yaml_load
 
 PREFIX = "llm_server_"
 # The collection's root: this file is plugins/plugin_utils/_role_spec.py in it, next to roles/.
@@ -25,7 +25,7 @@ _CHECKED = ("type", "elements", "choices", "default", "no_log")
 def load_options(path=SPEC_PATH):
     """``{variable: option}`` of the role's spec; every entry point shares the options of ``main``."""
     with open(path, encoding="utf-8") as handle:
-        return yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+        return yaml_load(handle)["argument_specs"]["main"]["options"]
 
 
 OPTIONS = load_options()
