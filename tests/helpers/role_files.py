@@ -32,7 +32,10 @@ def prepared(settings, placement, engine="podman", compose_command=("podman-comp
     compose = compose_values(settings, placement, engine)
     templates = {"compose": str(TEMPLATES / COMPOSE_TEMPLATE), "env": str(TEMPLATES / ENV_TEMPLATE)}
     sources = [Path(templates["compose"]).read_bytes(), Path(templates["env"]).read_bytes()]
-    return {"settings": settings, "env": values, "compose": compose, "templates": templates,
+    paths = settings["paths"]
+    # what the prepare step's host read says of the directories the tasks make and the key file they remove
+    disk = {"secrets_dir": Path(paths["secrets"]).is_dir(), "api_key_file": Path(paths["api_key"]).exists()}
+    return {"settings": settings, "service": {"disk": disk}, "env": values, "compose": compose, "templates": templates,
             "config": {"config_hash": config_hash(values, compose, sources, api_key_bytes(api_key))},
             "files": files(settings, list(compose_command)),
             "converge": {"recreate": False}, "steps": {"verify": False, "parity_before": False}}
