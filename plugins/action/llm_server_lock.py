@@ -44,16 +44,15 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        unknown = sorted(set(self._task.args) - {"settings", "state", "token"})
-        if unknown:
-            result.update(failed=True, msg="llm_server_lock: unknown option(s) %s" % ", ".join(unknown))
-            return result
-        settings = self._task.args["settings"]
+        _checked, given = self.validate_argument_spec(argument_spec={
+            "settings": {"type": "dict", "required": True},
+            "state": {"type": "str", "choices": ["acquired", "released"], "default": "acquired"},
+            "token": {"type": "str", "no_log": False}})
+        settings = given["settings"]
         args = {"path": settings["paths"]["lock"], "lease": settings["lock_lease"]}
-        if self._task.args.get("state", "acquired") == "released":
+        if given["state"] == "released":
             result.update(self._execute_module("ai_llm.moe_offload.llm_server_lock_file", task_vars=task_vars,
-                                               module_args=dict(args, state="released",
-                                                                token=self._task.args.get("token"))))
+                                               module_args=dict(args, state="released", token=given["token"])))
             return result
         timeout = int(settings["lock_timeout"])
         owner = controller_owner()

@@ -15,7 +15,18 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_result import parts_from, publishing, to_record
 
-OPTIONS = ("status", "prepared", "lock", "written", "recreated", "verify", "snapshot", "rollback", "failure")
+# The options (the module's documentation, plugins/modules/llm_server_result.py, says what each is).
+ARGUMENT_SPEC = {
+    "status": {"type": "str", "default": ""},
+    "prepared": {"type": "dict", "required": True},
+    "lock": {"type": "dict"},
+    "written": {"type": "list", "elements": "dict"},
+    "recreated": {"type": "dict"},
+    "verify": {"type": "dict"},
+    "snapshot": {"type": "dict"},
+    "rollback": {"type": "dict"},
+    "failure": {"type": "dict"},
+}
 
 
 class ActionModule(ActionBase):
@@ -25,11 +36,8 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        unknown = sorted(set(self._task.args) - set(OPTIONS))
-        if unknown:
-            result.update(failed=True, msg="llm_server_result: unknown option(s) %s" % ", ".join(unknown))
-            return result
-        given = dict(self._task.args, host=task_vars.get("inventory_hostname"))
+        _checked, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        given = dict(args, host=task_vars.get("inventory_hostname"))
         check_mode = bool(self._play_context.check_mode)
         parts = parts_from(given, check_mode)
         if given.get("status") == "rolled_back" and not parts["failure"] and not parts["rollback"].get("performed"):

@@ -27,7 +27,16 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof i
     vram_rows,
 )
 
-OPTIONS = ("settings", "engine", "plan", "placement", "service", "gpu_baseline", "parity_before")
+# The options (the module's documentation, plugins/modules/llm_server_verify.py, says what each is).
+ARGUMENT_SPEC = {
+    "settings": {"type": "dict", "required": True},
+    "engine": {"type": "str", "choices": ["podman", "docker"], "default": "podman"},
+    "plan": {"type": "dict"},
+    "placement": {"type": "dict"},
+    "service": {"type": "dict"},
+    "gpu_baseline": {"type": "dict"},
+    "parity_before": {"type": "dict"},
+}
 # Seconds between two lines that say where a start of ai-llm is, while the wait lasts.
 PROGRESS_SECONDS = 5.0
 
@@ -81,11 +90,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        unknown = sorted(set(self._task.args) - set(OPTIONS))
-        if unknown:
-            result.update(failed=True, msg="llm_server_verify: unknown option(s) %s" % ", ".join(unknown))
-            return result
-        proof = {k: self._task.args.get(k) for k in OPTIONS}
+        _checked, proof = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         settings = proof["settings"]
         # the wait's options come from the settings, the key from the role's variable
         args = wait_args(settings, proof["engine"] or "podman", role_api_key(self._templar, settings, task_vars))
