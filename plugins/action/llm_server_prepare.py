@@ -41,7 +41,7 @@ from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare
     service_args,
 )
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_proof import parity_request
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_settings import role_settings
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_settings import given_or_checked
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_templates import (
     COMPOSE_TEMPLATE,
     ENV_TEMPLATE,
@@ -132,13 +132,11 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        settings = self._task.args.get("settings")
-        warnings = []
-        if not settings:
-            settings, failure, warnings = role_settings(self._templar.template, task_vars)
-            if failure:
-                result.update(failure, warnings=warnings)
-                return result
+        settings, failure, warnings = given_or_checked(self._templar.template, task_vars,
+                                                       self._task.args.get("settings"))
+        if failure:
+            result.update(failure, warnings=warnings)
+            return result
         result.update(changed=False, settings=settings)
         if settings["model_url"] and self._task.args.get("settings"):
             # the read under the lock: the model was fetched (or found) by this run's first step

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_prepare import role_api_key, service_args
-from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_settings import role_settings
+from ansible_collections.ai_llm.moe_offload.plugins.plugin_utils._deploy_settings import given_or_checked
 
 
 class ActionModule(ActionBase):
@@ -21,13 +21,11 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        settings = self._task.args.get("settings")
-        warnings = []
-        if not settings:
-            settings, failure, warnings = role_settings(self._templar.template, task_vars, "rollback")
-            if failure:
-                result.update(failure, warnings=warnings)
-                return result
+        settings, failure, warnings = given_or_checked(self._templar.template, task_vars,
+                                                       self._task.args.get("settings"), "rollback")
+        if failure:
+            result.update(failure, warnings=warnings)
+            return result
         service = self._execute_module("ai_llm.moe_offload.llm_server_service_info", task_vars=task_vars,
                                        module_args=service_args(settings, role_api_key(self._templar, settings,
                                                                                        task_vars), "rollback"))

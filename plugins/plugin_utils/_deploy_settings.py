@@ -54,3 +54,11 @@ def role_settings(template, task_vars, entry="main"):
         return None, {"failed": True, "problems": exc.lines(),
                       "msg": exc.refusal(task_vars.get("inventory_hostname", "?"))}, warnings
     return dict(settings.as_dict(), started=time.time()), None, warnings
+
+
+def given_or_checked(template, task_vars, given=None, entry="main"):
+    """``role_settings``' answer, or ``(given, None, [])`` for settings checked earlier in the same run (the read
+    again under the lock)."""
+    if given:
+        return given, None, []
+    return role_settings(template, task_vars, entry)
