@@ -177,16 +177,21 @@ def _q4_k_m_types(pattern: str):
 
 
 def write_nemotron_nano_30b(outdir, *, shards: int = 6, endian: str = "little", vocab_size: int = 131072,
-                            n_merges: int = 269443, base: str = "Nemotron-3-Nano-30B-A3B-Q4_K_M") -> list:
+                            n_merges: int = 269443, base: str = "Nemotron-3-Nano-30B-A3B-Q4_K_M",
+                            n_expert: int = 128) -> list:
     """A sparse full-size Nemotron-3-Nano-30B-A3B Q4_K_M: real metadata, the 401 real tensor infos, no data.
 
     Files ``<base>-0000i-of-0000n.gguf`` in ``outdir`` (``<base>.gguf`` when ``shards == 1``), truncated to
     their full size (about 24.5 GB apparent, a few MB on disk). Routed experts about 21,772 MiB, the rest
     about 1,600 MiB (token_embd 231 MiB). Returns the shard paths.
+
+    ``vocab_size``, ``n_merges`` and ``n_expert`` below the real 131072, 269443 and 128 give a model of the Nano's
+    shape with a smaller tokenizer or fewer routed experts per MoE block (the routed experts' bytes scale with
+    ``n_expert``): a test that plans a partial offload then needs less host memory than the real model's.
     """
     add_kv, tensors = _nemotron_h(
         NANO_PATTERN, n_embd=2688, n_vocab=vocab_size, n_head=32, n_head_kv=2, head_dim=128, n_ff=1856,
-        n_expert=128, n_expert_used=6, n_ff_shexp=3712, ssm_heads=64, ssm_head_dim=64, d_state=128, n_group=8,
+        n_expert=n_expert, n_expert_used=6, n_ff_shexp=3712, ssm_heads=64, ssm_head_dim=64, d_state=128, n_group=8,
         d_conv=4, context_length=1048576, types=_q4_k_m_types(NANO_PATTERN))
 
     def kv(w):

@@ -42,11 +42,17 @@ CONTEXT = 555
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """The demo model (small) and a sparse one-shard Nemotron-3-Nano-30B-A3B Q4_K_M header (small vocab)."""
+    """The demo model (small), a sparse one-shard Nemotron-3-Nano-30B-A3B Q4_K_M header (small vocab) and the same
+    with 32 routed experts per MoE block instead of 128 (``nano32``).
+
+    The plan checks the host's MemAvailable at the time of the run: the real Nano on the busy A5500 moves 20,708 MiB
+    of experts to host memory, more than a test machine may have free while the other tests run; ``nano32`` moves
+    3,485 MiB."""
     root = tmp_path_factory.mktemp("models")
     demo = write_demo_model(root / "demo.gguf")
     nano = write_nemotron_nano_30b(root / "nano", shards=1, vocab_size=1024, n_merges=1000)[0]
-    return {"demo": str(demo), "nano": str(nano), "dir": str(root)}
+    nano32 = write_nemotron_nano_30b(root / "nano32", shards=1, vocab_size=1024, n_merges=1000, n_expert=32)[0]
+    return {"demo": str(demo), "nano": str(nano), "nano32": str(nano32), "dir": str(root)}
 
 
 # The role's template of each file it writes (the template module's diff names the template).
@@ -195,16 +201,16 @@ def plan_of(run):
 NANO = {"llm_server_ctx_size": 32768, "llm_server_parallel": 2}  # the Nano's settings in (b), (c), (d)
 
 
-# --- (b) a busy A5500 and the sparse Nemotron-3-Nano: experts of some blocks move ------------------------
+# --- (b) a busy A5500 and a sparse Nemotron-3-Nano with 32 experts per block: experts of some blocks move ---
 
 
 def test_busy_a5500_nemotron_nano_partial_offload(deploy, models, ansible_module):
     seed_project(deploy.project)
-    run = deploy("rtx_a5500_busy", models["nano"], **NANO)
+    run = deploy("rtx_a5500_busy", models["nano32"], **NANO)
     plan = plan_of(run)
     assert plan["fits"] is True and plan["gpus"][0]["free_mib"] == 5276 - CONTEXT
     blocks = plan["cpu_expert_layers"]
-    info = ansible_module("gguf_info", {"path": models["nano"], "tensors": "none"})
+    info = ansible_module("gguf_info", {"path": models["nano32"], "tensors": "none"})
     moe_blocks = info["layer_kinds"]["moe"]
     assert 0 < len(blocks) < len(moe_blocks), "the busy card must force a partial offload: %s" % blocks
     pattern = run.env_added()["LLM_MOE_OFFLOAD_PATTERN"]
@@ -212,7 +218,7 @@ def test_busy_a5500_nemotron_nano_partial_offload(deploy, models, ansible_module
     assert run.result["pattern_source"] == "plan"
     # The old block's pattern shows as removed: the diff is against the seeded .env.
     assert "LLM_MOE_OFFLOAD_PATTERN='\\.ffn_.*_exps\\.weight'" in run.diff_lines(".env", "-")
-    check = ansible_module("gguf_info", {"path": models["nano"], "tensors": "none", "pattern": pattern})
+    check = ansible_module("gguf_info", {"path": models["nano32"], "tensors": "none", "pattern": pattern})
     expected = sorted(t for t in info["expert_tensors"] if int(t.split(".")[1]) in blocks)
     assert sorted(check["pattern_check"]["matched"]) == expected
     assert check["pattern_check"]["non_expert"] == []
@@ -338,12 +344,12 @@ def test_memory_of_the_running_ai_llm_counts_as_free(deploy, models, running_sta
     assert ", 48213, " in apps
     (data / "rtx_a5500_busy.apps.txt").write_text(apps.replace(", 48213, ", ", %s, " % child))
     assert " running " in containers(running_stand_in)
-    run = deploy("rtx_a5500_busy", models["nano"], doubles=doubles, **NANO)
+    run = deploy("rtx_a5500_busy", models["nano32"], doubles=doubles, **NANO)
     assert "--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits" in \
         run.args_log.read_text().splitlines()
     plan = plan_of(run)
     # 5276 MiB free + the 18342 MiB ai-llm holds (the other process's 512 MiB stay taken), less the context the new
     # server creates.
     assert plan["gpus"][0]["free_mib"] == 5276 + 18342 - CONTEXT
-    busy_only = deploy("rtx_a5500_busy", models["nano"], **NANO)
+    busy_only = deploy("rtx_a5500_busy", models["nano32"], **NANO)
     assert len(plan["cpu_expert_layers"]) < len(plan_of(busy_only)["cpu_expert_layers"])
