@@ -162,7 +162,7 @@ def check_release(requirement, python, target, model, work):
     if runs_elsewhere(requirement, python):
         return problems
     deploy_root = Path(tempfile.mkdtemp(dir=work))
-    proc, project = check_deploy(bin_ / "ansible-playbook", deploy_root, model, env, ROOT)
+    proc, project = check_deploy(bin_ / "ansible-playbook", deploy_root, model, env, deploy_root)
     if check_deploy_problems(proc, project):
         problems.append(failed("deploy --check: %s" % "; ".join(check_deploy_problems(proc, project)), proc))
     if shutil.which("podman") and shutil.which("podman-compose"):
@@ -179,7 +179,7 @@ def check_failing_restart(bin_, root, env):
         def play(**role_vars):
             cmd, _env = local.command("deploy", **role_vars)
             cmd[0] = str(bin_ / "ansible-playbook")
-            return run(cmd, dict(env, ANSIBLE_CALLBACK_RESULT_FORMAT="json"))
+            return run(cmd, dict(env, ANSIBLE_CALLBACK_RESULT_FORMAT="json"), cwd=local.root)
 
         first = play()
         if first.returncode != 0:

@@ -90,7 +90,8 @@ def docker_image(tag):
 
 
 class LocalDeploy:
-    """deploy.yml / rollback.yml on localhost for one project under ``root``, with podman or docker."""
+    """deploy.yml / rollback.yml on localhost for one project under ``root``, with podman or docker. The playbooks
+    run in ``root``, where deploy.yml's report (llm_rollout_report_dir, relative) goes: not the checkout's."""
 
     def __init__(self, root, prefix, engine="podman"):
         self.engine = engine
@@ -144,7 +145,8 @@ class LocalDeploy:
     def playbook(self, name, *args, **role_vars):
         """Run playbooks/<name>.yml with the base vars updated by role_vars; returns the CompletedProcess."""
         cmd, env = self.command(name, *args, **role_vars)
-        return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=600, check=False)
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(self.root), timeout=600,
+                              check=False)
 
     def succeed(self, name, *args, **role_vars):
         """playbook(), which must exit with 0; returns the CompletedProcess."""
@@ -156,7 +158,7 @@ class LocalDeploy:
         """Start playbooks/<name>.yml in the background (its own process group); returns the Popen."""
         cmd, env = self.command(name, *args, **role_vars)
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                cwd=str(ROOT), start_new_session=True)
+                                cwd=str(self.root), start_new_session=True)
 
     def verification(self):
         """verification.json (llm_server_result of the last run that recreated, verified or rolled back)."""

@@ -142,7 +142,7 @@ def deploy(tmp_path):
         uuids = sorted(set(re.findall(r"GPU-[0-9a-f-]{36}", fixture_file.read_text()))) if fixture_file.exists() else []
         uuids = uuids if cdi else []
         with cdi_spec(uuids):
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300,
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300,
                                   check=False)
         done = Run(proc, project, args_log)
         assert (proc.returncode == 0) == ok, done

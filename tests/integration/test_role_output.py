@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from tests.helpers.llm_deploy import ROOT, cpu_image, local_deploy, recap
+from tests.helpers.llm_deploy import cpu_image, local_deploy, recap
 
 pytestmark = pytest.mark.skipif(not shutil.which("podman") or not shutil.which("podman-compose"),
                                 reason="needs podman and podman-compose")
@@ -31,7 +31,8 @@ def run(deploy, *args, **role_vars):
     the output, its recap and the per-host line."""
     cmd, env = deploy.command("deploy", *args, verbosity=0, **role_vars)
     env.update(ANSIBLE_CALLBACK_RESULT_FORMAT="yaml", ANSIBLE_DISPLAY_SKIPPED_HOSTS="false")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=600, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(deploy.root), timeout=600,
+                          check=False)
     said = SAID.findall(proc.stdout)
     assert len(said) <= 1, said  # one line per host
     return {"rc": proc.returncode, "out": proc.stdout + proc.stderr, "recap": recap(proc.stdout),
