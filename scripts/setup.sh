@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # One-time (and idempotent) set-up of a fresh Debian 12 machine for this project, by profile:
-#   bash scripts/setup.sh            the demo and a deploy from this machine: the system packages of
+#   bash scripts/setup.sh            the demo and a deploy from this machine: the system packages of profile demo in
 #                                    requirements/debian.txt, a Python virtual environment in .venv installed from its
 #                                    lock (requirements/dev.txt), llama.cpp's llama-server and ggml-rpc-server
 #                                    (scripts/llama-cpp.sh: built once, then cached in ~/.cache/ai-llm-moe-offload/llama.cpp/)
 #                                    and the collection link .collections/ansible_collections/ai_llm/moe_offload -> ../../..
-#   bash scripts/setup.sh --docker   and docker: requirements/debian-docker.txt, compose v2 as docker's CLI plugin
+#   bash scripts/setup.sh --docker   and docker: the packages of profile docker, compose v2 as docker's CLI plugin
 #                                    (scripts/docker.sh install); scripts/demo.sh --engine docker runs this
-#   bash scripts/setup.sh --tests    everything the tests need (docker included): requirements/debian-tests.txt and
+#   bash scripts/setup.sh --tests    everything the tests need (docker included): the packages of profile tests and
 #                                    the venvs of galaxy-importer and of the execution environment's tools;
 #                                    scripts/test.sh runs this
 #   --list (with the others)         print the packages and environments of the profile; install nothing
@@ -24,9 +24,9 @@ for arg in "$@"; do
     *) echo "setup: unknown option $arg (--docker, --tests, --list)" >&2; exit 2 ;;
   esac
 done
-package_lists=(requirements/debian.txt)
-[ "$docker" -eq 0 ] || package_lists+=(requirements/debian-docker.txt)
-[ "$tests" -eq 0 ] || package_lists+=(requirements/debian-tests.txt)
+profiles=demo
+[ "$docker" -eq 0 ] || profiles+=" docker"
+[ "$tests" -eq 0 ] || profiles+=" tests"
 # the environments besides .venv, each "DIR LOCK": galaxy-importer (Galaxy's checks of a collection tarball) pins
 # older packages than .venv's; ansible-builder and ansible-runner (the execution environment and the AWX job engine)
 # in a venv of their own
@@ -34,8 +34,17 @@ tool_venvs=()
 [ "$tests" -eq 0 ] || tool_venvs+=(".cache/venvs/galaxy-importer requirements/galaxy-importer.txt"
                                    ".cache/venvs/ee requirements/ee.txt")
 
-# requirements/debian*.txt: one package a line, '#' starts a comment
-mapfile -t APT_PACKAGES < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "${package_lists[@]}" | tr -d ' \t')
+# requirements/debian.txt: one package a line, then '#' and its profile ("demo:"); a line without a package is a
+# comment. A package line without a known profile stops the set-up.
+packages=$(awk -v want=" $profiles " '
+  { split($0, part, "#"); n = split(part[1], words, " ") }
+  n == 0 { next }
+  { profile = part[2]; sub(/^[ \t]+/, "", profile); sub(/:.*/, "", profile) }
+  n != 1 || profile !~ /^(demo|docker|tests)$/ {
+    printf "setup: requirements/debian.txt line %d: want \"PACKAGE  # PROFILE: why\" (demo, docker or tests), got: %s\n",
+      NR, $0 > "/dev/stderr"; exit 1 }
+  index(want, " " profile " ") { print words[1] }' requirements/debian.txt)
+mapfile -t APT_PACKAGES <<<"$packages"
 if [ "$list" -eq 1 ]; then
   echo "debian: ${APT_PACKAGES[*]}"
   echo "venv: .venv requirements/dev.txt"

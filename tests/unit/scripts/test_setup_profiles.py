@@ -3,6 +3,7 @@ and a deploy need and nothing only the tests need; ``--docker`` adds docker; ``-
 environments to both."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -25,15 +26,19 @@ def listed(*options):
     return found
 
 
-def packages(name):
-    """The packages of requirements/NAME: one a line, without the comments."""
-    lines = (line.split("#", 1)[0].strip() for line in (ROOT / "requirements" / name).read_text().splitlines())
-    return [line for line in lines if line]
+def packages(profile):
+    """The packages requirements/debian.txt gives ``profile``: a package, then ``# PROFILE: why``."""
+    found = []
+    for line in (ROOT / "requirements" / "debian.txt").read_text().splitlines():
+        package, _sep, comment = line.partition("#")
+        if package.strip() and comment.strip().split(":", 1)[0] == profile:
+            found.append(package.strip())
+    return found
 
 
 def test_the_demo_profile_installs_what_the_demo_needs_and_nothing_only_the_tests_need():
     demo = listed()
-    assert demo["debian"] == packages("debian.txt")
+    assert demo["debian"] == packages("demo")
     assert {"podman", "catatonit", "runc", "libgomp1", "cmake", "g++", "busybox-static"} <= set(demo["debian"])
     assert not set(demo["debian"]) & (TESTS_ONLY | {"docker.io"})
     assert demo["venv"] == [".venv requirements/dev.txt"] and "docker" not in demo
@@ -42,15 +47,15 @@ def test_the_demo_profile_installs_what_the_demo_needs_and_nothing_only_the_test
 
 def test_the_docker_profile_adds_docker_and_compose_v2():
     docker = listed("--docker")
-    assert docker["debian"] == packages("debian.txt") + ["docker.io"]
+    assert docker["debian"] == packages("demo") + ["docker.io"] and packages("docker") == ["docker.io"]
     assert docker["docker"] == ["scripts/docker.sh install"] and docker["venv"] == [".venv requirements/dev.txt"]
 
 
 @pytest.mark.parametrize("options", [("--tests",), ("--docker", "--tests")])
 def test_the_tests_profile_holds_every_package_and_environment(options):
     tests = listed(*options)
-    assert tests["debian"] == packages("debian.txt") + packages("debian-docker.txt") + packages("debian-tests.txt")
-    assert TESTS_ONLY <= set(tests["debian"]) and len(set(tests["debian"])) == len(tests["debian"])
+    assert tests["debian"] == packages("demo") + packages("docker") + packages("tests")
+    assert set(packages("tests")) == TESTS_ONLY and len(set(tests["debian"])) == len(tests["debian"])
     assert tests["venv"][0] == ".venv requirements/dev.txt" and set(tests["venv"][1:]) == TOOL_VENVS
     assert tests["docker"] == ["scripts/docker.sh install"]
 
@@ -60,3 +65,17 @@ def test_an_unknown_option_is_refused_before_anything_is_installed():
                           check=False, timeout=60)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == "setup: unknown option --test (--docker, --tests, --list)\n"
+
+
+def test_a_package_without_a_known_profile_stops_the_set_up(tmp_path):
+    """setup.sh reads requirements/debian.txt of the checkout it lies in: a copy of scripts/ and requirements/."""
+    for folder in ("scripts", "requirements"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    listing = tmp_path / "requirements" / "debian.txt"
+    listing.write_text(listing.read_text() + "nano              # editor: a package of no profile\n")
+    proc = subprocess.run(["bash", str(tmp_path / "scripts" / "setup.sh"), "--list"], capture_output=True, text=True,
+                          check=False, timeout=60)
+    line = len(listing.read_text().splitlines())
+    assert proc.returncode == 1 and "debian:" not in proc.stdout
+    assert proc.stderr == ('setup: requirements/debian.txt line %d: want "PACKAGE  # PROFILE: why" (demo, docker or '
+                           'tests), got: nano              # editor: a package of no profile\n' % line)
