@@ -4,7 +4,9 @@
 #   bash scripts/venv.sh DIR PYTHON LOCK     e.g. .cache/venvs/ee python3 requirements/ee.txt
 # uv (scripts/uv.sh) makes the venv on PYTHON's base interpreter and syncs it to the lock: exactly the locked
 # packages at the locked versions, each checked against the lock's hashes, and nothing else (uv pip sync removes
-# whatever the lock does not name). DIR/.inputs.sha256 records the Python's version and the lock.
+# whatever the lock does not name), with every module compiled to bytecode as pip would (scripts/env.sh sets
+# PYTHONDONTWRITEBYTECODE: without it each ansible-playbook would compile ansible from source, about 0.4 CPU seconds
+# a run). DIR/.inputs.sha256 records the Python's version, the lock and the install's options.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 dir="$1" py="$2" lock="$3"
@@ -12,7 +14,8 @@ dir="$1" py="$2" lock="$3"
 # the base interpreter, found before anything is removed: PYTHON may be the venv that is made again (.venv/bin is
 # first on PATH)
 base="$("$py" -c 'import os, sys; print(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))')"
-want="$({ "$base" -c 'import sys; print(sys.version)'; cat "$lock"; } | sha256sum | cut -d' ' -f1)"
+sync=(pip sync --quiet --require-hashes --compile-bytecode)
+want="$({ "$base" -c 'import sys; print(sys.version)'; echo "${sync[*]}"; cat "$lock"; } | sha256sum | cut -d' ' -f1)"
 if [ -x "$dir/bin/python" ] && [ "$(cat "$dir/.inputs.sha256" 2>/dev/null)" = "$want" ]; then
   exit 0
 fi
@@ -20,5 +23,5 @@ uv="$(bash "$ROOT/scripts/uv.sh")"
 echo "venv: making $dir from $lock"
 rm -rf "$dir"
 "$uv" venv --quiet --python "$base" "$dir"
-"$uv" pip sync --quiet --python "$dir/bin/python" --require-hashes "$lock"
+"$uv" "${sync[@]}" --python "$dir/bin/python" "$lock"
 echo "$want" > "$dir/.inputs.sha256"
