@@ -31,26 +31,9 @@ options:
         C(paths.lock), C(lock_timeout) and C(lock_lease).
     type: dict
     required: true
-  state:
-    description: V(acquired) takes the lock, V(released) gives it back.
-    type: str
-    choices: [acquired, released]
-    default: acquired
-  token:
-    description: With O(state=released), the token RV(token) of the acquiring task.
-    type: str
 extends_documentation_fragment:
+  - ai_llm.moe_offload.lock
   - ai_llm.moe_offload.controller_module
-attributes:
-  check_mode:
-    support: none
-    description: Check mode runs take no lock; the role skips this action in check mode.
-  diff_mode:
-    support: none
-    description: There is nothing to show.
-  idempotent:
-    support: none
-    description: Every acquisition writes a new token.
 seealso:
   - module: ai_llm.moe_offload.llm_server_lock_file
 """

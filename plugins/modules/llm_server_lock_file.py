@@ -25,36 +25,20 @@ options:
       - The lock file (the role uses C(<project dir>/.llm_server.lock)). Its directory is created when missing.
     type: path
     required: true
-  state:
-    description: V(acquired) takes the lock, V(released) gives it back.
-    type: str
-    choices: [acquired, released]
-    default: acquired
   lease:
     description:
       - How long the lock holds without its owner, in seconds. A lock older than its lease is taken over
         (the owner may have been killed on another controller).
     type: int
     default: 3600
-  token:
-    description: With O(state=released), the token RV(token) of the acquiring task.
-    type: str
   owner:
     description: Who asks for the lock (the action names its C(ansible-playbook) process).
     type: dict
   takeover:
     description: The token of a lock whose owner the action proved gone, to take over.
     type: str
-attributes:
-  check_mode:
-    support: none
-    description: Check mode runs take no lock; the role skips this module in check mode.
-  diff_mode:
-    support: none
-    description: There is nothing to show.
-  idempotent:
-    support: none
-    description: Every acquisition writes a new token.
+extends_documentation_fragment:
+  - ai_llm.moe_offload.lock
 seealso:
   - module: ai_llm.moe_offload.llm_server_service_info
 """

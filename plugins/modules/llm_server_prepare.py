@@ -33,13 +33,8 @@ description:
   - This is an action plugin that runs on the controller; it changes nothing on the host.
 author:
   - ai_llm maintainers (@ai-llm)
-options:
-  settings:
-    description:
-      - Settings checked earlier in the same run (RV(settings) of an earlier call); given, the variables are not
-        checked again. The role reads the host a second time under the lock this way.
-    type: dict
 extends_documentation_fragment:
+  - ai_llm.moe_offload.checked_settings
   - ai_llm.moe_offload.info_module
   - ai_llm.moe_offload.controller_module
 seealso:
