@@ -123,7 +123,7 @@ class ActionModule(ActionBase):
         check_mode = bool(self._play_context.check_mode)
         converge = decide(service, config, bool(settings.get("verify_always")), settings["container_name"])
         return {"templates": templates, "compose": compose, "env": values, "config": config,
-                "files": files(settings, service.get("compose_command")),
+                "files": files(settings, service.get("compose_command"), "compose" in config["files"]),
                 "parity_request": parity_request(settings),
                 "decision": unchanged(service, settings, config), "converge": converge,
                 "steps": next_steps(settings, service, config, converge, check_mode),

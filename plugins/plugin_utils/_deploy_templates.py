@@ -38,10 +38,14 @@ def render(templar, src, source, dest, variables):
     return text or ""
 
 
-def files(settings, compose_command):
-    """Where the compose file's candidate goes (next to it, so that compose reads it from the same directory) and
-    the ``validate`` command of the ``.env`` template: the compose tool's own reading of the new ``.env`` (the
-    template module's temporary file, ``%s``) with the new compose file, before ``.env`` replaces the old one."""
+def files(settings, compose_command, compose_changes):
+    """What the file tasks write besides ``.env``: ``compose`` (whether the compose file changes) and its
+    ``candidate`` (next to it, so that compose reads it from the same directory; ``None`` when the compose file stays),
+    and the ``validate`` command of the ``.env`` template: the compose tool's own reading of the new ``.env`` (the
+    template module's temporary file, ``%s``) with the compose file this run leaves, the candidate or the one in
+    place, before ``.env`` replaces the old one."""
     candidate = os.path.join(settings["project_dir"], ".%s.candidate" % settings["compose_file"])
-    argv = list(compose_command or []) + ["--env-file", "%s", "-f", candidate, "config"]
-    return {"candidate": candidate, "validate_env": " ".join(shlex.quote(a) for a in argv)}
+    compose = candidate if compose_changes else settings["paths"]["compose"]
+    argv = list(compose_command or []) + ["--env-file", "%s", "-f", compose, "config"]
+    return {"compose": bool(compose_changes), "candidate": candidate if compose_changes else None,
+            "validate_env": " ".join(shlex.quote(a) for a in argv)}

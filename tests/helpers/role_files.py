@@ -37,7 +37,7 @@ def prepared(settings, placement, engine="podman", compose_command=("podman-comp
     disk = {"secrets_dir": Path(paths["secrets"]).is_dir(), "api_key_file": Path(paths["api_key"]).exists()}
     return {"settings": settings, "service": {"disk": disk}, "env": values, "compose": compose, "templates": templates,
             "config": {"config_hash": config_hash(values, compose, sources, api_key_bytes(api_key))},
-            "files": files(settings, list(compose_command)),
+            "files": files(settings, list(compose_command), True),
             "converge": {"recreate": False}, "steps": {"verify": False, "parity_before": False}}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 
+import dotenv
 import pytest
 
 from tests.helpers.llm_deploy import ROOT, local_deploy, recap, result
@@ -63,3 +64,24 @@ def test_a_template_the_compose_tool_refuses_replaces_nothing_and_restarts_nothi
     assert not shown["rollback"].get("performed"), shown["rollback"]
     assert state(served) == before
     assert served.health() == 200
+
+
+def test_a_change_of_env_alone_checks_it_with_the_compose_file_in_place_and_leaves_that_file(served):
+    """Only .env changes (the context size): no candidate, the compose file not written again (same bytes and
+    modification time), the compose tool's check of the new .env run against the file in place."""
+    served.succeed("deploy")  # the files of this checkout's settings (the tests before rendered other lines)
+    compose = served.project / "docker-compose.prod.yml"
+    before, mtime = compose.read_bytes(), compose.stat().st_mtime_ns
+    run = served.succeed("deploy", verbosity=3, llm_server_ctx_size=1024)
+    tasks = {block.split("]", 1)[0]: block for block in run.stdout.split("\nTASK [")[1:]}
+    role = "ai_llm.moe_offload.llm_server : "
+    for name in ("Render the compose file as a candidate for the compose tool's check", "Write the compose file",
+                 "Remove the candidate compose file"):
+        assert "skipping: [localhost]" in tasks[role + name], tasks[role + name]
+    written = tasks[role + "Write .env (the role's block; the compose tool reads it with the new compose file before "
+                           "it replaces the old)"]
+    assert "changed: [localhost]" in written and "-f %s config" % compose in written, written[-3000:]
+    assert (compose.read_bytes(), compose.stat().st_mtime_ns) == (before, mtime)
+    assert not list(served.project.glob(".*.candidate"))
+    assert dotenv.dotenv_values(served.project / ".env")["LLM_CTX_SIZE"] == "1024"
+    assert result(run.stdout)["status"] == "changed" and served.health() == 200
