@@ -126,8 +126,8 @@ steps:
   returned: success
   type: dict
 files:
-  description: C(compose), whether the compose file changes, C(candidate), its candidate next to it (null when it
-    stays), and C(validate_env), the compose tool's check of the new C(.env) with the candidate or, when the compose
+  description: C(candidate), the compose file's candidate next to it when it changes (null when it stays), and
+    C(validate_env), the compose tool's check of the new C(.env) with the candidate or, when the compose
     file stays, with the one in place (the C(validate) of the C(.env) template).
   returned: success
   type: dict

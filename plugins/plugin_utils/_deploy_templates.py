@@ -39,13 +39,13 @@ def render(templar, src, source, dest, variables):
 
 
 def files(settings, compose_command, compose_changes):
-    """What the file tasks write besides ``.env``: ``compose`` (whether the compose file changes) and its
-    ``candidate`` (next to it, so that compose reads it from the same directory; ``None`` when the compose file stays),
-    and the ``validate`` command of the ``.env`` template: the compose tool's own reading of the new ``.env`` (the
-    template module's temporary file, ``%s``) with the compose file this run leaves, the candidate or the one in
-    place, before ``.env`` replaces the old one."""
+    """Where the compose file's ``candidate`` goes when the compose file changes (``compose_changes``: next to it, so
+    that compose reads it from the same directory; ``None`` when the compose file stays), and the ``validate`` command
+    of the ``.env`` template: the compose tool's own reading of the new ``.env`` (the template module's temporary
+    file, ``%s``) with the compose file this run leaves, the candidate or the one in place, before ``.env`` replaces
+    the old one."""
     candidate = os.path.join(settings["project_dir"], ".%s.candidate" % settings["compose_file"])
     compose = candidate if compose_changes else settings["paths"]["compose"]
     argv = list(compose_command or []) + ["--env-file", "%s", "-f", compose, "config"]
-    return {"compose": bool(compose_changes), "candidate": candidate if compose_changes else None,
+    return {"candidate": candidate if compose_changes else None,
             "validate_env": " ".join(shlex.quote(a) for a in argv)}

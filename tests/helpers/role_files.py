@@ -36,7 +36,8 @@ def prepared(settings, placement, engine="podman", compose_command=("podman-comp
     # what the prepare step's host read says of the directories the tasks make and the key file they remove
     disk = {"secrets_dir": Path(paths["secrets"]).is_dir(), "api_key_file": Path(paths["api_key"]).exists()}
     return {"settings": settings, "service": {"disk": disk}, "env": values, "compose": compose, "templates": templates,
-            "config": {"config_hash": config_hash(values, compose, sources, api_key_bytes(api_key))},
+            "config": {"config_hash": config_hash(values, compose, sources, api_key_bytes(api_key)),
+                       "files": ["env", "compose"]},
             "files": files(settings, list(compose_command), True),
             "converge": {"recreate": False}, "steps": {"verify": False, "parity_before": False}}
 

@@ -1,4 +1,4 @@
-"""_deploy_templates.files: what the file tasks write besides .env, and the compose tool's check of the new .env
+"""_deploy_templates.files: the compose file's candidate, and the compose tool's check of the new .env
 with the compose file the run leaves (the candidate when the compose file changes, else the one in place)."""
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ SETTINGS = {"project_dir": "/srv/ai llm", "compose_file": "docker-compose.prod.y
 
 def test_a_compose_file_that_changes_is_checked_as_its_candidate_with_the_new_env():
     got = files(SETTINGS, ["podman-compose"], True)
-    assert got["compose"] is True and got["candidate"] == "/srv/ai llm/.docker-compose.prod.yml.candidate"
+    assert got["candidate"] == "/srv/ai llm/.docker-compose.prod.yml.candidate"
     assert shlex.split(got["validate_env"]) == ["podman-compose", "--env-file", "%s", "-f", got["candidate"], "config"]
 
 
 def test_a_compose_file_that_stays_is_checked_in_place_and_has_no_candidate():
     got = files(SETTINGS, ["docker", "compose"], False)
-    assert got["compose"] is False and got["candidate"] is None
+    assert got["candidate"] is None
     assert shlex.split(got["validate_env"]) == ["docker", "compose", "--env-file", "%s", "-f",
                                                 "/srv/ai llm/docker-compose.prod.yml", "config"]
 
